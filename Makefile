@@ -1,0 +1,63 @@
+# cubist build. Plain make: the tree is small, the dependencies are Debian
+# packages at fixed paths, and every target below is one line of intent.
+#   make            library + command line          make test   full suite
+#   make demo       train a small GPT, sample        make asan   suite under ASan+UBSan
+#   make bench      benchmark vs PyTorch             make deps   install packages
+CC      ?= cc
+BUILD   ?= build
+MPI     ?= openmpi
+# One threading model: OpenMP for cubist's loops and the OpenMP build of
+# OpenBLAS, so GEMM threads and loop threads are the same team (no spinning
+# pools fighting over the two cores).
+BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
+OPT     ?= -O3 -march=native
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
+LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp $(SAN)
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps test demo asan bench clean
+all: $(BUILD)/cubist $(TESTS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libcubist.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
+
+deps:
+	@scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/run.sh
+
+asan:
+	@$(MAKE) --no-print-directory test BUILD=build-asan OPT="-O1 -g -march=native" SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/cubist bench
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

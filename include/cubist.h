@@ -1,0 +1,171 @@
+/* cubist: train transformer models across many processes.
+ * The one public header. Every public name carries the cb_ prefix; everything
+ * else lives under src/ and is private. */
+#ifndef CUBIST_H
+#define CUBIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+/* Functions that can fail return one of these and fill a cb_err; only the
+ * command line decides to print and exit. CB_EINPUT is bad input from the
+ * user (missing file, wrong shape, bad flag): the command exits with 2. */
+enum { CB_OK = 0, CB_EINPUT = 2, CB_ESYS = 3, CB_ENOMEM = 4, CB_EINTERNAL = 5 };
+
+typedef struct cb_err {
+    int code;
+    char msg[512];
+} cb_err;
+
+/* Sets e (may be NULL) and returns code. The message is one line: what is
+ * wrong, then the fix. */
+int cb_fail(cb_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---------------------------------------------------------------- model */
+typedef struct cb_gpt_config {
+    int n_layer;   /* L */
+    int d_model;   /* C */
+    int n_head;    /* NH */
+    int seq_len;   /* maximum context, rows of wpe */
+    int vocab;     /* V, rows of wte */
+} cb_gpt_config;
+
+/* Checks what must hold for the model to be built (heads divide d_model...). */
+int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e);
+
+/* One parameter tensor of the contiguous parameter block. Names and shapes
+ * are Hugging Face GPT-2's (Conv1D weights stored [in, out]). */
+typedef struct cb_tensor_info {
+    char name[64];
+    int ndim;
+    int64_t shape[2];
+    size_t offset; /* in floats, into the parameter block */
+    size_t numel;
+    int decay;     /* 1: AdamW weight decay applies */
+    int layer;     /* transformer block index, -1 for embeddings, -2 for ln_f */
+} cb_tensor_info;
+
+typedef struct cb_gpt cb_gpt;
+
+/* Builds a model for micro-batches of at most B x T tokens (T <= seq_len).
+ * Parameters are zero until cb_gpt_init_random or a load. */
+int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e);
+void cb_gpt_free(cb_gpt *m);
+const cb_gpt_config *cb_gpt_get_config(const cb_gpt *m);
+
+/* GPT-2 initialisation: N(0, 0.02), residual projections scaled by
+ * 1/sqrt(2L), biases zero, LayerNorm weight one. Deterministic in seed. */
+void cb_gpt_init_random(cb_gpt *m, uint64_t seed);
+
+size_t cb_gpt_num_params(const cb_gpt *m);
+int cb_gpt_num_tensors(const cb_gpt *m);
+const cb_tensor_info *cb_gpt_tensor(const cb_gpt *m, int i);
+float *cb_gpt_params(cb_gpt *m);
+float *cb_gpt_grads(cb_gpt *m);
+
+/* Forward on inp (B,T) token ids. With targets, returns the mean
+ * cross-entropy over the B*T tokens; without (NULL), returns 0 and leaves the
+ * probabilities of the next token readable through cb_gpt_probs. */
+float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T);
+/* Probabilities (B,T,V) of the last forward without targets. */
+const float *cb_gpt_probs(const cb_gpt *m);
+void cb_gpt_zero_grad(cb_gpt *m);
+/* Backward of the last forward; the loss gradient is scaled by dloss_scale
+ * (1/grad_accum for accumulation). Parameter gradients accumulate. */
+void cb_gpt_backward(cb_gpt *m, float dloss_scale);
+
+/* Called during backward as soon as the gradients of tensors [first, last]
+ * (indices into the tensor table) are final for this micro-batch; data
+ * parallelism starts its reductions from here. */
+typedef void (*cb_grad_ready_fn)(void *ctx, int first, int last);
+void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx);
+
+/* FLOPs per token of one training step (forward + backward):
+ * 6 * N_params + 12 * L * C * T (attention scores and context, no causal
+ * discount). */
+double cb_gpt_flops_per_token(const cb_gpt_config *c, int T);
+
+/* ---------------------------------------------------------------- optimizer */
+typedef struct cb_adamw_config {
+    float lr, min_lr, beta1, beta2, eps, weight_decay, clip;
+    int warmup, steps;
+    int decay_embeddings; /* also decay wte and wpe */
+} cb_adamw_config;
+
+/* Learning rate at 0-based step s: linear warmup lr*(s+1)/warmup, then cosine
+ * from lr to min_lr at step `steps`. */
+float cb_lr_at(const cb_adamw_config *c, int s);
+
+/* ---------------------------------------------------------------- formats */
+/* safetensors: 8-byte little-endian header length, JSON header, raw data.
+ * Only F32 tensors are read and written. */
+typedef struct cb_st_tensor {
+    char name[96];
+    int ndim;
+    int64_t shape[4];
+    size_t offset; /* bytes from the start of the data section */
+    size_t nbytes;
+} cb_st_tensor;
+
+typedef struct cb_st_file {
+    int n;
+    cb_st_tensor *t;
+    int nmeta;
+    char **meta_key, **meta_val;
+    uint8_t *map;        /* whole file, mmap'ed */
+    size_t size;
+    const uint8_t *data; /* start of the data section */
+} cb_st_file;
+
+/* Opens and validates: header length within the file, JSON well-formed,
+ * dtype F32, shape consistent with data_offsets, offsets inside the data
+ * section. Messages name the file and the tensor. */
+int cb_st_open(const char *path, cb_st_file *f, cb_err *e);
+void cb_st_close(cb_st_file *f);
+const cb_st_tensor *cb_st_find(const cb_st_file *f, const char *name);
+const char *cb_st_meta(const cb_st_file *f, const char *key);
+
+typedef struct cb_st_entry {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    const float *data;
+} cb_st_entry;
+
+/* Writes path atomically: path.tmp, fsync, rename; nothing left on failure.
+ * meta is nmeta (key, value) string pairs for __metadata__. */
+int cb_st_write(const char *path, const cb_st_entry *t, int n,
+                const char *const *meta, int nmeta, cb_err *e);
+
+/* Token files: llm.c (256 x int32 header, magic 20240520, version 1, count;
+ * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. */
+enum { CB_TOK_LLMC = 1, CB_TOK_NANOGPT = 2 };
+typedef struct cb_tokens {
+    const uint16_t *tok;
+    size_t n;
+    int format;
+    void *map;
+    size_t maplen;
+} cb_tokens;
+
+/* Opens and validates every token against vocab. */
+int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e);
+void cb_tokens_close(cb_tokens *t);
+/* Writes llm.c format atomically. */
+int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
+
+/* Byte-level tokenizer (vocab 256): token = byte. Splits text into a training
+ * file and the last val_frac of it into a validation file (val_path may be
+ * NULL for no split). */
+int cb_prepare_text(const char *text_path, const char *train_path,
+                    const char *val_path, double val_frac, cb_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
