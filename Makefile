@@ -13,6 +13,19 @@ BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
 LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp $(SAN)
+# MPI=openmpi or MPI=mpich (Debian installs both side by side; build each in
+# its own BUILD dir). pkg-config knows their paths; -isystem keeps -Werror off
+# their headers. MPIRUN is the matching launcher, exported to the tests.
+MPI_PC_openmpi := ompi-c
+MPI_PC_mpich   := mpich
+MPI_PC  := $(or $(MPI_PC_$(MPI)),$(error MPI=$(MPI) is unknown; use MPI=openmpi or MPI=mpich))
+MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(MPI_PC) 2>/dev/null))
+MPI_LIBS   := $(shell pkg-config --libs $(MPI_PC) 2>/dev/null)
+$(if $(MPI_LIBS),,$(warning MPI=$(MPI): pkg-config $(MPI_PC) not found; install libopenmpi-dev or libmpich-dev (make deps)))
+MPIRUN  ?= mpirun.$(MPI)
+export MPI MPIRUN
+CFLAGS  += $(MPI_CFLAGS)
+LDLIBS  += $(MPI_LIBS)
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))

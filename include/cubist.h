@@ -90,6 +90,15 @@ void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx);
  * discount). */
 double cb_gpt_flops_per_token(const cb_gpt_config *c, int T);
 
+/* Checkpoints: safetensors with Hugging Face GPT-2 names and shapes; the
+ * config travels in __metadata__ (n_layer, d_model, n_head, seq_len, vocab). */
+int cb_gpt_save(cb_gpt *m, const char *path, cb_err *e);
+/* Reads the config of a weights file: from its metadata, or inferred from
+ * the shapes (then n_head must be given: pass the caller's value in c). */
+int cb_gpt_config_from_file(const char *path, cb_gpt_config *c, cb_err *e);
+/* Loads weights; every tensor must be present with the model's shape. */
+int cb_gpt_load(cb_gpt *m, const char *path, cb_err *e);
+
 /* ---------------------------------------------------------------- optimizer */
 typedef struct cb_adamw_config {
     float lr, min_lr, beta1, beta2, eps, weight_decay, clip;

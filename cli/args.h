@@ -1,0 +1,25 @@
+/* Flag parsing for the subcommands: a table of --name value flags. */
+#ifndef CB_CLI_ARGS_H
+#define CB_CLI_ARGS_H
+
+#include <stdio.h>
+
+#include "cubist.h"
+
+typedef enum { ARG_INT, ARG_FLOAT, ARG_DOUBLE, ARG_U64, ARG_STR, ARG_BOOL } arg_type;
+
+typedef struct cli_flag {
+    const char *name; /* without the leading -- */
+    arg_type type;
+    void *dst;
+    const char *help;
+} cli_flag;
+
+/* Parses argv[0..argc) ("--name value", "--name=value", bare --name for
+ * ARG_BOOL). Returns CB_EINPUT on an unknown flag or a bad value; sets
+ * *help when --help or -h is given. */
+int cli_parse(const char *cmd, int argc, char **argv, const cli_flag *flags, int n, int *help,
+              cb_err *e);
+void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_flag *flags, int n,
+               const char *epilog);
+#endif

@@ -1,0 +1,12 @@
+#ifndef CB_CLI_H
+#define CB_CLI_H
+
+#include "cubist.h"
+
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+/* Prints the one-line error; returns the exit status (2 for bad input). */
+int cli_fail(const cb_err *e);
+#endif

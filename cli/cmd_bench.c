@@ -1,0 +1,204 @@
+/* `cubist bench`: a training step of GPT-2 124M next to PyTorch on the same
+ * model in the same invocation, and `--peak`: the sgemm rate MFU is
+ * measured against. */
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "kernels/profile.h"
+#include "model/gpt_internal.h"
+#include "train/train.h"
+
+char *openblas_get_corename(void);
+
+typedef struct bench_opts {
+    int layers, d_model, heads, vocab, batch, steps, threads, quick, peak_only, json, no_torch;
+    const char *seq_lens, *torch_script;
+} bench_opts;
+
+typedef struct bench_result {
+    int T;
+    double tokens_per_s, gflops, mfu, step_ms, fwd_ms, bwd_ms, opt_ms, prof[PROF_N];
+    double torch_tokens_per_s;
+} bench_result;
+
+/* Default script location: <dir of the binary>/../bench/torch_bench.py */
+static void default_script(char *buf, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(buf, n, "%s/../bench/torch_bench.py", exe);
+}
+
+/* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
+ * OpenBLAS's own core detection); returns its tokens/s, 0 on failure. */
+static double torch_tokens_per_s(const bench_opts *b, int T) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 %s --layers %d "
+             "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --threads %d --steps %d",
+             b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->batch, T, b->threads,
+             b->steps);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[4096];
+    double tps = 0;
+    while (fgets(line, sizeof line, p)) {
+        const char *k = strstr(line, "\"tokens_per_s\":");
+        if (k) tps = atof(k + 15);
+    }
+    return pclose(p) == 0 ? tps : 0;
+}
+
+static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+    cb_train_opts o;
+    cb_train_defaults(&o);
+    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, T, b->vocab};
+    o.B = b->batch;
+    o.T = T;
+    o.steps = b->steps + 1;
+    size_t n = (size_t)(b->steps + 2) * b->batch * T + 1;
+    uint16_t *tok = malloc(sizeof(uint16_t) * n);
+    if (!tok) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
+    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
+    cb_tokens data = {.tok = tok, .n = n};
+    cb_trainer t;
+    int rc = cb_trainer_init(&t, &o, &data, e);
+    if (rc) {
+        free(tok);
+        return rc;
+    }
+    t.model->k = cb_kernels_profiled(t.model->k);
+    cb_step_stats st, sum = {0};
+    cb_trainer_step(&t, &st); /* warm-up: first touch of every buffer */
+    cb_prof_reset();
+    for (int s = 0; s < b->steps; s++) {
+        cb_trainer_step(&t, &st);
+        sum.step_ms += st.step_ms;
+        sum.fwd_ms += st.fwd_ms;
+        sum.bwd_ms += st.bwd_ms;
+        sum.opt_ms += st.opt_ms;
+    }
+    double step_ms = sum.step_ms / b->steps, tokens = (double)b->batch * T;
+    r->T = T;
+    r->step_ms = step_ms;
+    r->fwd_ms = sum.fwd_ms / b->steps;
+    r->bwd_ms = sum.bwd_ms / b->steps;
+    r->opt_ms = sum.opt_ms / b->steps;
+    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(i) / b->steps;
+    r->tokens_per_s = tokens / (step_ms / 1e3);
+    r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&o.model, T) / 1e9;
+    r->mfu = r->gflops / peak;
+    cb_trainer_free(&t);
+    free(tok);
+    return CB_OK;
+}
+
+static void print_result(const bench_opts *b, const bench_result *r, double peak) {
+    printf("GPT-2 %dL d%d %dH V%d  B=%d T=%d  fp32, %d threads\n", b->layers, b->d_model, b->heads,
+           b->vocab, b->batch, r->T, b->threads);
+    printf("  cubist   %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of %.0f  step %.0f ms\n",
+           r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms);
+    printf("           forward %.0f ms, backward %.0f ms, optimizer %.0f ms | by kernel:",
+           r->fwd_ms, r->bwd_ms, r->opt_ms);
+    for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
+    printf(" ms\n");
+    if (r->torch_tokens_per_s > 0)
+        printf("  PyTorch  %8.1f tokens/s  (OMP_WAIT_POLICY=PASSIVE, own BLAS detection)\n"
+               "  ratio    %8.2fx PyTorch\n",
+               r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
+    else if (!b->no_torch) printf("  PyTorch  not measured (is python3-torch installed?)\n");
+}
+
+static void print_json(const bench_result *r, int n, double peak) {
+    const bench_result *f = &r[0];
+    printf("{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,\"peak_gflops\":%.1f,"
+           "\"pytorch_tokens_per_s\":%.2f,\"ratio_vs_pytorch\":%.3f,\"runs\":[",
+           f->tokens_per_s, f->gflops, f->mfu, peak, f->torch_tokens_per_s,
+           f->torch_tokens_per_s > 0 ? f->tokens_per_s / f->torch_tokens_per_s : 0);
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"T\":%d,\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
+               "\"step_ms\":%.1f,\"pytorch_tokens_per_s\":%.2f",
+               i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms,
+               r[i].torch_tokens_per_s);
+        for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static int run_bench(bench_opts *b) {
+    omp_set_num_threads(b->threads);
+    double peak = cb_measure_peak_gflops(b->peak_only ? 2.0 : 1.0);
+    if (b->peak_only) {
+        printf(b->json ? "{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\"}\n"
+                       : "sgemm peak: %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n",
+               peak, b->threads, openblas_get_corename());
+        return 0;
+    }
+    if (!b->json)
+        printf("sgemm peak %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n", peak, b->threads,
+               openblas_get_corename());
+    bench_result res[8] = {0};
+    int n = 0;
+    char *list = strdup(b->seq_lens), *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok && n < 8; tok = strtok_r(NULL, ",", &save)) {
+        cb_err e = {0};
+        if (bench_cubist(b, atoi(tok), peak, &res[n], &e)) {
+            free(list);
+            return cli_fail(&e);
+        }
+        if (!b->no_torch) res[n].torch_tokens_per_s = torch_tokens_per_s(b, atoi(tok));
+        if (!b->json) print_result(b, &res[n], peak);
+        n++;
+    }
+    free(list);
+    if (b->json) print_json(res, n, peak);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    char script[PATH_MAX + 32];
+    default_script(script, sizeof script);
+    bench_opts b = {12, 768, 12, 50304, 4, 3, 2, 0, 0, 0, 0, "64,1024", script};
+    const cli_flag flags[] = {
+        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm GFLOP/s (the MFU peak)"},
+        {"json", ARG_BOOL, &b.json, "print one JSON object"},
+        {"quick", ARG_BOOL, &b.quick, "only T=64"},
+        {"threads", ARG_INT, &b.threads, "threads for cubist and PyTorch (2)"},
+        {"steps", ARG_INT, &b.steps, "timed steps after one warm-up step (3)"},
+        {"seq-lens", ARG_STR, &b.seq_lens, "comma-separated T values (64,1024)"},
+        {"layers", ARG_INT, &b.layers, "model (GPT-2 124M: 12)"},
+        {"d-model", ARG_INT, &b.d_model, "(768)"},
+        {"heads", ARG_INT, &b.heads, "(12)"},
+        {"vocab", ARG_INT, &b.vocab, "(50304)"},
+        {"batch", ARG_INT, &b.batch, "(4)"},
+        {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
+        {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help;
+    cb_err e = {0};
+    if (cli_parse("bench", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
+    if (help) {
+        cli_usage(stdout, "bench", "[--peak] [--json] [flags]", flags, n,
+                  "Model GFLOP/s counts 6*N + 12*L*C*T FLOPs per token; MFU is against the\n"
+                  "sgemm peak measured in the same run. PyTorch runs the same model and step\n"
+                  "(forward, backward, AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE\n"
+                  "unset, its best settings on this machine.\n");
+        return 0;
+    }
+    if (b.quick) b.seq_lens = "64";
+    cb_gpt_config c = {b.layers, b.d_model, b.heads, 64, b.vocab};
+    if (b.threads < 1 || b.steps < 1 || b.batch < 1)
+        cb_fail(&e, CB_EINPUT, "--threads, --steps and --batch must be >= 1");
+    else cb_gpt_config_check(&c, &e);
+    if (e.code) return cli_fail(&e);
+    return run_bench(&b);
+}

@@ -1,0 +1,113 @@
+/* Generation from a checkpoint: the whole window is recomputed for each new
+ * token (no KV cache), which is what the training forward offers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "cli.h"
+#include "data/tokenizer.h"
+#include "util/rng.h"
+
+/* Draws from probs (V) at a temperature, among the top_k most likely (0: all). */
+static int draw(const float *probs, int V, float temp, int top_k, cb_rng *r, float *w) {
+    float cut = 0.0f;
+    if (top_k > 0 && top_k < V) {
+        memcpy(w, probs, sizeof(float) * V);
+        for (int i = 0; i < top_k; i++) { /* partial selection of the k-th largest */
+            int best = i;
+            for (int j = i + 1; j < V; j++)
+                if (w[j] > w[best]) best = j;
+            float t = w[i];
+            w[i] = w[best];
+            w[best] = t;
+        }
+        cut = w[top_k - 1];
+    }
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        w[i] = probs[i] >= cut && probs[i] > 0 ? powf(probs[i], 1.0f / temp) : 0.0f;
+        sum += w[i];
+    }
+    double u = cb_rng_uniform(r) * sum, acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += w[i];
+        if (u < acc) return i;
+    }
+    return V - 1;
+}
+
+static void emit(const cb_tokenizer *tk, int id, int vocab) {
+    uint8_t buf[64];
+    if (vocab == tk->vocab) fwrite(buf, 1, tk->decode(tk, id, buf, sizeof buf), stdout);
+    else printf("%d ", id);
+    fflush(stdout);
+}
+
+static int generate(cb_gpt *m, const char *prompt, int ntok, float temp, int top_k,
+                    uint64_t seed) {
+    const cb_gpt_config *c = cb_gpt_get_config(m);
+    cb_tokenizer tk = cb_tokenizer_byte();
+    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 1;
+    int *ids = malloc(sizeof(int) * cap);
+    uint16_t *enc = malloc(sizeof(uint16_t) * (plen + 1));
+    float *w = malloc(sizeof(float) * c->vocab);
+    if (!ids || !enc || !w) return CB_ENOMEM;
+    size_t n = tk.encode(&tk, (const uint8_t *)prompt, plen, enc);
+    for (size_t i = 0; i < n; i++) ids[i] = enc[i] < c->vocab ? enc[i] : 0;
+    if (n == 0) ids[n++] = '\n' < c->vocab ? '\n' : 0;
+    cb_rng r;
+    cb_rng_seed(&r, seed);
+    fwrite(prompt, 1, plen, stdout);
+    for (int s = 0; s < ntok; s++) {
+        int T = n < (size_t)c->seq_len ? (int)n : c->seq_len;
+        cb_gpt_forward(m, ids + n - T, NULL, 1, T);
+        int next = draw(cb_gpt_probs(m) + (size_t)(T - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
+        ids[n++] = next;
+        emit(&tk, next, c->vocab);
+    }
+    printf("\n");
+    free(ids);
+    free(enc);
+    free(w);
+    return CB_OK;
+}
+
+int cmd_sample(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "";
+    int ntok = 256, top_k = 0, heads = 0;
+    float temp = 1.0f;
+    uint64_t seed = 1337;
+    const cli_flag flags[] = {
+        {"ckpt", ARG_STR, &ckpt, "weights file (safetensors)"},
+        {"prompt", ARG_STR, &prompt, "text to continue (default: empty)"},
+        {"tokens", ARG_INT, &ntok, "tokens to generate (256)"},
+        {"temperature", ARG_FLOAT, &temp, "softmax temperature (1.0)"},
+        {"top-k", ARG_INT, &top_k, "sample among the k most likely tokens, 0 = all (0)"},
+        {"seed", ARG_U64, &seed, "sampling seed (1337)"},
+        {"heads", ARG_INT, &heads, "attention heads, for files without cubist metadata"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help;
+    cb_err e = {0};
+    if (cli_parse("sample", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
+    if (help) {
+        cli_usage(stdout, "sample", "--ckpt FILE [--prompt TEXT] [flags]", flags, n,
+                  "Vocabulary 256 decodes bytes; other vocabularies print token ids.\n");
+        return 0;
+    }
+    if (!ckpt) cb_fail(&e, CB_EINPUT, "sample needs --ckpt FILE (written by `cubist train --save`)");
+    else if (ntok < 0 || temp <= 0)
+        cb_fail(&e, CB_EINPUT, "--tokens must be >= 0 and --temperature > 0");
+    if (e.code) return cli_fail(&e);
+    cb_gpt_config c = {.n_head = heads};
+    cb_gpt *m = NULL;
+    if (cb_gpt_config_from_file(ckpt, &c, &e) || cb_gpt_create(&c, 1, c.seq_len, &m, &e) ||
+        cb_gpt_load(m, ckpt, &e)) {
+        cb_gpt_free(m);
+        return cli_fail(&e);
+    }
+    int rc = generate(m, prompt, ntok, temp, top_k, seed);
+    cb_gpt_free(m);
+    return rc ? 1 : 0;
+}

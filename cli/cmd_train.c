@@ -1,0 +1,67 @@
+#include <stdio.h>
+
+#include "args.h"
+#include "cli.h"
+#include "train/train.h"
+
+static const char EPILOG[] =
+    "Model flags default to the checkpoint's sizes with --init/--resume, else to\n"
+    "4 layers, d-model 128, 4 heads, seq-len 64, vocab 256.\n"
+    "Sequential data (--shuffle 0): micro-batch k is the k-th run of B*T+1 tokens\n"
+    "from the start of the file (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "--save F writes F (weights, Hugging Face GPT-2 names) and F.state (AdamW\n"
+    "moments, step, RNG, data position); --resume F continues bit for bit.\n"
+    "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
+    "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
+    "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
+    "(N parameters, L layers, C d-model, T seq-len; attention without the causal\n"
+    "discount). The peak is --peak-gflops, else sgemm measured once per machine\n"
+    "(`cubist bench --peak`) and cached in ~/.cache/cubist.\n";
+
+int cmd_train(int argc, char **argv) {
+    cb_train_opts o;
+    cb_train_defaults(&o);
+    const cli_flag flags[] = {
+        {"data", ARG_STR, &o.data, "training token file (llm.c or nanoGPT format)"},
+        {"val-data", ARG_STR, &o.val_data, "validation token file"},
+        {"layers", ARG_INT, &o.model.n_layer, "transformer blocks L"},
+        {"d-model", ARG_INT, &o.model.d_model, "channels C"},
+        {"heads", ARG_INT, &o.model.n_head, "attention heads (must divide d-model)"},
+        {"seq-len", ARG_INT, &o.model.seq_len, "sequence length T (and context of a new model)"},
+        {"vocab", ARG_INT, &o.model.vocab, "vocabulary size V (256: bytes)"},
+        {"batch", ARG_INT, &o.B, "sequences per micro-batch B (default 4)"},
+        {"grad-accum", ARG_INT, &o.accum, "micro-batches per step (default 1)"},
+        {"steps", ARG_INT, &o.steps, "optimizer steps (default 100)"},
+        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (default 3e-4)"},
+        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (default 3e-5)"},
+        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (default 0)"},
+        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of matmul weights (0.1)"},
+        {"decay-embed", ARG_BOOL, &o.opt.decay_embeddings, "also decay wte and wpe (0)"},
+        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
+        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.95)"},
+        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-8)"},
+        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (1.0)"},
+        {"seed", ARG_U64, &o.seed, "seed of initialisation and data order (1337)"},
+        {"shuffle", ARG_BOOL, &o.shuffle, "1: random windows, 0: sequential batches (1)"},
+        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
+        {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
+        {"save-every", ARG_INT, &o.save_every, "also save every N steps"},
+        {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
+        {"log", ARG_STR, &o.log, "JSONL log, one object per step"},
+        {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
+        {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
+        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
+        {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
+        {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
+        {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help;
+    cb_err e = {0};
+    if (cli_parse("train", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
+    if (help) {
+        cli_usage(stdout, "train", "--data FILE [flags]", flags, n, EPILOG);
+        return 0;
+    }
+    if (cb_train_run(&o, &e)) return cli_fail(&e);
+    return 0;
+}

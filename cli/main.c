@@ -1,0 +1,55 @@
+/* cubist command line: train, sample, prepare, bench. Errors are one line on
+ * stderr and exit status 2 for bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} COMMANDS[] = {
+    {"train", cmd_train, "train a GPT on a token file"},
+    {"sample", cmd_sample, "generate text from a checkpoint"},
+    {"prepare", cmd_prepare, "turn a text file into token files"},
+    {"bench", cmd_bench, "benchmark a training step against PyTorch; --peak: sgemm GFLOP/s"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: cubist COMMAND [flags]   (cubist COMMAND --help for its flags)\n\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].what);
+}
+
+/* OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE if set.
+ * cubist wants OpenBLAS's own detection (AVX-512 SkylakeX kernels on this
+ * class of machine, about 1.5x the pinned Haswell/AVX2 ones), so a pinned
+ * core type is dropped by re-executing once without it. CUBIST_BLAS_CORETYPE
+ * pins a core on purpose. */
+static void choose_blas_core(char **argv) {
+    const char *want = getenv("CUBIST_BLAS_CORETYPE"), *have = getenv("OPENBLAS_CORETYPE");
+    if (want ? (have && !strcmp(want, have)) : !have) return;
+    if (want) setenv("OPENBLAS_CORETYPE", want, 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+    execv("/proc/self/exe", argv);
+}
+
+int main(int argc, char **argv) {
+    choose_blas_core(argv);
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "cubist: unknown command '%s'; run `cubist --help` for the list\n", argv[1]);
+    return 2;
+}
+
+int cli_fail(const cb_err *e) {
+    fprintf(stderr, "cubist: error: %s\n", e->msg);
+    return e->code == CB_EINPUT ? 2 : 1;
+}

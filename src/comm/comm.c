@@ -1,0 +1,413 @@
+/* MPI wrapper with per-communicator, per-tag traffic counters; see comm.h
+ * for the byte formulas and the error conventions. */
+#include "comm/comm.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cb_comm g_world;
+static int g_have_world;
+static int g_we_initialised;
+
+/* ---------------------------------------------------------------- lifetime */
+
+int cb_comm_init(int *argc, char ***argv, cb_err *e) {
+    int done = 0, provided = 0;
+    MPI_Initialized(&done);
+    if (!done) {
+        /* FUNNELED: OpenMP threads compute, only the main thread talks */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return cb_fail(e, CB_ESYS, "MPI_Init failed; check the MPI installation (make deps) and the launcher");
+        g_we_initialised = 1;
+    }
+    if (!g_have_world) {
+        MPI_Comm dup;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup); /* cubist's traffic never matches the user's */
+        cb_comm_wrap(&g_world, dup, "world");
+        g_have_world = 1;
+    }
+    return CB_OK;
+}
+
+void cb_comm_finalize(void) {
+    int done = 0;
+    if (g_have_world) cb_comm_free(&g_world);
+    g_have_world = 0;
+    MPI_Finalized(&done);
+    if (g_we_initialised && !done) MPI_Finalize();
+    g_we_initialised = 0;
+}
+
+cb_comm *cb_comm_world(void) { return g_have_world ? &g_world : NULL; }
+
+void cb_comm_wrap(cb_comm *c, MPI_Comm comm, const char *name) {
+    memset(c, 0, sizeof *c);
+    c->comm = comm;
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "comm");
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+}
+
+void cb_comm_split(cb_comm *parent, int color, int key, const char *name, cb_comm *out) {
+    MPI_Comm sub;
+    MPI_Comm_split(parent->comm, color, key, &sub);
+    cb_comm_wrap(out, sub, name);
+}
+
+void cb_comm_free(cb_comm *c) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done && c->comm != MPI_COMM_NULL && c->comm != MPI_COMM_WORLD && c->comm != MPI_COMM_SELF)
+        MPI_Comm_free(&c->comm);
+    c->comm = MPI_COMM_NULL;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static int mpi_up(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+_Noreturn void cb_comm_fatal(const char *msg) {
+    int rank = 0;
+    if (!mpi_up()) {
+        fprintf(stderr, "cubist: %s\n", msg);
+        exit(CB_EINPUT);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "cubist: rank %d: %s\n", rank, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, CB_EINPUT);
+    exit(CB_EINPUT); /* MPI_Abort does not return; this keeps _Noreturn honest */
+}
+
+int cb_comm_agree_error(cb_comm *c, int local_code) {
+    int code = local_code;
+    MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, c->comm);
+    return code;
+}
+
+int cb_comm_agree_err(cb_comm *c, cb_err *e) {
+    struct { int code, rank; } mine = { e->code, c->rank }, top;
+    MPI_Allreduce(&mine, &top, 1, MPI_2INT, MPI_MAXLOC, c->comm);
+    if (top.code == CB_OK) return CB_OK;
+    MPI_Bcast(e->msg, sizeof e->msg, MPI_CHAR, top.rank, c->comm);
+    e->msg[sizeof e->msg - 1] = '\0';
+    e->code = top.code;
+    return top.code;
+}
+
+_Noreturn void cb_comm_exit(int code, const char *msg) {
+    int rank = 0;
+    if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 && msg && msg[0]) fprintf(stderr, "cubist: %s\n", msg);
+    fflush(stderr);
+    fflush(stdout);
+    cb_comm_finalize();
+    if (mpi_up()) MPI_Finalize(); /* initialised by someone else: still end cleanly */
+    exit(code);
+}
+
+/* ---------------------------------------------------------------- counters */
+
+static int stat_slot(cb_comm *c, const char *tag) {
+    if (!tag) tag = "-";
+    for (int i = 0; i < c->ntags; i++)
+        if (strncmp(c->tags[i].tag, tag, CB_COMM_TAG_LEN - 1) == 0) return i;
+    if (c->ntags == CB_COMM_MAX_TAGS) return CB_COMM_MAX_TAGS - 1; /* "other" */
+    int i = c->ntags++;
+    snprintf(c->tags[i].tag, CB_COMM_TAG_LEN, "%s", c->ntags == CB_COMM_MAX_TAGS ? "other" : tag);
+    return i;
+}
+
+/* Starts the accounting of one operation: sent/recv bytes, one call. */
+static int charge(cb_comm *c, const char *tag, uint64_t sent, uint64_t recv) {
+    int s = stat_slot(c, tag);
+    c->tags[s].bytes_sent += sent;
+    c->tags[s].bytes_recv += recv;
+    c->tags[s].calls++;
+    return s;
+}
+
+/* Ring share (p-1)/p of nbytes, times k (2 for all-reduce). */
+static uint64_t ring(const cb_comm *c, size_t nbytes, int k) {
+    return (uint64_t)k * (uint64_t)(c->size - 1) * nbytes / (uint64_t)c->size;
+}
+
+void cb_comm_stats_reset(cb_comm *c) {
+    for (int i = 0; i < c->ntags; i++) {
+        cb_comm_stat *s = &c->tags[i];
+        s->bytes_sent = s->bytes_recv = s->calls = 0;
+        s->seconds = 0;
+    }
+}
+
+static void stat_add(cb_comm_stat *a, const cb_comm_stat *b) {
+    a->bytes_sent += b->bytes_sent;
+    a->bytes_recv += b->bytes_recv;
+    a->calls += b->calls;
+    a->seconds += b->seconds;
+}
+
+cb_comm_stat cb_comm_stats_total(const cb_comm *c) {
+    cb_comm_stat t = { .tag = "total" };
+    for (int i = 0; i < c->ntags; i++) stat_add(&t, &c->tags[i]);
+    return t;
+}
+
+cb_comm_stat cb_comm_stats_sum(cb_comm *const *cs, int n) {
+    cb_comm_stat t = { .tag = "total" };
+    for (int i = 0; i < n; i++) {
+        cb_comm_stat s = cb_comm_stats_total(cs[i]);
+        stat_add(&t, &s);
+    }
+    return t;
+}
+
+const cb_comm_stat *cb_comm_stats_find(const cb_comm *c, const char *tag) {
+    if (!tag) tag = "-";
+    for (int i = 0; i < c->ntags; i++)
+        if (strcmp(c->tags[i].tag, tag) == 0) return &c->tags[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static MPI_Op mpi_op(cb_comm_op op) {
+    return op == CB_COMM_MAX ? MPI_MAX : op == CB_COMM_MIN ? MPI_MIN : MPI_SUM;
+}
+
+/* MPI counts are int; a larger message is a caller bug (bucket smaller). */
+static int count(cb_comm *c, size_t n) {
+    if (n > (size_t)INT_MAX) {
+        char m[160];
+        snprintf(m, sizeof m, "%s: message of %zu elements exceeds MPI's int count; split it into buckets (internal error)", c->name, n);
+        cb_comm_fatal(m);
+    }
+    return (int)n;
+}
+
+static const void *in_place(const void *send, const void *recv) {
+    return send == NULL || send == recv ? MPI_IN_PLACE : send;
+}
+
+static void req_start(cb_comm_req *r, cb_comm *c, int slot) {
+    r->c = c;
+    r->slot = slot;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static void allreduce(cb_comm *c, const char *tag, const void *send, void *recv, size_t n,
+                      size_t esize, MPI_Datatype dt, cb_comm_op op) {
+    uint64_t b = ring(c, n * esize, 2);
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(in_place(send, recv), recv, count(c, n), dt, mpi_op(op), c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_allreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op) {
+    allreduce(c, tag, send, recv, n, sizeof(float), MPI_FLOAT, op);
+}
+
+void cb_comm_allreduce_f64(cb_comm *c, const char *tag, const double *send, double *recv, size_t n, cb_comm_op op) {
+    allreduce(c, tag, send, recv, n, sizeof(double), MPI_DOUBLE, op);
+}
+
+void cb_comm_allreduce_i64(cb_comm *c, const char *tag, const int64_t *send, int64_t *recv, size_t n, cb_comm_op op) {
+    allreduce(c, tag, send, recv, n, sizeof(int64_t), MPI_INT64_T, op);
+}
+
+/* send (p*n) -> recv (n) */
+void cb_comm_reduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
+    uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Reduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+/* send (n) -> recv (p*n) */
+void cb_comm_allgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
+    uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Allgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+static void bcast(cb_comm *c, const char *tag, void *buf, size_t n, size_t esize, MPI_Datatype dt, int root) {
+    uint64_t b = ring(c, n * esize, 1);
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Bcast(buf, count(c, n), dt, root, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_bcast(cb_comm *c, const char *tag, float *buf, size_t n, int root) {
+    bcast(c, tag, buf, n, sizeof(float), MPI_FLOAT, root);
+}
+
+void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, int root) {
+    bcast(c, tag, buf, nbytes, 1, MPI_BYTE, root);
+}
+
+void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root) {
+    uint64_t b = ring(c, n * sizeof(float), 1);
+    int s = charge(c, tag, b, b);
+    const void *sb = send ? (const void *)send : recv;
+    if (c->rank == root && sb == recv) sb = MPI_IN_PLACE;
+    double t0 = MPI_Wtime();
+    MPI_Reduce(sb, recv, count(c, n), MPI_FLOAT, MPI_SUM, root, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_barrier(cb_comm *c, const char *tag) {
+    int s = charge(c, tag, 0, 0);
+    double t0 = MPI_Wtime();
+    MPI_Barrier(c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r) {
+    uint64_t b = ring(c, n * sizeof(float), 2);
+    req_start(r, c, charge(c, tag, b, b));
+    MPI_Iallreduce(in_place(send, recv), recv, count(c, n), MPI_FLOAT, mpi_op(op), c->comm, &r->req);
+}
+
+void cb_comm_ireduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r) {
+    uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
+    req_start(r, c, charge(c, tag, b, b));
+    MPI_Ireduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm, &r->req);
+}
+
+void cb_comm_iallgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r) {
+    uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
+    req_start(r, c, charge(c, tag, b, b));
+    MPI_Iallgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm, &r->req);
+}
+
+void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root, cb_comm_req *r) {
+    uint64_t b = ring(c, n * sizeof(float), 1);
+    req_start(r, c, charge(c, tag, b, b));
+    MPI_Ibcast(buf, count(c, n), MPI_FLOAT, root, c->comm, &r->req);
+}
+
+/* ---------------------------------------------------------------- point to point */
+
+void cb_comm_send(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag) {
+    int s = charge(c, tag, n * sizeof(float), 0);
+    double t0 = MPI_Wtime();
+    MPI_Send(buf, count(c, n), MPI_FLOAT, dest, mtag, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_recv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag) {
+    int s = charge(c, tag, 0, n * sizeof(float));
+    double t0 = MPI_Wtime();
+    MPI_Recv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, MPI_STATUS_IGNORE);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_isend(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag, cb_comm_req *r) {
+    req_start(r, c, charge(c, tag, n * sizeof(float), 0));
+    MPI_Isend(buf, count(c, n), MPI_FLOAT, dest, mtag, c->comm, &r->req);
+}
+
+void cb_comm_irecv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag, cb_comm_req *r) {
+    req_start(r, c, charge(c, tag, 0, n * sizeof(float)));
+    MPI_Irecv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, &r->req);
+}
+
+void cb_comm_wait(cb_comm_req *r) {
+    double t0 = MPI_Wtime();
+    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    if (r->c) r->c->tags[r->slot].seconds += MPI_Wtime() - t0;
+    r->c = NULL;
+}
+
+/* Each request waited in turn so each is charged its own (marginal) time. */
+void cb_comm_waitall(cb_comm_req *r, int n) {
+    for (int i = 0; i < n; i++) cb_comm_wait(&r[i]);
+}
+
+/* ---------------------------------------------------------------- reports */
+
+/* Appends to a snprintf-like buffer; *len counts what was needed. */
+__attribute__((format(printf, 4, 5)))
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) *len += (size_t)k;
+}
+
+static void json_stat(char *buf, size_t cap, size_t *len, const cb_comm_stat *s) {
+    put(buf, cap, len, "\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"calls\":%llu,\"seconds\":%.6f",
+        (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_recv,
+        (unsigned long long)s->calls, s->seconds);
+}
+
+/* Tag and communicator names are short identifiers; quotes and backslashes
+ * are replaced so the output stays valid JSON whatever a caller passes. */
+static void json_name(char *buf, size_t cap, size_t *len, const char *name) {
+    put(buf, cap, len, "\"");
+    for (const char *p = name; *p; p++)
+        put(buf, cap, len, "%c", (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) ? '_' : *p);
+    put(buf, cap, len, "\"");
+}
+
+size_t cb_comm_report_json(cb_comm *const *cs, int n, char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    put(buf, cap, &len, "{");
+    for (int i = 0; i < n; i++) {
+        cb_comm_stat t = cb_comm_stats_total(cs[i]);
+        json_name(buf, cap, &len, cs[i]->name);
+        put(buf, cap, &len, ":{");
+        json_stat(buf, cap, &len, &t);
+        put(buf, cap, &len, ",\"tags\":{");
+        for (int j = 0, first = 1; j < cs[i]->ntags; j++) {
+            if (cs[i]->tags[j].calls == 0) continue; /* reset since last use */
+            if (!first) put(buf, cap, &len, ",");
+            first = 0;
+            json_name(buf, cap, &len, cs[i]->tags[j].tag);
+            put(buf, cap, &len, ":{");
+            json_stat(buf, cap, &len, &cs[i]->tags[j]);
+            put(buf, cap, &len, "}");
+        }
+        put(buf, cap, &len, "}},");
+    }
+    cb_comm_stat all = cb_comm_stats_sum(cs, n);
+    put(buf, cap, &len, "\"total\":{");
+    json_stat(buf, cap, &len, &all);
+    put(buf, cap, &len, "}}");
+    return len;
+}
+
+static void table_row(char *buf, size_t cap, size_t *len, const char *comm, const cb_comm_stat *s) {
+    put(buf, cap, len, "%-20s %-16s %10llu %14.3f %14.3f %10.4f\n", comm, s->tag,
+        (unsigned long long)s->calls, s->bytes_sent / 1e6, s->bytes_recv / 1e6, s->seconds);
+}
+
+size_t cb_comm_report_table(cb_comm *const *cs, int n, char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    put(buf, cap, &len, "%-20s %-16s %10s %14s %14s %10s\n", "group", "tag", "calls", "sent MB", "recv MB", "seconds");
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < cs[i]->ntags; j++)
+            if (cs[i]->tags[j].calls) table_row(buf, cap, &len, cs[i]->name, &cs[i]->tags[j]);
+        cb_comm_stat t = cb_comm_stats_total(cs[i]);
+        table_row(buf, cap, &len, cs[i]->name, &t);
+    }
+    cb_comm_stat all = cb_comm_stats_sum(cs, n);
+    table_row(buf, cap, &len, "all", &all);
+    return len;
+}

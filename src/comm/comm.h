@@ -1,0 +1,150 @@
+/* cubist's communication layer: a thin wrapper over MPI that names every
+ * communicator and counts what goes through it, per caller-supplied tag.
+ *
+ * Lifetime: cb_comm_init once at the start of main (safe without a launcher:
+ * a lone process is an MPI singleton of size 1), cb_comm_finalize at the end.
+ * Only the thread that called cb_comm_init may call into MPI (the OpenMP
+ * threads of the kernels never do), so MPI_THREAD_FUNNELED is requested.
+ *
+ * Errors: MPI's default handler (MPI_ERRORS_ARE_FATAL) stays installed, so a
+ * failing MPI call ends the whole job; the wrappers therefore return nothing.
+ * A rank that exits without MPI_Finalize, or exits non-zero, also ends the
+ * job: OpenMPI's mpirun kills the remaining ranks ("mpirun detected that one
+ * or more processes exited with non-zero status") and MPICH's hydra does the
+ * same, so no rank is left waiting in a collective (tests/test_comm.sh checks
+ * both). Bad user input is agreed across ranks with cb_comm_agree_err and
+ * ends every rank with cb_comm_exit, so the job prints one message and exits
+ * 2 without MPI_Abort's banner.
+ *
+ * Byte counters use the bandwidth-optimal (ring) volume per rank, for a
+ * message of n bytes (the full vector) on a group of p ranks:
+ *   all-reduce        sent = recv = 2 (p-1) n / p
+ *   reduce-scatter    sent = recv =   (p-1) n / p   (n = p blocks)
+ *   all-gather        sent = recv =   (p-1) n / p   (n = p blocks)
+ *   broadcast, reduce sent = recv =   (p-1) n / p   (the (p-1) n bytes that
+ *                     must arrive somewhere, shared evenly: scatter + ring
+ *                     all-gather for broadcast, its mirror for reduce)
+ *   send / recv       exact: n on the sender, n on the receiver
+ * Integer division, so p = 1 moves 0 bytes. Time is the wall time
+ * (MPI_Wtime) spent inside blocking calls and inside cb_comm_wait for the
+ * non-blocking ones; bytes and calls are counted when an operation starts. */
+#ifndef CB_COMM_H
+#define CB_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cubist.h"
+
+#define CB_COMM_MAX_TAGS 32  /* per communicator; further tags count as "other" */
+#define CB_COMM_TAG_LEN 24
+
+typedef struct cb_comm_stat {
+    char tag[CB_COMM_TAG_LEN];
+    uint64_t bytes_sent, bytes_recv, calls;
+    double seconds;
+} cb_comm_stat;
+
+typedef struct cb_comm {
+    MPI_Comm comm;
+    char name[32];
+    int rank, size;
+    int ntags;
+    cb_comm_stat tags[CB_COMM_MAX_TAGS];
+} cb_comm;
+
+typedef enum cb_comm_op { CB_COMM_SUM, CB_COMM_MAX, CB_COMM_MIN } cb_comm_op;
+
+/* A non-blocking operation in flight; cb_comm_wait completes it and charges
+ * the waiting time to its communicator and tag. */
+typedef struct cb_comm_req {
+    MPI_Request req;
+    cb_comm *c;
+    int slot;
+} cb_comm_req;
+
+/* ---------------------------------------------------------------- lifetime */
+/* Initialises MPI unless already done (then only wraps the world). */
+int cb_comm_init(int *argc, char ***argv, cb_err *e);
+/* Frees the world wrapper; finalises MPI if cb_comm_init initialised it. */
+void cb_comm_finalize(void);
+/* The world communicator (a duplicate of MPI_COMM_WORLD named "world");
+ * NULL before cb_comm_init. */
+cb_comm *cb_comm_world(void);
+
+/* Wraps a communicator that c now owns (cb_comm_free frees it). */
+void cb_comm_wrap(cb_comm *c, MPI_Comm comm, const char *name);
+/* Splits parent like MPI_Comm_split; collective over parent. */
+void cb_comm_split(cb_comm *parent, int color, int key, const char *name, cb_comm *out);
+void cb_comm_free(cb_comm *c);
+
+/* ---------------------------------------------------------------- errors */
+/* For an error only this rank knows: prints "cubist: rank R: msg" and ends
+ * the whole job with MPI_Abort(MPI_COMM_WORLD, 2). */
+_Noreturn void cb_comm_fatal(const char *msg);
+/* Collective over c: the largest error code of any rank (0 when none). */
+int cb_comm_agree_error(cb_comm *c, int local_code);
+/* Collective over c: every rank ends with the same cb_err, the one of the
+ * lowest rank with the largest code; returns that code. */
+int cb_comm_agree_err(cb_comm *c, cb_err *e);
+/* Collective over the world, after an agreement: rank 0 prints msg (one line,
+ * "cubist: " prefix) if non-empty, then every rank finalises and exits code. */
+_Noreturn void cb_comm_exit(int code, const char *msg);
+
+/* ---------------------------------------------------------------- collectives */
+/* tag names the traffic in the counters ("grad", "attn.fwd"); NULL is "-".
+ * send == NULL or send == recv means in place. */
+/* recv[n] = op over ranks of send[n]. */
+void cb_comm_allreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op);
+void cb_comm_allreduce_f64(cb_comm *c, const char *tag, const double *send, double *recv, size_t n, cb_comm_op op);
+void cb_comm_allreduce_i64(cb_comm *c, const char *tag, const int64_t *send, int64_t *recv, size_t n, cb_comm_op op);
+/* send[p*n] summed over ranks; rank r keeps block r in recv[n]. In place:
+ * send NULL, recv holds p*n and the result is left in its first n. */
+void cb_comm_reduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n);
+/* recv[p*n] = the send[n] of every rank, in rank order. In place: send NULL,
+ * this rank's block already at recv + rank*n. */
+void cb_comm_allgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n);
+void cb_comm_bcast(cb_comm *c, const char *tag, float *buf, size_t n, int root);
+void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, int root);
+/* recv[n] on root = sum of send[n] over ranks (recv unused elsewhere unless
+ * send is NULL: then recv is the input on every rank). */
+void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
+void cb_comm_barrier(cb_comm *c, const char *tag);
+
+void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r);
+void cb_comm_ireduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r);
+void cb_comm_iallgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r);
+void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root, cb_comm_req *r);
+
+/* ---------------------------------------------------------------- point to point */
+/* mtag is the MPI message tag that matches sends to receives. */
+void cb_comm_send(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag);
+void cb_comm_recv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag);
+void cb_comm_isend(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag, cb_comm_req *r);
+void cb_comm_irecv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag, cb_comm_req *r);
+
+void cb_comm_wait(cb_comm_req *r);
+void cb_comm_waitall(cb_comm_req *r, int n);
+
+/* ---------------------------------------------------------------- counters */
+void cb_comm_stats_reset(cb_comm *c);
+/* Sum over the tags of one communicator (tag "total"). */
+cb_comm_stat cb_comm_stats_total(const cb_comm *c);
+/* Sum over the tags of n communicators. */
+cb_comm_stat cb_comm_stats_sum(cb_comm *const *cs, int n);
+/* NULL when c has no counter for tag. */
+const cb_comm_stat *cb_comm_stats_find(const cb_comm *c, const char *tag);
+/* Reports leave out tags without calls since the last reset, and keep every
+ * communicator (zeros included) so the keys are stable from step to step. */
+/* This rank's counters of n communicators as one JSON object:
+ * {"<comm>":{"bytes_sent":..,"bytes_recv":..,"calls":..,"seconds":..,
+ *   "tags":{"<tag>":{same fields},..}},.., "total":{same fields}}.
+ * snprintf-like: writes at most cap bytes, returns the length needed. */
+size_t cb_comm_report_json(cb_comm *const *cs, int n, char *buf, size_t cap);
+/* The same as a table, one line per (comm, tag), a line per comm, a total;
+ * for --comm-report. snprintf-like. */
+size_t cb_comm_report_table(cb_comm *const *cs, int n, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,46 @@
+/* `cubist prepare`: text -> train and validation token files. */
+#include <stdlib.h>
+
+#include "cubist.h"
+#include "data/tokenizer.h"
+#include "formats/fileio.h"
+
+/* Token counts of the two files; both must be trainable (>= 2 tokens). */
+static int split(const char *text_path, size_t n, int has_val, double val_frac,
+                 size_t *ntrain, size_t *nval, cb_err *e) {
+    *nval = has_val ? (size_t)((double)n * val_frac) : 0;
+    *ntrain = n - *nval;
+    if (*ntrain < 2 || (has_val && *nval < 2))
+        return cb_fail(e, CB_EINPUT, "%s: %zu tokens split into %zu for training and %zu for validation; "
+                       "each needs at least 2: use a longer text or change the validation fraction",
+                       text_path, n, *ntrain, *nval);
+    return CB_OK;
+}
+
+static int write_split(const char *text_path, const uint16_t *ids, size_t n, const char *train_path,
+                       const char *val_path, double val_frac, cb_err *e) {
+    const int has_val = val_path && val_frac > 0;
+    size_t ntrain, nval;
+    int rc = split(text_path, n, has_val, val_frac, &ntrain, &nval, e);
+    if (!rc) rc = cb_tokens_write(train_path, ids, ntrain, e);
+    if (!rc && has_val) rc = cb_tokens_write(val_path, ids + ntrain, nval, e);
+    return rc;
+}
+
+int cb_prepare_text(const char *text_path, const char *train_path,
+                    const char *val_path, double val_frac, cb_err *e) {
+    if (!(val_frac >= 0 && val_frac < 1))
+        return cb_fail(e, CB_EINPUT, "validation fraction %g is outside [0, 1); pass a value like 0.1", val_frac);
+    void *text;
+    size_t len;
+    int rc = fio_map(text_path, "check the path to the text file", &text, &len, e);
+    if (rc) return rc;
+    if (len == 0) return cb_fail(e, CB_EINPUT, "%s: file is empty; give a text file to train on", text_path);
+    cb_tokenizer tk = cb_tokenizer_byte();
+    uint16_t *ids = malloc(len * sizeof *ids);
+    if (!ids) rc = cb_fail(e, CB_ENOMEM, "%s: out of memory for %zu tokens", text_path, len);
+    else rc = write_split(text_path, ids, tk.encode(&tk, text, len, ids), train_path, val_path, val_frac, e);
+    free(ids);
+    fio_unmap(text, len);
+    return rc;
+}

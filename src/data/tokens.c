@@ -1,0 +1,95 @@
+/* Token files. llm.c: 256 int32 header (magic 20240520, version 1, count),
+ * then count uint16 tokens at byte 1024. nanoGPT: headerless uint16. Both
+ * are mapped read-only; tokens are used in place. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cubist.h"
+#include "formats/fileio.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are little-endian; add byte swapping");
+
+#define LLMC_MAGIC 20240520
+#define LLMC_VERSION 1
+#define LLMC_HEADER 1024
+
+static const char *PREPARE_HINT = "run `cubist prepare` to make a token file";
+
+/* llm.c layout: header counts the tokens; extra bytes after them are ignored. */
+static int open_llmc(const char *path, cb_tokens *t, cb_err *e) {
+    int32_t h[3];
+    memcpy(h, t->map, sizeof h);
+    if (h[1] != LLMC_VERSION)
+        return cb_fail(e, CB_EINPUT, "%s: llm.c token file version %d; cubist reads version 1 (uint16 tokens): "
+                       "re-export the tokens as version 1", path, h[1]);
+    size_t count = (uint32_t)h[2], need = LLMC_HEADER + 2 * count;
+    if (t->maplen < need)
+        return cb_fail(e, CB_EINPUT, "%s: truncated: the header says %zu tokens, so %zu bytes, but the file has %zu; "
+                       "copy it again or re-run `cubist prepare`", path, count, need, t->maplen);
+    t->tok = (const uint16_t *)((const uint8_t *)t->map + LLMC_HEADER);
+    t->n = count;
+    t->format = CB_TOK_LLMC;
+    return CB_OK;
+}
+
+static int open_nanogpt(const char *path, cb_tokens *t, cb_err *e) {
+    if (t->maplen % 2)
+        return cb_fail(e, CB_EINPUT, "%s: %zu bytes is odd, so neither an llm.c token file (magic %d) nor "
+                       "headerless uint16 tokens; %s", path, t->maplen, LLMC_MAGIC, PREPARE_HINT);
+    t->tok = t->map;
+    t->n = t->maplen / 2;
+    t->format = CB_TOK_NANOGPT;
+    return CB_OK;
+}
+
+/* Finds the first token >= vocab; the common all-valid case is one pass. */
+static int check_vocab(const char *path, const cb_tokens *t, int vocab, cb_err *e) {
+    if (vocab >= 65536) return CB_OK;
+    unsigned mx = 0;
+    for (size_t i = 0; i < t->n; i++) mx = t->tok[i] > mx ? t->tok[i] : mx;
+    if (mx < (unsigned)vocab) return CB_OK;
+    size_t i = 0;
+    while (t->tok[i] < vocab) i++;
+    return cb_fail(e, CB_EINPUT, "%s: token %zu is %u, not below the vocab size %d; pass `--vocab N` with N > %u "
+                   "(or the tokenizer's vocab)", path, i, t->tok[i], vocab, mx);
+}
+
+static int detect(const char *path, int vocab, cb_tokens *t, cb_err *e) {
+    int32_t magic = 0;
+    if (t->maplen == 0) return cb_fail(e, CB_EINPUT, "%s: file is empty; %s", path, PREPARE_HINT);
+    if (t->maplen >= LLMC_HEADER) memcpy(&magic, t->map, sizeof magic);
+    int rc = magic == LLMC_MAGIC ? open_llmc(path, t, e) : open_nanogpt(path, t, e);
+    if (rc) return rc;
+    if (t->n < 2)
+        return cb_fail(e, CB_EINPUT, "%s: holds %zu token(s); training needs at least 2 (an input and its target): "
+                       "use a longer text", path, t->n);
+    return check_vocab(path, t, vocab, e);
+}
+
+int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e) {
+    memset(t, 0, sizeof *t);
+    if (vocab <= 0)
+        return cb_fail(e, CB_EINPUT, "%s: vocab size %d must be positive; pass `--vocab N`", path, vocab);
+    int rc = fio_map(path, PREPARE_HINT, &t->map, &t->maplen, e);
+    if (rc) return rc;
+    if ((rc = detect(path, vocab, t, e))) cb_tokens_close(t);
+    return rc;
+}
+
+void cb_tokens_close(cb_tokens *t) {
+    fio_unmap(t->map, t->maplen);
+    memset(t, 0, sizeof *t);
+}
+
+int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+    if (n > INT32_MAX)
+        return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
+                       "split the text into shards", path, n);
+    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n};
+    fio_atomic a;
+    int rc = fio_atomic_open(&a, path, e);
+    if (!rc) rc = fio_atomic_write(&a, h, sizeof h, e);
+    if (!rc && n) rc = fio_atomic_write(&a, tok, n * sizeof *tok, e);
+    if (!rc) rc = fio_atomic_commit(&a, e);
+    return rc;
+}

@@ -1,0 +1,325 @@
+/* CPU kernels: matrix products through OpenBLAS (cblas_sgemm), everything
+ * else in plain C loops that the compiler vectorises, threaded with OpenMP.
+ * OpenBLAS is the OpenMP build, so a GEMM called outside a parallel region
+ * uses the whole team and one called inside runs on its calling thread. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* out (B,T,C) = wte[inp] + wpe[t] */
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                            int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *we = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+/* Serial in the token order: two positions may hold the same token, and a
+ * fixed order keeps the sums reproducible. The cost is B*T*C adds. */
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                             int B, int T, int C) {
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *d = dout + (size_t)bt * C;
+        float *we = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++) {
+            we[c] += d[c];
+            pe[c] += d[c];
+        }
+    }
+}
+
+/* out (N,C) normalised over C; mean, rstd (N) */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float m = 0.0f, v = 0.0f;
+#pragma omp simd reduction(+ : m)
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float s = 1.0f / sqrtf(v / C + 1e-5f);
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dinp (N,C) accumulates. dw, db (C) are summed over rows by column chunk,
+ * one chunk per thread, so no two threads write the same float. */
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float m = mean[i], s = rstd[i], dmean = 0.0f, dproj = 0.0f;
+#pragma omp simd reduction(+ : dmean, dproj)
+            for (int c = 0; c < C; c++) {
+                float dn = w[c] * d[c];
+                dmean += dn;
+                dproj += dn * (x[c] - m) * s;
+            }
+            dmean /= C;
+            dproj /= C;
+            float *di = dinp + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float n = (x[c] - m) * s;
+                di[c] += (w[c] * d[c] - dmean - n * dproj) * s;
+            }
+        }
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += (x[c] - m) * s * d[c];
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+/* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int IC, int OC) {
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, bias, sizeof(float) * OC);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, w, OC,
+                beta, out, OC);
+}
+
+/* Column sums of dout (N,OC) into dbias, a column chunk per thread. */
+static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long)OC * t / nt), c1 = (int)((long)OC * (t + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * OC;
+            for (int c = c0; c < c1; c++) dbias[c] += d[c];
+        }
+    }
+}
+
+/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
+static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC) {
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC,
+                    0.0f, dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC,
+                1.0f, dw, OC);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+/* out (N,V) = inp (N,C) @ w (V,C)^T */
+static void head_forward(float *out, const float *inp, const float *w, int N, int C, int V) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, w, C, 0.0f, out,
+                V);
+}
+
+static void head_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, int N, int C, int V) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dout, V, w, C, 0.0f,
+                dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dout, V, inp, C, 1.0f, dw,
+                C);
+}
+
+/* Causal softmax in place over the rows of s (T,T): row t keeps j <= t,
+ * zeros above the diagonal. */
+static void causal_softmax(float *s, int T) {
+    for (int t = 0; t < T; t++) {
+        float *r = s + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
+        for (int j = 0; j <= t; j++) {
+            r[j] = expf(r[j] - mx);
+            sum += r[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= t; j++) r[j] *= inv;
+        for (int j = t + 1; j < T; j++) r[j] = 0.0f;
+    }
+}
+
+/* qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T). One (b,h) pair per task; each
+ * GEMM runs on its calling thread. */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+        float *s = att + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
+                    0.0f, s, T);
+        causal_softmax(s, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C,
+                    0.0f, out + (size_t)b * T * C + h * hs, C);
+    }
+}
+
+/* dp (T,T) holds dL/dP on entry and dL/dS (pre-softmax, scaled) on exit */
+static void softmax_backward(float *dp, const float *p, int T, float scale) {
+    for (int t = 0; t < T; t++) {
+        float *d = dp + (size_t)t * T, dot = 0.0f;
+        const float *r = p + (size_t)t * T;
+        for (int j = 0; j <= t; j++) dot += r[j] * d[j];
+        for (int j = 0; j <= t; j++) d[j] = r[j] * (d[j] - dot) * scale;
+        for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+    }
+}
+
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        size_t off = (size_t)b * T * 3 * C + h * hs;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *p = att + (size_t)bh * T * T;
+        const float *dy = dout + (size_t)b * T * C + h * hs;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C, *ds = scratch + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f,
+                    ds, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
+                    3 * C);
+        softmax_backward(ds, p, T, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, 3 * C,
+                    0.0f, dq, 3 * C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, 3 * C, 0.0f,
+                    dk, 3 * C);
+    }
+}
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+    }
+}
+
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* logits (N,V) -> probabilities in place; losses (N) */
+static void crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < V; j++) mx = r[j] > mx ? r[j] : mx;
+        for (int j = 0; j < V; j++) {
+            r[j] = expf(r[j] - mx);
+            sum += r[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < V; j++) r[j] *= inv;
+        if (targets) losses[i] = -logf(r[targets[i]]);
+    }
+}
+
+static void crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = probs + (size_t)i * V;
+        for (int j = 0; j < V; j++) r[j] *= dloss;
+        r[targets[i]] -= dloss;
+    }
+}
+
+/* Each thread sums a fixed static range; the partials are added in thread
+ * order, so the result depends only on the thread count. */
+static double sumsq(const float *x, size_t n) {
+    double part[256] = {0};
+    int nt = 1;
+#pragma omp parallel
+    {
+        int t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+        size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        if (t < 256) part[t] = s;
+    }
+    double s = 0.0;
+    for (int t = 0; t < nt && t < 256; t++) s += part[t];
+    return s;
+}
+
+static void scale(float *x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float bc1, float bc2) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
+        float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        m[i] = mi;
+        v[i] = vi;
+        float pi = p[i] - lr * wd * p[i];
+        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    }
+}
+
+static const cb_kernels cpu = {
+    .name = "cpu",
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .residual_forward = residual_forward,
+    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_backward = crossentropy_backward,
+    .sumsq = sumsq,
+    .scale = scale,
+    .adamw = adamw,
+};
+
+const cb_kernels *cb_kernels_cpu(void) { return &cpu; }

@@ -1,0 +1,224 @@
+/* `cubist train` end to end: resolve the model config, open data, loop,
+ * log, evaluate, save. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train/train.h"
+
+char *openblas_get_corename(void);
+
+double cb_measure_peak_gflops(double seconds) {
+    const int n = 1536;
+    float *a = malloc(sizeof(float) * 3 * n * n);
+    if (!a) return 0;
+    for (size_t i = 0; i < (size_t)3 * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
+    float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    double t0 = omp_get_wtime(), t;
+    int it = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        it++;
+        t = omp_get_wtime() - t0;
+    } while (t < seconds);
+    free(a);
+    return 2.0 * n * n * (double)n * it / t / 1e9;
+}
+
+/* The measured peak is cached per BLAS core and thread count, so only the
+ * first run on a machine pays the half second. */
+static double peak_gflops(void) {
+    const char *home = getenv("HOME");
+    char path[512] = "";
+    if (home)
+        snprintf(path, sizeof path, "%s/.cache/cubist/peak-%s-%d", home, openblas_get_corename(),
+                 omp_get_max_threads());
+    FILE *f = path[0] ? fopen(path, "r") : NULL;
+    double p = 0;
+    if (f) {
+        if (fscanf(f, "%lf", &p) != 1) p = 0;
+        fclose(f);
+    }
+    if (p > 0) return p;
+    p = cb_measure_peak_gflops(0.5);
+    if (!path[0]) return p;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/.cache", home);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/.cache/cubist", home);
+    mkdir(dir, 0755);
+    f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%.1f\n", p);
+        fclose(f);
+    }
+    return p;
+}
+
+static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
+                                           "--vocab"};
+
+/* A flag given by the user (non-zero) must agree with the checkpoint. */
+static int merge_field(int *dst, int file_val, const char *flag, const char *path, cb_err *e) {
+    if (*dst && *dst != file_val)
+        return cb_fail(e, CB_EINPUT, "%s %d differs from %s, which has %d; drop the flag", flag,
+                       *dst, path, file_val);
+    *dst = file_val;
+    return CB_OK;
+}
+
+/* Fills the model config from --init/--resume or defaults; the training
+ * sequence length T must fit the model's context. */
+static int resolve_config(cb_train_opts *o, cb_err *e) {
+    const char *ck = o->resume ? o->resume : o->init;
+    cb_gpt_config *c = &o->model;
+    if (ck) {
+        cb_gpt_config f = {.n_head = c->n_head};
+        int rc = cb_gpt_config_from_file(ck, &f, e);
+        int *dst[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
+        int src[5] = {f.n_layer, f.d_model, f.n_head, f.seq_len, f.vocab};
+        for (int i = 0; !rc && i < 5; i++) {
+            if (i == 3) continue;
+            rc = merge_field(dst[i], src[i], FIELD_FLAGS[i], ck, e);
+        }
+        if (rc) return rc;
+        if (c->seq_len > f.seq_len)
+            return cb_fail(e, CB_EINPUT,
+                           "--seq-len %d is over the context of %s (%d); use --seq-len %d or less",
+                           c->seq_len, ck, f.seq_len, f.seq_len);
+        o->T = c->seq_len ? c->seq_len : f.seq_len;
+        c->seq_len = f.seq_len;
+        return CB_OK;
+    }
+    if (!c->n_layer) c->n_layer = 4;
+    if (!c->d_model) c->d_model = 128;
+    if (!c->n_head) c->n_head = 4;
+    if (!c->seq_len) c->seq_len = 64;
+    if (!c->vocab) c->vocab = 256;
+    o->T = c->seq_len;
+    return cb_gpt_config_check(c, e);
+}
+
+static int check_opts(const cb_train_opts *o, cb_err *e) {
+    if (o->B < 1 || o->accum < 1 || o->steps < 0)
+        return cb_fail(e, CB_EINPUT, "--batch and --grad-accum must be >= 1 and --steps >= 0");
+    if (o->opt.lr < 0 || o->opt.min_lr < 0 || o->opt.warmup < 0)
+        return cb_fail(e, CB_EINPUT, "--lr, --min-lr and --warmup must be >= 0");
+    if (!o->data && o->steps > 0)
+        return cb_fail(e, CB_EINPUT, "no training data; pass --data FILE (make one with `cubist "
+                                     "prepare`)");
+    return CB_OK;
+}
+
+static long peak_rss_bytes(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return r.ru_maxrss * 1024L;
+}
+
+typedef struct run_state {
+    FILE *log;
+    double peak, flops_per_token, t_start;
+    long tokens;
+    int tty, first_step;
+} run_state;
+
+static void report(const cb_trainer *t, run_state *r, const cb_step_stats *st, float val_loss) {
+    const cb_train_opts *o = &t->o;
+    long step_tokens = (long)o->B * o->T * o->accum;
+    r->tokens += step_tokens;
+    double tps = step_tokens / (st->step_ms / 1e3);
+    double mfu = tps * r->flops_per_token / (r->peak * 1e9);
+    if (r->log) {
+        fprintf(r->log,
+                "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%ld,"
+                "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
+                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld",
+                t->step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
+                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes());
+        if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
+        fprintf(r->log, "}\n");
+        fflush(r->log);
+    }
+    if (o->quiet) return;
+    double elapsed = omp_get_wtime() - r->t_start;
+    double eta = elapsed / (t->step - r->first_step) * (o->steps - t->step);
+    int every = o->steps >= 20 ? o->steps / 20 : 1;
+    if (!r->tty && t->step % every && t->step != o->steps && isnan(val_loss)) return;
+    fprintf(stderr, "%sstep %d/%d | loss %.4f", r->tty ? "\r\033[K" : "", t->step, o->steps,
+            st->loss);
+    if (!isnan(val_loss)) fprintf(stderr, " | val %.4f", val_loss);
+    fprintf(stderr, " | %.0f tok/s | MFU %.1f%% | ETA %.0fs%s", tps, 100 * mfu, eta,
+            r->tty ? "" : "\n");
+    if (r->tty && (t->step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
+}
+
+static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
+    const cb_train_opts *o = &t->o;
+    r->t_start = omp_get_wtime();
+    r->first_step = t->step;
+    while (t->step < o->steps) {
+        cb_step_stats st;
+        cb_trainer_step(t, &st);
+        float vl = NAN;
+        if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
+            vl = cb_trainer_eval(t, val, o->eval_batches);
+        report(t, r, &st, vl);
+        if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < o->steps) {
+            int rc = cb_trainer_save(t, o->save, e);
+            if (rc) return rc;
+        }
+    }
+    return o->save ? cb_trainer_save(t, o->save, e) : CB_OK;
+}
+
+static int open_log(const char *path, FILE **f, cb_err *e) {
+    *f = NULL;
+    if (!path) return CB_OK;
+    *f = fopen(path, "w");
+    if (!*f)
+        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
+                       path, strerror(errno));
+    return CB_OK;
+}
+
+int cb_train_run(const cb_train_opts *in, cb_err *e) {
+    cb_train_opts o = *in;
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+    int rc = check_opts(&o, e);
+    if (!rc) rc = resolve_config(&o, e);
+    if (rc) return rc;
+    cb_tokens data = {0}, val = {0};
+    cb_trainer t = {0};
+    run_state r = {.peak = o.peak_gflops, .tty = isatty(2)};
+    if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
+    if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
+    if (!rc) rc = cb_trainer_init(&t, &o, o.data ? &data : NULL, e);
+    if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
+    if (!rc) rc = open_log(o.log, &r.log, e);
+    if (!rc) {
+        if (r.peak <= 0) r.peak = peak_gflops();
+        r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
+        if (!o.quiet)
+            fprintf(stderr,
+                    "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
+                    "parameters | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+                    o.model.n_layer, o.model.d_model, o.model.n_head, o.model.seq_len,
+                    o.model.vocab, cb_gpt_num_params(t.model), o.B, o.T, o.accum,
+                    omp_get_max_threads(), openblas_get_corename(), r.peak);
+        rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
+    }
+    if (r.log) fclose(r.log);
+    cb_trainer_free(&t);
+    if (data.map) cb_tokens_close(&data);
+    if (val.map) cb_tokens_close(&val);
+    return rc;
+}

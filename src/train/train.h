@@ -1,0 +1,61 @@
+/* The training loop behind `cubist train` and `cubist bench`: one step is
+ * grad_accum micro-batches of forward + backward, global-norm clipping and
+ * one AdamW update. */
+#ifndef CB_TRAIN_H
+#define CB_TRAIN_H
+
+#include <stdint.h>
+
+#include "cubist.h"
+#include "data/loader.h"
+#include "optim/adamw.h"
+
+typedef struct cb_train_opts {
+    cb_gpt_config model; /* zero fields: from the checkpoint, else defaults */
+    int B, T, accum, steps;
+    cb_adamw_config opt;
+    uint64_t seed;
+    int shuffle;
+    const char *data, *val_data, *init, *save, *resume, *log, *dump_grads;
+    int save_every, eval_every, eval_batches;
+    double peak_gflops;
+    int threads;
+    int quiet;
+} cb_train_opts;
+
+void cb_train_defaults(cb_train_opts *o);
+
+/* Figures of one step, for logs and the benchmark. */
+typedef struct cb_step_stats {
+    float loss, lr, grad_norm;
+    double step_ms, fwd_ms, bwd_ms, opt_ms;
+} cb_step_stats;
+
+typedef struct cb_trainer {
+    cb_train_opts o;
+    cb_gpt *model;
+    cb_adamw opt;
+    cb_loader loader;
+    int step; /* steps done */
+    int *inp, *targets;
+} cb_trainer;
+
+/* Builds model and optimizer; data may be NULL (the benchmark feeds its own
+ * tokens through cb_trainer_step_on). */
+int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e);
+void cb_trainer_free(cb_trainer *t);
+/* One optimizer step on the next grad_accum micro-batches of the loader. */
+void cb_trainer_step(cb_trainer *t, cb_step_stats *st);
+/* Writes weights to path and optimizer state, step, RNG and data position
+ * to path.state. */
+int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e);
+int cb_trainer_resume(cb_trainer *t, const char *path, cb_err *e);
+/* Mean loss over n sequential batches of a token file. */
+float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n);
+
+/* `cubist train` end to end. */
+int cb_train_run(const cb_train_opts *o, cb_err *e);
+
+/* Peak sgemm GFLOP/s of this machine on the current thread count. */
+double cb_measure_peak_gflops(double seconds);
+#endif

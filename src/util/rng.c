@@ -1,0 +1,22 @@
+#include "util/rng.h"
+
+#include <math.h>
+
+void cb_rng_seed(cb_rng *r, uint64_t seed) { r->s = seed ^ 0x9E3779B97F4A7C15ull; }
+
+uint64_t cb_rng_u64(cb_rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float cb_rng_uniform(cb_rng *r) { return (float)(cb_rng_u64(r) >> 40) / 16777216.0f; }
+
+uint64_t cb_rng_below(cb_rng *r, uint64_t n) { return cb_rng_u64(r) % n; }
+
+float cb_rng_normal(cb_rng *r) {
+    double u1 = ((cb_rng_u64(r) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (cb_rng_u64(r) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
