@@ -47,6 +47,7 @@ int cmd_train(int argc, char **argv) {
         {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
         {"save-every", ARG_INT, &o.save_every, "also save every N steps"},
         {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
+        {"exit-after", ARG_INT, &o.exit_after, "stop and save after N steps of this run"},
         {"log", ARG_STR, &o.log, "JSONL log, one object per step"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},

@@ -165,14 +165,16 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     const cb_train_opts *o = &t->o;
     r->t_start = omp_get_wtime();
     r->first_step = t->step;
-    while (t->step < o->steps) {
+    int last = o->steps;
+    if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
+    while (t->step < last) {
         cb_step_stats st;
         cb_trainer_step(t, &st);
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
         report(t, r, &st, vl);
-        if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < o->steps) {
+        if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
             int rc = cb_trainer_save(t, o->save, e);
             if (rc) return rc;
         }

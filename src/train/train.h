@@ -18,6 +18,7 @@ typedef struct cb_train_opts {
     int shuffle;
     const char *data, *val_data, *init, *save, *resume, *log, *dump_grads;
     int save_every, eval_every, eval_batches;
+    int exit_after; /* stop (and save) after this many steps of this run */
     double peak_gflops;
     int threads;
     int quiet;

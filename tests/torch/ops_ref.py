@@ -8,11 +8,12 @@ DIR holds one safetensors file per op case, named for the op (`layernorm.safeten
 `matmul_nobias.safetensors`, ...: the name starts with the op, or `__metadata__`
 has "op"). Each holds
   in.<name>    the op's inputs (token ids / targets may be F32 holding integers)
-  dout         the random upstream gradient of the op's main output
+  in.dout      the random upstream gradient of the op's main output (or `dout`)
   out.<name>   what cubist's forward produced
   grad.<name>  what cubist's backward produced for input <name>, starting from zeroed
                buffers (no accumulation into earlier contents)
-and the sizes in `__metadata__` (strings). The names this script knows, per op:
+and the sizes in `__metadata__` (strings: B T C NH N V IC OC dloss). Tensors may be
+stored flat: they are reshaped from those sizes. The names this script knows, per op:
   encoder       in.inp (B,T) ids, in.wte (V,C), in.wpe (>=T,C) -> out.out (B,T,C);
                 grad.wte, grad.wpe
   layernorm     in.inp (N,C), in.w, in.b -> out.out (N,C), out.mean (N), out.rstd (N);
@@ -136,25 +137,44 @@ OPS = {"encoder": op_encoder, "layernorm": op_layernorm, "matmul": op_matmul, "h
        "attention": op_attention, "gelu": op_gelu, "residual": op_residual,
        "crossentropy": op_crossentropy}
 INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",)}
+# test_ops writes every tensor flat (1-D); the op's shapes come from the sizes in
+# __metadata__. -1 is inferred, so flat and shaped dumps both load.
+SHAPES = {
+    "encoder": {"inp": ("B", "T"), "wte": (-1, "C"), "wpe": (-1, "C")},
+    "layernorm": {"inp": (-1, "C")},
+    "matmul": {"inp": (-1, "IC"), "w": ("IC", "OC")},
+    "head": {"inp": (-1, "C"), "w": (-1, "C")},
+    "attention": {"qkv": ("B", "T", -1)},
+    "crossentropy": {"logits": (-1, "V")},
+}
 
 
-def upstream(op, arrs, meta, main, dtype):
-    if "dout" in arrs:
-        return torch.from_numpy(arrs["dout"].astype(np.float64)).to(dtype)
+def shaped(op, name, a, meta):
+    spec = SHAPES.get(op, {}).get(name)
+    if spec is None:
+        return a
+    return a.reshape(tuple(d if isinstance(d, int) else meta_int(meta, d) for d in spec))
+
+
+def upstream(op, arrs, meta, out, dtype):
+    """The gradient of the main output: tensor `in.dout` (or `dout`), any shape holding
+    out's elements; crossentropy may give the scalar meta "dloss" instead."""
+    for k in ("in.dout", "dout"):
+        if k in arrs:
+            return torch.from_numpy(arrs[k].astype(np.float64)).to(dtype).reshape(out.shape)
     if op == "crossentropy" and ("dloss" in meta or "dloss_scale" in meta):
         return meta_float(meta, "dloss", "dloss_scale")
-    if "in.dloss" in arrs:
-        return torch.from_numpy(arrs["in.dloss"].astype(np.float64)).to(dtype)
-    raise KeyError("no upstream gradient: add a `dout` tensor (crossentropy: or meta \"dloss\")")
+    raise KeyError("no upstream gradient: add an `in.dout` tensor (crossentropy: or meta \"dloss\")")
 
 
 def reference(op, arrs, meta, dtype):
     """Recomputes forward and backward of one dumped case; returns {"out.x": np, "grad.x": np}."""
     ins = {}
     for k, a in arrs.items():
-        if not k.startswith("in."):
+        if not k.startswith("in.") or k == "in.dout":
             continue
         n = k[3:]
+        a = shaped(op, n, a, meta)
         if op in INTEGER_INPUTS.get(n, ()):
             ins[n] = torch.from_numpy(np.rint(a.astype(np.float64)).astype(np.int64))
         else:
@@ -165,7 +185,7 @@ def reference(op, arrs, meta, dtype):
             raise KeyError(f"input in.{n} missing")
     leaves = {n: ins[n].clone().requires_grad_(True) for n in diff}
     outs, main, _ = OPS[op]({**ins, **leaves}, meta)
-    dout = upstream(op, arrs, meta, main, dtype)
+    dout = upstream(op, arrs, meta, outs[main], dtype)
     (outs[main] * dout).sum().backward()
     res = {f"out.{k}": v.detach().double().numpy() for k, v in outs.items()}
     res.update({f"grad.{n}": t.grad.double().numpy() for n, t in leaves.items()})
@@ -251,14 +271,15 @@ def write_case(path, op, ins, meta, dout=None, corrupt=None):
     """A dump as test_ops writes it, with torch float32 standing in for cubist."""
     arrs = {f"in.{k}": v for k, v in ins.items()}
     if dout is not None:
-        arrs["dout"] = dout
+        arrs["in.dout"] = dout
     arrs = {k: np.asarray(v, dtype=np.float32) for k, v in arrs.items()}
     ref = adamw_reference(arrs, meta, torch.float32) if op == "adamw" else reference(op, arrs, meta, torch.float32)
     if corrupt and corrupt in ref:
         ref[corrupt] = ref[corrupt].copy()
         ref[corrupt].flat[0] += 0.01 * np.max(np.abs(ref[corrupt])) + 1e-3
     arrs.update(ref)
-    cbref.write_safetensors(path, arrs, meta)
+    # flat, as test_ops writes them
+    cbref.write_safetensors(path, {k: np.asarray(v, np.float32).reshape(-1) for k, v in arrs.items()}, meta)
 
 
 def self_test():
@@ -297,7 +318,7 @@ def self_test():
             keys = list(adamw_reference({f"in.{k}": np.asarray(v, np.float32) for k, v in ins.items()}, meta, torch.float32)
                         if op == "adamw" else
                         reference(op, {**{f"in.{k}": np.asarray(v, np.float32) for k, v in ins.items()},
-                                       **({"dout": dout} if dout is not None else {})}, meta, torch.float32))
+                                       **({"in.dout": dout} if dout is not None else {})}, meta, torch.float32))
             for key in keys:
                 p = os.path.join(d, "bad", name + ".safetensors")
                 os.makedirs(os.path.dirname(p), exist_ok=True)

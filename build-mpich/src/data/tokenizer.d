@@ -1,0 +1,3 @@
+build-mpich/src/data/tokenizer.o: src/data/tokenizer.c \
+ src/data/tokenizer.h
+src/data/tokenizer.h:

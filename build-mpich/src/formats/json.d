@@ -1,0 +1,2 @@
+build-mpich/src/formats/json.o: src/formats/json.c src/formats/json.h
+src/formats/json.h:

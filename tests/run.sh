@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole suite: every tests/test_*.sh, and every test program in
+# $BUILD/tests without a script of its own. Each prints PASS/FAIL lines; a
+# program that exits non-zero without a FAIL line counts as one failure.
+# The closing line is "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+export BUILD=${BUILD:-build}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+only=${1:-}
+pass=0 fail=0 failed=()
+run_one() { # name, command...
+    local name=$1; shift
+    [ -n "$only" ] && [[ "$name" != *"$only"* ]] && return
+    local log; log=$(mktemp)
+    local t0=$SECONDS
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local p f
+    p=$(grep -c '^PASS' "$log"); f=$(grep -c '^FAIL' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $name exited with status $rc" >>"$log"; fi
+    grep -E '^(PASS|FAIL)' "$log" | sed "s|^|  |"
+    if [ "$f" -gt 0 ]; then failed+=("$name"); echo "--- $name output (failed):"; tail -n 40 "$log"; fi
+    printf '%-28s %3d passed %3d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - t0))
+    pass=$((pass + p)); fail=$((fail + f))
+    rm -f "$log"
+}
+for s in tests/test_*.sh; do run_one "$(basename "$s" .sh)" bash "$s"; done
+for b in "$BUILD"/tests/test_*; do
+    n=$(basename "$b")
+    [ -x "$b" ] && [ ! -e "tests/$n.sh" ] && run_one "$n" "$b"
+done
+[ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,526 @@
+/* Tests of the communication layer and the process grid. Run under mpirun
+ * with any number of ranks (tests/test_comm.sh runs 1, 2, 4, 8), or alone.
+ *   test_comm                         every check, every grid the world fits
+ *   test_comm --dp N --pp N --tp N --tp-mode M [--print-grid]
+ *                                     that grid only; a bad one exits 2
+ *   test_comm --die R | --fatal R | --local-error R
+ *                                     failure drills for the script
+ * Every rank runs every check; rank 0 prints one PASS/FAIL line per check
+ * after agreeing on the result (details from the first failing rank). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "comm/grid.h"
+
+static int g_rank, g_size, g_failed;
+
+/* ---------------------------------------------------------------- reporting */
+
+/* Collective over the world: one line from rank 0. */
+static void check(const char *name, int ok, const char *detail) {
+    int mine = ok ? g_size : g_rank, first = 0, nbad = 0, bad = !ok;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    char d[400];
+    snprintf(d, sizeof d, "%s", detail ? detail : "");
+    MPI_Bcast(d, sizeof d, MPI_CHAR, first < g_size ? first : 0, MPI_COMM_WORLD);
+    if (nbad) g_failed++;
+    if (g_rank == 0) {
+        if (nbad) printf("FAIL %s: %s (failed on %d of %d ranks, first rank %d)\n", name, d, nbad, g_size, first);
+        else printf("PASS %s: %s (%d ranks)\n", name, d, g_size);
+        fflush(stdout);
+    }
+}
+
+/* Accumulates local failures of a group of checks with the first message. */
+typedef struct errs { int n; char first[300]; } errs;
+
+__attribute__((format(printf, 3, 4)))
+static void expect(errs *e, int ok, const char *fmt, ...) {
+    if (ok) return;
+    if (e->n++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->first, sizeof e->first, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void check_errs(const char *name, const errs *e, const char *pass_detail) {
+    char d[400];
+    if (e->n) snprintf(d, sizeof d, "%d mismatches, first: %s", e->n, e->first);
+    else snprintf(d, sizeof d, "%s", pass_detail);
+    check(name, e->n == 0, d);
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+enum { N = 1008 }; /* divisible by every group size used: ring bytes exact */
+
+/* The ring formulas of comm.h, restated: k * (p-1) * bytes / p. */
+static uint64_t want_ring(int p, uint64_t bytes, int k) { return (uint64_t)k * (uint64_t)(p - 1) * bytes / (uint64_t)p; }
+
+static void expect_bytes(errs *e, const cb_comm *c, const char *tag, uint64_t sent, uint64_t recv, uint64_t calls) {
+    const cb_comm_stat *s = cb_comm_stats_find(c, tag);
+    if (!s) { expect(e, sent == 0 && recv == 0 && calls == 0, "%s: no counter for tag %s", c->name, tag); return; }
+    expect(e, s->bytes_sent == sent && s->bytes_recv == recv && s->calls == calls && s->seconds >= 0,
+           "%s tag %s: sent %llu recv %llu calls %llu, want %llu %llu %llu", c->name, tag,
+           (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_recv, (unsigned long long)s->calls,
+           (unsigned long long)sent, (unsigned long long)recv, (unsigned long long)calls);
+}
+
+static float val(int r, int i) { return (float)(r * 1000 + i); }
+/* sum over ranks of val(r, i) */
+static float sumval(int p, int i) { return (float)(1000.0 * p * (p - 1) / 2 + (double)p * i); }
+
+static void t_allreduce(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank;
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    for (int i = 0; i < N; i++) x[i] = val(r, i), y[i] = -1;
+    cb_comm_allreduce(c, "t.ar.sum", x, y, N, CB_COMM_SUM);
+    for (int i = 0; i < N; i++) expect(v, y[i] == sumval(p, i), "%s allreduce sum [%d] = %g want %g", c->name, i, y[i], sumval(p, i));
+    cb_comm_allreduce(c, "t.ar.max", NULL, x, N, CB_COMM_MAX);
+    for (int i = 0; i < N; i++) expect(v, x[i] == val(p - 1, i), "%s allreduce max in place [%d] = %g", c->name, i, x[i]);
+    for (int i = 0; i < N; i++) x[i] = val(r, i);
+    cb_comm_allreduce(c, "t.ar.min", x, x, N, CB_COMM_MIN);
+    for (int i = 0; i < N; i++) expect(v, x[i] == val(0, i), "%s allreduce min (send == recv) [%d] = %g", c->name, i, x[i]);
+    uint64_t ar = want_ring(p, N * 4, 2);
+    expect_bytes(b, c, "t.ar.sum", ar, ar, 1);
+    expect_bytes(b, c, "t.ar.max", ar, ar, 1);
+    expect_bytes(b, c, "t.ar.min", ar, ar, 1);
+    free(x), free(y);
+}
+
+static void t_allreduce_wide(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank;
+    double d[2] = { r + 0.25, -r };
+    cb_comm_allreduce_f64(c, "t.f64", NULL, d, 2, CB_COMM_SUM);
+    expect(v, d[0] == p * (p - 1) / 2.0 + 0.25 * p && d[1] == -p * (p - 1) / 2.0, "%s f64 sum = %g %g", c->name, d[0], d[1]);
+    int64_t big = ((int64_t)1 << 40) + r, s = 0, m = 0;
+    cb_comm_allreduce_i64(c, "t.i64", &big, &s, 1, CB_COMM_SUM);
+    cb_comm_allreduce_i64(c, "t.i64", &big, &m, 1, CB_COMM_MAX);
+    expect(v, s == ((int64_t)p << 40) + (int64_t)p * (p - 1) / 2, "%s i64 sum = %lld", c->name, (long long)s);
+    expect(v, m == ((int64_t)1 << 40) + p - 1, "%s i64 max = %lld", c->name, (long long)m);
+    expect_bytes(b, c, "t.f64", want_ring(p, 16, 2), want_ring(p, 16, 2), 1);
+    expect_bytes(b, c, "t.i64", 2 * want_ring(p, 8, 2), 2 * want_ring(p, 8, 2), 2);
+}
+
+/* blocks of n: x (p*n) with x[blk*n + j] = val(r, blk*n + j) */
+static void t_reduce_scatter(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, n = N / p;
+    float *x = malloc(N * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int i = 0; i < N; i++) x[i] = val(r, i);
+    cb_comm_reduce_scatter(c, "t.rs", x, y, n);
+    for (int j = 0; j < n; j++) expect(v, y[j] == sumval(p, r * n + j), "%s reduce-scatter [%d] = %g want %g", c->name, j, y[j], sumval(p, r * n + j));
+    cb_comm_reduce_scatter(c, "t.rs.inplace", NULL, x, n);
+    for (int j = 0; j < n; j++) expect(v, x[j] == sumval(p, r * n + j), "%s reduce-scatter in place [%d] = %g", c->name, j, x[j]);
+    uint64_t rs = want_ring(p, N * 4, 1);
+    expect_bytes(b, c, "t.rs", rs, rs, 1);
+    expect_bytes(b, c, "t.rs.inplace", rs, rs, 1);
+    free(x), free(y);
+}
+
+static void t_allgather(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, n = N / p;
+    float *x = malloc(n * sizeof *x), *y = malloc(N * sizeof *y);
+    for (int j = 0; j < n; j++) x[j] = val(r, j);
+    cb_comm_allgather(c, "t.ag", x, y, n);
+    for (int i = 0; i < p * n; i++) expect(v, y[i] == val(i / n, i % n), "%s allgather [%d] = %g", c->name, i, y[i]);
+    for (int i = 0; i < p * n; i++) y[i] = i / n == r ? val(r, i % n) : -1;
+    cb_comm_allgather(c, "t.ag.inplace", NULL, y, n);
+    for (int i = 0; i < p * n; i++) expect(v, y[i] == val(i / n, i % n), "%s allgather in place [%d] = %g", c->name, i, y[i]);
+    uint64_t ag = want_ring(p, N * 4, 1);
+    expect_bytes(b, c, "t.ag", ag, ag, 1);
+    expect_bytes(b, c, "t.ag.inplace", ag, ag, 1);
+    free(x), free(y);
+}
+
+static void t_rooted(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, root = p - 1;
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    for (int i = 0; i < N; i++) x[i] = r == root ? val(root, i) : -1;
+    cb_comm_bcast(c, "t.bcast", x, N, root);
+    for (int i = 0; i < N; i++) expect(v, x[i] == val(root, i), "%s bcast [%d] = %g", c->name, i, x[i]);
+    char s[32] = {0};
+    if (r == root) snprintf(s, sizeof s, "hello %d", root);
+    cb_comm_bcast_bytes(c, "t.bytes", s, sizeof s, root);
+    char want[32];
+    snprintf(want, sizeof want, "hello %d", root);
+    expect(v, strcmp(s, want) == 0, "%s bcast bytes got '%s'", c->name, s);
+    for (int i = 0; i < N; i++) x[i] = val(r, i), y[i] = -1;
+    cb_comm_reduce(c, "t.reduce", x, y, N, 0);
+    for (int i = 0; i < N && r == 0; i++) expect(v, y[i] == sumval(p, i), "%s reduce [%d] = %g", c->name, i, y[i]);
+    cb_comm_reduce(c, "t.reduce", NULL, x, N, 0);
+    for (int i = 0; i < N && r == 0; i++) expect(v, x[i] == sumval(p, i), "%s reduce in place [%d] = %g", c->name, i, x[i]);
+    cb_comm_barrier(c, "t.barrier");
+    uint64_t bc = want_ring(p, N * 4, 1);
+    expect_bytes(b, c, "t.bcast", bc, bc, 1);
+    expect_bytes(b, c, "t.bytes", want_ring(p, sizeof s, 1), want_ring(p, sizeof s, 1), 1);
+    expect_bytes(b, c, "t.reduce", 2 * bc, 2 * bc, 2);
+    expect_bytes(b, c, "t.barrier", 0, 0, 1);
+    free(x), free(y);
+}
+
+/* All four non-blocking collectives in flight at once, then waited. */
+static void t_nonblocking(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, n = N / p;
+    float *a = malloc(N * sizeof *a), *rs = malloc(N * sizeof *rs), *rso = malloc(n * sizeof *rso);
+    float *ag = malloc(N * sizeof *ag), *bc = malloc(N * sizeof *bc);
+    for (int i = 0; i < N; i++) a[i] = val(r, i), rs[i] = val(r, i), bc[i] = r == 0 ? val(0, i) : -1;
+    for (int j = 0; j < n; j++) ag[r * n + j] = val(r, j);
+    cb_comm_req q[4];
+    cb_comm_iallreduce(c, "t.iar", NULL, a, N, CB_COMM_SUM, &q[0]);
+    cb_comm_ireduce_scatter(c, "t.irs", rs, rso, n, &q[1]);
+    cb_comm_iallgather(c, "t.iag", NULL, ag, n, &q[2]);
+    cb_comm_ibcast(c, "t.ibc", bc, N, 0, &q[3]);
+    cb_comm_waitall(q, 4);
+    for (int i = 0; i < N; i++) expect(v, a[i] == sumval(p, i), "%s iallreduce [%d] = %g", c->name, i, a[i]);
+    for (int j = 0; j < n; j++) expect(v, rso[j] == sumval(p, r * n + j), "%s ireduce-scatter [%d] = %g", c->name, j, rso[j]);
+    for (int i = 0; i < p * n; i++) expect(v, ag[i] == val(i / n, i % n), "%s iallgather [%d] = %g", c->name, i, ag[i]);
+    for (int i = 0; i < N; i++) expect(v, bc[i] == val(0, i), "%s ibcast [%d] = %g", c->name, i, bc[i]);
+    uint64_t w1 = want_ring(p, N * 4, 1), w2 = want_ring(p, N * 4, 2);
+    expect_bytes(b, c, "t.iar", w2, w2, 1);
+    expect_bytes(b, c, "t.irs", w1, w1, 1);
+    expect_bytes(b, c, "t.iag", w1, w1, 1);
+    expect_bytes(b, c, "t.ibc", w1, w1, 1);
+    free(a), free(rs), free(rso), free(ag), free(bc);
+}
+
+/* Blocking pairs (even sends first) and a non-blocking ring. */
+static void t_p2p(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, partner = r ^ 1, paired = partner < p;
+    float x[64], y[64];
+    for (int i = 0; i < 64; i++) x[i] = val(r, i), y[i] = -1;
+    if (paired && r % 2 == 0) cb_comm_send(c, "t.pair", x, 64, partner, 7), cb_comm_recv(c, "t.pair", y, 64, partner, 7);
+    if (paired && r % 2 == 1) cb_comm_recv(c, "t.pair", y, 64, partner, 7), cb_comm_send(c, "t.pair", x, 64, partner, 7);
+    for (int i = 0; i < 64 && paired; i++) expect(v, y[i] == val(partner, i), "%s send/recv [%d] = %g", c->name, i, y[i]);
+    expect_bytes(b, c, "t.pair", paired ? 256 : 0, paired ? 256 : 0, paired ? 2 : 0);
+    cb_comm_req q[2];
+    int left = (r + p - 1) % p, right = (r + 1) % p;
+    cb_comm_irecv(c, "t.ring", y, 64, left, 9, &q[0]);
+    cb_comm_isend(c, "t.ring", x, 64, right, 9, &q[1]);
+    cb_comm_waitall(q, 2);
+    for (int i = 0; i < 64; i++) expect(v, y[i] == val(left, i), "%s isend/irecv ring [%d] = %g", c->name, i, y[i]);
+    expect_bytes(b, c, "t.ring", 256, 256, 2);
+}
+
+/* Every operation once on c after a reset: values into v, counters into b. */
+static void run_collectives(cb_comm *c, errs *v, errs *b) {
+    cb_comm_stats_reset(c);
+    t_allreduce(c, v, b);
+    t_allreduce_wide(c, v, b);
+    t_reduce_scatter(c, v, b);
+    t_allgather(c, v, b);
+    t_rooted(c, v, b);
+    t_nonblocking(c, v, b);
+    t_p2p(c, v, b);
+}
+
+/* ---------------------------------------------------------------- counters and reports */
+
+static void t_counters_world(cb_comm *w) {
+    errs v = {0}, b = {0};
+    run_collectives(w, &v, &b);
+    char d[160];
+    snprintf(d, sizeof d, "every collective and p2p on %d ranks, %d floats", w->size, N);
+    check_errs("collectives: values on world", &v, d);
+    check_errs("collectives: byte and call counters match the ring formulas", &b,
+               "all-reduce 2(p-1)/p n, reduce-scatter/all-gather/bcast/reduce (p-1)/p n, p2p exact");
+    errs t = {0};
+    cb_comm_stat sum = {0};
+    for (int i = 0; i < w->ntags; i++) sum.bytes_sent += w->tags[i].bytes_sent, sum.calls += w->tags[i].calls;
+    cb_comm_stat tot = cb_comm_stats_total(w);
+    cb_comm *one[2] = { w, w };
+    cb_comm_stat two = cb_comm_stats_sum(one, 2);
+    expect(&t, tot.bytes_sent == sum.bytes_sent && tot.calls == sum.calls, "total %llu != sum of tags %llu",
+           (unsigned long long)tot.bytes_sent, (unsigned long long)sum.bytes_sent);
+    expect(&t, two.bytes_recv == 2 * tot.bytes_recv && two.calls == 2 * tot.calls, "sum over comms wrong");
+    cb_comm_stats_reset(w);
+    cb_comm_stat z = cb_comm_stats_total(w);
+    expect(&t, z.bytes_sent == 0 && z.bytes_recv == 0 && z.calls == 0 && z.seconds == 0, "reset left counters");
+    check_errs("counters: totals, sums over comms, reset", &t, "total = sum of tags, reset zeroes");
+}
+
+static int braces_balanced(const char *s) {
+    int depth = 0, in_str = 0;
+    for (; *s; s++) {
+        if (*s == '"') in_str = !in_str;
+        else if (!in_str && *s == '{') depth++;
+        else if (!in_str && *s == '}' && --depth < 0) return 0;
+    }
+    return depth == 0 && !in_str;
+}
+
+static void t_reports(cb_comm *w) {
+    cb_comm_stats_reset(w);
+    float x[N] = {0};
+    cb_comm_allreduce(w, "grad", NULL, x, N, CB_COMM_SUM);
+    cb_comm_allreduce(w, "attn.fwd", NULL, x, 10, CB_COMM_MAX);
+    cb_comm *cs[1] = { w };
+    size_t need = cb_comm_report_json(cs, 1, NULL, 0);
+    char *js = malloc(need + 1);
+    size_t got = cb_comm_report_json(cs, 1, js, need + 1);
+    char small[8];
+    cb_comm_report_json(cs, 1, small, sizeof small);
+    char key[160];
+    snprintf(key, sizeof key, "\"grad\":{\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"calls\":1,",
+             (unsigned long long)want_ring(w->size, N * 4, 2), (unsigned long long)want_ring(w->size, N * 4, 2));
+    errs e = {0};
+    expect(&e, got == need && strlen(js) == need, "length %zu, needed %zu", got, need);
+    expect(&e, strlen(small) == 7, "truncated output not terminated at 7 chars");
+    expect(&e, js[0] == '{' && js[need - 1] == '}' && braces_balanced(js), "not one balanced object: %.200s", js);
+    expect(&e, strstr(js, key) != NULL, "missing %s in %.200s", key, js);
+    expect(&e, strstr(js, "\"world\":{") && strstr(js, "\"attn.fwd\":{") && strstr(js, "\"total\":{"), "missing keys: %.200s", js);
+    expect(&e, strchr(js, '\n') == NULL, "JSON has a newline");
+    check_errs("report: JSON object of groups, tags and total", &e, "one balanced object, exact byte fields, snprintf-like");
+    if (g_rank == 0 && getenv("TEST_COMM_VERBOSE")) printf("%s\n", js);
+    free(js);
+    errs t = {0};
+    need = cb_comm_report_table(cs, 1, NULL, 0);
+    char *tb = malloc(need + 1);
+    cb_comm_report_table(cs, 1, tb, need + 1);
+    int lines = 0;
+    for (char *s = tb; *s; s++) lines += *s == '\n';
+    expect(&t, strncmp(tb, "group", 5) == 0 && lines == 5 && strstr(tb, "attn.fwd") && strstr(tb, "\nall "),
+           "table has %d lines: %.300s", lines, tb);
+    check_errs("report: table with header, a line per tag, per group, and all", &t, "5 lines for 1 group x 2 tags");
+    if (g_rank == 0 && getenv("TEST_COMM_VERBOSE")) fputs(tb, stdout);
+    free(tb);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static void t_agree(cb_comm *w) {
+    int p = w->size, r = w->rank;
+    errs e = {0};
+    expect(&e, cb_comm_agree_error(w, r) == p - 1, "agree_error max != %d", p - 1);
+    expect(&e, cb_comm_agree_error(w, 0) == 0, "agree_error of no error != 0");
+    cb_err err = {0};
+    if (r >= p / 2) cb_fail(&err, CB_EINPUT, "from rank %d", r);
+    int code = cb_comm_agree_err(w, &err);
+    char want[32];
+    snprintf(want, sizeof want, "from rank %d", p / 2);
+    expect(&e, code == CB_EINPUT && err.code == CB_EINPUT && strcmp(err.msg, want) == 0,
+           "agree_err gave %d '%s', want 2 '%s'", code, err.msg, want);
+    cb_err ok = {0};
+    expect(&e, cb_comm_agree_err(w, &ok) == CB_OK && ok.code == CB_OK, "agree_err invented an error");
+    check_errs("errors: agreement on the largest code and the lowest failing rank's message", &e, "every rank got the same cb_err");
+}
+
+static int has(const char *msg, const char *word) { return strstr(msg, word) != NULL && strchr(msg, '\n') == NULL; }
+
+static void t_validation(void) {
+    errs e = {0};
+    cb_err er = {0};
+    expect(&e, cb_grid_check(2, 2, 2, CB_TP_1D, 3, &er) == CB_EINPUT && has(er.msg, "needs 8 processes but the job has 3"),
+           "product mismatch: '%s'", er.msg);
+    expect(&e, cb_grid_check(1, 1, 8, CB_TP_2D, 8, &er) == CB_EINPUT && has(er.msg, "square"), "2d non-square: '%s'", er.msg);
+    expect(&e, cb_grid_check(1, 1, 4, CB_TP_3D, 4, &er) == CB_EINPUT && has(er.msg, "cube"), "3d non-cube: '%s'", er.msg);
+    expect(&e, cb_grid_check(0, 1, 1, CB_TP_1D, 0, &er) == CB_EINPUT && has(er.msg, "at least 1"), "dp=0: '%s'", er.msg);
+    expect(&e, cb_grid_check(1, 1, 1, (cb_tp_mode)7, 1, &er) == CB_EINPUT && has(er.msg, "unknown"), "mode 7: '%s'", er.msg);
+    cb_tp_mode m = CB_TP_1D;
+    expect(&e, cb_grid_parse_mode("4d", &m, &er) == CB_EINPUT && has(er.msg, "'4d' is unknown"), "parse 4d: '%s'", er.msg);
+    expect(&e, cb_grid_parse_mode("3d", &m, &er) == CB_OK && m == CB_TP_3D, "parse 3d");
+    expect(&e, cb_grid_check(2, 3, 9, CB_TP_2D, 54, &er) == CB_OK && cb_grid_check(1, 2, 27, CB_TP_3D, 54, &er) == CB_OK,
+           "valid grids rejected: '%s'", er.msg);
+    expect(&e, cb_grid_side(64, CB_TP_3D) == 4 && cb_grid_side(64, CB_TP_2D) == 8 && cb_grid_side(12, CB_TP_2D) == 0 &&
+           cb_grid_side(6, CB_TP_1D) == 6, "cb_grid_side wrong");
+    check_errs("grid: validation messages (product, square, cube, sizes, mode)", &e, "one-line messages with the fix");
+}
+
+/* Pure arithmetic on grids too large to launch here: every world rank maps
+ * to in-range coordinates that map back to it. */
+static void t_coords_large(void) {
+    struct { int dp, pp, tp; cb_tp_mode m; } gs[] = {
+        { 2, 3, 27, CB_TP_3D }, { 3, 2, 16, CB_TP_2D }, { 5, 1, 64, CB_TP_3D }, { 2, 4, 6, CB_TP_1D },
+    };
+    errs e = {0};
+    for (size_t n = 0; n < sizeof gs / sizeof gs[0]; n++) {
+        int dp = gs[n].dp, pp = gs[n].pp, tp = gs[n].tp, q = cb_grid_side(tp, gs[n].m);
+        for (int w = 0; w < dp * pp * tp; w++) {
+            cb_grid_coord a = cb_grid_coords(dp, pp, tp, gs[n].m, w);
+            int t = gs[n].m == CB_TP_3D ? (a.i * q + a.j) * q + a.k : gs[n].m == CB_TP_2D ? a.r * q + a.c : a.t;
+            int mx = a.i > a.j ? a.i : a.j;
+            mx = mx > a.k ? mx : a.k;
+            mx = mx > a.r ? mx : a.r;
+            mx = mx > a.c ? mx : a.c;
+            expect(&e, (a.d * pp + a.p) * tp + a.t == w && t == a.t && a.d < dp && a.p < pp && mx < q,
+                   "dp=%d pp=%d tp=%d %s: rank %d -> d=%d p=%d t=%d (%d,%d,%d)", dp, pp, tp,
+                   cb_grid_mode_name(gs[n].m), w, a.d, a.p, a.t, a.i, a.j, a.k);
+        }
+    }
+    check_errs("grid: coordinates invert for 2x3x27 3d, 3x2x16 2d, 5x1x64 3d, 2x4x6 1d", &e, "every rank round-trips");
+}
+
+/* ---------------------------------------------------------------- grid */
+
+/* World rank of the member at group rank x of the group `which` of g's rank. */
+static int member(const cb_grid *g, const cb_comm *which, int x) {
+    const cb_grid_coord *a = &g->at;
+    int q = g->q, base = (a->d * g->pp + a->p) * g->tp;
+    if (which == &g->world) return x;
+    if (which == &g->dpg) return (x * g->pp + a->p) * g->tp + a->t;
+    if (which == &g->ppg) return (a->d * g->pp + x) * g->tp + a->t;
+    if (which == &g->tpg) return base + x;
+    if (which == &g->model) return a->d * g->pp * g->tp + x;
+    if (which == &g->row) return base + a->r * q + x;
+    if (which == &g->col) return base + x * q + a->c;
+    if (which == &g->weight) return base + (x * q + a->j) * q + a->k;
+    if (which == &g->input) return base + (a->i * q + x) * q + a->k;
+    if (which == &g->output) return base + (a->i * q + a->j) * q + x;
+    if (which == &g->in_w) return base + x * q + a->k;
+    if (which == &g->out_w) return base + ((x / q) * q + a->j) * q + x % q;
+    return -1;
+}
+
+/* Expected (size, rank) of each group for g's rank. */
+static void want_shape(const cb_grid *g, const cb_comm *c, int *size, int *rank) {
+    const cb_grid_coord *a = &g->at;
+    int q = g->q;
+    struct { const cb_comm *c; int size, rank; } t[] = {
+        { &g->world, g->world_size, g->world_rank }, { &g->dpg, g->dp, a->d }, { &g->ppg, g->pp, a->p },
+        { &g->tpg, g->tp, a->t }, { &g->model, g->pp * g->tp, a->p * g->tp + a->t },
+        { &g->row, q, a->c }, { &g->col, q, a->r },
+        { &g->weight, q, a->i }, { &g->input, q, a->j }, { &g->output, q, a->k },
+        { &g->in_w, q * q, a->i * q + a->j }, { &g->out_w, q * q, a->i * q + a->k },
+    };
+    *size = *rank = -1;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i].c == c) *size = t[i].size, *rank = t[i].rank;
+}
+
+static void check_coords(const cb_grid *g, errs *e) {
+    const cb_grid_coord *a = &g->at;
+    int q = g->q;
+    expect(e, (a->d * g->pp + a->p) * g->tp + a->t == g->world_rank && a->d < g->dp && a->p < g->pp && a->t < g->tp,
+           "rank %d -> d=%d p=%d t=%d", g->world_rank, a->d, a->p, a->t);
+    if (g->mode == CB_TP_2D) expect(e, a->r * q + a->c == a->t && a->r < q && a->c < q, "t=%d -> r=%d c=%d", a->t, a->r, a->c);
+    if (g->mode == CB_TP_3D)
+        expect(e, (a->i * q + a->j) * q + a->k == a->t && a->i < q && a->j < q && a->k < q,
+               "t=%d -> i=%d j=%d k=%d", a->t, a->i, a->j, a->k);
+    int want_n = 5 + (g->mode == CB_TP_2D ? 2 : g->mode == CB_TP_3D ? 5 : 0);
+    expect(e, g->ncomms == want_n, "%d communicators, want %d", g->ncomms, want_n);
+}
+
+static void check_groups(const cb_grid *g, errs *e) {
+    for (int k = 0; k < g->ncomms; k++) {
+        const cb_comm *c = g->comms[k];
+        int size, rank;
+        want_shape(g, c, &size, &rank);
+        expect(e, c->size == size && c->rank == rank, "%s: size %d rank %d, want %d %d", c->name, c->size, c->rank, size, rank);
+        int *ids = malloc((size_t)c->size * sizeof *ids);
+        MPI_Allgather(&g->world_rank, 1, MPI_INT, ids, 1, MPI_INT, c->comm);
+        for (int x = 0; x < c->size; x++)
+            expect(e, ids[x] == member(g, c, x), "%s of world rank %d: member %d is world rank %d, want %d",
+                   c->name, g->world_rank, x, ids[x], member(g, c, x));
+        free(ids);
+    }
+}
+
+static void t_grid(int dp, int pp, int tp, cb_tp_mode mode, int collectives) {
+    cb_grid g;
+    cb_err er = {0};
+    char name[96], d[256];
+    snprintf(name, sizeof name, "grid dp=%d pp=%d tp=%d %s", dp, pp, tp, cb_grid_mode_name(mode));
+    errs e = {0};
+    int rc = cb_grid_create(&g, dp, pp, tp, mode, &er);
+    expect(&e, rc == CB_OK, "create failed: %s", er.msg);
+    if (rc == CB_OK) check_coords(&g, &e), check_groups(&g, &e);
+    snprintf(d, sizeof d, "%s: coordinates, group sizes, ranks and members in block order", name);
+    check_errs(d, &e, rc == CB_OK ? "ok" : "");
+    if (rc != CB_OK) return;
+    if (collectives) {
+        errs v = {0}, b = {0};
+        int ran = 0;
+        for (int k = 0; k < g.ncomms; k++) /* size 1 and the whole world are covered elsewhere */
+            if (g.comms[k]->size > 1 && g.comms[k]->size < g.world_size) run_collectives(g.comms[k], &v, &b), ran++;
+        snprintf(d, sizeof d, "%s: collectives and counters on each group of 1 < size < world (%d)", name, ran);
+        if (b.n) expect(&v, 0, "counters: %s", b.first);
+        check_errs(d, &v, "values and bytes ok");
+    }
+    cb_grid_free(&g);
+}
+
+/* Every (dp, pp, tp, mode) whose product is the world size; collectives
+ * on the groups of those that mix two kinds of parallelism or have tensor
+ * planes (oversubscribed MPICH spins: a collective costs ~10 ms at np 8). */
+static void t_all_grids(int world) {
+    for (int tp = 1; tp <= world; tp++)
+        for (int pp = 1; pp <= world / tp; pp++) {
+            if (world % (tp * pp)) continue;
+            int dp = world / (tp * pp);
+            for (int m = CB_TP_1D; m <= CB_TP_3D; m++)
+                if (cb_grid_side(tp, (cb_tp_mode)m) && (m == CB_TP_1D || tp > 1 || pp == 1))
+                    t_grid(dp, pp, tp, (cb_tp_mode)m, (dp > 1) + (pp > 1) + (tp > 1) >= 2 || (m != CB_TP_1D && tp > 1));
+        }
+}
+
+/* ---------------------------------------------------------------- drills */
+
+/* Rank `who` fails alone; the rest wait in a barrier the launcher must end. */
+static void drill(const char *kind, int who, cb_comm *w) {
+    if (w->rank == who && strcmp(kind, "--die") == 0) _exit(3);
+    if (w->rank == who && strcmp(kind, "--fatal") == 0) cb_comm_fatal("drill: this rank found a fatal error");
+    if (strcmp(kind, "--local-error") == 0) {
+        cb_err e = {0};
+        if (w->rank == who) cb_fail(&e, CB_EINPUT, "drill: data/x.bin seen by rank %d is empty; run `cubist prepare`", who);
+        if (cb_comm_agree_err(w, &e)) cb_comm_exit(e.code, e.msg);
+    }
+    cb_comm_barrier(w, "drill");
+    cb_comm_exit(0, NULL);
+}
+
+static int arg_int(int argc, char **argv, int i) {
+    if (i + 1 >= argc) cb_comm_exit(CB_EINPUT, "test_comm: a flag is missing its value");
+    return atoi(argv[i + 1]);
+}
+
+int main(int argc, char **argv) {
+    cb_err e = {0};
+    if (cb_comm_init(&argc, &argv, &e)) { fprintf(stderr, "cubist: %s\n", e.msg); return CB_ESYS; }
+    cb_comm *w = cb_comm_world();
+    g_rank = w->rank, g_size = w->size;
+    int dp = 1, pp = 1, tp = 1, print = 0, one_grid = 0;
+    const char *mode_s = "1d";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--dp") || !strcmp(a, "--pp") || !strcmp(a, "--tp") || !strcmp(a, "--tp-mode")) {
+            if (i + 1 >= argc) cb_comm_exit(CB_EINPUT, "test_comm: a flag is missing its value");
+            one_grid = 1;
+            const char *v = argv[++i];
+            if (!strcmp(a, "--tp-mode")) mode_s = v;
+            else *(a[2] == 'd' ? &dp : a[3] == 'p' && a[2] == 'p' ? &pp : &tp) = atoi(v);
+        } else if (!strcmp(a, "--print-grid")) {
+            print = 1;
+        } else if (!strcmp(a, "--die") || !strcmp(a, "--fatal") || !strcmp(a, "--local-error")) {
+            drill(a, arg_int(argc, argv, i), w);
+        } else {
+            cb_comm_exit(CB_EINPUT, "test_comm: unknown flag; use --dp --pp --tp --tp-mode --print-grid");
+        }
+    }
+    if (one_grid) {
+        cb_tp_mode mode = CB_TP_1D;
+        cb_grid g = {0};
+        int rc = cb_grid_parse_mode(mode_s, &mode, &e);
+        if (!rc) rc = cb_grid_create(&g, dp, pp, tp, mode, &e);
+        if (cb_comm_agree_err(w, &e)) cb_comm_exit(e.code, e.msg);
+        if (print) cb_grid_print(&g, stdout);
+        cb_grid_free(&g);
+        t_grid(dp, pp, tp, mode, 1);
+    } else {
+        t_counters_world(w);
+        t_reports(w);
+        t_agree(w);
+        t_validation();
+        t_coords_large();
+        t_all_grids(g_size);
+    }
+    int failed = g_failed;
+    cb_comm_finalize();
+    return failed ? 1 : 0;
+}
