@@ -11,7 +11,7 @@ MPI     ?= openmpi
 # pools fighting over the two cores).
 BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
 LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp $(SAN)
 # MPI=openmpi or MPI=mpich (Debian installs both side by side; build each in
 # its own BUILD dir). pkg-config knows their paths; -isystem keeps -Werror off

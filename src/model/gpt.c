@@ -258,7 +258,11 @@ float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T
     return (float)(sum / N);
 }
 
-void cb_gpt_zero_grad(cb_gpt *m) { memset(m->grads, 0, sizeof(float) * m->nparams); }
+void cb_gpt_zero_grad(cb_gpt *m) {
+    size_t n = m->nparams;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) m->grads[i] = 0.0f;
+}
 
 /* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit. */
 static void block_backward(cb_gpt *m, int l, const float *x, int B, int T) {
