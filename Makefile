@@ -71,6 +71,6 @@ bench: deps
 	$(BUILD)/cubist bench
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-*
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,4 +1,0 @@
-build-mpich/src/comm/comm.o: src/comm/comm.c src/comm/comm.h \
- include/cubist.h
-src/comm/comm.h:
-include/cubist.h:

@@ -1,2 +1,0 @@
-build-mpich/src/util/rng.o: src/util/rng.c src/util/rng.h
-src/util/rng.h:
