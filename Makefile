@@ -39,18 +39,22 @@ all: $(BUILD)/cubist $(TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libcubist.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo "  AR    $@"
+	@ar rcs $@ $^
 
 $(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LINK  $@"
+	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
+	@echo "  LINK  $@"
+	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
 
 deps:
 	@scripts/deps.sh

@@ -75,7 +75,7 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
         free(tok);
         return rc;
     }
-    t.model->k = cb_kernels_profiled(t.model->k);
+    t.model->L->k = cb_kernels_profiled(t.model->L->k);
     cb_step_stats st, sum = {0};
     cb_trainer_step(&t, &st); /* warm-up: first touch of every buffer */
     cb_prof_reset();
@@ -157,6 +157,7 @@ static int run_bench(bench_opts *b) {
         }
         if (!b->no_torch) res[n].torch_tokens_per_s = torch_tokens_per_s(b, atoi(tok));
         if (!b->json) print_result(b, &res[n], peak);
+        fflush(stdout);
         n++;
     }
     free(list);

@@ -39,7 +39,9 @@ typedef struct cb_gpt_config {
 int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e);
 
 /* One parameter tensor of the contiguous parameter block. Names and shapes
- * are Hugging Face GPT-2's (Conv1D weights stored [in, out]). */
+ * are Hugging Face GPT-2's (Conv1D weights stored [in, out]). Under tensor
+ * parallelism the block holds this rank's shard of each tensor: shape is
+ * the full tensor's, offset and numel the local shard's. */
 typedef struct cb_tensor_info {
     char name[64];
     int ndim;
@@ -48,6 +50,8 @@ typedef struct cb_tensor_info {
     size_t numel;
     int decay;     /* 1: AdamW weight decay applies */
     int layer;     /* transformer block index, -1 for embeddings, -2 for ln_f */
+    int owner;     /* 1: this rank's copy counts in norms and checkpoints (a
+                      replicated shard has one owner among its copies) */
 } cb_tensor_info;
 
 typedef struct cb_gpt cb_gpt;

@@ -299,6 +299,54 @@ void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root,
     MPI_Ibcast(buf, count(c, n), MPI_FLOAT, root, c->comm, &r->req);
 }
 
+/* n - counts[rank]: the uneven-ring volume (comm.h) */
+static uint64_t ringv(const cb_comm *c, const int *counts, size_t esize) {
+    uint64_t n = 0;
+    for (int i = 0; i < c->size; i++) n += (uint64_t)counts[i];
+    return (n - (uint64_t)counts[c->rank]) * esize;
+}
+
+void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, cb_comm_req *r) {
+    uint64_t b = ringv(c, counts, sizeof(float));
+    req_start(r, c, charge(c, tag, b, b));
+    MPI_Ireduce_scatter(send ? (const void *)send : MPI_IN_PLACE, recv, counts, MPI_FLOAT, MPI_SUM, c->comm, &r->req);
+}
+
+void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs) {
+    uint64_t b = ringv(c, counts, sizeof(float));
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    const void *sb = send ? (const void *)send : MPI_IN_PLACE;
+    MPI_Allgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_iallgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, cb_comm_req *r) {
+    uint64_t b = ringv(c, counts, sizeof(float));
+    req_start(r, c, charge(c, tag, b, b));
+    const void *sb = send ? (const void *)send : MPI_IN_PLACE;
+    MPI_Iallgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm, &r->req);
+}
+
+void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, int root) {
+    uint64_t mine = (uint64_t)counts[c->rank] * sizeof(float);
+    uint64_t rest = c->rank == root ? ringv(c, counts, sizeof(float)) : 0;
+    int s = charge(c, tag, c->rank == root ? 0 : mine, rest);
+    double t0 = MPI_Wtime();
+    const void *sb = send;
+    if (c->rank == root && send == recv + displs[root]) sb = MPI_IN_PLACE;
+    MPI_Gatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, root, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n) {
+    uint64_t b = ring(c, (size_t)c->size * n * sizeof(int32_t), 1);
+    int s = charge(c, tag, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Allgather(send, count(c, n), MPI_INT32_T, recv, count(c, n), MPI_INT32_T, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
 /* ---------------------------------------------------------------- point to point */
 
 void cb_comm_send(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag) {
@@ -323,6 +371,14 @@ void cb_comm_isend(cb_comm *c, const char *tag, const float *buf, size_t n, int 
 void cb_comm_irecv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag, cb_comm_req *r) {
     req_start(r, c, charge(c, tag, 0, n * sizeof(float)));
     MPI_Irecv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, &r->req);
+}
+
+int cb_comm_test(cb_comm_req *r) {
+    int done = 0;
+    double t0 = MPI_Wtime();
+    MPI_Test(&r->req, &done, MPI_STATUS_IGNORE);
+    if (r->c) r->c->tags[r->slot].seconds += MPI_Wtime() - t0;
+    return done;
 }
 
 void cb_comm_wait(cb_comm_req *r) {

@@ -118,6 +118,24 @@ void cb_comm_ireduce_scatter(cb_comm *c, const char *tag, const float *send, flo
 void cb_comm_iallgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r);
 void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root, cb_comm_req *r);
 
+/* Variable-count forms, for shards of uneven size (ZeRO): counts[p] and
+ * displs[p] in elements, block r belongs to rank r; n = sum of counts.
+ * Counted as a ring over uneven blocks: sent = recv = n - counts[rank]
+ * (equal blocks give (p-1) n / p as above).
+ * reduce_scatterv: send holds n (blocks in rank order); rank r gets its
+ * counts[r] summed elements in recv. In place: send NULL, recv holds the n
+ * inputs and the result is left in its first counts[rank]. */
+void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, cb_comm_req *r);
+/* recv + displs[r] = rank r's counts[r] elements. In place: send NULL, this
+ * rank's block already at recv + displs[rank]. */
+void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs);
+void cb_comm_iallgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, cb_comm_req *r);
+/* Rank r's send[counts[r]] lands at recv + displs[r] on root (recv unused
+ * elsewhere). Exact bytes: a rank sends its block, root receives the rest. */
+void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, int root);
+/* recv[p*n] = the int32 send[n] of every rank, in rank order. */
+void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n);
+
 /* ---------------------------------------------------------------- point to point */
 /* mtag is the MPI message tag that matches sends to receives. */
 void cb_comm_send(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag);
@@ -125,6 +143,10 @@ void cb_comm_recv(cb_comm *c, const char *tag, float *buf, size_t n, int src, in
 void cb_comm_isend(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag, cb_comm_req *r);
 void cb_comm_irecv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag, cb_comm_req *r);
 
+/* Drives MPI's progress engine (non-blocking collectives only advance
+ * inside MPI calls); returns 1 when r has completed. The time spent inside
+ * is charged like a wait; waiting on a completed request returns at once. */
+int cb_comm_test(cb_comm_req *r);
 void cb_comm_wait(cb_comm_req *r);
 void cb_comm_waitall(cb_comm_req *r, int n);
 

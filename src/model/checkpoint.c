@@ -17,9 +17,41 @@ static int *config_field(cb_gpt_config *c, int i) {
     return f[i];
 }
 
+/* Full tensors of nb blocks, gathered over the tensor group; NULL on other
+ * tensor ranks (and when out of memory on rank 0: *oom set). */
+static float *gather_blocks(const cb_gpt *m, int nb, const float *const *blocks, size_t *full_n,
+                            int *oom) {
+    size_t n = 0;
+    for (int i = 0; i < m->ntensor; i++) {
+        const cb_tensor_info *t = &m->tensors[i];
+        n += (size_t)t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    }
+    *full_n = n;
+    float *full = m->L->tp_rank == 0 ? malloc(sizeof(float) * n * nb + 1) : NULL;
+    *oom = m->L->tp_rank == 0 && !full;
+    for (int b = 0; b < nb; b++) {
+        size_t off = 0;
+        for (int i = 0; i < m->ntensor; i++) {
+            const cb_tensor_info *t = &m->tensors[i];
+            const gpt_tensor_split *sp = &m->split[i];
+            int two = t->ndim == 2;
+            float *dst = full ? full + (size_t)b * n + off : NULL;
+            cb_layout_gather(m->L, sp->kind, two ? t->shape[0] : 1, two ? t->shape[1] : t->shape[0],
+                             sp->parts, sp->parity, blocks[b] + t->offset, dst);
+            off += (size_t)t->shape[0] * (two ? t->shape[1] : 1);
+        }
+    }
+    return full;
+}
+
 int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
                     const char *const *prefixes, const char *path, const char *const *extra,
                     int nextra, cb_err *e) {
+    size_t full_n;
+    int oom;
+    float *full = gather_blocks(m, nb, blocks, &full_n, &oom);
+    if (oom) return cb_fail(e, CB_ENOMEM, "out of memory gathering %s", path);
+    if (m->L->tp_rank != 0) return CB_OK;
     size_t n = (size_t)nb * m->ntensor;
     cb_st_entry *t = calloc(n, sizeof *t);
     char(*names)[80] = calloc(n, sizeof *names);
@@ -28,16 +60,20 @@ int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
         free(t);
         free(names);
         free(meta);
+        free(full);
         return cb_fail(e, CB_ENOMEM, "out of memory writing %s", path);
     }
+    size_t off = 0;
     for (size_t j = 0; j < n; j++) {
         const cb_tensor_info *ti = &m->tensors[j % m->ntensor];
+        if (j % m->ntensor == 0) off = (j / m->ntensor) * full_n;
         snprintf(names[j], sizeof names[j], "%s%s", prefixes[j / m->ntensor], ti->name);
         t[j].name = names[j];
         t[j].ndim = ti->ndim;
         t[j].shape[0] = ti->shape[0];
         t[j].shape[1] = ti->shape[1];
-        t[j].data = blocks[j / m->ntensor] + ti->offset;
+        t[j].data = full + off;
+        off += (size_t)ti->shape[0] * (ti->ndim == 2 ? ti->shape[1] : 1);
     }
     char vals[5][24];
     for (int i = 0; i < 5; i++) {
@@ -52,6 +88,7 @@ int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
     free(t);
     free(names);
     free(meta);
+    free(full);
     return rc;
 }
 
@@ -70,7 +107,13 @@ int gpt_load_block(const cb_gpt *m, float *block, const char *prefix, const cb_s
         const cb_st_tensor *s = cb_st_find(f, name);
         int rc = check_tensor(s, t, name, path, e);
         if (rc) return rc;
-        memcpy(block + t->offset, f->data + s->offset, sizeof(float) * t->numel);
+        /* the data section need not be 4-byte aligned: copy, then cut the shard */
+        float *full = malloc(s->nbytes + sizeof(float));
+        if (!full) return cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
+        memcpy(full, f->data + s->offset, s->nbytes);
+        cb_shard sh = gpt_shard(m, i, m->L->tp_rank);
+        cb_shard_extract(&sh, full, block + t->offset);
+        free(full);
     }
     return CB_OK;
 }

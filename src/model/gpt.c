@@ -39,36 +39,49 @@ int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e) {
     return CB_OK;
 }
 
-static void add_tensor(cb_gpt *m, const char *name, int64_t d0, int64_t d1, int decay,
-                       int layer) {
-    cb_tensor_info *t = &m->tensors[m->ntensor++];
+static void add_tensor(cb_gpt *m, const char *name, int64_t d0, int64_t d1, int decay, int layer,
+                       cb_param_kind kind, int parts, int parity) {
+    int i = m->ntensor++;
+    cb_tensor_info *t = &m->tensors[i];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = d1 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1;
-    t->numel = (size_t)d0 * (d1 ? d1 : 1);
+    cb_shard sh = m->L->ops->shard(m->L, m->L->tp_rank, kind, d1 ? d0 : 1, d1 ? d1 : d0, parts,
+                                   parity);
+    t->numel = cb_shard_numel(&sh);
+    t->owner = sh.owner;
     t->offset = m->nparams;
     t->decay = decay;
     t->layer = layer;
+    m->split[i] = (gpt_tensor_split){kind, parts, parity};
     m->nparams += t->numel;
 }
 
 static void build_tensor_table(cb_gpt *m) {
     const cb_gpt_config *c = &m->c;
     int64_t C = c->d_model;
-    const int64_t shapes[NLAYER_TENSORS][2] = {{C, 0},     {C, 0},     {C, 3 * C}, {3 * C, 0},
-                                               {C, C},     {C, 0},     {C, 0},     {C, 0},
-                                               {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
-    add_tensor(m, "wte.weight", c->vocab, C, 0, -1);
-    add_tensor(m, "wpe.weight", c->seq_len, C, 0, -1);
+    /* shape, matmul weight, kind, parts, parity (of the activation it acts on) */
+    static const struct {
+        int64_t d0, d1;
+        cb_param_kind kind;
+        int parts, parity;
+    } spec[NLAYER_TENSORS] = {
+        {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},        {1, 3, CB_P_LINEAR_W, 3, 0},
+        {3, 0, CB_P_LINEAR_B, 3, 0}, {1, 1, CB_P_LINEAR_W, 1, 1},    {1, 0, CB_P_LINEAR_B, 1, 1},
+        {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},        {1, 4, CB_P_LINEAR_W, 1, 0},
+        {4, 0, CB_P_LINEAR_B, 1, 0}, {4, 1, CB_P_LINEAR_W, 1, 1},    {1, 0, CB_P_LINEAR_B, 1, 1}};
+    add_tensor(m, "wte.weight", c->vocab, C, 0, -1, CB_P_EMBED, 1, 0);
+    add_tensor(m, "wpe.weight", c->seq_len, C, 0, -1, CB_P_POS, 1, 0);
     for (int l = 0; l < c->n_layer; l++)
         for (int i = 0; i < NLAYER_TENSORS; i++) {
             char name[64];
             snprintf(name, sizeof name, "h.%d.%s", l, LAYER_NAMES[i]);
-            add_tensor(m, name, shapes[i][0], shapes[i][1], shapes[i][1] != 0, l);
+            add_tensor(m, name, spec[i].d0 * C, spec[i].d1 * C, spec[i].d1 != 0, l, spec[i].kind,
+                       spec[i].parts, spec[i].parity);
         }
-    add_tensor(m, "ln_f.weight", C, 0, 0, -2);
-    add_tensor(m, "ln_f.bias", C, 0, 0, -2);
+    add_tensor(m, "ln_f.weight", C, 0, 0, -2, CB_P_NORM, 1, 0);
+    add_tensor(m, "ln_f.bias", C, 0, 0, -2, CB_P_NORM, 1, 0);
 }
 
 /* Carves n floats from the activation block; with base NULL only counts. */
@@ -78,73 +91,101 @@ static float *carve(float *base, size_t *off, size_t n) {
     return p;
 }
 
+/* Local floats of an N x H activation of the given parity, and its rows. */
+static size_t act(const cb_gpt *m, int H, int parity, int *rows) {
+    int r, c;
+    m->L->ops->act_shape(m->L, m->B * m->T, H, parity, &r, &c);
+    if (rows) *rows = r;
+    return (size_t)r * c;
+}
+
 /* Lays out (or, with base NULL, sizes) every activation of a (B,T) step. */
 static size_t plan_activations(cb_gpt *m, float *base) {
     const cb_gpt_config *c = &m->c;
-    size_t BT = (size_t)m->B * m->T, C = c->d_model, off = 0;
-    size_t att = (size_t)m->B * c->n_head * m->T * m->T;
-    m->encoded = carve(base, &off, BT * C);
+    int C = c->d_model, rows;
+    size_t a0 = act(m, C, 0, &rows), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
+    size_t f1 = act(m, 4 * C, 1, NULL), off = 0;
+    size_t att = m->L->ops->att_numel(m->L, m->B, m->T, c->n_head);
+    m->encoded = carve(base, &off, a0);
     for (int l = 0; l < c->n_layer; l++) {
         gpt_layer_acts *a = &m->acts[l];
-        a->ln1 = carve(base, &off, BT * C);
-        a->ln1_mean = carve(base, &off, BT);
-        a->ln1_rstd = carve(base, &off, BT);
-        a->qkv = carve(base, &off, BT * 3 * C);
+        a->ln1 = carve(base, &off, a0);
+        a->ln1_mean = carve(base, &off, rows);
+        a->ln1_rstd = carve(base, &off, rows);
+        a->qkv = carve(base, &off, q1);
         a->att = carve(base, &off, att);
-        a->atty = carve(base, &off, BT * C);
-        a->res2 = carve(base, &off, BT * C);
-        a->ln2 = carve(base, &off, BT * C);
-        a->ln2_mean = carve(base, &off, BT);
-        a->ln2_rstd = carve(base, &off, BT);
-        a->fch = carve(base, &off, BT * 4 * C);
-        a->fch_gelu = carve(base, &off, BT * 4 * C);
-        a->res3 = carve(base, &off, BT * C);
+        a->atty = carve(base, &off, a1);
+        a->res2 = carve(base, &off, a0);
+        a->ln2 = carve(base, &off, a0);
+        a->ln2_mean = carve(base, &off, rows);
+        a->ln2_rstd = carve(base, &off, rows);
+        a->fch = carve(base, &off, f1);
+        a->fch_gelu = carve(base, &off, f1);
+        a->res3 = carve(base, &off, a0);
     }
-    m->lnf = carve(base, &off, BT * C);
-    m->lnf_mean = carve(base, &off, BT);
-    m->lnf_rstd = carve(base, &off, BT);
-    m->logits = carve(base, &off, BT * c->vocab);
-    m->losses = carve(base, &off, BT);
-    m->d_res = carve(base, &off, BT * C);
-    m->d_small = carve(base, &off, BT * C);
-    m->d_qkv = carve(base, &off, BT * 3 * C);
-    m->d_big = carve(base, &off, BT * 4 * C);
+    m->lnf_out = carve(base, &off, a0);
+    m->lnf_mean = carve(base, &off, rows);
+    m->lnf_rstd = carve(base, &off, rows);
+    m->logits = carve(base, &off, m->L->ops->logits_numel(m->L, m->B * m->T, c->vocab));
+    m->d_res = carve(base, &off, a0);
+    m->d_small = carve(base, &off, a0 > a1 ? a0 : a1);
+    m->d_qkv = carve(base, &off, q1);
+    m->d_big = carve(base, &off, f1);
     m->d_att = carve(base, &off, att);
-    m->proj = carve(base, &off, BT * C);
+    m->proj = carve(base, &off, a0);
     return off;
 }
 
-static void bind_layer(gpt_layer_params *lp, float *block, const cb_tensor_info *t) {
-    float **slot[NLAYER_TENSORS] = {&lp->ln1w,  &lp->ln1b,  &lp->qkvw, &lp->qkvb,
-                                    &lp->projw, &lp->projb, &lp->ln2w, &lp->ln2b,
-                                    &lp->fcw,   &lp->fcb,   &lp->fcprojw, &lp->fcprojb};
-    for (int i = 0; i < NLAYER_TENSORS; i++) *slot[i] = block + t[i].offset;
+static float *at(float *block, const cb_tensor_info *t) { return block + t->offset; }
+
+static void bind_linear(cb_linear *l, int in, int out, int parts, int parity, cb_gpt *m,
+                        const cb_tensor_info *w) {
+    *l = (cb_linear){.in = in, .out = out, .parts = parts, .parity = parity,
+                     .w = at(m->params, w), .b = at(m->params, w + 1),
+                     .dw = at(m->grads, w), .db = at(m->grads, w + 1)};
 }
 
-static void bind_params(gpt_params *p, float *block, const cb_gpt *m) {
-    int L = m->c.n_layer;
-    p->wte = block + m->tensors[0].offset;
-    p->wpe = block + m->tensors[1].offset;
-    for (int l = 0; l < L; l++) bind_layer(&p->layer[l], block, &m->tensors[2 + l * NLAYER_TENSORS]);
-    p->lnfw = block + m->tensors[2 + L * NLAYER_TENSORS].offset;
-    p->lnfb = block + m->tensors[3 + L * NLAYER_TENSORS].offset;
+static void bind_norm(cb_norm *n, int C, cb_gpt *m, const cb_tensor_info *w) {
+    *n = (cb_norm){.C = C, .parity = 0, .w = at(m->params, w), .b = at(m->params, w + 1),
+                   .dw = at(m->grads, w), .db = at(m->grads, w + 1)};
+}
+
+static void bind_params(cb_gpt *m) {
+    int C = m->c.d_model, L = m->c.n_layer;
+    const cb_tensor_info *t = m->tensors;
+    m->embed = (cb_embed){.V = m->c.vocab, .C = C, .T = m->c.seq_len,
+                          .wte = at(m->params, &t[0]), .wpe = at(m->params, &t[1]),
+                          .dwte = at(m->grads, &t[0]), .dwpe = at(m->grads, &t[1])};
+    for (int l = 0; l < L; l++) {
+        const cb_tensor_info *b = &t[2 + l * NLAYER_TENSORS];
+        gpt_block *k = &m->blocks[l];
+        bind_norm(&k->ln1, C, m, &b[0]);
+        bind_linear(&k->qkv, C, 3 * C, 3, 0, m, &b[2]);
+        bind_linear(&k->proj, C, C, 1, 1, m, &b[4]);
+        bind_norm(&k->ln2, C, m, &b[6]);
+        bind_linear(&k->fc, C, 4 * C, 1, 0, m, &b[8]);
+        bind_linear(&k->fcproj, 4 * C, C, 1, 1, m, &b[10]);
+    }
+    bind_norm(&m->lnf, C, m, &t[2 + L * NLAYER_TENSORS]);
 }
 
 void cb_gpt_free(cb_gpt *m) {
     if (!m) return;
+    if (m->own_layout) cb_layout_free(m->L);
     free(m->tensors);
+    free(m->split);
     free(m->params);
     free(m->grads);
     free(m->actblock);
     free(m->acts);
-    free(m->p.layer);
-    free(m->g.layer);
+    free(m->blocks);
     free(m->inp);
     free(m);
 }
 
-int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e) {
+int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out, cb_err *e) {
     int rc = cb_gpt_config_check(c, e);
+    if (!rc) rc = L->ops->check(L, B, T, c->d_model, c->n_head, c->vocab, e);
     if (rc) return rc;
     if (B < 1 || T < 1 || T > c->seq_len)
         return cb_fail(e, CB_EINPUT,
@@ -156,23 +197,23 @@ int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e)
     m->c = *c;
     m->B = B;
     m->T = T;
-    m->k = cb_kernels_cpu();
-    m->tensors = calloc(4 + (size_t)c->n_layer * NLAYER_TENSORS, sizeof *m->tensors);
+    m->L = L;
+    size_t nt = 4 + (size_t)c->n_layer * NLAYER_TENSORS;
+    m->tensors = calloc(nt, sizeof *m->tensors);
+    m->split = calloc(nt, sizeof *m->split);
     m->acts = calloc(c->n_layer, sizeof *m->acts);
-    m->p.layer = calloc(c->n_layer, sizeof *m->p.layer);
-    m->g.layer = calloc(c->n_layer, sizeof *m->g.layer);
+    m->blocks = calloc(c->n_layer, sizeof *m->blocks);
     m->inp = malloc(sizeof(int) * 2 * (size_t)B * T);
-    if (!m->tensors || !m->acts || !m->p.layer || !m->g.layer || !m->inp) goto oom;
+    if (!m->tensors || !m->split || !m->acts || !m->blocks || !m->inp) goto oom;
     m->targets = m->inp + (size_t)B * T;
     build_tensor_table(m);
-    m->params = calloc(m->nparams, sizeof(float));
-    m->grads = calloc(m->nparams, sizeof(float));
+    m->params = calloc(m->nparams + 1, sizeof(float));
+    m->grads = calloc(m->nparams + 1, sizeof(float));
     size_t nact = plan_activations(m, NULL);
     m->actblock = calloc(nact, sizeof(float));
     if (!m->params || !m->grads || !m->actblock) goto oom;
     plan_activations(m, m->actblock);
-    bind_params(&m->p, m->params, m);
-    bind_params(&m->g, m->grads, m);
+    bind_params(m);
     *out = m;
     return CB_OK;
 oom:
@@ -181,6 +222,15 @@ oom:
                    "out of memory for the model and activations of B=%d T=%d; lower --batch or "
                    "--seq-len",
                    B, T);
+}
+
+int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e) {
+    cb_layout *L = cb_layout_serial();
+    if (!L) return cb_fail(e, CB_ENOMEM, "out of memory");
+    int rc = gpt_create(c, B, T, L, out, e);
+    if (rc) cb_layout_free(L);
+    else (*out)->own_layout = 1;
+    return rc;
 }
 
 const cb_gpt_config *cb_gpt_get_config(const cb_gpt *m) { return &m->c; }
@@ -196,20 +246,27 @@ void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx) {
     m->hook_ctx = ctx;
 }
 
+/* Every rank draws the full tensors from the same stream and keeps its
+ * shard, so every layout starts from the weights of the serial model. */
 void cb_gpt_init_random(cb_gpt *m, uint64_t seed) {
     cb_rng r;
     cb_rng_seed(&r, seed);
     float resid = 0.02f / sqrtf(2.0f * m->c.n_layer);
     for (int i = 0; i < m->ntensor; i++) {
         const cb_tensor_info *t = &m->tensors[i];
-        float *p = m->params + t->offset;
         int is_ln = strstr(t->name, "ln_") != NULL, is_weight = strstr(t->name, ".weight") != NULL;
         int is_resid = strstr(t->name, "c_proj.weight") != NULL;
-        for (size_t j = 0; j < t->numel; j++) {
-            if (is_ln) p[j] = is_weight ? 1.0f : 0.0f;
-            else if (is_weight) p[j] = cb_rng_normal(&r) * (is_resid ? resid : 0.02f);
-            else p[j] = 0.0f;
+        size_t n = (size_t)t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+        float *full = malloc(sizeof(float) * n);
+        if (!full) abort();
+        for (size_t j = 0; j < n; j++) {
+            if (is_ln) full[j] = is_weight ? 1.0f : 0.0f;
+            else if (is_weight) full[j] = cb_rng_normal(&r) * (is_resid ? resid : 0.02f);
+            else full[j] = 0.0f;
         }
+        cb_shard sh = gpt_shard(m, i, m->L->tp_rank);
+        cb_shard_extract(&sh, full, m->params + t->offset);
+        free(full);
     }
 }
 
@@ -220,42 +277,54 @@ double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {
     return 6.0 * n + 12.0 * L * C * T;
 }
 
+cb_shard gpt_shard(const cb_gpt *m, int i, int tp_rank) {
+    const cb_tensor_info *t = &m->tensors[i];
+    const gpt_tensor_split *sp = &m->split[i];
+    int two = t->ndim == 2;
+    return m->L->ops->shard(m->L, tp_rank, sp->kind, two ? t->shape[0] : 1,
+                            two ? t->shape[1] : t->shape[0], sp->parts, sp->parity);
+}
+
+/* Local floats of an N x H activation of the given parity for the last forward. */
+static size_t cur(const cb_gpt *m, int H, int parity) {
+    int r, c;
+    m->L->ops->act_shape(m->L, m->curB * m->curT, H, parity, &r, &c);
+    return (size_t)r * c;
+}
+
 /* One block forward: x (B,T,C) -> a->res3 */
 static void block_forward(cb_gpt *m, int l, const float *x, int B, int T) {
-    const cb_kernels *k = m->k;
-    const gpt_layer_params *p = &m->p.layer[l];
+    cb_layout *L = m->L;
+    const cb_layout_ops *o = L->ops;
+    gpt_block *k = &m->blocks[l];
     gpt_layer_acts *a = &m->acts[l];
     int N = B * T, C = m->c.d_model;
-    k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
-    k->matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
-    k->attention_forward(a->atty, a->att, a->qkv, B, T, C, m->c.n_head);
-    k->matmul_forward(m->proj, a->atty, p->projw, p->projb, N, C, C);
-    k->residual_forward(a->res2, x, m->proj, (size_t)N * C);
-    k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    k->matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    k->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    k->matmul_forward(m->proj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
-    k->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C);
+    o->norm_forward(L, &k->ln1, x, a->ln1, a->ln1_mean, a->ln1_rstd, N);
+    o->linear_forward(L, &k->qkv, a->ln1, a->qkv, N);
+    o->attention_forward(L, a->qkv, a->atty, a->att, B, T, C, m->c.n_head);
+    o->linear_forward(L, &k->proj, a->atty, m->proj, N);
+    L->k->residual_forward(a->res2, x, m->proj, cur(m, C, 0));
+    o->norm_forward(L, &k->ln2, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, N);
+    o->linear_forward(L, &k->fc, a->ln2, a->fch, N);
+    L->k->gelu_forward(a->fch_gelu, a->fch, cur(m, 4 * C, 1));
+    o->linear_forward(L, &k->fcproj, a->fch_gelu, m->proj, N);
+    L->k->residual_forward(a->res3, a->res2, m->proj, cur(m, C, 0));
 }
 
 float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T) {
-    const cb_kernels *k = m->k;
-    int N = B * T, C = m->c.d_model, V = m->c.vocab, L = m->c.n_layer;
+    cb_layout *L = m->L;
+    int N = B * T, Lyr = m->c.n_layer;
     m->curB = B;
     m->curT = T;
     memcpy(m->inp, inp, sizeof(int) * N);
     m->has_targets = targets != NULL;
     if (targets) memcpy(m->targets, targets, sizeof(int) * N);
-    k->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, C);
-    for (int l = 0; l < L; l++) block_forward(m, l, l ? m->acts[l - 1].res3 : m->encoded, B, T);
-    k->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->acts[L - 1].res3, m->p.lnfw,
-                         m->p.lnfb, N, C);
-    k->head_forward(m->logits, m->lnf, m->p.wte, N, C, V);
-    k->crossentropy_forward(m->losses, m->logits, targets ? m->targets : NULL, N, V);
-    if (!targets) return 0.0f;
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += m->losses[i];
-    return (float)(sum / N);
+    L->ops->embed_forward(L, &m->embed, m->inp, B, T, m->encoded);
+    for (int l = 0; l < Lyr; l++) block_forward(m, l, l ? m->acts[l - 1].res3 : m->encoded, B, T);
+    L->ops->norm_forward(L, &m->lnf, m->acts[Lyr - 1].res3, m->lnf_out, m->lnf_mean, m->lnf_rstd,
+                         N);
+    return L->ops->head_forward(L, &m->embed, m->lnf_out, targets ? m->targets : NULL, m->logits,
+                                N);
 }
 
 void cb_gpt_zero_grad(cb_gpt *m) {
@@ -264,24 +333,31 @@ void cb_gpt_zero_grad(cb_gpt *m) {
     for (size_t i = 0; i < n; i++) m->grads[i] = 0.0f;
 }
 
+double gpt_grad_sumsq(const cb_gpt *m) {
+    double s = 0.0;
+    for (int i = 0; i < m->ntensor; i++) {
+        const cb_tensor_info *t = &m->tensors[i];
+        if (t->owner) s += m->L->k->sumsq(m->grads + t->offset, t->numel);
+    }
+    return s;
+}
+
 /* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit. */
 static void block_backward(cb_gpt *m, int l, const float *x, int B, int T) {
-    const cb_kernels *k = m->k;
-    const gpt_layer_params *p = &m->p.layer[l];
-    gpt_layer_params *g = &m->g.layer[l];
+    cb_layout *L = m->L;
+    const cb_layout_ops *o = L->ops;
+    gpt_block *k = &m->blocks[l];
     gpt_layer_acts *a = &m->acts[l];
     int N = B * T, C = m->c.d_model;
-    k->matmul_backward(m->d_big, g->fcprojw, g->fcprojb, m->d_res, a->fch_gelu, p->fcprojw, N,
-                       4 * C, C);
-    k->gelu_backward(m->d_big, a->fch, m->d_big, (size_t)N * 4 * C);
-    k->matmul_backward(m->d_small, g->fcw, g->fcb, m->d_big, a->ln2, p->fcw, N, C, 4 * C);
-    k->layernorm_backward(m->d_res, g->ln2w, g->ln2b, m->d_small, a->res2, p->ln2w, a->ln2_mean,
-                          a->ln2_rstd, N, C);
-    k->matmul_backward(m->d_small, g->projw, g->projb, m->d_res, a->atty, p->projw, N, C, C);
-    k->attention_backward(m->d_qkv, m->d_att, m->d_small, a->qkv, a->att, B, T, C, m->c.n_head);
-    k->matmul_backward(m->d_small, g->qkvw, g->qkvb, m->d_qkv, a->ln1, p->qkvw, N, C, 3 * C);
-    k->layernorm_backward(m->d_res, g->ln1w, g->ln1b, m->d_small, x, p->ln1w, a->ln1_mean,
-                          a->ln1_rstd, N, C);
+    o->linear_backward(L, &k->fcproj, a->fch_gelu, m->d_res, m->d_big, N);
+    L->k->gelu_backward(m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
+    o->linear_backward(L, &k->fc, a->ln2, m->d_big, m->d_small, N);
+    o->norm_backward(L, &k->ln2, a->res2, m->d_small, m->d_res, a->ln2_mean, a->ln2_rstd, N);
+    o->linear_backward(L, &k->proj, a->atty, m->d_res, m->d_small, N);
+    o->attention_backward(L, a->qkv, a->att, m->d_small, m->d_qkv, m->d_att, B, T, C,
+                          m->c.n_head);
+    o->linear_backward(L, &k->qkv, a->ln1, m->d_qkv, m->d_small, N);
+    o->norm_backward(L, &k->ln1, x, m->d_small, m->d_res, a->ln1_mean, a->ln1_rstd, N);
 }
 
 static void ready(cb_gpt *m, int first, int last) {
@@ -289,19 +365,19 @@ static void ready(cb_gpt *m, int first, int last) {
 }
 
 void cb_gpt_backward(cb_gpt *m, float dloss_scale) {
-    const cb_kernels *k = m->k;
-    int B = m->curB, T = m->curT, N = B * T, C = m->c.d_model, V = m->c.vocab, L = m->c.n_layer;
-    k->crossentropy_backward(m->logits, m->targets, dloss_scale / N, N, V);
-    k->head_backward(m->d_small, m->g.wte, m->logits, m->lnf, m->p.wte, N, C, V);
-    memset(m->d_res, 0, sizeof(float) * N * C);
-    k->layernorm_backward(m->d_res, m->g.lnfw, m->g.lnfb, m->d_small, m->acts[L - 1].res3,
-                          m->p.lnfw, m->lnf_mean, m->lnf_rstd, N, C);
-    int lnf = 2 + L * NLAYER_TENSORS;
+    cb_layout *L = m->L;
+    int B = m->curB, T = m->curT, N = B * T, C = m->c.d_model, Lyr = m->c.n_layer;
+    L->ops->head_backward(L, &m->embed, m->lnf_out, m->targets, m->logits, dloss_scale,
+                          m->d_small, N);
+    memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
+    L->ops->norm_backward(L, &m->lnf, m->acts[Lyr - 1].res3, m->d_small, m->d_res, m->lnf_mean,
+                          m->lnf_rstd, N);
+    int lnf = 2 + Lyr * NLAYER_TENSORS;
     ready(m, lnf, lnf + 1);
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = Lyr - 1; l >= 0; l--) {
         block_backward(m, l, l ? m->acts[l - 1].res3 : m->encoded, B, T);
         ready(m, 2 + l * NLAYER_TENSORS, 1 + (l + 1) * NLAYER_TENSORS);
     }
-    k->encoder_backward(m->g.wte, m->g.wpe, m->d_res, m->inp, B, T, C);
+    L->ops->embed_backward(L, &m->embed, m->inp, B, T, m->d_res);
     ready(m, 0, 1);
 }

@@ -51,7 +51,7 @@ static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
 void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
     cb_gpt *m = t->model;
-    const cb_kernels *k = m->k;
+    const cb_kernels *k = m->L->k;
     double t0 = now_ms(), fwd = 0, bwd = 0, loss = 0;
     cb_gpt_zero_grad(m);
     for (int a = 0; a < t->o.accum; a++) {
@@ -71,7 +71,7 @@ void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
         if (gpt_save_blocks(m, 1, &g, &prefix, t->o.dump_grads, NULL, 0, &e))
             fprintf(stderr, "cubist: warning: %s\n", e.msg);
     }
-    double norm = sqrt(k->sumsq(m->grads, m->nparams));
+    double norm = sqrt(gpt_grad_sumsq(m));
     float s = cb_clip_scale(t->o.opt.clip, norm);
     if (s < 1.0f) k->scale(m->grads, s, m->nparams);
     float lr = cb_lr_at(&t->o.opt, t->step);

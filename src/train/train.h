@@ -8,6 +8,7 @@
 
 #include "cubist.h"
 #include "data/loader.h"
+#include "train/dp.h"
 #include "optim/adamw.h"
 
 typedef struct cb_train_opts {
@@ -22,6 +23,12 @@ typedef struct cb_train_opts {
     double peak_gflops;
     int threads;
     int quiet;
+    /* process grid and data parallelism (cubist train); dp 0 = world / (pp*tp) */
+    int dp, pp, tp;
+    const char *tp_mode;
+    int print_grid, comm_report, zero;
+    double bucket_mb;
+    const char *embed_grad; /* "dense" or "sparse" */
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);
@@ -30,6 +37,7 @@ void cb_train_defaults(cb_train_opts *o);
 typedef struct cb_step_stats {
     float loss, lr, grad_norm;
     double step_ms, fwd_ms, bwd_ms, opt_ms;
+    double comm_wait_ms; /* waiting for gradient buckets after backward */
 } cb_step_stats;
 
 typedef struct cb_trainer {
@@ -39,11 +47,18 @@ typedef struct cb_trainer {
     cb_loader loader;
     int step; /* steps done */
     int *inp, *targets;
+    int rows, r0;    /* this rank's rows [r0, r0+rows) of each micro-batch */
+    cb_dp *dp;       /* NULL: single process (or a data-parallel group of 1) */
+    int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
 } cb_trainer;
 
 /* Builds model and optimizer; data may be NULL (the benchmark feeds its own
  * tokens through cb_trainer_step_on). */
 int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e);
+/* The same on a data-parallel group dpc (NULL: single process): o->B is the
+ * global micro-batch, each rank's model holds B / dpc->size rows. */
+int cb_trainer_init_dp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
+                       cb_err *e);
 void cb_trainer_free(cb_trainer *t);
 /* One optimizer step on the next grad_accum micro-batches of the loader. */
 void cb_trainer_step(cb_trainer *t, cb_step_stats *st);

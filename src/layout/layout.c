@@ -1,0 +1,89 @@
+/* What every layout shares: shard arithmetic and the gather of a full
+ * tensor for checkpoints. */
+#include "layout/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/grid.h"
+
+size_t cb_shard_cols(const cb_shard *s) {
+    size_t n = 0;
+    for (int i = 0; i < s->nseg; i++) n += (size_t)s->ncol[i];
+    return n;
+}
+
+size_t cb_shard_numel(const cb_shard *s) { return (size_t)s->nrows * cb_shard_cols(s); }
+
+/* Calls fn(local_offset, full_offset, n) for each contiguous run of the
+ * shard that lies inside the true rows. */
+#define FOR_RUNS(s, body)                                                                          \
+    do {                                                                                           \
+        size_t lo_ = 0, w_ = cb_shard_cols(s);                                                     \
+        for (int64_t r_ = 0; r_ < (s)->nrows; r_++) {                                              \
+            int64_t row_ = (s)->row0 + r_;                                                         \
+            size_t lc_ = 0;                                                                        \
+            for (int g_ = 0; g_ < (s)->nseg; g_++) {                                               \
+                size_t loc = lo_ + lc_, ful = (size_t)row_ * (s)->C + (s)->col0[g_],               \
+                       n = (size_t)(s)->ncol[g_];                                                  \
+                int pad = row_ >= (s)->R;                                                          \
+                body;                                                                              \
+                lc_ += n;                                                                          \
+            }                                                                                      \
+            lo_ += w_;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+void cb_shard_extract(const cb_shard *s, const float *full, float *local) {
+    FOR_RUNS(s, {
+        if (pad) memset(local + loc, 0, n * sizeof(float));
+        else memcpy(local + loc, full + ful, n * sizeof(float));
+    });
+}
+
+void cb_shard_place(const cb_shard *s, const float *local, float *full) {
+    FOR_RUNS(s, {
+        if (!pad) memcpy(full + ful, local + loc, n * sizeof(float));
+    });
+}
+
+int cb_layout_create(cb_grid *g, cb_layout **out, cb_err *e) {
+    if (!g || g->tp == 1) {
+        *out = cb_layout_serial();
+        return *out ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory");
+    }
+    return cb_fail(e, CB_EINPUT, "--tp %d --tp-mode %s: tensor parallelism is not implemented yet; "
+                                 "use --tp 1",
+                   g->tp, cb_grid_mode_name(g->mode));
+}
+
+void cb_layout_free(cb_layout *L) {
+    if (L && L->ops->free) L->ops->free(L);
+}
+
+void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, int parts,
+                      int parity, const float *local, float *full) {
+    if (!L->grid || L->tp == 1) {
+        cb_shard s = L->ops->shard(L, 0, kind, R, C, parts, parity);
+        cb_shard_place(&s, local, full);
+        return;
+    }
+    cb_comm *tp = &L->grid->tpg;
+    int P = L->tp;
+    cb_shard mine = L->ops->shard(L, L->tp_rank, kind, R, C, parts, parity);
+    size_t n = cb_shard_numel(&mine);
+    if (L->tp_rank != 0) {
+        cb_comm_send(tp, "ckpt", local, n, 0, 77);
+        return;
+    }
+    cb_shard_place(&mine, local, full);
+    for (int r = 1; r < P; r++) {
+        cb_shard s = L->ops->shard(L, r, kind, R, C, parts, parity);
+        size_t m = cb_shard_numel(&s);
+        float *buf = malloc(sizeof(float) * (m ? m : 1));
+        if (!buf) cb_comm_fatal("out of memory gathering a checkpoint tensor");
+        cb_comm_recv(tp, "ckpt", buf, m, r, 77);
+        cb_shard_place(&s, buf, full);
+        free(buf);
+    }
+}

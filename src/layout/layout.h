@@ -1,0 +1,162 @@
+/* Tensor-parallel layouts: serial, 1-D (Megatron), 2-D (SUMMA/Optimus),
+ * 3-D (the cube of Bian et al.). Each layout is one file implementing
+ * cb_layout_ops; the model calls only these operators and never branches on
+ * the layout (shared/reference/parallelism.md holds the algorithms).
+ *
+ * Activations. A logical activation is N tokens x H features (N = the
+ * tokens of this data-parallel rank's micro-batch, whole sequences of T
+ * tokens) with a parity: 0 on the residual stream (block boundaries), 1
+ * between the two linears of a pair (after QKV, after fc). Each rank holds
+ * its local piece, act_shape() rows x cols:
+ *   serial  N x H
+ *   1d      parity 0: N x H (replicated)     parity 1: N x H/P (columns)
+ *   2d      N/q x H/q, token block r, feature block c (both parities)
+ *   3d      parity 0: N/q^2 x H/q, token block i*q+j, feature block k
+ *           parity 1: N/q^2 x H/q, token block i*q+k, feature block j
+ * Token blocks are whole sequences (attention needs them), so the batch of
+ * sequences must divide by the number of token blocks.
+ *
+ * Linears. Y = X W + b, W [in, out] (Hugging Face Conv1D layout). A linear
+ * takes an activation of parity p and returns parity 1-p: in 1-D the first
+ * of a pair is column-parallel, the second row-parallel; in 3-D the roles
+ * of j and k swap. `parts` > 1 says the output is that many equal sections
+ * (QKV: 3) that are split separately, so each rank's output columns hold
+ * [q | k | v] of its own heads and attention needs no communication.
+ *
+ * Parameters. Each rank holds a shard of every tensor (cb_shard): a row
+ * range times column segments of the full tensor. Rows at or past the
+ * tensor's true row count are padding (the vocabulary padded to a multiple
+ * of the shard count): zero on load, dropped on save, never updated. A
+ * shard may be replicated on several ranks (LayerNorm and bias vectors);
+ * exactly one of the copies has owner = 1, and only owners count in the
+ * gradient norm and write checkpoints. Layouts keep replicated copies equal
+ * by reducing their gradients inside backward. */
+#ifndef CB_LAYOUT_H
+#define CB_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cubist.h"
+#include "kernels/kernels.h"
+
+struct cb_grid;
+
+typedef enum cb_layout_mode {
+    CB_LAYOUT_SERIAL = 0,
+    CB_LAYOUT_1D = 1,
+    CB_LAYOUT_2D = 2,
+    CB_LAYOUT_3D = 3
+} cb_layout_mode;
+
+typedef enum cb_param_kind {
+    CB_P_LINEAR_W, /* [in, out] of a linear whose input has parity p */
+    CB_P_LINEAR_B, /* [out] */
+    CB_P_NORM,     /* [C] LayerNorm weight or bias on an activation of parity p */
+    CB_P_EMBED,    /* [V, C] token embedding, tied to the LM head */
+    CB_P_POS,      /* [T, C] position embedding */
+} cb_param_kind;
+
+#define CB_SHARD_MAXSEG 4
+
+typedef struct cb_shard {
+    int64_t R, C;        /* full shape; 1-D tensors have R = 1 */
+    int64_t rows_pad;    /* R padded to the layout's multiple (>= R) */
+    int64_t row0, nrows; /* local rows [row0, row0 + nrows) of the padded tensor */
+    int nseg;
+    int64_t col0[CB_SHARD_MAXSEG], ncol[CB_SHARD_MAXSEG];
+    int owner;
+} cb_shard;
+
+size_t cb_shard_numel(const cb_shard *s);
+size_t cb_shard_cols(const cb_shard *s);
+/* local (nrows x cols) <- full (R x C); padding rows become zero */
+void cb_shard_extract(const cb_shard *s, const float *full, float *local);
+/* full (R x C) <- local; padding rows dropped */
+void cb_shard_place(const cb_shard *s, const float *local, float *full);
+
+/* Parameter state handed to the operators: local shards (the model owns the
+ * memory) and their gradients. */
+typedef struct cb_linear {
+    int in, out, parts, parity;
+    float *w, *b, *dw, *db; /* b, db NULL without bias */
+    void *saved;            /* layout-private, e.g. 3-D gathered inputs */
+} cb_linear;
+
+typedef struct cb_norm {
+    int C, parity;
+    float *w, *b, *dw, *db;
+} cb_norm;
+
+typedef struct cb_embed {
+    int V, C, T;         /* true vocabulary; wte rows may be padded */
+    float *wte, *wpe, *dwte, *dwpe;
+} cb_embed;
+
+typedef struct cb_layout cb_layout;
+
+typedef struct cb_layout_ops {
+    const char *name;
+    /* Checked before anything is built: batch, heads, widths, vocab. */
+    int (*check)(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e);
+    /* local rows x cols of an N x H activation of the given parity */
+    void (*act_shape)(const cb_layout *L, int N, int H, int parity, int *rows, int *cols);
+    /* floats of the saved attention probabilities and of the local logits */
+    size_t (*att_numel)(const cb_layout *L, int B, int T, int NH);
+    size_t (*logits_numel)(const cb_layout *L, int N, int V);
+    /* the shard of tensor group rank tp_rank; parts as in the linear */
+    cb_shard (*shard)(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
+                      int parts, int parity);
+    /* x (parity 0) = wte[ids] + wpe[t]; ids (B,T) is the whole micro-batch of
+     * this data-parallel rank on every tensor rank */
+    void (*embed_forward)(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
+                          float *x);
+    void (*embed_backward)(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
+                           const float *dx);
+    /* y, mean, rstd local; backward accumulates into dx (the residual) */
+    void (*norm_forward)(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
+                         float *rstd, int N);
+    void (*norm_backward)(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
+                          const float *mean, const float *rstd, int N);
+    /* x parity p -> y parity 1-p; backward overwrites dx, accumulates dw, db */
+    void (*linear_forward)(cb_layout *L, cb_linear *l, const float *x, float *y, int N);
+    void (*linear_backward)(cb_layout *L, cb_linear *l, const float *x, const float *dy,
+                            float *dx, int N);
+    /* qkv: the parity-1 output of the QKV linear; y parity 1 of width C */
+    void (*attention_forward)(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
+                              int C, int NH);
+    void (*attention_backward)(cb_layout *L, const float *qkv, const float *att, const float *dy,
+                               float *dqkv, float *scratch, int B, int T, int C, int NH);
+    /* tied LM head and vocabulary-parallel cross-entropy of x (parity 0):
+     * returns the mean loss over the N tokens of this data-parallel rank;
+     * logits (logits_numel floats) are kept for backward. targets NULL
+     * (sampling, serial layout only) leaves the probabilities in logits. */
+    float (*head_forward)(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
+                          float *logits, int N);
+    /* dx overwritten; dwte accumulates; dloss scales the mean loss */
+    void (*head_backward)(cb_layout *L, cb_embed *e, const float *x, const int *targets,
+                          float *logits, float dloss, float *dx, int N);
+    void (*free)(cb_layout *L);
+} cb_layout_ops;
+
+struct cb_layout {
+    const cb_layout_ops *ops;
+    cb_layout_mode mode;
+    int tp, q, tp_rank;
+    struct cb_grid *grid; /* NULL for the serial layout */
+    const cb_kernels *k;
+    void *priv;
+};
+
+/* The serial layout (no MPI); NULL when out of memory. */
+cb_layout *cb_layout_serial(void);
+/* The layout of a grid's tensor group; mode from the grid. */
+int cb_layout_create(struct cb_grid *g, cb_layout **out, cb_err *e);
+void cb_layout_free(cb_layout *L);
+
+/* Collective over the tensor group: full (R x C, on tp rank 0) from every
+ * rank's local shard. full may be NULL on other ranks. */
+void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, int parts,
+                      int parity, const float *local, float *full);
+
+#endif

@@ -1,0 +1,120 @@
+/* The serial layout: every tensor whole on one rank; each operator is the
+ * kernel itself. The reference every other layout is checked against. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout/layout.h"
+
+static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
+    (void)L, (void)B, (void)T, (void)C, (void)NH, (void)V, (void)e;
+    return CB_OK;
+}
+
+static void act_shape(const cb_layout *L, int N, int H, int parity, int *rows, int *cols) {
+    (void)L, (void)parity;
+    *rows = N;
+    *cols = H;
+}
+
+static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
+    (void)L;
+    return (size_t)B * NH * T * T;
+}
+
+/* the logits, then the per-token losses */
+static size_t logits_numel(const cb_layout *L, int N, int V) {
+    (void)L;
+    return (size_t)N * V + N;
+}
+
+static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
+                      int parts, int parity) {
+    (void)L, (void)tp_rank, (void)kind, (void)parts, (void)parity;
+    return (cb_shard){.R = R, .C = C, .rows_pad = R, .row0 = 0, .nrows = R, .nseg = 1,
+                      .col0 = {0}, .ncol = {C}, .owner = 1};
+}
+
+static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
+                          float *x) {
+    L->k->encoder_forward(x, ids, e->wte, e->wpe, B, T, e->C);
+}
+
+static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
+                           const float *dx) {
+    L->k->encoder_backward(e->dwte, e->dwpe, dx, ids, B, T, e->C);
+}
+
+static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
+                         float *rstd, int N) {
+    L->k->layernorm_forward(y, mean, rstd, x, n->w, n->b, N, n->C);
+}
+
+static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
+                          const float *mean, const float *rstd, int N) {
+    L->k->layernorm_backward(dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
+}
+
+static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
+    L->k->matmul_forward(y, x, l->w, l->b, N, l->in, l->out);
+}
+
+static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
+                            float *dx, int N) {
+    L->k->matmul_backward(dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
+}
+
+static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
+                              int C, int NH) {
+    L->k->attention_forward(y, att, qkv, B, T, C, NH);
+}
+
+static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
+                               float *dqkv, float *scratch, int B, int T, int C, int NH) {
+    L->k->attention_backward(dqkv, scratch, dy, qkv, att, B, T, C, NH);
+}
+
+static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
+                          float *logits, int N) {
+    float *losses = logits + (size_t)N * e->V;
+    L->k->head_forward(logits, x, e->wte, N, e->C, e->V);
+    L->k->crossentropy_forward(losses, logits, targets, N, e->V);
+    if (!targets) return 0.0f;
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += losses[i];
+    return (float)(sum / N);
+}
+
+static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
+                          float *logits, float dloss, float *dx, int N) {
+    L->k->crossentropy_backward(logits, targets, dloss / N, N, e->V);
+    L->k->head_backward(dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
+}
+
+static void layout_free(cb_layout *L) { free(L); }
+
+static const cb_layout_ops OPS = {
+    .name = "serial",
+    .check = check,
+    .act_shape = act_shape,
+    .att_numel = att_numel,
+    .logits_numel = logits_numel,
+    .shard = shard,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .norm_forward = norm_forward,
+    .norm_backward = norm_backward,
+    .linear_forward = linear_forward,
+    .linear_backward = linear_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .free = layout_free,
+};
+
+cb_layout *cb_layout_serial(void) {
+    cb_layout *L = malloc(sizeof *L);
+    if (L) *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_SERIAL, .tp = 1, .q = 1,
+                            .k = cb_kernels_cpu()};
+    return L;
+}

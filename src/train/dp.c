@@ -1,0 +1,243 @@
+/* Data parallelism: fusion buckets on the gradient block, overlapped with
+ * backward through the grad hook; ZeRO-1 shards; the sparse embedding path.
+ * See dp.h. */
+#include "train/dp.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt_internal.h"
+
+static double now_ms(void) { return omp_get_wtime() * 1e3; }
+
+/* Shard boundaries S_r = r * n / p, as int counts for MPI. */
+static int plan_shards(cb_dp *d, cb_err *e) {
+    int p = d->c->size;
+    d->shard_n = calloc((size_t)p, sizeof(int));
+    d->shard_off = calloc((size_t)p, sizeof(int));
+    if (!d->shard_n || !d->shard_off) return cb_fail(e, CB_ENOMEM, "out of memory for shards");
+    for (int r = 0; r < p; r++) {
+        size_t a = d->n * (size_t)r / (size_t)p, b = d->n * (size_t)(r + 1) / (size_t)p;
+        d->shard_off[r] = (int)a;
+        d->shard_n[r] = (int)(b - a);
+    }
+    d->lo = d->zero ? (size_t)d->shard_off[d->c->rank] : 0;
+    d->hi = d->zero ? d->lo + (size_t)d->shard_n[d->c->rank] : d->n;
+    return CB_OK;
+}
+
+/* Elements of each shard inside [lo, hi). */
+static void bucket_counts(const cb_dp *d, cb_dp_bucket *b) {
+    for (int r = 0; r < d->c->size; r++) {
+        size_t a = (size_t)d->shard_off[r], z = a + (size_t)d->shard_n[r];
+        if (a < b->lo) a = b->lo;
+        if (z > b->hi) z = b->hi;
+        b->counts[r] = z > a ? (int)(z - a) : 0;
+    }
+}
+
+/* Buckets of `per` floats from the end of [start, n) towards start. */
+static int plan_buckets(cb_dp *d, size_t start, size_t per, cb_err *e) {
+    size_t span = d->n - start;
+    d->nb = span ? (int)((span + per - 1) / per) : 0;
+    d->b = calloc((size_t)d->nb + 1, sizeof *d->b);
+    if (!d->b) return cb_fail(e, CB_ENOMEM, "out of memory for %d buckets", d->nb);
+    for (int i = 0; i < d->nb; i++) {
+        cb_dp_bucket *b = &d->b[i];
+        b->hi = d->n - (size_t)i * per;
+        b->lo = b->hi >= start + per ? b->hi - per : start;
+        if (!d->zero) continue;
+        b->counts = calloc((size_t)d->c->size, sizeof(int));
+        if (!b->counts) return cb_fail(e, CB_ENOMEM, "out of memory for buckets");
+        bucket_counts(d, b);
+    }
+    return CB_OK;
+}
+
+static void start_bucket(cb_dp *d, cb_dp_bucket *b) {
+    float *g = cb_gpt_grads(d->m) + b->lo;
+    if (d->zero) cb_comm_ireduce_scatterv(d->c, "grad", NULL, g, b->counts, &b->req);
+    else cb_comm_iallreduce(d->c, "grad", NULL, g, b->hi - b->lo, CB_COMM_SUM, &b->req);
+    b->started = 1;
+}
+
+/* Tests the buckets in flight: MPI advances non-blocking collectives only
+ * inside MPI calls, so each hook call is a step of progress. */
+static void poke(cb_dp *d) {
+    for (int i = 0; i < d->next; i++)
+        if (!d->b[i].done) d->b[i].done = cb_comm_test(&d->b[i].req);
+}
+
+/* Grad hook: tensors [first, last] are final for this micro-batch. */
+static void on_ready(void *ctx, int first, int last) {
+    cb_dp *d = ctx;
+    for (int i = first; i <= last; i++) d->ready[i] = 1;
+    while (d->ft > 0 && d->ready[d->ft - 1]) d->ft--;
+    if (!d->armed) return;
+    size_t frontier = d->ft < cb_gpt_num_tensors(d->m) ? cb_gpt_tensor(d->m, d->ft)->offset : d->n;
+    while (d->next < d->nb && d->b[d->next].lo >= frontier) start_bucket(d, &d->b[d->next++]);
+    poke(d);
+}
+
+static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
+    const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
+    if (strcmp(w->name, "wte.weight") || w->offset != 0)
+        return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects wte.weight first in the block");
+    d->vocab = (size_t)w->shape[0];
+    d->chan = (size_t)w->shape[1];
+    d->max_tok = max_tokens;
+    size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
+    d->idx = malloc(sizeof(int32_t) * s);
+    d->gidx = malloc(sizeof(int32_t) * s * p);
+    d->rows = malloc(sizeof(float) * s * d->chan);
+    d->grows = malloc(sizeof(float) * s * d->chan * p);
+    d->buf_bytes = (sizeof(int32_t) + sizeof(float) * d->chan) * s * (p + 1);
+    if (!d->idx || !d->gidx || !d->rows || !d->grows)
+        return cb_fail(e, CB_ENOMEM,
+                       "out of memory for the sparse embedding exchange (%.0f MB); use "
+                       "--embed-grad dense",
+                       d->buf_bytes / 1e6);
+    return CB_OK;
+}
+
+int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
+               size_t max_tokens, cb_err *e) {
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    d->m = m;
+    d->zero = zero;
+    d->sparse = sparse;
+    d->n = cb_gpt_num_params(m);
+    if (!(bucket_mb > 0))
+        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
+    size_t per = (size_t)(bucket_mb * 1e6 / sizeof(float));
+    if (per < 1) per = 1;
+    if (per > (size_t)1 << 30) per = (size_t)1 << 30; /* MPI int counts */
+    d->ready = calloc((size_t)cb_gpt_num_tensors(m), sizeof(int));
+    if (!d->ready) return cb_fail(e, CB_ENOMEM, "out of memory");
+    int rc = plan_shards(d, e);
+    if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
+    if (!rc) rc = plan_buckets(d, sparse ? cb_gpt_tensor(m, 0)->numel : 0, per, e);
+    if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
+    return rc;
+}
+
+void cb_dp_free(cb_dp *d) {
+    if (d->m) cb_gpt_set_grad_hook(d->m, NULL, NULL);
+    for (int i = 0; d->b && i < d->nb; i++) free(d->b[i].counts);
+    free(d->b);
+    free(d->ready);
+    free(d->shard_n);
+    free(d->shard_off);
+    free(d->idx);
+    free(d->gidx);
+    free(d->rows);
+    free(d->grows);
+    memset(d, 0, sizeof *d);
+}
+
+void cb_dp_begin_backward(cb_dp *d, int last) {
+    int nt = cb_gpt_num_tensors(d->m);
+    memset(d->ready, 0, sizeof(int) * (size_t)nt);
+    d->ft = nt;
+    d->armed = last;
+    if (!last) return;
+    d->next = 0;
+    for (int i = 0; i < d->nb; i++) d->b[i].started = d->b[i].done = 0;
+}
+
+/* Records this micro-batch's lookup rows: token inp[i] gets row d_res[i]. */
+void cb_dp_end_backward(cb_dp *d) {
+    if (!d->sparse) return;
+    const cb_gpt *m = d->m;
+    size_t nt = (size_t)m->curB * m->curT;
+    if (d->ntok + nt > d->max_tok) cb_comm_fatal("sparse embedding: more token rows than planned (internal error)");
+    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = m->inp[i];
+    memcpy(d->rows + d->ntok * d->chan, m->d_res, sizeof(float) * nt * d->chan);
+    d->ntok += nt;
+}
+
+/* The head's share of wte's gradient: the accumulated dense gradient less
+ * the recorded lookup rows, as V (row, row index) slices after them. */
+static void head_slices(cb_dp *d) {
+    size_t C = d->chan, s0 = d->ntok;
+    float *head = d->rows + s0 * C, *g = cb_gpt_grads(d->m);
+    memcpy(head, g, sizeof(float) * d->vocab * C);
+    for (size_t i = 0; i < s0; i++) {
+        float *h = head + (size_t)d->idx[i] * C;
+        const float *r = d->rows + i * C;
+        for (size_t j = 0; j < C; j++) h[j] -= r[j];
+    }
+    for (size_t v = 0; v < d->vocab; v++) d->idx[s0 + v] = (int32_t)v;
+}
+
+/* Every rank's slices (fixed count: all ranks have the same local tokens)
+ * gathered, then summed into the dense wte gradient in rank order. */
+static void sparse_exchange(cb_dp *d) {
+    size_t C = d->chan, s = d->ntok + d->vocab, p = (size_t)d->c->size;
+    head_slices(d);
+    cb_comm_allgather_i32(d->c, "embed.sparse", d->idx, d->gidx, s);
+    cb_comm_allgather(d->c, "embed.sparse", d->rows, d->grows, s * C);
+    float *g = cb_gpt_grads(d->m);
+    memset(g, 0, sizeof(float) * d->vocab * C);
+    for (size_t i = 0; i < s * p; i++) {
+        float *dst = g + (size_t)d->gidx[i] * C;
+        const float *r = d->grows + i * C;
+        for (size_t j = 0; j < C; j++) dst[j] += r[j];
+    }
+    d->ntok = 0;
+}
+
+void cb_dp_reduce(cb_dp *d) {
+    while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
+    if (d->sparse) sparse_exchange(d);
+    double t0 = now_ms();
+    float *g = cb_gpt_grads(d->m);
+    int r = d->c->rank;
+    for (int i = 0; i < d->nb; i++) {
+        cb_dp_bucket *b = &d->b[i];
+        cb_comm_wait(&b->req);
+        if (!d->zero || !b->counts[r]) continue;
+        /* in-place reduce-scatter leaves this rank's part at the slice start */
+        size_t at = (size_t)d->shard_off[r] > b->lo ? (size_t)d->shard_off[r] : b->lo;
+        memmove(g + at, g + b->lo, sizeof(float) * (size_t)b->counts[r]);
+    }
+    d->wait_ms = now_ms() - t0;
+    d->armed = 0;
+}
+
+double cb_dp_grad_sumsq(cb_dp *d, const cb_kernels *k) {
+    double s = k->sumsq(cb_gpt_grads(d->m) + d->lo, d->hi - d->lo);
+    if (d->zero) cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
+    return s;
+}
+
+void cb_dp_sync_params(cb_dp *d) {
+    if (!d->zero) return;
+    cb_comm_allgatherv(d->c, "params", NULL, cb_gpt_params(d->m), d->shard_n, d->shard_off);
+}
+
+double cb_dp_mean(cb_dp *d, double x) {
+    cb_comm_allreduce_f64(d->c, "loss", NULL, &x, 1, CB_COMM_SUM);
+    return x / d->c->size;
+}
+
+void cb_dp_gather(cb_dp *d, const float *shard, float *full) {
+    if (!d->zero) {
+        if (d->c->rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * d->n);
+        return;
+    }
+    cb_comm_gatherv(d->c, "checkpoint", shard, full, d->shard_n, d->shard_off, 0);
+}
+
+double cb_dp_embed_bytes_moved(int dense, int p, size_t V, size_t C, size_t tokens) {
+    if (dense) return 2.0 * (p - 1) / p * (double)V * C * sizeof(float);
+    return (double)(p - 1) * (double)(tokens + V) * (sizeof(int32_t) + C * sizeof(float));
+}
+
+double cb_dp_embed_buffer_bytes(int dense, int p, size_t V, size_t C, size_t tokens) {
+    double grad = (double)V * C * sizeof(float);
+    if (dense) return grad;
+    return grad + (double)(p + 1) * (double)(tokens + V) * (sizeof(int32_t) + C * sizeof(float));
+}

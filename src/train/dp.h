@@ -1,0 +1,86 @@
+/* Data parallelism: every rank of a data-parallel group holds the whole
+ * model, computes its slice of the global micro-batch, and the gradients are
+ * summed over the group.
+ *
+ * Dense path: the gradient block itself is cut into fusion buckets of
+ * bucket_mb megabytes, planned from the END of the block (backward finishes
+ * ln_f first, wte last), so a bucket is a contiguous slice and needs no
+ * packing copy; a tensor may straddle two buckets. The model's grad hook
+ * reports tensors as they become final; a bucket's non-blocking all-reduce
+ * (ZeRO-1: reduce-scatter into the owners' shards) starts as soon as every
+ * tensor overlapping it is final, on the last micro-batch of a step only, and
+ * every hook call tests the requests in flight so MPI progresses them while
+ * backward computes.
+ *
+ * Sparse embedding path (--embed-grad sparse): the tied wte gradient leaves
+ * the buckets and travels as TensorFlow's IndexedSlices did under Horovod:
+ * one (token, row) pair per local token of every micro-batch plus the head's
+ * dense contribution as V (row index, row) pairs, all-gathered over the
+ * group and summed into the dense gradient by every rank. Its volume grows
+ * with the number of ranks; the dense all-reduce's does not.
+ *
+ * ZeRO-1: rank r owns the parameters [S_r, S_r+1) with S_r = r * n / p; its
+ * AdamW moments cover only that range; after the update the parameter shards
+ * are all-gathered. */
+#ifndef CB_DP_H
+#define CB_DP_H
+
+#include "comm/comm.h"
+#include "cubist.h"
+#include "kernels/kernels.h"
+
+typedef struct cb_dp_bucket {
+    size_t lo, hi;    /* gradient slice [lo, hi) */
+    int *counts;      /* ZeRO: elements of each rank's shard inside the slice */
+    int started, done;
+    cb_comm_req req;
+} cb_dp_bucket;
+
+typedef struct cb_dp {
+    cb_comm *c;
+    cb_gpt *m;
+    int zero, sparse;
+    size_t n, lo, hi;     /* parameters; this rank's optimizer range */
+    int *shard_n, *shard_off; /* ZeRO shards (p each) */
+    int nb, next;         /* buckets (nb[0] ends at n), next to start */
+    cb_dp_bucket *b;
+    int *ready, ft;       /* tensors [ft, ntensor) are final */
+    int armed;            /* this backward is the step's last */
+    double wait_ms;       /* last step: waiting for buckets after backward */
+    /* sparse path */
+    size_t vocab, chan, max_tok, ntok; /* rows V, C; token rows capacity, used */
+    int32_t *idx, *gidx;
+    float *rows, *grows;
+    size_t buf_bytes;     /* bytes of the sparse exchange buffers */
+} cb_dp;
+
+/* Plans buckets and shards for model m on group c (size >= 1); max_tokens is
+ * the local token rows of one step (grad_accum * B/dp * T), for the sparse
+ * path's buffers. Installs the model's grad hook. */
+int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
+               size_t max_tokens, cb_err *e);
+void cb_dp_free(cb_dp *d);
+/* Before each micro-batch's backward; last = 1 on the step's last one. */
+void cb_dp_begin_backward(cb_dp *d, int last);
+/* After each micro-batch's backward (records the sparse lookup rows). */
+void cb_dp_end_backward(cb_dp *d);
+/* After the last backward: finishes every reduction. Then the gradient is
+ * the group's sum on [lo, hi) (the whole block without ZeRO). */
+void cb_dp_reduce(cb_dp *d);
+/* Sum of squares of the whole reduced gradient (ZeRO: shard sums, summed
+ * over the group), so clipping uses the exact global norm. */
+double cb_dp_grad_sumsq(cb_dp *d, const cb_kernels *k);
+/* After the update: all-gathers the parameter shards (ZeRO), else nothing. */
+void cb_dp_sync_params(cb_dp *d);
+/* Mean over the group of one number per rank (the loss). */
+double cb_dp_mean(cb_dp *d, double x);
+/* Gathers a shard-sized block (hi - lo floats) into full (n floats) on group
+ * rank 0; full is unused elsewhere. */
+void cb_dp_gather(cb_dp *d, const float *shard, float *full);
+/* Peak bytes the exchange of the embedding gradient holds: dense, the
+ * gradient reduced in place (V*C floats); sparse, the dense result plus the
+ * local and the gathered (index, row) slices. Formulas for p ranks, S local
+ * slices = local tokens of a step + V, and the measured value. */
+double cb_dp_embed_bytes_moved(int dense, int p, size_t V, size_t C, size_t tokens);
+double cb_dp_embed_buffer_bytes(int dense, int p, size_t V, size_t C, size_t tokens);
+#endif
