@@ -52,9 +52,12 @@ int cb_layout_create(cb_grid *g, cb_layout **out, cb_err *e) {
         *out = cb_layout_serial();
         return *out ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory");
     }
-    return cb_fail(e, CB_EINPUT, "--tp %d --tp-mode %s: tensor parallelism is not implemented yet; "
-                                 "use --tp 1",
-                   g->tp, cb_grid_mode_name(g->mode));
+    switch (g->mode) {
+    case CB_TP_1D: return cb_layout_1d(g, out, e);
+    case CB_TP_2D: return cb_layout_2d(g, out, e);
+    case CB_TP_3D: return cb_layout_3d(g, out, e);
+    }
+    return cb_fail(e, CB_EINTERNAL, "unknown tensor-parallel mode %d", (int)g->mode);
 }
 
 void cb_layout_free(cb_layout *L) {

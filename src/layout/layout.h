@@ -101,6 +101,10 @@ typedef struct cb_layout_ops {
     int (*check)(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e);
     /* local rows x cols of an N x H activation of the given parity */
     void (*act_shape)(const cb_layout *L, int N, int H, int parity, int *rows, int *cols);
+    /* which rows and columns of the full N x H activation tensor rank tp_rank
+     * holds (parts as for the linear that produced it: the QKV output has
+     * parts 3); for tests and for gathering activations */
+    cb_shard (*act_shard)(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts);
     /* floats of the saved attention probabilities and of the local logits */
     size_t (*att_numel)(const cb_layout *L, int B, int T, int NH);
     size_t (*logits_numel)(const cb_layout *L, int N, int V);
@@ -145,6 +149,7 @@ struct cb_layout {
     int tp, q, tp_rank;
     struct cb_grid *grid; /* NULL for the serial layout */
     const cb_kernels *k;
+    int save_gathered;    /* 3-D: keep gathered inputs for backward (1) or re-gather (0) */
     void *priv;
 };
 
@@ -152,6 +157,10 @@ struct cb_layout {
 cb_layout *cb_layout_serial(void);
 /* The layout of a grid's tensor group; mode from the grid. */
 int cb_layout_create(struct cb_grid *g, cb_layout **out, cb_err *e);
+/* One per file: tp1d.c, tp2d.c, tp3d.c (grid->tp > 1). */
+int cb_layout_1d(struct cb_grid *g, cb_layout **out, cb_err *e);
+int cb_layout_2d(struct cb_grid *g, cb_layout **out, cb_err *e);
+int cb_layout_3d(struct cb_grid *g, cb_layout **out, cb_err *e);
 void cb_layout_free(cb_layout *L);
 
 /* Collective over the tensor group: full (R x C, on tp rank 0) from every

@@ -16,6 +16,12 @@ static void act_shape(const cb_layout *L, int N, int H, int parity, int *rows, i
     *cols = H;
 }
 
+static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts) {
+    (void)L, (void)tp_rank, (void)parity, (void)parts;
+    return (cb_shard){.R = N, .C = H, .rows_pad = N, .row0 = 0, .nrows = N, .nseg = 1,
+                      .col0 = {0}, .ncol = {H}, .owner = 1};
+}
+
 static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
     (void)L;
     return (size_t)B * NH * T * T;
@@ -96,6 +102,7 @@ static const cb_layout_ops OPS = {
     .name = "serial",
     .check = check,
     .act_shape = act_shape,
+    .act_shard = act_shard,
     .att_numel = att_numel,
     .logits_numel = logits_numel,
     .shard = shard,
