@@ -1,0 +1,342 @@
+/* Every layout operator against the serial one. Run under mpirun with
+ * tp = world size: build/tests/test_layout --tp-mode 1d|2d|3d.
+ *
+ * Each case draws full inputs, parameters and upstream gradients from one
+ * seed on every rank, runs the op serially on the full tensors and in the
+ * layout on the shards that act_shard/shard assign to this rank, and
+ * compares this rank's outputs and gradients with the same cut of the
+ * serial results: max |layout - serial| over max |serial|, taken over all
+ * ranks, within 1e-5. fp32 sums split over ranks reassociate, which moves
+ * results by a few ulp of the largest partial sums; 1e-5 is ~100 ulp. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/grid.h"
+#include "layout/layout.h"
+#include "util/rng.h"
+
+#define TOL 1e-5
+
+static cb_layout *S, *P; /* serial, parallel */
+static cb_comm *W;
+static int fails, passes;
+
+typedef struct sizes {
+    int B, T, C, NH, V, N;
+} sizes;
+
+static float *randn(cb_rng *r, size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = cb_rng_normal(r);
+    return p;
+}
+
+static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+/* this rank's cut of a full tensor, as a fresh buffer */
+static float *cut(const cb_shard *s, const float *full) {
+    float *l = zeros(cb_shard_numel(s));
+    cb_shard_extract(s, full, l);
+    return l;
+}
+
+static cb_shard pshard(cb_param_kind kind, int64_t R, int64_t C, int parts, int parity) {
+    return P->ops->shard(P, P->tp_rank, kind, R, C, parts, parity);
+}
+
+static cb_shard ashard(int N, int H, int parity, int parts) {
+    return P->ops->act_shard(P, P->tp_rank, N, H, parity, parts);
+}
+
+/* compares local (n floats) with the cut of full; prints one line */
+static void expect(const char *what, const cb_shard *s, const float *local, const float *full) {
+    size_t n = cb_shard_numel(s);
+    float *want = cut(s, full);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)local[i] - want[i]));
+        den = fmax(den, fabs((double)want[i]));
+    }
+    double v[2] = {num, den};
+    cb_comm_allreduce_f64(W, "test", v, v, 2, CB_COMM_MAX);
+    double rel = v[0] / (v[1] > 0 ? v[1] : 1);
+    int ok = rel <= TOL;
+    ok ? passes++ : fails++;
+    if (W->rank == 0)
+        printf("%s %s %s: max err %.2e / max %.2e = %.2e (tol %.0e)\n", ok ? "PASS" : "FAIL",
+               P->ops->name, what, v[0], v[1], rel, TOL);
+    free(want);
+}
+
+static void expect_scalar(const char *what, double got, double want) {
+    double rel = fabs(got - want) / fmax(fabs(want), 1e-30), v = rel;
+    cb_comm_allreduce_f64(W, "test", &v, &v, 1, CB_COMM_MAX);
+    int ok = v <= TOL;
+    ok ? passes++ : fails++;
+    if (W->rank == 0)
+        printf("%s %s %s: %.8g vs serial %.8g, rel %.2e\n", ok ? "PASS" : "FAIL", P->ops->name, what,
+               got, want, v);
+}
+
+/* One linear in -> out with input parity p; parts as QKV. Returns nothing;
+ * checks y, dx, dW, db. */
+static void case_linear(const sizes *z, int in, int out, int parts, int parity, cb_rng *r) {
+    int N = z->N;
+    float *x = randn(r, (size_t)N * in), *w = randn(r, (size_t)in * out), *b = randn(r, out);
+    float *dy = randn(r, (size_t)N * out);
+    float *y = zeros((size_t)N * out), *dx = zeros((size_t)N * in);
+    float *dw = zeros((size_t)in * out), *db = zeros(out);
+    cb_linear ls = {in, out, parts, parity, w, b, dw, db, NULL};
+    S->ops->linear_forward(S, &ls, x, y, N);
+    S->ops->linear_backward(S, &ls, x, dy, dx, N);
+
+    cb_shard sx = ashard(N, in, parity, 1), sy = ashard(N, out, 1 - parity, parts);
+    cb_shard sw = pshard(CB_P_LINEAR_W, in, out, parts, parity);
+    cb_shard sb = pshard(CB_P_LINEAR_B, 1, out, parts, parity);
+    float *lx = cut(&sx, x), *ldy = cut(&sy, dy), *lw = cut(&sw, w), *lb = cut(&sb, b);
+    float *ly = zeros(cb_shard_numel(&sy)), *ldx = zeros(cb_shard_numel(&sx));
+    float *ldw = zeros(cb_shard_numel(&sw)), *ldb = zeros(cb_shard_numel(&sb));
+    cb_linear lp = {in, out, parts, parity, lw, lb, ldw, ldb, NULL};
+    P->ops->linear_forward(P, &lp, lx, ly, N);
+    P->ops->linear_backward(P, &lp, lx, ldy, ldx, N);
+    char name[96];
+    snprintf(name, sizeof name, "linear %dx%d parts %d parity %d", in, out, parts, parity);
+    char what[128];
+    snprintf(what, sizeof what, "%s y", name);
+    expect(what, &sy, ly, y);
+    snprintf(what, sizeof what, "%s dx", name);
+    expect(what, &sx, ldx, dx);
+    snprintf(what, sizeof what, "%s dW", name);
+    expect(what, &sw, ldw, dw);
+    snprintf(what, sizeof what, "%s db", name);
+    expect(what, &sb, ldb, db);
+    float *all[] = {x, w, b, dy, y, dx, dw, db, lx, ldy, lw, lb, ly, ldx, ldw, ldb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* Three linears in a row (parity 0 -> 1 -> 0 -> 1): the role swap must
+ * compose for an odd count. Checks the final output and the first input's
+ * gradient. */
+static void case_chain(const sizes *z, cb_rng *r) {
+    int N = z->N, C = z->C, dims[4] = {C, 2 * C, C, 2 * C};
+    float *x = randn(r, (size_t)N * C), *dyl = randn(r, (size_t)N * 2 * C);
+    float *w[3], *b[3], *acts[4], *lw[3], *lb[3], *lacts[4], *dws[3], *dbs[3], *ldws[3], *ldbs[3];
+    cb_shard sa[4], sw[3], sb[3];
+    acts[0] = x;
+    for (int i = 0; i < 4; i++) sa[i] = ashard(N, dims[i], i % 2, 1);
+    lacts[0] = cut(&sa[0], x);
+    cb_linear ls[3], lp[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = randn(r, (size_t)dims[i] * dims[i + 1]);
+        b[i] = randn(r, dims[i + 1]);
+        dws[i] = zeros((size_t)dims[i] * dims[i + 1]);
+        dbs[i] = zeros(dims[i + 1]);
+        acts[i + 1] = zeros((size_t)N * dims[i + 1]);
+        sw[i] = pshard(CB_P_LINEAR_W, dims[i], dims[i + 1], 1, i % 2);
+        sb[i] = pshard(CB_P_LINEAR_B, 1, dims[i + 1], 1, i % 2);
+        lw[i] = cut(&sw[i], w[i]);
+        lb[i] = cut(&sb[i], b[i]);
+        ldws[i] = zeros(cb_shard_numel(&sw[i]));
+        ldbs[i] = zeros(cb_shard_numel(&sb[i]));
+        lacts[i + 1] = zeros(cb_shard_numel(&sa[i + 1]));
+        ls[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, w[i], b[i], dws[i], dbs[i], NULL};
+        lp[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, lw[i], lb[i], ldws[i], ldbs[i], NULL};
+        S->ops->linear_forward(S, &ls[i], acts[i], acts[i + 1], N);
+        P->ops->linear_forward(P, &lp[i], lacts[i], lacts[i + 1], N);
+    }
+    expect("3 linears in a row: output (parity 1)", &sa[3], lacts[3], acts[3]);
+    float *d = dyl, *ld = cut(&sa[3], dyl);
+    for (int i = 2; i >= 0; i--) {
+        float *dn = zeros((size_t)N * dims[i]), *ldn = zeros(cb_shard_numel(&sa[i]));
+        S->ops->linear_backward(S, &ls[i], acts[i], d, dn, N);
+        P->ops->linear_backward(P, &lp[i], lacts[i], ld, ldn, N);
+        if (d != dyl) free(d);
+        free(ld);
+        d = dn;
+        ld = ldn;
+    }
+    expect("3 linears in a row: dx", &sa[0], ld, d);
+    expect("3 linears in a row: dW of the middle one", &sw[1], ldws[1], dws[1]);
+    free(d);
+    free(ld);
+    free(dyl);
+    for (int i = 0; i < 4; i++) {
+        free(acts[i]);
+        free(lacts[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(w[i]), free(b[i]), free(lw[i]), free(lb[i]);
+        free(dws[i]), free(dbs[i]), free(ldws[i]), free(ldbs[i]);
+    }
+}
+
+static void case_norm(const sizes *z, int parity, cb_rng *r) {
+    int N = z->N, C = z->C;
+    float *x = randn(r, (size_t)N * C), *w = randn(r, C), *b = randn(r, C);
+    float *dy = randn(r, (size_t)N * C), *dx0 = randn(r, (size_t)N * C);
+    float *y = zeros((size_t)N * C), *mean = zeros(N), *rstd = zeros(N);
+    float *dx = malloc(sizeof(float) * N * C), *dw = zeros(C), *db = zeros(C);
+    memcpy(dx, dx0, sizeof(float) * N * C); /* backward accumulates into the residual */
+    cb_norm ns = {C, parity, w, b, dw, db};
+    S->ops->norm_forward(S, &ns, x, y, mean, rstd, N);
+    S->ops->norm_backward(S, &ns, x, dy, dx, mean, rstd, N);
+
+    cb_shard sa = ashard(N, C, parity, 1), sp = pshard(CB_P_NORM, 1, C, 1, parity);
+    int rows, cols;
+    P->ops->act_shape(P, N, C, parity, &rows, &cols);
+    float *lx = cut(&sa, x), *ldy = cut(&sa, dy), *ldx = cut(&sa, dx0), *lw = cut(&sp, w);
+    float *lb = cut(&sp, b), *ly = zeros(cb_shard_numel(&sa)), *lm = zeros(rows);
+    float *lr = zeros(rows), *ldw = zeros(cb_shard_numel(&sp)), *ldb = zeros(cb_shard_numel(&sp));
+    cb_norm np = {C, parity, lw, lb, ldw, ldb};
+    P->ops->norm_forward(P, &np, lx, ly, lm, lr, N);
+    P->ops->norm_backward(P, &np, lx, ldy, ldx, lm, lr, N);
+    char what[96];
+    snprintf(what, sizeof what, "layernorm parity %d y", parity);
+    expect(what, &sa, ly, y);
+    snprintf(what, sizeof what, "layernorm parity %d dx (accumulated)", parity);
+    expect(what, &sa, ldx, dx);
+    snprintf(what, sizeof what, "layernorm parity %d dgamma", parity);
+    expect(what, &sp, ldw, dw);
+    snprintf(what, sizeof what, "layernorm parity %d dbeta", parity);
+    expect(what, &sp, ldb, db);
+    float *all[] = {x, w, b, dy, dx0, y, mean, rstd, dx, dw, db,
+                    lx, ldy, ldx, lw, lb, ly, lm, lr, ldw, ldb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+static void case_attention(const sizes *z, cb_rng *r) {
+    int N = z->N, C = z->C;
+    float *qkv = randn(r, (size_t)N * 3 * C), *dy = randn(r, (size_t)N * C);
+    float *y = zeros((size_t)N * C), *dqkv = zeros((size_t)N * 3 * C);
+    size_t an = S->ops->att_numel(S, z->B, z->T, z->NH);
+    float *att = zeros(an), *scr = zeros(an);
+    S->ops->attention_forward(S, qkv, y, att, z->B, z->T, C, z->NH);
+    S->ops->attention_backward(S, qkv, att, dy, dqkv, scr, z->B, z->T, C, z->NH);
+
+    cb_shard sq = ashard(N, 3 * C, 1, 3), sy = ashard(N, C, 1, 1);
+    size_t lan = P->ops->att_numel(P, z->B, z->T, z->NH);
+    float *lq = cut(&sq, qkv), *ldy = cut(&sy, dy), *ly = zeros(cb_shard_numel(&sy));
+    float *ldq = zeros(cb_shard_numel(&sq)), *latt = zeros(lan), *lscr = zeros(lan);
+    P->ops->attention_forward(P, lq, ly, latt, z->B, z->T, C, z->NH);
+    P->ops->attention_backward(P, lq, latt, ldy, ldq, lscr, z->B, z->T, C, z->NH);
+    expect("attention y", &sy, ly, y);
+    expect("attention dqkv", &sq, ldq, dqkv);
+    float *all[] = {qkv, dy, y, dqkv, att, scr, lq, ldy, ly, ldq, latt, lscr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* Embedding forward/backward, then the tied head and the loss on the same
+ * wte: the pair the GPT uses. */
+static void case_embed_head(const sizes *z, cb_rng *r) {
+    int N = z->N, C = z->C, V = z->V, T = z->T;
+    int *ids = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int)cb_rng_below(r, V);
+        tg[i] = (int)cb_rng_below(r, V);
+    }
+    float *wte = randn(r, (size_t)V * C), *wpe = randn(r, (size_t)T * C);
+    float *dx = randn(r, (size_t)N * C), *h = randn(r, (size_t)N * C);
+    float *x = zeros((size_t)N * C), *dwte = zeros((size_t)V * C), *dwpe = zeros((size_t)T * C);
+    float *logits = zeros(S->ops->logits_numel(S, N, V)), *dh = zeros((size_t)N * C);
+    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe};
+    S->ops->embed_forward(S, &es, ids, z->B, T, x);
+    S->ops->embed_backward(S, &es, ids, z->B, T, dx);
+    float loss = S->ops->head_forward(S, &es, h, tg, logits, N);
+    S->ops->head_backward(S, &es, h, tg, logits, 0.7f, dh, N);
+
+    cb_shard sa = ashard(N, C, 0, 1), se = pshard(CB_P_EMBED, V, C, 1, 0);
+    cb_shard spos = pshard(CB_P_POS, T, C, 1, 0);
+    float *lwte = cut(&se, wte), *lwpe = cut(&spos, wpe), *ldx = cut(&sa, dx), *lh = cut(&sa, h);
+    float *lx = zeros(cb_shard_numel(&sa)), *ldwte = zeros(cb_shard_numel(&se));
+    float *ldwpe = zeros(cb_shard_numel(&spos)), *ldh = zeros(cb_shard_numel(&sa));
+    float *ll = zeros(P->ops->logits_numel(P, N, V));
+    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe};
+    P->ops->embed_forward(P, &ep, ids, z->B, T, lx);
+    P->ops->embed_backward(P, &ep, ids, z->B, T, ldx);
+    float lloss = P->ops->head_forward(P, &ep, lh, tg, ll, N);
+    P->ops->head_backward(P, &ep, lh, tg, ll, 0.7f, ldh, N);
+    expect("embedding x", &sa, lx, x);
+    expect("embedding + head dwte (tied)", &se, ldwte, dwte);
+    expect("embedding dwpe", &spos, ldwpe, dwpe);
+    expect_scalar("head loss (vocabulary-parallel cross-entropy)", lloss, loss);
+    expect("head dx", &sa, ldh, dh);
+    float *all[] = {wte, wpe, dx, h, x, dwte, dwpe, logits, dh,
+                    lwte, lwpe, ldx, lh, lx, ldwte, ldwpe, ldh, ll};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(ids);
+    free(tg);
+}
+
+static int lcm(int a, int b) {
+    int x = a, y = b;
+    while (y) {
+        int t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
+/* Sizes every layout accepts at this tp: token blocks of 2 sequences,
+ * heads and widths divisible as needed, a vocabulary that needs padding. */
+static sizes pick_sizes(const cb_grid *g) {
+    int q = g->q, tb = 1, cdiv = 1, hdiv = 1;
+    if (g->mode == CB_TP_1D) cdiv = hdiv = g->tp;
+    if (g->mode == CB_TP_2D) tb = cdiv = hdiv = q;
+    if (g->mode == CB_TP_3D) tb = cdiv = q * q, hdiv = q;
+    sizes z = {.B = 2 * tb, .T = 4, .NH = hdiv > 1 ? hdiv : 2, .V = 11};
+    int base = lcm(z.NH, cdiv);
+    z.C = base;
+    while (z.C < 16) z.C += base;
+    z.N = z.B * z.T;
+    return z;
+}
+
+int main(int argc, char **argv) {
+    cb_err e = {0};
+    if (cb_comm_init(&argc, &argv, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    W = cb_comm_world();
+    const char *mode_s = "1d";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--tp-mode")) mode_s = argv[i + 1];
+    cb_tp_mode mode;
+    cb_grid g;
+    if (cb_grid_parse_mode(mode_s, &mode, &e) || cb_grid_create(&g, 1, 1, W->size, mode, &e) ||
+        cb_layout_create(&g, &P, &e)) {
+        if (W->rank == 0) printf("FAIL layout %s on %d ranks: %s\n", mode_s, W->size, e.msg);
+        cb_comm_finalize();
+        return 1;
+    }
+    S = cb_layout_serial();
+    sizes z = pick_sizes(&g);
+    if (P->ops->check(P, z.B, z.T, z.C, z.NH, z.V, &e)) {
+        if (W->rank == 0) printf("FAIL %s check rejected B=%d C=%d NH=%d: %s\n", mode_s, z.B, z.C,
+                                 z.NH, e.msg);
+        cb_comm_finalize();
+        return 1;
+    }
+    if (W->rank == 0)
+        printf("# %s on %d ranks: B=%d T=%d C=%d NH=%d V=%d\n", P->ops->name, W->size, z.B, z.T,
+               z.C, z.NH, z.V);
+    cb_rng r;
+    cb_rng_seed(&r, 2024);
+    case_linear(&z, z.C, 4 * z.C, 1, 0, &r);
+    case_linear(&z, 4 * z.C, z.C, 1, 1, &r);
+    case_linear(&z, z.C, 3 * z.C, 3, 0, &r);
+    case_linear(&z, z.C, z.C, 1, 1, &r);
+    case_chain(&z, &r);
+    case_norm(&z, 0, &r);
+    case_norm(&z, 1, &r);
+    case_attention(&z, &r);
+    case_embed_head(&z, &r);
+    cb_layout_free(P);
+    cb_layout_free(S);
+    cb_grid_free(&g);
+    cb_comm_finalize();
+    return fails != 0;
+}
