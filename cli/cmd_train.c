@@ -2,6 +2,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "comm/comm.h"
 #include "train/train.h"
 
 static const char EPILOG[] =
@@ -16,7 +17,17 @@ static const char EPILOG[] =
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
     "(N parameters, L layers, C d-model, T seq-len; attention without the causal\n"
     "discount). The peak is --peak-gflops, else sgemm measured once per machine\n"
-    "(`cubist bench --peak`) and cached in ~/.cache/cubist.\n";
+    "(`cubist bench --peak`) and cached in ~/.cache/cubist.\n"
+    "Processes: `mpirun -np N cubist train ...` splits the world into dp x pp x tp\n"
+    "(tensor ranks adjacent); --batch stays the GLOBAL micro-batch, each data-\n"
+    "parallel rank computes B/dp of its rows, so any layout follows the same\n"
+    "trajectory. Only world rank 0 prints, logs and saves; checkpoints hold full\n"
+    "tensors (ZeRO shards gathered) and resume under any layout. The log adds\n"
+    "comm_bytes (bytes this rank sent, ring volume; it receives as many),\n"
+    "comm_calls, comm_ms (time inside MPI) and comm_wait_ms (waiting for gradient\n"
+    "buckets after backward), all for world rank 0 and this step.\n"
+    "Test only: CUBIST_TEST_EXIT_RANK=R [CUBIST_TEST_EXIT_STEP=S] makes world rank R\n"
+    "exit with status 3 in the middle of step S (default 1), for failure tests.\n";
 
 int cmd_train(int argc, char **argv) {
     cb_train_opts o;
@@ -55,14 +66,34 @@ int cmd_train(int argc, char **argv) {
         {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
         {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
         {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
+        {"dp", ARG_INT, &o.dp, "data-parallel ranks (default: processes / (pp*tp))"},
+        {"pp", ARG_INT, &o.pp, "pipeline stages (1; more: not implemented yet)"},
+        {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1; more: not implemented yet)"},
+        {"tp-mode", ARG_STR, &o.tp_mode, "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
+        {"print-grid", ARG_BOOL, &o.print_grid, "print every rank's grid placement"},
+        {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
+        {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
+        {"zero", ARG_INT, &o.zero, "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
+        {"embed-grad", ARG_STR, &o.embed_grad,
+         "dense (all-reduce) or sparse (all-gather rows, as TF+Horovod)"},
     };
-    int n = (int)(sizeof flags / sizeof *flags), help;
+    int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
-    if (cli_parse("train", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
-    if (help) {
+    int rc = cli_parse("train", argc, argv, flags, n, &help, &e);
+    if (help && !rc) {
         cli_usage(stdout, "train", "--data FILE [flags]", flags, n, EPILOG);
         return 0;
     }
-    if (cb_train_run(&o, &e)) return cli_fail(&e);
+    /* Every rank parses the same flags; from here errors are agreed across
+     * ranks and printed once (cb_comm_exit). */
+    cb_err me = {0};
+    if (cb_comm_init(&argc, &argv, &me)) return cli_fail(&me);
+    if (!rc) rc = cb_train_run(&o, &e);
+    if (rc) {
+        char msg[sizeof e.msg + 8];
+        snprintf(msg, sizeof msg, "error: %s", e.msg);
+        cb_comm_exit(e.code == CB_EINPUT ? 2 : 1, msg);
+    }
+    cb_comm_finalize();
     return 0;
 }

@@ -9,72 +9,16 @@
 
 static const char *const CONFIG_KEYS[5] = {"n_layer", "d_model", "n_head", "seq_len", "vocab"};
 
-static int check_tensor(const cb_st_tensor *s, const cb_tensor_info *t, const char *name,
-                        const char *path, cb_err *e);
-
 static int *config_field(cb_gpt_config *c, int i) {
     int *f[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
     return f[i];
 }
 
-/* Full tensors of nb blocks, gathered over the tensor group; NULL on other
- * tensor ranks (and when out of memory on rank 0: *oom set). */
-static float *gather_blocks(const cb_gpt *m, int nb, const float *const *blocks, size_t *full_n,
-                            int *oom) {
-    size_t n = 0;
-    for (int i = 0; i < m->ntensor; i++) {
-        const cb_tensor_info *t = &m->tensors[i];
-        n += (size_t)t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
-    }
-    *full_n = n;
-    float *full = m->L->tp_rank == 0 ? malloc(sizeof(float) * n * nb + 1) : NULL;
-    *oom = m->L->tp_rank == 0 && !full;
-    for (int b = 0; b < nb; b++) {
-        size_t off = 0;
-        for (int i = 0; i < m->ntensor; i++) {
-            const cb_tensor_info *t = &m->tensors[i];
-            const gpt_tensor_split *sp = &m->split[i];
-            int two = t->ndim == 2;
-            float *dst = full ? full + (size_t)b * n + off : NULL;
-            cb_layout_gather(m->L, sp->kind, two ? t->shape[0] : 1, two ? t->shape[1] : t->shape[0],
-                             sp->parts, sp->parity, blocks[b] + t->offset, dst);
-            off += (size_t)t->shape[0] * (two ? t->shape[1] : 1);
-        }
-    }
-    return full;
-}
-
 int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
                     const char *const *prefixes, const char *path, const char *const *extra,
                     int nextra, cb_err *e) {
-    size_t full_n;
-    int oom;
-    float *full = gather_blocks(m, nb, blocks, &full_n, &oom);
-    if (oom) return cb_fail(e, CB_ENOMEM, "out of memory gathering %s", path);
-    if (m->L->tp_rank != 0) return CB_OK;
-    size_t n = (size_t)nb * m->ntensor;
-    cb_st_entry *t = calloc(n, sizeof *t);
-    char(*names)[80] = calloc(n, sizeof *names);
     const char **meta = calloc(12 + 2 * (size_t)nextra, sizeof *meta);
-    if (!t || !names || !meta) {
-        free(t);
-        free(names);
-        free(meta);
-        free(full);
-        return cb_fail(e, CB_ENOMEM, "out of memory writing %s", path);
-    }
-    size_t off = 0;
-    for (size_t j = 0; j < n; j++) {
-        const cb_tensor_info *ti = &m->tensors[j % m->ntensor];
-        if (j % m->ntensor == 0) off = (j / m->ntensor) * full_n;
-        snprintf(names[j], sizeof names[j], "%s%s", prefixes[j / m->ntensor], ti->name);
-        t[j].name = names[j];
-        t[j].ndim = ti->ndim;
-        t[j].shape[0] = ti->shape[0];
-        t[j].shape[1] = ti->shape[1];
-        t[j].data = full + off;
-        off += (size_t)ti->shape[0] * (ti->ndim == 2 ? ti->shape[1] : 1);
-    }
+    if (!meta) return cb_fail(e, CB_ENOMEM, "out of memory writing %s", path);
     char vals[5][24];
     for (int i = 0; i < 5; i++) {
         snprintf(vals[i], sizeof vals[i], "%d", *config_field((cb_gpt_config *)&m->c, i));
@@ -84,11 +28,8 @@ int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
     meta[10] = "format";
     meta[11] = "pt";
     for (int i = 0; i < 2 * nextra; i++) meta[12 + i] = extra[i];
-    int rc = cb_st_write(path, t, (int)n, meta, 6 + nextra, e);
-    free(t);
-    free(names);
+    int rc = cb_ptable_save(&m->pt, nb, blocks, prefixes, path, meta, 6 + nextra, e);
     free(meta);
-    free(full);
     return rc;
 }
 
@@ -100,22 +41,7 @@ int cb_gpt_save(cb_gpt *m, const char *path, cb_err *e) {
 
 int gpt_load_block(const cb_gpt *m, float *block, const char *prefix, const cb_st_file *f,
                    const char *path, cb_err *e) {
-    for (int i = 0; i < m->ntensor; i++) {
-        const cb_tensor_info *t = &m->tensors[i];
-        char name[80];
-        snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        const cb_st_tensor *s = cb_st_find(f, name);
-        int rc = check_tensor(s, t, name, path, e);
-        if (rc) return rc;
-        /* the data section need not be 4-byte aligned: copy, then cut the shard */
-        float *full = malloc(s->nbytes + sizeof(float));
-        if (!full) return cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
-        memcpy(full, f->data + s->offset, s->nbytes);
-        cb_shard sh = gpt_shard(m, i, m->L->tp_rank);
-        cb_shard_extract(&sh, full, block + t->offset);
-        free(full);
-    }
-    return CB_OK;
+    return cb_ptable_load(&m->pt, block, prefix, f, path, e);
 }
 
 /* Without metadata (a file from elsewhere), the sizes follow from shapes. */
@@ -161,31 +87,6 @@ int cb_gpt_config_from_file(const char *path, cb_gpt_config *c, cb_err *e) {
     rc = have == 5 ? CB_OK : infer_config(&f, path, c, e);
     cb_st_close(&f);
     return rc ? rc : cb_gpt_config_check(c, e);
-}
-
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-    int off = snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && off < (int)n; i++)
-        off += snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (off < (int)n) snprintf(buf + off, n - off, "]");
-}
-
-static int check_tensor(const cb_st_tensor *s, const cb_tensor_info *t, const char *name,
-                        const char *path, cb_err *e) {
-    if (!s)
-        return cb_fail(e, CB_EINPUT, "%s: tensor %s is missing; the file is not a GPT-2 checkpoint "
-                                     "of this size",
-                       path, name);
-    int same = s->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-    if (same) return CB_OK;
-    char got[64], want[64];
-    shape_str(got, sizeof got, s->ndim, s->shape);
-    shape_str(want, sizeof want, t->ndim, t->shape);
-    return cb_fail(e, CB_EINPUT,
-                   "%s: tensor %s has shape %s, the model expects %s; pass the model sizes the "
-                   "checkpoint was written with",
-                   path, name, got, want);
 }
 
 int cb_gpt_load(cb_gpt *m, const char *path, cb_err *e) {

@@ -41,21 +41,7 @@ int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e) {
 
 static void add_tensor(cb_gpt *m, const char *name, int64_t d0, int64_t d1, int decay, int layer,
                        cb_param_kind kind, int parts, int parity) {
-    int i = m->ntensor++;
-    cb_tensor_info *t = &m->tensors[i];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = d1 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    cb_shard sh = m->L->ops->shard(m->L, m->L->tp_rank, kind, d1 ? d0 : 1, d1 ? d1 : d0, parts,
-                                   parity);
-    t->numel = cb_shard_numel(&sh);
-    t->owner = sh.owner;
-    t->offset = m->nparams;
-    t->decay = decay;
-    t->layer = layer;
-    m->split[i] = (gpt_tensor_split){kind, parts, parity};
-    m->nparams += t->numel;
+    if (cb_ptable_add(&m->pt, name, d0, d1, decay, layer, kind, parts, parity) < 0) m->oom = 1;
 }
 
 static void build_tensor_table(cb_gpt *m) {
@@ -152,7 +138,7 @@ static void bind_norm(cb_norm *n, int C, cb_gpt *m, const cb_tensor_info *w) {
 
 static void bind_params(cb_gpt *m) {
     int C = m->c.d_model, L = m->c.n_layer;
-    const cb_tensor_info *t = m->tensors;
+    const cb_tensor_info *t = m->pt.t;
     m->embed = (cb_embed){.V = m->c.vocab, .C = C, .T = m->c.seq_len,
                           .wte = at(m->params, &t[0]), .wpe = at(m->params, &t[1]),
                           .dwte = at(m->grads, &t[0]), .dwpe = at(m->grads, &t[1])};
@@ -172,8 +158,7 @@ static void bind_params(cb_gpt *m) {
 void cb_gpt_free(cb_gpt *m) {
     if (!m) return;
     if (m->own_layout) cb_layout_free(m->L);
-    free(m->tensors);
-    free(m->split);
+    cb_ptable_free(&m->pt);
     free(m->params);
     free(m->grads);
     free(m->actblock);
@@ -198,17 +183,16 @@ int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out,
     m->B = B;
     m->T = T;
     m->L = L;
-    size_t nt = 4 + (size_t)c->n_layer * NLAYER_TENSORS;
-    m->tensors = calloc(nt, sizeof *m->tensors);
-    m->split = calloc(nt, sizeof *m->split);
+    m->pt.L = L;
     m->acts = calloc(c->n_layer, sizeof *m->acts);
     m->blocks = calloc(c->n_layer, sizeof *m->blocks);
     m->inp = malloc(sizeof(int) * 2 * (size_t)B * T);
-    if (!m->tensors || !m->split || !m->acts || !m->blocks || !m->inp) goto oom;
+    if (!m->acts || !m->blocks || !m->inp) goto oom;
     m->targets = m->inp + (size_t)B * T;
     build_tensor_table(m);
-    m->params = calloc(m->nparams + 1, sizeof(float));
-    m->grads = calloc(m->nparams + 1, sizeof(float));
+    if (m->oom) goto oom;
+    m->params = calloc(m->pt.nparams + 1, sizeof(float));
+    m->grads = calloc(m->pt.nparams + 1, sizeof(float));
     size_t nact = plan_activations(m, NULL);
     m->actblock = calloc(nact, sizeof(float));
     if (!m->params || !m->grads || !m->actblock) goto oom;
@@ -234,9 +218,9 @@ int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e)
 }
 
 const cb_gpt_config *cb_gpt_get_config(const cb_gpt *m) { return &m->c; }
-size_t cb_gpt_num_params(const cb_gpt *m) { return m->nparams; }
-int cb_gpt_num_tensors(const cb_gpt *m) { return m->ntensor; }
-const cb_tensor_info *cb_gpt_tensor(const cb_gpt *m, int i) { return &m->tensors[i]; }
+size_t cb_gpt_num_params(const cb_gpt *m) { return m->pt.nparams; }
+int cb_gpt_num_tensors(const cb_gpt *m) { return m->pt.n; }
+const cb_tensor_info *cb_gpt_tensor(const cb_gpt *m, int i) { return &m->pt.t[i]; }
 float *cb_gpt_params(cb_gpt *m) { return m->params; }
 float *cb_gpt_grads(cb_gpt *m) { return m->grads; }
 const float *cb_gpt_probs(const cb_gpt *m) { return m->logits; }
@@ -246,28 +230,27 @@ void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx) {
     m->hook_ctx = ctx;
 }
 
-/* Every rank draws the full tensors from the same stream and keeps its
- * shard, so every layout starts from the weights of the serial model. */
-void cb_gpt_init_random(cb_gpt *m, uint64_t seed) {
+/* GPT-2's initialisation of one full tensor, drawn in table order from one
+ * stream on every rank, so every layout starts from the serial weights. */
+typedef struct init_ctx {
     cb_rng r;
-    cb_rng_seed(&r, seed);
-    float resid = 0.02f / sqrtf(2.0f * m->c.n_layer);
-    for (int i = 0; i < m->ntensor; i++) {
-        const cb_tensor_info *t = &m->tensors[i];
-        int is_ln = strstr(t->name, "ln_") != NULL, is_weight = strstr(t->name, ".weight") != NULL;
-        int is_resid = strstr(t->name, "c_proj.weight") != NULL;
-        size_t n = (size_t)t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
-        float *full = malloc(sizeof(float) * n);
-        if (!full) abort();
-        for (size_t j = 0; j < n; j++) {
-            if (is_ln) full[j] = is_weight ? 1.0f : 0.0f;
-            else if (is_weight) full[j] = cb_rng_normal(&r) * (is_resid ? resid : 0.02f);
-            else full[j] = 0.0f;
-        }
-        cb_shard sh = gpt_shard(m, i, m->L->tp_rank);
-        cb_shard_extract(&sh, full, m->params + t->offset);
-        free(full);
+    float resid;
+} init_ctx;
+
+static void init_tensor(void *ctx, const cb_tensor_info *t, float *full, size_t n) {
+    init_ctx *c = ctx;
+    int is_ln = strstr(t->name, "ln_") != NULL, is_weight = strstr(t->name, ".weight") != NULL;
+    float sd = strstr(t->name, "c_proj.weight") ? c->resid : 0.02f;
+    for (size_t j = 0; j < n; j++) {
+        if (is_ln) full[j] = is_weight ? 1.0f : 0.0f;
+        else full[j] = is_weight ? cb_rng_normal(&c->r) * sd : 0.0f;
     }
+}
+
+void cb_gpt_init_random(cb_gpt *m, uint64_t seed) {
+    init_ctx c = {.resid = 0.02f / sqrtf(2.0f * m->c.n_layer)};
+    cb_rng_seed(&c.r, seed);
+    if (cb_ptable_fill(&m->pt, m->params, init_tensor, &c)) abort();
 }
 
 double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {
@@ -275,14 +258,6 @@ double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {
     double n = (double)c->vocab * C + (double)c->seq_len * C + 2 * C +
                L * (12 * C * C + 13 * C);
     return 6.0 * n + 12.0 * L * C * T;
-}
-
-cb_shard gpt_shard(const cb_gpt *m, int i, int tp_rank) {
-    const cb_tensor_info *t = &m->tensors[i];
-    const gpt_tensor_split *sp = &m->split[i];
-    int two = t->ndim == 2;
-    return m->L->ops->shard(m->L, tp_rank, sp->kind, two ? t->shape[0] : 1,
-                            two ? t->shape[1] : t->shape[0], sp->parts, sp->parity);
 }
 
 /* Local floats of an N x H activation of the given parity for the last forward. */
@@ -328,19 +303,12 @@ float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T
 }
 
 void cb_gpt_zero_grad(cb_gpt *m) {
-    size_t n = m->nparams;
+    size_t n = m->pt.nparams;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) m->grads[i] = 0.0f;
 }
 
-double gpt_grad_sumsq(const cb_gpt *m) {
-    double s = 0.0;
-    for (int i = 0; i < m->ntensor; i++) {
-        const cb_tensor_info *t = &m->tensors[i];
-        if (t->owner) s += m->L->k->sumsq(m->grads + t->offset, t->numel);
-    }
-    return s;
-}
+double gpt_grad_sumsq(const cb_gpt *m) { return cb_ptable_sumsq(&m->pt, m->grads); }
 
 /* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit. */
 static void block_backward(cb_gpt *m, int l, const float *x, int B, int T) {

@@ -5,6 +5,7 @@
 #include "cubist.h"
 #include "kernels/kernels.h"
 #include "layout/layout.h"
+#include "model/ptable.h"
 
 #define NLAYER_TENSORS 12
 
@@ -25,22 +26,14 @@ typedef struct gpt_layer_acts {
     float *res3;                      /* (N,C) p0 block output */
 } gpt_layer_acts;
 
-/* How a tensor is split: what cb_layout_ops.shard needs. */
-typedef struct gpt_tensor_split {
-    cb_param_kind kind;
-    int parts, parity;
-} gpt_tensor_split;
-
 struct cb_gpt {
     cb_gpt_config c;
     int B, T;       /* planned maximum micro-batch of this data-parallel rank */
     int curB, curT; /* last forward */
     cb_layout *L;
     int own_layout; /* created here: freed with the model */
-    int ntensor;
-    cb_tensor_info *tensors;
-    gpt_tensor_split *split;
-    size_t nparams; /* local */
+    int oom;        /* building the tensor table ran out of memory */
+    cb_ptable pt; /* tensors, their shards, local parameter count */
     float *params, *grads;
     cb_embed embed;
     gpt_block *blocks;
@@ -56,11 +49,12 @@ struct cb_gpt {
 
 /* Builds the model on a layout (B = this data-parallel rank's sequences). */
 int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out, cb_err *e);
-/* The shard of tensor i held by tensor rank tp_rank. */
-cb_shard gpt_shard(const cb_gpt *m, int i, int tp_rank);
 /* Sum of squares of the gradients this rank owns (replicated copies once);
  * the caller adds it up over the tensor and pipeline ranks. */
 double gpt_grad_sumsq(const cb_gpt *m);
+/* The tensor table entries, for the optimizer. */
+#define gpt_tensors(m) ((m)->pt.t)
+#define gpt_ntensors(m) ((m)->pt.n)
 /* Collective over the tensor group: writes nb parameter-shaped blocks
  * (parameters, gradients, AdamW moments) gathered to full tensors into one
  * file on tensor rank 0, block i under the tensor names with prefixes[i];

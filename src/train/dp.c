@@ -84,7 +84,7 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
     const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
     if (strcmp(w->name, "wte.weight") || w->offset != 0)
         return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects wte.weight first in the block");
-    d->vocab = (size_t)w->shape[0];
+    d->vocab = w->numel / (size_t)w->shape[1]; /* local rows */
     d->chan = (size_t)w->shape[1];
     d->max_tok = max_tokens;
     size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
@@ -207,9 +207,10 @@ void cb_dp_reduce(cb_dp *d) {
     d->armed = 0;
 }
 
-double cb_dp_grad_sumsq(cb_dp *d, const cb_kernels *k) {
-    double s = k->sumsq(cb_gpt_grads(d->m) + d->lo, d->hi - d->lo);
-    if (d->zero) cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
+double cb_dp_grad_sumsq(cb_dp *d) {
+    if (!d->zero) return gpt_grad_sumsq(d->m);
+    double s = d->m->L->k->sumsq(cb_gpt_grads(d->m) + d->lo, d->hi - d->lo);
+    cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
     return s;
 }
 

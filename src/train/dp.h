@@ -69,7 +69,7 @@ void cb_dp_end_backward(cb_dp *d);
 void cb_dp_reduce(cb_dp *d);
 /* Sum of squares of the whole reduced gradient (ZeRO: shard sums, summed
  * over the group), so clipping uses the exact global norm. */
-double cb_dp_grad_sumsq(cb_dp *d, const cb_kernels *k);
+double cb_dp_grad_sumsq(cb_dp *d);
 /* After the update: all-gathers the parameter shards (ZeRO), else nothing. */
 void cb_dp_sync_params(cb_dp *d);
 /* Mean over the group of one number per rank (the loss). */

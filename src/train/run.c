@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/grid.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
@@ -112,6 +113,16 @@ static int check_opts(const cb_train_opts *o, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--batch and --grad-accum must be >= 1 and --steps >= 0");
     if (o->opt.lr < 0 || o->opt.min_lr < 0 || o->opt.warmup < 0)
         return cb_fail(e, CB_EINPUT, "--lr, --min-lr and --warmup must be >= 0");
+    if (o->zero != 0 && o->zero != 1)
+        return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
+                       o->zero);
+    if (strcmp(o->embed_grad, "dense") && strcmp(o->embed_grad, "sparse"))
+        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use dense or sparse",
+                       o->embed_grad);
+    if (!(o->bucket_mb > 0))
+        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
+    if (o->dp < 0 || o->pp < 0 || o->tp < 0)
+        return cb_fail(e, CB_EINPUT, "--dp, --pp and --tp must be >= 1");
     if (!o->data && o->steps > 0)
         return cb_fail(e, CB_EINPUT, "no training data; pass --data FILE (make one with `cubist "
                                      "prepare`)");
@@ -129,7 +140,28 @@ typedef struct run_state {
     double peak, flops_per_token, t_start;
     long tokens;
     int tty, first_step;
+    cb_grid *grid;          /* NULL without MPI */
+    int rank;               /* world rank: only 0 prints and writes */
+    cb_comm_stat comm_last; /* counters before this step */
+    cb_comm_stat comm_step; /* this step's share */
 } run_state;
+
+/* This rank's traffic of the last step over every group of the grid. */
+static void comm_delta(run_state *r) {
+    if (!r->grid) return;
+    cb_comm_stat now = cb_comm_stats_sum(r->grid->comms, r->grid->ncomms);
+    r->comm_step = (cb_comm_stat){.bytes_sent = now.bytes_sent - r->comm_last.bytes_sent,
+                                  .calls = now.calls - r->comm_last.calls,
+                                  .seconds = now.seconds - r->comm_last.seconds};
+    r->comm_last = now;
+}
+
+/* Every rank ends with the same status and message (rank order decides). */
+static int agree(cb_comm *w, int rc, cb_err *e) {
+    if (!w) return rc;
+    if (!rc) e->code = CB_OK;
+    return cb_comm_agree_err(w, e);
+}
 
 static void report(const cb_trainer *t, run_state *r, const cb_step_stats *st, float val_loss) {
     const cb_train_opts *o = &t->o;
@@ -141,14 +173,17 @@ static void report(const cb_trainer *t, run_state *r, const cb_step_stats *st, f
         fprintf(r->log,
                 "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%ld,"
                 "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
-                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld",
+                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"comm_bytes\":%llu,"
+                "\"comm_calls\":%llu,\"comm_ms\":%.3f,\"comm_wait_ms\":%.3f",
                 t->step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
-                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes());
+                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(),
+                (unsigned long long)r->comm_step.bytes_sent, (unsigned long long)r->comm_step.calls,
+                r->comm_step.seconds * 1e3, st->comm_wait_ms);
         if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
         fprintf(r->log, "}\n");
         fflush(r->log);
     }
-    if (o->quiet) return;
+    if (o->quiet || r->rank) return;
     double elapsed = omp_get_wtime() - r->t_start;
     double eta = elapsed / (t->step - r->first_step) * (o->steps - t->step);
     int every = o->steps >= 20 ? o->steps / 20 : 1;
@@ -170,16 +205,18 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     while (t->step < last) {
         cb_step_stats st;
         cb_trainer_step(t, &st);
+        comm_delta(r);
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
         report(t, r, &st, vl);
         if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
-            int rc = cb_trainer_save(t, o->save, e);
+            int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
             if (rc) return rc;
         }
     }
-    return o->save ? cb_trainer_save(t, o->save, e) : CB_OK;
+    if (!o->save) return CB_OK;
+    return agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
 }
 
 static int open_log(const char *path, FILE **f, cb_err *e) {
@@ -192,35 +229,96 @@ static int open_log(const char *path, FILE **f, cb_err *e) {
     return CB_OK;
 }
 
+/* The process grid of --dp --pp --tp --tp-mode; dp defaults to the world
+ * size over pp * tp. Same checks on every rank, so every rank fails alike. */
+static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
+    cb_comm *w = cb_comm_world();
+    int pp = o->pp ? o->pp : 1, tp = o->tp ? o->tp : 1, size = w ? w->size : 1;
+    int dp = o->dp ? o->dp : (size / (pp * tp) > 0 ? size / (pp * tp) : 1);
+    cb_tp_mode mode;
+    int rc = cb_grid_parse_mode(o->tp_mode, &mode, e);
+    if (!rc && !w) rc = cb_grid_check(dp, pp, tp, mode, 1, e);
+    if (rc || !w) return rc;
+    rc = cb_grid_create(g, dp, pp, tp, mode, e);
+    if (rc) return rc;
+    if (o->print_grid) cb_grid_print(g, stdout);
+    if (pp > 1 || tp > 1)
+        rc = cb_fail(e, CB_EINPUT,
+                     "--pp %d --tp %d: pipeline and tensor parallelism are not implemented yet; "
+                     "use --pp 1 --tp 1 (data parallelism: --dp)",
+                     pp, tp);
+    else if (dp > 1 && o->zero && o->dump_grads)
+        rc = cb_fail(e, CB_EINPUT, "--dump-grads needs the whole gradient; drop --zero 1");
+    if (rc) cb_grid_free(g);
+    o->dp = dp;
+    return rc;
+}
+
+static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_state *r) {
+    if (o->quiet || r->rank) return;
+    fprintf(stderr,
+            "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
+            "parameters | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+            o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
+            cb_gpt_num_params(t->model), o->B, o->T, o->accum, omp_get_max_threads(),
+            openblas_get_corename(), r->peak);
+    if (!t->dp) return;
+    const cb_dp *d = t->dp;
+    fprintf(stderr,
+            "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
+            "AdamW state %.1f MB per rank | embedding gradient %s\n",
+            d->c->size, t->rows, d->nb, o->bucket_mb, o->zero, 8.0 * (d->hi - d->lo) / 1e6,
+            o->embed_grad);
+}
+
+/* --comm-report: rank 0's table, and the spread of communication time. */
+static void comm_report(const run_state *r) {
+    if (!r->grid) return;
+    cb_comm_stat all = cb_comm_stats_sum(r->grid->comms, r->grid->ncomms);
+    double s[2] = {all.seconds, -all.seconds};
+    cb_comm *w = &r->grid->world;
+    MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_MAX, w->comm);
+    if (r->rank) return;
+    size_t n = cb_comm_report_table(r->grid->comms, r->grid->ncomms, NULL, 0) + 1;
+    char *buf = malloc(n);
+    if (!buf) return;
+    cb_comm_report_table(r->grid->comms, r->grid->ncomms, buf, n);
+    printf("communication of world rank 0 (MB counted as ring volume per rank):\n%s", buf);
+    printf("communication seconds over the %d ranks: min %.4f max %.4f\n", w->size, -s[1], s[0]);
+    free(buf);
+}
+
 int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_train_opts o = *in;
     if (o.threads > 0) omp_set_num_threads(o.threads);
+    cb_comm *w = cb_comm_world();
     int rc = check_opts(&o, e);
     if (!rc) rc = resolve_config(&o, e);
-    if (rc) return rc;
+    if ((rc = agree(w, rc, e))) return rc;
+    cb_grid g = {0};
+    if ((rc = setup_grid(&o, &g, e))) return rc;
     cb_tokens data = {0}, val = {0};
     cb_trainer t = {0};
-    run_state r = {.peak = o.peak_gflops, .tty = isatty(2)};
+    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = w ? &g : NULL,
+                   .rank = w ? w->rank : 0};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
-    if (!rc) rc = cb_trainer_init(&t, &o, o.data ? &data : NULL, e);
+    if (!rc) rc = cb_trainer_init_dp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, e);
     if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
-    if (!rc) rc = open_log(o.log, &r.log, e);
+    if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
+    rc = agree(w, rc, e);
     if (!rc) {
-        if (r.peak <= 0) r.peak = peak_gflops();
+        if (r.peak <= 0) r.peak = r.rank ? 1 : peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
-        if (!o.quiet)
-            fprintf(stderr,
-                    "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-                    "parameters | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
-                    o.model.n_layer, o.model.d_model, o.model.n_head, o.model.seq_len,
-                    o.model.vocab, cb_gpt_num_params(t.model), o.B, o.T, o.accum,
-                    omp_get_max_threads(), openblas_get_corename(), r.peak);
+        if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
+        startup_line(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
+        if (!rc && o.comm_report) comm_report(&r);
     }
     if (r.log) fclose(r.log);
     cb_trainer_free(&t);
     if (data.map) cb_tokens_close(&data);
     if (val.map) cb_tokens_close(&val);
+    if (w) cb_grid_free(&g);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "model/gpt_internal.h"
@@ -21,26 +22,65 @@ void cb_train_defaults(cb_train_opts *o) {
     o->seed = 1337;
     o->shuffle = 1;
     o->eval_batches = 10;
+    o->tp_mode = "1d";
+    o->bucket_mb = 25;
+    o->embed_grad = "dense";
 }
 
 int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {
+    return cb_trainer_init_dp(t, o, data, NULL, e);
+}
+
+/* Test-only failure drill: rank CUBIST_TEST_EXIT_RANK exits in the middle
+ * of step CUBIST_TEST_EXIT_STEP (1-based), as a crashed rank would. */
+static void test_exit_env(cb_trainer *t) {
+    const char *r = getenv("CUBIST_TEST_EXIT_RANK"), *s = getenv("CUBIST_TEST_EXIT_STEP");
+    t->exit_rank = r ? atoi(r) : -1;
+    t->exit_step = s ? atoi(s) : 1;
+}
+
+/* Rows of the global micro-batch and the data-parallel state. */
+static int init_dp(cb_trainer *t, cb_comm *dpc, cb_err *e) {
+    int p = dpc ? dpc->size : 1, r = dpc ? dpc->rank : 0;
+    t->rows = t->o.B / p;
+    t->r0 = r * t->rows;
+    test_exit_env(t);
+    if (p == 1) return CB_OK;
+    int sparse = t->o.embed_grad && !strcmp(t->o.embed_grad, "sparse");
+    t->dp = calloc(1, sizeof *t->dp);
+    if (!t->dp) return cb_fail(e, CB_ENOMEM, "out of memory");
+    return cb_dp_init(t->dp, dpc, t->model, t->o.zero, sparse, t->o.bucket_mb,
+                      (size_t)t->o.accum * t->rows * t->o.T, e);
+}
+
+int cb_trainer_init_dp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
+                       cb_err *e) {
     memset(t, 0, sizeof *t);
     t->o = *o;
     t->o.opt.steps = o->steps;
-    int rc = cb_gpt_create(&o->model, o->B, o->T, &t->model, e);
+    int p = dpc ? dpc->size : 1;
+    if (o->B % p)
+        return cb_fail(e, CB_EINPUT,
+                       "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
+                       o->B, p, p);
+    int rc = cb_gpt_create(&o->model, o->B / p, o->T, &t->model, e);
+    if (!rc) rc = init_dp(t, dpc, e);
     if (rc) return rc;
-    t->inp = malloc(sizeof(int) * 2 * (size_t)o->B * o->T);
+    t->inp = malloc(sizeof(int) * 2 * (size_t)t->rows * o->T);
     if (!t->inp) return cb_fail(e, CB_ENOMEM, "out of memory for the batch");
-    t->targets = t->inp + (size_t)o->B * o->T;
+    t->targets = t->inp + (size_t)t->rows * o->T;
     if (o->init) rc = cb_gpt_load(t->model, o->init, e);
     else cb_gpt_init_random(t->model, o->seed);
-    if (!rc) rc = cb_adamw_init(&t->opt, &t->o.opt, 0, cb_gpt_num_params(t->model), e);
+    size_t lo = t->dp ? t->dp->lo : 0, hi = t->dp ? t->dp->hi : cb_gpt_num_params(t->model);
+    if (!rc) rc = cb_adamw_init(&t->opt, &t->o.opt, lo, hi, e);
     if (!rc && data)
         rc = cb_loader_init(&t->loader, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     return rc;
 }
 
 void cb_trainer_free(cb_trainer *t) {
+    if (t->dp) cb_dp_free(t->dp);
+    free(t->dp);
     cb_gpt_free(t->model);
     cb_adamw_free(&t->opt);
     free(t->inp);
@@ -49,37 +89,62 @@ void cb_trainer_free(cb_trainer *t) {
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
+/* Micro-batches of one step: forward + backward on this rank's rows; under
+ * data parallelism each rank's loss is a mean over its own tokens, so the
+ * gradient is scaled by 1/dp too and the ranks' gradients are summed. */
+static double accumulate(cb_trainer *t, double *fwd, double *bwd) {
+    cb_gpt *m = t->model;
+    int p = t->dp ? t->dp->c->size : 1;
+    double loss = 0;
+    for (int a = 0; a < t->o.accum; a++) {
+        cb_loader_next(&t->loader, t->inp, t->targets, t->r0, t->rows);
+        double ta = now_ms();
+        loss += cb_gpt_forward(m, t->inp, t->targets, t->rows, t->o.T);
+        if (t->exit_rank >= 0 && t->step + 1 == t->exit_step && cb_comm_world() &&
+            cb_comm_world()->rank == t->exit_rank)
+            _exit(3); /* test only: a rank that dies mid-step */
+        double tb = now_ms();
+        if (t->dp) cb_dp_begin_backward(t->dp, a == t->o.accum - 1);
+        cb_gpt_backward(m, p == 1 ? 1.0f / t->o.accum : 1.0f / ((float)t->o.accum * p));
+        if (t->dp) cb_dp_end_backward(t->dp);
+        *fwd += tb - ta;
+        *bwd += now_ms() - tb;
+    }
+    return loss;
+}
+
 void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
     cb_gpt *m = t->model;
     const cb_kernels *k = m->L->k;
-    double t0 = now_ms(), fwd = 0, bwd = 0, loss = 0;
+    double t0 = now_ms(), fwd = 0, bwd = 0;
     cb_gpt_zero_grad(m);
-    for (int a = 0; a < t->o.accum; a++) {
-        cb_loader_next(&t->loader, t->inp, t->targets, 0, t->o.B);
-        double ta = now_ms();
-        loss += cb_gpt_forward(m, t->inp, t->targets, t->o.B, t->o.T);
-        double tb = now_ms();
-        cb_gpt_backward(m, 1.0f / t->o.accum);
-        fwd += tb - ta;
-        bwd += now_ms() - tb;
+    double loss = accumulate(t, &fwd, &bwd);
+    double topt = now_ms(), wait = 0;
+    if (t->dp) {
+        cb_dp_reduce(t->dp);
+        wait = t->dp->wait_ms;
+        loss = cb_dp_mean(t->dp, loss);
     }
-    double topt = now_ms();
-    if (t->step == 0 && t->o.dump_grads) {
+    /* the summed gradient; one writer; ZeRO keeps only shards (refused in run.c) */
+    if (t->step == 0 && t->o.dump_grads && (!t->dp || t->dp->c->rank == 0)) {
         cb_err e;
         const float *g = m->grads;
         const char *prefix = "";
         if (gpt_save_blocks(m, 1, &g, &prefix, t->o.dump_grads, NULL, 0, &e))
             fprintf(stderr, "cubist: warning: %s\n", e.msg);
     }
-    double norm = sqrt(gpt_grad_sumsq(m));
+    size_t lo = t->opt.lo, hi = t->opt.hi;
+    double norm = sqrt(t->dp ? cb_dp_grad_sumsq(t->dp) : gpt_grad_sumsq(m));
     float s = cb_clip_scale(t->o.opt.clip, norm);
-    if (s < 1.0f) k->scale(m->grads, s, m->nparams);
+    if (s < 1.0f) k->scale(m->grads + lo, s, hi - lo);
     float lr = cb_lr_at(&t->o.opt, t->step);
-    cb_adamw_step(&t->opt, k, m->params, m->grads, m->tensors, m->ntensor, lr);
+    cb_adamw_step(&t->opt, k, m->params, m->grads, gpt_tensors(m), gpt_ntensors(m), lr);
+    if (t->dp) cb_dp_sync_params(t->dp);
     t->step++;
     double t1 = now_ms();
     *st = (cb_step_stats){.loss = (float)(loss / t->o.accum), .lr = lr, .grad_norm = (float)norm,
-                          .step_ms = t1 - t0, .fwd_ms = fwd, .bwd_ms = bwd, .opt_ms = t1 - topt};
+                          .step_ms = t1 - t0, .fwd_ms = fwd, .bwd_ms = bwd, .opt_ms = t1 - topt,
+                          .comm_wait_ms = wait};
 }
 
 float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n) {
@@ -87,9 +152,10 @@ float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n) {
     if (cb_loader_init(&l, val, t->o.B, t->o.T, 0, 0, "", NULL)) return NAN;
     double sum = 0;
     for (int i = 0; i < n; i++) {
-        cb_loader_next(&l, t->inp, t->targets, 0, t->o.B);
-        sum += cb_gpt_forward(t->model, t->inp, t->targets, t->o.B, t->o.T);
+        cb_loader_next(&l, t->inp, t->targets, t->r0, t->rows);
+        sum += cb_gpt_forward(t->model, t->inp, t->targets, t->rows, t->o.T);
     }
+    if (t->dp) sum = cb_dp_mean(t->dp, sum);
     return (float)(sum / n);
 }
 
@@ -102,7 +168,22 @@ static char *state_path(const char *path) {
     return s;
 }
 
+/* ZeRO: the AdamW shards gathered to full blocks on data-parallel rank 0,
+ * so the file is the same whatever the layout. */
+static float *gather_moments(cb_trainer *t) {
+    size_t n = cb_gpt_num_params(t->model);
+    float *full = NULL;
+    if (t->dp->c->rank == 0 && !(full = malloc(sizeof(float) * 2 * n)))
+        cb_comm_fatal("out of memory gathering the optimizer state for the checkpoint");
+    cb_dp_gather(t->dp, t->opt.m, full);
+    cb_dp_gather(t->dp, t->opt.v, full ? full + n : NULL);
+    return full;
+}
+
+/* Data-parallel rank 0 writes; the caller agrees on the result. */
 int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
+    float *full = t->dp && t->dp->zero ? gather_moments(t) : NULL;
+    if (t->dp && t->dp->c->rank != 0) return CB_OK;
     int rc = cb_gpt_save(t->model, path, e);
     char *sp = state_path(path);
     if (!sp) return rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
@@ -112,10 +193,12 @@ int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
     snprintf(k, sizeof k, "%" PRIu64, t->loader.k);
     snprintf(rng, sizeof rng, "%" PRIu64, t->loader.rng.s);
     const char *meta[] = {"step", step, "adam_t", opt_t, "data_k", k, "data_rng", rng};
-    const float *blocks[2] = {t->opt.m, t->opt.v};
+    size_t n = cb_gpt_num_params(t->model);
+    const float *blocks[2] = {full ? full : t->opt.m, full ? full + n : t->opt.v};
     const char *prefixes[2] = {"m.", "v."};
     if (!rc) rc = gpt_save_blocks(t->model, 2, blocks, prefixes, sp, meta, 4, e);
     free(sp);
+    free(full);
     return rc;
 }
 
@@ -132,6 +215,19 @@ static int meta_u64(const cb_st_file *f, const char *key, const char *path, uint
     return CB_OK;
 }
 
+/* Every rank reads the full block and keeps its range (a ZeRO shard). */
+static int load_moment(cb_trainer *t, float *dst, const char *prefix, const cb_st_file *f,
+                       const char *path, cb_err *e) {
+    size_t n = cb_gpt_num_params(t->model), lo = t->opt.lo, hi = t->opt.hi;
+    if (lo == 0 && hi == n) return gpt_load_block(t->model, dst, prefix, f, path, e);
+    float *full = malloc(sizeof(float) * n);
+    if (!full) return cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
+    int rc = gpt_load_block(t->model, full, prefix, f, path, e);
+    if (!rc) memcpy(dst, full + lo, sizeof(float) * (hi - lo));
+    free(full);
+    return rc;
+}
+
 static int load_state(cb_trainer *t, const char *path, cb_err *e) {
     cb_st_file f;
     int rc = cb_st_open(path, &f, e);
@@ -141,8 +237,8 @@ static int load_state(cb_trainer *t, const char *path, cb_err *e) {
     if (!rc) rc = meta_u64(&f, "adam_t", path, &opt_t, e);
     if (!rc) rc = meta_u64(&f, "data_k", path, &t->loader.k, e);
     if (!rc) rc = meta_u64(&f, "data_rng", path, &t->loader.rng.s, e);
-    if (!rc) rc = gpt_load_block(t->model, t->opt.m, "m.", &f, path, e);
-    if (!rc) rc = gpt_load_block(t->model, t->opt.v, "v.", &f, path, e);
+    if (!rc) rc = load_moment(t, t->opt.m, "m.", &f, path, e);
+    if (!rc) rc = load_moment(t, t->opt.v, "v.", &f, path, e);
     t->step = (int)step;
     t->opt.t = (int)opt_t;
     cb_st_close(&f);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# cubist train under the launcher: bad grids and bad input end every rank
+# with status 2 and one message; a rank that exits mid-step (test-only
+# CUBIST_TEST_EXIT_RANK/STEP) or is killed by a signal makes the launcher
+# exit non-zero promptly; --print-grid and --comm-report print their tables.
+set -u
+. "$(dirname "$0")/dp_common.sh"
+
+"$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL dp: prepare"; exit 1; }
+M=(--data train.bin --layers 1 --d-model 16 --heads 2 --seq-len 8 --batch 4 --steps 3 --quiet --peak-gflops 100)
+
+# name, want status, message pattern, np, train flags: exactly one line on
+# stderr matching, the status, and every rank exiting with it
+drill() {
+    local name=$1 want=$2 pattern=$3 np=$4; shift 4
+    : >rcs
+    RCFILE=$d/rcs timeout "$TMO" "${launch[@]}" -np "$np" sh -c '"$0" "$@"; r=$?; echo "rc=$r" >>"$RCFILE"; exit $r' \
+        "$C" train "${M[@]}" "$@" >out 2>err
+    local rc=$? lines=$(wc -l <err) ranks=$(grep -c "^rc=$want\$" rcs)
+    if [ "$rc" = "$want" ] && [ "$lines" = 1 ] && grep -q -- "$pattern" err && [ "$ranks" = "$np" ]; then
+        pass "$name: exit $rc on all $np ranks, $(cat err)"
+    else
+        fail "$name: want exit $want on $np ranks and one line matching '$pattern'; got exit $rc, $ranks ranks, $lines lines: $(head -c 300 err | tr '\n' '|')"
+    fi
+}
+drill "dp x pp x tp != world (np=4 --dp 3)" 2 "needs 3 processes but the job has 4" 4 --dp 3
+drill "pp=2 not implemented (np=2)" 2 "not implemented yet" 2 --pp 2
+drill "tp=2 not implemented (np=2)" 2 "not implemented yet" 2 --tp 2
+drill "tp=2 is not a square for 2d (np=2)" 2 "needs --tp to be a square" 2 --tp 2 --tp-mode 2d
+drill "unknown --tp-mode (np=2)" 2 "'4d' is unknown" 2 --tp-mode 4d
+drill "batch 4 over dp=3 (np=3)" 2 "does not split over 3" 3 --batch 4 --dp 3
+drill "missing data on every rank (np=2)" 2 "nothere.bin" 2 --data nothere.bin
+drill "--zero 2 (np=2)" 2 "--zero 2 is unknown" 2 --zero 2
+drill "--embed-grad bogus (np=2)" 2 "'bogus' is unknown" 2 --embed-grad bogus
+drill "unwritable log (np=2)" 2 "cannot open the log" 2 --log /nonexistent/dir/x.jsonl
+drill "unwritable checkpoint on rank 0 only (np=2)" 2 "nonexistent" 2 --save /nonexistent/dir/x.st
+
+# a rank exits mid-step: the job must end non-zero, promptly, not hang
+t0=$(date +%s.%N)
+CUBIST_TEST_EXIT_RANK=1 CUBIST_TEST_EXIT_STEP=2 timeout "$TMO" "${launch[@]}" -np 4 "$C" train "${M[@]}" --steps 50 >out 2>&1
+rc=$? secs=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$(echo "$secs < 15" | bc)" = 1 ]; then
+    pass "rank 1 of 4 exits mid-step 2: launcher exit $rc after ${secs%???????}s"
+else
+    fail "rank 1 of 4 exits mid-step 2: launcher exit $rc (124 = hang) after ${secs}s: $(head -c 300 out | tr '\n' '|')"
+fi
+
+# a rank killed by SIGKILL while the others are in the gradient all-reduce
+"${launch[@]}" -np 2 "$C" train "${M[@]}" --steps 1000000 --layers 2 --d-model 64 >out 2>&1 &
+mpid=$!
+victim=""
+for _ in $(seq 50); do
+    victim=$(pgrep -P "$mpid" -f "$C" | tail -1)
+    [ -n "$victim" ] && break
+    sleep 0.1
+done
+sleep 1
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -9 "$victim"
+( sleep "$TMO"; kill -9 "$mpid" 2>/dev/null ) & watchdog=$!
+wait "$mpid"; rc=$?
+kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
+secs=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ -n "$victim" ] && [ "$rc" != 0 ] && [ "$(echo "$secs < 15" | bc)" = 1 ]; then
+    pass "rank killed by SIGKILL: launcher exit $rc after ${secs%???????}s"
+else
+    fail "rank killed by SIGKILL: victim '$victim', launcher exit $rc after ${secs}s"
+fi
+
+timeout "$TMO" "${launch[@]}" -np 4 "$C" train "${M[@]}" --print-grid --comm-report >out 2>err
+if [ "$(grep -c '^rank ' out)" = 4 ] && grep -q '^rank    3  d=3 p=0 t=0' out && grep -q '^dp  *grad ' out \
+        && grep -q 'communication seconds over the 4 ranks' out; then
+    pass "--print-grid (4 rank lines) and --comm-report (dp/grad row) at np=4"
+else
+    fail "--print-grid/--comm-report at np=4: $(head -c 600 out | tr '\n' '|') $(head -c 200 err)"
+fi
+
+finish
