@@ -33,9 +33,10 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 
 .PHONY: all deps test demo asan bench clean
-all: $(BUILD)/cubist $(TESTS)
+all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -50,6 +51,11 @@ $(BUILD)/libcubist.a: $(LIB_OBJ)
 $(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a
+	@mkdir -p $(dir $@)
+	@echo "  LINK  $@"
+	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a
 	@mkdir -p $(dir $@)

@@ -178,6 +178,78 @@ int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
 int cb_prepare_text(const char *text_path, const char *train_path,
                     const char *val_path, double val_frac, cb_err *e);
 
+/* ---------------------------------------------------------------- your own models */
+/* Models built from cubist's parallel-aware layers run under any layout and
+ * any data parallelism without changing their code: the layout comes from
+ * the command line (--dp N --tp N --tp-mode 1d|2d|3d), the layers hold this
+ * rank's shards, and activations (cb_act) this rank's piece. Forward and
+ * backward are the user's calls, in the user's order; examples/mlp_lm.c is
+ * a complete program. Activations have a parity: 0 on the model's residual
+ * stream, 1 after an odd number of linears (a linear turns parity p into
+ * 1-p), which is what lets 1-D and 3-D layouts avoid communication between
+ * the two linears of a pair. */
+typedef struct cb_dist cb_dist;
+typedef struct cb_model cb_model;
+typedef struct cb_layer cb_layer;
+typedef struct cb_act cb_act;
+
+/* Starts MPI (one process needs no launcher) and builds the process grid
+ * from --dp --tp --tp-mode, which are removed from argv. Collective; on
+ * error every rank gets the same message. */
+int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
+int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
+/* Ends the job on every rank: rank 0 prints e's message, status 2 for bad
+ * input. Collective. */
+_Noreturn void cb_dist_exit(cb_dist *d, const cb_err *e);
+void cb_dist_finalize(cb_dist *d);
+
+/* batch: sequences of the global micro-batch, seq_len: tokens per sequence.
+ * Layers and activations are declared, then cb_model_build allocates. */
+cb_model *cb_model_new(cb_dist *d, int batch, int seq_len);
+/* token embedding [vocab, C] (also the tied LM head) + position embedding [seq_len, C] */
+cb_layer *cb_model_embedding(cb_model *m, const char *name, int vocab, int C);
+cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out, int parity);
+cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C, int parity);
+/* an activation of batch*seq_len tokens x H features */
+cb_act *cb_model_act(cb_model *m, int H, int parity);
+/* Allocates parameters (weights N(0, 0.02), biases 0, LayerNorm 1/0, the
+ * same values under every layout), gradients and AdamW state; checks the
+ * layout's divisibility constraints. Collective. */
+int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e);
+/* This data-parallel rank's rows [first, first+count) of the global batch. */
+void cb_model_rows(const cb_model *m, int *first, int *count);
+
+/* ids, targets: this rank's rows (count x seq_len) */
+void cb_embedding_forward(cb_layer *l, const int *ids, cb_act *x);
+void cb_embedding_backward(cb_layer *l, const cb_act *dx);
+void cb_linear_forward(cb_layer *l, const cb_act *x, cb_act *y);
+void cb_linear_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *dx);
+void cb_layernorm_forward(cb_layer *l, const cb_act *x, cb_act *y);
+/* dx accumulates: it is usually the residual stream's gradient */
+void cb_layernorm_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *dx);
+void cb_gelu_forward(const cb_act *x, cb_act *y);
+void cb_gelu_backward(const cb_act *x, const cb_act *dy, cb_act *dx);
+void cb_act_add(cb_act *y, const cb_act *a, const cb_act *b);
+void cb_act_copy(cb_act *dst, const cb_act *src);
+void cb_act_zero(cb_act *x);
+/* Tied LM head on the embedding's wte and vocabulary-parallel cross-entropy:
+ * the mean loss over this rank's tokens. */
+float cb_head_forward(cb_layer *embedding, const cb_act *x, const int *targets);
+/* dx overwritten; dloss scales the mean loss */
+void cb_head_backward(cb_layer *embedding, const cb_act *x, float dloss, cb_act *dx);
+
+void cb_model_zero_grad(cb_model *m);
+/* Averages gradients over data-parallel ranks, clips to the global norm
+ * (every shard counted once), one AdamW update at step's learning rate.
+ * Returns the global gradient norm. Collective. */
+float cb_model_step(cb_model *m, int step);
+/* The mean of a per-rank value over the data-parallel ranks. Collective. */
+float cb_model_mean(cb_model *m, float v);
+/* Full tensors, safetensors, "<layer name>.weight" / ".bias"; collective. */
+int cb_model_save(cb_model *m, const char *path, cb_err *e);
+int cb_model_load(cb_model *m, const char *path, cb_err *e);
+void cb_model_free(cb_model *m);
+
 #ifdef __cplusplus
 }
 #endif

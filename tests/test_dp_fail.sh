@@ -10,11 +10,13 @@ set -u
 M=(--data train.bin --layers 1 --d-model 16 --heads 2 --seq-len 8 --batch 4 --steps 3 --quiet --peak-gflops 100)
 
 # name, want status, message pattern, np, train flags: exactly one line on
-# stderr matching, the status, and every rank exiting with it
+# stderr matching, the status, and every rank exiting with it (the wrapper
+# ignores SIGTERM so that the launcher's clean-up after the first non-zero
+# exit cannot stop it before it records its rank's status)
 drill() {
     local name=$1 want=$2 pattern=$3 np=$4; shift 4
     : >rcs
-    RCFILE=$d/rcs timeout "$TMO" "${launch[@]}" -np "$np" sh -c '"$0" "$@"; r=$?; echo "rc=$r" >>"$RCFILE"; exit $r' \
+    RCFILE=$d/rcs timeout "$TMO" "${launch[@]}" -np "$np" sh -c 'trap "" TERM; "$0" "$@"; r=$?; echo "rc=$r" >>"$RCFILE"; exit $r' \
         "$C" train "${M[@]}" "$@" >out 2>err
     local rc=$? lines=$(wc -l <err) ranks=$(grep -c "^rc=$want\$" rcs)
     if [ "$rc" = "$want" ] && [ "$lines" = 1 ] && grep -q -- "$pattern" err && [ "$ranks" = "$np" ]; then
@@ -33,7 +35,7 @@ drill "missing data on every rank (np=2)" 2 "nothere.bin" 2 --data nothere.bin
 drill "--zero 2 (np=2)" 2 "--zero 2 is unknown" 2 --zero 2
 drill "--embed-grad bogus (np=2)" 2 "'bogus' is unknown" 2 --embed-grad bogus
 drill "unwritable log (np=2)" 2 "cannot open the log" 2 --log /nonexistent/dir/x.jsonl
-drill "unwritable checkpoint on rank 0 only (np=2)" 2 "nonexistent" 2 --save /nonexistent/dir/x.st
+drill "unwritable checkpoint on rank 0 only (np=2; a system error: 1)" 1 "nonexistent" 2 --save /nonexistent/dir/x.st
 
 # a rank exits mid-step: the job must end non-zero, promptly, not hang
 t0=$(date +%s.%N)

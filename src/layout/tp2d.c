@@ -1,8 +1,512 @@
-/* 2D tensor parallelism: not implemented yet. */
+/* 2-D tensor parallelism (SUMMA / Optimus), tp = q^2, rank (r, c) with
+ * t = r * q + c; grid->row holds the ranks of row r (rank c), grid->col
+ * those of column c (rank r).
+ *
+ * Every activation (both parities) is N/q tokens (token block r, whole
+ * sequences) x H/q features (block c; a parts > 1 tensor has each section
+ * split q ways, local columns [q_c | k_c | v_c]). A weight W [in, out] is
+ * in/q rows (block r) x out/q columns (block c, parts-aware). Biases and
+ * LayerNorm vectors: block c, replicated over r (owner r == 0), gradients
+ * all-reduced over the column. wte [V_pad, C], V_pad = V rounded up to a
+ * multiple of q: vocabulary block c x feature block r, i.e. the head's
+ * weight wte^T [C, V_pad] cut like any linear weight, so the head is a plain
+ * SUMMA and its logits are N/q tokens x V_pad/q vocabulary. wpe [T, C]: all
+ * rows, feature block c, replicated over r.
+ *
+ * Linears follow parallelism.md: forward in q broadcast steps (block t of X
+ * along the row, block t of W along the column, the next pair in flight
+ * while the current product runs); backward dX = dY W^T broadcasts W along
+ * the column and reduces the partial to c = t along the row, dW = X^T dY
+ * broadcasts X along the row and reduces to r = t along the column. Per
+ * linear, forward + backward, every rank is charged 3 (q-1)/q^2
+ * (N in + in out) elements, so a GPT block costs 3 (q-1)/q^2
+ * (7 N h + 12 h^2). Scratch is a double buffer of one block of each
+ * operand, not a gathered row or column. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "comm/grid.h"
 #include "layout/layout.h"
 
+/* Scratch slots, grown on demand and reused by every operator. */
+enum { S_A0, S_A1, S_B0, S_B1, S_T1, S_T2, S_T3, NSCR };
+
+typedef struct tp2d {
+    float *buf[NSCR];
+    size_t cap[NSCR];
+} tp2d;
+
+static float *scratch(cb_layout *L, int slot, size_t n) {
+    tp2d *p = L->priv;
+    if (n > p->cap[slot]) {
+        float *b = realloc(p->buf[slot], sizeof(float) * (n ? n : 1));
+        if (!b) cb_comm_fatal("tp2d: out of memory for scratch buffers");
+        p->buf[slot] = b;
+        p->cap[slot] = n;
+    }
+    return p->buf[slot];
+}
+
+static cb_comm *rowg(cb_layout *L) { return &L->grid->row; }
+static cb_comm *colg(cb_layout *L) { return &L->grid->col; }
+static int vpad(const cb_layout *L, int V) { return (V + L->q - 1) / L->q * L->q; }
+
+/* One operand of a SUMMA: block t comes from rank t of comm; while step t
+ * computes, block t+1 is already being broadcast into the other buffer. */
+typedef struct bpipe {
+    cb_comm *comm;
+    const char *tag;
+    const float *mine;
+    size_t n;
+    int q;
+    float *buf[2];
+    cb_comm_req req[2];
+} bpipe;
+
+static void bp_post(bpipe *p, int t) {
+    float *b = p->buf[t & 1];
+    if (p->comm->rank == t) memcpy(b, p->mine, sizeof(float) * p->n);
+    cb_comm_ibcast(p->comm, p->tag, b, p->n, t, &p->req[t & 1]);
+}
+
+/* mine (n) is this rank's block; slot and slot+1 hold the two buffers */
+static bpipe bp_start(cb_layout *L, cb_comm *comm, const char *tag, const float *mine, size_t n,
+                      int slot) {
+    bpipe p = {comm, tag, mine, n, L->q, {scratch(L, slot, n), scratch(L, slot + 1, n)}, {{0}}};
+    bp_post(&p, 0);
+    return p;
+}
+
+/* block t, waiting for it and starting t+1 */
+static const float *bp_get(bpipe *p, int t) {
+    cb_comm_wait(&p->req[t & 1]);
+    if (t + 1 < p->q) bp_post(p, t + 1);
+    return p->buf[t & 1];
+}
+
+/* Sum over the ranks of comm of a local contribution v (n), added into acc. */
+static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, float *acc,
+                       size_t n) {
+    cb_comm_allreduce(comm, tag, NULL, v, n, CB_COMM_SUM);
+    L->k->residual_forward(acc, acc, v, n);
+}
+
+/* ------------------------------------------------------------ shapes */
+
+static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
+    (void)T, (void)V;
+    int q = L->q, tp = L->tp;
+    if (q * q != tp)
+        return cb_fail(e, CB_EINPUT, "--tp-mode 2d needs --tp a perfect square (4, 9, 16...); got %d",
+                       tp);
+    if (B % q)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 2d with tp %d (q=%d) needs --batch divisible by q=%d sequences "
+                       "per data-parallel rank; got %d: use --batch %d",
+                       tp, q, q, B, (B / q + 1) * q);
+    if (C % q)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 2d with tp %d (q=%d) needs --d-model divisible by q=%d (so are "
+                       "3*d-model and 4*d-model); got %d: use --d-model %d",
+                       tp, q, q, C, (C / q + 1) * q);
+    if (NH % q)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 2d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
+                       "use --heads %d (it must also divide --d-model)",
+                       tp, q, q, NH, (NH / q + 1) * q);
+    return CB_OK;
+}
+
+static void act_shape(const cb_layout *L, int N, int H, int parity, int *rows, int *cols) {
+    (void)parity;
+    *rows = N / L->q;
+    *cols = H / L->q;
+}
+
+/* columns block c of a width split into parts sections, each cut q ways */
+static void col_blocks(cb_shard *s, int q, int c, int64_t H, int parts) {
+    int64_t w = H / parts / q;
+    s->nseg = parts;
+    for (int g = 0; g < parts; g++) {
+        s->col0[g] = g * (H / parts) + c * w;
+        s->ncol[g] = w;
+    }
+}
+
+static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts) {
+    (void)parity;
+    int q = L->q, r = tp_rank / q, c = tp_rank % q;
+    cb_shard s = {.R = N, .C = H, .rows_pad = N, .row0 = (int64_t)r * (N / q), .nrows = N / q,
+                  .owner = 1};
+    col_blocks(&s, q, c, H, parts);
+    return s;
+}
+
+static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
+    return (size_t)(B / L->q) * (NH / L->q) * T * T;
+}
+
+/* the local logits (tokens r x vocabulary block c), then the per-token losses */
+static size_t logits_numel(const cb_layout *L, int N, int V) {
+    size_t n = (size_t)N / L->q;
+    return n * (vpad(L, V) / L->q) + n;
+}
+
+static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
+                      int parts, int parity) {
+    (void)parity;
+    int q = L->q, r = tp_rank / q, c = tp_rank % q;
+    cb_shard s = {.R = R, .C = C, .rows_pad = R, .row0 = 0, .nrows = R, .owner = r == 0};
+    switch (kind) {
+    case CB_P_LINEAR_W:
+        s.row0 = r * (R / q);
+        s.nrows = R / q;
+        s.owner = 1;
+        col_blocks(&s, q, c, C, parts);
+        break;
+    case CB_P_LINEAR_B:
+        col_blocks(&s, q, c, C, parts);
+        break;
+    case CB_P_NORM:
+    case CB_P_POS:
+        col_blocks(&s, q, c, C, 1);
+        break;
+    case CB_P_EMBED:
+        s.rows_pad = (R + q - 1) / q * q;
+        s.row0 = c * (s.rows_pad / q);
+        s.nrows = s.rows_pad / q;
+        s.owner = 1;
+        col_blocks(&s, q, r, C, 1);
+        break;
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------ embedding */
+
+/* The partner (c, r) swaps blocks with (r, c): send (n) out, recv (n) in. */
+static void transpose_swap(cb_layout *L, const char *tag, const float *send, float *recv,
+                           size_t n) {
+    int q = L->q, r = L->grid->at.r, c = L->grid->at.c, partner = c * q + r;
+    if (partner == L->tp_rank) {
+        memcpy(recv, send, sizeof(float) * n);
+        return;
+    }
+    cb_comm_req rq[2];
+    cb_comm_irecv(&L->grid->tpg, tag, recv, n, partner, 41, &rq[0]);
+    cb_comm_isend(&L->grid->tpg, tag, send, n, partner, 41, &rq[1]);
+    cb_comm_waitall(rq, 2);
+}
+
+/* x (N/q, C/q) = wte[ids] + wpe[t]. Each rank looks up its vocabulary block
+ * for all N tokens (feature block r, zero where the id is elsewhere); a
+ * reduce-scatter over the row leaves tokens c x features r, which is the
+ * block of the transposed rank (c, r): one swap puts it in place. */
+static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
+                          float *x) {
+    int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
+    int Vq = vpad(L, e->V) / q;
+    float *part = scratch(L, S_T1, (size_t)N * cq), *blk = scratch(L, S_T2, (size_t)n * cq);
+    for (int i = 0; i < N; i++) {
+        int v = ids[i] - c * Vq;
+        float *o = part + (size_t)i * cq;
+        if (v >= 0 && v < Vq) memcpy(o, e->wte + (size_t)v * cq, sizeof(float) * cq);
+        else memset(o, 0, sizeof(float) * cq);
+    }
+    cb_comm_reduce_scatter(rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
+    transpose_swap(L, "embed.fwd", blk, x, (size_t)n * cq);
+    for (int i = 0; i < n; i++) {
+        const float *pe = e->wpe + (size_t)((r * n + i) % T) * cq;
+        float *o = x + (size_t)i * cq;
+        for (int j = 0; j < cq; j++) o[j] += pe[j];
+    }
+}
+
+/* The mirror: swap, all-gather over the row (all N tokens x features r),
+ * scatter-add the ids of my vocabulary block in token order. */
+static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
+                           const float *dx) {
+    int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
+    int Vq = vpad(L, e->V) / q;
+    float *full = scratch(L, S_T1, (size_t)N * cq);
+    transpose_swap(L, "embed.bwd", dx, full + (size_t)c * n * cq, (size_t)n * cq);
+    cb_comm_allgather(rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
+    for (int i = 0; i < N; i++) {
+        int v = ids[i] - c * Vq;
+        if (v < 0 || v >= Vq) continue;
+        float *we = e->dwte + (size_t)v * cq;
+        const float *d = full + (size_t)i * cq;
+        for (int j = 0; j < cq; j++) we[j] += d[j];
+    }
+    float *dpe = scratch(L, S_T2, (size_t)T * cq);
+    memset(dpe, 0, sizeof(float) * T * cq);
+    for (int i = 0; i < n; i++) {
+        float *pe = dpe + (size_t)((r * n + i) % T) * cq;
+        const float *d = dx + (size_t)i * cq;
+        for (int j = 0; j < cq; j++) pe[j] += d[j];
+    }
+    reduce_add(L, colg(L), "embed.bwd", dpe, e->dwpe, (size_t)T * cq);
+}
+
+/* ------------------------------------------------------------ LayerNorm */
+
+/* Row statistics over the hidden split along the row: two passes (sum x,
+ * then sum (x - mean)^2), each one all-reduce of N/q floats, as the serial
+ * kernel computes them. */
+static void norm_forward(cb_layout *L, const cb_norm *nm, const float *x, float *y, float *mean,
+                         float *rstd, int N) {
+    int n = N / L->q, cq = nm->C / L->q, C = nm->C;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cq;
+        float s = 0.0f;
+        for (int j = 0; j < cq; j++) s += xi[j];
+        mean[i] = s;
+    }
+    cb_comm_allreduce(rowg(L), "norm.fwd", NULL, mean, n, CB_COMM_SUM);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cq;
+        float m = mean[i] / C, v = 0.0f;
+        for (int j = 0; j < cq; j++) v += (xi[j] - m) * (xi[j] - m);
+        mean[i] = m;
+        rstd[i] = v;
+    }
+    cb_comm_allreduce(rowg(L), "norm.fwd", NULL, rstd, n, CB_COMM_SUM);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cq;
+        float m = mean[i], s = 1.0f / sqrtf(rstd[i] / C + 1e-5f), *o = y + (size_t)i * cq;
+        for (int j = 0; j < cq; j++) o[j] = (xi[j] - m) * s * nm->w[j] + nm->b[j];
+        rstd[i] = s;
+    }
+}
+
+/* dx accumulates; (sum w dy, sum w dy xhat) all-reduced along the row,
+ * the local dgamma/dbeta all-reduced over the column. */
+static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float *dy, float *dx,
+                          const float *mean, const float *rstd, int N) {
+    int n = N / L->q, cq = nm->C / L->q, C = nm->C;
+    const float *w = nm->w;
+    float *st = scratch(L, S_T1, 2 * (size_t)n), *g = scratch(L, S_T2, 2 * (size_t)cq);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
+        float m = mean[i], s = rstd[i], dmean = 0.0f, dproj = 0.0f;
+        for (int j = 0; j < cq; j++) {
+            float dn = w[j] * d[j];
+            dmean += dn;
+            dproj += dn * (xi[j] - m) * s;
+        }
+        st[2 * i] = dmean;
+        st[2 * i + 1] = dproj;
+    }
+    cb_comm_allreduce(rowg(L), "norm.bwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
+    memset(g, 0, sizeof(float) * 2 * cq);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
+        float m = mean[i], s = rstd[i], dmean = st[2 * i] / C, dproj = st[2 * i + 1] / C;
+        float *di = dx + (size_t)i * cq;
+        for (int j = 0; j < cq; j++) {
+            float xh = (xi[j] - m) * s;
+            di[j] += (w[j] * d[j] - dmean - xh * dproj) * s;
+            g[j] += xh * d[j];
+            g[cq + j] += d[j];
+        }
+    }
+    cb_comm_allreduce(colg(L), "norm.bwd", NULL, g, 2 * (size_t)cq, CB_COMM_SUM);
+    L->k->residual_forward(nm->dw, nm->dw, g, cq);
+    L->k->residual_forward(nm->db, nm->db, g + cq, cq);
+}
+
+/* ------------------------------------------------------------ linears */
+
+/* y[r,c] (N/q, out/q) = sum_t x[r,t] (N/q, in/q) @ w[t,c] (in/q, out/q) + b_c */
+static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
+    int q = L->q, n = N / q, a = l->in / q, b = l->out / q;
+    float *tmp = scratch(L, S_T1, (size_t)n * b);
+    bpipe px = bp_start(L, rowg(L), "linear.fwd", x, (size_t)n * a, S_A0);
+    bpipe pw = bp_start(L, colg(L), "linear.fwd", l->w, (size_t)a * b, S_B0);
+    for (int t = 0; t < q; t++) {
+        const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
+        if (t == 0) {
+            L->k->matmul_forward(y, xt, wt, l->b, n, a, b);
+        } else {
+            L->k->matmul_forward(tmp, xt, wt, NULL, n, a, b);
+            L->k->residual_forward(y, y, tmp, (size_t)n * b);
+        }
+    }
+}
+
+/* Step t: dx[r,t] = sum_c dy[r,c] w[t,c]^T, reduced along the row to c = t
+ * (overwrites); dw[t,c] += sum_r x[r,t]^T dy[r,c], reduced along the column
+ * to r = t (accumulates); db_c summed over the column. */
+static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
+                            float *dx, int N) {
+    int q = L->q, n = N / q, a = l->in / q, b = l->out / q;
+    int r = L->grid->at.r, c = L->grid->at.c;
+    float *part = scratch(L, S_T1, (size_t)n * a), *z = scratch(L, S_T2, (size_t)a * b);
+    bpipe pw = bp_start(L, colg(L), "linear.bwd", l->w, (size_t)a * b, S_B0);
+    bpipe px = bp_start(L, rowg(L), "linear.bwd", x, (size_t)n * a, S_A0);
+    for (int t = 0; t < q; t++) {
+        const float *wt = bp_get(&pw, t);
+        int root = c == t;
+        L->k->head_forward(root ? dx : part, dy, wt, n, b, a);
+        cb_comm_reduce(rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
+                       (size_t)n * a, t);
+        const float *xt = bp_get(&px, t);
+        root = r == t;
+        if (!root) memset(z, 0, sizeof(float) * a * b);
+        L->k->matmul_backward(NULL, root ? l->dw : z, NULL, dy, xt, NULL, n, a, b);
+        cb_comm_reduce(colg(L), "linear.bwd", root ? NULL : z, root ? l->dw : NULL,
+                       (size_t)a * b, t);
+    }
+    if (!l->db) return;
+    float *g = scratch(L, S_T3, b);
+    memset(g, 0, sizeof(float) * b);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < b; j++) g[j] += dy[(size_t)i * b + j];
+    reduce_add(L, colg(L), "linear.bwd", g, l->db, b);
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* B/q whole sequences x NH/q whole heads: the plain kernel, no traffic */
+static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
+                              int C, int NH) {
+    int q = L->q;
+    L->k->attention_forward(y, att, qkv, B / q, T, C / q, NH / q);
+}
+
+static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
+                               float *dqkv, float *scratch_, int B, int T, int C, int NH) {
+    int q = L->q;
+    L->k->attention_backward(dqkv, scratch_, dy, qkv, att, B / q, T, C / q, NH / q);
+}
+
+/* ------------------------------------------------------------ LM head */
+
+/* logits[r,c] (N/q, V_pad/q) = sum_t x[r,t] wte(t,c)^T, SUMMA with wte^T
+ * as the weight; then the vocabulary-parallel cross-entropy along the row:
+ * MAX of the row maxima, SUM of (exp-sum, target logit). Padded vocabulary
+ * columns get probability 0. Probabilities stay in logits for backward. */
+static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
+                          float *logits, int N) {
+    int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q, c = L->grid->at.c;
+    int r = L->grid->at.r, v0 = c * Vq, nv = e->V - v0;
+    nv = nv < 0 ? 0 : nv > Vq ? Vq : nv;
+    float *tmp = scratch(L, S_T1, (size_t)n * Vq), *losses = logits + (size_t)n * Vq;
+    bpipe px = bp_start(L, rowg(L), "head.fwd", x, (size_t)n * cq, S_A0);
+    bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
+    for (int t = 0; t < q; t++) {
+        const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
+        L->k->head_forward(t ? tmp : logits, xt, wt, n, cq, Vq);
+        if (t) L->k->residual_forward(logits, logits, tmp, (size_t)n * Vq);
+    }
+    float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const float *li = logits + (size_t)i * Vq;
+        float m = -INFINITY;
+        for (int j = 0; j < nv; j++) m = li[j] > m ? li[j] : m;
+        mx[i] = m;
+    }
+    cb_comm_allreduce(rowg(L), "head.fwd", NULL, mx, n, CB_COMM_MAX);
+    for (int i = 0; i < n; i++) {
+        float *li = logits + (size_t)i * Vq, s = 0.0f;
+        int tg = targets ? targets[r * n + i] - v0 : -1;
+        st[2 * i + 1] = tg >= 0 && tg < nv ? li[tg] : 0.0f;
+        for (int j = 0; j < nv; j++) {
+            li[j] = expf(li[j] - mx[i]);
+            s += li[j];
+        }
+        for (int j = nv; j < Vq; j++) li[j] = 0.0f;
+        st[2 * i] = s;
+    }
+    cb_comm_allreduce(rowg(L), "head.fwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        float *li = logits + (size_t)i * Vq, inv = 1.0f / st[2 * i];
+        for (int j = 0; j < nv; j++) li[j] *= inv;
+        losses[i] = logf(st[2 * i]) - (st[2 * i + 1] - mx[i]);
+        sum += losses[i];
+    }
+    cb_comm_allreduce_f64(colg(L), "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
+    return (float)(sum / N);
+}
+
+/* dlogits = (p - onehot) dloss / N in place; dx[r,t] = sum_c dlogits[r,c]
+ * wte(t,c) reduced along the row to c = t; dwte(t,c) += sum_r
+ * dlogits[r,c]^T x[r,t] reduced along the column to r = t. */
+static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
+                          float *logits, float dloss, float *dx, int N) {
+    int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
+    int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
+    float d = dloss / N;
+    for (int i = 0; i < n; i++) {
+        float *li = logits + (size_t)i * Vq;
+        for (int j = 0; j < Vq; j++) li[j] *= d;
+        int tg = targets[r * n + i] - v0;
+        if (tg >= 0 && tg < Vq) li[tg] -= d;
+    }
+    float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
+    bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0);
+    bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0);
+    for (int t = 0; t < q; t++) {
+        const float *wt = bp_get(&pw, t);
+        int root = c == t;
+        L->k->matmul_forward(root ? dx : part, logits, wt, NULL, n, Vq, cq);
+        cb_comm_reduce(rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
+                       (size_t)n * cq, t);
+        const float *xt = bp_get(&px, t);
+        root = r == t;
+        if (!root) memset(z, 0, sizeof(float) * Vq * cq);
+        L->k->matmul_backward(NULL, root ? e->dwte : z, NULL, xt, logits, NULL, n, Vq, cq);
+        cb_comm_reduce(colg(L), "head.bwd", root ? NULL : z, root ? e->dwte : NULL,
+                       (size_t)Vq * cq, t);
+    }
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void layout_free(cb_layout *L) {
+    tp2d *p = L->priv;
+    if (p)
+        for (int i = 0; i < NSCR; i++) free(p->buf[i]);
+    free(p);
+    free(L);
+}
+
+static const cb_layout_ops OPS = {
+    .name = "2d",
+    .check = check,
+    .act_shape = act_shape,
+    .act_shard = act_shard,
+    .att_numel = att_numel,
+    .logits_numel = logits_numel,
+    .shard = shard,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .norm_forward = norm_forward,
+    .norm_backward = norm_backward,
+    .linear_forward = linear_forward,
+    .linear_backward = linear_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .free = layout_free,
+};
+
 int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
-    (void)out;
-    return cb_fail(e, CB_EINPUT, "--tp-mode 2d (tp %d) is not implemented yet; use --tp 1", g->tp);
+    if (g->q < 1 || g->q * g->q != g->tp)
+        return cb_fail(e, CB_EINPUT, "--tp-mode 2d needs --tp a perfect square (4, 9, 16...); got %d",
+                       g->tp);
+    cb_layout *L = malloc(sizeof *L);
+    tp2d *p = calloc(1, sizeof *p);
+    if (!L || !p) {
+        free(L);
+        free(p);
+        return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
+    }
+    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .priv = p};
+    *out = L;
+    return CB_OK;
 }

@@ -1,8 +1,628 @@
-/* 3D tensor parallelism: not implemented yet. */
+/* 3-D tensor parallelism, the cube of Bian et al. with perfect load
+ * balance (shared/reference/parallelism.md, "3-D"). tp = q^3 ranks (i,j,k);
+ * every rank holds 1/q^3 of every activation and weight. An activation of
+ * parity p is split by i and two more coordinates a, b:
+ *   parity 0: token block i*q + j, feature block k   (a = j, b = k)
+ *   parity 1: token block i*q + k, feature block j   (a = k, b = j)
+ * A linear with input parity p all-gathers X over line a, W over WEIGHT (i),
+ * multiplies, and reduce-scatters over line b: the output has a and b
+ * swapped, i.e. parity 1-p. Every collective moves whole rows of row-major
+ * buffers (tokens, weight rows), so none needs packing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "comm/grid.h"
 #include "layout/layout.h"
 
+/* scratch slots, each grown on demand and reused by every operator */
+enum { S_XH, S_WH, S_Z, S_DYH, S_DXH, S_DWH, S_DW, S_RED, S_RED2, NSLOT };
+
+/* X^ and W^ kept from forward for backward (save_gathered = 1) */
+typedef struct gathered {
+    float *xh, *wh;
+    size_t capx, capw;
+    int N;
+    struct gathered *next;
+} gathered;
+
+typedef struct tp3d {
+    float *slot[NSLOT];
+    size_t cap[NSLOT];
+    gathered *saved; /* one per linear seen, freed with the layout */
+    gathered head;   /* the tied head's X^ and wte^ */
+    int noted_pad;
+} tp3d;
+
+/* The roles of a parity: a joins i in the token block, b picks the feature
+ * block; la/lb are their lines, pa the plane where a is fixed (i, b vary),
+ * pb the plane where b is fixed (i, a vary). */
+typedef struct roles {
+    int a, b;
+    cb_comm *la, *lb, *pa, *pb;
+} roles;
+
+static roles roles_of(cb_layout *L, int parity) {
+    cb_grid *g = L->grid;
+    if (parity == 0) return (roles){g->at.j, g->at.k, &g->input, &g->output, &g->out_w, &g->in_w};
+    return (roles){g->at.k, g->at.j, &g->output, &g->input, &g->in_w, &g->out_w};
+}
+
+/* (i, a, b) of tensor rank t for a parity, without the grid */
+static void coords_of(const cb_layout *L, int t, int parity, int *i, int *a, int *b) {
+    int q = L->q, j = (t / q) % q, k = t % q;
+    *i = t / (q * q);
+    *a = parity ? k : j;
+    *b = parity ? j : k;
+}
+
+static int64_t vocab_pad(const cb_layout *L, int64_t V) {
+    int64_t q2 = (int64_t)L->q * L->q;
+    return (V + q2 - 1) / q2 * q2;
+}
+
+/* n floats of scratch slot s; contents undefined */
+static float *scratch(cb_layout *L, int s, size_t n) {
+    tp3d *P = L->priv;
+    if (n > P->cap[s]) {
+        free(P->slot[s]);
+        P->slot[s] = malloc(sizeof(float) * (n ? n : 1));
+        if (!P->slot[s]) cb_comm_fatal("out of memory for 3-D tensor-parallel scratch");
+        P->cap[s] = n;
+    }
+    return P->slot[s];
+}
+
+static float *zeroed(cb_layout *L, int s, size_t n) {
+    float *p = scratch(L, s, n);
+    memset(p, 0, sizeof(float) * n);
+    return p;
+}
+
+static float *grow(float *p, size_t *cap, size_t n) {
+    if (n <= *cap) return p;
+    free(p);
+    *cap = n;
+    p = malloc(sizeof(float) * (n ? n : 1));
+    if (!p) cb_comm_fatal("out of memory saving gathered 3-D operands");
+    return p;
+}
+
+static void hold(gathered *s, size_t nx, size_t nw, int N) {
+    s->xh = grow(s->xh, &s->capx, nx);
+    s->wh = grow(s->wh, &s->capw, nw);
+    s->N = N;
+}
+
+/* the saved operands of linear l, created on first use */
+static gathered *saved_of(cb_layout *L, cb_linear *l) {
+    tp3d *P = L->priv;
+    if (!l->saved) {
+        gathered *s = calloc(1, sizeof *s);
+        if (!s) cb_comm_fatal("out of memory saving gathered 3-D operands");
+        s->next = P->saved;
+        P->saved = s;
+        l->saved = s;
+    }
+    return l->saved;
+}
+
+static void add(float *acc, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+/* ------------------------------------------------------------ shapes */
+
+static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
+    int q = L->q, q2 = q * q;
+    (void)T;
+    if (B % q2)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 3d with tp %d (q=%d) needs --batch divisible by q^2=%d sequences "
+                       "per data-parallel rank; got %d: use --batch %d",
+                       L->tp, q, q2, B, (B / q2 + 1) * q2);
+    if (C % q2)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 3d with tp %d (q=%d) needs --d-model divisible by q^2=%d (weight "
+                       "rows are split q^2 ways); got %d: use --d-model %d",
+                       L->tp, q, q2, C, (C / q2 + 1) * q2);
+    if (NH % q) {
+        int h = NH + q - NH % q;
+        while (h <= C && C % h) h += q;
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 3d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
+                       "use --heads %d",
+                       L->tp, q, q, NH, h <= C ? h : q);
+    }
+    tp3d *P = L->priv;
+    int64_t Vp = vocab_pad(L, V);
+    if (Vp != V && !P->noted_pad && L->grid->world_rank == 0)
+        fprintf(stderr,
+                "cubist: note: --tp-mode 3d pads the vocabulary %d to %lld (a multiple of "
+                "q^2=%d); the %lld padding rows are never used\n",
+                V, (long long)Vp, q2, (long long)(Vp - V));
+    P->noted_pad = 1;
+    return CB_OK;
+}
+
+static void act_shape(const cb_layout *L, int N, int H, int parity, int *rows, int *cols) {
+    (void)parity;
+    *rows = N / (L->q * L->q);
+    *cols = H / L->q;
+}
+
+/* columns: block blk of nblk in each of the parts equal sections of C */
+static void col_blocks(cb_shard *s, int64_t C, int parts, int nblk, int blk) {
+    int64_t sec = C / parts, w = sec / nblk;
+    s->nseg = parts;
+    for (int g = 0; g < parts; g++) {
+        s->col0[g] = g * sec + blk * w;
+        s->ncol[g] = w;
+    }
+}
+
+static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts) {
+    int q = L->q, i, a, b;
+    coords_of(L, tp_rank, parity, &i, &a, &b);
+    int64_t nb = N / (q * q);
+    cb_shard s = {.R = N, .C = H, .rows_pad = N, .row0 = (i * q + a) * nb, .nrows = nb,
+                  .owner = 1};
+    col_blocks(&s, H, parts, q, b);
+    return s;
+}
+
+static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
+    int q = L->q;
+    return (size_t)(B / (q * q)) * (NH / q) * T * T;
+}
+
+/* the local logits (tokens i*q+k, vocabulary block j), then their losses */
+static size_t logits_numel(const cb_layout *L, int N, int V) {
+    int q = L->q;
+    size_t nb = (size_t)N / (q * q);
+    return nb * (size_t)(vocab_pad(L, V) / q) + nb;
+}
+
+/* Linear W [in, out], input parity p: rows block b*q + i of q^2, columns
+ * block a (per part); its bias: columns block a, replicated over (i, b).
+ * LayerNorm on parity p: features block b, replicated over (i, a).
+ * wte [V, C]: rows block j*q + i of the padded V, columns block k (a linear
+ * of parity 1 with the weight transposed); wpe [T, C]: columns block k,
+ * replicated over (i, j) like the features of a parity-0 activation. */
+static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
+                      int parts, int parity) {
+    int q = L->q, i, a, b;
+    int par = kind == CB_P_EMBED || kind == CB_P_POS ? 0 : parity;
+    coords_of(L, tp_rank, par, &i, &a, &b);
+    cb_shard s = {.R = R, .C = C, .rows_pad = R, .row0 = 0, .nrows = R, .owner = 1};
+    switch (kind) {
+    case CB_P_LINEAR_W:
+        s.nrows = R / (q * q);
+        s.row0 = (b * q + i) * s.nrows;
+        col_blocks(&s, C, parts, q, a);
+        break;
+    case CB_P_LINEAR_B:
+        col_blocks(&s, C, parts, q, a);
+        s.owner = i == 0 && b == 0;
+        break;
+    case CB_P_NORM:
+        col_blocks(&s, C, 1, q, b);
+        s.owner = i == 0 && a == 0;
+        break;
+    case CB_P_EMBED: /* parity 0 coordinates: a = j, b = k */
+        s.rows_pad = vocab_pad(L, R);
+        s.nrows = s.rows_pad / (q * q);
+        s.row0 = (a * q + i) * s.nrows;
+        col_blocks(&s, C, 1, q, b);
+        break;
+    case CB_P_POS:
+        col_blocks(&s, C, 1, q, b);
+        s.owner = i == 0 && a == 0;
+        break;
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------ linear */
+
+/* Any user linear must split like the GPT's; a mismatch is a programming
+ * error that would otherwise corrupt memory on some ranks only. */
+static void linear_shape_check(const cb_layout *L, const cb_linear *l, int N) {
+    int q = L->q, q2 = q * q, parts = l->parts > 0 ? l->parts : 1;
+    if (l->in % q2 || l->out % (parts * q) || N % q2 || parts > CB_SHARD_MAXSEG)
+        cb_comm_fatal("--tp-mode 3d: a linear needs in % q^2 == 0, out % (parts*q) == 0 and "
+                      "tokens % q^2 == 0; change the layer widths or the batch");
+}
+
+/* x (N/q^2, in/q) parity p -> y (N/q^2, out/q) parity 1-p:
+ * X^ = gather_a(x), W^ = gather_i(w), y = reduce-scatter_b(X^ W^) + b */
+static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
+    linear_shape_check(L, l, N);
+    roles r = roles_of(L, l->parity);
+    int q = L->q;
+    size_t nb = (size_t)N / (q * q), nh = (size_t)N / q, in = l->in / q, out = l->out / q,
+           wr = l->in / (q * q);
+    gathered *s = L->save_gathered ? saved_of(L, l) : NULL;
+    if (s) hold(s, nh * in, in * out, N);
+    float *xh = s ? s->xh : scratch(L, S_XH, nh * in), *wh = s ? s->wh : scratch(L, S_WH, in * out);
+    cb_comm_req rq[2];
+    cb_comm_iallgather(r.la, "linear.fwd", x, xh, nb * in, &rq[0]);
+    cb_comm_iallgather(&L->grid->weight, "linear.fwd", l->w, wh, wr * out, &rq[1]);
+    cb_comm_waitall(rq, 2);
+    float *z = scratch(L, S_Z, nh * out);
+    L->k->matmul_forward(z, xh, wh, NULL, (int)nh, (int)in, (int)out);
+    cb_comm_reduce_scatter(r.lb, "linear.fwd", z, y, nb * out);
+    if (l->b)
+        for (size_t t = 0; t < nb; t++) add(y + t * out, l->b, out);
+}
+
+/* column sums of dy (rows, cols) */
+static void colsum(float *acc, const float *dy, size_t rows, size_t cols) {
+    for (size_t t = 0; t < rows; t++) add(acc, dy + t * cols, cols);
+}
+
+/* dy parity 1-p -> dx parity p: dY^ = gather_b(dy); dx = reduce-scatter_a
+ * (dY^ W^T) overlapped with dW^ = X^T dY^; dw += reduce-scatter_i(dW^);
+ * db += all-reduce over the plane (i, b) of the column sums of dy. */
+static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
+                            float *dx, int N) {
+    linear_shape_check(L, l, N);
+    roles r = roles_of(L, l->parity);
+    cb_comm *W = &L->grid->weight;
+    int q = L->q;
+    size_t nb = (size_t)N / (q * q), nh = (size_t)N / q, in = l->in / q, out = l->out / q,
+           wr = l->in / (q * q);
+    cb_comm_req rb, rx, rw, rdx, rdw;
+    float *dbt = NULL;
+    if (l->db) {
+        dbt = zeroed(L, S_RED, out);
+        colsum(dbt, dy, nb, out);
+        cb_comm_iallreduce(r.pa, "bias.bwd", NULL, dbt, out, CB_COMM_SUM, &rb);
+    }
+    gathered *s = l->saved;
+    if (!L->save_gathered || !s || s->N != N) s = NULL;
+    float *xh = s ? s->xh : scratch(L, S_XH, nh * in), *wh = s ? s->wh : scratch(L, S_WH, in * out);
+    if (!s) {
+        cb_comm_iallgather(r.la, "linear.bwd", x, xh, nb * in, &rx);
+        cb_comm_iallgather(W, "linear.bwd", l->w, wh, wr * out, &rw);
+    }
+    float *dyh = scratch(L, S_DYH, nh * out);
+    cb_comm_allgather(r.lb, "linear.bwd", dy, dyh, nb * out);
+    if (!s) cb_comm_wait(&rw);
+    float *dxh = scratch(L, S_DXH, nh * in);
+    L->k->head_forward(dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
+    cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
+    if (!s) cb_comm_wait(&rx);
+    float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
+    L->k->matmul_backward(NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
+    cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
+    cb_comm_wait(&rdx);
+    cb_comm_wait(&rdw);
+    add(l->dw, dwl, wr * out);
+    if (l->db) {
+        cb_comm_wait(&rb);
+        add(l->db, dbt, out);
+    }
+}
+
+/* ------------------------------------------------------------ LayerNorm */
+
+/* x, y (N/q^2, C/q): features split along line b, so the row moments are
+ * all-reduced over it (in double: E[x^2] - mean^2 must not cancel) */
+static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
+                         float *rstd, int N) {
+    roles r = roles_of(L, n->parity);
+    int q = L->q, rows = N / (q * q), c = n->C / q;
+    double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
+    for (int t = 0; t < rows; t++) {
+        const float *xr = x + (size_t)t * c;
+        double s1 = 0.0, s2 = 0.0;
+        for (int f = 0; f < c; f++) {
+            s1 += xr[f];
+            s2 += (double)xr[f] * xr[f];
+        }
+        s[2 * t] = s1;
+        s[2 * t + 1] = s2;
+    }
+    cb_comm_allreduce_f64(r.lb, "norm.fwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
+    for (int t = 0; t < rows; t++) {
+        double m = s[2 * t] / n->C, v = s[2 * t + 1] / n->C - m * m;
+        float mf = (float)m, sf = (float)(1.0 / sqrt((v > 0 ? v : 0) + 1e-5));
+        const float *xr = x + (size_t)t * c;
+        float *yr = y + (size_t)t * c;
+        for (int f = 0; f < c; f++) yr[f] = (xr[f] - mf) * sf * n->w[f] + n->b[f];
+        mean[t] = mf;
+        rstd[t] = sf;
+    }
+}
+
+/* dx accumulates; (sum w dy, sum w dy xhat) all-reduced over line b, the
+ * gamma/beta gradients over the plane (i, a) that replicates them */
+static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
+                          const float *mean, const float *rstd, int N) {
+    roles r = roles_of(L, n->parity);
+    int q = L->q, rows = N / (q * q), c = n->C / q;
+    float *g = zeroed(L, S_RED2, 2 * (size_t)c);
+    for (int t = 0; t < rows; t++) {
+        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
+        for (int f = 0; f < c; f++) {
+            g[f] += (xr[f] - mean[t]) * rstd[t] * d[f];
+            g[c + f] += d[f];
+        }
+    }
+    cb_comm_req rg;
+    cb_comm_iallreduce(r.pb, "norm.bwd", NULL, g, 2 * (size_t)c, CB_COMM_SUM, &rg);
+    double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
+    for (int t = 0; t < rows; t++) {
+        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
+        double dm = 0.0, dp = 0.0;
+        for (int f = 0; f < c; f++) {
+            float dn = n->w[f] * d[f];
+            dm += dn;
+            dp += dn * (xr[f] - mean[t]) * rstd[t];
+        }
+        s[2 * t] = dm;
+        s[2 * t + 1] = dp;
+    }
+    cb_comm_allreduce_f64(r.lb, "norm.bwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
+    for (int t = 0; t < rows; t++) {
+        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
+        float dm = (float)(s[2 * t] / n->C), dp = (float)(s[2 * t + 1] / n->C), sd = rstd[t];
+        float *di = dx + (size_t)t * c;
+        for (int f = 0; f < c; f++) {
+            float xn = (xr[f] - mean[t]) * sd;
+            di[f] += (n->w[f] * d[f] - dm - xn * dp) * sd;
+        }
+    }
+    cb_comm_wait(&rg);
+    add(n->dw, g, c);
+    add(n->db, g + c, c);
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* qkv (B/q^2, T, 3C/q) = [q|k|v] of heads block j: whole sequences and whole
+ * heads, so the plain kernel on the local batch and heads */
+static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
+                              int C, int NH) {
+    int q = L->q;
+    L->k->attention_forward(y, att, qkv, B / (q * q), T, C / q, NH / q);
+}
+
+static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
+                               float *dqkv, float *scratch_, int B, int T, int C, int NH) {
+    int q = L->q;
+    L->k->attention_backward(dqkv, scratch_, dy, qkv, att, B / (q * q), T, C / q, NH / q);
+}
+
+/* ------------------------------------------------------------ embedding */
+
+/* Sizes of the vocabulary-parallel pieces: wte shard vr x c (rows block
+ * j*q + i), gathered over WEIGHT to vb x c (rows block j, from v0). */
+typedef struct vocab {
+    size_t vr, vb, c;
+    int64_t v0;
+} vocab;
+
+static vocab vocab_of(cb_layout *L, int V, int C) {
+    int q = L->q;
+    size_t vp = (size_t)vocab_pad(L, V);
+    return (vocab){vp / (q * q), vp / q, (size_t)C / q, (int64_t)L->grid->at.j * (int64_t)(vp / q)};
+}
+
+/* x (B*T/q^2, C/q) parity 0 = wte[ids] + wpe[t]: the one-hot linear of
+ * parity 1 with wte as its weight. Rows of token block i whose id lies in
+ * vocabulary block j are copied from wte^, the rest are zero, and the
+ * reduce-scatter over INPUT sums the one non-zero row per token. */
+static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
+                          float *x) {
+    cb_grid *g = L->grid;
+    int q = L->q;
+    size_t N = (size_t)B * T, nh = N / q, nb = N / (q * q);
+    vocab v = vocab_of(L, e->V, e->C);
+    float *wh = scratch(L, S_WH, v.vb * v.c), *z = scratch(L, S_Z, nh * v.c);
+    cb_comm_allgather(&g->weight, "embed.fwd", e->wte, wh, v.vr * v.c);
+    const int *id = ids + (size_t)g->at.i * nh;
+    for (size_t t = 0; t < nh; t++) {
+        int64_t row = id[t] - v.v0;
+        if (row >= 0 && row < (int64_t)v.vb) memcpy(z + t * v.c, wh + row * v.c, sizeof(float) * v.c);
+        else memset(z + t * v.c, 0, sizeof(float) * v.c);
+    }
+    cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
+    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    for (size_t t = 0; t < nb; t++) add(x + t * v.c, e->wpe + ((t0 + t) % T) * v.c, v.c);
+}
+
+/* dwte += reduce-scatter over WEIGHT of the rows of gather_INPUT(dx) added
+ * at their ids (token order, reproducible); dwpe += all-reduce over the
+ * (i, j) plane of the local position sums */
+static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
+                           const float *dx) {
+    cb_grid *g = L->grid;
+    int q = L->q;
+    size_t N = (size_t)B * T, nh = N / q, nb = N / (q * q);
+    vocab v = vocab_of(L, e->V, e->C);
+    float *dyh = scratch(L, S_DYH, nh * v.c);
+    cb_comm_allgather(&g->input, "embed.bwd", dx, dyh, nb * v.c);
+    float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
+    const int *id = ids + (size_t)g->at.i * nh;
+    for (size_t t = 0; t < nh; t++) {
+        int64_t row = id[t] - v.v0;
+        if (row >= 0 && row < (int64_t)v.vb) add(dwh + row * v.c, dyh + t * v.c, v.c);
+    }
+    cb_comm_req rq[2];
+    cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
+    float *dpe = zeroed(L, S_RED, (size_t)T * v.c);
+    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    for (size_t t = 0; t < nb; t++) add(dpe + ((t0 + t) % T) * v.c, dx + t * v.c, v.c);
+    cb_comm_iallreduce(&g->in_w, "embed.bwd", NULL, dpe, (size_t)T * v.c, CB_COMM_SUM, &rq[1]);
+    cb_comm_waitall(rq, 2);
+    add(e->dwte, dwl, v.vr * v.c);
+    add(e->dwpe, dpe, (size_t)T * v.c);
+}
+
+/* ------------------------------------------------------------ LM head */
+
+/* Vocabulary-parallel cross-entropy of lg (rows, vb), columns v0.. of the
+ * padded vocabulary; the vocabulary is split along INPUT. Leaves the
+ * probabilities in lg and returns the sum of this rank's row losses. */
+static double crossentropy(cb_layout *L, float *lg, float *losses, const int *targets, size_t rows,
+                           const vocab *v, int V) {
+    cb_comm *line = &L->grid->input;
+    int64_t nv = V - v->v0;
+    size_t valid = nv <= 0 ? 0 : (size_t)nv < v->vb ? (size_t)nv : v->vb;
+    float *mx = scratch(L, S_RED, rows), *st = scratch(L, S_RED2, 2 * rows);
+    for (size_t t = 0; t < rows; t++) {
+        float m = -INFINITY, *r = lg + t * v->vb;
+        for (size_t f = 0; f < valid; f++) m = r[f] > m ? r[f] : m;
+        mx[t] = m;
+    }
+    cb_comm_allreduce(line, "head.fwd", NULL, mx, rows, CB_COMM_MAX);
+    for (size_t t = 0; t < rows; t++) {
+        float *r = lg + t * v->vb, sum = 0.0f;
+        for (size_t f = 0; f < valid; f++) {
+            r[f] = expf(r[f] - mx[t]);
+            sum += r[f];
+        }
+        for (size_t f = valid; f < v->vb; f++) r[f] = 0.0f;
+        int64_t tg = targets ? targets[t] - v->v0 : -1;
+        st[2 * t] = sum;
+        st[2 * t + 1] = tg >= 0 && tg < (int64_t)valid ? r[tg] : 0.0f;
+    }
+    cb_comm_allreduce(line, "head.fwd", NULL, st, 2 * rows, CB_COMM_SUM);
+    double total = 0.0;
+    for (size_t t = 0; t < rows; t++) {
+        float inv = 1.0f / st[2 * t], *r = lg + t * v->vb;
+        for (size_t f = 0; f < valid; f++) r[f] *= inv;
+        losses[t] = -logf(st[2 * t + 1] * inv);
+        total += losses[t];
+    }
+    return total;
+}
+
+/* logits (N/q^2 tokens block i*q+k, V_pad/q block j) = reduce-scatter over
+ * OUTPUT of gather_INPUT(x) gather_WEIGHT(wte)^T; returns the mean loss */
+static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
+                          float *logits, int N) {
+    cb_grid *g = L->grid;
+    tp3d *P = L->priv;
+    int q = L->q;
+    size_t nh = (size_t)N / q, nb = (size_t)N / (q * q);
+    vocab v = vocab_of(L, e->V, e->C);
+    gathered *s = L->save_gathered ? &P->head : NULL;
+    if (s) hold(s, nh * v.c, v.vb * v.c, N);
+    float *xh = s ? s->xh : scratch(L, S_XH, nh * v.c);
+    float *wh = s ? s->wh : scratch(L, S_WH, v.vb * v.c);
+    cb_comm_req rq[2];
+    cb_comm_iallgather(&g->input, "head.fwd", x, xh, nb * v.c, &rq[0]);
+    cb_comm_iallgather(&g->weight, "head.fwd", e->wte, wh, v.vr * v.c, &rq[1]);
+    cb_comm_waitall(rq, 2);
+    float *z = scratch(L, S_Z, nh * v.vb);
+    L->k->head_forward(z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
+    cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
+    const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
+    double sum = crossentropy(L, logits, logits + nb * v.vb, tg, nb, &v, e->V);
+    if (!targets) return 0.0f;
+    cb_comm_allreduce_f64(&g->out_w, "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
+    return (float)(sum / N);
+}
+
+/* dlogits = (p - onehot) dloss/N; dx = reduce-scatter over INPUT of
+ * dZ^ wte^ overlapped with dwte^ = dZ^T X^, reduce-scattered over WEIGHT */
+static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
+                          float *logits, float dloss, float *dx, int N) {
+    cb_grid *g = L->grid;
+    tp3d *P = L->priv;
+    int q = L->q;
+    size_t nh = (size_t)N / q, nb = (size_t)N / (q * q);
+    vocab v = vocab_of(L, e->V, e->C);
+    gathered *s = L->save_gathered && P->head.N == N ? &P->head : NULL;
+    float *xh = s ? s->xh : scratch(L, S_XH, nh * v.c);
+    float *wh = s ? s->wh : scratch(L, S_WH, v.vb * v.c);
+    cb_comm_req rx, rw, rdx, rdw;
+    if (!s) {
+        cb_comm_iallgather(&g->input, "head.bwd", x, xh, nb * v.c, &rx);
+        cb_comm_iallgather(&g->weight, "head.bwd", e->wte, wh, v.vr * v.c, &rw);
+    }
+    float dl = dloss / N;
+    const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
+    for (size_t t = 0; t < nb; t++) {
+        float *r = logits + t * v.vb;
+        for (size_t f = 0; f < v.vb; f++) r[f] *= dl;
+        int64_t c = tg[t] - v.v0;
+        if (c >= 0 && c < (int64_t)v.vb) r[c] -= dl;
+    }
+    float *dzh = scratch(L, S_DYH, nh * v.vb);
+    cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
+    if (!s) cb_comm_wait(&rw);
+    float *dxh = scratch(L, S_DXH, nh * v.c);
+    L->k->matmul_forward(dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
+    cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
+    if (!s) cb_comm_wait(&rx);
+    float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
+    L->k->matmul_backward(NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
+    cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
+    cb_comm_wait(&rdx);
+    cb_comm_wait(&rdw);
+    add(e->dwte, dwl, v.vr * v.c);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void layout_free(cb_layout *L) {
+    tp3d *P = L->priv;
+    if (P) {
+        for (int s = 0; s < NSLOT; s++) free(P->slot[s]);
+        for (gathered *s = P->saved, *nx; s; s = nx) {
+            nx = s->next;
+            free(s->xh);
+            free(s->wh);
+            free(s);
+        }
+        free(P->head.xh);
+        free(P->head.wh);
+        free(P);
+    }
+    free(L);
+}
+
+static const cb_layout_ops OPS = {
+    .name = "3d",
+    .check = check,
+    .act_shape = act_shape,
+    .act_shard = act_shard,
+    .att_numel = att_numel,
+    .logits_numel = logits_numel,
+    .shard = shard,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .norm_forward = norm_forward,
+    .norm_backward = norm_backward,
+    .linear_forward = linear_forward,
+    .linear_backward = linear_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .free = layout_free,
+};
+
 int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
-    (void)out;
-    return cb_fail(e, CB_EINPUT, "--tp-mode 3d (tp %d) is not implemented yet; use --tp 1", g->tp);
+    int q = cb_grid_side(g->tp, CB_TP_3D);
+    if (q < 1 || q * q * q != g->tp)
+        return cb_fail(e, CB_EINPUT, "--tp-mode 3d needs --tp a perfect cube (8, 27, 64); got %d",
+                       g->tp);
+    cb_layout *L = calloc(1, sizeof *L);
+    tp3d *P = calloc(1, sizeof *P);
+    if (!L || !P) {
+        free(L);
+        free(P);
+        return cb_fail(e, CB_ENOMEM, "out of memory creating the 3-D layout");
+    }
+    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .save_gathered = 1,
+                     .priv = P};
+    *out = L;
+    return CB_OK;
 }

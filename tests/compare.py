@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Compares what two runs wrote, printing one PASS/FAIL line per check.
+
+  compare.py logs A B [--tol 1e-5] [--label L] [--keys loss,grad_norm]
+      A, B: JSONL logs (cubist train --log) or text lines "step N key value ..."
+      (examples/mlp_lm); every step's values within tol relative.
+  compare.py st A B [--tol 1e-5] [--label L]
+      two safetensors files: same tensor names and shapes, every tensor within
+      tol as max|a - b| / max|b|.
+"""
+import argparse, json, struct, sys
+import numpy as np
+
+
+def read_log(path, keys):
+    rows = []
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith('{'):
+            o = json.loads(line)
+            rows.append((o['step'], [float(o[k]) for k in keys]))
+        elif line.startswith('step '):
+            w = line.split()
+            kv = dict(zip(w[2::2], w[3::2]))
+            rows.append((int(w[1]), [float(kv[k]) for k in keys]))
+    return rows
+
+
+def read_st(path):
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in hdr.items():
+        if name == '__metadata__':
+            continue
+        b, e = t['data_offsets']
+        out[name] = np.frombuffer(data[b:e], dtype='<f4').reshape(t['shape'])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('kind', choices=['logs', 'st'])
+    ap.add_argument('a')
+    ap.add_argument('b')
+    ap.add_argument('--tol', type=float, default=1e-5)
+    ap.add_argument('--label', default='')
+    ap.add_argument('--keys', default='loss,grad_norm')
+    o = ap.parse_args()
+    lab = o.label + ': ' if o.label else ''
+    if o.kind == 'logs':
+        keys = o.keys.split(',')
+        a, b = read_log(o.a, keys), read_log(o.b, keys)
+        if not a or [s for s, _ in a] != [s for s, _ in b]:
+            print(f'FAIL {lab}steps differ: {len(a)} vs {len(b)} logged steps')
+            return 1
+        worst = max(abs(x - y) / max(abs(y), 1e-30)
+                    for (_, va), (_, vb) in zip(a, b) for x, y in zip(va, vb))
+        ok = worst <= o.tol
+        print(f'{"PASS" if ok else "FAIL"} {lab}{len(a)} steps of {",".join(keys)}: '
+              f'max rel diff {worst:.2e} (tol {o.tol:g})')
+        return 0 if ok else 1
+    a, b = read_st(o.a), read_st(o.b)
+    if sorted(a) != sorted(b) or any(a[k].shape != b[k].shape for k in a):
+        print(f'FAIL {lab}tensor names or shapes differ')
+        return 1
+    worst, where = 0.0, ''
+    for k in a:
+        den = float(np.max(np.abs(b[k]))) if b[k].size else 0.0
+        r = float(np.max(np.abs(a[k] - b[k]))) / (den if den > 0 else 1.0) if b[k].size else 0.0
+        if r > worst:
+            worst, where = r, k
+    ok = worst <= o.tol
+    print(f'{"PASS" if ok else "FAIL"} {lab}{len(a)} tensors: max rel diff {worst:.2e} '
+          f'({where or "-"}, tol {o.tol:g})')
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
