@@ -10,15 +10,23 @@ set -u
 M=(--data train.bin --layers 1 --d-model 16 --heads 2 --seq-len 8 --batch 4 --steps 3 --quiet --peak-gflops 100)
 
 # name, want status, message pattern, np, train flags: exactly one line on
-# stderr matching, the status, and every rank exiting with it (the wrapper
-# ignores SIGTERM so that the launcher's clean-up after the first non-zero
-# exit cannot stop it before it records its rank's status)
+# stderr matching, the status, and every rank exiting with it. Each rank
+# runs in its own session (setsid) and records its status there: the
+# launcher's clean-up after the first non-zero exit kills its direct
+# children, which must not stop a rank's status from being written.
+cat >rank_rc.sh <<'SH'
+#!/bin/sh
+setsid sh -c '"$@"; r=$?; echo "rc=$r" >>"$RCFILE"; exit $r' sh "$@" &
+wait $!
+SH
 drill() {
     local name=$1 want=$2 pattern=$3 np=$4; shift 4
     : >rcs
-    RCFILE=$d/rcs timeout "$TMO" "${launch[@]}" -np "$np" sh -c 'trap "" TERM; "$0" "$@"; r=$?; echo "rc=$r" >>"$RCFILE"; exit $r' \
+    RCFILE=$d/rcs timeout "$TMO" "${launch[@]}" -np "$np" sh "$d/rank_rc.sh" \
         "$C" train "${M[@]}" "$@" >out 2>err
-    local rc=$? lines=$(wc -l <err) ranks=$(grep -c "^rc=$want\$" rcs)
+    local rc=$? lines=$(wc -l <err)
+    for _ in $(seq 50); do [ "$(wc -l <rcs)" -ge "$np" ] && break; sleep 0.1; done
+    local ranks=$(grep -c "^rc=$want\$" rcs)
     if [ "$rc" = "$want" ] && [ "$lines" = 1 ] && grep -q -- "$pattern" err && [ "$ranks" = "$np" ]; then
         pass "$name: exit $rc on all $np ranks, $(cat err)"
     else

@@ -4,7 +4,10 @@
  * each rank compares its own piece of every output and gradient (every copy
  * of a replicated one) with the serial result, to 1e-5 relative. Also
  * measures the traffic of one layer's four linears against
- * (q-1)/q^3 (32 N h + 24 h^2) elements in 24 collectives.
+ * (q-1)/q^3 (32 N h + 24 h^2) elements in 24 collectives. Then the GPT
+ * built on the layout against the serial GPT (no trainer): SGD steps of two
+ * accumulated micro-batches; every loss, the first step's gradients and the
+ * final parameters.
  * Alone (one process) it prints a note and checks nothing. */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include "comm/comm.h"
 #include "comm/grid.h"
 #include "layout/layout.h"
+#include "model/gpt_internal.h"
 #include "util/rng.h"
 
 #define TOL 1e-5
@@ -103,7 +107,7 @@ static void test_linear(int N, int in, int out, int parts, int parity, const cha
  * number of role swaps lies between input and output. */
 static void test_chain(int N, int C) {
     int dims[4] = {C, 2 * C, C, 3 * C};
-    float *x[4], *xl[4], *w[3], *dw[3];
+    float *x[4], *xl[4], *w[3];
     cb_linear ls[3], ll[3];
     cb_shard sx[4], sw[3];
     x[0] = rnd((size_t)N * C, 1.0f);
@@ -137,6 +141,33 @@ static void test_chain(int N, int C) {
     free(d), free(dl);
     for (int l = 0; l < 4; l++) free(x[l]), free(xl[l]);
     for (int l = 0; l < 3; l++) free(w[l]), free(ls[l].dw), free(ll[l].w), free(ll[l].dw);
+}
+
+/* Two micro-batches in flight on one linear (a pipeline's slots): forward
+ * x1, forward x2, backward x1, backward x2; the kept X^ must be x1's. */
+static void test_interleaved(int N, int in, int out) {
+    float *x[2], *dy[2], *dx[2], *xl[2], *dyl[2], *dxl[2], *y = zeros((size_t)N * out);
+    float *w = rnd((size_t)in * out, 0.3f);
+    cb_shard sx = act(N, in, 0, 1), sy = act(N, out, 1, 1), sw = par(CB_P_LINEAR_W, in, out, 1, 0);
+    cb_linear ls = {.in = in, .out = out, .parts = 1, .parity = 0, .w = w,
+                    .dw = zeros((size_t)in * out)};
+    cb_linear ll = {.in = in, .out = out, .parts = 1, .parity = 0, .w = cut(&sw, w),
+                    .dw = zeros(cb_shard_numel(&sw))};
+    float *yl = zeros(cb_shard_numel(&sy));
+    for (int m = 0; m < 2; m++) {
+        x[m] = rnd((size_t)N * in, 1.0f), dy[m] = rnd((size_t)N * out, 1.0f);
+        dx[m] = zeros((size_t)N * in), xl[m] = cut(&sx, x[m]), dyl[m] = cut(&sy, dy[m]);
+        dxl[m] = zeros(cb_shard_numel(&sx));
+        S->ops->linear_forward(S, &ls, x[m], y, N);
+        S->ops->linear_backward(S, &ls, x[m], dy[m], dx[m], N);
+        L->ops->linear_forward(L, &ll, xl[m], yl, N);
+    }
+    for (int m = 0; m < 2; m++) L->ops->linear_backward(L, &ll, xl[m], dyl[m], dxl[m], N);
+    expect("interleaved.dx1", &sx, dx[0], dxl[0]);
+    expect("interleaved.dx2", &sx, dx[1], dxl[1]);
+    expect("interleaved.dw", &sw, ls.dw, ll.dw);
+    for (int m = 0; m < 2; m++) free(x[m]), free(dy[m]), free(dx[m]), free(xl[m]), free(dyl[m]), free(dxl[m]);
+    free(y), free(w), free(ls.dw), free(ll.w), free(ll.dw), free(yl);
 }
 
 static void test_norm(int N, int C, int parity) {
@@ -194,8 +225,8 @@ static void test_embed_head(int B, int T, int C, int V) {
     int N = B * T, Tm = T + 2;
     int *ids = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) {
-        ids[i] = (int)(cb_rng_next(&R) % (uint64_t)V);
-        tg[i] = i % 5 == 0 ? V - 1 : (int)(cb_rng_next(&R) % (uint64_t)V); /* hit the last row */
+        ids[i] = (int)cb_rng_below(&R, (uint64_t)V);
+        tg[i] = i % 5 == 0 ? V - 1 : (int)cb_rng_below(&R, (uint64_t)V); /* hit the last row */
     }
     float *wte = rnd((size_t)V * C, 0.5f), *wpe = rnd((size_t)Tm * C, 0.5f);
     float *dwte = rnd((size_t)V * C, 0.01f), *dwpe = rnd((size_t)Tm * C, 0.01f);
@@ -279,7 +310,8 @@ static void test_traffic(int N, int C) {
     mx[0] = v[0], mx[1] = v[1], mn[0] = -v[2], mn[1] = -v[3];
     double q = L->q, h = C;
     double elems = (q - 1) / (q * q * q) * (32.0 * N * h + 24.0 * h * h);
-    double extra = L->save_gathered ? 0 : (q - 1) / (q * q * q) * (2.0 * N * 10 * h + 2.0 * 12 * h * h) / 2;
+    /* re-gathering X^ (7 N h over the four inputs) and W^ (12 h^2) */
+    double extra = L->save_gathered ? 0 : (q - 1) / (q * q * q) * (7.0 * N * h + 12.0 * h * h);
     double want = 4.0 * (elems + extra);
     int want_calls = L->save_gathered ? 24 : 32;
     int ok = mx[0] == mn[0] && fabs((double)mx[0] - want) < 0.5 && mx[1] == (uint64_t)want_calls &&
@@ -290,6 +322,102 @@ static void test_traffic(int N, int C) {
                "%llu collectives (every rank alike); formula %.0f bytes in %d\n",
                ok ? "PASS" : "FAIL", N, C, L->q, L->save_gathered ? "gathered" : "shard",
                (unsigned long long)mx[0], (unsigned long long)mx[1], want, want_calls);
+}
+
+/* Worst relative error (max |diff| / max |ref| per tensor) of a
+ * parameter-shaped block of m against the same block of the serial s;
+ * every tensor gathered to tensor rank 0. */
+static double gpt_diff(cb_gpt *s, cb_gpt *m, const float *sb, const float *mb, int *worst) {
+    double w = 0.0;
+    for (int i = 0; i < m->pt.n; i++) {
+        const cb_tensor_info *t = &m->pt.t[i];
+        const cb_tensor_split *sp = &m->pt.split[i];
+        int two = t->ndim == 2;
+        size_t n = cb_ptable_full_numel(&m->pt, i);
+        float *full = zeros(n);
+        cb_layout_gather(L, sp->kind, two ? t->shape[0] : 1, two ? t->shape[1] : t->shape[0],
+                         sp->parts, sp->parity, mb + t->offset, full);
+        const float *ref = sb + s->pt.t[i].offset;
+        double d = 0.0, mx = 0.0;
+        for (size_t k = 0; k < n; k++) {
+            d = fmax(d, fabs((double)full[k] - ref[k]));
+            mx = fmax(mx, fabs(ref[k]));
+        }
+        if (L->tp_rank == 0 && d / fmax(mx, 1e-30) > w) w = d / fmax(mx, 1e-30), *worst = i;
+        free(full);
+    }
+    cb_comm_allreduce_f64(&G.tpg, "test", NULL, &w, 1, CB_COMM_MAX);
+    return w;
+}
+
+/* every element of every tensor owned by exactly one tensor rank: the
+ * owned shard sizes add up to the (padded) full size */
+static void test_owners(cb_gpt *m) {
+    int bad = 0;
+    for (int i = 0; i < m->pt.n; i++) {
+        cb_shard sh = cb_ptable_shard(&m->pt, i, L->tp_rank);
+        int64_t n[1] = {sh.owner ? (int64_t)cb_shard_numel(&sh) : 0};
+        cb_comm_allreduce_i64(&G.tpg, "test", NULL, n, 1, CB_COMM_SUM);
+        bad |= n[0] != sh.rows_pad * sh.C;
+    }
+    failed += bad;
+    if (G.world_rank == 0)
+        printf("%s gpt q=%d: owned shards cover every tensor exactly once (%d tensors)\n",
+               bad ? "FAIL" : "PASS", L->q, m->pt.n);
+}
+
+static void gpt_step(cb_gpt *m, const int *ids, int B, int T, float *loss) {
+    cb_gpt_zero_grad(m);
+    *loss = 0.0f;
+    for (int k = 0; k < 2; k++) {
+        *loss += 0.5f * cb_gpt_forward(m, ids + 2 * k * B * T, ids + (2 * k + 1) * B * T, B, T);
+        cb_gpt_backward(m, 0.5f);
+    }
+}
+
+/* the GPT on the 3-D layout against the serial GPT for `steps` SGD steps */
+static void test_gpt(int layers, int C, int NH, int B, int T, int V, int steps) {
+    cb_gpt_config c = {.n_layer = layers, .d_model = C, .n_head = NH, .seq_len = T, .vocab = V};
+    cb_gpt *s = NULL, *m = NULL;
+    cb_err e = {0};
+    if (cb_gpt_create(&c, B, T, &s, &e) || gpt_create(&c, B, T, L, NULL, &m, &e)) {
+        failed++;
+        if (G.world_rank == 0) printf("FAIL gpt: %s\n", e.msg);
+        return;
+    }
+    cb_gpt_init_random(s, 11);
+    cb_gpt_init_random(m, 11);
+    if (L->save_gathered) test_owners(m);
+    int *ids = malloc(sizeof(int) * 4 * B * T), wi = 0;
+    double wl = 0.0, wg = 0.0;
+    for (int step = 0; step < steps; step++) {
+        for (int k = 0; k < 4 * B * T; k++) ids[k] = (int)cb_rng_below(&R, (uint64_t)V);
+        float ls, lm;
+        gpt_step(s, ids, B, T, &ls);
+        gpt_step(m, ids, B, T, &lm);
+        wl = fmax(wl, fabs((double)ls - lm) / fabs((double)ls));
+        if (step == 0) wg = gpt_diff(s, m, s->grads, m->grads, &wi);
+        float *ps = cb_gpt_params(s), *pm = cb_gpt_params(m);
+        const float *gs = cb_gpt_grads(s), *gm = cb_gpt_grads(m);
+        for (size_t k = 0; k < s->pt.nparams; k++) ps[k] -= 0.3f * gs[k];
+        for (size_t k = 0; k < m->pt.nparams; k++) pm[k] -= 0.3f * gm[k];
+    }
+    int wp = 0;
+    double dp = gpt_diff(s, m, s->params, m->params, &wp);
+    const char *st = L->save_gathered ? "gathered" : "shard";
+    int ok[3] = {wl <= TOL, wg <= TOL, dp <= TOL};
+    for (int k = 0; k < 3; k++) failed += !ok[k];
+    if (G.world_rank == 0) {
+        printf("%s gpt q=%d save=%s L=%d C=%d: %d-step losses max rel %.2e (tol %.0e)\n",
+               ok[0] ? "PASS" : "FAIL", L->q, st, layers, C, steps, wl, TOL);
+        printf("%s gpt q=%d save=%s: step-1 gradients max rel %.2e (%s)\n", ok[1] ? "PASS" : "FAIL",
+               L->q, st, wg, m->pt.t[wi].name);
+        printf("%s gpt q=%d save=%s: final parameters max rel %.2e (%s)\n", ok[2] ? "PASS" : "FAIL",
+               L->q, st, dp, m->pt.t[wp].name);
+    }
+    free(ids);
+    cb_gpt_free(s);
+    cb_gpt_free(m);
 }
 
 static void test_check(int B, int T, int C, int NH, int V) {
@@ -333,12 +461,15 @@ int main(int argc, char **argv) {
         test_linear(N, C, C, 1, 1, "linear_p1");
         test_linear(N, 4 * C, C, 1, 1, "linear_fcproj_p1");
         test_chain(N, C);
+        test_interleaved(N, C, 2 * C);
         test_norm(N, C, 0);
         test_norm(N, C, 1);
         test_attention(B, T, C, NH);
         test_embed_head(B, T, C, V);
         test_embed_head(2 * B, T, C, q2 * 4); /* a vocabulary without padding */
         test_traffic(N, C);
+        if (q == 2) test_gpt(2, 32, 4, 8, 16, 50, 30);
+        else test_gpt(1, 18, 3, 9, 4, 40, 30);
     }
     test_check(B, T, C, NH, V);
     cb_layout_free(L);

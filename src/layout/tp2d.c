@@ -257,6 +257,7 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
 static void norm_forward(cb_layout *L, const cb_norm *nm, const float *x, float *y, float *mean,
                          float *rstd, int N) {
     int n = N / L->q, cq = nm->C / L->q, C = nm->C;
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * cq;
         float s = 0.0f;
@@ -264,6 +265,7 @@ static void norm_forward(cb_layout *L, const cb_norm *nm, const float *x, float 
         mean[i] = s;
     }
     cb_comm_allreduce(rowg(L), "norm.fwd", NULL, mean, n, CB_COMM_SUM);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * cq;
         float m = mean[i] / C, v = 0.0f;
@@ -272,6 +274,7 @@ static void norm_forward(cb_layout *L, const cb_norm *nm, const float *x, float 
         rstd[i] = v;
     }
     cb_comm_allreduce(rowg(L), "norm.fwd", NULL, rstd, n, CB_COMM_SUM);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * cq;
         float m = mean[i], s = 1.0f / sqrtf(rstd[i] / C + 1e-5f), *o = y + (size_t)i * cq;
@@ -287,6 +290,7 @@ static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float
     int n = N / L->q, cq = nm->C / L->q, C = nm->C;
     const float *w = nm->w;
     float *st = scratch(L, S_T1, 2 * (size_t)n), *g = scratch(L, S_T2, 2 * (size_t)cq);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
         float m = mean[i], s = rstd[i], dmean = 0.0f, dproj = 0.0f;
@@ -299,17 +303,25 @@ static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float
         st[2 * i + 1] = dproj;
     }
     cb_comm_allreduce(rowg(L), "norm.bwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
-    memset(g, 0, sizeof(float) * 2 * cq);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
         float m = mean[i], s = rstd[i], dmean = st[2 * i] / C, dproj = st[2 * i + 1] / C;
         float *di = dx + (size_t)i * cq;
-        for (int j = 0; j < cq; j++) {
-            float xh = (xi[j] - m) * s;
-            di[j] += (w[j] * d[j] - dmean - xh * dproj) * s;
-            g[j] += xh * d[j];
-            g[cq + j] += d[j];
+        for (int j = 0; j < cq; j++)
+            di[j] += (w[j] * d[j] - dmean - (xi[j] - m) * s * dproj) * s;
+    }
+    /* column sums, a column per iteration: no two threads write one float */
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < cq; j++) {
+        float gw = 0.0f, gb = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float d = dy[(size_t)i * cq + j];
+            gw += (x[(size_t)i * cq + j] - mean[i]) * rstd[i] * d;
+            gb += d;
         }
+        g[j] = gw;
+        g[cq + j] = gb;
     }
     cb_comm_allreduce(colg(L), "norm.bwd", NULL, g, 2 * (size_t)cq, CB_COMM_SUM);
     L->k->residual_forward(nm->dw, nm->dw, g, cq);
@@ -360,9 +372,12 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     }
     if (!l->db) return;
     float *g = scratch(L, S_T3, b);
-    memset(g, 0, sizeof(float) * b);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < b; j++) g[j] += dy[(size_t)i * b + j];
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < b; j++) {
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += dy[(size_t)i * b + j];
+        g[j] = sum;
+    }
     reduce_add(L, colg(L), "linear.bwd", g, l->db, b);
 }
 
@@ -401,6 +416,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         if (t) L->k->residual_forward(logits, logits, tmp, (size_t)n * Vq);
     }
     float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         const float *li = logits + (size_t)i * Vq;
         float m = -INFINITY;
@@ -408,6 +424,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         mx[i] = m;
     }
     cb_comm_allreduce(rowg(L), "head.fwd", NULL, mx, n, CB_COMM_MAX);
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float *li = logits + (size_t)i * Vq, s = 0.0f;
         int tg = targets ? targets[r * n + i] - v0 : -1;
@@ -420,13 +437,14 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         st[2 * i] = s;
     }
     cb_comm_allreduce(rowg(L), "head.fwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
-    double sum = 0.0;
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float *li = logits + (size_t)i * Vq, inv = 1.0f / st[2 * i];
         for (int j = 0; j < nv; j++) li[j] *= inv;
         losses[i] = logf(st[2 * i]) - (st[2 * i + 1] - mx[i]);
-        sum += losses[i];
     }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += losses[i];
     cb_comm_allreduce_f64(colg(L), "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
     return (float)(sum / N);
 }
@@ -439,6 +457,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
     int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
     float d = dloss / N;
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float *li = logits + (size_t)i * Vq;
         for (int j = 0; j < Vq; j++) li[j] *= d;

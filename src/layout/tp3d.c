@@ -19,19 +19,31 @@
 /* scratch slots, each grown on demand and reused by every operator */
 enum { S_XH, S_WH, S_Z, S_DYH, S_DXH, S_DWH, S_DW, S_RED, S_RED2, NSLOT };
 
-/* X^ and W^ kept from forward for backward (save_gathered = 1) */
+/* X^ of one forward input. Pipelines keep several micro-batches in flight,
+ * each in its own input buffer, so X^ is kept per input pointer. */
+typedef struct xsaved {
+    const float *x;
+    int N; /* -1: stale */
+    float *xh;
+    size_t cap;
+    struct xsaved *next;
+} xsaved;
+
+/* What a linear or the head keeps from forward for backward when
+ * save_gathered = 1: W^ (the weights do not change in between) and X^. */
 typedef struct gathered {
-    float *xh, *wh;
-    size_t capx, capw;
-    int N;
+    float *wh;
+    size_t capw;
+    int wvalid;
+    xsaved *xs;
     struct gathered *next;
 } gathered;
 
 typedef struct tp3d {
     float *slot[NSLOT];
     size_t cap[NSLOT];
-    gathered *saved; /* one per linear seen, freed with the layout */
-    gathered head;   /* the tied head's X^ and wte^ */
+    gathered *saved; /* every one made, freed with the layout */
+    gathered *head;  /* the tied head's X^ and wte^ */
     int noted_pad;
 } tp3d;
 
@@ -89,23 +101,60 @@ static float *grow(float *p, size_t *cap, size_t n) {
     return p;
 }
 
-static void hold(gathered *s, size_t nx, size_t nw, int N) {
-    s->xh = grow(s->xh, &s->capx, nx);
-    s->wh = grow(s->wh, &s->capw, nw);
-    s->N = N;
+static gathered *new_gathered(cb_layout *L) {
+    tp3d *P = L->priv;
+    gathered *s = calloc(1, sizeof *s);
+    if (!s) cb_comm_fatal("out of memory saving gathered 3-D operands");
+    s->next = P->saved;
+    P->saved = s;
+    return s;
 }
 
-/* the saved operands of linear l, created on first use */
-static gathered *saved_of(cb_layout *L, cb_linear *l) {
-    tp3d *P = L->priv;
-    if (!l->saved) {
-        gathered *s = calloc(1, sizeof *s);
-        if (!s) cb_comm_fatal("out of memory saving gathered 3-D operands");
-        s->next = P->saved;
-        P->saved = s;
-        l->saved = s;
+/* Forward: where to gather W^ and X^ of input x; with save_gathered = 0,
+ * scratch, and whatever was kept before is stale. */
+static void gather_into(cb_layout *L, gathered **sp, const float *x, int N, size_t nx, size_t nw,
+                        float **xh, float **wh) {
+    if (!L->save_gathered) {
+        if (*sp) {
+            (*sp)->wvalid = 0;
+            for (xsaved *e = (*sp)->xs; e; e = e->next) e->N = -1;
+        }
+        *xh = scratch(L, S_XH, nx);
+        *wh = scratch(L, S_WH, nw);
+        return;
     }
-    return l->saved;
+    if (!*sp) *sp = new_gathered(L);
+    gathered *s = *sp;
+    xsaved *e = s->xs;
+    while (e && e->x != x) e = e->next;
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e) cb_comm_fatal("out of memory saving gathered 3-D operands");
+        e->x = x;
+        e->next = s->xs;
+        s->xs = e;
+    }
+    e->xh = grow(e->xh, &e->cap, nx);
+    e->N = N;
+    s->wh = grow(s->wh, &s->capw, nw);
+    s->wvalid = 1;
+    *xh = e->xh;
+    *wh = s->wh;
+}
+
+/* Backward: the kept X^ of input x and W^, NULL where they must be gathered
+ * again. Backward consumes X^, so only a forward of that very buffer since
+ * the last backward counts (every rank decides alike). */
+static void kept(const cb_layout *L, gathered *s, const float *x, int N, float **xh,
+                 float **wh) {
+    *xh = *wh = NULL;
+    if (!L->save_gathered || !s) return;
+    for (xsaved *e = s->xs; e; e = e->next)
+        if (e->x == x && e->N == N) {
+            *xh = e->xh;
+            e->N = -1;
+        }
+    if (s->wvalid) *wh = s->wh;
 }
 
 static void add(float *acc, const float *x, size_t n) {
@@ -243,9 +292,10 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     int q = L->q;
     size_t nb = (size_t)N / (q * q), nh = (size_t)N / q, in = l->in / q, out = l->out / q,
            wr = l->in / (q * q);
-    gathered *s = L->save_gathered ? saved_of(L, l) : NULL;
-    if (s) hold(s, nh * in, in * out, N);
-    float *xh = s ? s->xh : scratch(L, S_XH, nh * in), *wh = s ? s->wh : scratch(L, S_WH, in * out);
+    gathered *s = l->saved;
+    float *xh, *wh;
+    gather_into(L, &s, x, N, nh * in, in * out, &xh, &wh);
+    l->saved = s;
     cb_comm_req rq[2];
     cb_comm_iallgather(r.la, "linear.fwd", x, xh, nb * in, &rq[0]);
     cb_comm_iallgather(&L->grid->weight, "linear.fwd", l->w, wh, wr * out, &rq[1]);
@@ -280,20 +330,18 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
         colsum(dbt, dy, nb, out);
         cb_comm_iallreduce(r.pa, "bias.bwd", NULL, dbt, out, CB_COMM_SUM, &rb);
     }
-    gathered *s = l->saved;
-    if (!L->save_gathered || !s || s->N != N) s = NULL;
-    float *xh = s ? s->xh : scratch(L, S_XH, nh * in), *wh = s ? s->wh : scratch(L, S_WH, in * out);
-    if (!s) {
-        cb_comm_iallgather(r.la, "linear.bwd", x, xh, nb * in, &rx);
-        cb_comm_iallgather(W, "linear.bwd", l->w, wh, wr * out, &rw);
-    }
+    float *xh, *wh;
+    kept(L, l->saved, x, N, &xh, &wh);
+    int gx = !xh, gw = !wh;
+    if (gx) cb_comm_iallgather(r.la, "linear.bwd", x, xh = scratch(L, S_XH, nh * in), nb * in, &rx);
+    if (gw) cb_comm_iallgather(W, "linear.bwd", l->w, wh = scratch(L, S_WH, in * out), wr * out, &rw);
     float *dyh = scratch(L, S_DYH, nh * out);
     cb_comm_allgather(r.lb, "linear.bwd", dy, dyh, nb * out);
-    if (!s) cb_comm_wait(&rw);
+    if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * in);
     L->k->head_forward(dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
     cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
-    if (!s) cb_comm_wait(&rx);
+    if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
     L->k->matmul_backward(NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
@@ -315,6 +363,7 @@ static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *
     roles r = roles_of(L, n->parity);
     int q = L->q, rows = N / (q * q), c = n->C / q;
     double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
+#pragma omp parallel for schedule(static)
     for (int t = 0; t < rows; t++) {
         const float *xr = x + (size_t)t * c;
         double s1 = 0.0, s2 = 0.0;
@@ -326,6 +375,7 @@ static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *
         s[2 * t + 1] = s2;
     }
     cb_comm_allreduce_f64(r.lb, "norm.fwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
+#pragma omp parallel for schedule(static)
     for (int t = 0; t < rows; t++) {
         double m = s[2 * t] / n->C, v = s[2 * t + 1] / n->C - m * m;
         float mf = (float)m, sf = (float)(1.0 / sqrt((v > 0 ? v : 0) + 1e-5));
@@ -354,6 +404,7 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
     cb_comm_req rg;
     cb_comm_iallreduce(r.pb, "norm.bwd", NULL, g, 2 * (size_t)c, CB_COMM_SUM, &rg);
     double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
+#pragma omp parallel for schedule(static)
     for (int t = 0; t < rows; t++) {
         const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
         double dm = 0.0, dp = 0.0;
@@ -366,6 +417,7 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
         s[2 * t + 1] = dp;
     }
     cb_comm_allreduce_f64(r.lb, "norm.bwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
+#pragma omp parallel for schedule(static)
     for (int t = 0; t < rows; t++) {
         const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
         float dm = (float)(s[2 * t] / n->C), dp = (float)(s[2 * t + 1] / n->C), sd = rstd[t];
@@ -473,12 +525,14 @@ static double crossentropy(cb_layout *L, float *lg, float *losses, const int *ta
     int64_t nv = V - v->v0;
     size_t valid = nv <= 0 ? 0 : (size_t)nv < v->vb ? (size_t)nv : v->vb;
     float *mx = scratch(L, S_RED, rows), *st = scratch(L, S_RED2, 2 * rows);
+#pragma omp parallel for schedule(static)
     for (size_t t = 0; t < rows; t++) {
         float m = -INFINITY, *r = lg + t * v->vb;
         for (size_t f = 0; f < valid; f++) m = r[f] > m ? r[f] : m;
         mx[t] = m;
     }
     cb_comm_allreduce(line, "head.fwd", NULL, mx, rows, CB_COMM_MAX);
+#pragma omp parallel for schedule(static)
     for (size_t t = 0; t < rows; t++) {
         float *r = lg + t * v->vb, sum = 0.0f;
         for (size_t f = 0; f < valid; f++) {
@@ -491,13 +545,14 @@ static double crossentropy(cb_layout *L, float *lg, float *losses, const int *ta
         st[2 * t + 1] = tg >= 0 && tg < (int64_t)valid ? r[tg] : 0.0f;
     }
     cb_comm_allreduce(line, "head.fwd", NULL, st, 2 * rows, CB_COMM_SUM);
-    double total = 0.0;
+#pragma omp parallel for schedule(static)
     for (size_t t = 0; t < rows; t++) {
         float inv = 1.0f / st[2 * t], *r = lg + t * v->vb;
         for (size_t f = 0; f < valid; f++) r[f] *= inv;
         losses[t] = -logf(st[2 * t + 1] * inv);
-        total += losses[t];
     }
+    double total = 0.0; /* in token order, as the serial layout sums */
+    for (size_t t = 0; t < rows; t++) total += losses[t];
     return total;
 }
 
@@ -510,10 +565,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     int q = L->q;
     size_t nh = (size_t)N / q, nb = (size_t)N / (q * q);
     vocab v = vocab_of(L, e->V, e->C);
-    gathered *s = L->save_gathered ? &P->head : NULL;
-    if (s) hold(s, nh * v.c, v.vb * v.c, N);
-    float *xh = s ? s->xh : scratch(L, S_XH, nh * v.c);
-    float *wh = s ? s->wh : scratch(L, S_WH, v.vb * v.c);
+    float *xh, *wh;
+    gather_into(L, &P->head, x, N, nh * v.c, v.vb * v.c, &xh, &wh);
     cb_comm_req rq[2];
     cb_comm_iallgather(&g->input, "head.fwd", x, xh, nb * v.c, &rq[0]);
     cb_comm_iallgather(&g->weight, "head.fwd", e->wte, wh, v.vr * v.c, &rq[1]);
@@ -537,14 +590,14 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     int q = L->q;
     size_t nh = (size_t)N / q, nb = (size_t)N / (q * q);
     vocab v = vocab_of(L, e->V, e->C);
-    gathered *s = L->save_gathered && P->head.N == N ? &P->head : NULL;
-    float *xh = s ? s->xh : scratch(L, S_XH, nh * v.c);
-    float *wh = s ? s->wh : scratch(L, S_WH, v.vb * v.c);
+    float *xh, *wh;
+    kept(L, P->head, x, N, &xh, &wh);
+    int gx = !xh, gw = !wh;
     cb_comm_req rx, rw, rdx, rdw;
-    if (!s) {
-        cb_comm_iallgather(&g->input, "head.bwd", x, xh, nb * v.c, &rx);
-        cb_comm_iallgather(&g->weight, "head.bwd", e->wte, wh, v.vr * v.c, &rw);
-    }
+    if (gx) cb_comm_iallgather(&g->input, "head.bwd", x, xh = scratch(L, S_XH, nh * v.c), nb * v.c, &rx);
+    if (gw)
+        cb_comm_iallgather(&g->weight, "head.bwd", e->wte, wh = scratch(L, S_WH, v.vb * v.c),
+                           v.vr * v.c, &rw);
     float dl = dloss / N;
     const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
     for (size_t t = 0; t < nb; t++) {
@@ -555,11 +608,11 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     }
     float *dzh = scratch(L, S_DYH, nh * v.vb);
     cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
-    if (!s) cb_comm_wait(&rw);
+    if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * v.c);
     L->k->matmul_forward(dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
     cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
-    if (!s) cb_comm_wait(&rx);
+    if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
     L->k->matmul_backward(NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
@@ -574,14 +627,16 @@ static void layout_free(cb_layout *L) {
     tp3d *P = L->priv;
     if (P) {
         for (int s = 0; s < NSLOT; s++) free(P->slot[s]);
-        for (gathered *s = P->saved, *nx; s; s = nx) {
-            nx = s->next;
-            free(s->xh);
+        for (gathered *s = P->saved, *ns; s; s = ns) {
+            ns = s->next;
+            for (xsaved *e = s->xs, *ne; e; e = ne) {
+                ne = e->next;
+                free(e->xh);
+                free(e);
+            }
             free(s->wh);
             free(s);
         }
-        free(P->head.xh);
-        free(P->head.wh);
         free(P);
     }
     free(L);

@@ -1,9 +1,10 @@
 /* GPT-2: token + position embedding, L pre-LayerNorm blocks (causal
- * attention, GELU MLP), final LayerNorm, LM head tied to wte.
+ * attention, GELU MLP), final LayerNorm, LM head tied to wte, on any
+ * tensor-parallel layout, whole or as one pipeline stage (gpt_internal.h).
  * Parameters live in one block ordered layer by layer (wte, wpe, h.0 ...
  * h.{L-1}, ln_f), so the gradients that backward finishes first form a
- * contiguous tail: what fusion buckets and pipeline stages want.
- * Activations are planned once for the largest micro-batch (B,T). */
+ * contiguous tail: what fusion buckets want. Activations are planned once
+ * for the largest micro-batch (B,T) times the slots in flight. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,30 +45,34 @@ static void add_tensor(cb_gpt *m, const char *name, int64_t d0, int64_t d1, int 
     if (cb_ptable_add(&m->pt, name, d0, d1, decay, layer, kind, parts, parity) < 0) m->oom = 1;
 }
 
+/* shape (in units of C), kind, parts, parity of the activation it acts on */
+static const struct {
+    int64_t d0, d1;
+    cb_param_kind kind;
+    int parts, parity;
+} SPEC[NLAYER_TENSORS] = {
+    {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},     {1, 3, CB_P_LINEAR_W, 3, 0},
+    {3, 0, CB_P_LINEAR_B, 3, 0}, {1, 1, CB_P_LINEAR_W, 1, 1}, {1, 0, CB_P_LINEAR_B, 1, 1},
+    {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},     {1, 4, CB_P_LINEAR_W, 1, 0},
+    {4, 0, CB_P_LINEAR_B, 1, 0}, {4, 1, CB_P_LINEAR_W, 1, 1}, {1, 0, CB_P_LINEAR_B, 1, 1}};
+
 static void build_tensor_table(cb_gpt *m) {
     const cb_gpt_config *c = &m->c;
     int64_t C = c->d_model;
-    /* shape, matmul weight, kind, parts, parity (of the activation it acts on) */
-    static const struct {
-        int64_t d0, d1;
-        cb_param_kind kind;
-        int parts, parity;
-    } spec[NLAYER_TENSORS] = {
-        {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},        {1, 3, CB_P_LINEAR_W, 3, 0},
-        {3, 0, CB_P_LINEAR_B, 3, 0}, {1, 1, CB_P_LINEAR_W, 1, 1},    {1, 0, CB_P_LINEAR_B, 1, 1},
-        {1, 0, CB_P_NORM, 1, 0},     {1, 0, CB_P_NORM, 1, 0},        {1, 4, CB_P_LINEAR_W, 1, 0},
-        {4, 0, CB_P_LINEAR_B, 1, 0}, {4, 1, CB_P_LINEAR_W, 1, 1},    {1, 0, CB_P_LINEAR_B, 1, 1}};
-    add_tensor(m, "wte.weight", c->vocab, C, 0, -1, CB_P_EMBED, 1, 0);
-    add_tensor(m, "wpe.weight", c->seq_len, C, 0, -1, CB_P_POS, 1, 0);
-    for (int l = 0; l < c->n_layer; l++)
+    if (m->has_embed || m->has_head) add_tensor(m, "wte.weight", c->vocab, C, 0, -1, CB_P_EMBED, 1, 0);
+    if (m->has_embed) add_tensor(m, "wpe.weight", c->seq_len, C, 0, -1, CB_P_POS, 1, 0);
+    for (int b = 0; b < m->nblk; b++)
         for (int i = 0; i < NLAYER_TENSORS; i++) {
             char name[64];
+            int l = m->blk0 + b;
             snprintf(name, sizeof name, "h.%d.%s", l, LAYER_NAMES[i]);
-            add_tensor(m, name, spec[i].d0 * C, spec[i].d1 * C, spec[i].d1 != 0, l, spec[i].kind,
-                       spec[i].parts, spec[i].parity);
+            add_tensor(m, name, SPEC[i].d0 * C, SPEC[i].d1 * C, SPEC[i].d1 != 0, l, SPEC[i].kind,
+                       SPEC[i].parts, SPEC[i].parity);
         }
-    add_tensor(m, "ln_f.weight", C, 0, 0, -2, CB_P_NORM, 1, 0);
-    add_tensor(m, "ln_f.bias", C, 0, 0, -2, CB_P_NORM, 1, 0);
+    if (m->has_head) {
+        add_tensor(m, "ln_f.weight", C, 0, 0, -2, CB_P_NORM, 1, 0);
+        add_tensor(m, "ln_f.bias", C, 0, 0, -2, CB_P_NORM, 1, 0);
+    }
 }
 
 /* Carves n floats from the activation block; with base NULL only counts. */
@@ -85,34 +90,53 @@ static size_t act(const cb_gpt *m, int H, int parity, int *rows) {
     return (size_t)r * c;
 }
 
-/* Lays out (or, with base NULL, sizes) every activation of a (B,T) step. */
-static size_t plan_activations(cb_gpt *m, float *base) {
-    const cb_gpt_config *c = &m->c;
-    int C = c->d_model, rows;
+static void plan_block(cb_gpt *m, gpt_layer_acts *a, float *base, size_t *off) {
+    int C = m->c.d_model, rows;
     size_t a0 = act(m, C, 0, &rows), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
+    size_t f1 = act(m, 4 * C, 1, NULL), att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
+    a->ln1 = carve(base, off, a0);
+    a->ln1_mean = carve(base, off, rows);
+    a->ln1_rstd = carve(base, off, rows);
+    a->qkv = carve(base, off, q1);
+    a->att = carve(base, off, att);
+    a->atty = carve(base, off, a1);
+    a->res2 = carve(base, off, a0);
+    a->ln2 = carve(base, off, a0);
+    a->ln2_mean = carve(base, off, rows);
+    a->ln2_rstd = carve(base, off, rows);
+    a->fch = carve(base, off, f1);
+    a->fch_gelu = carve(base, off, f1);
+    a->res3 = carve(base, off, a0);
+}
+
+/* Under recompute every slot shares the first slot's block activations. */
+static void plan_slot(cb_gpt *m, gpt_slot *s, int first, float *base, size_t *off) {
+    int C = m->c.d_model, rows;
+    size_t a0 = act(m, C, 0, &rows);
+    s->x_in = carve(base, off, a0);
+    if (first || !m->recompute)
+        for (int b = 0; b < m->nblk; b++) plan_block(m, &s->acts[b], base, off);
+    for (int b = 0; m->recompute && b < m->nblk; b++) s->blk_in[b] = carve(base, off, a0);
+    if (!m->has_head) s->x_out = carve(base, off, a0);
+    if (!m->has_head) return;
+    s->lnf_out = carve(base, off, a0);
+    s->lnf_mean = carve(base, off, rows);
+    s->lnf_rstd = carve(base, off, rows);
+    s->logits = carve(base, off, m->L->ops->logits_numel(m->L, m->B * m->T, m->c.vocab));
+}
+
+/* Lays out (or, with base NULL, sizes) the activations of every slot and
+ * the backward scratch. */
+static size_t plan_activations(cb_gpt *m, float *base) {
+    int C = m->c.d_model;
+    size_t a0 = act(m, C, 0, NULL), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
     size_t f1 = act(m, 4 * C, 1, NULL), off = 0;
-    size_t att = m->L->ops->att_numel(m->L, m->B, m->T, c->n_head);
-    m->encoded = carve(base, &off, a0);
-    for (int l = 0; l < c->n_layer; l++) {
-        gpt_layer_acts *a = &m->acts[l];
-        a->ln1 = carve(base, &off, a0);
-        a->ln1_mean = carve(base, &off, rows);
-        a->ln1_rstd = carve(base, &off, rows);
-        a->qkv = carve(base, &off, q1);
-        a->att = carve(base, &off, att);
-        a->atty = carve(base, &off, a1);
-        a->res2 = carve(base, &off, a0);
-        a->ln2 = carve(base, &off, a0);
-        a->ln2_mean = carve(base, &off, rows);
-        a->ln2_rstd = carve(base, &off, rows);
-        a->fch = carve(base, &off, f1);
-        a->fch_gelu = carve(base, &off, f1);
-        a->res3 = carve(base, &off, a0);
+    size_t att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
+    for (int i = 0; i < m->nslots; i++) {
+        if (m->recompute && i) memcpy(m->slots[i].acts, m->slots[0].acts,
+                                      sizeof(gpt_layer_acts) * m->nblk);
+        plan_slot(m, &m->slots[i], i == 0, base, &off);
     }
-    m->lnf_out = carve(base, &off, a0);
-    m->lnf_mean = carve(base, &off, rows);
-    m->lnf_rstd = carve(base, &off, rows);
-    m->logits = carve(base, &off, m->L->ops->logits_numel(m->L, m->B * m->T, c->vocab));
     m->d_res = carve(base, &off, a0);
     m->d_small = carve(base, &off, a0 > a1 ? a0 : a1);
     m->d_qkv = carve(base, &off, q1);
@@ -137,22 +161,27 @@ static void bind_norm(cb_norm *n, int C, cb_gpt *m, const cb_tensor_info *w) {
 }
 
 static void bind_params(cb_gpt *m) {
-    int C = m->c.d_model, L = m->c.n_layer;
+    int C = m->c.d_model, i = 0;
     const cb_tensor_info *t = m->pt.t;
-    m->embed = (cb_embed){.V = m->c.vocab, .C = C, .T = m->c.seq_len,
-                          .wte = at(m->params, &t[0]), .wpe = at(m->params, &t[1]),
-                          .dwte = at(m->grads, &t[0]), .dwpe = at(m->grads, &t[1])};
-    for (int l = 0; l < L; l++) {
-        const cb_tensor_info *b = &t[2 + l * NLAYER_TENSORS];
-        gpt_block *k = &m->blocks[l];
-        bind_norm(&k->ln1, C, m, &b[0]);
-        bind_linear(&k->qkv, C, 3 * C, 3, 0, m, &b[2]);
-        bind_linear(&k->proj, C, C, 1, 1, m, &b[4]);
-        bind_norm(&k->ln2, C, m, &b[6]);
-        bind_linear(&k->fc, C, 4 * C, 1, 0, m, &b[8]);
-        bind_linear(&k->fcproj, 4 * C, C, 1, 1, m, &b[10]);
+    m->embed = (cb_embed){.V = m->c.vocab, .C = C, .T = m->c.seq_len};
+    if (m->has_embed || m->has_head) {
+        m->embed.wte = at(m->params, &t[i]);
+        m->embed.dwte = at(m->grads, &t[i++]);
     }
-    bind_norm(&m->lnf, C, m, &t[2 + L * NLAYER_TENSORS]);
+    if (m->has_embed) {
+        m->embed.wpe = at(m->params, &t[i]);
+        m->embed.dwpe = at(m->grads, &t[i++]);
+    }
+    for (int b = 0; b < m->nblk; b++, i += NLAYER_TENSORS) {
+        gpt_block *k = &m->blocks[b];
+        bind_norm(&k->ln1, C, m, &t[i]);
+        bind_linear(&k->qkv, C, 3 * C, 3, 0, m, &t[i + 2]);
+        bind_linear(&k->proj, C, C, 1, 1, m, &t[i + 4]);
+        bind_norm(&k->ln2, C, m, &t[i + 6]);
+        bind_linear(&k->fc, C, 4 * C, 1, 0, m, &t[i + 8]);
+        bind_linear(&k->fcproj, 4 * C, C, 1, 1, m, &t[i + 10]);
+    }
+    if (m->has_head) bind_norm(&m->lnf, C, m, &t[i]);
 }
 
 void cb_gpt_free(cb_gpt *m) {
@@ -162,13 +191,51 @@ void cb_gpt_free(cb_gpt *m) {
     free(m->params);
     free(m->grads);
     free(m->actblock);
-    free(m->acts);
+    for (int i = 0; m->slots && i < m->nslots; i++) {
+        free(m->slots[i].acts);
+        free(m->slots[i].blk_in);
+        free(m->slots[i].inp);
+    }
+    free(m->slots);
     free(m->blocks);
-    free(m->inp);
     free(m);
 }
 
-int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out, cb_err *e) {
+static int alloc_slots(cb_gpt *m) {
+    m->slots = calloc(m->nslots, sizeof *m->slots);
+    if (!m->slots) return 0;
+    for (int i = 0; i < m->nslots; i++) {
+        gpt_slot *s = &m->slots[i];
+        s->acts = calloc(m->nblk + 1, sizeof *s->acts);
+        s->blk_in = calloc(m->nblk + 1, sizeof *s->blk_in);
+        s->inp = malloc(sizeof(int) * 2 * (size_t)m->B * m->T);
+        if (!s->acts || !s->blk_in || !s->inp) return 0;
+        s->targets = s->inp + (size_t)m->B * m->T;
+    }
+    return 1;
+}
+
+static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
+    int nmod = m->c.n_layer + 2;
+    gpt_stage_opts whole = {0, nmod, 1, 0};
+    if (!st) st = &whole;
+    if (st->mod0 < 0 || st->mod1 > nmod || st->mod0 >= st->mod1 || st->nslots < 1)
+        return cb_fail(e, CB_EINTERNAL, "bad stage modules [%d, %d) of %d", st->mod0, st->mod1,
+                       nmod);
+    m->mod0 = st->mod0;
+    m->mod1 = st->mod1;
+    m->nslots = st->nslots;
+    m->recompute = st->recompute;
+    m->has_embed = st->mod0 == 0;
+    m->has_head = st->mod1 == nmod;
+    m->blk0 = st->mod0 > 0 ? st->mod0 - 1 : 0;
+    int blk1 = st->mod1 - 1 < m->c.n_layer ? st->mod1 - 1 : m->c.n_layer;
+    m->nblk = blk1 - m->blk0;
+    return CB_OK;
+}
+
+int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, const gpt_stage_opts *stage,
+               cb_gpt **out, cb_err *e) {
     int rc = cb_gpt_config_check(c, e);
     if (!rc) rc = L->ops->check(L, B, T, c->d_model, c->n_head, c->vocab, e);
     if (rc) return rc;
@@ -184,17 +251,19 @@ int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out,
     m->T = T;
     m->L = L;
     m->pt.L = L;
-    m->acts = calloc(c->n_layer, sizeof *m->acts);
-    m->blocks = calloc(c->n_layer, sizeof *m->blocks);
-    m->inp = malloc(sizeof(int) * 2 * (size_t)B * T);
-    if (!m->acts || !m->blocks || !m->inp) goto oom;
-    m->targets = m->inp + (size_t)B * T;
+    rc = set_stage(m, stage, e);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    m->blocks = calloc(m->nblk + 1, sizeof *m->blocks);
+    if (!m->blocks || !alloc_slots(m)) goto oom;
     build_tensor_table(m);
     if (m->oom) goto oom;
     m->params = calloc(m->pt.nparams + 1, sizeof(float));
     m->grads = calloc(m->pt.nparams + 1, sizeof(float));
-    size_t nact = plan_activations(m, NULL);
-    m->actblock = calloc(nact, sizeof(float));
+    m->act_floats = plan_activations(m, NULL);
+    m->actblock = calloc(m->act_floats, sizeof(float));
     if (!m->params || !m->grads || !m->actblock) goto oom;
     plan_activations(m, m->actblock);
     bind_params(m);
@@ -211,7 +280,7 @@ oom:
 int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e) {
     cb_layout *L = cb_layout_serial();
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory");
-    int rc = gpt_create(c, B, T, L, out, e);
+    int rc = gpt_create(c, B, T, L, NULL, out, e);
     if (rc) cb_layout_free(L);
     else (*out)->own_layout = 1;
     return rc;
@@ -223,24 +292,24 @@ int cb_gpt_num_tensors(const cb_gpt *m) { return m->pt.n; }
 const cb_tensor_info *cb_gpt_tensor(const cb_gpt *m, int i) { return &m->pt.t[i]; }
 float *cb_gpt_params(cb_gpt *m) { return m->params; }
 float *cb_gpt_grads(cb_gpt *m) { return m->grads; }
-const float *cb_gpt_probs(const cb_gpt *m) { return m->logits; }
+const float *cb_gpt_probs(const cb_gpt *m) { return m->slots[0].logits; }
 
 void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx) {
     m->hook = fn;
     m->hook_ctx = ctx;
 }
 
-/* GPT-2's initialisation of one full tensor, drawn in table order from one
- * stream on every rank, so every layout starts from the serial weights. */
+/* GPT-2's initialisation of one full tensor, drawn in the whole model's
+ * table order from one stream on every rank, so every layout and every
+ * pipeline stage starts from the serial weights. */
 typedef struct init_ctx {
     cb_rng r;
     float resid;
 } init_ctx;
 
-static void init_tensor(void *ctx, const cb_tensor_info *t, float *full, size_t n) {
-    init_ctx *c = ctx;
-    int is_ln = strstr(t->name, "ln_") != NULL, is_weight = strstr(t->name, ".weight") != NULL;
-    float sd = strstr(t->name, "c_proj.weight") ? c->resid : 0.02f;
+static void init_values(init_ctx *c, const char *name, float *full, size_t n) {
+    int is_ln = strstr(name, "ln_") != NULL, is_weight = strstr(name, ".weight") != NULL;
+    float sd = strstr(name, "c_proj.weight") ? c->resid : 0.02f;
     for (size_t j = 0; j < n; j++) {
         if (is_ln) full[j] = is_weight ? 1.0f : 0.0f;
         else full[j] = is_weight ? cb_rng_normal(&c->r) * sd : 0.0f;
@@ -250,7 +319,34 @@ static void init_tensor(void *ctx, const cb_tensor_info *t, float *full, size_t 
 void cb_gpt_init_random(cb_gpt *m, uint64_t seed) {
     init_ctx c = {.resid = 0.02f / sqrtf(2.0f * m->c.n_layer)};
     cb_rng_seed(&c.r, seed);
-    if (cb_ptable_fill(&m->pt, m->params, init_tensor, &c)) abort();
+    /* walk the whole model's tensors in order, drawing every one, keeping
+     * the shards held here: a pipeline stage consumes the draws of the
+     * tensors it does not hold, so every stage matches the serial model */
+    const cb_gpt_config *cf = &m->c;
+    size_t C = cf->d_model, maxn = (size_t)cf->vocab * C;
+    if ((size_t)cf->seq_len * C > maxn) maxn = (size_t)cf->seq_len * C;
+    if (16 * C * C > maxn) maxn = 16 * C * C;
+    float *full = malloc(sizeof(float) * maxn);
+    if (!full) abort();
+    int ntot = 2 + cf->n_layer * NLAYER_TENSORS + 2;
+    for (int g = 0; g < ntot; g++) {
+        char name[64];
+        size_t n;
+        if (g == 0) snprintf(name, sizeof name, "wte.weight"), n = (size_t)cf->vocab * C;
+        else if (g == 1) snprintf(name, sizeof name, "wpe.weight"), n = (size_t)cf->seq_len * C;
+        else if (g < ntot - 2) {
+            int l = (g - 2) / NLAYER_TENSORS, i = (g - 2) % NLAYER_TENSORS;
+            snprintf(name, sizeof name, "h.%d.%s", l, LAYER_NAMES[i]);
+            n = (size_t)(SPEC[i].d0 * C) * (SPEC[i].d1 ? (size_t)(SPEC[i].d1 * C) : 1);
+        } else snprintf(name, sizeof name, g == ntot - 2 ? "ln_f.weight" : "ln_f.bias"), n = C;
+        init_values(&c, name, full, n);
+        for (int i = 0; i < m->pt.n; i++) {
+            if (strcmp(m->pt.t[i].name, name)) continue;
+            cb_shard sh = cb_ptable_shard(&m->pt, i, m->L->tp_rank);
+            cb_shard_extract(&sh, full, m->params + m->pt.t[i].offset);
+        }
+    }
+    free(full);
 }
 
 double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {
@@ -267,12 +363,13 @@ static size_t cur(const cb_gpt *m, int H, int parity) {
     return (size_t)r * c;
 }
 
-/* One block forward: x (B,T,C) -> a->res3 */
-static void block_forward(cb_gpt *m, int l, const float *x, int B, int T) {
+size_t gpt_act_floats(const cb_gpt *m) { return cur(m, m->c.d_model, 0); }
+
+/* One block forward: x -> a->res3 */
+static void block_forward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, int B, int T) {
     cb_layout *L = m->L;
     const cb_layout_ops *o = L->ops;
-    gpt_block *k = &m->blocks[l];
-    gpt_layer_acts *a = &m->acts[l];
+    gpt_block *k = &m->blocks[b];
     int N = B * T, C = m->c.d_model;
     o->norm_forward(L, &k->ln1, x, a->ln1, a->ln1_mean, a->ln1_rstd, N);
     o->linear_forward(L, &k->qkv, a->ln1, a->qkv, N);
@@ -286,20 +383,44 @@ static void block_forward(cb_gpt *m, int l, const float *x, int B, int T) {
     L->k->residual_forward(a->res3, a->res2, m->proj, cur(m, C, 0));
 }
 
-float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T) {
+float *gpt_stage_input(cb_gpt *m, int slot) { return m->slots[slot].x_in; }
+
+const float *gpt_stage_output(const cb_gpt *m, int slot) { return m->slots[slot].x_out; }
+
+const float *gpt_stage_dinput(const cb_gpt *m) { return m->d_res; }
+
+/* The input of local block b in slot s (kept per slot under recompute). */
+static const float *block_input(cb_gpt *m, gpt_slot *s, int b) {
+    if (m->recompute) return s->blk_in[b];
+    return b ? s->acts[b - 1].res3 : s->x_in;
+}
+
+float gpt_stage_forward(cb_gpt *m, int slot, const int *ids, const int *targets, int B, int T) {
     cb_layout *L = m->L;
-    int N = B * T, Lyr = m->c.n_layer;
-    m->curB = B;
-    m->curT = T;
-    memcpy(m->inp, inp, sizeof(int) * N);
-    m->has_targets = targets != NULL;
-    if (targets) memcpy(m->targets, targets, sizeof(int) * N);
-    L->ops->embed_forward(L, &m->embed, m->inp, B, T, m->encoded);
-    for (int l = 0; l < Lyr; l++) block_forward(m, l, l ? m->acts[l - 1].res3 : m->encoded, B, T);
-    L->ops->norm_forward(L, &m->lnf, m->acts[Lyr - 1].res3, m->lnf_out, m->lnf_mean, m->lnf_rstd,
-                         N);
-    return L->ops->head_forward(L, &m->embed, m->lnf_out, targets ? m->targets : NULL, m->logits,
+    gpt_slot *s = &m->slots[slot];
+    int N = B * T, C = m->c.d_model;
+    m->curB = s->B = B;
+    m->curT = s->T = T;
+    if (ids) memcpy(s->inp, ids, sizeof(int) * N);
+    if (targets) memcpy(s->targets, targets, sizeof(int) * N);
+    if (m->has_embed) L->ops->embed_forward(L, &m->embed, s->inp, B, T, s->x_in);
+    const float *x = s->x_in;
+    for (int b = 0; b < m->nblk; b++) {
+        if (m->recompute) memcpy(s->blk_in[b], x, sizeof(float) * cur(m, C, 0));
+        block_forward(m, b, &s->acts[b], block_input(m, s, b), B, T);
+        x = s->acts[b].res3;
+    }
+    if (!m->has_head) {
+        memcpy(s->x_out, x, sizeof(float) * cur(m, C, 0));
+        return 0.0f;
+    }
+    L->ops->norm_forward(L, &m->lnf, x, s->lnf_out, s->lnf_mean, s->lnf_rstd, N);
+    return L->ops->head_forward(L, &m->embed, s->lnf_out, targets ? s->targets : NULL, s->logits,
                                 N);
+}
+
+float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T) {
+    return gpt_stage_forward(m, 0, inp, targets, B, T);
 }
 
 void cb_gpt_zero_grad(cb_gpt *m) {
@@ -311,11 +432,10 @@ void cb_gpt_zero_grad(cb_gpt *m) {
 double gpt_grad_sumsq(const cb_gpt *m) { return cb_ptable_sumsq(&m->pt, m->grads); }
 
 /* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit. */
-static void block_backward(cb_gpt *m, int l, const float *x, int B, int T) {
+static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, int B, int T) {
     cb_layout *L = m->L;
     const cb_layout_ops *o = L->ops;
-    gpt_block *k = &m->blocks[l];
-    gpt_layer_acts *a = &m->acts[l];
+    gpt_block *k = &m->blocks[b];
     int N = B * T, C = m->c.d_model;
     o->linear_backward(L, &k->fcproj, a->fch_gelu, m->d_res, m->d_big, N);
     L->k->gelu_backward(m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
@@ -329,23 +449,40 @@ static void block_backward(cb_gpt *m, int l, const float *x, int B, int T) {
 }
 
 static void ready(cb_gpt *m, int first, int last) {
-    if (m->hook) m->hook(m->hook_ctx, first, last);
+    if (m->hook && first <= last) m->hook(m->hook_ctx, first, last);
 }
 
-void cb_gpt_backward(cb_gpt *m, float dloss_scale) {
+void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy) {
     cb_layout *L = m->L;
-    int B = m->curB, T = m->curT, N = B * T, C = m->c.d_model, Lyr = m->c.n_layer;
-    L->ops->head_backward(L, &m->embed, m->lnf_out, m->targets, m->logits, dloss_scale,
-                          m->d_small, N);
-    memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
-    L->ops->norm_backward(L, &m->lnf, m->acts[Lyr - 1].res3, m->d_small, m->d_res, m->lnf_mean,
-                          m->lnf_rstd, N);
-    int lnf = 2 + Lyr * NLAYER_TENSORS;
-    ready(m, lnf, lnf + 1);
-    for (int l = Lyr - 1; l >= 0; l--) {
-        block_backward(m, l, l ? m->acts[l - 1].res3 : m->encoded, B, T);
-        ready(m, 2 + l * NLAYER_TENSORS, 1 + (l + 1) * NLAYER_TENSORS);
+    gpt_slot *s = &m->slots[slot];
+    int B = s->B, T = s->T, N = B * T, C = m->c.d_model;
+    m->curB = B;
+    m->curT = T;
+    int nemb = (m->has_embed || m->has_head) + m->has_embed; /* wte, wpe at the front */
+    int first_blk = nemb, nt = m->pt.n;
+    if (m->has_head) {
+        const float *x = m->nblk ? s->acts[m->nblk - 1].res3 : s->x_in;
+        if (m->recompute && m->nblk) x = NULL; /* recomputed below */
+        L->ops->head_backward(L, &m->embed, s->lnf_out, s->targets, s->logits, dloss_scale,
+                              m->d_small, N);
+        memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
+        if (!x) { /* the last block's output: recompute that block first */
+            block_forward(m, m->nblk - 1, &s->acts[m->nblk - 1], s->blk_in[m->nblk - 1], B, T);
+            x = s->acts[m->nblk - 1].res3;
+        }
+        L->ops->norm_backward(L, &m->lnf, x, m->d_small, m->d_res, s->lnf_mean, s->lnf_rstd, N);
+        ready(m, nt - 2, nt - 1);
+    } else {
+        memcpy(m->d_res, dy, sizeof(float) * cur(m, C, 0));
     }
-    L->ops->embed_backward(L, &m->embed, m->inp, B, T, m->d_res);
-    ready(m, 0, 1);
+    for (int b = m->nblk - 1; b >= 0; b--) {
+        if (m->recompute && !(m->has_head && b == m->nblk - 1))
+            block_forward(m, b, &s->acts[b], s->blk_in[b], B, T);
+        block_backward(m, b, &s->acts[b], block_input(m, s, b), B, T);
+        ready(m, first_blk + b * NLAYER_TENSORS, first_blk + (b + 1) * NLAYER_TENSORS - 1);
+    }
+    if (m->has_embed) L->ops->embed_backward(L, &m->embed, s->inp, B, T, m->d_res);
+    if (nemb) ready(m, 0, nemb - 1);
 }
+
+void cb_gpt_backward(cb_gpt *m, float dloss_scale) { gpt_stage_backward(m, 0, dloss_scale, NULL); }

@@ -1,4 +1,13 @@
-/* Private layout of cb_gpt, shared by the model's files. */
+/* Private layout of cb_gpt, shared by the model's files.
+ *
+ * Modules, in order: 0 the embedding (wte, wpe), 1..L the blocks, L+1 the
+ * head (ln_f, the LM head tied to wte, the loss). A cb_gpt holds modules
+ * [mod0, mod1): the whole model in one process, one pipeline stage's range
+ * otherwise (the head's stage then keeps its own copy of wte, whose gradient
+ * the pipeline sums with the embedding stage's). Activations are kept for
+ * nslots micro-batches at once (the pipeline's in-flight count); with
+ * recompute only each block's input is kept per slot and the block is run
+ * again in backward. */
 #ifndef CB_GPT_INTERNAL_H
 #define CB_GPT_INTERNAL_H
 
@@ -26,6 +35,17 @@ typedef struct gpt_layer_acts {
     float *res3;                      /* (N,C) p0 block output */
 } gpt_layer_acts;
 
+/* One micro-batch in flight. */
+typedef struct gpt_slot {
+    float *x_in;           /* (N,C) p0: embedding output, or the received activation */
+    float **blk_in;        /* recompute: each local block's input (N,C) p0 */
+    gpt_layer_acts *acts;  /* local blocks (one shared set under recompute) */
+    float *x_out;          /* (N,C) p0: output to send when the head is elsewhere */
+    float *lnf_out, *lnf_mean, *lnf_rstd, *logits;
+    int *inp, *targets;
+    int B, T;
+} gpt_slot;
+
 struct cb_gpt {
     cb_gpt_config c;
     int B, T;       /* planned maximum micro-batch of this data-parallel rank */
@@ -33,22 +53,48 @@ struct cb_gpt {
     cb_layout *L;
     int own_layout; /* created here: freed with the model */
     int oom;        /* building the tensor table ran out of memory */
-    cb_ptable pt; /* tensors, their shards, local parameter count */
+    int mod0, mod1, has_embed, has_head, blk0, nblk;
+    int nslots, recompute;
+    cb_ptable pt;   /* tensors, their shards, local parameter count */
     float *params, *grads;
     cb_embed embed;
-    gpt_block *blocks;
+    gpt_block *blocks; /* nblk, global block blk0 + i */
     cb_norm lnf;
     float *actblock;
-    gpt_layer_acts *acts;
-    float *encoded, *lnf_out, *lnf_mean, *lnf_rstd, *logits;
-    float *d_res, *d_small, *d_qkv, *d_big, *d_att, *proj; /* backward scratch */
-    int *inp, *targets, has_targets;
+    size_t act_floats;
+    gpt_slot *slots;
+    float *d_res, *d_small, *d_qkv, *d_big, *d_att, *proj; /* scratch */
     cb_grad_ready_fn hook;
     void *hook_ctx;
 };
 
-/* Builds the model on a layout (B = this data-parallel rank's sequences). */
-int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, cb_gpt **out, cb_err *e);
+typedef struct gpt_stage_opts {
+    int mod0, mod1; /* modules held; 0, L+2 for the whole model */
+    int nslots;     /* >= 1 */
+    int recompute;  /* keep block inputs only */
+} gpt_stage_opts;
+
+/* Builds the model (or a stage of it) on a layout; B = this data-parallel
+ * rank's sequences. stage NULL: the whole model, one slot. */
+int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, const gpt_stage_opts *stage,
+               cb_gpt **out, cb_err *e);
+/* Forward of this stage's modules for micro-batch slot. The first stage
+ * reads ids (B,T); the others read gpt_stage_input(m, slot), which the
+ * caller filled. Returns the mean loss on the head's stage, else 0, and
+ * leaves the output in gpt_stage_output(m, slot). */
+float gpt_stage_forward(cb_gpt *m, int slot, const int *ids, const int *targets, int B, int T);
+float *gpt_stage_input(cb_gpt *m, int slot);
+const float *gpt_stage_output(const cb_gpt *m, int slot);
+/* Backward of slot: on the head's stage from the loss scaled by dloss_scale,
+ * elsewhere from dy, the gradient of this stage's output. Leaves the
+ * gradient of the stage input in gpt_stage_dinput(m) (not on the first
+ * stage). Parameter gradients accumulate. */
+void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy);
+const float *gpt_stage_dinput(const cb_gpt *m);
+/* Local floats of one (N,C) parity-0 activation of the last forward or
+ * backward: what stages exchange. */
+size_t gpt_act_floats(const cb_gpt *m);
+
 /* Sum of squares of the gradients this rank owns (replicated copies once);
  * the caller adds it up over the tensor and pipeline ranks. */
 double gpt_grad_sumsq(const cb_gpt *m);

@@ -153,7 +153,7 @@ void cb_dp_end_backward(cb_dp *d) {
     const cb_gpt *m = d->m;
     size_t nt = (size_t)m->curB * m->curT;
     if (d->ntok + nt > d->max_tok) cb_comm_fatal("sparse embedding: more token rows than planned (internal error)");
-    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = m->inp[i];
+    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = m->slots[0].inp[i];
     memcpy(d->rows + d->ntok * d->chan, m->d_res, sizeof(float) * nt * d->chan);
     d->ntok += nt;
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# 3-D tensor parallelism (the cube of Bian et al.), whole model:
+# 1. tests/test_layout_3d.c at tp=8 (q=2) and tp=27 (q=3, oversubscribed):
+#    every operator against the serial one (both --tp3d-save modes), two
+#    micro-batches in flight, the linears' bytes per layer equal to
+#    (q-1)/q^3 (32 N h + 24 h^2) elements in 24 collectives, check()
+#    messages, and the GPT on the layout against the serial GPT (30 SGD
+#    steps: losses, gradients, final parameters to 1e-5).
+# 2. cubist train --tp 8 --tp-mode 3d (gathered and shard saves, x dp=2 with
+#    ZeRO-1) and --tp 27 on a one-layer model against the single process:
+#    30-step loss trajectory and final parameters to 1e-5, vocabulary padded;
+#    a bad --batch exits 2 with one line naming it. Skipped (a "#" line)
+#    while the trainer still answers that --tp is not implemented.
+#   BUILD=build-mpich tests/test_tp3d.sh     (MPICH build; MPIRUN overrides)
+set -u
+. "$(dirname "$0")/dp_common.sh"
+T3D="$(dirname "$C")/tests/test_layout_3d"
+
+op() { # np
+    local np=$1 out; shift
+    out=$(timeout "$TMO" "${launch[@]}" -np "$np" "$T3D" 2>&1)
+    local rc=$?
+    grep '^PASS\|^FAIL' <<<"$out"
+    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    [ $rc = 0 ] || fail "test_layout_3d np=$np exited $rc: $(grep -v '^PASS\|^#' <<<"$out" | head -c 300)"
+}
+op 8
+op 27
+
+"$C" prepare --input text.txt --output train.bin >/dev/null || { fail "tp3d: prepare"; finish; exit; }
+common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 257 --batch 8
+        --steps 30 --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --seed 5 --quiet
+        --peak-gflops 100)
+tiny=(--data train.bin --layers 1 --d-model 18 --heads 3 --seq-len 4 --vocab 257 --batch 9
+      --steps 30 --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --seed 5 --quiet
+      --peak-gflops 100)
+"$C" train "${common[@]}" --log ref.jsonl --save ref.st &&
+    "$C" train "${tiny[@]}" --log reft.jsonl --save reft.st ||
+    { fail "tp3d: single-process reference"; finish; exit; }
+
+if ! timeout "$TMO" "${launch[@]}" -np 8 "$C" train "${common[@]}" --tp 8 --tp-mode 3d \
+        --steps 1 >probe.out 2>&1 && grep -q "not implemented" probe.out; then
+    echo "# SKIP cubist train --tp-mode 3d: the trainer does not run tensor parallelism yet"
+    finish
+    exit
+fi
+
+case_() { # name, np, reference, train flags
+    local name=$1 np=$2 ref=$3; shift 3
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train \
+            --log "$name.jsonl" --save "$name.st" "$@" 2>"$name.err"; then
+        fail "$name: run failed: $(head -c 300 "$name.err")"; return
+    fi
+    check "$name" "$ref.jsonl" "$name.jsonl" "$ref.st" "$name.st"
+}
+case_ "train 3d tp=8"                    8 ref "${common[@]}" --tp 8 --tp-mode 3d
+case_ "train 3d tp=8 --tp3d-save shard"  8 ref "${common[@]}" --tp 8 --tp-mode 3d --tp3d-save shard
+case_ "train 3d tp=8 x dp=2 zero"       16 ref "${common[@]}" --tp 8 --tp-mode 3d --dp 2 --zero 1
+case_ "train 3d tp=27 one layer"        27 reft "${tiny[@]}" --tp 27 --tp-mode 3d
+
+# a batch q^2 does not divide: exit 2, one line naming --batch
+out=$(timeout "$TMO" "${launch[@]}" -np 8 "$C" train "${common[@]}" --tp 8 --tp-mode 3d --batch 6 2>&1)
+rc=$?
+if [ $rc = 2 ] && grep -q -- "--batch" <<<"$out" && [ "$(grep -c . <<<"$out")" = 1 ]; then
+    pass "train 3d --batch 6 at q=2: exit 2, \"$out\""
+else
+    fail "train 3d --batch 6 at q=2: want exit 2 and one line naming --batch; got $rc: $(head -c 300 <<<"$out")"
+fi
+finish
