@@ -9,7 +9,8 @@ MPIRUN=${MPIRUN:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 root=$(pwd)
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-head -c 200000 /dev/urandom | base64 > "$d/text.txt"
+# deterministic text, so a failure reproduces
+if command -v bible >/dev/null; then bible gen1:1-rev22:21 | head -c 200000 > "$d/text.txt"; else seq 1 40000 > "$d/text.txt"; fi
 "$BUILD/cubist" prepare --input "$d/text.txt" --output "$d/train.bin" >/dev/null
 EX="$BUILD/examples/mlp_lm"
 "$EX" --data "$d/train.bin" --steps 30 --save "$d/serial.st" > "$d/serial.log" || { echo "FAIL example serial run"; exit 1; }
