@@ -7,6 +7,8 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */
+int cmd_bench_dp(int argc, char **argv);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

@@ -165,7 +165,17 @@ static int run_bench(bench_opts *b) {
     return 0;
 }
 
+int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
+
 int cmd_bench(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) /* the data-parallel benchmarks: cli/bench_dp.c */
+        if (!strcmp(argv[i], "--allreduce") || !strcmp(argv[i], "--dp-step") ||
+            !strcmp(argv[i], "--embed-grad"))
+            return cmd_bench_dp(argc, argv);
+    for (int i = 0; i < argc; i++) /* the tensor-parallel comparison: cli/bench_tp.c */
+        if (!strcmp(argv[i], "--tp-compare") || !strcmp(argv[i], "--tp-compare-only") ||
+            !strcmp(argv[i], "--tp-step"))
+            return cmd_bench_tp(argc, argv);
     char script[PATH_MAX + 32];
     default_script(script, sizeof script);
     bench_opts b = {12, 768, 12, 50304, 4, 3, 2, 0, 0, 0, 0, "64,1024", script};

@@ -70,6 +70,8 @@ int cmd_train(int argc, char **argv) {
         {"pp", ARG_INT, &o.pp, "pipeline stages (1; more: not implemented yet)"},
         {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1; more: not implemented yet)"},
         {"tp-mode", ARG_STR, &o.tp_mode, "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
+        {"tp3d-save", ARG_STR, &o.tp3d_save,
+         "3d: keep gathered inputs for backward (gathered) or re-gather (shard)"},
         {"print-grid", ARG_BOOL, &o.print_grid, "print every rank's grid placement"},
         {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
         {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},

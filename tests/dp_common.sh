@@ -26,5 +26,7 @@ check() { # name ref.jsonl got.jsonl [ref.st got.st]
 finish() { [ "$failed" = 0 ]; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
-head -c 300000 /dev/urandom | base64 > text.txt
+# fixed data (TEST_DP_SEED): Adam turns last-bit differences of gradients
+# near zero into visible steps, so the margin under 1e-5 depends on the data
+/usr/bin/python3 -c "import base64, random; random.seed(${TEST_DP_SEED:-1}); print(base64.encodebytes(bytes(random.getrandbits(8) for _ in range(225000))).decode())" > text.txt
 echo "# $C ($flavour), launcher: ${launch[*]}, timeout ${TMO}s"

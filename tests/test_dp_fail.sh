@@ -58,9 +58,18 @@ fi
 # a rank killed by SIGKILL while the others are in the gradient all-reduce
 "${launch[@]}" -np 2 "$C" train "${M[@]}" --steps 1000000 --layers 2 --d-model 64 >out 2>&1 &
 mpid=$!
+# a rank: a descendant of our launcher (OpenMPI forks ranks, MPICH's hydra
+# forks a proxy that forks them) running the binary
+rank_of() {
+    local kids=$(pgrep -P "$1") k
+    for k in $kids; do
+        if tr '\0' ' ' </proc/$k/cmdline 2>/dev/null | grep -q "^$C train"; then echo "$k"; return; fi
+        rank_of "$k"
+    done
+}
 victim=""
 for _ in $(seq 50); do
-    victim=$(pgrep -P "$mpid" -f "$C" | tail -1)
+    victim=$(rank_of "$mpid" | tail -1)
     [ -n "$victim" ] && break
     sleep 0.1
 done

@@ -166,7 +166,8 @@ static void test_interleaved(int N, int in, int out) {
     expect("interleaved.dx1", &sx, dx[0], dxl[0]);
     expect("interleaved.dx2", &sx, dx[1], dxl[1]);
     expect("interleaved.dw", &sw, ls.dw, ll.dw);
-    for (int m = 0; m < 2; m++) free(x[m]), free(dy[m]), free(dx[m]), free(xl[m]), free(dyl[m]), free(dxl[m]);
+    for (int m = 0; m < 2; m++)
+        free(x[m]), free(dy[m]), free(dx[m]), free(xl[m]), free(dyl[m]), free(dxl[m]);
     free(y), free(w), free(ls.dw), free(ll.w), free(ll.dw), free(yl);
 }
 
@@ -261,7 +262,8 @@ static void test_embed_head(int B, int T, int C, int V) {
     int bad = 0; /* padding rows of the local dwte must stay zero */
     for (int64_t r = 0; r < se.nrows; r++)
         if (se.row0 + r >= V)
-            for (size_t c = 0; c < cb_shard_cols(&se); c++) bad |= el.dwte[r * cb_shard_cols(&se) + c] != 0.0f;
+            for (size_t c = 0; c < cb_shard_cols(&se); c++)
+                bad |= el.dwte[r * cb_shard_cols(&se) + c] != 0.0f;
     bad = cb_comm_agree_error(&G.tpg, bad);
     if (bad) failed++;
     if (G.world_rank == 0)
@@ -434,7 +436,8 @@ static void test_check(int B, int T, int C, int NH, int V) {
         ok &= good;
     }
     if (!ok) failed++;
-    if (G.world_rank == 0) printf("%s check: batch, d_model, heads refused with CB_EINPUT\n", ok ? "PASS" : "FAIL");
+    if (G.world_rank == 0)
+        printf("%s check: batch, d_model, heads refused with CB_EINPUT\n", ok ? "PASS" : "FAIL");
 }
 
 int main(int argc, char **argv) {

@@ -50,21 +50,40 @@ static double *dscratch(cb_layout *L, size_t n) {
 
 /* ---------------------------------------------------------------- shapes */
 
+/* The heads count nearest NH that tp divides and that divides C; 0 if none. */
+static int heads_fix(int C, int P, int NH) {
+    int best = 0;
+    for (int h = P; h <= C; h += P)
+        if (C % h == 0 && (!best || abs(h - NH) < abs(best - NH))) best = h;
+    return best;
+}
+
+/* The largest tp below P that divides both NH and C (1 always does). */
+static int tp_fix(int C, int P, int NH) {
+    int p = P - 1;
+    while (p > 1 && (NH % p || C % p)) p--;
+    return p;
+}
+
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
     (void)B, (void)T, (void)V;
-    int P = L->tp;
-    if (NH % P) {
-        int h = (NH + P - 1) / P * P;
+    int P = L->tp, h = heads_fix(C, P, NH), p = tp_fix(C, P, NH);
+    if (NH % P && h)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 1d with tp %d needs --heads divisible by %d (heads are split "
-                       "across tensor ranks); got %d: use --heads %d or a tp that divides %d",
-                       P, P, NH, h, NH);
-    }
+                       "--tp-mode 1d with tp %d needs --heads divisible by %d (each tensor rank "
+                       "holds whole heads); got %d: use --heads %d or --tp %d",
+                       P, P, NH, h, p);
+    if (NH % P)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-mode 1d with tp %d needs --heads divisible by %d (each tensor rank "
+                       "holds whole heads); got %d with --d-model %d: use --tp %d, or heads and "
+                       "d-model multiples of %d",
+                       P, P, NH, C, p, P);
     if (C % P)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 1d with tp %d needs --d-model divisible by %d; got %d: use "
-                       "--d-model %d",
-                       P, P, C, (C + P - 1) / P * P);
+                       "--tp-mode 1d with tp %d needs widths (--d-model) divisible by %d; got %d: "
+                       "use %d or --tp %d",
+                       P, P, C, (C + P - 1) / P * P, p);
     return CB_OK;
 }
 

@@ -334,7 +334,8 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     kept(L, l->saved, x, N, &xh, &wh);
     int gx = !xh, gw = !wh;
     if (gx) cb_comm_iallgather(r.la, "linear.bwd", x, xh = scratch(L, S_XH, nh * in), nb * in, &rx);
-    if (gw) cb_comm_iallgather(W, "linear.bwd", l->w, wh = scratch(L, S_WH, in * out), wr * out, &rw);
+    if (gw)
+        cb_comm_iallgather(W, "linear.bwd", l->w, wh = scratch(L, S_WH, in * out), wr * out, &rw);
     float *dyh = scratch(L, S_DYH, nh * out);
     cb_comm_allgather(r.lb, "linear.bwd", dy, dyh, nb * out);
     if (gw) cb_comm_wait(&rw);
@@ -478,7 +479,8 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     const int *id = ids + (size_t)g->at.i * nh;
     for (size_t t = 0; t < nh; t++) {
         int64_t row = id[t] - v.v0;
-        if (row >= 0 && row < (int64_t)v.vb) memcpy(z + t * v.c, wh + row * v.c, sizeof(float) * v.c);
+        if (row >= 0 && row < (int64_t)v.vb)
+            memcpy(z + t * v.c, wh + row * v.c, sizeof(float) * v.c);
         else memset(z + t * v.c, 0, sizeof(float) * v.c);
     }
     cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
@@ -594,7 +596,9 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     kept(L, P->head, x, N, &xh, &wh);
     int gx = !xh, gw = !wh;
     cb_comm_req rx, rw, rdx, rdw;
-    if (gx) cb_comm_iallgather(&g->input, "head.bwd", x, xh = scratch(L, S_XH, nh * v.c), nb * v.c, &rx);
+    if (gx)
+        cb_comm_iallgather(&g->input, "head.bwd", x, xh = scratch(L, S_XH, nh * v.c), nb * v.c,
+                           &rx);
     if (gw)
         cb_comm_iallgather(&g->weight, "head.bwd", e->wte, wh = scratch(L, S_WH, v.vb * v.c),
                            v.vr * v.c, &rw);

@@ -190,6 +190,7 @@ static void sparse_exchange(cb_dp *d) {
 }
 
 void cb_dp_reduce(cb_dp *d) {
+    d->early = d->next;
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
     if (d->sparse) sparse_exchange(d);
     double t0 = now_ms();
@@ -207,9 +208,18 @@ void cb_dp_reduce(cb_dp *d) {
     d->armed = 0;
 }
 
+/* Owned tensors only: a tensor-parallel shard replicated on several ranks
+ * counts once in the norm. */
 double cb_dp_grad_sumsq(cb_dp *d) {
     if (!d->zero) return gpt_grad_sumsq(d->m);
-    double s = d->m->L->k->sumsq(cb_gpt_grads(d->m) + d->lo, d->hi - d->lo);
+    double s = 0;
+    const float *g = cb_gpt_grads(d->m);
+    for (int i = 0; i < cb_gpt_num_tensors(d->m); i++) {
+        const cb_tensor_info *t = cb_gpt_tensor(d->m, i);
+        size_t a = t->offset > d->lo ? t->offset : d->lo;
+        size_t b = t->offset + t->numel < d->hi ? t->offset + t->numel : d->hi;
+        if (t->owner && a < b) s += d->m->L->k->sumsq(g + a, b - a);
+    }
     cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
     return s;
 }

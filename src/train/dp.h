@@ -47,6 +47,7 @@ typedef struct cb_dp {
     int *ready, ft;       /* tensors [ft, ntensor) are final */
     int armed;            /* this backward is the step's last */
     double wait_ms;       /* last step: waiting for buckets after backward */
+    int early;            /* last step: buckets started inside backward */
     /* sparse path */
     size_t vocab, chan, max_tok, ntok; /* rows V, C; token rows capacity, used */
     int32_t *idx, *gidx;

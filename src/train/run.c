@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "comm/grid.h"
+#include "layout/layout.h"
+#include "model/gpt_internal.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
@@ -242,11 +244,17 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
     if (o->print_grid) cb_grid_print(g, stdout);
-    if (pp > 1 || tp > 1)
+    if (pp > 1)
         rc = cb_fail(e, CB_EINPUT,
-                     "--pp %d --tp %d: pipeline and tensor parallelism are not implemented yet; "
-                     "use --pp 1 --tp 1 (data parallelism: --dp)",
-                     pp, tp);
+                     "--pp %d: pipeline parallelism is not wired into `cubist train` yet; use "
+                     "--pp 1",
+                     pp);
+    else if (tp > 1 && !strcmp(o->embed_grad, "sparse"))
+        rc = cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the whole embedding on every rank; "
+                                   "use it with --tp 1, or drop it");
+    else if (strcmp(o->tp3d_save, "gathered") && strcmp(o->tp3d_save, "shard"))
+        rc = cb_fail(e, CB_EINPUT, "--tp3d-save '%s' is unknown; use gathered or shard",
+                     o->tp3d_save);
     else if (dp > 1 && o->zero && o->dump_grads)
         rc = cb_fail(e, CB_EINPUT, "--dump-grads needs the whole gradient; drop --zero 1");
     if (rc) cb_grid_free(g);
@@ -258,10 +266,13 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
     if (o->quiet || r->rank) return;
     fprintf(stderr,
             "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
             o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
             cb_gpt_num_params(t->model), o->B, o->T, o->accum, omp_get_max_threads(),
             openblas_get_corename(), r->peak);
+    if (t->tpc)
+        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode,
+                t->tpc->size, t->model->L->ops->name);
     if (!t->dp) return;
     const cb_dp *d = t->dp;
     fprintf(stderr,
@@ -303,7 +314,12 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
                    .rank = w ? w->rank : 0};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
-    if (!rc) rc = cb_trainer_init_dp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, e);
+    cb_layout *L = NULL;
+    if (!rc && w && g.tp > 1) rc = cb_layout_create(&g, &L, e);
+    if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
+    if (!rc)
+        rc = cb_trainer_init_tp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, L,
+                                w ? &g.tpg : NULL, e);
     if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
     if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
     rc = agree(w, rc, e);
@@ -317,6 +333,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     }
     if (r.log) fclose(r.log);
     cb_trainer_free(&t);
+    if (L) cb_layout_free(L);
     if (data.map) cb_tokens_close(&data);
     if (val.map) cb_tokens_close(&val);
     if (w) cb_grid_free(&g);

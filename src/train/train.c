@@ -25,6 +25,7 @@ void cb_train_defaults(cb_train_opts *o) {
     o->tp_mode = "1d";
     o->bucket_mb = 25;
     o->embed_grad = "dense";
+    o->tp3d_save = "gathered";
 }
 
 int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {
@@ -55,15 +56,22 @@ static int init_dp(cb_trainer *t, cb_comm *dpc, cb_err *e) {
 
 int cb_trainer_init_dp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
                        cb_err *e) {
+    return cb_trainer_init_tp(t, o, data, dpc, NULL, NULL, e);
+}
+
+int cb_trainer_init_tp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
+                       cb_layout *L, cb_comm *tpc, cb_err *e) {
     memset(t, 0, sizeof *t);
     t->o = *o;
     t->o.opt.steps = o->steps;
+    t->tpc = tpc && tpc->size > 1 ? tpc : NULL;
     int p = dpc ? dpc->size : 1;
     if (o->B % p)
         return cb_fail(e, CB_EINPUT,
                        "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
                        o->B, p, p);
-    int rc = cb_gpt_create(&o->model, o->B / p, o->T, &t->model, e);
+    int rc = L ? gpt_create(&o->model, o->B / p, o->T, L, NULL, &t->model, e)
+               : cb_gpt_create(&o->model, o->B / p, o->T, &t->model, e);
     if (!rc) rc = init_dp(t, dpc, e);
     if (rc) return rc;
     t->inp = malloc(sizeof(int) * 2 * (size_t)t->rows * o->T);
@@ -134,7 +142,9 @@ void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
             fprintf(stderr, "cubist: warning: %s\n", e.msg);
     }
     size_t lo = t->opt.lo, hi = t->opt.hi;
-    double norm = sqrt(t->dp ? cb_dp_grad_sumsq(t->dp) : gpt_grad_sumsq(m));
+    double ss = t->dp ? cb_dp_grad_sumsq(t->dp) : gpt_grad_sumsq(m);
+    if (t->tpc) cb_comm_allreduce_f64(t->tpc, "norm", NULL, &ss, 1, CB_COMM_SUM);
+    double norm = sqrt(ss);
     float s = cb_clip_scale(t->o.opt.clip, norm);
     if (s < 1.0f) k->scale(m->grads + lo, s, hi - lo);
     float lr = cb_lr_at(&t->o.opt, t->step);

@@ -29,6 +29,7 @@ typedef struct cb_train_opts {
     int print_grid, comm_report, zero;
     double bucket_mb;
     const char *embed_grad; /* "dense" or "sparse" */
+    const char *tp3d_save;  /* "gathered" or "shard" */
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);
@@ -49,6 +50,7 @@ typedef struct cb_trainer {
     int *inp, *targets;
     int rows, r0;    /* this rank's rows [r0, r0+rows) of each micro-batch */
     cb_dp *dp;       /* NULL: single process (or a data-parallel group of 1) */
+    cb_comm *tpc;    /* the tensor group when the model is sharded, else NULL */
     int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
 } cb_trainer;
 
@@ -59,6 +61,11 @@ int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data
  * global micro-batch, each rank's model holds B / dpc->size rows. */
 int cb_trainer_init_dp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
                        cb_err *e);
+struct cb_layout;
+/* The same with a tensor-parallel layout L over the tensor group tpc (L
+ * NULL: serial). */
+int cb_trainer_init_tp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
+                       struct cb_layout *L, cb_comm *tpc, cb_err *e);
 void cb_trainer_free(cb_trainer *t);
 /* One optimizer step on the next grad_accum micro-batches of the loader. */
 void cb_trainer_step(cb_trainer *t, cb_step_stats *st);

@@ -1,0 +1,253 @@
+/* `cubist bench --allreduce | --dp-step | --embed-grad`: the data-parallel
+ * benchmarks, run under the MPI launcher (mpirun -np N cubist bench ...).
+ *   --allreduce   fused-bucket all-reduce of the GPT-2 124M gradient block
+ *                 (the trainer's own bucket code, every bucket started at
+ *                 once) against one raw MPI_Allreduce of the same bytes
+ *   --dp-step     training steps of the data-parallel trainer on synthetic
+ *                 tokens: tokens/s, backward, the wait for buckets after
+ *                 backward and the share of the reduction hidden behind it
+ *                 (scripts/bench_dp.sh compares 1x1, 1x2 and 2x1)
+ *   --embed-grad  bytes moved and peak buffer memory of the dense and the
+ *                 sparse (TF + Horovod) embedding-gradient exchange for 2..64
+ *                 ranks, from formulas checked against the measured counters
+ *                 of the ranks this job has */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "cli.h"
+#include "comm/comm.h"
+#include "model/gpt_internal.h"
+#include "train/train.h"
+
+typedef struct dp_bench {
+    int allreduce, dp_step, embed;
+    int layers, d_model, heads, vocab, batch, seq_len, steps, reps, threads, zero;
+    double bucket_mb;
+} dp_bench;
+
+static double max_over_ranks(cb_comm *w, double x) {
+    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, w->comm);
+    return x;
+}
+
+static void fill(float *g, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] = 1e-3f;
+}
+
+/* Seconds of one reduction of the whole gradient block; slowest rank. */
+static double time_reduce(cb_comm *w, cb_dp *d, float *g, size_t n, int fused) {
+    fill(g, n);
+    MPI_Barrier(w->comm);
+    double t0 = MPI_Wtime();
+    if (fused) {
+        cb_dp_begin_backward(d, 1);
+        cb_dp_reduce(d);
+    } else {
+        MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, w->comm);
+    }
+    return max_over_ranks(w, MPI_Wtime() - t0);
+}
+
+static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, 64, b->vocab};
+    cb_gpt *m;
+    int rc = cb_gpt_create(&c, 1, 64, &m, e);
+    if (rc) return rc;
+    cb_dp d;
+    if ((rc = cb_dp_init(&d, w, m, 0, 0, b->bucket_mb, 0, e))) return rc;
+    size_t n = cb_gpt_num_params(m);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < b->reps + 1; r++)
+        for (int fused = 0; fused < 2; fused++) { /* interleaved: same machine state */
+            double s = time_reduce(w, &d, cb_gpt_grads(m), n, fused);
+            if (r > 0 && s < best[fused]) best[fused] = s; /* first round warms up */
+        }
+    int p = w->size;
+    double bytes = 4.0 * n, bus = 2.0 * (p - 1) / p * bytes;
+    if (w->rank == 0)
+        printf("all-reduce of %.1f MB (GPT-2 %dL d%d gradient) over %d ranks, best of %d:\n"
+               "  fused buckets (%d x %g MB, non-blocking) %8.1f ms  bus %6.2f GB/s\n"
+               "  raw MPI_Allreduce                       %8.1f ms  bus %6.2f GB/s\n"
+               "  ratio fused / raw                       %8.3f\n",
+               bytes / 1e6, b->layers, b->d_model, p, b->reps, d.nb, b->bucket_mb, best[1] * 1e3,
+               bus / best[1] / 1e9, best[0] * 1e3, bus / best[0] / 1e9, best[0] / best[1]);
+    cb_dp_free(&d);
+    cb_gpt_free(m);
+    return CB_OK;
+}
+
+/* Time of the bucketed reduction with nothing to overlap, for the share
+ * of it that a training step hid behind backward. */
+static double standalone_reduce_ms(cb_comm *w, cb_trainer *t, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(w->comm);
+        double t0 = MPI_Wtime();
+        cb_dp_begin_backward(t->dp, 1);
+        cb_dp_reduce(t->dp);
+        double s = max_over_ranks(w, MPI_Wtime() - t0);
+        if (s < best) best = s;
+    }
+    return best * 1e3;
+}
+
+static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
+    cb_train_opts o;
+    cb_train_defaults(&o);
+    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
+    o.B = b->batch;
+    o.T = b->seq_len;
+    o.steps = b->steps + 1;
+    o.zero = b->zero;
+    o.bucket_mb = b->bucket_mb;
+    size_t n = (size_t)(b->steps + 2) * b->batch * b->seq_len + 1;
+    uint16_t *tok = malloc(sizeof(uint16_t) * n);
+    if (!tok) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
+    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
+    cb_tokens data = {.tok = tok, .n = n};
+    cb_trainer t;
+    int rc = cb_trainer_init_dp(&t, &o, &data, w, e);
+    if (rc) return rc;
+    cb_step_stats st, sum = {0};
+    cb_trainer_step(&t, &st); /* warm-up */
+    for (int s = 0; s < b->steps; s++) {
+        cb_trainer_step(&t, &st);
+        sum.step_ms += st.step_ms;
+        sum.bwd_ms += st.bwd_ms;
+        sum.comm_wait_ms += st.comm_wait_ms;
+    }
+    double step = sum.step_ms / b->steps, wait = sum.comm_wait_ms / b->steps;
+    int early = t.dp ? t.dp->early : 0;
+    double alone = t.dp ? standalone_reduce_ms(w, &t, 2) : 0;
+    double hidden = alone > 0 ? 1.0 - wait / alone : 0;
+    if (hidden < 0) hidden = 0;
+    if (w->rank == 0)
+        printf("{\"ranks\":%d,\"threads\":%d,\"B\":%d,\"T\":%d,\"tokens_per_s\":%.2f,"
+               "\"step_ms\":%.1f,\"bwd_ms\":%.1f,\"comm_wait_ms\":%.1f,\"reduce_alone_ms\":%.1f,"
+               "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"zero\":%d}\n",
+               w->size, omp_get_max_threads(), b->batch, b->seq_len,
+               b->batch * b->seq_len / (step / 1e3), step, sum.bwd_ms / b->steps, wait, alone,
+               hidden, t.dp ? t.dp->nb : 0, early, b->zero);
+    cb_trainer_free(&t);
+    free(tok);
+    return CB_OK;
+}
+
+/* One data-parallel step of a small model with the sparse path, and one
+ * dense all-reduce of its embedding gradient: the counters and buffers
+ * against the formulas at this job's rank count. */
+static int embed_measured(cb_comm *w, cb_err *e) {
+    const int V = 512, C = 64, B = 2, T = 32;
+    cb_gpt_config c = {1, C, 4, T, V};
+    cb_gpt *m;
+    int rc = cb_gpt_create(&c, B, T, &m, e);
+    if (rc) return rc;
+    cb_gpt_init_random(m, 1);
+    cb_dp d;
+    if ((rc = cb_dp_init(&d, w, m, 0, 1, 25, (size_t)B * T, e))) return rc;
+    int tokens[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 7 + w->rank * 13) % V, targets[i] = (i * 5) % V;
+    cb_gpt_zero_grad(m);
+    cb_gpt_forward(m, tokens, targets, B, T);
+    cb_dp_begin_backward(&d, 1);
+    cb_gpt_backward(m, 1.0f / w->size);
+    cb_dp_end_backward(&d);
+    cb_comm_stats_reset(w);
+    cb_dp_reduce(&d);
+    const cb_comm_stat *sp = cb_comm_stats_find(w, "embed.sparse");
+    cb_comm_allreduce(w, "embed.dense", NULL, cb_gpt_grads(m), (size_t)V * C, CB_COMM_SUM);
+    const cb_comm_stat *dn = cb_comm_stats_find(w, "embed.dense");
+    int p = w->size;
+    double fs = cb_dp_embed_bytes_moved(0, p, V, C, B * T), fd = cb_dp_embed_bytes_moved(1, p, V, C, B * T);
+    double ms = sp ? (double)sp->bytes_sent : -1, md = dn ? (double)dn->bytes_sent : -1;
+    double bs = d.buf_bytes + 4.0 * V * C, fbs = cb_dp_embed_buffer_bytes(0, p, V, C, B * T);
+    int ok = fabs(ms - fs) < 1 && fabs(md - fd) < 1 && fabs(bs - fbs) < 1;
+    if (w->rank == 0)
+        printf("measured at %d ranks (V=%d C=%d, %d tokens per rank): sparse sent %.0f B "
+               "(formula %.0f), buffers %.0f B (formula %.0f); dense sent %.0f B (formula "
+               "%.0f): %s\n",
+               p, V, C, B * T, ms, fs, bs, fbs, md, fd, ok ? "formulas match" : "MISMATCH");
+    cb_dp_free(&d);
+    cb_gpt_free(m);
+    return ok ? CB_OK : cb_fail(e, CB_EINTERNAL, "embedding exchange counters differ from the formulas");
+}
+
+static void embed_table(const dp_bench *b, int rank) {
+    if (rank) return;
+    size_t V = (size_t)b->vocab, C = (size_t)b->d_model, tok = (size_t)b->batch * b->seq_len;
+    printf("tied embedding gradient, V=%zu C=%zu, %zu tokens per rank per step (weak scaling):\n"
+           "%6s %16s %16s %8s %18s %18s\n",
+           V, C, tok, "ranks", "dense MB/rank", "sparse MB/rank", "ratio", "dense buffer MB",
+           "sparse buffer MB");
+    for (int p = 2; p <= 64; p *= 2) {
+        double d = cb_dp_embed_bytes_moved(1, p, V, C, tok), s = cb_dp_embed_bytes_moved(0, p, V, C, tok);
+        printf("%6d %16.1f %16.1f %8.2f %18.1f %18.1f\n", p, d / 1e6, s / 1e6, s / d,
+               cb_dp_embed_buffer_bytes(1, p, V, C, tok) / 1e6,
+               cb_dp_embed_buffer_bytes(0, p, V, C, tok) / 1e6);
+    }
+    printf("dense: all-reduce, 2(p-1)/p x 4VC bytes sent per rank, the gradient reduced in place;\n"
+           "sparse: all-gather of (p-1) x (tokens + V) (index, row) slices of 4(C+1) bytes, buffers\n"
+           "the dense result + local slices + p gathered slices.\n");
+}
+
+static const char DP_EPILOG[] =
+    "Run under the launcher, e.g.\n"
+    "  mpirun -np 2 cubist bench --allreduce\n"
+    "  mpirun -np 2 cubist bench --dp-step --threads 1    (scripts/bench_dp.sh: 1x1, 1x2, 2x1)\n"
+    "  mpirun -np 2 cubist bench --embed-grad\n"
+    "--batch is the global micro-batch of --dp-step and the per-rank sequences of\n"
+    "--embed-grad's table.\n";
+
+int cmd_bench_dp(int argc, char **argv) {
+    dp_bench b = {0, 0, 0, 12, 768, 12, 50304, 4, 256, 2, 5, 1, 0, 25};
+    const cli_flag flags[] = {
+        {"allreduce", ARG_BOOL, &b.allreduce, "fused buckets vs raw MPI_Allreduce"},
+        {"dp-step", ARG_BOOL, &b.dp_step, "data-parallel training steps"},
+        {"embed-grad", ARG_BOOL, &b.embed, "dense vs sparse embedding gradient, 2..64 ranks"},
+        {"bucket-mb", ARG_DOUBLE, &b.bucket_mb, "fusion bucket MB (25)"},
+        {"zero", ARG_INT, &b.zero, "--dp-step with ZeRO-1 (0)"},
+        {"threads", ARG_INT, &b.threads, "threads per rank (1)"},
+        {"steps", ARG_INT, &b.steps, "--dp-step timed steps after one warm-up (2)"},
+        {"reps", ARG_INT, &b.reps, "--allreduce repetitions (5)"},
+        {"layers", ARG_INT, &b.layers, "model (GPT-2 124M: 12)"},
+        {"d-model", ARG_INT, &b.d_model, "(768)"},
+        {"heads", ARG_INT, &b.heads, "(12)"},
+        {"vocab", ARG_INT, &b.vocab, "(50304)"},
+        {"batch", ARG_INT, &b.batch, "sequences (4)"},
+        {"seq-len", ARG_INT, &b.seq_len, "T (256; --embed-grad: tokens per rank = batch x T)"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help = 0;
+    cb_err e = {0};
+    int rc = cli_parse("bench", argc, argv, flags, n, &help, &e);
+    if (help && !rc) {
+        cli_usage(stdout, "bench", "--allreduce | --dp-step | --embed-grad [flags]", flags, n, DP_EPILOG);
+        return 0;
+    }
+    cb_err me = {0};
+    if (cb_comm_init(&argc, &argv, &me)) return cli_fail(&me);
+    cb_comm *w = cb_comm_world();
+    omp_set_num_threads(b.threads);
+    cb_gpt_config c = {b.layers, b.d_model, b.heads, b.seq_len, b.vocab};
+    if (!rc && (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.reps < 1))
+        rc = cb_fail(&e, CB_EINPUT, "--threads, --steps, --reps and --batch must be >= 1");
+    if (!rc) rc = cb_gpt_config_check(&c, &e);
+    if (!rc && b.allreduce && w->size < 2)
+        rc = cb_fail(&e, CB_EINPUT, "--allreduce needs at least 2 ranks; run `mpirun -np 2 cubist bench --allreduce`");
+    if (!rc && b.allreduce) rc = bench_allreduce(&b, w, &e);
+    if (!rc && b.dp_step) rc = bench_dp_step(&b, w, &e);
+    if (!rc && b.embed) embed_table(&b, w->rank);
+    if (!rc && b.embed && w->size > 1) rc = embed_measured(w, &e);
+    rc = cb_comm_agree_err(w, &e);
+    if (rc) {
+        char msg[sizeof e.msg + 8];
+        snprintf(msg, sizeof msg, "error: %s", e.msg);
+        cb_comm_exit(rc == CB_EINPUT ? 2 : 1, msg);
+    }
+    cb_comm_finalize();
+    return 0;
+}

@@ -1,0 +1,730 @@
+/* `cubist bench --tp-compare`: the paper's comparison of 1-D, 2-D and 3-D
+ * tensor parallelism (Bian et al., shared/reference/parallelism.md). One
+ * training step (forward + backward, no optimizer) of the same GPT under
+ * P = 8 (1d, 3d 2x2x2), 16 (1d, 2d 4x4), 64 (1d, 2d 8x8, 3d 4x4x4), every
+ * measured figure next to its analytic formula.
+ *
+ * The parent spawns one MPI job per configuration:
+ *   $MPIRUN -q --oversubscribe -np P cubist bench --tp-step --tp P --tp-mode M
+ * and reads one "tp-step {json}" line from rank 0. The child counts, per rank:
+ *   param_bytes   local parameter shards + their gradients, fp32: 8 bytes per
+ *                 local float (m->pt.nparams); AdamW would add 8 more
+ *   act_bytes     model activations (m->act_floats, planned once) + layout
+ *                 scratch. The layouts' scratch is private (no header exposes
+ *                 it), so it is measured as the growth of the heap in use
+ *                 (mallinfo2: main arena + mmapped chunks) across the steps:
+ *                 layouts grow scratch on demand and never shrink it, so the
+ *                 growth is its peak (plus whatever MPI keeps, see README)
+ *   sent, calls   cb_comm counters summed over every communicator of the
+ *                 grid and every tag, split by tag prefix into linear (+
+ *                 bias), norm, embed, head, attn; calls count collectives and
+ *                 the point-to-point isend/irecv of the 2-D embedding swap
+ *   cpu_s         thread CPU time of the last step (CLOCK_THREAD_CPUTIME_ID,
+ *                 one OpenMP thread): it includes MPI's busy polling
+ *   kernel_cpu_s  the part of it inside the compute kernels (GEMMs,
+ *                 attention, LayerNorm, GELU, residual), timed by a kernel
+ *                 table wrapped around the layout's: no MPI, but also not the
+ *                 layouts' own loops (embedding copies, cross-entropy, bias
+ *                 and statistics sums)
+ *   wall_s, comm_s  wall time of the last step; wall time inside MPI calls
+ * The counters and timings are those of the last step (--steps, default 2:
+ * the first touches every buffer); the heap growth spans all steps.
+ *
+ * Formulas (elements unless noted; bytes = 4 x floats, 8 x doubles; ring
+ * volume per rank as cb_comm counts it: all-reduce 2(p-1)/p n, all-gather
+ * and reduce-scatter (p-1)/p n of the full vector n, broadcast and reduce
+ * (p-1)/p n). N = B T tokens, C = d_model, L layers, T = seq_len, V_p the
+ * padded vocabulary. Per layer the linears are QKV C->3C, proj C->C, fc
+ * C->4C, fc-proj 4C->C: sum of inputs 7C, of outputs 9C, of in x out 12C^2.
+ * The closed forms are in cost_1d, cost_2d, cost_3d and the README. */
+#include <malloc.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "comm/grid.h"
+#include "formats/json.h"
+#include "model/gpt_internal.h"
+
+enum { K_LINEAR, K_NORM, K_EMBED, K_HEAD, K_ATTN, K_OTHER, NKIND };
+static const char *const KIND[NKIND] = {"linear", "norm", "embed", "head", "attn", "other"};
+
+/* Per-rank figures, flat so that MPI can gather them. */
+enum {
+    F_PARAM, F_ACT, F_ACT_MODEL, F_ACT_SCRATCH, F_SENT, F_CALLS,
+    F_SENT_K,                 /* NKIND entries */
+    F_CALLS_K = F_SENT_K + NKIND,
+    F_CPU = F_CALLS_K + NKIND, F_KCPU, F_WALL, F_COMM_S, F_RSS, NF
+};
+#define NFORMULA F_CPU /* the fields that have a formula */
+
+typedef struct tp_bench {
+    int compare, step, json, tp, layers, d_model, heads, vocab, batch, seq_len, steps, timeout_s;
+    const char *mode, *only, *save;
+} tp_bench;
+
+/* The model and layout of one configuration, in doubles for the formulas. */
+typedef struct shape {
+    double N, B, T, C, NH, V, L;
+} shape;
+
+static const char DEFAULT_CONFIGS[] = "1d:8,3d:8,1d:16,2d:16,1d:64,2d:64,3d:64";
+
+/* ------------------------------------------------------------ formulas */
+
+/* bytes sent per rank by an all-reduce of `bytes` on p ranks */
+static double ar(double p, double bytes) { return 2 * (p - 1) / p * bytes; }
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+/* Floats gpt.c plans for the whole model, one slot: x_in; per block ln1,
+ * res2, ln2, res3 (a0 each), 4 row statistics, qkv, att, atty, fch,
+ * fch_gelu; ln_f output + 2 row statistics; logits (+ losses); backward
+ * scratch d_res, d_small, d_qkv, d_big, d_att, proj. a0 / a1: a C-wide
+ * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1. */
+static double plan_floats(double L, double a0, double rows, double a1, double q1, double f1,
+                          double att, double lg) {
+    double block = 4 * a0 + 4 * rows + q1 + att + a1 + 2 * f1;
+    return a0 + L * block + a0 + 2 * rows + lg + a0 + max2(a0, a1) + q1 + f1 + att + a0;
+}
+
+static double pad(double V, double m) { return ceil(V / m) * m; }
+
+/* 1-D, P ranks, one group. Parity-0 LayerNorms are replicated: no traffic.
+ *   linear  4L all-reduces of N C (row-parallel forward, column-parallel dX)
+ *           = 8(P-1)/P * 4L N C bytes
+ *   embed   1 all-reduce of N C (vocabulary-parallel lookup)
+ *   head    all-reduce MAX of N, SUM of 2N (cross-entropy), N C (dX)
+ *   params  V_p C/P + T C + L(12C^2/P + 7C/P + 6C) + 2C, V_p = V up to P
+ *   scratch 3N floats (row max, exp-sum, target logit) */
+static void cost_1d(const shape *s, double P, double *f) {
+    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P);
+    f[F_SENT_K + K_LINEAR] = 4 * L * ar(P, 4 * N * C);
+    f[F_CALLS_K + K_LINEAR] = 4 * L;
+    f[F_SENT_K + K_EMBED] = ar(P, 4 * N * C);
+    f[F_CALLS_K + K_EMBED] = 1;
+    f[F_SENT_K + K_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, 4 * N * C);
+    f[F_CALLS_K + K_HEAD] = 3;
+    f[F_PARAM] = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
+    f[F_ACT_MODEL] = 4 * plan_floats(L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
+                                     s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
+    f[F_ACT_SCRATCH] = 4 * 3 * N;
+}
+
+/* 2-D, q x q: row and column groups of q; diag: rank (r, r), whose
+ * embedding block needs no transpose swap.
+ *   linear  per layer 12(q-1)/q^2 (7NC + 12C^2) (SUMMA: forward q
+ *           broadcasts of X and W blocks; backward broadcasts and reduces
+ *           of both) + bias gradients all-reduced over the column,
+ *           72(q-1)C/q^2; calls L(24q + 4)
+ *   norm    (2L+1) x [2 all-reduces of N/q (sum, centred sum of squares),
+ *           all-reduce of 2N/q (row) and 2C/q (gamma, beta over the
+ *           column)] = 16(q-1)(2N + C)/q^2 bytes, 4 calls each
+ *   embed   reduce-scatter and all-gather of N C/q on the row
+ *           8(q-1)NC/q^2, wpe gradient all-reduce 8(q-1)TC/q^2, and off the
+ *           diagonal two swaps of NC/q^2 (isend + irecv each): 8NC/q^2
+ *   head    SUMMA of x and wte^T forward 4(q-1)(NC + V_p C)/q^2, backward
+ *           twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
+ *           the column) 16(q-1)/q; calls 6q + 3
+ *   params  V_p C/q^2 + T C/q + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
+ *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
+ *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2),
+ *           T2 max(NC/q^2, TC/q, 4C^2/q^2, V_p C/q^2, N/q), T3 max(4C, 2N)/q */
+static void cost_2d(const shape *s, double q, int diag, double *f) {
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), q2 = q * q;
+    f[F_SENT_K + K_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
+                                  72 * (q - 1) * C / q2);
+    f[F_CALLS_K + K_LINEAR] = L * (24 * q + 4);
+    f[F_SENT_K + K_NORM] = (2 * L + 1) * 16 * (q - 1) * (2 * N + C) / q2;
+    f[F_CALLS_K + K_NORM] = (2 * L + 1) * 4;
+    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + T * C) / q2 + (diag ? 0 : 8 * N * C / q2);
+    f[F_CALLS_K + K_EMBED] = 3 + (diag ? 0 : 4);
+    f[F_SENT_K + K_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
+                           16 * (q - 1) / q;
+    f[F_CALLS_K + K_HEAD] = 6 * q + 3;
+    f[F_PARAM] = 8 * (Vp * C / q2 + T * C / q + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
+    double a = N * C / q2;
+    f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
+                                     (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
+    double t1 = max2(max2(N * C / q, 4 * a), N * Vp / q2);
+    double t2 = max2(max2(max2(a, T * C / q), max2(4 * C * C / q2, Vp * C / q2)), N / q);
+    f[F_ACT_SCRATCH] = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 +
+                            max2(4 * C, 2 * N) / q);
+}
+
+/* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
+ * alike. gathered: X^ and W^ kept from forward (else gathered again).
+ *   linear  per layer 8(q-1)/q^3 (16NC + 12C^2) (= 4(q-1)/q^3 (32NC +
+ *           24C^2) bytes, the paper's (q-1)/q^3 (32Nh + 24h^2) elements; per
+ *           linear gather X over a line, W over WEIGHT, reduce-scatter Y;
+ *           backward gather dY, reduce-scatter dX and dW) + bias gradients
+ *           all-reduced over a plane 72(q^2-1)C/q^3; calls 28 L; re-gathering
+ *           adds 4(q-1)/q^3 (7NC + 12C^2) and 8 calls per layer
+ *   norm    (2L+1) x [64(q-1)N/q^3 (sum x, sum x^2 and the backward pair, in
+ *           double, over a line) + 16(q^2-1)C/q^3 (gamma, beta over a
+ *           plane)], 3 calls each
+ *   embed   8(q-1)(NC + V_p C)/q^3 (wte gathered, one-hot product
+ *           reduce-scattered, and back) + 8(q^2-1)TC/q^3 (wpe gradient over
+ *           the INPUT x WEIGHT plane), 5 calls
+ *   head    8(q-1)(NC + V_p C + N V_p)/q^3 + 24(q-1)N/q^3 (cross-entropy over
+ *           INPUT) + 16(q^2-1)/q^2 (loss, 1 double over a plane); 9 calls,
+ *           re-gathering adds 4(q-1)(NC + V_p C)/q^3 and 2 calls
+ *   params  V_p C/q^3 + TC/q + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
+ *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
+ *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
+ *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
+ *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, TC/q) and
+ *           max(2C/q, 2N/q^2). shard: no kept X^ W^; X^ slot 4NC/q^2 and
+ *           the W^ slot max(4C^2, V_p C)/q^2 instead */
+static void cost_3d(const shape *s, double q, int gathered, double *f) {
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), q2 = q * q,
+           q3 = q2 * q;
+    f[F_SENT_K + K_LINEAR] = L * (8 * (q - 1) / q3 * (16 * N * C + 12 * C * C) +
+                                  72 * (q2 - 1) * C / q3 +
+                                  (gathered ? 0 : 4 * (q - 1) / q3 * (7 * N * C + 12 * C * C)));
+    f[F_CALLS_K + K_LINEAR] = L * (28 + (gathered ? 0 : 8));
+    f[F_SENT_K + K_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
+    f[F_CALLS_K + K_NORM] = (2 * L + 1) * 3;
+    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * T * C / q3;
+    f[F_CALLS_K + K_EMBED] = 5;
+    f[F_SENT_K + K_HEAD] = 8 * (q - 1) * (N * C + Vp * C + N * Vp) / q3 +
+                           24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
+                           (gathered ? 0 : 4 * (q - 1) * (N * C + Vp * C) / q3);
+    f[F_CALLS_K + K_HEAD] = 9 + (gathered ? 0 : 2);
+    f[F_PARAM] = 8 * (Vp * C / q3 + T * C / q + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
+    double a = N * C / q3;
+    f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
+                                     (s->B / q2) * (s->NH / q) * T * T,
+                                     (N / q2) * (Vp / q) + N / q2);
+    double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
+    double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
+                   max2(max2(4 * C / q, 4 * N / q2), T * C / q) + max2(2 * C / q, 2 * N / q2);
+    double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
+                           : 4 * nx + max2(4 * C * C / q2, wv);
+    f[F_ACT_SCRATCH] = 4 * (slots + kept);
+}
+
+/* Fills the totals of a figures array from its parts. */
+static void totals(double *f) {
+    f[F_ACT] = f[F_ACT_MODEL] + f[F_ACT_SCRATCH];
+    f[F_SENT] = f[F_CALLS] = 0;
+    for (int k = 0; k < NKIND; k++) {
+        f[F_SENT] += f[F_SENT_K + k];
+        f[F_CALLS] += f[F_CALLS_K + k];
+    }
+}
+
+static void formula(const shape *s, const cb_grid *g, int gathered, double *f) {
+    memset(f, 0, sizeof(double) * NF);
+    if (g->mode == CB_TP_1D) cost_1d(s, g->tp, f);
+    else if (g->mode == CB_TP_2D) cost_2d(s, g->q, g->at.r == g->at.c, f);
+    else cost_3d(s, g->q, gathered, f);
+    totals(f);
+}
+
+/* ------------------------------------------------------------ one step (child) */
+
+static int kind_of(const char *tag) {
+    if (!strncmp(tag, "linear", 6) || !strncmp(tag, "bias", 4)) return K_LINEAR;
+    for (int k = K_NORM; k < K_OTHER; k++)
+        if (!strncmp(tag, KIND[k], strlen(KIND[k]))) return k;
+    return K_OTHER;
+}
+
+/* This rank's counters over every communicator of the grid, by kind. */
+static void count_comm(const cb_grid *g, double *f) {
+    for (int i = 0; i < g->ncomms; i++) {
+        const cb_comm *c = g->comms[i];
+        for (int t = 0; t < c->ntags; t++) {
+            int k = kind_of(c->tags[t].tag);
+            f[F_SENT_K + k] += (double)c->tags[t].bytes_sent;
+            f[F_CALLS_K + k] += (double)c->tags[t].calls;
+            f[F_COMM_S] += c->tags[t].seconds;
+        }
+    }
+}
+
+static void reset_comm(cb_grid *g) {
+    for (int i = 0; i < g->ncomms; i++) cb_comm_stats_reset(g->comms[i]);
+}
+
+/* bytes in use on the heap: main arena + mmapped chunks */
+static double heap_bytes(void) {
+    struct mallinfo2 mi = mallinfo2();
+    return (double)mi.uordblks + (double)mi.hblkhd;
+}
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ kernel CPU time */
+
+static const cb_kernels *k_inner;
+static double k_cpu;
+
+#define KTIMED(call)                                                                               \
+    do {                                                                                           \
+        double t0_ = clock_s(CLOCK_THREAD_CPUTIME_ID);                                             \
+        call;                                                                                      \
+        k_cpu += clock_s(CLOCK_THREAD_CPUTIME_ID) - t0_;                                           \
+    } while (0)
+
+static void k_ln_f(float *o, float *m, float *r, const float *x, const float *w, const float *b,
+                   int N, int C) {
+    KTIMED(k_inner->layernorm_forward(o, m, r, x, w, b, N, C));
+}
+static void k_ln_b(float *dx, float *dw, float *db, const float *dy, const float *x,
+                   const float *w, const float *m, const float *r, int N, int C) {
+    KTIMED(k_inner->layernorm_backward(dx, dw, db, dy, x, w, m, r, N, C));
+}
+static void k_mm_f(float *o, const float *x, const float *w, const float *b, int N, int I, int O) {
+    KTIMED(k_inner->matmul_forward(o, x, w, b, N, I, O));
+}
+static void k_mm_b(float *dx, float *dw, float *db, const float *dy, const float *x,
+                   const float *w, int N, int I, int O) {
+    KTIMED(k_inner->matmul_backward(dx, dw, db, dy, x, w, N, I, O));
+}
+static void k_hd_f(float *o, const float *x, const float *w, int N, int C, int V) {
+    KTIMED(k_inner->head_forward(o, x, w, N, C, V));
+}
+static void k_hd_b(float *dx, float *dw, const float *dy, const float *x, const float *w, int N,
+                   int C, int V) {
+    KTIMED(k_inner->head_backward(dx, dw, dy, x, w, N, C, V));
+}
+static void k_at_f(float *o, float *att, const float *qkv, int B, int T, int C, int NH) {
+    KTIMED(k_inner->attention_forward(o, att, qkv, B, T, C, NH));
+}
+static void k_at_b(float *dqkv, float *sc, const float *dy, const float *qkv, const float *att,
+                   int B, int T, int C, int NH) {
+    KTIMED(k_inner->attention_backward(dqkv, sc, dy, qkv, att, B, T, C, NH));
+}
+static void k_ge_f(float *o, const float *x, size_t n) { KTIMED(k_inner->gelu_forward(o, x, n)); }
+static void k_ge_b(float *dx, const float *x, const float *dy, size_t n) {
+    KTIMED(k_inner->gelu_backward(dx, x, dy, n));
+}
+static void k_res(float *o, const float *a, const float *b, size_t n) {
+    KTIMED(k_inner->residual_forward(o, a, b, n));
+}
+
+/* inner with its compute kernels timed into k_cpu (one table per process) */
+static const cb_kernels *timed_kernels(const cb_kernels *inner) {
+    static cb_kernels t;
+    k_inner = inner;
+    t = *inner;
+    t.layernorm_forward = k_ln_f, t.layernorm_backward = k_ln_b;
+    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b;
+    t.head_forward = k_hd_f, t.head_backward = k_hd_b;
+    t.attention_forward = k_at_f, t.attention_backward = k_at_b;
+    t.gelu_forward = k_ge_f, t.gelu_backward = k_ge_b;
+    t.residual_forward = k_res;
+    return &t;
+}
+
+/* steps forward + backward on deterministic tokens (B,T); the counters and
+ * timings of the last one, the heap growth of all */
+static void run_steps(cb_grid *g, cb_gpt *m, int B, int T, int V, int steps, double *f) {
+    int N = B * T;
+    int *ids = malloc(sizeof(int) * 2 * (size_t)N), *tg = ids + N;
+    if (!ids) cb_comm_fatal("out of memory for benchmark tokens");
+    for (int i = 0; i < N; i++) ids[i] = (i * 7 + 3) % V, tg[i] = (i * 13 + 5) % V;
+    double heap0 = heap_bytes(), cpu = 0, wall = 0;
+    for (int s = 0; s < steps; s++) {
+        reset_comm(g);
+        MPI_Barrier(g->world.comm);
+        double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = MPI_Wtime();
+        k_cpu = 0;
+        cb_gpt_zero_grad(m);
+        cb_gpt_forward(m, ids, tg, B, T);
+        cb_gpt_backward(m, 1.0f);
+        cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+        wall = MPI_Wtime() - w0;
+    }
+    f[F_ACT_SCRATCH] = heap_bytes() - heap0;
+    f[F_CPU] = cpu;
+    f[F_KCPU] = k_cpu;
+    f[F_WALL] = wall;
+    count_comm(g, f);
+    free(ids);
+}
+
+static double rss_bytes(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return 1024.0 * u.ru_maxrss;
+}
+
+static void put_figs(const char *name, const double *f, int n) {
+    static const char *const NAMES[NF] = {
+        "param_bytes", "act_bytes", "act_model_bytes", "act_scratch_bytes", "sent_bytes", "calls",
+        "sent_linear", "sent_norm", "sent_embed", "sent_head", "sent_attn", "sent_other",
+        "calls_linear", "calls_norm", "calls_embed", "calls_head", "calls_attn", "calls_other",
+        "cpu_s", "kernel_cpu_s", "wall_s", "comm_s", "rss_bytes"};
+    printf("\"%s\":{", name);
+    for (int i = 0; i < n; i++) printf("%s\"%s\":%.10g", i ? "," : "", NAMES[i], f[i]);
+    printf("}");
+}
+
+/* Rank 0 prints one line "tp-step {json}": per figure the maximum over
+ * ranks and rank 0's, measured and formula. all: nranks x (measured,
+ * formula) rows of NF each. */
+static void report(const tp_bench *b, const cb_grid *g, const double *all, double vpad) {
+    double mx[2][NF];
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < NF; i++) {
+            mx[w][i] = all[w * NF + i];
+            for (int r = 1; r < g->world_size; r++)
+                mx[w][i] = max2(mx[w][i], all[(size_t)r * 2 * NF + w * NF + i]);
+        }
+    double rss = 0;
+    for (int r = 0; r < g->world_size; r++) rss += all[(size_t)r * 2 * NF + F_RSS];
+    printf("tp-step {\"config\":\"%s:%d\",\"mode\":\"%s\",\"tp\":%d,\"q\":%d,\"save\":\"%s\","
+           "\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"batch\":%d,\"seq_len\":%d,\"vocab\":%d,"
+           "\"vocab_pad\":%.0f,\"steps\":%d,\"rss_total_bytes\":%.0f,\"max\":{",
+           b->mode, b->tp, b->mode, g->tp, g->q, b->save, b->layers, b->d_model, b->heads,
+           b->batch, b->seq_len, b->vocab, vpad, b->steps, rss);
+    put_figs("measured", mx[0], NF);
+    printf(",");
+    put_figs("formula", mx[1], NFORMULA);
+    printf("},\"rank0\":{");
+    put_figs("measured", all, NF);
+    printf(",");
+    put_figs("formula", all + NF, NFORMULA);
+    printf("}}\n");
+    fflush(stdout);
+}
+
+static int tp_step(const tp_bench *b, cb_err *e) {
+    cb_tp_mode mode;
+    int rc = cb_grid_parse_mode(b->mode, &mode, e);
+    cb_grid g;
+    if (!rc) rc = cb_grid_create(&g, 1, 1, b->tp, mode, e);
+    if (rc) return rc;
+    cb_layout *L = NULL;
+    cb_gpt *m = NULL;
+    rc = cb_layout_create(&g, &L, e);
+    if (!rc) {
+        L->save_gathered = strcmp(b->save, "shard") != 0;
+        cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
+        rc = gpt_create(&c, b->batch, b->seq_len, L, NULL, &m, e);
+    }
+    rc = cb_comm_agree_err(&g.world, e);
+    if (rc) return rc;
+    cb_gpt_init_random(m, 1337);
+    L->k = timed_kernels(L->k);
+    double f[2 * NF] = {0}, *fm = f + NF;
+    run_steps(&g, m, b->batch, b->seq_len, b->vocab, b->steps, f);
+    f[F_PARAM] = 8.0 * (double)m->pt.nparams;
+    f[F_ACT_MODEL] = 4.0 * (double)m->act_floats;
+    f[F_RSS] = rss_bytes();
+    totals(f);
+    shape s = {(double)b->batch * b->seq_len, b->batch, b->seq_len, b->d_model, b->heads,
+               b->vocab, b->layers};
+    formula(&s, &g, L->save_gathered, fm);
+    double *all = g.world_rank == 0 ? malloc(sizeof(double) * 2 * NF * g.world_size) : NULL;
+    MPI_Gather(f, 2 * NF, MPI_DOUBLE, all, 2 * NF, MPI_DOUBLE, 0, g.world.comm);
+    double q = mode == CB_TP_1D ? b->tp : mode == CB_TP_2D ? g.q : (double)g.q * g.q;
+    if (all) report(b, &g, all, pad(b->vocab, q));
+    free(all);
+    cb_gpt_free(m);
+    cb_layout_free(L);
+    cb_grid_free(&g);
+    return CB_OK;
+}
+
+/* ------------------------------------------------------------ the comparison (parent) */
+
+typedef struct tp_run {
+    char config[16];
+    char *line; /* the child's JSON */
+    json_val v;
+} tp_run;
+
+static const char *mpirun_cmd(void) {
+    const char *m = getenv("MPIRUN");
+#ifdef OPEN_MPI
+    return m && *m ? m : "mpirun.openmpi";
+#else
+    return m && *m ? m : "mpirun.mpich";
+#endif
+}
+
+/* "--oversubscribe -q" for OpenMPI's launcher; MPICH's hydra needs none */
+static const char *mpirun_flags(const char *cmd) {
+    char probe[512];
+    snprintf(probe, sizeof probe, "%s --version 2>&1", cmd);
+    FILE *p = popen(probe, "r");
+    char line[256];
+    int ompi = 0;
+    while (p && fgets(line, sizeof line, p))
+        if (strstr(line, "Open MPI") || strstr(line, "OpenRTE") || strstr(line, "open-mpi")) ompi = 1;
+    if (p) pclose(p);
+    return ompi ? "-q --oversubscribe" : "";
+}
+
+/* "3d:64" -> mode, tp; CB_EINPUT otherwise */
+static int parse_config(const char *s, char *mode, int *tp, cb_err *e) {
+    if (sscanf(s, "%2[123d]:%d", mode, tp) != 2 || strlen(mode) != 2 || mode[1] != 'd' || *tp < 1)
+        return cb_fail(e, CB_EINPUT,
+                       "--tp-compare-only: '%s' is not MODE:P; use e.g. 3d:8 or 1d:8,3d:8", s);
+    return CB_OK;
+}
+
+/* Spawns the child job of one configuration and keeps its JSON line. */
+static int spawn(const tp_bench *b, const char *config, tp_run *r, cb_err *e) {
+    char mode[4], exe[1024], cmd[4096];
+    int tp, rc = parse_config(config, mode, &tp, e);
+    if (rc) return rc;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    const char *mr = mpirun_cmd();
+    snprintf(cmd, sizeof cmd,
+             "timeout %d %s %s -np %d '%s' bench --tp-step --tp %d --tp-mode %s --layers %d "
+             "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --steps %d "
+             "--tp3d-save %s",
+             b->timeout_s, mr, mpirun_flags(mr), tp, exe, tp, mode, b->layers, b->d_model,
+             b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save);
+    snprintf(r->config, sizeof r->config, "%s:%d", mode, tp);
+    FILE *p = popen(cmd, "r");
+    if (!p) return cb_fail(e, CB_ESYS, "cannot run %s; set MPIRUN to the MPI launcher", mr);
+    char line[16384];
+    while (fgets(line, sizeof line, p))
+        if (!strncmp(line, "tp-step ", 8) && !r->line) r->line = strdup(line + 8);
+    int st = pclose(p);
+    json_error je;
+    if (st || !r->line || json_parse(r->line, strlen(r->line), &r->v, &je)) {
+        free(r->line);
+        r->line = NULL;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        return cb_fail(e, code == 2 ? CB_EINPUT : CB_ESYS,
+                       "configuration %s failed (exit %d%s) under `%s`; its error is above, "
+                       "or run it alone with `cubist bench --tp-compare-only %s`",
+                       r->config, code, code == 124 ? ": timed out, raise --tp-timeout" : "", mr,
+                       r->config);
+    }
+    return CB_OK;
+}
+
+/* v.who.what.key, NAN when absent */
+static double jnum(const json_val *v, const char *who, const char *what, const char *key) {
+    const json_val *x = json_get(json_get(json_get(v, who), what), key);
+    return x && (x->type == JSON_INT || x->type == JSON_NUM) ? x->d : NAN;
+}
+
+static double ratio(double m, double f) { return f != 0 ? m / f : (m == 0 ? 1 : NAN); }
+
+typedef struct row_def {
+    const char *label, *key;
+    double unit;
+} row_def;
+
+static const row_def ROWS[] = {
+    {"param + grad MB", "param_bytes", 1e6},      {"activation MB", "act_bytes", 1e6},
+    {"  model acts MB", "act_model_bytes", 1e6},  {"  layout scratch MB", "act_scratch_bytes", 1e6},
+    {"sent MB", "sent_bytes", 1e6},               {"collectives", "calls", 1},
+    {"  linear sent MB", "sent_linear", 1e6},     {"  linear calls", "calls_linear", 1},
+    {"  norm sent MB", "sent_norm", 1e6},         {"  norm calls", "calls_norm", 1},
+    {"  embed sent MB", "sent_embed", 1e6},       {"  embed calls", "calls_embed", 1},
+    {"  head sent MB", "sent_head", 1e6},         {"  head calls", "calls_head", 1},
+    {"  attn sent MB", "sent_attn", 1e6},         {"  attn calls", "calls_attn", 1},
+};
+
+static void print_run(const tp_run *r) {
+    const json_val *v = &r->v, *q = json_get(v, "q");
+    printf("\n%s (q=%d)                 max over ranks: measured  formula   ratio | rank 0: "
+           "measured  formula   ratio\n",
+           r->config, q ? (int)q->i : 0);
+    for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++) {
+        const row_def *d = &ROWS[i];
+        double mm = jnum(v, "max", "measured", d->key), fm = jnum(v, "max", "formula", d->key);
+        double m0 = jnum(v, "rank0", "measured", d->key), f0 = jnum(v, "rank0", "formula", d->key);
+        printf("  %-22s %24.3f %10.3f %7.3f | %16.3f %10.3f %7.3f\n", d->label, mm / d->unit,
+               fm / d->unit, ratio(mm, fm), m0 / d->unit, f0 / d->unit, ratio(m0, f0));
+    }
+    const json_val *rt = json_get(v, "rss_total_bytes");
+    printf("  compute: thread CPU %.3f s max, %.3f s rank 0 (incl. MPI polling), in kernels "
+           "%.3f s max; wall %.3f s, in MPI %.3f s; RSS %.0f MB max per rank, %.0f MB all "
+           "ranks\n",
+           jnum(v, "max", "measured", "cpu_s"), jnum(v, "rank0", "measured", "cpu_s"),
+           jnum(v, "max", "measured", "kernel_cpu_s"),
+           jnum(v, "max", "measured", "wall_s"), jnum(v, "max", "measured", "comm_s"),
+           jnum(v, "max", "measured", "rss_bytes") / 1e6, rt ? rt->d / 1e6 : NAN);
+}
+
+static const tp_run *find_run(const tp_run *r, int n, const char *config) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i].config, config)) return &r[i];
+    return NULL;
+}
+
+/* The paper's ratios, where both configurations ran: bytes sent per rank
+ * (max over ranks), measured and formula, and compute time per rank. */
+static void print_ratios(const tp_run *r, int n, int json) {
+    static const char *const PAIRS[][2] = {{"3d:8", "1d:8"}, {"3d:64", "1d:64"},
+                                           {"3d:64", "2d:64"}, {"2d:16", "1d:16"},
+                                           {"2d:64", "1d:64"}};
+    int first = 1;
+    if (!json) printf("\nratios per rank (bytes sent: max over ranks):\n");
+    for (size_t i = 0; i < sizeof PAIRS / sizeof *PAIRS; i++) {
+        const tp_run *a = find_run(r, n, PAIRS[i][0]), *b = find_run(r, n, PAIRS[i][1]);
+        if (!a || !b) continue;
+        double ms = jnum(&a->v, "max", "measured", "sent_bytes") /
+                    jnum(&b->v, "max", "measured", "sent_bytes");
+        double fs = jnum(&a->v, "max", "formula", "sent_bytes") /
+                    jnum(&b->v, "max", "formula", "sent_bytes");
+        double cpu = jnum(&a->v, "max", "measured", "cpu_s") / jnum(&b->v, "max", "measured", "cpu_s");
+        double kc = jnum(&a->v, "max", "measured", "kernel_cpu_s") /
+                    jnum(&b->v, "max", "measured", "kernel_cpu_s");
+        if (json)
+            printf("%s\"%s/%s\":{\"sent_measured\":%.4f,\"sent_formula\":%.4f,\"cpu\":%.4f,"
+                   "\"kernel_cpu\":%.4f}",
+                   first ? "" : ",", a->config, b->config, ms, fs, cpu, kc);
+        else
+            printf("  %-6s / %-6s  sent %.3f (formula %.3f); compute per rank: thread CPU %.3f, "
+                   "kernels %.3f\n",
+                   a->config, b->config, ms, fs, cpu, kc);
+        first = 0;
+    }
+}
+
+static void print_summary(const tp_run *r, int n) {
+    printf("\nper rank, measured (max over ranks); cpu = thread CPU of the step incl. MPI "
+           "polling, kernels = its compute kernels:\n"
+           "  %-7s %13s %10s %10s %6s %8s %8s %8s %8s\n",
+           "config", "param+grad MB", "activ. MB", "sent MB", "calls", "cpu s", "kernels", "wall s",
+           "RSS MB");
+    for (int i = 0; i < n; i++) {
+        const json_val *v = &r[i].v;
+        printf("  %-7s %13.2f %10.2f %10.2f %6.0f %8.3f %8.3f %8.3f %8.0f\n", r[i].config,
+               jnum(v, "max", "measured", "param_bytes") / 1e6,
+               jnum(v, "max", "measured", "act_bytes") / 1e6,
+               jnum(v, "max", "measured", "sent_bytes") / 1e6, jnum(v, "max", "measured", "calls"),
+               jnum(v, "max", "measured", "cpu_s"), jnum(v, "max", "measured", "kernel_cpu_s"),
+               jnum(v, "max", "measured", "wall_s"), jnum(v, "max", "measured", "rss_bytes") / 1e6);
+    }
+}
+
+static int tp_compare(const tp_bench *b, cb_err *e) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    tp_run runs[16];
+    memset(runs, 0, sizeof runs);
+    int n = 0, rc = CB_OK;
+    char *list = strdup(b->only ? b->only : DEFAULT_CONFIGS), *save = NULL;
+    if (!b->json)
+        printf("GPT %dL d%d %dH V%d, B=%d T=%d: one step (forward + backward), fp32; %s ranks "
+               "oversubscribed, 1 thread each\n",
+               b->layers, b->d_model, b->heads, b->vocab, b->batch, b->seq_len, mpirun_cmd());
+    for (char *t = strtok_r(list, ",", &save); t && n < 16 && !rc; t = strtok_r(NULL, ",", &save)) {
+        rc = spawn(b, t, &runs[n], e);
+        if (!rc && !b->json) print_run(&runs[n]);
+        fflush(stdout);
+        n += !rc;
+    }
+    if (!rc && b->json) {
+        printf("{\"configs\":[");
+        for (int i = 0; i < n; i++) printf("%s%s", i ? "," : "", strtok(runs[i].line, "\n"));
+        printf("],\"ratios\":{");
+        print_ratios(runs, n, 1);
+        printf("}}\n");
+    } else if (!rc) {
+        print_summary(runs, n);
+        print_ratios(runs, n, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        free(runs[i].line);
+        json_free(&runs[i].v);
+    }
+    free(list);
+    return rc;
+}
+
+static const char TP_EPILOG[] =
+    "  cubist bench --tp-compare              every configuration: 1d:8 3d:8 1d:16 2d:16 1d:64\n"
+    "                                         2d:64 3d:64, each an mpirun job of P ranks\n"
+    "  cubist bench --tp-compare-only 3d:8    some of them (comma-separated MODE:P)\n"
+    "  mpirun -np 8 cubist bench --tp-step --tp 8 --tp-mode 3d   one job: rank 0 prints the\n"
+    "                                         \"tp-step {json}\" line the comparison reads\n"
+    "MPIRUN names the launcher (default mpirun.openmpi or mpirun.mpich, as linked). The\n"
+    "vocabulary is small (1024) so that the head's logits (N x V/P per rank) and its GEMMs\n"
+    "do not swamp the transformer layers the comparison is about; 1024 divides by every\n"
+    "P, q and q^2 here, so no layout pads it. Formulas: see the README, \"Tensor\n"
+    "parallelism: the paper's comparison\".\n";
+
+static int check_opts(const tp_bench *b, cb_err *e) {
+    if (b->layers < 1 || b->d_model < 1 || b->heads < 1 || b->vocab < 2 || b->batch < 1 ||
+        b->seq_len < 1 || b->steps < 1 || b->timeout_s < 1)
+        return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch, --seq-len, --steps, "
+                                     "--tp-timeout must be >= 1 and --vocab >= 2");
+    if (strcmp(b->save, "gathered") && strcmp(b->save, "shard"))
+        return cb_fail(e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", b->save);
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
+    return cb_gpt_config_check(&c, e);
+}
+
+/* The child: under the launcher, one step on --tp ranks. */
+static int run_child(tp_bench *b, int argc, char **argv, cb_err *e) {
+    cb_err me = {0};
+    if (cb_comm_init(&argc, &argv, &me)) return cli_fail(&me);
+    omp_set_num_threads(1);
+    cb_comm *w = cb_comm_world();
+    int rc = e->code ? e->code : check_opts(b, e);
+    if (!rc && w->size != b->tp)
+        rc = cb_fail(e, CB_EINPUT, "--tp-step --tp %d needs %d ranks; got %d: run it under "
+                                   "`mpirun -np %d`",
+                     b->tp, b->tp, w->size, b->tp);
+    rc = cb_comm_agree_err(w, e);
+    if (!rc) rc = tp_step(b, e);
+    if (rc) {
+        char msg[sizeof e->msg + 8];
+        snprintf(msg, sizeof msg, "error: %s", e->msg);
+        cb_comm_exit(rc == CB_EINPUT ? 2 : 1, msg);
+    }
+    cb_comm_finalize();
+    return 0;
+}
+
+int cmd_bench_tp(int argc, char **argv) {
+    tp_bench b = {0, 0, 0, 0, 2, 1024, 64, 1024, 16, 128, 2, 900, "1d", NULL, "gathered"};
+    const cli_flag flags[] = {
+        {"tp-compare", ARG_BOOL, &b.compare, "run every configuration and print the table"},
+        {"tp-compare-only", ARG_STR, &b.only, "comma-separated MODE:P, e.g. 3d:8 or 1d:8,3d:8"},
+        {"tp-step", ARG_BOOL, &b.step, "the child job: one configuration under mpirun"},
+        {"tp", ARG_INT, &b.tp, "--tp-step: tensor-parallel ranks"},
+        {"tp-mode", ARG_STR, &b.mode, "--tp-step: 1d, 2d or 3d"},
+        {"tp3d-save", ARG_STR, &b.save, "3-D: gathered (keep X^, W^) or shard (re-gather)"},
+        {"json", ARG_BOOL, &b.json, "print one JSON object"},
+        {"steps", ARG_INT, &b.steps, "steps per job; figures of the last (2)"},
+        {"tp-timeout", ARG_INT, &b.timeout_s, "seconds per job before it is killed (900)"},
+        {"layers", ARG_INT, &b.layers, "(2)"},
+        {"d-model", ARG_INT, &b.d_model, "(1024)"},
+        {"heads", ARG_INT, &b.heads, "(64)"},
+        {"vocab", ARG_INT, &b.vocab, "(1024)"},
+        {"batch", ARG_INT, &b.batch, "sequences B (16)"},
+        {"seq-len", ARG_INT, &b.seq_len, "T (128)"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help = 0;
+    cb_err e = {0};
+    int rc = cli_parse("bench", argc, argv, flags, n, &help, &e);
+    if (help && !rc) {
+        cli_usage(stdout, "bench", "--tp-compare | --tp-compare-only LIST | --tp-step [flags]",
+                  flags, n, TP_EPILOG);
+        return 0;
+    }
+    if (b.step) return run_child(&b, argc, argv, &e);
+    if (!rc) rc = check_opts(&b, &e);
+    if (!rc) rc = tp_compare(&b, &e);
+    return rc ? cli_fail(&e) : 0;
+}

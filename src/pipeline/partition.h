@@ -1,0 +1,66 @@
+/* Automatic partitioning of a model's ordered modules into contiguous
+ * pipeline stages, as SageMaker's model parallelism does it: each module
+ * has a compute cost (profiled milliseconds, else FLOPs) and a memory cost
+ * (3 x parameter bytes + activation bytes of one micro-batch); the two are
+ * normalised by their totals and mixed with a memory weight w:
+ *     cost_i = (1 - w) * compute_i / sum(compute) + w * mem_i / sum(mem)
+ * and a dynamic program over contiguous ranges minimises the largest
+ * stage's cost. Modules that share a weight (the GPT's embedding and tied
+ * LM head, tie >= 0) cannot be adjacent; when they land on different stages
+ * each stage holds a copy (counted in its memory) and the pipeline sums
+ * their gradients every step. */
+#ifndef CB_PP_PARTITION_H
+#define CB_PP_PARTITION_H
+
+#include <stdio.h>
+
+#include "cubist.h"
+
+#define CB_PP_MAX_STAGES 256
+
+typedef struct cb_pp_module {
+    char name[24];
+    double flops;       /* forward + backward of one micro-batch */
+    double time_ms;     /* profiled forward + backward; <= 0: use flops */
+    double param_bytes; /* parameters held (a tied copy counts where it is held) */
+    double act_bytes;   /* activations kept for backward, one micro-batch */
+    int tie;            /* modules with the same tie >= 0 share a weight; -1 none */
+} cb_pp_module;
+
+typedef struct cb_pp_partition {
+    int nstages, nmod;
+    int bound[CB_PP_MAX_STAGES + 1]; /* stage s holds modules [bound[s], bound[s+1]) */
+    double cost[CB_PP_MAX_STAGES];   /* weighted cost of each stage */
+    double max_cost;
+} cb_pp_partition;
+
+/* cost[n] of n modules under memory weight w in [0, 1]. Uses profiled times
+ * when every module has one, else FLOPs. */
+void cb_pp_module_costs(const cb_pp_module *m, int n, double w, double *cost);
+/* Contiguous non-empty stages minimising the maximum stage cost (ties: the
+ * earliest boundaries). CB_EINPUT when p > n or p > CB_PP_MAX_STAGES. */
+int cb_pp_partition_auto(const double *cost, int n, int p, cb_pp_partition *out, cb_err *e);
+/* Equal module counts, the remainder one each to the last stages. */
+int cb_pp_partition_equal(const double *cost, int n, int p, cb_pp_partition *out, cb_err *e);
+/* --partition LIST: p+1 boundaries "0,3,7,12" (0 first, n last), p stage
+ * starts "0,3,7", or p-1 inner cuts "3,7"; strictly increasing. */
+int cb_pp_partition_parse(const char *list, const double *cost, int n, int p,
+                          cb_pp_partition *out, cb_err *e);
+/* Fills cost and max_cost from bound. */
+void cb_pp_partition_score(cb_pp_partition *pt, const double *cost);
+/* --print-partition: one line per stage (modules, cost, compute share,
+ * parameter and activation memory) and the tied weights' stages. stage_of
+ * maps a partition stage to the rank that runs it (NULL: itself). */
+void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_module *m, double w,
+                           int nranks);
+
+/* The GPT's L+2 modules (0 embedding, 1..L blocks, L+1 head with its copy
+ * of wte) for micro-batches of B x T tokens: FLOPs and bytes from the
+ * shapes, serial layout, no recompute. */
+void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, cb_pp_module *m);
+/* Short profiling pass: times forward + backward of the embedding, one block
+ * and the head on this process (serial layout, reps repetitions, best of),
+ * and sets every module's time_ms. */
+int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e);
+
+#endif

@@ -1,0 +1,354 @@
+/* Pipeline parallelism in the trainer; see pp_train.h. */
+#include "pipeline/pp_train.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static double now_ms(void) { return omp_get_wtime() * 1e3; }
+
+void cb_pp_opts_defaults(cb_pp_opts *o) {
+    *o = (cb_pp_opts){.schedule = "1f1b", .partition = "auto", .memory_weight = 0.8,
+                      .recompute = "none"};
+}
+
+static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg, cb_err *e) {
+    int rc = cb_pp_parse_schedule(po->schedule, &cfg->kind, e);
+    if (rc) return rc;
+    if (po->micro_batches && accum > 1 && accum != po->micro_batches)
+        return cb_fail(e, CB_EINPUT,
+                       "--grad-accum %d and --micro-batches %d disagree; under --pp the "
+                       "micro-batches are the accumulation steps: give one of them",
+                       accum, po->micro_batches);
+    cfg->p = p;
+    cfg->M = po->micro_batches ? po->micro_batches : accum;
+    cfg->v = po->virtual_stages ? po->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
+    const char *r = po->recompute ? po->recompute : "none";
+    if (!strcmp(r, "none")) cfg->recompute = 0;
+    else if (!strcmp(r, "block")) cfg->recompute = 1;
+    else if (!strcmp(r, "selective"))
+        return cb_fail(e, CB_EINPUT,
+                       "--recompute selective is not implemented yet; use --recompute block "
+                       "(every block keeps only its input)");
+    else return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none or block", r);
+    if (!(po->memory_weight >= 0 && po->memory_weight <= 1))
+        return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
+    return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
+}
+
+/* Module costs (profiled on world rank 0 and broadcast, so every rank
+ * computes the same partition), then the partition. */
+static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, int nvs,
+                cb_err *e) {
+    int nmod = c->n_layer + 2, rc = CB_OK;
+    cb_pp_module *m = calloc((size_t)nmod, sizeof *m);
+    double *cost = calloc((size_t)nmod, sizeof *cost), *ms = calloc((size_t)nmod, sizeof *ms);
+    if (!m || !cost || !ms) rc = cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
+    if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, m);
+    int auto_ = po->partition && !strcmp(po->partition, "auto");
+    if (!rc && auto_ && !po->no_profile) {
+        if (t->g->world.rank == 0) rc = cb_pp_gpt_profile(c, t->rows, t->T, 2, m, e);
+        rc = cb_comm_agree_err(&t->g->world, rc ? e : (e->code = 0, e));
+        for (int i = 0; i < nmod; i++) ms[i] = m[i].time_ms;
+        if (!rc) cb_comm_bcast_bytes(&t->g->world, "pp.plan", ms, sizeof(double) * nmod, 0);
+        for (int i = 0; i < nmod; i++) m[i].time_ms = ms[i];
+    }
+    if (!rc) cb_pp_module_costs(m, nmod, po->memory_weight, cost);
+    if (!rc) rc = auto_ ? cb_pp_partition_auto(cost, nmod, nvs, &t->part, e)
+                        : cb_pp_partition_parse(po->partition ? po->partition : "", cost, nmod,
+                                                nvs, &t->part, e);
+    if (!rc && po->print_partition && t->g->world.rank == 0) {
+        cb_pp_partition_print(stdout, &t->part, m, po->memory_weight, t->g->pp);
+        fflush(stdout);
+    }
+    free(m), free(cost), free(ms);
+    return rc;
+}
+
+static int init_opt(cb_pp_trainer *t, const cb_adamw_config *opt, double bucket_mb, cb_err *e) {
+    int v = t->pipe.o.v, rc = CB_OK;
+    t->opt = calloc((size_t)v, sizeof *t->opt);
+    if (t->g->dp > 1) t->dp = calloc((size_t)v, sizeof *t->dp);
+    if (!t->opt || (t->g->dp > 1 && !t->dp)) return cb_fail(e, CB_ENOMEM, "out of memory");
+    for (int c = 0; !rc && c < v; c++) {
+        cb_gpt *m = t->pipe.ch[c].m;
+        size_t lo = 0, hi = cb_gpt_num_params(m);
+        if (t->dp) {
+            rc = cb_dp_init(&t->dp[c], &t->g->dpg, m, t->zero, 0, bucket_mb,
+                            (size_t)t->M * t->rows * t->T, e);
+            lo = t->dp[c].lo, hi = t->dp[c].hi;
+        }
+        if (!rc) rc = cb_adamw_init(&t->opt[c], opt, lo, hi, e);
+    }
+    if (!rc) cb_pipe_chain_hooks(&t->pipe);
+    return rc;
+}
+
+int cb_pp_trainer_init(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, int B,
+                       int T, int accum, cb_grid *g, cb_layout *L, const cb_adamw_config *opt,
+                       uint64_t seed, int zero, double bucket_mb, cb_err *e) {
+    memset(t, 0, sizeof *t);
+    t->g = g;
+    t->T = T;
+    t->zero = zero;
+    if (B % g->dp)
+        return cb_fail(e, CB_EINPUT,
+                       "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
+                       B, g->dp, g->dp);
+    t->rows = B / g->dp;
+    cb_pp_config cfg = {0};
+    int rc = parse_opts(po, accum, g->pp, &cfg, e);
+    if (!rc) rc = plan(t, po, c, cfg.p * cfg.v, e);
+    if (rc) return rc;
+    t->M = cfg.M;
+    cfg.bound = t->part.bound;
+    rc = cb_pipe_init(&t->pipe, &g->ppg, c, t->rows, T, L, &cfg, seed, e);
+    if (!rc) rc = init_opt(t, opt, bucket_mb, e);
+    if (rc) return rc;
+    t->ids = malloc(sizeof(int) * 2 * (size_t)t->M * t->rows * T);
+    if (!t->ids) return cb_fail(e, CB_ENOMEM, "out of memory for %d micro-batches", t->M);
+    t->targets = t->ids + (size_t)t->M * t->rows * T;
+    return CB_OK;
+}
+
+void cb_pp_trainer_free(cb_pp_trainer *t) {
+    for (int c = 0; c < t->pipe.o.v; c++) {
+        if (t->dp) cb_dp_free(&t->dp[c]);
+        if (t->opt) cb_adamw_free(&t->opt[c]);
+    }
+    free(t->dp);
+    free(t->opt);
+    cb_pipe_free(&t->pipe);
+    free(t->ids);
+    memset(t, 0, sizeof *t);
+}
+
+static void before_bwd(void *ctx, int chunk, int last) {
+    cb_pp_trainer *t = ctx;
+    cb_dp_begin_backward(&t->dp[chunk], last);
+}
+
+/* Owned gradients of this rank's optimizer ranges, wte once: under ZeRO
+ * each data-parallel rank holds its shard of the reduced gradient, so the
+ * shards' sums are added over the group too. */
+static double grad_sumsq(cb_pp_trainer *t) {
+    if (!t->dp || !t->zero) return cb_pipe_grad_sumsq(&t->pipe);
+    double s = 0;
+    for (int c = 0; c < t->pipe.o.v; c++) {
+        const cb_gpt *m = t->pipe.ch[c].m;
+        size_t lo = t->dp[c].lo, hi = t->dp[c].hi;
+        for (int i = t->pipe.nvs > 1 && c == t->pipe.tie_last; i < m->pt.n; i++) {
+            const cb_tensor_info *x = &m->pt.t[i];
+            size_t a = x->offset > lo ? x->offset : lo, z = x->offset + x->numel;
+            if (z > hi) z = hi;
+            if (x->owner && z > a) s += m->L->k->sumsq(m->grads + a, z - a);
+        }
+    }
+    cb_comm_allreduce_f64(&t->g->dpg, "norm", NULL, &s, 1, CB_COMM_SUM);
+    return s;
+}
+
+/* Per-stage figures to every rank of the pipeline group (world rank 0 logs). */
+static void gather_stats(cb_pp_trainer *t, cb_pp_step_stats *st) {
+    int p = t->g->pp, s = t->pipe.s;
+    double *v = calloc(3 * (size_t)p, sizeof *v);
+    if (!v) return;
+    v[s] = t->pipe.st.busy_ms;
+    v[p + s] = t->pipe.st.bubble;
+    v[2 * p + s] = t->pipe.st.act_bytes;
+    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, 3 * (size_t)p, CB_COMM_SUM);
+    st->bubble_mean = 0;
+    for (int i = 0; i < p && i < CB_PP_MAX_STAGES; i++) {
+        st->busy_ms[i] = v[i];
+        st->bubble[i] = v[p + i];
+        st->act_bytes[i] = v[2 * p + i];
+        st->bubble_mean += v[p + i] / p;
+    }
+    st->bubble_formula = cb_pp_bubble_formula(p, t->pipe.o.v, t->M);
+    free(v);
+}
+
+void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp_step_stats *st) {
+    double t0 = now_ms();
+    size_t mb = (size_t)t->rows * t->T;
+    int dpn = t->g->dp, v = t->pipe.o.v;
+    cb_pipe_zero_grad(&t->pipe);
+    for (int k = 0; k < t->M; k++) cb_loader_next(ld, t->ids + k * mb, t->targets + k * mb, r0, t->rows);
+    double loss = cb_pipe_step(&t->pipe, t->ids, t->targets, 1.0f / ((float)t->M * dpn),
+                               t->dp ? before_bwd : NULL, t);
+    double topt = now_ms();
+    if (t->dp) {
+        for (int c = 0; c < v; c++) cb_dp_reduce(&t->dp[c]);
+        loss = cb_dp_mean(&t->dp[0], loss);
+    }
+    double ss = grad_sumsq(t);
+    cb_comm_allreduce_f64(&t->g->model, "norm", NULL, &ss, 1, CB_COMM_SUM);
+    double norm = sqrt(ss);
+    float s = cb_clip_scale(t->opt[0].c.clip, norm), lr = cb_lr_at(&t->opt[0].c, step);
+    for (int c = 0; c < v; c++) {
+        cb_gpt *m = t->pipe.ch[c].m;
+        cb_adamw *o = &t->opt[c];
+        if (s < 1.0f) m->L->k->scale(m->grads + o->lo, s, o->hi - o->lo);
+        cb_adamw_step(o, m->L->k, m->params, m->grads, gpt_tensors(m), gpt_ntensors(m), lr);
+        if (t->dp) cb_dp_sync_params(&t->dp[c]);
+    }
+    gather_stats(t, st);
+    st->loss = (float)(loss / t->M);
+    st->grad_norm = (float)norm;
+    st->lr = lr;
+    st->step_ms = now_ms() - t0;
+    st->opt_ms = now_ms() - topt;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static void part_path(char *out, size_t cap, const char *path, int vs) {
+    snprintf(out, cap, "%s.vs%d", path, vs);
+}
+
+/* The parts' tensors into one file, each name once, metadata of part 0. */
+static int merge(const char *path, int n, cb_err *e) {
+    cb_st_file *f = calloc((size_t)n, sizeof *f);
+    int total = 0, cnt = 0, rc = f ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory merging %s", path);
+    char pp[4200];
+    for (int i = 0; !rc && i < n; i++) {
+        part_path(pp, sizeof pp, path, i);
+        rc = cb_st_open(pp, &f[i], e);
+        if (!rc) total += f[i].n;
+    }
+    cb_st_entry *t = rc ? NULL : calloc((size_t)total + 1, sizeof *t);
+    const char **meta = rc ? NULL : calloc(2 * (size_t)f[0].nmeta + 1, sizeof *meta);
+    if (!rc && (!t || !meta)) rc = cb_fail(e, CB_ENOMEM, "out of memory merging %s", path);
+    for (int i = 0; !rc && i < n; i++)
+        for (int j = 0; j < f[i].n; j++) {
+            const cb_st_tensor *x = &f[i].t[j];
+            int dup = 0;
+            for (int k = 0; k < cnt && !dup; k++) dup = !strcmp(t[k].name, x->name);
+            if (dup) continue; /* the tied wte, held by two stages */
+            t[cnt] = (cb_st_entry){.name = x->name, .ndim = x->ndim,
+                                   .data = (const float *)(f[i].data + x->offset)};
+            memcpy(t[cnt++].shape, x->shape, sizeof x->shape);
+        }
+    for (int i = 0; !rc && i < f[0].nmeta; i++) meta[2 * i] = f[0].meta_key[i], meta[2 * i + 1] = f[0].meta_val[i];
+    if (!rc) rc = cb_st_write(path, t, cnt, meta, f[0].nmeta, e);
+    for (int i = 0; f && i < n; i++) {
+        if (f[i].map) cb_st_close(&f[i]);
+        part_path(pp, sizeof pp, path, i);
+        unlink(pp);
+    }
+    free(f), free(t), free(meta);
+    return rc;
+}
+
+/* ZeRO keeps moment shards: gathered to full blocks on data-parallel rank 0. */
+static float *full_moments(cb_pp_trainer *t, int c) {
+    cb_gpt *m = t->pipe.ch[c].m;
+    size_t n = cb_gpt_num_params(m);
+    float *full = NULL;
+    if (t->g->dpg.rank == 0 && !(full = malloc(sizeof(float) * 2 * n + 1)))
+        cb_comm_fatal("out of memory gathering the optimizer state for the checkpoint");
+    cb_dp_gather(&t->dp[c], t->opt[c].m, full);
+    cb_dp_gather(&t->dp[c], t->opt[c].v, full ? full + n : NULL);
+    return full;
+}
+
+static int save_parts(cb_pp_trainer *t, const char *path, const char *const *meta, int nmeta,
+                      cb_err *e) {
+    char sp[4096], pp[4200];
+    snprintf(sp, sizeof sp, "%s.state", path);
+    int rc = CB_OK;
+    for (int c = 0; c < t->pipe.o.v; c++) {
+        cb_gpt *m = t->pipe.ch[c].m;
+        int vs = t->pipe.ch[c].vs;
+        float *full = t->dp && t->zero && meta ? full_moments(t, c) : NULL;
+        if (t->g->dpg.rank != 0) continue;
+        const float *w = m->params;
+        const char *none = "";
+        part_path(pp, sizeof pp, path, vs);
+        int r = gpt_save_blocks(m, 1, &w, &none, pp, NULL, 0, e);
+        if (!r && meta) {
+            size_t n = cb_gpt_num_params(m);
+            const float *b[2] = {full ? full : t->opt[c].m, full ? full + n : t->opt[c].v};
+            const char *pre[2] = {"m.", "v."};
+            part_path(pp, sizeof pp, sp, vs);
+            r = gpt_save_blocks(m, 2, b, pre, pp, meta, nmeta, e);
+        }
+        free(full);
+        if (r && !rc) rc = r;
+    }
+    return rc;
+}
+
+int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
+                       int nmeta, cb_err *e) {
+    cb_comm *w = &t->g->world;
+    int rc = cb_comm_agree_err(w, save_parts(t, path, state_meta, nmeta, e) ? e : (e->code = 0, e));
+    if (rc) return rc;
+    if (w->rank == 0) {
+        char sp[4096];
+        snprintf(sp, sizeof sp, "%s.state", path);
+        rc = merge(path, t->pipe.nvs, e);
+        if (!rc && state_meta) rc = merge(sp, t->pipe.nvs, e);
+    }
+    return cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
+}
+
+static int load_moment(cb_pp_trainer *t, int c, float *dst, const char *prefix,
+                       const cb_st_file *f, const char *path, cb_err *e) {
+    cb_gpt *m = t->pipe.ch[c].m;
+    size_t n = cb_gpt_num_params(m), lo = t->opt[c].lo, hi = t->opt[c].hi;
+    if (lo == 0 && hi == n) return gpt_load_block(m, dst, prefix, f, path, e);
+    float *full = malloc(sizeof(float) * n);
+    if (!full) return cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
+    int rc = gpt_load_block(m, full, prefix, f, path, e);
+    if (!rc) memcpy(dst, full + lo, sizeof(float) * (hi - lo));
+    free(full);
+    return rc;
+}
+
+int cb_pp_trainer_load(cb_pp_trainer *t, const char *path, int state, cb_err *e) {
+    int rc = CB_OK;
+    for (int c = 0; !rc && c < t->pipe.o.v; c++) rc = cb_gpt_load(t->pipe.ch[c].m, path, e);
+    if (rc || !state) return rc;
+    char sp[4096];
+    snprintf(sp, sizeof sp, "%s.state", path);
+    cb_st_file f;
+    if ((rc = cb_st_open(sp, &f, e))) return rc;
+    for (int c = 0; !rc && c < t->pipe.o.v; c++) {
+        rc = load_moment(t, c, t->opt[c].m, "m.", &f, sp, e);
+        if (!rc) rc = load_moment(t, c, t->opt[c].v, "v.", &f, sp, e);
+    }
+    cb_st_close(&f);
+    return rc;
+}
+
+/* snprintf at the end of buf, counting what was needed. */
+__attribute__((format(printf, 4, 5))) static void app(char *buf, size_t cap, int *len,
+                                                      const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t at = (size_t)*len < cap ? (size_t)*len : cap;
+    *len += vsnprintf(buf ? buf + at : NULL, cap - at, fmt, ap);
+    va_end(ap);
+}
+
+static void put_array(char *buf, size_t cap, int *len, const char *key, const double *x, int n,
+                      int digits) {
+    app(buf, cap, len, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) app(buf, cap, len, "%s%.*f", i ? "," : "", digits, x[i]);
+    app(buf, cap, len, "]");
+}
+
+int cb_pp_log_fields(const cb_pp_trainer *t, const cb_pp_step_stats *st, char *buf, size_t cap) {
+    int p = t->g->pp < CB_PP_MAX_STAGES ? t->g->pp : CB_PP_MAX_STAGES, len = 0;
+    put_array(buf, cap, &len, "pp_busy_ms", st->busy_ms, p, 3);
+    put_array(buf, cap, &len, "pp_bubble", st->bubble, p, 4);
+    put_array(buf, cap, &len, "pp_act_bytes", st->act_bytes, p, 0);
+    app(buf, cap, &len, ",\"pp_bubble_mean\":%.4f,\"pp_bubble_formula\":%.4f", st->bubble_mean,
+        st->bubble_formula);
+    return len;
+}

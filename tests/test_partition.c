@@ -1,0 +1,144 @@
+/* Automatic partitioning: the dynamic program finds the optimal maximum
+ * stage cost (checked against every contiguous split of small random cost
+ * vectors), beats the equal split on deliberately unequal modules, a larger
+ * memory weight moves the GPT's last boundary towards the head (whose logits
+ * make it memory-heavy), and --partition lists parse or fail with one line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/partition.h"
+
+static int fails;
+
+static void check(int ok, const char *name, const char *detail) {
+    if (!ok) fails++;
+    printf("%s %s: %s\n", ok ? "PASS" : "FAIL", name, detail);
+}
+
+/* Smallest maximum over every placement of p-1 cuts among n-1 gaps. */
+static double brute(const double *c, int n, int p, int start, int left) {
+    if (left == 1) {
+        double s = 0;
+        for (int i = start; i < n; i++) s += c[i];
+        return s;
+    }
+    double best = INFINITY, s = 0;
+    for (int j = start; j < n - left + 1; j++) {
+        s += c[j];
+        double r = brute(c, n, p, j + 1, left - 1);
+        double v = s > r ? s : r;
+        if (v < best) best = v;
+    }
+    return best;
+}
+
+static void optimality(void) {
+    srand(7);
+    int ok = 1, trials = 0;
+    double worst = 0;
+    for (int t = 0; t < 300; t++) {
+        int n = 2 + rand() % 9, p = 1 + rand() % n;
+        double c[16];
+        for (int i = 0; i < n; i++) c[i] = (rand() % 1000) / 100.0 + 0.01;
+        cb_pp_partition pt;
+        cb_err e;
+        if (cb_pp_partition_auto(c, n, p, &pt, &e)) { ok = 0; break; }
+        double b = brute(c, n, p, 0, p), d = fabs(pt.max_cost - b);
+        if (d > worst) worst = d;
+        for (int s = 0; s < p; s++) ok &= pt.bound[s] < pt.bound[s + 1];
+        ok &= pt.bound[0] == 0 && pt.bound[p] == n && d <= 1e-9 * b;
+        trials++;
+    }
+    char d[96];
+    snprintf(d, sizeof d, "%d random cases, max |dp - brute force| %.2e", trials, worst);
+    check(ok, "DP optimal vs brute force", d);
+}
+
+static void unequal(void) {
+    double c[8] = {5, 5, 5, 1, 1, 1, 1, 1};
+    cb_pp_partition a, q;
+    cb_err e;
+    cb_pp_partition_auto(c, 8, 2, &a, &e);
+    cb_pp_partition_equal(c, 8, 2, &q, &e);
+    char d[128];
+    snprintf(d, sizeof d, "costs 5,5,5,1,1,1,1,1 p=2: auto [0,%d,8) max %.1f, equal [0,%d,8) max %.1f",
+             a.bound[1], a.max_cost, q.bound[1], q.max_cost);
+    check(a.max_cost < q.max_cost && a.bound[1] == 2, "unequal modules: auto beats equal", d);
+    /* a GPT whose modules cost unequally (big vocabulary head) */
+    cb_gpt_config g = {8, 64, 4, 32, 8192};
+    cb_pp_module m[10];
+    double cost[10];
+    cb_pp_gpt_modules(&g, 4, 32, m);
+    cb_pp_module_costs(m, 10, 0.8, cost);
+    cb_pp_partition_auto(cost, 10, 4, &a, &e);
+    cb_pp_partition_equal(cost, 10, 4, &q, &e);
+    snprintf(d, sizeof d, "GPT L=8 V=8192 p=4 w=0.8: auto max %.4f < equal max %.4f", a.max_cost,
+             q.max_cost);
+    check(a.max_cost < q.max_cost, "GPT with a heavy head: auto beats equal", d);
+}
+
+static void memory_weight(void) {
+    /* compute at the front, memory at the back: a larger memory weight moves
+     * the boundary towards the memory-heavy end */
+    cb_pp_module s[10];
+    for (int i = 0; i < 10; i++)
+        s[i] = (cb_pp_module){.flops = i < 5 ? 10 : 1, .act_bytes = i < 5 ? 1 : 10, .tie = -1};
+    double lo[14], hi[14];
+    cb_pp_partition a, b;
+    cb_err e;
+    cb_pp_module_costs(s, 10, 0.2, lo);
+    cb_pp_module_costs(s, 10, 0.8, hi);
+    cb_pp_partition_auto(lo, 10, 2, &a, &e);
+    cb_pp_partition_auto(hi, 10, 2, &b, &e);
+    char d[200];
+    snprintf(d, sizeof d, "compute 10x in modules 0-4, memory 10x in 5-9, p=2: cut at %d (w=0.2), "
+             "%d (w=0.8)", a.bound[1], b.bound[1]);
+    check(a.bound[1] < 5 && b.bound[1] > 5, "memory weight moves the cut towards memory-heavy modules", d);
+    /* the GPT: the embedding stores wte (3 x its bytes) for almost no
+     * compute, so weighting memory shrinks the embedding's stage */
+    cb_gpt_config g = {12, 64, 4, 64, 4096};
+    cb_pp_module m[14];
+    cb_pp_gpt_modules(&g, 4, 64, m);
+    cb_pp_module_costs(m, 14, 0.2, lo);
+    cb_pp_module_costs(m, 14, 0.8, hi);
+    cb_pp_partition_auto(lo, 14, 2, &a, &e);
+    cb_pp_partition_auto(hi, 14, 2, &b, &e);
+    snprintf(d, sizeof d, "L=12 V=4096 p=2: second stage starts at module %d (w=0.2), %d (w=0.8)",
+             a.bound[1], b.bound[1]);
+    check(b.bound[1] < a.bound[1], "GPT: memory weight shrinks the embedding's stage", d);
+    /* and the profiled path: times override FLOPs */
+    for (int i = 0; i < 14; i++) m[i].time_ms = i == 5 ? 100 : 1;
+    cb_pp_module_costs(m, 14, 0.0, lo);
+    cb_pp_partition_auto(lo, 14, 3, &a, &e);
+    snprintf(d, sizeof d, "module 5 timed 100x: stages [%d,%d) [%d,%d) [%d,%d)", a.bound[0],
+             a.bound[1], a.bound[1], a.bound[2], a.bound[2], a.bound[3]);
+    check(a.bound[1] <= 5 && a.bound[2] == 6, "profiled times: the slow module alone", d);
+}
+
+static void parse(void) {
+    double c[12] = {0};
+    cb_pp_partition pt;
+    cb_err e;
+    int ok = !cb_pp_partition_parse("0,3,7,12", c, 12, 3, &pt, &e) && pt.bound[1] == 3 &&
+             pt.bound[2] == 7;
+    ok &= !cb_pp_partition_parse("0,3,7", c, 12, 3, &pt, &e) && pt.bound[3] == 12;
+    ok &= !cb_pp_partition_parse("3,7", c, 12, 3, &pt, &e) && pt.bound[2] == 7;
+    ok &= !cb_pp_partition_parse("0,1,11,12", c, 12, 3, &pt, &e) && pt.bound[2] == 11;
+    check(ok, "--partition lists: full, starts, inner cuts, uneven", "0,3,7,12 0,3,7 3,7 0,1,11,12");
+    int bad = cb_pp_partition_parse("0,7,3,12", c, 12, 3, &pt, &e) == CB_EINPUT;
+    check(bad && !strchr(e.msg, '\n'), "--partition 0,7,3,12 refused", e.msg);
+    bad = cb_pp_partition_parse("0,3,x", c, 12, 3, &pt, &e) == CB_EINPUT;
+    check(bad, "--partition 0,3,x refused", e.msg);
+    bad = cb_pp_partition_auto(c, 12, 13, &pt, &e) == CB_EINPUT;
+    check(bad, "more stages than modules refused", e.msg);
+}
+
+int main(void) {
+    optimality();
+    unequal();
+    memory_weight();
+    parse();
+    return fails != 0;
+}

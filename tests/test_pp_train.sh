@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The pipeline trainer step equals the single process (tests/test_pipeline_train.c):
+# 30 steps, loss and gradient norm to 1e-5, final parameters from the
+# checkpoint saved under the pipeline and loaded at pp=1. pp = 2 and 4 with
+# gpipe, 1f1b, interleaved (v=2) and M = 1, 4, 8 (interleaved: M a multiple of
+# pp); recompute on; pp2 x dp2 (with ZeRO-1), pp2 x 1d2 x dp2, pp2 x 2d4,
+# pp2 x 3d8 (16 ranks). Mapping: --pp N --micro-batches M --batch B follows
+# the one process's --batch B --grad-accum M.
+set -u
+BUILD=${BUILD:-build}
+T="$(pwd)/$BUILD/tests/test_pipeline_train"
+TMO=${TEST_PP_TIMEOUT:-120}
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if ldd "$T" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
+MPIRUN=${MPIRUN:-mpirun.$flavour}
+launch=("$MPIRUN")
+"$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi" && launch+=(--oversubscribe -q)
+failed=0
+case_() { # np dp pp tp mode schedule M zero recompute
+    local np=$1; shift
+    local out rc
+    out=$(timeout "$TMO" "${launch[@]}" -np "$np" "$T" "$@" 2>&1); rc=$?
+    grep -E '^(PASS|FAIL)' <<<"$out"
+    if grep -q '^FAIL' <<<"$out"; then failed=$((failed + 1))
+    elif [ "$rc" -ne 0 ]; then echo "FAIL pipeline trainer $*: exited $rc: $(tail -c 300 <<<"$out")"; failed=$((failed + 1)); fi
+}
+for pp in 2 4; do
+    for s in gpipe 1f1b interleaved; do
+        for M in 1 4 8; do
+            [ $s = interleaved ] && [ $((M % pp)) != 0 ] && continue
+            case_ $pp 1 $pp 1 1d $s $M 0 none
+        done
+    done
+done
+case_ 2 1 2 1 1d 1f1b 4 0 block
+case_ 4 1 4 1 1d interleaved 8 0 block
+case_ 4 2 2 1 1d 1f1b 4 0 none
+case_ 4 2 2 1 1d 1f1b 8 1 none
+case_ 8 2 2 2 1d 1f1b 4 0 none
+case_ 8 1 2 4 2d gpipe 4 0 none
+case_ 16 1 2 8 3d interleaved 4 0 none
+[ "$failed" = 0 ]
