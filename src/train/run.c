@@ -2,6 +2,7 @@
  * log, evaluate, save. */
 #include <cblas.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -165,8 +166,10 @@ static int agree(cb_comm *w, int rc, cb_err *e) {
     return cb_comm_agree_err(w, e);
 }
 
-static void report(const cb_trainer *t, run_state *r, const cb_step_stats *st, float val_loss) {
-    const cb_train_opts *o = &t->o;
+/* One step's log object and progress line; extra (may be empty) is appended
+ * to the object, e.g. the pipeline's per-stage fields. */
+static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
+                   float val_loss, const char *extra) {
     long step_tokens = (long)o->B * o->T * o->accum;
     r->tokens += step_tokens;
     double tps = step_tokens / (st->step_ms / 1e3);
@@ -177,25 +180,25 @@ static void report(const cb_trainer *t, run_state *r, const cb_step_stats *st, f
                 "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
                 "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"comm_bytes\":%llu,"
                 "\"comm_calls\":%llu,\"comm_ms\":%.3f,\"comm_wait_ms\":%.3f",
-                t->step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
+                step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
                 st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(),
                 (unsigned long long)r->comm_step.bytes_sent, (unsigned long long)r->comm_step.calls,
                 r->comm_step.seconds * 1e3, st->comm_wait_ms);
         if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
-        fprintf(r->log, "}\n");
+        fprintf(r->log, "%s}\n", extra);
         fflush(r->log);
     }
     if (o->quiet || r->rank) return;
     double elapsed = omp_get_wtime() - r->t_start;
-    double eta = elapsed / (t->step - r->first_step) * (o->steps - t->step);
+    double eta = elapsed / (step - r->first_step) * (o->steps - step);
     int every = o->steps >= 20 ? o->steps / 20 : 1;
-    if (!r->tty && t->step % every && t->step != o->steps && isnan(val_loss)) return;
-    fprintf(stderr, "%sstep %d/%d | loss %.4f", r->tty ? "\r\033[K" : "", t->step, o->steps,
+    if (!r->tty && step % every && step != o->steps && isnan(val_loss)) return;
+    fprintf(stderr, "%sstep %d/%d | loss %.4f", r->tty ? "\r\033[K" : "", step, o->steps,
             st->loss);
     if (!isnan(val_loss)) fprintf(stderr, " | val %.4f", val_loss);
     fprintf(stderr, " | %.0f tok/s | MFU %.1f%% | ETA %.0fs%s", tps, 100 * mfu, eta,
             r->tty ? "" : "\n");
-    if (r->tty && (t->step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
+    if (r->tty && (step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
 }
 
 static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
@@ -211,7 +214,7 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
-        report(t, r, &st, vl);
+        report(o, t->step, r, &st, vl, "");
         if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
             int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
             if (rc) return rc;
@@ -219,6 +222,108 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     }
     if (!o->save) return CB_OK;
     return agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
+}
+
+static int open_log(const char *path, FILE **f, cb_err *e);
+
+/* ------------------------------------------------------------ pipeline */
+
+static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, const char *path,
+                   cb_err *e) {
+    char st[24], at[24], k[24], rng[24];
+    snprintf(st, sizeof st, "%d", step);
+    snprintf(at, sizeof at, "%d", pt->opt[0].t);
+    snprintf(k, sizeof k, "%" PRIu64, ld->k);
+    snprintf(rng, sizeof rng, "%" PRIu64, ld->rng.s);
+    const char *meta[] = {"step", st, "adam_t", at, "data_k", k, "data_rng", rng};
+    return cb_pp_trainer_save(pt, path, meta, 4, e);
+}
+
+static int meta_num(const cb_st_file *f, const char *key, const char *path, uint64_t *out,
+                    cb_err *e) {
+    const char *v = cb_st_meta(f, key);
+    char *end = NULL;
+    if (v) *out = strtoull(v, &end, 10);
+    if (!v || *end)
+        return cb_fail(e, CB_EINPUT, "%s: metadata %s missing; is it a cubist optimizer state "
+                                     "file?",
+                       path, key);
+    return CB_OK;
+}
+
+/* --resume under a pipeline: weights and moments into every chunk, then the
+ * step, AdamW count and data position from path.state. */
+static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step, cb_err *e) {
+    int rc = cb_pp_trainer_load(pt, path, 1, e);
+    char sp[4096];
+    snprintf(sp, sizeof sp, "%s.state", path);
+    cb_st_file f;
+    if (rc || (rc = cb_st_open(sp, &f, e))) return rc;
+    uint64_t s = 0, at = 0;
+    rc = meta_num(&f, "step", sp, &s, e);
+    if (!rc) rc = meta_num(&f, "adam_t", sp, &at, e);
+    if (!rc) rc = meta_num(&f, "data_k", sp, &ld->k, e);
+    if (!rc) rc = meta_num(&f, "data_rng", sp, &ld->rng.s, e);
+    cb_st_close(&f);
+    for (int c = 0; c < pt->pipe.nvs; c++) pt->opt[c].t = (int)at;
+    *step = (int)s;
+    return rc;
+}
+
+static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step, run_state *r,
+                   cb_err *e) {
+    cb_comm *w = &r->grid->world;
+    r->t_start = omp_get_wtime();
+    r->first_step = step;
+    int last = o->steps;
+    if (o->exit_after > 0 && step + o->exit_after < last) last = step + o->exit_after;
+    char extra[2048];
+    while (step < last) {
+        cb_pp_step_stats ps;
+        cb_pp_trainer_step(pt, ld, r->grid->dpg.rank * pt->rows, step, &ps);
+        step++;
+        comm_delta(r);
+        cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
+                            .step_ms = ps.step_ms, .bwd_ms = ps.step_ms - ps.opt_ms,
+                            .opt_ms = ps.opt_ms};
+        cb_pp_log_fields(pt, &ps, extra, sizeof extra);
+        report(o, step, r, &st, NAN, extra);
+        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
+            int rc = agree(w, pp_save(pt, ld, step, o->save, e), e);
+            if (rc) return rc;
+        }
+    }
+    return o->save ? agree(w, pp_save(pt, ld, step, o->save, e), e) : CB_OK;
+}
+
+/* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
+static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data, run_state *r,
+                  cb_err *e) {
+    cb_pp_trainer pt;
+    cb_loader ld;
+    int step = 0;
+    o->opt.steps = o->steps; /* the cosine schedule's length */
+    int rc = cb_pp_trainer_init(&pt, &o->pipe, &o->model, o->B, o->T, o->accum, g, L, &o->opt,
+                                o->seed, o->zero, o->bucket_mb, e);
+    int built = !rc;
+    if (built) o->accum = pt.M; /* tokens per step in the log */
+    if (!rc) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
+    if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
+    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, e);
+    if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
+    rc = agree(&g->world, rc, e);
+    if (!rc) {
+        if (r->peak <= 0) r->peak = r->rank ? 1 : peak_gflops();
+        r->flops_per_token = cb_gpt_flops_per_token(&o->model, o->T);
+        r->comm_last = cb_comm_stats_sum(g->comms, g->ncomms);
+        if (!o->quiet && r->rank == 0)
+            fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
+                            "sequences, tensor %s x %d, data x %d\n",
+                    g->pp, o->pipe.schedule, pt.M, o->B, L->ops->name, g->tp, g->dp);
+        rc = pp_loop(o, &pt, &ld, step, r, e);
+    }
+    if (built) cb_pp_trainer_free(&pt);
+    return rc;
 }
 
 static int open_log(const char *path, FILE **f, cb_err *e) {
@@ -244,14 +349,13 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
     if (o->print_grid) cb_grid_print(g, stdout);
-    if (pp > 1)
-        rc = cb_fail(e, CB_EINPUT,
-                     "--pp %d: pipeline parallelism is not wired into `cubist train` yet; use "
-                     "--pp 1",
+    if (pp > 1 && (o->dump_grads || (o->val_data && o->eval_every > 0)))
+        rc = cb_fail(e, CB_EINPUT, "--pp %d: --dump-grads and --eval-every run on one pipeline "
+                                   "stage only; drop them or use --pp 1",
                      pp);
-    else if (tp > 1 && !strcmp(o->embed_grad, "sparse"))
+    else if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
         rc = cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the whole embedding on every rank; "
-                                   "use it with --tp 1, or drop it");
+                                   "use it with --tp 1 --pp 1, or drop it");
     else if (strcmp(o->tp3d_save, "gathered") && strcmp(o->tp3d_save, "shard"))
         rc = cb_fail(e, CB_EINPUT, "--tp3d-save '%s' is unknown; use gathered or shard",
                      o->tp3d_save);
@@ -315,8 +419,19 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
     cb_layout *L = NULL;
-    if (!rc && w && g.tp > 1) rc = cb_layout_create(&g, &L, e);
+    if (!rc && w && (g.tp > 1 || g.pp > 1)) rc = cb_layout_create(&g, &L, e);
     if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
+    if (w && g.pp > 1) {
+        rc = agree(w, rc, e);
+        if (!rc) rc = pp_run(&o, &g, L, &data, &r, e);
+        if (!rc && o.comm_report) comm_report(&r);
+        if (r.log) fclose(r.log);
+        if (L) cb_layout_free(L);
+        if (data.map) cb_tokens_close(&data);
+        if (val.map) cb_tokens_close(&val);
+        cb_grid_free(&g);
+        return rc;
+    }
     if (!rc)
         rc = cb_trainer_init_tp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, L,
                                 w ? &g.tpg : NULL, e);

@@ -26,6 +26,7 @@ void cb_train_defaults(cb_train_opts *o) {
     o->bucket_mb = 25;
     o->embed_grad = "dense";
     o->tp3d_save = "gathered";
+    cb_pp_opts_defaults(&o->pipe);
 }
 
 int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {

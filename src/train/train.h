@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "train/dp.h"
 #include "optim/adamw.h"
+#include "pipeline/pp_train.h"
 
 typedef struct cb_train_opts {
     cb_gpt_config model; /* zero fields: from the checkpoint, else defaults */
@@ -30,6 +31,7 @@ typedef struct cb_train_opts {
     double bucket_mb;
     const char *embed_grad; /* "dense" or "sparse" */
     const char *tp3d_save;  /* "gathered" or "shard" */
+    cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);
