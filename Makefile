@@ -70,7 +70,9 @@ test: deps
 	@BUILD=$(BUILD) tests/run.sh
 
 asan:
-	@$(MAKE) --no-print-directory test BUILD=build-asan OPT="-O1 -g -march=native" SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+	 $(MAKE) --no-print-directory test BUILD=build-asan OPT="-O1 -g -march=native" SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -11,7 +11,7 @@ C="$(pwd)/$BUILD/cubist"
 CMP="/usr/bin/python3 $(pwd)/tests/compare.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
-head -c 120000 /dev/urandom | base64 > text.txt
+/usr/bin/python3 "$OLDPWD/tests/gen_text.py" 160000 > text.txt
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL roundtrip: prepare"; exit 1; }
 A=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)

@@ -230,25 +230,10 @@ static int open_log(const char *path, FILE **f, cb_err *e);
 
 static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, const char *path,
                    cb_err *e) {
-    char st[24], at[24], k[24], rng[24];
-    snprintf(st, sizeof st, "%d", step);
-    snprintf(at, sizeof at, "%d", pt->opt[0].t);
-    snprintf(k, sizeof k, "%" PRIu64, ld->k);
-    snprintf(rng, sizeof rng, "%" PRIu64, ld->rng.s);
-    const char *meta[] = {"step", st, "adam_t", at, "data_k", k, "data_rng", rng};
+    cb_state_text text;
+    const char *meta[8];
+    cb_state_meta(&text, meta, step, pt->opt[0].t, ld);
     return cb_pp_trainer_save(pt, path, meta, 4, e);
-}
-
-static int meta_num(const cb_st_file *f, const char *key, const char *path, uint64_t *out,
-                    cb_err *e) {
-    const char *v = cb_st_meta(f, key);
-    char *end = NULL;
-    if (v) *out = strtoull(v, &end, 10);
-    if (!v || *end)
-        return cb_fail(e, CB_EINPUT, "%s: metadata %s missing; is it a cubist optimizer state "
-                                     "file?",
-                       path, key);
-    return CB_OK;
 }
 
 /* --resume under a pipeline: weights and moments into every chunk, then the
@@ -259,14 +244,10 @@ static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *st
     snprintf(sp, sizeof sp, "%s.state", path);
     cb_st_file f;
     if (rc || (rc = cb_st_open(sp, &f, e))) return rc;
-    uint64_t s = 0, at = 0;
-    rc = meta_num(&f, "step", sp, &s, e);
-    if (!rc) rc = meta_num(&f, "adam_t", sp, &at, e);
-    if (!rc) rc = meta_num(&f, "data_k", sp, &ld->k, e);
-    if (!rc) rc = meta_num(&f, "data_rng", sp, &ld->rng.s, e);
+    int at = 0;
+    rc = cb_state_read(&f, sp, step, &at, ld, e);
     cb_st_close(&f);
-    for (int c = 0; c < pt->pipe.nvs; c++) pt->opt[c].t = (int)at;
-    *step = (int)s;
+    for (int c = 0; c < pt->pipe.nvs; c++) pt->opt[c].t = at;
     return rc;
 }
 

@@ -198,12 +198,9 @@ int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
     int rc = cb_gpt_save(t->model, path, e);
     char *sp = state_path(path);
     if (!sp) return rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
-    char step[24], opt_t[24], k[24], rng[24];
-    snprintf(step, sizeof step, "%d", t->step);
-    snprintf(opt_t, sizeof opt_t, "%d", t->opt.t);
-    snprintf(k, sizeof k, "%" PRIu64, t->loader.k);
-    snprintf(rng, sizeof rng, "%" PRIu64, t->loader.rng.s);
-    const char *meta[] = {"step", step, "adam_t", opt_t, "data_k", k, "data_rng", rng};
+    cb_state_text text;
+    const char *meta[8];
+    cb_state_meta(&text, meta, t->step, t->opt.t, &t->loader);
     size_t n = cb_gpt_num_params(t->model);
     const float *blocks[2] = {full ? full : t->opt.m, full ? full + n : t->opt.v};
     const char *prefixes[2] = {"m.", "v."};
@@ -213,8 +210,33 @@ int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
     return rc;
 }
 
-static int meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out,
-                    cb_err *e) {
+void cb_state_meta(cb_state_text *text, const char *meta[8], int step, int adam_t,
+                   const cb_loader *ld) {
+    snprintf(text->v[0], sizeof text->v[0], "%d", step);
+    snprintf(text->v[1], sizeof text->v[1], "%d", adam_t);
+    snprintf(text->v[2], sizeof text->v[2], "%" PRIu64, ld->k);
+    snprintf(text->v[3], sizeof text->v[3], "%" PRIu64, ld->rng.s);
+    const char *keys[4] = {"step", "adam_t", "data_k", "data_rng"};
+    for (int i = 0; i < 4; i++) {
+        meta[2 * i] = keys[i];
+        meta[2 * i + 1] = text->v[i];
+    }
+}
+
+int cb_state_read(const cb_st_file *f, const char *path, int *step, int *adam_t, cb_loader *ld,
+                  cb_err *e) {
+    uint64_t s = 0, a = 0;
+    int rc = cb_meta_u64(f, "step", path, &s, e);
+    if (!rc) rc = cb_meta_u64(f, "adam_t", path, &a, e);
+    if (!rc) rc = cb_meta_u64(f, "data_k", path, &ld->k, e);
+    if (!rc) rc = cb_meta_u64(f, "data_rng", path, &ld->rng.s, e);
+    *step = (int)s;
+    *adam_t = (int)a;
+    return rc;
+}
+
+int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out,
+                cb_err *e) {
     const char *v = cb_st_meta(f, key);
     char *end = NULL;
     if (v) *out = strtoull(v, &end, 10);
@@ -243,15 +265,9 @@ static int load_state(cb_trainer *t, const char *path, cb_err *e) {
     cb_st_file f;
     int rc = cb_st_open(path, &f, e);
     if (rc) return rc;
-    uint64_t step = 0, opt_t = 0;
-    rc = meta_u64(&f, "step", path, &step, e);
-    if (!rc) rc = meta_u64(&f, "adam_t", path, &opt_t, e);
-    if (!rc) rc = meta_u64(&f, "data_k", path, &t->loader.k, e);
-    if (!rc) rc = meta_u64(&f, "data_rng", path, &t->loader.rng.s, e);
+    rc = cb_state_read(&f, path, &t->step, &t->opt.t, &t->loader, e);
     if (!rc) rc = load_moment(t, t->opt.m, "m.", &f, path, e);
     if (!rc) rc = load_moment(t, t->opt.v, "v.", &f, path, e);
-    t->step = (int)step;
-    t->opt.t = (int)opt_t;
     cb_st_close(&f);
     return rc;
 }

@@ -78,6 +78,19 @@ int cb_trainer_resume(cb_trainer *t, const char *path, cb_err *e);
 /* Mean loss over n sequential batches of a token file. */
 float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n);
 
+/* The resume metadata of a .state file: step, AdamW update count, data
+ * position and data RNG, as (key, value) pairs in meta[8]; text holds the
+ * values. cb_state_read is the inverse. */
+typedef struct cb_state_text {
+    char v[4][24];
+} cb_state_text;
+void cb_state_meta(cb_state_text *text, const char *meta[8], int step, int adam_t,
+                   const cb_loader *ld);
+int cb_state_read(const cb_st_file *f, const char *path, int *step, int *adam_t, cb_loader *ld,
+                  cb_err *e);
+/* An unsigned number from a checkpoint's metadata (step, data position...). */
+int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out, cb_err *e);
+
 /* `cubist train` end to end. */
 int cb_train_run(const cb_train_opts *o, cb_err *e);
 
