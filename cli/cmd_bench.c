@@ -166,6 +166,7 @@ static int run_bench(bench_opts *b) {
 }
 
 int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
+int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
 
 int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* the data-parallel benchmarks: cli/bench_dp.c */
@@ -176,6 +177,9 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--tp-compare") || !strcmp(argv[i], "--tp-compare-only") ||
             !strcmp(argv[i], "--tp-step"))
             return cmd_bench_tp(argc, argv);
+    for (int i = 0; i < argc; i++) /* the pipeline schedules: cli/bench_pp.c */
+        if (!strcmp(argv[i], "--pipeline") || !strcmp(argv[i], "--recompute-compare"))
+            return cmd_bench_pp(argc, argv);
     char script[PATH_MAX + 32];
     default_script(script, sizeof script);
     bench_opts b = {12, 768, 12, 50304, 4, 3, 2, 0, 0, 0, 0, "64,1024", script};

@@ -2,7 +2,7 @@
 # Data-parallel scaling on this machine: GPT-2 124M training steps (global
 # batch B x T fixed) as 1 rank x 1 thread, 1 rank x 2 threads and 2 ranks x
 # 1 thread, then the fused-bucket all-reduce against a raw MPI_Allreduce.
-#   scripts/bench_dp.sh                 B=4 T=256 STEPS=2 BUILD=build
+#   scripts/bench_dp.sh                 B=4 T=1024 STEPS=2 BUILD=build (the T of `cubist bench`)
 # Prints each run's JSON line (cubist bench --dp-step) and a summary:
 # speed-ups over 1 rank x 1 thread and the share of the gradient reduction
 # hidden behind backward in the 2-rank run.
@@ -12,7 +12,7 @@ BUILD=${BUILD:-build}
 C=$BUILD/cubist
 if ldd "$C" | grep -q libmpich; then MPIRUN=${MPIRUN:-mpirun.mpich}; else MPIRUN=${MPIRUN:-mpirun.openmpi}; fi
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-args=(bench --dp-step --batch "${B:-4}" --seq-len "${T:-256}" --steps "${STEPS:-2}")
+args=(bench --dp-step --batch "${B:-4}" --seq-len "${T:-1024}" --steps "${STEPS:-2}")
 field() { sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/" <<<"$1"; }
 
 echo "uptime: $(uptime)"
