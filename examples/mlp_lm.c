@@ -5,6 +5,7 @@
  *   build/examples/mlp_lm --data train.bin --steps 30
  *   mpirun -np 8 build/examples/mlp_lm --data train.bin --tp 8 --tp-mode 3d
  *   mpirun -np 4 build/examples/mlp_lm --data train.bin --dp 2 --tp 2 --tp-mode 1d
+ *   mpirun -np 4 build/examples/mlp_lm --data train.bin --pp 2 --dp 2 --micro-batches 4
  *
  * Model: x = wte[id] + wpe[t]; two blocks x += fc2(gelu(fc1(ln(x)))); the
  * loss of the tied head on ln_f(x). Batches are sequential runs of the token

@@ -5,8 +5,11 @@
  * the whole model's summed loss on every rank, every gradient (the tied wte
  * summed on both of its stages) and the global gradient norm (owned shards,
  * wte once, summed over pp x tp), to 1e-5 relative. Also: the in-flight
- * bound of each schedule on every rank, and 1F1B's smaller activation
- * memory than GPipe's. Usage: test_pipeline [TP [1d|2d|3d]]. */
+ * bound of each schedule on every rank, 1F1B's smaller activation memory
+ * than GPipe's, and selective recompute against none on the same pipeline
+ * (1f1b, M=4): loss and every local gradient equal to 1e-6 (the same
+ * kernels rerun: 0 expected), activation memory lower on stage 0 and
+ * nowhere higher. Usage: test_pipeline [TP [1d|2d|3d]]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,25 +79,30 @@ typedef struct pcase {
     const char *partition; /* "auto", "equal" or a list */
 } pcase;
 
-static void run(const pcase *k, const cb_gpt *whole, double wloss, double wnorm, int ids[][B * T],
-                int tg[][B * T], double *act_bytes) {
+/* The pipeline of case k on the grid, every chunk from the serial weights. */
+static int make_pipe(const pcase *k, cb_pipe *pp, cb_err *e) {
     int p = G.pp, v = k->v, nvs = p * v, nmod = CFG.n_layer + 2;
-    char name[160];
-    snprintf(name, sizeof name, "pp=%d tp=%d %s v=%d M=%d recompute %d partition %s", p, G.tp,
-             cb_pp_schedule_name(k->kind), v, k->M, k->recompute, k->partition);
     cb_pp_module mods[16];
     double cost[16];
     cb_pp_gpt_modules(&CFG, B, T, mods);
     cb_pp_module_costs(mods, nmod, 0.8, cost);
     cb_pp_partition pt;
-    cb_err e;
-    int rc = !strcmp(k->partition, "auto") ? cb_pp_partition_auto(cost, nmod, nvs, &pt, &e)
-             : !strcmp(k->partition, "equal") ? cb_pp_partition_equal(cost, nmod, nvs, &pt, &e)
-                                               : cb_pp_partition_parse(k->partition, cost, nmod, nvs, &pt, &e);
+    int rc = !strcmp(k->partition, "auto") ? cb_pp_partition_auto(cost, nmod, nvs, &pt, e)
+             : !strcmp(k->partition, "equal") ? cb_pp_partition_equal(cost, nmod, nvs, &pt, e)
+                                               : cb_pp_partition_parse(k->partition, cost, nmod, nvs, &pt, e);
     cb_pp_config o = {k->kind, p, v, k->M, pt.bound, k->recompute};
+    return rc ? rc : cb_pipe_init(pp, &G.ppg, &CFG, B, T, LT, &o, 5, e);
+}
+
+static void run(const pcase *k, const cb_gpt *whole, double wloss, double wnorm, int ids[][B * T],
+                int tg[][B * T], double *act_bytes) {
+    int p = G.pp, v = k->v;
+    char name[160];
+    snprintf(name, sizeof name, "pp=%d tp=%d %s v=%d M=%d recompute %d partition %s", p, G.tp,
+             cb_pp_schedule_name(k->kind), v, k->M, k->recompute, k->partition);
     cb_pipe pp;
-    if (!rc) rc = cb_pipe_init(&pp, &G.ppg, &CFG, B, T, LT, &o, 5, &e);
-    if (rc) {
+    cb_err e;
+    if (make_pipe(k, &pp, &e)) {
         check(0, name, "%g (init failed)", 0);
         if (!world_rank) printf("  %s\n", e.msg);
         return;
@@ -115,6 +123,47 @@ static void run(const pcase *k, const cb_gpt *whole, double wloss, double wnorm,
     check(pp.st.max_inflight <= bound, full, "rank 0 holds %g", pp.st.max_inflight);
     *act_bytes = pp.st.act_bytes;
     cb_pipe_free(&pp);
+}
+
+/* Selective recompute against none, 1f1b M=4, the same partition and grid. */
+static void selective_vs_none(int ids[][B * T], int tg[][B * T]) {
+    pcase k[2] = {{CB_PP_1F1B, 1, 4, GPT_RECOMPUTE_NONE, "auto"},
+                  {CB_PP_1F1B, 1, 4, GPT_RECOMPUTE_SELECTIVE, "auto"}};
+    cb_pipe pp[2];
+    double loss[2];
+    char name[160];
+    snprintf(name, sizeof name, "pp=%d tp=%d 1f1b M=4: recompute selective against none", G.pp,
+             G.tp);
+    for (int i = 0; i < 2; i++) {
+        cb_err e;
+        if (make_pipe(&k[i], &pp[i], &e)) {
+            check(0, name, "%g (init failed)", 0);
+            if (!world_rank) printf("  %s\n", e.msg);
+            if (i) cb_pipe_free(&pp[0]);
+            return;
+        }
+        cb_pipe_zero_grad(&pp[i]);
+        loss[i] = cb_pipe_step(&pp[i], &ids[0][0], &tg[0][0], 1.0f / 4, NULL, NULL);
+    }
+    double d = fabs(loss[1] - loss[0]) / fabs(loss[0]);
+    for (int c = 0; c < pp[0].o.v; c++) {
+        const cb_gpt *a = pp[0].ch[c].m, *s = pp[1].ch[c].m;
+        d = fmax(d, rel(s->grads, a->grads, a->pt.nparams));
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    char full[240];
+    snprintf(full, sizeof full, "%s: loss and every gradient", name);
+    check(d <= 1e-6, full, "max rel diff %.2e (tol 1e-6)", d);
+    /* stage 0 keeps p micro-batches in flight: selective saves there; a
+     * stage with one block and one slot keeps the same */
+    double ratio = pp[1].st.act_bytes / pp[0].st.act_bytes, r[2] = {ratio, 0};
+    if (G.ppg.rank == 0) r[1] = ratio;
+    MPI_Allreduce(MPI_IN_PLACE, r, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    snprintf(full, sizeof full, "%s: activation memory < none on stage 0, <= on every stage",
+             name);
+    check(r[1] < 1 && r[0] <= 1, full, "stage 0 selective/none = %.3f", r[1]);
+    cb_pipe_free(&pp[0]);
+    cb_pipe_free(&pp[1]);
 }
 
 int main(int argc, char **argv) {
@@ -166,8 +215,11 @@ int main(int argc, char **argv) {
             check(r[1] < r[0], nm, "1f1b/gpipe = %.3f", r[1] / r[0]);
         }
         if (M != 4) continue;
-        pcase rc1 = {CB_PP_1F1B, 1, 4, 1, "auto"};
+        pcase rc1 = {CB_PP_1F1B, 1, 4, GPT_RECOMPUTE_BLOCK, "auto"};
         run(&rc1, whole, refl[4], refn[4], ids, tg, &(double){0});
+        pcase rc2 = {CB_PP_1F1B, 1, 4, GPT_RECOMPUTE_SELECTIVE, "auto"};
+        run(&rc2, whole, refl[4], refn[4], ids, tg, &(double){0});
+        if (p > 1) selective_vs_none(ids, tg);
         if (p == 2) {
             pcase un = {CB_PP_1F1B, 1, 4, 0, "0,1,8"}, un2 = {CB_PP_GPIPE, 1, 4, 1, "0,7,8"};
             run(&un, whole, refl[4], refn[4], ids, tg, &(double){0});

@@ -1,10 +1,14 @@
 /* The GPT split into modules: two stages in one process, fed by hand, with
  * two micro-batches in flight (forward 0, forward 1, backward 0, backward
- * 1), with and without recompute, must give the whole model's losses and
- * gradients: the mechanics pipeline parallelism schedules across ranks.
- * The tied wte lives on both stages; the sum of their gradients is the
- * whole model's. Tolerance 1e-6 relative: the same kernels on the same
- * numbers, only wte's two halves are added in another order. */
+ * 1), with recompute none, block and selective, must give the whole
+ * model's losses and gradients: the mechanics pipeline parallelism
+ * schedules across ranks. The tied wte lives on both stages; the sum of
+ * their gradients is the whole model's. Tolerance 1e-6 relative: the same
+ * kernels on the same numbers, only wte's two halves are added in another
+ * order. The whole model (one slot, the path without --pp) under block and
+ * selective recompute gives the same losses and gradients as none, to
+ * 1e-6 too (recompute reruns the same kernels: 0 expected), and selective
+ * plans fewer activation floats than none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,10 +100,57 @@ static void run(int cut, int recompute) {
     cb_layout_free(lwh);
 }
 
+/* Two micro-batches accumulated through the whole model; returns the loss sum. */
+static double two_steps(cb_gpt *m, int ids[2][16], int tg[2][16], int B, int T) {
+    double l = 0;
+    for (int k = 0; k < 2; k++) {
+        l += cb_gpt_forward(m, ids[k], tg[k], B, T);
+        cb_gpt_backward(m, 0.5f);
+    }
+    return l;
+}
+
+static void run_whole(int recompute) {
+    cb_gpt_config c = {3, 32, 4, 8, 64};
+    int B = 2, T = 8, N = B * T;
+    cb_err e;
+    cb_gpt *none, *r;
+    gpt_stage_opts st = {0, c.n_layer + 2, 1, recompute};
+    if (gpt_create_serial(&c, B, T, NULL, &none, &e) || gpt_create_serial(&c, B, T, &st, &r, &e)) {
+        printf("FAIL whole model recompute %d: %s\n", recompute, e.msg);
+        fails++;
+        return;
+    }
+    cb_gpt_init_random(none, 5);
+    cb_gpt_init_random(r, 5);
+    int ids[2][16], tg[2][16];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++) ids[k][i] = (i * 3 + k * 5) % 64, tg[k][i] = (i * 11 + k) % 64;
+    double ln = two_steps(none, ids, tg, B, T), lr = two_steps(r, ids, tg, B, T);
+    double d = fmax(fabs(lr - ln) / fabs(ln), rel(r->grads, none->grads, none->pt.nparams));
+    char what[96];
+    snprintf(what, sizeof what, "whole model recompute %d: loss and every gradient = none",
+             recompute);
+    check(d <= 1e-6, "%s max rel diff %.2e", what, d);
+    if (recompute == GPT_RECOMPUTE_SELECTIVE) {
+        snprintf(what, sizeof what, "whole model recompute %d: activation floats < none",
+                 recompute);
+        check(r->act_floats < none->act_floats, "%s ratio %.3f", what,
+              (double)r->act_floats / none->act_floats);
+    }
+    cb_gpt_free(none);
+    cb_gpt_free(r);
+}
+
 int main(void) {
-    run(2, 0); /* embedding + block 0 | blocks 1, 2 + head */
-    run(2, 1);
-    run(1, 0); /* embedding alone | everything else */
-    run(4, 1); /* all blocks | head alone */
+    run(2, GPT_RECOMPUTE_NONE); /* embedding + block 0 | blocks 1, 2 + head */
+    run(2, GPT_RECOMPUTE_BLOCK);
+    run(2, GPT_RECOMPUTE_SELECTIVE);
+    run(1, GPT_RECOMPUTE_NONE); /* embedding alone | everything else */
+    run(1, GPT_RECOMPUTE_SELECTIVE);
+    run(4, GPT_RECOMPUTE_BLOCK); /* all blocks | head alone */
+    run(4, GPT_RECOMPUTE_SELECTIVE);
+    run_whole(GPT_RECOMPUTE_BLOCK);
+    run_whole(GPT_RECOMPUTE_SELECTIVE);
     return fails != 0;
 }

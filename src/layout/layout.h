@@ -126,6 +126,12 @@ typedef struct cb_layout_ops {
     void (*linear_forward)(cb_layout *L, cb_linear *l, const float *x, float *y, int N);
     void (*linear_backward)(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N);
+    /* x, an input of earlier linear forwards, was rewritten outside the
+     * operators (selective recompute: one buffer serves every micro-batch
+     * in flight, refilled before each backward): nothing kept from those
+     * forwards may serve a backward on x. 3-D drops its gathered X^ of x;
+     * the others keep nothing (cb_layout_nothing_kept). */
+    void (*input_rewritten)(cb_layout *L, const float *x);
     /* qkv: the parity-1 output of the QKV linear; y parity 1 of width C */
     void (*attention_forward)(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
                               int C, int NH);
@@ -162,6 +168,8 @@ int cb_layout_1d(struct cb_grid *g, cb_layout **out, cb_err *e);
 int cb_layout_2d(struct cb_grid *g, cb_layout **out, cb_err *e);
 int cb_layout_3d(struct cb_grid *g, cb_layout **out, cb_err *e);
 void cb_layout_free(cb_layout *L);
+/* input_rewritten of a layout that keeps nothing from forward. */
+void cb_layout_nothing_kept(cb_layout *L, const float *x);
 
 /* Collective over the tensor group: full (R x C, on tp rank 0) from every
  * rank's local shard. full may be NULL on other ranks. */

@@ -112,6 +112,7 @@ static const cb_layout_ops OPS = {
     .norm_backward = norm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .input_rewritten = cb_layout_nothing_kept,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
     .head_forward = head_forward,

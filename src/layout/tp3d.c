@@ -157,6 +157,14 @@ static void kept(const cb_layout *L, gathered *s, const float *x, int N, float *
     if (s->wvalid) *wh = s->wh;
 }
 
+/* x was rewritten outside the operators: no X^ kept of it is valid. */
+static void input_rewritten(cb_layout *L, const float *x) {
+    tp3d *P = L->priv;
+    for (gathered *s = P->saved; s; s = s->next)
+        for (xsaved *e = s->xs; e; e = e->next)
+            if (e->x == x) e->N = -1;
+}
+
 static void add(float *acc, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
@@ -660,6 +668,7 @@ static const cb_layout_ops OPS = {
     .norm_backward = norm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .input_rewritten = input_rewritten,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
     .head_forward = head_forward,

@@ -90,7 +90,9 @@ static size_t act(const cb_gpt *m, int H, int parity, int *rows) {
     return (size_t)r * c;
 }
 
-static void plan_block(cb_gpt *m, gpt_layer_acts *a, float *base, size_t *off) {
+/* sel: under selective recompute, the shared att and fch_gelu; else NULL. */
+static void plan_block(cb_gpt *m, gpt_layer_acts *a, const gpt_layer_acts *sel, float *base,
+                       size_t *off) {
     int C = m->c.d_model, rows;
     size_t a0 = act(m, C, 0, &rows), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
     size_t f1 = act(m, 4 * C, 1, NULL), att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
@@ -98,25 +100,26 @@ static void plan_block(cb_gpt *m, gpt_layer_acts *a, float *base, size_t *off) {
     a->ln1_mean = carve(base, off, rows);
     a->ln1_rstd = carve(base, off, rows);
     a->qkv = carve(base, off, q1);
-    a->att = carve(base, off, att);
+    a->att = sel ? sel->att : carve(base, off, att);
     a->atty = carve(base, off, a1);
     a->res2 = carve(base, off, a0);
     a->ln2 = carve(base, off, a0);
     a->ln2_mean = carve(base, off, rows);
     a->ln2_rstd = carve(base, off, rows);
     a->fch = carve(base, off, f1);
-    a->fch_gelu = carve(base, off, f1);
+    a->fch_gelu = sel ? sel->fch_gelu : carve(base, off, f1);
     a->res3 = carve(base, off, a0);
 }
 
-/* Under recompute every slot shares the first slot's block activations. */
-static void plan_slot(cb_gpt *m, gpt_slot *s, int first, float *base, size_t *off) {
-    int C = m->c.d_model, rows;
+/* Under block recompute every slot shares the first slot's block activations. */
+static void plan_slot(cb_gpt *m, gpt_slot *s, int first, const gpt_layer_acts *sel, float *base,
+                      size_t *off) {
+    int C = m->c.d_model, rows, blk = m->recompute == GPT_RECOMPUTE_BLOCK;
     size_t a0 = act(m, C, 0, &rows);
     s->x_in = carve(base, off, a0);
-    if (first || !m->recompute)
-        for (int b = 0; b < m->nblk; b++) plan_block(m, &s->acts[b], base, off);
-    for (int b = 0; m->recompute && b < m->nblk; b++) s->blk_in[b] = carve(base, off, a0);
+    if (first || !blk)
+        for (int b = 0; b < m->nblk; b++) plan_block(m, &s->acts[b], sel, base, off);
+    for (int b = 0; blk && b < m->nblk; b++) s->blk_in[b] = carve(base, off, a0);
     if (!m->has_head) s->x_out = carve(base, off, a0);
     if (!m->has_head) return;
     s->lnf_out = carve(base, off, a0);
@@ -132,10 +135,16 @@ static size_t plan_activations(cb_gpt *m, float *base) {
     size_t a0 = act(m, C, 0, NULL), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
     size_t f1 = act(m, 4 * C, 1, NULL), off = 0;
     size_t att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
+    gpt_layer_acts shared = {0}, *sel = NULL;
+    if (m->recompute == GPT_RECOMPUTE_SELECTIVE && m->nblk) {
+        sel = &shared;
+        sel->att = carve(base, &off, att);
+        sel->fch_gelu = carve(base, &off, f1);
+    }
     for (int i = 0; i < m->nslots; i++) {
-        if (m->recompute && i) memcpy(m->slots[i].acts, m->slots[0].acts,
-                                      sizeof(gpt_layer_acts) * m->nblk);
-        plan_slot(m, &m->slots[i], i == 0, base, &off);
+        if (m->recompute == GPT_RECOMPUTE_BLOCK && i)
+            memcpy(m->slots[i].acts, m->slots[0].acts, sizeof(gpt_layer_acts) * m->nblk);
+        plan_slot(m, &m->slots[i], i == 0, sel, base, &off);
     }
     m->d_res = carve(base, &off, a0);
     m->d_small = carve(base, &off, a0 > a1 ? a0 : a1);
@@ -215,13 +224,24 @@ static int alloc_slots(cb_gpt *m) {
     return 1;
 }
 
+int gpt_parse_recompute(const char *s, int *out, cb_err *e) {
+    static const char *const NAMES[] = {"none", "block", "selective"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s ? s : "none", NAMES[i])) {
+            *out = i;
+            return CB_OK;
+        }
+    return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none, block or selective", s);
+}
+
 static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     int nmod = m->c.n_layer + 2;
     gpt_stage_opts whole = {0, nmod, 1, 0};
     if (!st) st = &whole;
-    if (st->mod0 < 0 || st->mod1 > nmod || st->mod0 >= st->mod1 || st->nslots < 1)
-        return cb_fail(e, CB_EINTERNAL, "bad stage modules [%d, %d) of %d", st->mod0, st->mod1,
-                       nmod);
+    if (st->mod0 < 0 || st->mod1 > nmod || st->mod0 >= st->mod1 || st->nslots < 1 ||
+        st->recompute < GPT_RECOMPUTE_NONE || st->recompute > GPT_RECOMPUTE_SELECTIVE)
+        return cb_fail(e, CB_EINTERNAL, "bad stage modules [%d, %d) of %d, recompute %d",
+                       st->mod0, st->mod1, nmod, st->recompute);
     m->mod0 = st->mod0;
     m->mod1 = st->mod1;
     m->nslots = st->nslots;
@@ -277,13 +297,18 @@ oom:
                    B, T);
 }
 
-int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e) {
+int gpt_create_serial(const cb_gpt_config *c, int B, int T, const gpt_stage_opts *stage,
+                      cb_gpt **out, cb_err *e) {
     cb_layout *L = cb_layout_serial();
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory");
-    int rc = gpt_create(c, B, T, L, NULL, out, e);
+    int rc = gpt_create(c, B, T, L, stage, out, e);
     if (rc) cb_layout_free(L);
     else (*out)->own_layout = 1;
     return rc;
+}
+
+int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e) {
+    return gpt_create_serial(c, B, T, NULL, out, e);
 }
 
 const cb_gpt_config *cb_gpt_get_config(const cb_gpt *m) { return &m->c; }
@@ -389,9 +414,9 @@ const float *gpt_stage_output(const cb_gpt *m, int slot) { return m->slots[slot]
 
 const float *gpt_stage_dinput(const cb_gpt *m) { return m->d_res; }
 
-/* The input of local block b in slot s (kept per slot under recompute). */
+/* The input of local block b in slot s (kept per slot under block recompute). */
 static const float *block_input(cb_gpt *m, gpt_slot *s, int b) {
-    if (m->recompute) return s->blk_in[b];
+    if (m->recompute == GPT_RECOMPUTE_BLOCK) return s->blk_in[b];
     return b ? s->acts[b - 1].res3 : s->x_in;
 }
 
@@ -406,7 +431,8 @@ float gpt_stage_forward(cb_gpt *m, int slot, const int *ids, const int *targets,
     if (m->has_embed) L->ops->embed_forward(L, &m->embed, s->inp, B, T, s->x_in);
     const float *x = s->x_in;
     for (int b = 0; b < m->nblk; b++) {
-        if (m->recompute) memcpy(s->blk_in[b], x, sizeof(float) * cur(m, C, 0));
+        if (m->recompute == GPT_RECOMPUTE_BLOCK)
+            memcpy(s->blk_in[b], x, sizeof(float) * cur(m, C, 0));
         block_forward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         x = s->acts[b].res3;
     }
@@ -431,17 +457,27 @@ void cb_gpt_zero_grad(cb_gpt *m) {
 
 double gpt_grad_sumsq(const cb_gpt *m) { return cb_ptable_sumsq(&m->pt, m->grads); }
 
-/* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit. */
+/* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit.
+ * Under selective recompute fch_gelu and att are recomputed just before
+ * their use (every tensor rank at the same point, as in forward); the
+ * attention output then goes to d_big, free by then, so the kept atty is
+ * not written. The shared fch_gelu held another micro-batch's values since
+ * this one's forward: the layout must not reuse what it kept of it. */
 static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, int B, int T) {
     cb_layout *L = m->L;
     const cb_layout_ops *o = L->ops;
     gpt_block *k = &m->blocks[b];
-    int N = B * T, C = m->c.d_model;
+    int N = B * T, C = m->c.d_model, sel = m->recompute == GPT_RECOMPUTE_SELECTIVE;
+    if (sel) {
+        L->k->gelu_forward(a->fch_gelu, a->fch, cur(m, 4 * C, 1));
+        o->input_rewritten(L, a->fch_gelu);
+    }
     o->linear_backward(L, &k->fcproj, a->fch_gelu, m->d_res, m->d_big, N);
     L->k->gelu_backward(m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
     o->linear_backward(L, &k->fc, a->ln2, m->d_big, m->d_small, N);
     o->norm_backward(L, &k->ln2, a->res2, m->d_small, m->d_res, a->ln2_mean, a->ln2_rstd, N);
     o->linear_backward(L, &k->proj, a->atty, m->d_res, m->d_small, N);
+    if (sel) o->attention_forward(L, a->qkv, m->d_big, a->att, B, T, C, m->c.n_head);
     o->attention_backward(L, a->qkv, a->att, m->d_small, m->d_qkv, m->d_att, B, T, C,
                           m->c.n_head);
     o->linear_backward(L, &k->qkv, a->ln1, m->d_qkv, m->d_small, N);
@@ -462,7 +498,7 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
     int first_blk = nemb, nt = m->pt.n;
     if (m->has_head) {
         const float *x = m->nblk ? s->acts[m->nblk - 1].res3 : s->x_in;
-        if (m->recompute && m->nblk) x = NULL; /* recomputed below */
+        if (m->recompute == GPT_RECOMPUTE_BLOCK && m->nblk) x = NULL; /* recomputed below */
         L->ops->head_backward(L, &m->embed, s->lnf_out, s->targets, s->logits, dloss_scale,
                               m->d_small, N);
         memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
@@ -476,7 +512,7 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
         memcpy(m->d_res, dy, sizeof(float) * cur(m, C, 0));
     }
     for (int b = m->nblk - 1; b >= 0; b--) {
-        if (m->recompute && !(m->has_head && b == m->nblk - 1))
+        if (m->recompute == GPT_RECOMPUTE_BLOCK && !(m->has_head && b == m->nblk - 1))
             block_forward(m, b, &s->acts[b], s->blk_in[b], B, T);
         block_backward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         ready(m, first_blk + b * NLAYER_TENSORS, first_blk + (b + 1) * NLAYER_TENSORS - 1);

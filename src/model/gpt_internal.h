@@ -5,9 +5,12 @@
  * [mod0, mod1): the whole model in one process, one pipeline stage's range
  * otherwise (the head's stage then keeps its own copy of wte, whose gradient
  * the pipeline sums with the embedding stage's). Activations are kept for
- * nslots micro-batches at once (the pipeline's in-flight count); with
- * recompute only each block's input is kept per slot and the block is run
- * again in backward. */
+ * nslots micro-batches at once (the pipeline's in-flight count). Recompute
+ * (gpt_recompute): block keeps only each block's input per slot and runs
+ * the block again in backward; selective keeps everything but the two
+ * large, cheap activations, the attention probabilities and the GELU
+ * output, which every block of every slot writes into one shared buffer
+ * each and backward recomputes from the kept qkv and fch. */
 #ifndef CB_GPT_INTERNAL_H
 #define CB_GPT_INTERNAL_H
 
@@ -38,8 +41,9 @@ typedef struct gpt_layer_acts {
 /* One micro-batch in flight. */
 typedef struct gpt_slot {
     float *x_in;           /* (N,C) p0: embedding output, or the received activation */
-    float **blk_in;        /* recompute: each local block's input (N,C) p0 */
-    gpt_layer_acts *acts;  /* local blocks (one shared set under recompute) */
+    float **blk_in;        /* block recompute: each local block's input (N,C) p0 */
+    gpt_layer_acts *acts;  /* local blocks (block recompute: one set the slots share;
+                              selective: att, fch_gelu shared by every block and slot) */
     float *x_out;          /* (N,C) p0: output to send when the head is elsewhere */
     float *lnf_out, *lnf_mean, *lnf_rstd, *logits;
     int *inp, *targets;
@@ -54,7 +58,8 @@ struct cb_gpt {
     int own_layout; /* created here: freed with the model */
     int oom;        /* building the tensor table ran out of memory */
     int mod0, mod1, has_embed, has_head, blk0, nblk;
-    int nslots, recompute;
+    int nslots;
+    int recompute;  /* gpt_recompute */
     cb_ptable pt;   /* tensors, their shards, local parameter count */
     float *params, *grads;
     cb_embed embed;
@@ -68,16 +73,30 @@ struct cb_gpt {
     void *hook_ctx;
 };
 
+/* Activation recomputation (--recompute none | block | selective). */
+typedef enum gpt_recompute {
+    GPT_RECOMPUTE_NONE = 0,
+    GPT_RECOMPUTE_BLOCK = 1,    /* keep block inputs only, rerun each block */
+    GPT_RECOMPUTE_SELECTIVE = 2 /* drop att and fch_gelu, recompute them */
+} gpt_recompute;
+
+/* "none", "block" or "selective" (NULL: none); anything else is CB_EINPUT. */
+int gpt_parse_recompute(const char *s, int *out, cb_err *e);
+
 typedef struct gpt_stage_opts {
     int mod0, mod1; /* modules held; 0, L+2 for the whole model */
     int nslots;     /* >= 1 */
-    int recompute;  /* keep block inputs only */
+    int recompute;  /* gpt_recompute */
 } gpt_stage_opts;
 
 /* Builds the model (or a stage of it) on a layout; B = this data-parallel
  * rank's sequences. stage NULL: the whole model, one slot. */
 int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, const gpt_stage_opts *stage,
                cb_gpt **out, cb_err *e);
+/* The same on a serial layout that the model owns (cb_gpt_create with stage
+ * options). */
+int gpt_create_serial(const cb_gpt_config *c, int B, int T, const gpt_stage_opts *stage,
+                      cb_gpt **out, cb_err *e);
 /* Forward of this stage's modules for micro-batch slot. The first stage
  * reads ids (B,T); the others read gpt_stage_input(m, slot), which the
  * caller filled. Returns the mean loss on the head's stage, else 0, and

@@ -27,14 +27,8 @@ static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg,
     cfg->p = p;
     cfg->M = po->micro_batches ? po->micro_batches : accum;
     cfg->v = po->virtual_stages ? po->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
-    const char *r = po->recompute ? po->recompute : "none";
-    if (!strcmp(r, "none")) cfg->recompute = 0;
-    else if (!strcmp(r, "block")) cfg->recompute = 1;
-    else if (!strcmp(r, "selective"))
-        return cb_fail(e, CB_EINPUT,
-                       "--recompute selective is not implemented yet; use --recompute block "
-                       "(every block keeps only its input)");
-    else return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none or block", r);
+    rc = gpt_parse_recompute(po->recompute, &cfg->recompute, e);
+    if (rc) return rc;
     if (!(po->memory_weight >= 0 && po->memory_weight <= 1))
         return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
     return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
@@ -206,17 +200,17 @@ void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp
 
 /* ------------------------------------------------------------ checkpoints */
 
-static void part_path(char *out, size_t cap, const char *path, int vs) {
+void cb_pp_part_path(char *out, size_t cap, const char *path, int vs) {
     snprintf(out, cap, "%s.vs%d", path, vs);
 }
 
 /* The parts' tensors into one file, each name once, metadata of part 0. */
-static int merge(const char *path, int n, cb_err *e) {
+int cb_pp_merge_parts(const char *path, int n, cb_err *e) {
     cb_st_file *f = calloc((size_t)n, sizeof *f);
     int total = 0, cnt = 0, rc = f ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory merging %s", path);
     char pp[4200];
     for (int i = 0; !rc && i < n; i++) {
-        part_path(pp, sizeof pp, path, i);
+        cb_pp_part_path(pp, sizeof pp, path, i);
         rc = cb_st_open(pp, &f[i], e);
         if (!rc) total += f[i].n;
     }
@@ -237,7 +231,7 @@ static int merge(const char *path, int n, cb_err *e) {
     if (!rc) rc = cb_st_write(path, t, cnt, meta, f[0].nmeta, e);
     for (int i = 0; f && i < n; i++) {
         if (f[i].map) cb_st_close(&f[i]);
-        part_path(pp, sizeof pp, path, i);
+        cb_pp_part_path(pp, sizeof pp, path, i);
         unlink(pp);
     }
     free(f), free(t), free(meta);
@@ -268,13 +262,13 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         if (t->g->dpg.rank != 0) continue;
         const float *w = m->params;
         const char *none = "";
-        part_path(pp, sizeof pp, path, vs);
+        cb_pp_part_path(pp, sizeof pp, path, vs);
         int r = gpt_save_blocks(m, 1, &w, &none, pp, NULL, 0, e);
         if (!r && meta) {
             size_t n = cb_gpt_num_params(m);
             const float *b[2] = {full ? full : t->opt[c].m, full ? full + n : t->opt[c].v};
             const char *pre[2] = {"m.", "v."};
-            part_path(pp, sizeof pp, sp, vs);
+            cb_pp_part_path(pp, sizeof pp, sp, vs);
             r = gpt_save_blocks(m, 2, b, pre, pp, meta, nmeta, e);
         }
         free(full);
@@ -291,8 +285,8 @@ int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *st
     if (w->rank == 0) {
         char sp[4096];
         snprintf(sp, sizeof sp, "%s.state", path);
-        rc = merge(path, t->pipe.nvs, e);
-        if (!rc && state_meta) rc = merge(sp, t->pipe.nvs, e);
+        rc = cb_pp_merge_parts(path, t->pipe.nvs, e);
+        if (!rc && state_meta) rc = cb_pp_merge_parts(sp, t->pipe.nvs, e);
     }
     return cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
 }

@@ -30,7 +30,7 @@ typedef struct cb_pp_opts {
     const char *partition; /* "auto" or a list of module boundaries */
     double memory_weight;  /* 0.8 */
     int no_profile, print_partition;
-    const char *recompute; /* none | block (selective: refused, not implemented) */
+    const char *recompute; /* none | block | selective (gpt_recompute) */
 } cb_pp_opts;
 
 void cb_pp_opts_defaults(cb_pp_opts *o);
@@ -71,5 +71,11 @@ int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *st
 int cb_pp_trainer_load(cb_pp_trainer *t, const char *path, int state, cb_err *e);
 /* ,"pp_busy_ms":[..],"pp_bubble":[..],... for the JSONL log; snprintf-like. */
 int cb_pp_log_fields(const cb_pp_trainer *t, const cb_pp_step_stats *st, char *buf, size_t cap);
+
+/* Part files of a checkpoint: path.vsK for (virtual) stage K; merging
+ * writes path with each tensor name once (the tied wte) and the metadata of
+ * part 0, then removes the parts. Used by the GPT and by users' models. */
+void cb_pp_part_path(char *out, size_t cap, const char *path, int vs);
+int cb_pp_merge_parts(const char *path, int n, cb_err *e);
 
 #endif

@@ -71,8 +71,12 @@ int cb_trainer_init_tp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *d
         return cb_fail(e, CB_EINPUT,
                        "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
                        o->B, p, p);
-    int rc = L ? gpt_create(&o->model, o->B / p, o->T, L, NULL, &t->model, e)
-               : cb_gpt_create(&o->model, o->B / p, o->T, &t->model, e);
+    /* the whole model, one micro-batch in flight: --recompute applies as under --pp */
+    gpt_stage_opts st = {0, o->model.n_layer + 2, 1, GPT_RECOMPUTE_NONE};
+    int rc = gpt_parse_recompute(o->pipe.recompute, &st.recompute, e);
+    if (!rc)
+        rc = L ? gpt_create(&o->model, o->B / p, o->T, L, &st, &t->model, e)
+               : gpt_create_serial(&o->model, o->B / p, o->T, &st, &t->model, e);
     if (!rc) rc = init_dp(t, dpc, e);
     if (rc) return rc;
     t->inp = malloc(sizeof(int) * 2 * (size_t)t->rows * o->T);
