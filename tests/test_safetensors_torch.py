@@ -86,14 +86,13 @@ def check_written(exe, tmp):
         check(ok, f"torch_sample_values_{k}", f"shape {arr.shape}, max |diff| "
               f"{np.abs(arr - w).max() if arr.size and arr.shape == w.shape else 0.0}")
     check_torch(data, header, want)
-    check_safetensors_pkg(path, want)
 
 
 def check_torch(data, header, want):
     try:
         import torch
-    except ImportError:
-        print("PASS torch_load: skipped, torch not importable")
+    except ImportError:  # make test installs python3-torch: a missing torch is a failure
+        check(False, "torch_load", "torch not importable by /usr/bin/python3; run scripts/deps.sh")
         return
     sd = {}
     for k in want:
@@ -101,17 +100,6 @@ def check_torch(data, header, want):
         sd[k] = torch.from_numpy(np.frombuffer(data[b:e], dtype="<f4").copy()).reshape(header[k]["shape"])
     ok = all(sd[k].dtype == torch.float32 and torch.equal(sd[k], torch.from_numpy(w)) for k, w in want.items())
     check(ok, "torch_load", f"{len(sd)} tensors as torch.float32, exact")
-
-
-def check_safetensors_pkg(path, want):
-    try:
-        from safetensors.numpy import load_file
-    except ImportError:
-        print("PASS safetensors_pkg_load: skipped, python3-safetensors not installed")
-        return
-    got = load_file(path)
-    ok = set(got) == set(want) and all(np.array_equal(got[k], w) for k, w in want.items())
-    check(ok, "safetensors_pkg_load", f"{len(got)} tensors")
 
 
 def write_reference(path, tensors, meta, pad=True, spaced=False):

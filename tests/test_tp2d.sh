@@ -7,8 +7,7 @@
 #    to parallelism.md's formula; check() errors.
 # 2. cubist train --tp 4 --tp-mode 2d (and x dp=2) against the single
 #    process: 30-step loss trajectory and final parameters to 1e-5; a bad
-#    --batch exits 2 with one line naming it. Skipped (a "#" line) while the
-#    trainer still answers that --tp is not implemented.
+#    --batch exits 2 with one line naming it.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 T2D="$(dirname "$C")/tests/test_layout_2d"
@@ -30,13 +29,6 @@ common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 
 "$C" train "${common[@]}" --log ref.jsonl --save ref.st &&
     "$C" train "${common[@]}" --batch 4 --grad-accum 2 --log refa.jsonl --save refa.st ||
     { fail "tp2d: single-process reference"; finish; exit; }
-
-if ! timeout "$TMO" "${launch[@]}" -np 4 "$C" train "${common[@]}" --tp 4 --tp-mode 2d \
-        --steps 1 >probe.out 2>&1 && grep -q "not implemented" probe.out; then
-    echo "# SKIP cubist train --tp-mode 2d: the trainer does not run tensor parallelism yet"
-    finish
-    exit
-fi
 
 case_() { # name, np, reference, train flags
     local name=$1 np=$2 ref=$3; shift 3

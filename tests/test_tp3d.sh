@@ -9,8 +9,7 @@
 # 2. cubist train --tp 8 --tp-mode 3d (gathered and shard saves, x dp=2 with
 #    ZeRO-1) and --tp 27 on a one-layer model against the single process:
 #    30-step loss trajectory and final parameters to 1e-5, vocabulary padded;
-#    a bad --batch exits 2 with one line naming it. Skipped (a "#" line)
-#    while the trainer still answers that --tp is not implemented.
+#    a bad --batch exits 2 with one line naming it.
 #   BUILD=build-mpich tests/test_tp3d.sh     (MPICH build; MPIRUN overrides)
 set -u
 . "$(dirname "$0")/dp_common.sh"
@@ -37,13 +36,6 @@ tiny=(--data train.bin --layers 1 --d-model 18 --heads 3 --seq-len 4 --vocab 257
 "$C" train "${common[@]}" --log ref.jsonl --save ref.st &&
     "$C" train "${tiny[@]}" --log reft.jsonl --save reft.st ||
     { fail "tp3d: single-process reference"; finish; exit; }
-
-if ! timeout "$TMO" "${launch[@]}" -np 8 "$C" train "${common[@]}" --tp 8 --tp-mode 3d \
-        --steps 1 >probe.out 2>&1 && grep -q "not implemented" probe.out; then
-    echo "# SKIP cubist train --tp-mode 3d: the trainer does not run tensor parallelism yet"
-    finish
-    exit
-fi
 
 case_() { # name, np, reference, train flags
     local name=$1 np=$2 ref=$3; shift 3
