@@ -15,8 +15,9 @@
  *                  the micro-batches its schedule keeps in flight (what
  *                  `train` logs as pp_act_bytes; backward scratch included)
  *   tokens_per_s   B*T*M / step time (the optimizer step included)
- * and, at one point (--recompute-at), --recompute none against block, run
- * back to back: activation bytes per stage and step time with their ratios.
+ * and, at one point (--recompute-at), --recompute none, block and selective,
+ * run back to back: activation bytes per stage and step time, block's and
+ * selective's as ratios against none.
  * With P ranks on fewer cores the ranks time-share the cores: wall-clock
  * figures are then shared, the bubble is what is meaningful. */
 #include <math.h>
@@ -35,6 +36,9 @@
 
 #define MAXP 16
 #define MAXRUNS 64
+#define NREC 3 /* the --recompute modes compared, none first */
+
+static const char *const RECOMPUTE[NREC] = {"none", "block", "selective"};
 
 typedef struct pp_bench {
     int layers, d_model, heads, vocab, batch, seq_len, steps, warmup, v, timeout_s, json;
@@ -246,31 +250,55 @@ static void json_run(const pp_run *r) {
     printf("}");
 }
 
-/* block / none per stage, and their step times */
-static void print_compare(const pp_run *a, const pp_run *k, int json) {
-    double ratio[MAXP], saved[MAXP], t = k->step_ms / a->step_ms;
-    for (int s = 0; s < a->p; s++) {
-        ratio[s] = k->act[s] / a->act[s];
-        saved[s] = a->act[s] - k->act[s];
+/* ,"recompute":{"none":run,"block":run,"selective":run,"against_none":{"block":
+ * {"act_ratio":[..],"act_saved_bytes":[..],"step_time_ratio":x},"selective":{..}}} */
+static void json_compare(const pp_run *r, double ratio[][MAXP], double saved[][MAXP],
+                         const double *t) {
+    printf(",\"recompute\":{");
+    for (int i = 0; i < NREC; i++) {
+        printf("%s\"%s\":", i ? "," : "", RECOMPUTE[i]);
+        json_run(&r[i]);
+    }
+    printf(",\"against_none\":{");
+    for (int i = 1; i < NREC; i++) {
+        printf("%s\"%s\":{\"step_time_ratio\":%.4f", i > 1 ? "," : "", RECOMPUTE[i], t[i]);
+        json_arr("act_ratio", ratio[i], r->p, "%.4f");
+        json_arr("act_saved_bytes", saved[i], r->p, "%.0f");
+        printf("}");
+    }
+    printf("}}");
+}
+
+/* block and selective against none (r[0]): per stage memory, step time */
+static void print_compare(const pp_run *r, int json) {
+    double ratio[NREC][MAXP], saved[NREC][MAXP], t[NREC];
+    for (int i = 0; i < NREC; i++) {
+        t[i] = r[i].step_ms / r[0].step_ms;
+        for (int s = 0; s < r->p; s++) {
+            ratio[i][s] = r[i].act[s] / r[0].act[s];
+            saved[i][s] = r[0].act[s] - r[i].act[s];
+        }
     }
     if (json) {
-        printf(",\"recompute\":{\"none\":");
-        json_run(a);
-        printf(",\"block\":");
-        json_run(k);
-        json_arr("act_ratio", ratio, a->p, "%.4f");
-        json_arr("act_saved_bytes", saved, a->p, "%.0f");
-        printf(",\"step_time_ratio\":%.4f}", t);
+        json_compare(r, ratio, saved, t);
         return;
     }
-    printf("\nactivation checkpointing at pp %d %s M=%d (--recompute block against none, run back "
-           "to back):\n",
-           a->p, a->sched, a->M);
-    for (int s = 0; s < a->p; s++)
-        printf("  stage %d: %8.1f MB -> %8.1f MB  (x%.3f, %.1f MB saved)\n", s, a->act[s] / 1e6,
-               k->act[s] / 1e6, ratio[s], saved[s] / 1e6);
-    printf("  step time %.1f ms -> %.1f ms (x%.3f); bubble %.3f -> %.3f\n", a->step_ms, k->step_ms,
-           t, a->bubble, k->bubble);
+    printf("\nactivation checkpointing at pp %d %s M=%d (--recompute none, block, selective, run "
+           "back to back; x ratio to none, MB saved):\n",
+           r->p, r->sched, r->M);
+    for (int s = 0; s < r->p; s++) {
+        printf("  stage %d: none %8.1f MB", s, r[0].act[s] / 1e6);
+        for (int i = 1; i < NREC; i++)
+            printf(" | %s %8.1f MB (x%.3f, %.1f saved)", RECOMPUTE[i], r[i].act[s] / 1e6,
+                   ratio[i][s], saved[i][s] / 1e6);
+        printf("\n");
+    }
+    printf("  step time: none %.1f ms", r[0].step_ms);
+    for (int i = 1; i < NREC; i++)
+        printf(" | %s %.1f ms (x%.3f)", RECOMPUTE[i], r[i].step_ms, t[i]);
+    printf("\n  bubble: none %.3f", r[0].bubble);
+    for (int i = 1; i < NREC; i++) printf(" | %s %.3f", RECOMPUTE[i], r[i].bubble);
+    printf("\n");
 }
 
 /* ------------------------------------------------------------ the sweep */
@@ -348,13 +376,14 @@ static int parse_point(const pp_bench *b, pp_run *r, cb_err *e) {
 
 static int sweep(const pp_bench *b, const char *dir, cb_err *e) {
     static pp_run runs[MAXRUNS];
-    pp_run cmp[2] = {{0}};
+    pp_run cmp[NREC] = {{0}};
     int maxM = 1, n = 0, rc = plan_runs(b, runs, &n, &maxM, e);
     int compare = !b->no_compare;
     if (!rc && compare && (rc = parse_point(b, &cmp[0], e)) == CB_OK) {
-        cmp[1] = cmp[0];
-        snprintf(cmp[0].recompute, sizeof cmp[0].recompute, "none");
-        snprintf(cmp[1].recompute, sizeof cmp[1].recompute, "block");
+        for (int i = 0; i < NREC; i++) {
+            cmp[i] = cmp[0];
+            snprintf(cmp[i].recompute, sizeof cmp[i].recompute, "%s", RECOMPUTE[i]);
+        }
         if (cmp[0].M > maxM) maxM = cmp[0].M;
     }
     if (!rc) rc = write_tokens(b, dir, maxM, e);
@@ -363,7 +392,7 @@ static int sweep(const pp_bench *b, const char *dir, cb_err *e) {
     if (!b->json) print_head(b);
     for (int i = 0; i < n && !rc; i++)
         if (!(rc = run_job(b, dir, &runs[i], e)) && !b->json) print_row(&runs[i]);
-    for (int i = 0; i < 2 && compare && !rc; i++)
+    for (int i = 0; i < NREC && compare && !rc; i++)
         if (!(rc = run_job(b, dir, &cmp[i], e)) && !b->json) print_row(&cmp[i]);
     if (rc) return rc;
     if (b->json) {
@@ -378,7 +407,7 @@ static int sweep(const pp_bench *b, const char *dir, cb_err *e) {
         }
         printf("]");
     }
-    if (compare) print_compare(&cmp[0], &cmp[1], b->json);
+    if (compare) print_compare(cmp, b->json);
     if (!b->json) printf("load average at the end: %.2f\n", load1());
     if (b->json) printf("}\n");
     return CB_OK;
@@ -392,7 +421,8 @@ static const char PP_EPILOG[] =
     "  f(imb)     the same with the measured stage times: the slowest stage sets the\n"
     "             pace, 1 - mean(busy) / (max(busy) (v*M + p-1) / (v*M))\n"
     "  act MB     activation memory each stage planned for its micro-batches in flight\n"
-    "Then --recompute none against block at --recompute-at P:SCHEDULE:M.\n"
+    "Then --recompute none, block and selective at --recompute-at P:SCHEDULE:M, block's\n"
+    "and selective's memory per stage and step time as ratios against none.\n"
     "Partition: auto from FLOP counts with memory weight --partition-memory-weight (0:\n"
     "balance compute, which the bubble formula assumes). With more ranks than cores\n"
     "the ranks time-share them: tokens/s is then shared, the bubble is what counts.\n";

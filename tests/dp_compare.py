@@ -4,29 +4,17 @@
     dp_compare.py NAME REF.jsonl GOT.jsonl[,MORE.jsonl...] [REF.st GOT.st] [--tol 1e-5]
 
 Prints one PASS/FAIL line for the loss trajectory (every step's loss within
-tol relative, and the same steps) and, given two safetensors files, one for
+tol relative, the gradient norm too, and the same steps) and, given two safetensors files, one for
 the final parameters (max |got - ref| over every tensor within tol, also
 relative to the tensor's largest magnitude when that is above 1)."""
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 
-
-def read_st(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for k, v in hdr.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[a:b], dtype="<f4").reshape(v["shape"])
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import read_st  # noqa: E402
 
 
 def read_log(paths):
@@ -51,7 +39,7 @@ def main(argv):
                for r, g in zip(ref, got)), default=float("inf"))
     gn = max((abs(g["grad_norm"] - r["grad_norm"]) / max(abs(r["grad_norm"]), 1e-30)
               for r, g in zip(ref, got)), default=float("inf"))
-    ok = steps_ok and err <= tol and len(ref) > 0
+    ok = steps_ok and err <= tol and gn <= tol and len(ref) > 0
     bad += not ok
     print("%s %s: %d-step loss trajectory, max rel err %.2e (tol %g; grad_norm %.2e)%s"
           % ("PASS" if ok else "FAIL", name, len(ref), err, tol, gn,

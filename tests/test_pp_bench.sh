@@ -3,8 +3,9 @@
 # per row), its JSON holds every schedule's row with the bubble formula
 # (p-1)/(v*M+p-1) and a measured bubble in [0, 1), 1f1b plans less
 # activation memory on stage 0 than gpipe at M=8 (it keeps at most p
-# micro-batches in flight there, gpipe all 8), and --recompute block plans
-# less than none on stage 0 of the comparison point; bad input exits 2.
+# micro-batches in flight there, gpipe all 8), and --recompute block and
+# selective each plan less than none on stage 0 of the comparison point
+# (selective keeping more than block there); bad input exits 2.
 set -u
 BUILD=${BUILD:-build}
 C="$(pwd)/$BUILD/cubist"
@@ -44,20 +45,28 @@ for p in (2, 4):
         check(o["act_bytes"][0] < g["act_bytes"][0], "pp%d M=8 1f1b act < gpipe act, stage 0" % p,
               "1f1b %d bytes, gpipe %d bytes" % (o["act_bytes"][0], g["act_bytes"][0]))
 rc = d.get("recompute", {})
-if "none" in rc and "block" in rc:
-    a, b = rc["none"]["act_bytes"][0], rc["block"]["act_bytes"][0]
-    check(b < a and abs(rc["act_ratio"][0] - b / a) < 1e-3,
-          "recompute block act < none, stage 0",
-          "pp4 1f1b M=8: block %d bytes, none %d, ratio %.3f; step time ratio %.2f"
-          % (b, a, rc["act_ratio"][0], rc["step_time_ratio"]))
+if all(k in rc for k in ("none", "block", "selective", "against_none")):
+    a = rc["none"]["act_bytes"][0]
+    for mode in ("block", "selective"):
+        b, r = rc[mode]["act_bytes"][0], rc["against_none"][mode]
+        t = r["step_time_ratio"]
+        check(b < a and abs(r["act_ratio"][0] - b / a) < 1e-3 and
+              abs(t / (rc[mode]["step_ms"] / rc["none"]["step_ms"]) - 1) < 1e-2,  # ms to 0.01
+              "recompute %s act < none, stage 0" % mode,
+              "pp4 1f1b M=8: %s %d bytes, none %d, ratio %.3f; step time ratio %.2f"
+              % (mode, b, a, r["act_ratio"][0], t))
+    s, k = rc["selective"]["act_bytes"][0], rc["block"]["act_bytes"][0]
+    check(k < s, "recompute block act < selective act, stage 0",
+          "block %d bytes, selective %d (block keeps block inputs only)" % (k, s))
 else:
-    check(False, "recompute comparison present", "no recompute object in the JSON")
+    check(False, "recompute comparison present",
+          "no recompute object with none, block, selective, against_none in the JSON")
 sys.exit(1 if fails else 0)
 EOF
 py=$?
 # the text table: one row per job and the checkpointing summary
 if timeout 60 "$C" bench --recompute-compare "${TINY[@]}" --recompute-at 2:gpipe:4 >"$d/t.txt" 2>"$d/err.txt" &&
-   [ "$(grep -c '^  2 gpipe ' "$d/t.txt")" -eq 2 ] && grep -q 'step time' "$d/t.txt"; then
+   [ "$(grep -c '^  2 gpipe ' "$d/t.txt")" -eq 3 ] && grep -q 'step time: none .*block .*selective' "$d/t.txt"; then
     echo "PASS pp bench text: $(grep 'stage 0:' "$d/t.txt" | tr -s ' ')"
 else
     echo "FAIL pp bench text: $(head -c 300 "$d/t.txt" "$d/err.txt")"; py=1

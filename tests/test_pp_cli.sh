@@ -3,8 +3,11 @@
 # saved parameters equal the single process with --grad-accum M (the
 # pipeline's M micro-batches of --batch B are the single process's M
 # accumulated micro-batches), for each schedule, pp 2 and 4, M 1, 4, 8,
-# recompute, and pp composed with tensor and data parallelism. A checkpoint
-# written under pp 2 x tp 2 resumes in one process on the same trajectory.
+# recompute block and selective, and pp composed with tensor and data
+# parallelism; --recompute block and selective without --pp (one process,
+# and tp 2) follow the same trajectory. A checkpoint written under pp 2 x
+# tp 2 resumes in one process on the same trajectory; a bad --recompute
+# exits 2 with one line.
 # Tolerance 1e-5 relative (fp32 sums regrouped; see README). AdamW eps is
 # 1e-6: with 1e-8, dead GELU units' near-zero gradients make Adam turn
 # last-bit differences of regrouped sums into full lr steps, and the
@@ -43,6 +46,8 @@ case_ "pp4 gpipe M=8"               4 8 --pp 4 --schedule gpipe
 case_ "pp2 interleaved v2 M=4"      2 4 --pp 2 --schedule interleaved --virtual-stages 2
 case_ "pp4 interleaved v2 M=8"      4 8 --pp 4 --schedule interleaved --virtual-stages 2
 case_ "pp2 1f1b M=4 recompute"      2 4 --pp 2 --recompute block
+case_ "pp2 1f1b M=4 selective"      2 4 --pp 2 --recompute selective
+case_ "pp2 x 1d2 M=4 selective"     4 4 --pp 2 --tp 2 --tp-mode 1d --recompute selective
 case_ "pp2 manual partition 0,2,8"  2 4 --pp 2 --partition 0,2,8
 case_ "pp2 x dp2 zero M=4"          4 4 --pp 2 --dp 2 --zero 1
 case_ "pp2 x 1d2 x dp2 M=4"         8 4 --pp 2 --tp 2 --tp-mode 1d --dp 2
@@ -59,6 +64,31 @@ if timeout 120 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --micro-batches 4
 else
     echo "FAIL pp resume: $(head -c 300 err.txt)"
 fi
+# --recompute without --pp: the whole model, one micro-batch in flight
+for r in block selective; do
+    if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s.jsonl --save s.st 2>err.txt; then
+        $CMP logs s.jsonl ref4.jsonl --label "pp1 recompute $r loss"
+        $CMP st s.st ref4.st --label "pp1 recompute $r weights" --key-bias-abs 0.1
+    else
+        echo "FAIL pp1 recompute $r: $(head -c 300 err.txt)"
+    fi
+done
+if timeout 120 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --grad-accum 4 --tp 2 --tp-mode 1d \
+        --recompute selective --log s.jsonl --save s.st 2>err.txt; then
+    $CMP logs s.jsonl ref4.jsonl --label "tp 1d2 recompute selective loss"
+    $CMP st s.st ref4.st --label "tp 1d2 recompute selective weights" --key-bias-abs 0.1
+else
+    echo "FAIL tp 1d2 recompute selective: $(head -c 300 err.txt)"
+fi
+# an unknown --recompute: one line, exit 2, with and without --pp
+for np in 1 2; do
+    pp=(); [ $np = 2 ] && pp=(--pp 2)
+    timeout 60 "$MPIRUN" "${launch[@]}" $np "$C" train "${A[@]}" "${pp[@]}" --recompute attention >bad.txt 2>&1
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'selective' bad.txt; then
+        echo "PASS bad --recompute on $np rank(s): exit 2, $(grep cubist bad.txt)"
+    else echo "FAIL bad --recompute on $np rank(s): exit $rc: $(head -c 300 bad.txt)"; fi
+done
 # a schedule that cannot run: one line, exit 2 on every rank
 timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule interleaved --micro-batches 6 >bad.txt 2>&1
 rc=$?

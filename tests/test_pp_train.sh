@@ -3,9 +3,10 @@
 # 30 steps, loss and gradient norm to 1e-5, final parameters from the
 # checkpoint saved under the pipeline and loaded at pp=1. pp = 2 and 4 with
 # gpipe, 1f1b, interleaved (v=2) and M = 1, 4, 8 (interleaved: M a multiple of
-# pp); recompute on; pp2 x dp2 (with ZeRO-1), pp2 x 1d2 x dp2, pp2 x 2d4,
-# pp2 x 3d8 (16 ranks). Mapping: --pp N --micro-batches M --batch B follows
-# the one process's --batch B --grad-accum M.
+# pp); recompute block, and selective on pp2 and pp2 x 1d2; pp2 x dp2 (with
+# ZeRO-1), pp2 x 1d2 x dp2, pp2 x 2d4, pp2 x 3d8 (16 ranks). Mapping: --pp N
+# --micro-batches M --batch B follows the one process's --batch B
+# --grad-accum M.
 set -u
 BUILD=${BUILD:-build}
 T="$(pwd)/$BUILD/tests/test_pipeline_train"
@@ -35,6 +36,8 @@ for pp in 2 4; do
 done
 case_ 2 1 2 1 1d 1f1b 4 0 block
 case_ 4 1 4 1 1d interleaved 8 0 block
+case_ 2 1 2 1 1d 1f1b 4 0 selective
+case_ 4 1 2 2 1d 1f1b 4 0 selective
 case_ 4 2 2 1 1d 1f1b 4 0 none
 case_ 4 2 2 1 1d 1f1b 8 1 none
 case_ 8 2 2 2 1d 1f1b 4 0 none
