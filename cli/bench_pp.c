@@ -57,27 +57,6 @@ typedef struct pp_run {
 
 /* ------------------------------------------------------------ launching */
 
-static const char *mpirun_cmd(void) {
-    const char *m = getenv("MPIRUN");
-#ifdef OPEN_MPI
-    return m && *m ? m : "mpirun.openmpi";
-#else
-    return m && *m ? m : "mpirun.mpich";
-#endif
-}
-
-/* OpenMPI's launcher needs -q --oversubscribe to run P > cores; MPICH's none. */
-static const char *mpirun_flags(const char *cmd) {
-    char probe[512], line[256];
-    snprintf(probe, sizeof probe, "%s --version 2>&1", cmd);
-    FILE *p = popen(probe, "r");
-    int ompi = 0;
-    while (p && fgets(line, sizeof line, p))
-        if (strstr(line, "Open MPI") || strstr(line, "OpenRTE")) ompi = 1;
-    if (p) pclose(p);
-    return ompi ? "-q --oversubscribe" : "";
-}
-
 static double wall_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -176,13 +155,13 @@ static int run_job(const pp_bench *b, const char *dir, pp_run *r, cb_err *e) {
     snprintf(err, sizeof err, "%s/err.txt", dir);
     unlink(log);
     if (!strcmp(r->sched, "interleaved")) snprintf(vs, sizeof vs, "--virtual-stages %d", r->v);
-    const char *mr = mpirun_cmd();
+    const char *mr = cli_mpirun_cmd();
     snprintf(cmd, sizeof cmd,
              "timeout %d %s %s -np %d '%s' train --data '%s/tok.bin' --layers %d --d-model %d "
              "--heads %d --seq-len %d --vocab %d --batch %d --steps %d --pp %d --schedule %s %s "
              "--micro-batches %d --recompute %s --partition auto --partition-memory-weight %g %s "
              "--threads 1 --quiet --peak-gflops 1 --log '%s' >/dev/null 2>'%s'",
-             b->timeout_s, mr, mpirun_flags(mr), r->p, exe, dir, b->layers, b->d_model, b->heads,
+             b->timeout_s, mr, cli_mpirun_flags(mr), r->p, exe, dir, b->layers, b->d_model, b->heads,
              b->seq_len, b->vocab, b->batch, b->warmup + b->steps, r->p, r->sched, vs, r->M,
              r->recompute, b->mem_weight, b->profile ? "" : "--no-profile", log, err);
     double t0 = wall_s();
@@ -213,7 +192,7 @@ static double load1(void) {
 static void print_head(const pp_bench *b) {
     printf("GPT %dL d%d %dH V%d, micro-batch B=%d T=%d, fp32; one `%s -np P cubist train` job "
            "per row, 1 thread per rank, %d warm-up + %d timed steps; load average %.2f\n",
-           b->layers, b->d_model, b->heads, b->vocab, b->batch, b->seq_len, mpirun_cmd(),
+           b->layers, b->d_model, b->heads, b->vocab, b->batch, b->seq_len, cli_mpirun_cmd(),
            b->warmup, b->steps, load1());
     printf("%3s %-11s %2s %3s %-9s %8s %8s %8s %9s %9s %8s  %s\n", "pp", "schedule", "v", "M",
            "recompute", "bubble", "formula", "f(imb)", "tokens/s", "step ms", "job s",

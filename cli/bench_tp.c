@@ -450,28 +450,6 @@ typedef struct tp_run {
     json_val v;
 } tp_run;
 
-static const char *mpirun_cmd(void) {
-    const char *m = getenv("MPIRUN");
-#ifdef OPEN_MPI
-    return m && *m ? m : "mpirun.openmpi";
-#else
-    return m && *m ? m : "mpirun.mpich";
-#endif
-}
-
-/* "--oversubscribe -q" for OpenMPI's launcher; MPICH's hydra needs none */
-static const char *mpirun_flags(const char *cmd) {
-    char probe[512];
-    snprintf(probe, sizeof probe, "%s --version 2>&1", cmd);
-    FILE *p = popen(probe, "r");
-    char line[256];
-    int ompi = 0;
-    while (p && fgets(line, sizeof line, p))
-        if (strstr(line, "Open MPI") || strstr(line, "OpenRTE") || strstr(line, "open-mpi")) ompi = 1;
-    if (p) pclose(p);
-    return ompi ? "-q --oversubscribe" : "";
-}
-
 /* "3d:64" -> mode, tp; CB_EINPUT otherwise */
 static int parse_config(const char *s, char *mode, int *tp, cb_err *e) {
     if (sscanf(s, "%2[123d]:%d", mode, tp) != 2 || strlen(mode) != 2 || mode[1] != 'd' || *tp < 1)
@@ -487,12 +465,12 @@ static int spawn(const tp_bench *b, const char *config, tp_run *r, cb_err *e) {
     if (rc) return rc;
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
-    const char *mr = mpirun_cmd();
+    const char *mr = cli_mpirun_cmd();
     snprintf(cmd, sizeof cmd,
              "timeout %d %s %s -np %d '%s' bench --tp-step --tp %d --tp-mode %s --layers %d "
              "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --steps %d "
              "--tp3d-save %s",
-             b->timeout_s, mr, mpirun_flags(mr), tp, exe, tp, mode, b->layers, b->d_model,
+             b->timeout_s, mr, cli_mpirun_flags(mr), tp, exe, tp, mode, b->layers, b->d_model,
              b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save);
     snprintf(r->config, sizeof r->config, "%s:%d", mode, tp);
     FILE *p = popen(cmd, "r");
@@ -626,7 +604,7 @@ static int tp_compare(const tp_bench *b, cb_err *e) {
     if (!b->json)
         printf("GPT %dL d%d %dH V%d, B=%d T=%d: one step (forward + backward), fp32; %s ranks "
                "oversubscribed, 1 thread each\n",
-               b->layers, b->d_model, b->heads, b->vocab, b->batch, b->seq_len, mpirun_cmd());
+               b->layers, b->d_model, b->heads, b->vocab, b->batch, b->seq_len, cli_mpirun_cmd());
     for (char *t = strtok_r(list, ",", &save); t && n < 16 && !rc; t = strtok_r(NULL, ",", &save)) {
         rc = spawn(b, t, &runs[n], e);
         if (!rc && !b->json) print_run(&runs[n]);

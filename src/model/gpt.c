@@ -111,14 +111,18 @@ static void plan_block(cb_gpt *m, gpt_layer_acts *a, const gpt_layer_acts *sel, 
     a->res3 = carve(base, off, a0);
 }
 
-/* Under block recompute every slot shares the first slot's block activations. */
+/* Under block recompute every block of every slot shares one set of block
+ * activations: a block's backward always follows its own recomputed
+ * forward, so only the block inputs (blk_in) are kept per slot. */
 static void plan_slot(cb_gpt *m, gpt_slot *s, int first, const gpt_layer_acts *sel, float *base,
                       size_t *off) {
     int C = m->c.d_model, rows, blk = m->recompute == GPT_RECOMPUTE_BLOCK;
     size_t a0 = act(m, C, 0, &rows);
     s->x_in = carve(base, off, a0);
-    if (first || !blk)
+    if (!blk)
         for (int b = 0; b < m->nblk; b++) plan_block(m, &s->acts[b], sel, base, off);
+    if (blk && first && m->nblk) plan_block(m, &s->acts[0], sel, base, off);
+    for (int b = 1; blk && first && b < m->nblk; b++) s->acts[b] = s->acts[0];
     for (int b = 0; blk && b < m->nblk; b++) s->blk_in[b] = carve(base, off, a0);
     if (!m->has_head) s->x_out = carve(base, off, a0);
     if (!m->has_head) return;
