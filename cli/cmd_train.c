@@ -81,6 +81,8 @@ int cmd_train(int argc, char **argv) {
         {"print-partition", ARG_BOOL, &o.pipe.print_partition, "print the pipeline stages"},
         {"recompute", ARG_STR, &o.pipe.recompute,
          "activation checkpointing: none, block or selective"},
+        {"recompute-layers", ARG_INT, &o.pipe.recompute_layers,
+         "block: recompute only the first N blocks of each stage (default: all)"},
         {"tp3d-save", ARG_STR, &o.tp3d_save,
          "3d: keep gathered inputs for backward (gathered) or re-gather (shard)"},
         {"print-grid", ARG_BOOL, &o.print_grid, "print every rank's grid placement"},

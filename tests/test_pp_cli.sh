@@ -47,6 +47,7 @@ case_ "pp2 interleaved v2 M=4"      2 4 --pp 2 --schedule interleaved --virtual-
 case_ "pp4 interleaved v2 M=8"      4 8 --pp 4 --schedule interleaved --virtual-stages 2
 case_ "pp2 1f1b M=4 recompute"      2 4 --pp 2 --recompute block
 case_ "pp2 1f1b M=4 selective"      2 4 --pp 2 --recompute selective
+case_ "pp2 1f1b M=4 recompute 1 layer" 2 4 --pp 2 --recompute block --recompute-layers 1
 case_ "pp2 x 1d2 M=4 selective"     4 4 --pp 2 --tp 2 --tp-mode 1d --recompute selective
 case_ "pp2 manual partition 0,2,8"  2 4 --pp 2 --partition 0,2,8
 case_ "pp2 x dp2 zero M=4"          4 4 --pp 2 --dp 2 --zero 1
@@ -89,6 +90,12 @@ for np in 1 2; do
         echo "PASS bad --recompute on $np rank(s): exit 2, $(grep cubist bad.txt)"
     else echo "FAIL bad --recompute on $np rank(s): exit $rc: $(head -c 300 bad.txt)"; fi
 done
+# --recompute-layers without block recompute: one line, exit 2
+timeout 60 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --pp 2 --recompute-layers 1 >bad.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'needs --recompute block' bad.txt; then
+    echo "PASS --recompute-layers without block: exit 2, $(grep cubist bad.txt)"
+else echo "FAIL --recompute-layers without block: exit $rc: $(head -c 300 bad.txt)"; fi
 # a schedule that cannot run: one line, exit 2 on every rank
 timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule interleaved --micro-batches 6 >bad.txt 2>&1
 rc=$?

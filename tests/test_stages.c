@@ -41,12 +41,12 @@ static void check(int ok, const char *fmt, const char *what, double v) {
     printf("\n");
 }
 
-static void run(int cut, int recompute) {
+static void run(int cut, int recompute, int nrc) {
     cb_gpt_config c = {3, 32, 4, 8, 64};
     int B = 2, T = 8, N = B * T;
     cb_err e;
     cb_gpt *whole, *a, *b;
-    gpt_stage_opts sa = {0, cut, 2, recompute}, sb = {cut, c.n_layer + 2, 2, recompute};
+    gpt_stage_opts sa = {0, cut, 2, recompute, nrc}, sb = {cut, c.n_layer + 2, 2, recompute, nrc};
     if (gpt_create(&c, B, T, cb_layout_serial(), NULL, &whole, &e) ||
         gpt_create(&c, B, T, cb_layout_serial(), &sa, &a, &e) ||
         gpt_create(&c, B, T, cb_layout_serial(), &sb, &b, &e)) {
@@ -110,14 +110,14 @@ static double two_steps(cb_gpt *m, int ids[2][16], int tg[2][16], int B, int T) 
     return l;
 }
 
-static void run_whole(int recompute) {
+static void run_whole(int recompute, int nrc) {
     cb_gpt_config c = {3, 32, 4, 8, 64};
     int B = 2, T = 8, N = B * T;
     cb_err e;
     cb_gpt *none, *r;
-    gpt_stage_opts st = {0, c.n_layer + 2, 1, recompute};
+    gpt_stage_opts st = {0, c.n_layer + 2, 1, recompute, nrc};
     if (gpt_create_serial(&c, B, T, NULL, &none, &e) || gpt_create_serial(&c, B, T, &st, &r, &e)) {
-        printf("FAIL whole model recompute %d: %s\n", recompute, e.msg);
+        printf("FAIL whole model recompute %d/%d: %s\n", recompute, nrc, e.msg);
         fails++;
         return;
     }
@@ -129,8 +129,8 @@ static void run_whole(int recompute) {
     double ln = two_steps(none, ids, tg, B, T), lr = two_steps(r, ids, tg, B, T);
     double d = fmax(fabs(lr - ln) / fabs(ln), rel(r->grads, none->grads, none->pt.nparams));
     char what[96];
-    snprintf(what, sizeof what, "whole model recompute %d: loss and every gradient = none",
-             recompute);
+    snprintf(what, sizeof what, "whole model recompute %d (blocks %d): loss and every gradient = none",
+             recompute, nrc);
     check(d <= 1e-6, "%s max rel diff %.2e", what, d);
     if (recompute == GPT_RECOMPUTE_SELECTIVE) {
         snprintf(what, sizeof what, "whole model recompute %d: activation floats < none",
@@ -142,15 +142,39 @@ static void run_whole(int recompute) {
     cb_gpt_free(r);
 }
 
+/* Planned activation floats of stage [0, 4) (the 3 blocks) with 2 slots. */
+static size_t stage_floats(int recompute, int nrc) {
+    cb_gpt_config c = {3, 32, 4, 8, 64};
+    gpt_stage_opts st = {0, 4, 2, recompute, nrc};
+    cb_gpt *m;
+    cb_err e;
+    if (gpt_create(&c, 2, 8, cb_layout_serial(), &st, &m, &e)) return 0;
+    size_t n = m->act_floats;
+    cb_gpt_free(m);
+    return n;
+}
+
 int main(void) {
-    run(2, GPT_RECOMPUTE_NONE); /* embedding + block 0 | blocks 1, 2 + head */
-    run(2, GPT_RECOMPUTE_BLOCK);
-    run(2, GPT_RECOMPUTE_SELECTIVE);
-    run(1, GPT_RECOMPUTE_NONE); /* embedding alone | everything else */
-    run(1, GPT_RECOMPUTE_SELECTIVE);
-    run(4, GPT_RECOMPUTE_BLOCK); /* all blocks | head alone */
-    run(4, GPT_RECOMPUTE_SELECTIVE);
-    run_whole(GPT_RECOMPUTE_BLOCK);
-    run_whole(GPT_RECOMPUTE_SELECTIVE);
+    run(2, GPT_RECOMPUTE_NONE, 0); /* embedding + block 0 | blocks 1, 2 + head */
+    run(2, GPT_RECOMPUTE_BLOCK, 0);
+    run(2, GPT_RECOMPUTE_SELECTIVE, 0);
+    run(1, GPT_RECOMPUTE_NONE, 0); /* embedding alone | everything else */
+    run(1, GPT_RECOMPUTE_SELECTIVE, 0);
+    run(4, GPT_RECOMPUTE_BLOCK, 0); /* all blocks | head alone */
+    run(4, GPT_RECOMPUTE_SELECTIVE, 0);
+    run_whole(GPT_RECOMPUTE_BLOCK, 0);
+    run_whole(GPT_RECOMPUTE_SELECTIVE, 0);
+    /* --recompute-layers: block recompute of the first n blocks of a stage */
+    run(4, GPT_RECOMPUTE_BLOCK, 1); /* blocks 0 rerun, 1-2 kept | head */
+    run(2, GPT_RECOMPUTE_BLOCK, 1); /* stage b: block 1 rerun, block 2 (last, head) kept */
+    run(1, GPT_RECOMPUTE_BLOCK, 2); /* stage b: blocks 0-1 rerun, 2 kept, head */
+    run_whole(GPT_RECOMPUTE_BLOCK, 1);
+    run_whole(GPT_RECOMPUTE_BLOCK, 2);
+    size_t fn = stage_floats(GPT_RECOMPUTE_NONE, 0), f1 = stage_floats(GPT_RECOMPUTE_BLOCK, 1);
+    size_t fa = stage_floats(GPT_RECOMPUTE_BLOCK, 0);
+    check(fa > 0 && fa < f1 && f1 < fn, "%s block(1)/none %.3f",
+          "stage of 3 blocks, 2 slots: activation floats block(all) < block(1) < none:",
+          fn ? (double)f1 / fn : 0.0);
+    printf("  (floats: none %zu, block 1 of 3 %zu, block all %zu)\n", fn, f1, fa);
     return fails != 0;
 }

@@ -111,19 +111,26 @@ static void plan_block(cb_gpt *m, gpt_layer_acts *a, const gpt_layer_acts *sel, 
     a->res3 = carve(base, off, a0);
 }
 
-/* Under block recompute every block of every slot shares one set of block
- * activations: a block's backward always follows its own recomputed
- * forward, so only the block inputs (blk_in) are kept per slot. */
+/* Block recompute of local block b; and whether b's input is kept apart
+ * (the recomputed blocks', and the next one's: the shared set's output is
+ * overwritten by the next recompute). */
+static int rerun(const cb_gpt *m, int b) { return b < m->nrc; }
+static int keeps_input(const cb_gpt *m, int b) { return m->nrc && b <= m->nrc && b < m->nblk; }
+
+/* Under block recompute the rerun blocks of every slot share one set of
+ * block activations: a block's backward always follows its own recomputed
+ * forward, so only the block inputs (blk_in) are kept per slot. The other
+ * blocks keep their activations per slot. */
 static void plan_slot(cb_gpt *m, gpt_slot *s, int first, const gpt_layer_acts *sel, float *base,
                       size_t *off) {
-    int C = m->c.d_model, rows, blk = m->recompute == GPT_RECOMPUTE_BLOCK;
+    int C = m->c.d_model, rows;
     size_t a0 = act(m, C, 0, &rows);
     s->x_in = carve(base, off, a0);
-    if (!blk)
-        for (int b = 0; b < m->nblk; b++) plan_block(m, &s->acts[b], sel, base, off);
-    if (blk && first && m->nblk) plan_block(m, &s->acts[0], sel, base, off);
-    for (int b = 1; blk && first && b < m->nblk; b++) s->acts[b] = s->acts[0];
-    for (int b = 0; blk && b < m->nblk; b++) s->blk_in[b] = carve(base, off, a0);
+    for (int b = m->nrc; b < m->nblk; b++) plan_block(m, &s->acts[b], sel, base, off);
+    if (first && m->nrc) plan_block(m, &s->acts[0], sel, base, off);
+    for (int b = 1; first && b < m->nrc; b++) s->acts[b] = s->acts[0];
+    for (int b = 0; b < m->nblk; b++)
+        if (keeps_input(m, b)) s->blk_in[b] = carve(base, off, a0);
     if (!m->has_head) s->x_out = carve(base, off, a0);
     if (!m->has_head) return;
     s->lnf_out = carve(base, off, a0);
@@ -146,8 +153,7 @@ static size_t plan_activations(cb_gpt *m, float *base) {
         sel->fch_gelu = carve(base, &off, f1);
     }
     for (int i = 0; i < m->nslots; i++) {
-        if (m->recompute == GPT_RECOMPUTE_BLOCK && i)
-            memcpy(m->slots[i].acts, m->slots[0].acts, sizeof(gpt_layer_acts) * m->nblk);
+        if (m->nrc && i) memcpy(m->slots[i].acts, m->slots[0].acts, sizeof(gpt_layer_acts) * m->nrc);
         plan_slot(m, &m->slots[i], i == 0, sel, base, &off);
     }
     m->d_res = carve(base, &off, a0);
@@ -238,9 +244,19 @@ int gpt_parse_recompute(const char *s, int *out, cb_err *e) {
     return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none, block or selective", s);
 }
 
+int gpt_check_recompute_layers(int recompute, int n, cb_err *e) {
+    if (n < 0)
+        return cb_fail(e, CB_EINPUT, "--recompute-layers %d must be >= 0 (0: every block)", n);
+    if (n && recompute != GPT_RECOMPUTE_BLOCK)
+        return cb_fail(e, CB_EINPUT,
+                       "--recompute-layers needs --recompute block; add it or drop "
+                       "--recompute-layers");
+    return CB_OK;
+}
+
 static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     int nmod = m->c.n_layer + 2;
-    gpt_stage_opts whole = {0, nmod, 1, 0};
+    gpt_stage_opts whole = {0, nmod, 1, 0, 0};
     if (!st) st = &whole;
     if (st->mod0 < 0 || st->mod1 > nmod || st->mod0 >= st->mod1 || st->nslots < 1 ||
         st->recompute < GPT_RECOMPUTE_NONE || st->recompute > GPT_RECOMPUTE_SELECTIVE)
@@ -255,6 +271,8 @@ static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     m->blk0 = st->mod0 > 0 ? st->mod0 - 1 : 0;
     int blk1 = st->mod1 - 1 < m->c.n_layer ? st->mod1 - 1 : m->c.n_layer;
     m->nblk = blk1 - m->blk0;
+    int k = st->recompute_blocks;
+    m->nrc = m->recompute != GPT_RECOMPUTE_BLOCK ? 0 : k > 0 && k < m->nblk ? k : m->nblk;
     return CB_OK;
 }
 
@@ -420,7 +438,7 @@ const float *gpt_stage_dinput(const cb_gpt *m) { return m->d_res; }
 
 /* The input of local block b in slot s (kept per slot under block recompute). */
 static const float *block_input(cb_gpt *m, gpt_slot *s, int b) {
-    if (m->recompute == GPT_RECOMPUTE_BLOCK) return s->blk_in[b];
+    if (keeps_input(m, b)) return s->blk_in[b];
     return b ? s->acts[b - 1].res3 : s->x_in;
 }
 
@@ -435,8 +453,7 @@ float gpt_stage_forward(cb_gpt *m, int slot, const int *ids, const int *targets,
     if (m->has_embed) L->ops->embed_forward(L, &m->embed, s->inp, B, T, s->x_in);
     const float *x = s->x_in;
     for (int b = 0; b < m->nblk; b++) {
-        if (m->recompute == GPT_RECOMPUTE_BLOCK)
-            memcpy(s->blk_in[b], x, sizeof(float) * cur(m, C, 0));
+        if (keeps_input(m, b)) memcpy(s->blk_in[b], x, sizeof(float) * cur(m, C, 0));
         block_forward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         x = s->acts[b].res3;
     }
@@ -502,7 +519,7 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
     int first_blk = nemb, nt = m->pt.n;
     if (m->has_head) {
         const float *x = m->nblk ? s->acts[m->nblk - 1].res3 : s->x_in;
-        if (m->recompute == GPT_RECOMPUTE_BLOCK && m->nblk) x = NULL; /* recomputed below */
+        if (m->nblk && rerun(m, m->nblk - 1)) x = NULL; /* recomputed below */
         L->ops->head_backward(L, &m->embed, s->lnf_out, s->targets, s->logits, dloss_scale,
                               m->d_small, N);
         memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
@@ -516,7 +533,7 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
         memcpy(m->d_res, dy, sizeof(float) * cur(m, C, 0));
     }
     for (int b = m->nblk - 1; b >= 0; b--) {
-        if (m->recompute == GPT_RECOMPUTE_BLOCK && !(m->has_head && b == m->nblk - 1))
+        if (rerun(m, b) && !(m->has_head && b == m->nblk - 1))
             block_forward(m, b, &s->acts[b], s->blk_in[b], B, T);
         block_backward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         ready(m, first_blk + b * NLAYER_TENSORS, first_blk + (b + 1) * NLAYER_TENSORS - 1);

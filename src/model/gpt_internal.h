@@ -60,6 +60,7 @@ struct cb_gpt {
     int mod0, mod1, has_embed, has_head, blk0, nblk;
     int nslots;
     int recompute;  /* gpt_recompute */
+    int nrc;        /* block recompute: local blocks [0, nrc) are rerun, 0 none */
     cb_ptable pt;   /* tensors, their shards, local parameter count */
     float *params, *grads;
     cb_embed embed;
@@ -82,11 +83,14 @@ typedef enum gpt_recompute {
 
 /* "none", "block" or "selective" (NULL: none); anything else is CB_EINPUT. */
 int gpt_parse_recompute(const char *s, int *out, cb_err *e);
+/* --recompute-layers n: >= 0, and only with block recompute. */
+int gpt_check_recompute_layers(int recompute, int n, cb_err *e);
 
 typedef struct gpt_stage_opts {
     int mod0, mod1; /* modules held; 0, L+2 for the whole model */
     int nslots;     /* >= 1 */
     int recompute;  /* gpt_recompute */
+    int recompute_blocks; /* block: the first n local blocks only; 0 all */
 } gpt_stage_opts;
 
 /* Builds the model (or a stage of it) on a layout; B = this data-parallel

@@ -32,6 +32,7 @@ typedef struct cb_pp_config {
     int p, v, M;     /* stages (ranks), chunks per rank, micro-batches per step */
     const int *bound; /* p*v + 1 module boundaries, 0 .. n_layer + 2 */
     int recompute;
+    int recompute_blocks; /* block recompute of the first n blocks of each chunk; 0 all */
 } cb_pp_config;
 
 typedef struct cb_pp_stats {

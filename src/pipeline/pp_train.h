@@ -31,6 +31,7 @@ typedef struct cb_pp_opts {
     double memory_weight;  /* 0.8 */
     int no_profile, print_partition;
     const char *recompute; /* none | block | selective (gpt_recompute) */
+    int recompute_layers;  /* block: only the first n blocks of each stage (chunk); 0 all */
 } cb_pp_opts;
 
 void cb_pp_opts_defaults(cb_pp_opts *o);
