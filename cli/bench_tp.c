@@ -9,12 +9,11 @@
  * and reads one "tp-step {json}" line from rank 0. The child counts, per rank:
  *   param_bytes   local parameter shards + their gradients, fp32: 8 bytes per
  *                 local float (m->pt.nparams); AdamW would add 8 more
- *   act_bytes     model activations (m->act_floats, planned once) + layout
- *                 scratch. The layouts' scratch is private (no header exposes
- *                 it), so it is measured as the growth of the heap in use
- *                 (mallinfo2: main arena + mmapped chunks) across the steps:
- *                 layouts grow scratch on demand and never shrink it, so the
- *                 growth is its peak (plus whatever MPI keeps, see README)
+ *   act_bytes     model activations (m->act_floats, planned once) + the
+ *                 layout's own buffers (L->scratch_bytes: scratch and kept
+ *                 gathers, grown on demand and never shrunk, so their peak),
+ *                 counted where they are allocated rather than read from the
+ *                 heap, so the figure holds under ASan too
  *   sent, calls   cb_comm counters summed over every communicator of the
  *                 grid and every tag, split by tag prefix into linear (+
  *                 bias), norm, embed, head, attn; calls count collectives and
@@ -37,7 +36,6 @@
  * padded vocabulary. Per layer the linears are QKV C->3C, proj C->C, fc
  * C->4C, fc-proj 4C->C: sum of inputs 7C, of outputs 9C, of in x out 12C^2.
  * The closed forms are in cost_1d, cost_2d, cost_3d and the README. */
-#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -256,12 +254,6 @@ static void reset_comm(cb_grid *g) {
     for (int i = 0; i < g->ncomms; i++) cb_comm_stats_reset(g->comms[i]);
 }
 
-/* bytes in use on the heap: main arena + mmapped chunks */
-static double heap_bytes(void) {
-    struct mallinfo2 mi = mallinfo2();
-    return (double)mi.uordblks + (double)mi.hblkhd;
-}
-
 static double clock_s(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -338,7 +330,7 @@ static void run_steps(cb_grid *g, cb_gpt *m, int B, int T, int V, int steps, dou
     int *ids = malloc(sizeof(int) * 2 * (size_t)N), *tg = ids + N;
     if (!ids) cb_comm_fatal("out of memory for benchmark tokens");
     for (int i = 0; i < N; i++) ids[i] = (i * 7 + 3) % V, tg[i] = (i * 13 + 5) % V;
-    double heap0 = heap_bytes(), cpu = 0, wall = 0;
+    double cpu = 0, wall = 0;
     for (int s = 0; s < steps; s++) {
         reset_comm(g);
         MPI_Barrier(g->world.comm);
@@ -350,7 +342,7 @@ static void run_steps(cb_grid *g, cb_gpt *m, int B, int T, int V, int steps, dou
         cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
         wall = MPI_Wtime() - w0;
     }
-    f[F_ACT_SCRATCH] = heap_bytes() - heap0;
+    f[F_ACT_SCRATCH] = (double)m->L->scratch_bytes;
     f[F_CPU] = cpu;
     f[F_KCPU] = k_cpu;
     f[F_WALL] = wall;

@@ -156,6 +156,8 @@ struct cb_layout {
     struct cb_grid *grid; /* NULL for the serial layout */
     const cb_kernels *k;
     int save_gathered;    /* 3-D: keep gathered inputs for backward (1) or re-gather (0) */
+    size_t scratch_bytes; /* the layout's own buffers (scratch, kept gathers): grown, never
+                             shrunk, so this is their peak; for memory reports */
     void *priv;
 };
 

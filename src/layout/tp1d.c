@@ -32,6 +32,7 @@ static float *fscratch(cb_layout *L, size_t n) {
         float *f = realloc(p->f, sizeof(float) * n);
         if (!f) cb_comm_fatal("out of memory for 1-D tensor-parallel scratch");
         p->f = f;
+        L->scratch_bytes += sizeof(float) * (n - p->fcap);
         p->fcap = n;
     }
     return p->f;
@@ -43,6 +44,7 @@ static double *dscratch(cb_layout *L, size_t n) {
         double *d = realloc(p->d, sizeof(double) * n);
         if (!d) cb_comm_fatal("out of memory for 1-D tensor-parallel scratch");
         p->d = d;
+        L->scratch_bytes += sizeof(double) * (n - p->dcap);
         p->dcap = n;
     }
     return p->d;

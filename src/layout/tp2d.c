@@ -43,6 +43,7 @@ static float *scratch(cb_layout *L, int slot, size_t n) {
         float *b = realloc(p->buf[slot], sizeof(float) * (n ? n : 1));
         if (!b) cb_comm_fatal("tp2d: out of memory for scratch buffers");
         p->buf[slot] = b;
+        L->scratch_bytes += sizeof(float) * (n - p->cap[slot]);
         p->cap[slot] = n;
     }
     return p->buf[slot];

@@ -81,6 +81,7 @@ static float *scratch(cb_layout *L, int s, size_t n) {
         free(P->slot[s]);
         P->slot[s] = malloc(sizeof(float) * (n ? n : 1));
         if (!P->slot[s]) cb_comm_fatal("out of memory for 3-D tensor-parallel scratch");
+        L->scratch_bytes += sizeof(float) * (n - P->cap[s]);
         P->cap[s] = n;
     }
     return P->slot[s];
@@ -92,9 +93,10 @@ static float *zeroed(cb_layout *L, int s, size_t n) {
     return p;
 }
 
-static float *grow(float *p, size_t *cap, size_t n) {
+static float *grow(cb_layout *L, float *p, size_t *cap, size_t n) {
     if (n <= *cap) return p;
     free(p);
+    L->scratch_bytes += sizeof(float) * (n - *cap);
     *cap = n;
     p = malloc(sizeof(float) * (n ? n : 1));
     if (!p) cb_comm_fatal("out of memory saving gathered 3-D operands");
@@ -134,9 +136,9 @@ static void gather_into(cb_layout *L, gathered **sp, const float *x, int N, size
         e->next = s->xs;
         s->xs = e;
     }
-    e->xh = grow(e->xh, &e->cap, nx);
+    e->xh = grow(L, e->xh, &e->cap, nx);
     e->N = N;
-    s->wh = grow(s->wh, &s->capw, nw);
+    s->wh = grow(L, s->wh, &s->capw, nw);
     s->wvalid = 1;
     *xh = e->xh;
     *wh = s->wh;
