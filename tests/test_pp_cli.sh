@@ -65,6 +65,19 @@ if timeout 120 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --micro-batches 4
 else
     echo "FAIL pp resume: $(head -c 300 err.txt)"
 fi
+# layout-independent checkpoints across the whole grid: 10 steps under
+# pp4 x 3d8 (32 ranks), 10 under pp2 x 2d4, 10 in one process
+if timeout 240 "$MPIRUN" "${launch[@]}" 32 "$C" train "${A[@]}" --micro-batches 4 --pp 4 --tp 8 \
+        --tp-mode 3d --log g1.jsonl --save g.st --exit-after 10 2>err.txt &&
+   timeout 120 "$MPIRUN" "${launch[@]}" 8 "$C" train "${A[@]}" --micro-batches 4 --pp 2 --tp 4 \
+        --tp-mode 2d --resume g.st --log g2.jsonl --save g.st --exit-after 10 2>>err.txt &&
+   "$C" train "${A[@]}" --grad-accum 4 --resume g.st --log g3.jsonl --save g.st 2>>err.txt; then
+    cat g1.jsonl g2.jsonl g3.jsonl > g.jsonl
+    $CMP logs g.jsonl ref4.jsonl --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1, 10 steps each: 30 steps"
+    $CMP st g.st ref4.st --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1: weights" --key-bias-abs 0.1
+else
+    echo "FAIL pp4 x 3d8 -> pp2 x 2d4 -> pp1: $(head -c 300 err.txt)"
+fi
 # --recompute without --pp: the whole model, one micro-batch in flight
 for r in block selective; do
     if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s.jsonl --save s.st 2>err.txt; then

@@ -148,9 +148,13 @@ static size_t stage_floats(int recompute, int nrc) {
     gpt_stage_opts st = {0, 4, 2, recompute, nrc};
     cb_gpt *m;
     cb_err e;
-    if (gpt_create(&c, 2, 8, cb_layout_serial(), &st, &m, &e)) return 0;
-    size_t n = m->act_floats;
-    cb_gpt_free(m);
+    cb_layout *L = cb_layout_serial();
+    size_t n = 0;
+    if (L && !gpt_create(&c, 2, 8, L, &st, &m, &e)) {
+        n = m->act_floats;
+        cb_gpt_free(m);
+    }
+    cb_layout_free(L);
     return n;
 }
 

@@ -247,7 +247,7 @@ static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *st
     int at = 0;
     rc = cb_state_read(&f, sp, step, &at, ld, e);
     cb_st_close(&f);
-    for (int c = 0; c < pt->pipe.nvs; c++) pt->opt[c].t = at;
+    for (int c = 0; c < pt->pipe.o.v; c++) pt->opt[c].t = at; /* this rank's chunks */
     return rc;
 }
 
