@@ -266,7 +266,7 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         const float *w = m->params;
         const char *none = "";
         cb_pp_part_path(pp, sizeof pp, path, vs);
-        int r = gpt_save_blocks(m, 1, &w, &none, pp, NULL, 0, e);
+        int r = gpt_save_blocks(m, 1, &w, &none, pp, meta, meta ? 1 : 0, e); /* + the id */
         if (!r && meta) {
             size_t n = cb_gpt_num_params(m);
             const float *b[2] = {full ? full : t->opt[c].m, full ? full + n : t->opt[c].v};

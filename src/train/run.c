@@ -228,24 +228,26 @@ static int open_log(const char *path, FILE **f, cb_err *e);
 
 /* ------------------------------------------------------------ pipeline */
 
-static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, const char *path,
-                   cb_err *e) {
+static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, uint64_t tokens,
+                   const char *path, cb_err *e) {
     cb_state_text text;
-    const char *meta[8];
-    cb_state_meta(&text, meta, step, pt->opt[0].t, ld);
-    return cb_pp_trainer_save(pt, path, meta, 4, e);
+    const char *meta[2 * CB_STATE_NMETA];
+    cb_state_meta(&text, meta, step, pt->opt[0].t, ld, tokens);
+    return cb_pp_trainer_save(pt, path, meta, CB_STATE_NMETA, e);
 }
 
 /* --resume under a pipeline: weights and moments into every chunk, then the
- * step, AdamW count and data position from path.state. */
-static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step, cb_err *e) {
+ * step, AdamW count, data position and tokens from path.state. */
+static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step,
+                     uint64_t *tokens, cb_err *e) {
     int rc = cb_pp_trainer_load(pt, path, 1, e);
     char sp[4096];
     snprintf(sp, sizeof sp, "%s.state", path);
     cb_st_file f;
     if (rc || (rc = cb_st_open(sp, &f, e))) return rc;
     int at = 0;
-    rc = cb_state_read(&f, sp, step, &at, ld, e);
+    rc = cb_state_check_pair(path, &f, sp, e);
+    if (!rc) rc = cb_state_read(&f, sp, step, &at, ld, tokens, e);
     cb_st_close(&f);
     for (int c = 0; c < pt->pipe.o.v; c++) pt->opt[c].t = at; /* this rank's chunks */
     return rc;
@@ -270,11 +272,11 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
         report(o, step, r, &st, NAN, extra);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
-            int rc = agree(w, pp_save(pt, ld, step, o->save, e), e);
+            int rc = agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e);
             if (rc) return rc;
         }
     }
-    return o->save ? agree(w, pp_save(pt, ld, step, o->save, e), e) : CB_OK;
+    return o->save ? agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e) : CB_OK;
 }
 
 /* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
@@ -283,6 +285,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     cb_pp_trainer pt;
     cb_loader ld;
     int step = 0;
+    uint64_t tokens = 0;
     o->opt.steps = o->steps; /* the cosine schedule's length */
     int rc = cb_pp_trainer_init(&pt, &o->pipe, &o->model, o->B, o->T, o->accum, g, L, &o->opt,
                                 o->seed, o->zero, o->bucket_mb, e);
@@ -290,7 +293,8 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     if (built) o->accum = pt.M; /* tokens per step in the log */
     if (!rc) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
-    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, e);
+    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
+    r->tokens = (long)tokens;
     if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
     rc = agree(&g->world, rc, e);
     if (!rc) {
@@ -423,6 +427,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         if (r.peak <= 0) r.peak = r.rank ? 1 : peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
         if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
+        r.tokens = (long)t.tokens;
         startup_line(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
