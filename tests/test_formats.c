@@ -380,6 +380,15 @@ static void test_prepare(void) {
     rc = cb_prepare_text(fx("text.txt"), fx("all.bin"), NULL, 0.1, &e);
     ok = rc == CB_OK && file_size(fx("all.bin")) == 1024 + 2000;
     check(ok, "prepare_no_val", "rc=%d size=%ld", rc, file_size(fx("all.bin")));
+    /* the validation file cannot be written: the training file must not stay behind */
+    rc = cb_prepare_text(fx("text.txt"), fx("train2.bin"), fx("nodir/val.bin"), 0.1, &e);
+    ok = rc != CB_OK && strstr(e.msg, "nodir/val.bin") && !exists(fx("train2.bin")) &&
+         !exists(fx("train2.bin.tmp"));
+    check(ok, "prepare_val_unwritable_leaves_nothing", "rc=%d train2.bin %s: %s", rc,
+          exists(fx("train2.bin")) ? "left behind" : "absent", e.msg);
+    rc = cb_prepare_text(fx("text.txt"), fx("train3.bin"), fx("val3.bin"), 0, &e);
+    ok = rc == CB_EINPUT && strstr(e.msg, "fraction of 0") && !exists(fx("train3.bin"));
+    check(ok, "prepare_val_fraction_0_refused", "rc=%d %s", rc, e.msg);
     rc = cb_prepare_text(fx("nothere.txt"), fx("x.bin"), NULL, 0, &e);
     check(rc == CB_EINPUT && strstr(e.msg, "nothere.txt"), "prepare_missing_text", "rc=%d %s", rc, e.msg);
     write_bytes(fx("empty.txt"), "", 0);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cubist.h"
+#include "data/tokens.h"
 #include "formats/fileio.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are little-endian; add byte swapping");
@@ -126,15 +127,19 @@ void cb_tokens_close(cb_tokens *t) {
     memset(t, 0, sizeof *t);
 }
 
-int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, cb_err *e) {
     if (n > INT32_MAX)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
                        "split the text into shards", path, n);
     int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n};
-    fio_atomic a;
-    int rc = fio_atomic_open(&a, path, e);
-    if (!rc) rc = fio_atomic_write(&a, h, sizeof h, e);
-    if (!rc && n) rc = fio_atomic_write(&a, tok, n * sizeof *tok, e);
-    if (!rc) rc = fio_atomic_commit(&a, e);
+    int rc = fio_atomic_open(a, path, e);
+    if (!rc) rc = fio_atomic_write(a, h, sizeof h, e);
+    if (!rc && n) rc = fio_atomic_write(a, tok, n * sizeof *tok, e);
     return rc;
+}
+
+int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+    fio_atomic a;
+    int rc = cb_tokens_stage(&a, path, tok, n, e);
+    return rc ? rc : fio_atomic_commit(&a, e);
 }
