@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "kernels/peak.h"
 #include "kernels/profile.h"
 #include "model/gpt_internal.h"
 #include "train/train.h"
@@ -134,18 +135,30 @@ static void print_json(const bench_result *r, int n, double peak) {
     printf("]}\n");
 }
 
+/* The MFU peak, measured as `cubist train` would and written to its cache,
+ * so that train's MFU is against this figure. With --peak only this prints. */
+static double measure_peak(const bench_opts *b) {
+    double peak = cb_peak_measure();
+    char path[4200] = "";
+    cb_err e = {0};
+    if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
+        fprintf(stderr, "cubist: warning: the peak is not cached: %s\n",
+                path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+    if (b->json && b->peak_only)
+        printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
+               "\"cache\":\"%s\"}\n",
+               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path);
+    else if (!b->json)
+        printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
+               "%s\n",
+               peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
+    return peak;
+}
+
 static int run_bench(bench_opts *b) {
     omp_set_num_threads(b->threads);
-    double peak = cb_measure_peak_gflops(b->peak_only ? 2.0 : 1.0);
-    if (b->peak_only) {
-        printf(b->json ? "{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\"}\n"
-                       : "sgemm peak: %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n",
-               peak, b->threads, openblas_get_corename());
-        return 0;
-    }
-    if (!b->json)
-        printf("sgemm peak %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n", peak, b->threads,
-               openblas_get_corename());
+    double peak = measure_peak(b);
+    if (b->peak_only) return 0;
     bench_result res[8] = {0};
     int n = 0;
     char *list = strdup(b->seq_lens), *save = NULL;

@@ -13,59 +13,12 @@
 #include <unistd.h>
 
 #include "comm/grid.h"
+#include "kernels/peak.h"
 #include "layout/layout.h"
 #include "model/gpt_internal.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
-
-double cb_measure_peak_gflops(double seconds) {
-    const int n = 1536;
-    float *a = malloc(sizeof(float) * 3 * n * n);
-    if (!a) return 0;
-    for (size_t i = 0; i < (size_t)3 * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
-    float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-    double t0 = omp_get_wtime(), t;
-    int it = 0;
-    do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        it++;
-        t = omp_get_wtime() - t0;
-    } while (t < seconds);
-    free(a);
-    return 2.0 * n * n * (double)n * it / t / 1e9;
-}
-
-/* The measured peak is cached per BLAS core and thread count, so only the
- * first run on a machine pays the half second. */
-static double peak_gflops(void) {
-    const char *home = getenv("HOME");
-    char path[512] = "";
-    if (home)
-        snprintf(path, sizeof path, "%s/.cache/cubist/peak-%s-%d", home, openblas_get_corename(),
-                 omp_get_max_threads());
-    FILE *f = path[0] ? fopen(path, "r") : NULL;
-    double p = 0;
-    if (f) {
-        if (fscanf(f, "%lf", &p) != 1) p = 0;
-        fclose(f);
-    }
-    if (p > 0) return p;
-    p = cb_measure_peak_gflops(0.5);
-    if (!path[0]) return p;
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/.cache", home);
-    mkdir(dir, 0755);
-    snprintf(dir, sizeof dir, "%s/.cache/cubist", home);
-    mkdir(dir, 0755);
-    f = fopen(path, "w");
-    if (f) {
-        fprintf(f, "%.1f\n", p);
-        fclose(f);
-    }
-    return p;
-}
 
 static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
                                            "--vocab"};
@@ -298,7 +251,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
     rc = agree(&g->world, rc, e);
     if (!rc) {
-        if (r->peak <= 0) r->peak = r->rank ? 1 : peak_gflops();
+        if (r->peak <= 0) r->peak = r->rank ? 1 : cb_peak_gflops();
         r->flops_per_token = cb_gpt_flops_per_token(&o->model, o->T);
         r->comm_last = cb_comm_stats_sum(g->comms, g->ncomms);
         if (!o->quiet && r->rank == 0)
@@ -424,7 +377,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
     rc = agree(w, rc, e);
     if (!rc) {
-        if (r.peak <= 0) r.peak = r.rank ? 1 : peak_gflops();
+        if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
         if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
         r.tokens = (long)t.tokens;

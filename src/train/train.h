@@ -103,7 +103,4 @@ int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t
 
 /* `cubist train` end to end. */
 int cb_train_run(const cb_train_opts *o, cb_err *e);
-
-/* Peak sgemm GFLOP/s of this machine on the current thread count. */
-double cb_measure_peak_gflops(double seconds);
 #endif
