@@ -16,6 +16,7 @@
 #include "kernels/peak.h"
 #include "layout/layout.h"
 #include "model/gpt_internal.h"
+#include "train/check.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
@@ -65,24 +66,7 @@ static int resolve_config(cb_train_opts *o, cb_err *e) {
 }
 
 static int check_opts(const cb_train_opts *o, cb_err *e) {
-    if (o->B < 1 || o->accum < 1 || o->steps < 0)
-        return cb_fail(e, CB_EINPUT, "--batch and --grad-accum must be >= 1 and --steps >= 0");
-    if (o->opt.lr < 0 || o->opt.min_lr < 0 || o->opt.warmup < 0)
-        return cb_fail(e, CB_EINPUT, "--lr, --min-lr and --warmup must be >= 0");
-    if (o->zero != 0 && o->zero != 1)
-        return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
-                       o->zero);
-    if (strcmp(o->embed_grad, "dense") && strcmp(o->embed_grad, "sparse"))
-        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use dense or sparse",
-                       o->embed_grad);
-    if (!(o->bucket_mb > 0))
-        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
-    if (o->dp < 0 || o->pp < 0 || o->tp < 0)
-        return cb_fail(e, CB_EINPUT, "--dp, --pp and --tp must be >= 1");
-    if (!o->data && o->steps > 0)
-        return cb_fail(e, CB_EINPUT, "no training data; pass --data FILE (make one with `cubist "
-                                     "prepare`)");
-    return CB_OK;
+    return cb_train_check_flags(o, e);
 }
 
 static long peak_rss_bytes(void) {
@@ -346,6 +330,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
     int rc = check_opts(&o, e);
+    if (!rc) rc = cb_train_check_paths(&o, w ? w->rank : 0, e);
     if (!rc) rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     cb_grid g = {0};
@@ -356,6 +341,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
                    .rank = w ? w->rank : 0};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
+    if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
     cb_layout *L = NULL;
     if (!rc && w && (g.tp > 1 || g.pp > 1)) rc = cb_layout_create(&g, &L, e);
     if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
