@@ -103,10 +103,12 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
         free(tok);
         return rc;
     }
-    t.model->L->k = cb_kernels_profiled(t.model->L->k);
+    cb_prof prof;
+    cb_prof_init(&prof, t.model->L->k);
+    t.model->L->k = cb_prof_kernels(&prof);
     cb_step_stats st, sum = {0};
     cb_trainer_step(&t, &st); /* warm-up: first touch of every buffer */
-    cb_prof_reset();
+    cb_prof_reset(&prof);
     for (int s = 0; s < b->steps; s++) {
         cb_trainer_step(&t, &st);
         sum.step_ms += st.step_ms;
@@ -121,7 +123,7 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
     r->fwd_ms = sum.fwd_ms / b->steps;
     r->bwd_ms = sum.bwd_ms / b->steps;
     r->opt_ms = sum.opt_ms / b->steps;
-    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(i) / b->steps;
+    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
     r->tokens_per_s = tokens / (step_ms / 1e3);
     r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&o.model, T) / 1e9;
     r->mfu = r->gflops / peak;

@@ -155,7 +155,7 @@ void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
     if (t->tpc) cb_comm_allreduce_f64(t->tpc, "norm", NULL, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(t->o.opt.clip, norm);
-    if (s < 1.0f) k->scale(m->grads + lo, s, hi - lo);
+    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
     float lr = cb_lr_at(&t->o.opt, t->step);
     cb_adamw_step(&t->opt, k, m->params, m->grads, gpt_tensors(m), gpt_ntensors(m), lr);
     if (t->dp) cb_dp_sync_params(t->dp);
