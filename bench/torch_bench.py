@@ -7,7 +7,10 @@ AdamW update) in float32 on N CPU threads; prints ONE JSON line
 model_gflops is the achieved model FLOP rate (GFLOP/s) with model FLOPs per token
 = 6*N_params + 12*L*C*T, the count cb_gpt_flops_per_token uses, so the two
 programs' figures compare directly. Defaults: GPT-2 124M (L 12, C 768, NH 12,
-V 50304, wpe rows 1024), B 4, T 64, 2 threads, 1 warm-up step then 3 timed.
+V 50304, wpe rows --ctx 1024), B 4, T 64, 2 threads, 1 warm-up step then 3 timed.
+`cubist bench` passes its own --ctx (the model's context, not T) so that both
+programs build the same model, and refuses the run when "params" differs from
+its own parameter count; a failure here (non-zero exit) fails `cubist bench`.
 
 Environment, which must be set by the caller (cubist's bench runs it via
 subprocess this way):

@@ -1,29 +1,45 @@
 #include "args.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Numbers must be all of the value and finite; --flag for a 0/1 switch takes
+ * only 0 or 1, and an unsigned flag no sign ("-1" would wrap to 2^64-1). */
 static int set_value(const char *cmd, const cli_flag *f, const char *v, cb_err *e) {
     char *end = NULL;
+    double x = 0;
     errno = 0;
     switch (f->type) {
     case ARG_INT: {
-        long x = strtol(v, &end, 10);
-        if (x < -2147483647L || x > 2147483647L) errno = ERANGE;
-        *(int *)f->dst = (int)x;
+        long i = strtol(v, &end, 10);
+        if (i < -2147483647L || i > 2147483647L) errno = ERANGE;
+        *(int *)f->dst = (int)i;
         break;
     }
-    case ARG_FLOAT: *(float *)f->dst = strtof(v, &end); break;
-    case ARG_DOUBLE: *(double *)f->dst = strtod(v, &end); break;
-    case ARG_U64: *(uint64_t *)f->dst = strtoull(v, &end, 10); break;
-    case ARG_BOOL: *(int *)f->dst = (int)strtol(v, &end, 10); break;
+    case ARG_FLOAT: *(float *)f->dst = (float)(x = strtof(v, &end)); break;
+    case ARG_DOUBLE: *(double *)f->dst = x = strtod(v, &end); break;
+    case ARG_U64:
+        if (strchr(v, '-')) errno = ERANGE;
+        *(uint64_t *)f->dst = strtoull(v, &end, 10);
+        break;
+    case ARG_BOOL:
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            return cb_fail(e, CB_EINPUT, "--%s: '%s' is not 0 or 1; pass --%s 1 (or just --%s) "
+                                         "to switch it on, --%s 0 to switch it off",
+                           f->name, v, f->name, f->name, f->name);
+        *(int *)f->dst = v[0] == '1';
+        return CB_OK;
     case ARG_STR: *(const char **)f->dst = v; return CB_OK;
     }
-    if (errno || end == v || *end)
+    if (errno || end == v || *end || !isfinite(x))
         return cb_fail(e, CB_EINPUT, "--%s: '%s' is not a valid %s; see `cubist %s --help`",
-                       f->name, v, f->type == ARG_INT || f->type == ARG_U64 ? "integer" : "number",
+                       f->name, v,
+                       f->type == ARG_INT ? "integer"
+                       : f->type == ARG_U64 ? "non-negative integer"
+                                            : "finite number",
                        cmd);
     return CB_OK;
 }

@@ -6,23 +6,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
+#include "kernels/peak.h"
 #include "kernels/profile.h"
 #include "model/gpt_internal.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
 
+#define MAX_SEQ_LENS 8
+
 typedef struct bench_opts {
-    int layers, d_model, heads, vocab, batch, steps, threads, quick, peak_only, json, no_torch;
+    int layers, d_model, heads, vocab, ctx, batch, steps, threads, quick, peak_only, json, no_torch;
     const char *seq_lens, *torch_script;
+    int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
 } bench_opts;
 
 typedef struct bench_result {
     int T;
+    size_t params; /* cubist's model; PyTorch's must be the same */
     double tokens_per_s, gflops, mfu, step_ms, fwd_ms, bwd_ms, opt_ms, prof[PROF_N];
     double torch_tokens_per_s;
 } bench_result;
@@ -37,30 +43,52 @@ static void default_script(char *buf, size_t n) {
     snprintf(buf, n, "%s/../bench/torch_bench.py", exe);
 }
 
-/* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
- * OpenBLAS's own core detection); returns its tokens/s, 0 on failure. */
-static double torch_tokens_per_s(const bench_opts *b, int T) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 %s --layers %d "
-             "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --threads %d --steps %d",
-             b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->batch, T, b->threads,
-             b->steps);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    char line[4096];
-    double tps = 0;
-    while (fgets(line, sizeof line, p)) {
-        const char *k = strstr(line, "\"tokens_per_s\":");
-        if (k) tps = atof(k + 15);
+/* One line of the PyTorch script's output: its JSON figures, or anything
+ * else (a traceback), of which the last non-empty line is kept for the
+ * error message. */
+static void torch_line(const char *line, double *tps, double *params, char *last, size_t cap) {
+    const char *k = strstr(line, "\"tokens_per_s\":"), *n = strstr(line, "\"params\":");
+    if (line[0] == '{' && k && n) {
+        *tps = atof(k + 15);
+        *params = atof(n + 9);
+        return;
     }
-    return pclose(p) == 0 ? tps : 0;
+    if (line[0] != '\n') snprintf(last, cap, "%.*s", (int)strcspn(line, "\n"), line);
+}
+
+/* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
+ * OpenBLAS's own core detection) on the same model (context ctx, so wpe has
+ * the same rows) and fills r->torch_tokens_per_s. A failure is an error
+ * carrying the script's last line; a different parameter count is too. */
+static int torch_bench(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+    char cmd[2048], line[4096], last[400] = "no output";
+    snprintf(cmd, sizeof cmd,
+             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
+             "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
+             "--steps %d 2>&1",
+             b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
+             b->threads, b->steps);
+    FILE *p = popen(cmd, "r");
+    if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
+    double tps = 0, params = 0;
+    while (fgets(line, sizeof line, p)) torch_line(line, &tps, &params, last, sizeof last);
+    int st = pclose(p);
+    if (st != 0 || !(tps > 0))
+        return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
+                                   "python3-torch (make deps), fix --torch-script, or pass --no-torch",
+                       WIFEXITED(st) ? WEXITSTATUS(st) : st, last);
+    if ((size_t)params != r->params)
+        return cb_fail(e, CB_EINTERNAL, "PyTorch's model has %.0f parameters, cubist's %zu: the two "
+                                        "benchmarks do not run the same model; check %s",
+                       params, r->params, b->torch_script);
+    r->torch_tokens_per_s = tps;
+    return CB_OK;
 }
 
 static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
     cb_train_opts o;
     cb_train_defaults(&o);
-    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, T, b->vocab};
+    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->ctx, b->vocab};
     o.B = b->batch;
     o.T = T;
     o.steps = b->steps + 1;
@@ -75,10 +103,12 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
         free(tok);
         return rc;
     }
-    t.model->L->k = cb_kernels_profiled(t.model->L->k);
+    cb_prof prof;
+    cb_prof_init(&prof, t.model->L->k);
+    t.model->L->k = cb_prof_kernels(&prof);
     cb_step_stats st, sum = {0};
     cb_trainer_step(&t, &st); /* warm-up: first touch of every buffer */
-    cb_prof_reset();
+    cb_prof_reset(&prof);
     for (int s = 0; s < b->steps; s++) {
         cb_trainer_step(&t, &st);
         sum.step_ms += st.step_ms;
@@ -88,11 +118,12 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
     }
     double step_ms = sum.step_ms / b->steps, tokens = (double)b->batch * T;
     r->T = T;
+    r->params = cb_gpt_num_params(t.model);
     r->step_ms = step_ms;
     r->fwd_ms = sum.fwd_ms / b->steps;
     r->bwd_ms = sum.bwd_ms / b->steps;
     r->opt_ms = sum.opt_ms / b->steps;
-    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(i) / b->steps;
+    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
     r->tokens_per_s = tokens / (step_ms / 1e3);
     r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&o.model, T) / 1e9;
     r->mfu = r->gflops / peak;
@@ -102,68 +133,119 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
 }
 
 static void print_result(const bench_opts *b, const bench_result *r, double peak) {
-    printf("GPT-2 %dL d%d %dH V%d  B=%d T=%d  fp32, %d threads\n", b->layers, b->d_model, b->heads,
-           b->vocab, b->batch, r->T, b->threads);
+    printf("GPT-2 %dL d%d %dH V%d context %d (%zu parameters)  B=%d T=%d  fp32, %d threads\n",
+           b->layers, b->d_model, b->heads, b->vocab, b->ctx, r->params, b->batch, r->T,
+           b->threads);
     printf("  cubist   %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of %.0f  step %.0f ms\n",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms);
     printf("           forward %.0f ms, backward %.0f ms, optimizer %.0f ms | by kernel:",
            r->fwd_ms, r->bwd_ms, r->opt_ms);
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
     printf(" ms\n");
-    if (r->torch_tokens_per_s > 0)
-        printf("  PyTorch  %8.1f tokens/s  (OMP_WAIT_POLICY=PASSIVE, own BLAS detection)\n"
-               "  ratio    %8.2fx PyTorch\n",
-               r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
-    else if (!b->no_torch) printf("  PyTorch  not measured (is python3-torch installed?)\n");
+    if (!b->no_torch)
+        printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; OMP_WAIT_POLICY=PASSIVE, own BLAS "
+               "detection)\n  ratio    %8.2fx PyTorch\n",
+               r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
-static void print_json(const bench_result *r, int n, double peak) {
+/* A PyTorch figure, null when --no-torch left it unmeasured. */
+static void json_torch(const char *key, double v, int measured) {
+    if (measured) printf(",\"%s\":%.3f", key, v);
+    else printf(",\"%s\":null", key);
+}
+
+static void print_json(const bench_opts *b, const bench_result *r, int n, double peak) {
     const bench_result *f = &r[0];
+    int torch = !b->no_torch;
     printf("{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,\"peak_gflops\":%.1f,"
-           "\"pytorch_tokens_per_s\":%.2f,\"ratio_vs_pytorch\":%.3f,\"runs\":[",
-           f->tokens_per_s, f->gflops, f->mfu, peak, f->torch_tokens_per_s,
-           f->torch_tokens_per_s > 0 ? f->tokens_per_s / f->torch_tokens_per_s : 0);
+           "\"params\":%zu,\"T\":%d",
+           f->tokens_per_s, f->gflops, f->mfu, peak, f->params, f->T);
+    json_torch("pytorch_tokens_per_s", f->torch_tokens_per_s, torch);
+    json_torch("ratio_vs_pytorch", torch ? f->tokens_per_s / f->torch_tokens_per_s : 0, torch);
+    printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
         printf("%s{\"T\":%d,\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
-               "\"step_ms\":%.1f,\"pytorch_tokens_per_s\":%.2f",
-               i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms,
-               r[i].torch_tokens_per_s);
+               "\"step_ms\":%.1f",
+               i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms);
+        json_torch("pytorch_tokens_per_s", r[i].torch_tokens_per_s, torch);
         for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
         printf("}");
     }
     printf("]}\n");
 }
 
+/* The MFU peak, measured as `cubist train` would and written to its cache,
+ * so that train's MFU is against this figure. With --peak only this prints. */
+static double measure_peak(const bench_opts *b) {
+    double peak = cb_peak_measure();
+    char path[4200] = "";
+    cb_err e = {0};
+    if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
+        fprintf(stderr, "cubist: warning: the peak is not cached: %s\n",
+                path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+    if (b->json && b->peak_only)
+        printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
+               "\"cache\":\"%s\"}\n",
+               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path);
+    else if (!b->json)
+        printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
+               "%s\n",
+               peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
+    return peak;
+}
+
 static int run_bench(bench_opts *b) {
     omp_set_num_threads(b->threads);
-    double peak = cb_measure_peak_gflops(b->peak_only ? 2.0 : 1.0);
-    if (b->peak_only) {
-        printf(b->json ? "{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\"}\n"
-                       : "sgemm peak: %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n",
-               peak, b->threads, openblas_get_corename());
-        return 0;
-    }
-    if (!b->json)
-        printf("sgemm peak %.1f GFLOP/s on %d threads (OpenBLAS %s kernels)\n", peak, b->threads,
-               openblas_get_corename());
-    bench_result res[8] = {0};
-    int n = 0;
-    char *list = strdup(b->seq_lens), *save = NULL;
-    for (char *tok = strtok_r(list, ",", &save); tok && n < 8; tok = strtok_r(NULL, ",", &save)) {
+    double peak = measure_peak(b);
+    if (b->peak_only) return 0;
+    bench_result res[MAX_SEQ_LENS] = {0};
+    for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
-        if (bench_cubist(b, atoi(tok), peak, &res[n], &e)) {
-            free(list);
+        if (bench_cubist(b, b->T[i], peak, &res[i], &e) ||
+            (!b->no_torch && torch_bench(b, b->T[i], &res[i], &e)))
             return cli_fail(&e);
-        }
-        if (!b->no_torch) res[n].torch_tokens_per_s = torch_tokens_per_s(b, atoi(tok));
-        if (!b->json) print_result(b, &res[n], peak);
+        if (!b->json) print_result(b, &res[i], peak);
         fflush(stdout);
-        n++;
     }
-    free(list);
-    if (b->json) print_json(res, n, peak);
+    if (b->json) print_json(b, res, b->nT, peak);
     return 0;
 }
+
+/* --seq-lens "64,1024" into b->T; each a whole number in [1, ctx]. */
+static int parse_seq_lens(bench_opts *b, cb_err *e) {
+    const char *s = b->seq_lens;
+    b->nT = 0;
+    for (;;) {
+        char *end;
+        long T = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || T < 1 || T > b->ctx || b->nT == MAX_SEQ_LENS)
+            return cb_fail(e, CB_EINPUT, "--seq-lens '%s': need up to %d comma-separated lengths "
+                                         "between 1 and the context %d, e.g. 64,1024",
+                           b->seq_lens, MAX_SEQ_LENS, b->ctx);
+        b->T[b->nT++] = (int)T;
+        if (!*end) return CB_OK;
+        s = end + 1;
+    }
+}
+
+/* printf format: %d is the peak's sgemm size */
+static const char BENCH_EPILOG[] =
+    "Model GFLOP/s counts 6*N + 12*L*C*T FLOPs per token (N parameters, wpe included);\n"
+    "MFU is against the sgemm peak measured in the same run (%d^3 sgemm), which is\n"
+    "also written to the cache `cubist train` reads. PyTorch (bench/torch_bench.py)\n"
+    "runs the same model (same parameter count, checked) and step (forward, backward,\n"
+    "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
+    "settings on this machine; if it fails, the benchmark fails (or pass --no-torch).\n"
+    "\n"
+    "Other modes, each with its own --help:\n"
+    "  mpirun -np 2 cubist bench --allreduce   fused buckets vs a raw MPI_Allreduce\n"
+    "  mpirun -np 2 cubist bench --dp-step     data-parallel training steps\n"
+    "  mpirun -np 2 cubist bench --embed-grad  dense vs sparse embedding gradients\n"
+    "  cubist bench --tp-compare               1-D/2-D/3-D tensor parallelism vs formulas\n"
+    "  cubist bench --tp-compare-only 3d:8     some of those configurations (MODE:P,...)\n"
+    "  cubist bench --tp-step                  (the child job of --tp-compare)\n"
+    "  cubist bench --pipeline                 schedules x stages x micro-batches\n"
+    "  cubist bench --recompute-compare        activation recompute none/block/selective\n";
 
 int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
 int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
@@ -182,7 +264,9 @@ int cmd_bench(int argc, char **argv) {
             return cmd_bench_pp(argc, argv);
     char script[PATH_MAX + 32];
     default_script(script, sizeof script);
-    bench_opts b = {12, 768, 12, 50304, 4, 3, 2, 0, 0, 0, 0, "64,1024", script};
+    bench_opts b = {.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
+                    .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
+                    .torch_script = script};
     const cli_flag flags[] = {
         {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm GFLOP/s (the MFU peak)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
@@ -194,7 +278,8 @@ int cmd_bench(int argc, char **argv) {
         {"d-model", ARG_INT, &b.d_model, "(768)"},
         {"heads", ARG_INT, &b.heads, "(12)"},
         {"vocab", ARG_INT, &b.vocab, "(50304)"},
-        {"batch", ARG_INT, &b.batch, "(4)"},
+        {"ctx", ARG_INT, &b.ctx, "context: rows of wpe, at least every T (1024)"},
+        {"batch", ARG_INT, &b.batch, "sequences B (4)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
     };
@@ -202,18 +287,17 @@ int cmd_bench(int argc, char **argv) {
     cb_err e = {0};
     if (cli_parse("bench", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
-        cli_usage(stdout, "bench", "[--peak] [--json] [flags]", flags, n,
-                  "Model GFLOP/s counts 6*N + 12*L*C*T FLOPs per token; MFU is against the\n"
-                  "sgemm peak measured in the same run. PyTorch runs the same model and step\n"
-                  "(forward, backward, AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE\n"
-                  "unset, its best settings on this machine.\n");
+        char epilog[sizeof BENCH_EPILOG + 16];
+        snprintf(epilog, sizeof epilog, BENCH_EPILOG, CB_PEAK_N);
+        cli_usage(stdout, "bench", "[--peak] [--json] [--quick] [flags]", flags, n, epilog);
         return 0;
     }
     if (b.quick) b.seq_lens = "64";
-    cb_gpt_config c = {b.layers, b.d_model, b.heads, 64, b.vocab};
+    cb_gpt_config c = {b.layers, b.d_model, b.heads, b.ctx, b.vocab};
     if (b.threads < 1 || b.steps < 1 || b.batch < 1)
         cb_fail(&e, CB_EINPUT, "--threads, --steps and --batch must be >= 1");
-    else cb_gpt_config_check(&c, &e);
+    else if (!cb_gpt_config_check(&c, &e))
+        parse_seq_lens(&b, &e);
     if (e.code) return cli_fail(&e);
     return run_bench(&b);
 }

@@ -1,16 +1,49 @@
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "cli.h"
+#include "formats/fileio.h"
+
+/* The same file under two names (a hard link, "./x" and "x"). */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!strcmp(a, b)) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* frac < 0: --val-fraction not given. Everything a run could trip over
+ * after reading the text is refused here, so nothing is half written. */
+static int check_prepare(const char *input, const char *output, const char *val_output,
+                         double *frac, cb_err *e) {
+    if (!input || !output)
+        return cb_fail(e, CB_EINPUT, "prepare needs --input TEXT and --output FILE");
+    if (*frac >= 0 && !val_output)
+        return cb_fail(e, CB_EINPUT, "--val-fraction %g needs --val-output FILE (where the "
+                                     "validation tokens go)", *frac);
+    if (*frac < 0) *frac = 0.05;
+    if (val_output && !(*frac > 0 && *frac < 1))
+        return cb_fail(e, CB_EINPUT, "--val-fraction %g must be in (0, 1) with --val-output; pass "
+                                     "e.g. 0.05, or drop --val-output", *frac);
+    if (same_file(input, output) || (val_output && (same_file(input, val_output) ||
+                                                    same_file(output, val_output))))
+        return cb_fail(e, CB_EINPUT, "--input, --output and --val-output must be three different "
+                                     "files; name the outputs differently");
+    int rc = fio_check_writable("--output", output, e);
+    if (!rc && val_output) rc = fio_check_writable("--val-output", val_output, e);
+    return rc;
+}
 
 int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *output = NULL, *val_output = NULL;
-    double frac = 0.05;
+    double frac = -1;
     const cli_flag flags[] = {
         {"input", ARG_STR, &input, "text file to tokenise"},
         {"output", ARG_STR, &output, "training token file to write (llm.c format)"},
         {"val-output", ARG_STR, &val_output, "validation token file (the text's tail)"},
-        {"val-fraction", ARG_DOUBLE, &frac, "fraction of the text for validation (0.05)"},
+        {"val-fraction", ARG_DOUBLE, &frac,
+         "fraction of the text for validation, needs --val-output (0.05)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
@@ -19,17 +52,13 @@ int cmd_prepare(int argc, char **argv) {
         cli_usage(stdout, "prepare", "--input TEXT --output TRAIN.bin [--val-output VAL.bin]",
                   flags, n,
                   "Byte-level tokenizer: token = byte (vocab 256). Files are llm.c token files\n"
-                  "(256 x int32 header, magic 20240520, version 1, then uint16 tokens).\n");
+                  "(256 x int32 header, magic 20240520, version 1, then uint16 tokens).\n"
+                  "With --val-output the last floor(n * fraction) tokens go to the validation\n"
+                  "file and the rest to --output; both are written or neither.\n");
         return 0;
     }
-    if (!input || !output) {
-        cb_fail(&e, CB_EINPUT, "prepare needs --input TEXT and --output FILE");
+    if (check_prepare(input, output, val_output, &frac, &e) ||
+        cb_prepare_text(input, output, val_output, frac, &e))
         return cli_fail(&e);
-    }
-    if (frac < 0 || frac >= 1) {
-        cb_fail(&e, CB_EINPUT, "--val-fraction %g must be in [0, 1)", frac);
-        return cli_fail(&e);
-    }
-    if (cb_prepare_text(input, output, val_output, val_output ? frac : 0, &e)) return cli_fail(&e);
     return 0;
 }

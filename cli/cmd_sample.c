@@ -53,7 +53,10 @@ static int generate(cb_gpt *m, const char *prompt, int ntok, float temp, int top
     int *ids = malloc(sizeof(int) * cap);
     uint16_t *enc = malloc(sizeof(uint16_t) * (plen + 1));
     float *w = malloc(sizeof(float) * c->vocab);
-    if (!ids || !enc || !w) return CB_ENOMEM;
+    if (!ids || !enc || !w) {
+        free(ids), free(enc), free(w);
+        return CB_ENOMEM;
+    }
     size_t n = tk.encode(&tk, (const uint8_t *)prompt, plen, enc);
     for (size_t i = 0; i < n; i++) ids[i] = enc[i] < c->vocab ? enc[i] : 0;
     if (n == 0) ids[n++] = '\n' < c->vocab ? '\n' : 0;
@@ -71,6 +74,27 @@ static int generate(cb_gpt *m, const char *prompt, int ntok, float temp, int top
     free(ids);
     free(enc);
     free(w);
+    return CB_OK;
+}
+
+static int check_sample_flags(int ntok, float temp, int top_k, int heads, cb_err *e) {
+    if (ntok < 0) return cb_fail(e, CB_EINPUT, "--tokens %d is negative; pass how many tokens to generate", ntok);
+    if (!(temp > 0))
+        return cb_fail(e, CB_EINPUT, "--temperature %g must be > 0; 1 samples the model as it is, "
+                                     "lower is greedier", temp);
+    if (top_k < 0)
+        return cb_fail(e, CB_EINPUT, "--top-k %d is negative; pass 0 (all tokens) or k >= 1", top_k);
+    if (heads < 0)
+        return cb_fail(e, CB_EINPUT, "--heads %d is negative; pass the model's head count", heads);
+    return CB_OK;
+}
+
+/* --heads only fills in what a file without metadata lacks; the file's own
+ * n_head wins, so a different --heads is a mistake to report, as in train. */
+static int check_heads(const char *ckpt, int heads, int file_heads, cb_err *e) {
+    if (heads && heads != file_heads)
+        return cb_fail(e, CB_EINPUT, "--heads %d differs from %s, which has %d; drop the flag",
+                       heads, ckpt, file_heads);
     return CB_OK;
 }
 
@@ -93,17 +117,19 @@ int cmd_sample(int argc, char **argv) {
     if (cli_parse("sample", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
         cli_usage(stdout, "sample", "--ckpt FILE [--prompt TEXT] [flags]", flags, n,
+                  "Each token is drawn from the model's next-token distribution at the\n"
+                  "temperature, among the top-k; the same --seed gives the same text. The whole\n"
+                  "window (up to the model's context) is recomputed per token (no KV cache).\n"
                   "Vocabulary 256 decodes bytes; other vocabularies print token ids.\n");
         return 0;
     }
     if (!ckpt) cb_fail(&e, CB_EINPUT, "sample needs --ckpt FILE (written by `cubist train --save`)");
-    else if (ntok < 0 || temp <= 0)
-        cb_fail(&e, CB_EINPUT, "--tokens must be >= 0 and --temperature > 0");
+    else check_sample_flags(ntok, temp, top_k, heads, &e);
     if (e.code) return cli_fail(&e);
     cb_gpt_config c = {.n_head = heads};
     cb_gpt *m = NULL;
-    if (cb_gpt_config_from_file(ckpt, &c, &e) || cb_gpt_create(&c, 1, c.seq_len, &m, &e) ||
-        cb_gpt_load(m, ckpt, &e)) {
+    if (cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
+        cb_gpt_create(&c, 1, c.seq_len, &m, &e) || cb_gpt_load(m, ckpt, &e)) {
         cb_gpt_free(m);
         return cli_fail(&e);
     }

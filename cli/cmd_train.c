@@ -1,8 +1,10 @@
+#include <limits.h>
 #include <stdio.h>
 
 #include "args.h"
 #include "cli.h"
 #include "comm/comm.h"
+#include "train/check.h"
 #include "train/train.h"
 
 static const char EPILOG[] =
@@ -16,8 +18,10 @@ static const char EPILOG[] =
     "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
     "(N parameters, L layers, C d-model, T seq-len; attention without the causal\n"
-    "discount). The peak is --peak-gflops, else sgemm measured once per machine\n"
-    "(`cubist bench --peak`) and cached in ~/.cache/cubist.\n"
+    "discount). The peak is --peak-gflops, else the sgemm rate `cubist bench --peak`\n"
+    "measures (2048^3, this thread count, the BLAS core in use), cached in\n"
+    "$XDG_CACHE_HOME/cubist (default ~/.cache/cubist); measured on first use if\n"
+    "absent; `cubist bench --peak` re-measures and rewrites it.\n"
     "Processes: `mpirun -np N cubist train ...` splits the world into dp x pp x tp\n"
     "(tensor ranks adjacent); --batch stays the GLOBAL micro-batch, each data-\n"
     "parallel rank computes B/dp of its rows, so any layout follows the same\n"
@@ -29,9 +33,27 @@ static const char EPILOG[] =
     "Test only: CUBIST_TEST_EXIT_RANK=R [CUBIST_TEST_EXIT_STEP=S] makes world rank R\n"
     "exit with status 3 in the middle of step S (default 1), for failure tests.\n";
 
+/* Model sizes not given stay 0 ("from the checkpoint or default"); a given
+ * size must be positive, which the 0 sentinel alone could not tell. */
+static const int UNSET = INT_MIN;
+
+static int model_flags(cb_gpt_config *c, cb_err *e) {
+    int *f[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
+    const char *names[5] = {"--layers", "--d-model", "--heads", "--seq-len", "--vocab"};
+    for (int i = 0; i < 5; i++) {
+        if (*f[i] == UNSET) *f[i] = 0;
+        else if (*f[i] < 1)
+            return cb_fail(e, CB_EINPUT, "%s %d must be >= 1; pass a positive size or drop the "
+                                         "flag (default: the checkpoint's, else the built-in)",
+                           names[i], *f[i]);
+    }
+    return CB_OK;
+}
+
 int cmd_train(int argc, char **argv) {
     cb_train_opts o;
     cb_train_defaults(&o);
+    o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
         {"data", ARG_STR, &o.data, "training token file (llm.c or nanoGPT format)"},
         {"val-data", ARG_STR, &o.val_data, "validation token file"},
@@ -67,8 +89,8 @@ int cmd_train(int argc, char **argv) {
         {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
         {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
         {"dp", ARG_INT, &o.dp, "data-parallel ranks (default: processes / (pp*tp))"},
-        {"pp", ARG_INT, &o.pp, "pipeline stages (1; more: not implemented yet)"},
-        {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1; more: not implemented yet)"},
+        {"pp", ARG_INT, &o.pp, "pipeline stages (1)"},
+        {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1)"},
         {"tp-mode", ARG_STR, &o.tp_mode, "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
         {"schedule", ARG_STR, &o.pipe.schedule, "pipeline schedule: gpipe, 1f1b, interleaved"},
         {"micro-batches", ARG_INT, &o.pipe.micro_batches,
@@ -99,12 +121,14 @@ int cmd_train(int argc, char **argv) {
         cli_usage(stdout, "train", "--data FILE [flags]", flags, n, EPILOG);
         return 0;
     }
-    /* Every rank parses the same flags; from here errors are agreed across
-     * ranks and printed once (cb_comm_exit). */
-    cb_err me = {0};
-    if (cb_comm_init(&argc, &argv, &me)) return cli_fail(&me);
-    if (!rc) rc = cb_train_run(&o, &e);
-    if (rc) {
+    /* What the flags alone decide fails before MPI starts: at once, on every
+     * rank alike (each parses the same argv), printed by rank 0 only. */
+    if (!rc) rc = model_flags(&o.model, &e);
+    if (!rc) rc = cb_train_check_flags(&o, &e);
+    if (rc) return cli_fail(&e);
+    /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
+    if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
+    if (cb_train_run(&o, &e)) {
         char msg[sizeof e.msg + 8];
         snprintf(msg, sizeof msg, "error: %s", e.msg);
         cb_comm_exit(e.code == CB_EINPUT ? 2 : 1, msg);

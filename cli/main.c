@@ -49,7 +49,19 @@ int main(int argc, char **argv) {
     return 2;
 }
 
+/* This process's rank as the launcher announced it (mpirun, hydra, srun),
+ * for errors found before MPI starts: every rank finds the same one and
+ * only rank 0 prints it. 0 when not launched. */
+static int launched_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 int cli_fail(const cb_err *e) {
-    fprintf(stderr, "cubist: error: %s\n", e->msg);
+    if (launched_rank() == 0) fprintf(stderr, "cubist: error: %s\n", e->msg);
     return e->code == CB_EINPUT ? 2 : 1;
 }

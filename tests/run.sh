@@ -7,6 +7,10 @@ set -u
 cd "$(dirname "$0")/.."
 export BUILD=${BUILD:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# the MFU peak cache (cubist train, cubist bench --peak) goes to a scratch
+# directory, never the user's ~/.cache
+XDG_CACHE_HOME=$(mktemp -d); export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 only=${1:-}
 pass=0 fail=0 failed=()
 run_one() { # name, command...

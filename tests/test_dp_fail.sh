@@ -42,8 +42,8 @@ drill "batch 4 over dp=3 (np=3)" 2 "does not split over 3" 3 --batch 4 --dp 3
 drill "missing data on every rank (np=2)" 2 "nothere.bin" 2 --data nothere.bin
 drill "--zero 2 (np=2)" 2 "--zero 2 is unknown" 2 --zero 2
 drill "--embed-grad bogus (np=2)" 2 "'bogus' is unknown" 2 --embed-grad bogus
-drill "unwritable log (np=2)" 2 "cannot open the log" 2 --log /nonexistent/dir/x.jsonl
-drill "unwritable checkpoint on rank 0 only (np=2; a system error: 1)" 1 "nonexistent" 2 --save /nonexistent/dir/x.st
+drill "unwritable log (np=2)" 2 "--log /nonexistent/dir/x.jsonl: cannot write there" 2 --log /nonexistent/dir/x.jsonl
+drill "unwritable checkpoint, refused before training (np=2)" 2 "--save /nonexistent/dir/x.st: cannot write there" 2 --save /nonexistent/dir/x.st
 
 # a rank exits mid-step: the job must end non-zero, promptly, not hang
 t0=$(date +%s.%N)

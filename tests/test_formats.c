@@ -7,6 +7,7 @@
  *                                     metadata, for the same script */
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -328,8 +329,37 @@ static void test_tokens_bad_files(void) {
     expect_bad_tokens("tok_missing", fx("missing.bin"), 256, "cubist prepare");
     write_bytes(fx("empty.bin"), "", 0);
     expect_bad_tokens("tok_empty", fx("empty.bin"), 256, "empty");
-    write_bytes(fx("odd.bin"), "garbage", 7);
+    write_bytes(fx("odd.bin"), "\x01\x02\x03", 3);
     expect_bad_tokens("tok_odd_size", fx("odd.bin"), 256, "odd");
+}
+
+/* Files that are not tokens are called so, whatever --vocab is; plausible
+ * tokens above the vocab get the --vocab advice. */
+static void test_tokens_not_tokens(void) {
+    int32_t h[64] = {20240520, 1, 10}; /* the magic, but 256 bytes: no full header */
+    write_bytes(fx("short_hdr.bin"), h, sizeof h);
+    expect_bad_tokens("tok_truncated_header", fx("short_hdr.bin"), 65536, "truncated llm.c header");
+    char text[2000];
+    for (int i = 0; i < 2000; i++) text[i] = i % 61 == 60 ? '\n' : (char)('a' + i % 26);
+    write_bytes(fx("text.bin"), text, sizeof text);
+    expect_bad_tokens("tok_text_file", fx("text.bin"), 65536, "looks like a text file");
+    static uint16_t tok[50000];
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 50000; i++) { /* xorshift: uniform 16-bit garbage */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        tok[i] = (uint16_t)(x >> 24);
+    }
+    tok[0] = 1; /* no llm.c magic, no text */
+    write_bytes(fx("garbage.bin"), tok, sizeof tok);
+    expect_bad_tokens("tok_random_garbage", fx("garbage.bin"), 50304, "not a token file");
+    for (int i = 0; i < 50000; i++) { /* log-uniform ranks (density 1/r, Zipf) -> GPT-2 ids */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double u = (double)(x >> 11) / 9007199254740992.0;
+        int r = (int)exp(u * log(50257.0));
+        tok[i] = (uint16_t)((r * 7919L) % 50257);
+    }
+    write_bytes(fx("gpt2.bin"), tok, sizeof tok);
+    expect_bad_tokens("tok_gpt2_ids_vocab_256", fx("gpt2.bin"), 256, "pass `--vocab N` with N >");
 }
 
 /* ---------------------------------------------------------------- prepare */
@@ -350,6 +380,15 @@ static void test_prepare(void) {
     rc = cb_prepare_text(fx("text.txt"), fx("all.bin"), NULL, 0.1, &e);
     ok = rc == CB_OK && file_size(fx("all.bin")) == 1024 + 2000;
     check(ok, "prepare_no_val", "rc=%d size=%ld", rc, file_size(fx("all.bin")));
+    /* the validation file cannot be written: the training file must not stay behind */
+    rc = cb_prepare_text(fx("text.txt"), fx("train2.bin"), fx("nodir/val.bin"), 0.1, &e);
+    ok = rc != CB_OK && strstr(e.msg, "nodir/val.bin") && !exists(fx("train2.bin")) &&
+         !exists(fx("train2.bin.tmp"));
+    check(ok, "prepare_val_unwritable_leaves_nothing", "rc=%d train2.bin %s: %s", rc,
+          exists(fx("train2.bin")) ? "left behind" : "absent", e.msg);
+    rc = cb_prepare_text(fx("text.txt"), fx("train3.bin"), fx("val3.bin"), 0, &e);
+    ok = rc == CB_EINPUT && strstr(e.msg, "fraction of 0") && !exists(fx("train3.bin"));
+    check(ok, "prepare_val_fraction_0_refused", "rc=%d %s", rc, e.msg);
     rc = cb_prepare_text(fx("nothere.txt"), fx("x.bin"), NULL, 0, &e);
     check(rc == CB_EINPUT && strstr(e.msg, "nothere.txt"), "prepare_missing_text", "rc=%d %s", rc, e.msg);
     write_bytes(fx("empty.txt"), "", 0);
@@ -408,6 +447,7 @@ int main(int argc, char **argv) {
     test_tokens_llmc();
     test_tokens_nanogpt();
     test_tokens_bad_files();
+    test_tokens_not_tokens();
     test_prepare();
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return nfail ? 1 : 0;

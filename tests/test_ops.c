@@ -134,48 +134,48 @@ static void dump(op_case *c, const char *dir) {
 static void enc_fwd(op_case *c) {
     int *ids = (int *)c->work;
     for (int i = 0; i < c->B * c->T; i++) ids[i] = (int)c->t[0][i];
-    K->encoder_forward(c->t[3], ids, c->t[1], c->t[2], c->B, c->T, c->C);
+    K->encoder_forward(K, c->t[3], ids, c->t[1], c->t[2], c->B, c->T, c->C);
 }
 static void enc_bwd(op_case *c) {
     int *ids = (int *)c->work;
-    K->encoder_backward(c->grad[1], c->grad[2], c->dout, ids, c->B, c->T, c->C);
+    K->encoder_backward(K, c->grad[1], c->grad[2], c->dout, ids, c->B, c->T, c->C);
 }
 
 static void ln_fwd(op_case *c) {
     int N = c->B * c->T;
-    K->layernorm_forward(c->t[3], c->work, c->work + N, c->t[0], c->t[1], c->t[2], N, c->C);
+    K->layernorm_forward(K, c->t[3], c->work, c->work + N, c->t[0], c->t[1], c->t[2], N, c->C);
 }
 static void ln_bwd(op_case *c) {
     int N = c->B * c->T;
-    K->layernorm_backward(c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->work,
+    K->layernorm_backward(K, c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->work,
                           c->work + N, N, c->C);
 }
 
 static void mm_fwd(op_case *c) {
-    K->matmul_forward(c->t[3], c->t[0], c->t[1], c->t[2], c->B * c->T, c->IC, c->OC);
+    K->matmul_forward(K, c->t[3], c->t[0], c->t[1], c->t[2], c->B * c->T, c->IC, c->OC);
 }
 static void mm_bwd(op_case *c) {
-    K->matmul_backward(c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->B * c->T,
+    K->matmul_backward(K, c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->B * c->T,
                        c->IC, c->OC);
 }
 
 static void head_fwd(op_case *c) {
-    K->head_forward(c->t[2], c->t[0], c->t[1], c->B * c->T, c->C, c->V);
+    K->head_forward(K, c->t[2], c->t[0], c->t[1], c->B * c->T, c->C, c->V);
 }
 static void head_bwd(op_case *c) {
-    K->head_backward(c->grad[0], c->grad[1], c->dout, c->t[0], c->t[1], c->B * c->T, c->C, c->V);
+    K->head_backward(K, c->grad[0], c->grad[1], c->dout, c->t[0], c->t[1], c->B * c->T, c->C, c->V);
 }
 
 static void att_fwd(op_case *c) {
-    K->attention_forward(c->t[1], c->t[2], c->t[0], c->B, c->T, c->C, c->NH);
+    K->attention_forward(K, c->t[1], c->t[2], c->t[0], c->B, c->T, c->C, c->NH);
 }
 static void att_bwd(op_case *c) {
-    K->attention_backward(c->grad[0], c->work, c->dout, c->t[0], c->t[2], c->B, c->T, c->C,
+    K->attention_backward(K, c->grad[0], c->work, c->dout, c->t[0], c->t[2], c->B, c->T, c->C,
                           c->NH);
 }
 
-static void gelu_fwd(op_case *c) { K->gelu_forward(c->t[1], c->t[0], c->len[0]); }
-static void gelu_bwd(op_case *c) { K->gelu_backward(c->grad[0], c->t[0], c->dout, c->len[0]); }
+static void gelu_fwd(op_case *c) { K->gelu_forward(K, c->t[1], c->t[0], c->len[0]); }
+static void gelu_bwd(op_case *c) { K->gelu_backward(K, c->grad[0], c->t[0], c->dout, c->len[0]); }
 
 /* losses = crossentropy(logits); L = sum(losses * dout) with dout = dloss
  * everywhere, which is what the kernel's backward differentiates. */
@@ -184,12 +184,12 @@ static void xent_fwd(op_case *c) {
     int *tg = (int *)c->work;
     for (int i = 0; i < N; i++) tg[i] = (int)c->t[1][i];
     memcpy(c->t[3], c->t[0], sizeof(float) * c->len[0]);
-    K->crossentropy_forward(c->t[2], c->t[3], tg, N, c->V);
+    K->crossentropy_forward(K, c->t[2], c->t[3], tg, N, c->V);
 }
 static void xent_bwd(op_case *c) {
     int N = c->B * c->T;
     xent_fwd(c);
-    K->crossentropy_backward(c->t[3], (int *)c->work, c->dloss, N, c->V);
+    K->crossentropy_backward(K, c->t[3], (int *)c->work, c->dloss, N, c->V);
     for (size_t i = 0; i < c->len[0]; i++) c->grad[0][i] += c->t[3][i];
     xent_fwd(c);
 }

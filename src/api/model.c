@@ -536,9 +536,9 @@ static float exec(cb_model *m, const pp_op *o, int mb) {
     case OP_NORM_B:
         L->ops->norm_backward(L, &l->norm, p[0], p[1], p[2], l->mean + r0, l->rstd + r0, Nm);
         break;
-    case OP_GELU_F: k->gelu_forward(p[1], p[0], n[0]); break;
-    case OP_GELU_B: k->gelu_backward(p[2], p[0], p[1], n[0]); break;
-    case OP_ADD: k->residual_forward(p[0], p[1], p[2], n[1]); break;
+    case OP_GELU_F: k->gelu_forward(k, p[1], p[0], n[0]); break;
+    case OP_GELU_B: k->gelu_backward(k, p[2], p[0], p[1], n[0]); break;
+    case OP_ADD: k->residual_forward(k, p[0], p[1], p[2], n[1]); break;
     case OP_COPY: memcpy(p[0], p[1], sizeof(float) * n[1]); break;
     case OP_ZERO: memset(p[0], 0, sizeof(float) * n[0]); break;
     case OP_HEAD_F:
@@ -754,7 +754,7 @@ static void tie_grads(cb_model *m) {
         cb_comm_irecv(c, "pp.tie", in, n, peer, 1, &r[0]);
         cb_comm_isend(c, "pp.tie", g, n, peer, 1, &r[1]);
         cb_comm_waitall(r, 2);
-        cb_kernels_cpu()->residual_forward(g, g, in, n);
+        cb_kernels_cpu()->residual_forward(cb_kernels_cpu(), g, g, in, n);
         free(in);
     }
 }
@@ -769,13 +769,13 @@ float cb_model_step(cb_model *m, int step) {
     }
     if (g->dp > 1) {
         cb_comm_allreduce(&g->dpg, "grad", m->grads, m->grads, n, CB_COMM_SUM);
-        k->scale(m->grads, 1.0f / g->dp, n);
+        k->scale(k, m->grads, 1.0f / g->dp, n);
     }
     double ss = cb_ptable_sumsq(&m->pt, m->grads);
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(m->opt.c.clip, norm);
-    if (s < 1.0f) k->scale(m->grads, s, n);
+    if (s < 1.0f) k->scale(k, m->grads, s, n);
     cb_adamw_step(&m->opt, k, m->params, m->grads, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
     return (float)norm;
 }

@@ -1,8 +1,10 @@
 /* `cubist prepare`: text -> train and validation token files. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cubist.h"
 #include "data/tokenizer.h"
+#include "data/tokens.h"
 #include "formats/fileio.h"
 
 /* Token counts of the two files; both must be trainable (>= 2 tokens). */
@@ -17,13 +19,19 @@ static int split(const char *text_path, size_t n, int has_val, double val_frac,
     return CB_OK;
 }
 
+/* Both files or neither: each is staged to its .tmp first, and if the
+ * second rename fails the first file is removed again. */
 static int write_split(const char *text_path, const uint16_t *ids, size_t n, const char *train_path,
                        const char *val_path, double val_frac, cb_err *e) {
-    const int has_val = val_path && val_frac > 0;
+    const int has_val = val_path != NULL;
     size_t ntrain, nval;
+    fio_atomic ta = {.fd = -1}, va = {.fd = -1};
     int rc = split(text_path, n, has_val, val_frac, &ntrain, &nval, e);
-    if (!rc) rc = cb_tokens_write(train_path, ids, ntrain, e);
-    if (!rc && has_val) rc = cb_tokens_write(val_path, ids + ntrain, nval, e);
+    if (!rc) rc = cb_tokens_stage(&ta, train_path, ids, ntrain, e);
+    if (!rc && has_val && (rc = cb_tokens_stage(&va, val_path, ids + ntrain, nval, e)))
+        fio_atomic_abort(&ta);
+    if (!rc && (rc = fio_atomic_commit(&ta, e))) fio_atomic_abort(&va);
+    if (!rc && has_val && (rc = fio_atomic_commit(&va, e))) unlink(train_path);
     return rc;
 }
 
@@ -31,6 +39,9 @@ int cb_prepare_text(const char *text_path, const char *train_path,
                     const char *val_path, double val_frac, cb_err *e) {
     if (!(val_frac >= 0 && val_frac < 1))
         return cb_fail(e, CB_EINPUT, "validation fraction %g is outside [0, 1); pass a value like 0.1", val_frac);
+    if (val_path && val_frac == 0)
+        return cb_fail(e, CB_EINPUT, "%s: a validation file with a validation fraction of 0 would be "
+                       "empty; pass a fraction like 0.05 or drop the validation file", val_path);
     void *text;
     size_t len;
     int rc = fio_map(text_path, "check the path to the text file", &text, &len, e);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cubist.h"
+#include "data/tokens.h"
 #include "formats/fileio.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are little-endian; add byte swapping");
@@ -42,7 +43,41 @@ static int open_nanogpt(const char *path, cb_tokens *t, cb_err *e) {
     return CB_OK;
 }
 
-/* Finds the first token >= vocab; the common all-valid case is one pass. */
+/* Text passed where tokens belong: every byte of the first 4 KB is
+ * printable ASCII, whitespace or UTF-8. Token files never are: byte tokens
+ * have a zero high byte, and any tokenizer's frequent small ids put bytes
+ * below 0x20 into the file. */
+static int looks_like_text(const uint8_t *p, size_t n) {
+    if (n > 4096) n = 4096;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') return 0;
+    return 1;
+}
+
+/* Token streams are heavy-tailed (Zipf): the 256 most frequent ids cover
+ * half of English text in GPT-2's BPE and all of a byte-level file, while
+ * uniform garbage spreads over all 65536 values (a few percent for 256 ids).
+ * Below 1024 tokens the test cannot tell, and the file gets the benefit. */
+static int looks_like_tokens(const uint16_t *tok, size_t n) {
+    if (n < 1024) return 1;
+    uint32_t *count = calloc(65536, sizeof *count);
+    if (!count) return 1;
+    for (size_t i = 0; i < n; i++) count[tok[i]]++;
+    uint32_t top[256] = {0}; /* the 256 largest counts, top[0] the smallest */
+    for (size_t v = 0; v < 65536; v++) {
+        if (count[v] <= top[0]) continue;
+        int j = 0;
+        while (j < 255 && top[j + 1] < count[v]) top[j] = top[j + 1], j++;
+        top[j] = count[v];
+    }
+    free(count);
+    uint64_t covered = 0;
+    for (int j = 0; j < 256; j++) covered += top[j];
+    return covered * 4 >= n; /* at least 25% */
+}
+
+/* Finds the first token >= vocab; the common all-valid case is one pass. A
+ * file that does not look like tokens is called so, not sent to --vocab. */
 static int check_vocab(const char *path, const cb_tokens *t, int vocab, cb_err *e) {
     if (vocab >= 65536) return CB_OK;
     unsigned mx = 0;
@@ -50,6 +85,10 @@ static int check_vocab(const char *path, const cb_tokens *t, int vocab, cb_err *
     if (mx < (unsigned)vocab) return CB_OK;
     size_t i = 0;
     while (t->tok[i] < vocab) i++;
+    if (t->format == CB_TOK_NANOGPT && !looks_like_tokens(t->tok, t->n))
+        return cb_fail(e, CB_EINPUT, "%s: not a token file: no llm.c header, and read as uint16 "
+                       "tokens its values spread like random data (token %zu is %u, vocab %d); %s",
+                       path, i, t->tok[i], vocab, PREPARE_HINT);
     return cb_fail(e, CB_EINPUT, "%s: token %zu is %u, not below the vocab size %d; pass `--vocab N` with N > %u "
                    "(or the tokenizer's vocab)", path, i, t->tok[i], vocab, mx);
 }
@@ -57,7 +96,14 @@ static int check_vocab(const char *path, const cb_tokens *t, int vocab, cb_err *
 static int detect(const char *path, int vocab, cb_tokens *t, cb_err *e) {
     int32_t magic = 0;
     if (t->maplen == 0) return cb_fail(e, CB_EINPUT, "%s: file is empty; %s", path, PREPARE_HINT);
-    if (t->maplen >= LLMC_HEADER) memcpy(&magic, t->map, sizeof magic);
+    if (t->maplen >= sizeof magic) memcpy(&magic, t->map, sizeof magic);
+    if (magic == LLMC_MAGIC && t->maplen < LLMC_HEADER)
+        return cb_fail(e, CB_EINPUT, "%s: truncated llm.c header: the file starts with the llm.c magic %d "
+                       "but has %zu bytes, fewer than the %d-byte header; copy it again or re-run "
+                       "`cubist prepare`", path, LLMC_MAGIC, t->maplen, LLMC_HEADER);
+    if (magic != LLMC_MAGIC && looks_like_text(t->map, t->maplen))
+        return cb_fail(e, CB_EINPUT, "%s: looks like a text file, not a token file; turn it into tokens "
+                       "with `cubist prepare --input %s --output FILE.bin`", path, path);
     int rc = magic == LLMC_MAGIC ? open_llmc(path, t, e) : open_nanogpt(path, t, e);
     if (rc) return rc;
     if (t->n < 2)
@@ -81,15 +127,19 @@ void cb_tokens_close(cb_tokens *t) {
     memset(t, 0, sizeof *t);
 }
 
-int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, cb_err *e) {
     if (n > INT32_MAX)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
                        "split the text into shards", path, n);
     int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n};
-    fio_atomic a;
-    int rc = fio_atomic_open(&a, path, e);
-    if (!rc) rc = fio_atomic_write(&a, h, sizeof h, e);
-    if (!rc && n) rc = fio_atomic_write(&a, tok, n * sizeof *tok, e);
-    if (!rc) rc = fio_atomic_commit(&a, e);
+    int rc = fio_atomic_open(a, path, e);
+    if (!rc) rc = fio_atomic_write(a, h, sizeof h, e);
+    if (!rc && n) rc = fio_atomic_write(a, tok, n * sizeof *tok, e);
     return rc;
+}
+
+int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+    fio_atomic a;
+    int rc = cb_tokens_stage(&a, path, tok, n, e);
+    return rc ? rc : fio_atomic_commit(&a, e);
 }

@@ -118,3 +118,34 @@ int fio_atomic_commit(fio_atomic *a, cb_err *e) {
                             a->path, strerror(err));
     return CB_OK;
 }
+
+/* The directory part of path ("." for a bare name, "/" for "/x"). */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+}
+
+int fio_check_writable(const char *flag, const char *path, cb_err *e) {
+    struct stat st;
+    if (!path[0])
+        return cb_fail(e, CB_EINPUT, "%s: the path is empty; pass a file name", flag);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return cb_fail(e, CB_EINPUT, "%s %s is a directory; pass a file name inside it", flag, path);
+    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        return cb_fail(e, CB_EINPUT, "%s %s exists and cannot be written (%s); make it writable or "
+                                     "choose another name", flag, path, strerror(errno));
+    char *dir = dir_of(path);
+    if (!dir) return cb_fail(e, CB_ENOMEM, "out of memory checking %s", path);
+    int rc = CB_OK;
+    if (stat(dir, &st) != 0)
+        rc = cb_fail(e, CB_EINPUT, "%s %s: cannot write there: directory %s: %s; create it first or "
+                                   "fix the path", flag, path, dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = cb_fail(e, CB_EINPUT, "%s %s: cannot write there: %s is not a directory; fix the path",
+                     flag, path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        rc = cb_fail(e, CB_EINPUT, "%s %s: cannot write there: directory %s: %s; choose a writable "
+                                   "directory", flag, path, dir, strerror(errno));
+    free(dir);
+    return rc;
+}

@@ -27,4 +27,9 @@ int fio_atomic_commit(fio_atomic *a, cb_err *e);
 /* Drops the temporary file; safe after a failed call. */
 void fio_atomic_abort(fio_atomic *a);
 
+/* Can path be written (atomically or not) later: its directory exists, is a
+ * directory and is writable, and path itself is not a directory (nor, if it
+ * exists, read-only). Creates nothing. CB_EINPUT naming `flag` and the fix. */
+int fio_check_writable(const char *flag, const char *path, cb_err *e);
+
 #endif

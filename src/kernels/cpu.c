@@ -37,8 +37,9 @@ static inline float exp_approx(float x) {
 static inline float tanh_approx(float u) { return 1.0f - 2.0f / (exp_approx(2.0f * u) + 1.0f); }
 
 /* out (B,T,C) = wte[inp] + wpe[t] */
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C) {
+static void encoder_forward(const cb_kernels *k, float *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+    (void)k;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         const float *we = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
@@ -49,8 +50,9 @@ static void encoder_forward(float *out, const int *inp, const float *wte, const 
 
 /* Serial in the token order: two positions may hold the same token, and a
  * fixed order keeps the sums reproducible. The cost is B*T*C adds. */
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C) {
+static void encoder_backward(const cb_kernels *k, float *dwte, float *dwpe, const float *dout,
+                             const int *inp, int B, int T, int C) {
+    (void)k;
     for (int bt = 0; bt < B * T; bt++) {
         const float *d = dout + (size_t)bt * C;
         float *we = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
@@ -62,8 +64,9 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 }
 
 /* out (N,C) normalised over C; mean, rstd (N) */
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+static void layernorm_forward(const cb_kernels *k, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C) {
+    (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
@@ -83,9 +86,10 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 /* dinp (N,C) accumulates. dw, db (C) are summed over rows by column chunk,
  * one chunk per thread, so no two threads write the same float. */
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C) {
+static void layernorm_backward(const cb_kernels *k, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+    (void)k;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
@@ -120,16 +124,17 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
-static void matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int IC, int OC) {
+static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int IC, int OC) {
+    (void)k;
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, bias, sizeof(float) * OC);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, w, OC,
-                beta, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, w, OC, beta,
+                out, OC);
 }
 
 /* Column sums of dout (N,OC) into dbias, a column chunk per thread. */
@@ -146,26 +151,30 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC) {
 }
 
 /* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
-static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC) {
+static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w, int N, int IC,
+                            int OC) {
+    (void)k;
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC,
-                    0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC,
-                1.0f, dw, OC);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f,
+                    dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f,
+                dw, OC);
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
 /* out (N,V) = inp (N,C) @ w (V,C)^T */
-static void head_forward(float *out, const float *inp, const float *w, int N, int C, int V) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, w, C, 0.0f, out,
-                V);
+static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
+                         int C, int V) {
+    (void)k;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, w, C, 0.0f, out, V);
 }
 
-static void head_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, int N, int C, int V) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dout, V, w, C, 0.0f,
-                dinp, C);
+static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
+                          const float *inp, const float *w, int N, int C, int V) {
+    (void)k;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dout, V, w, C, 0.0f, dinp,
+                C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dout, V, inp, C, 1.0f, dw,
                 C);
 }
@@ -188,8 +197,9 @@ static void causal_softmax(float *s, int T) {
 
 /* qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T). One (b,h) pair per task; each
  * GEMM runs on its calling thread. */
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH) {
+static void attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH) {
+    (void)k;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -200,8 +210,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
                     0.0f, s, T);
         causal_softmax(s, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C,
-                    0.0f, out + (size_t)b * T * C + h * hs, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C, 0.0f,
+                    out + (size_t)b * T * C + h * hs, C);
     }
 }
 
@@ -216,8 +226,9 @@ static void softmax_backward(float *dp, const float *p, int T, float scale) {
     }
 }
 
-static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
+static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+    (void)k;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -239,7 +250,8 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
     }
 }
 
-static void gelu_forward(float *out, const float *inp, size_t n) {
+static void gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -247,7 +259,9 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+    (void)k;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
@@ -257,13 +271,17 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
     }
 }
 
-static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+static void residual_forward(const cb_kernels *k, float *out, const float *a, const float *b,
+                             size_t n) {
+    (void)k;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 /* logits (N,V) -> probabilities in place; losses (N) */
-static void crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V) {
+static void crossentropy_forward(const cb_kernels *k, float *losses, float *logits,
+                                 const int *targets, int N, int V) {
+    (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
@@ -279,7 +297,9 @@ static void crossentropy_forward(float *losses, float *logits, const int *target
     }
 }
 
-static void crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V) {
+static void crossentropy_backward(const cb_kernels *k, float *probs, const int *targets,
+                                  float dloss, int N, int V) {
+    (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = probs + (size_t)i * V;
@@ -290,7 +310,8 @@ static void crossentropy_backward(float *probs, const int *targets, float dloss,
 
 /* Each thread sums a fixed static range; the partials are added in thread
  * order, so the result depends only on the thread count. */
-static double sumsq(const float *x, size_t n) {
+static double sumsq(const cb_kernels *k, const float *x, size_t n) {
+    (void)k;
     double part[256] = {0};
     int nt = 1;
 #pragma omp parallel
@@ -308,13 +329,15 @@ static double sumsq(const float *x, size_t n) {
     return s;
 }
 
-static void scale(float *x, float s, size_t n) {
+static void scale(const cb_kernels *k, float *x, float s, size_t n) {
+    (void)k;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, float bc1, float bc2) {
+static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+    (void)k;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float mi = beta1 * m[i] + (1.0f - beta1) * g[i];

@@ -1,5 +1,8 @@
 /* The narrow compute interface. Model code calls kernels only through this
- * table, so a GPU backend is one more table. Conventions: row-major;
+ * table, so a GPU backend is one more table. Every kernel receives the table
+ * it was called through (k->fn(k, ...)), so a table that wraps another, such
+ * as the profiler (profile.h), finds its own state there instead of in
+ * globals; the CPU kernels ignore it. Conventions: row-major;
  * activation gradients (d<inp>) are overwritten unless the comment says
  * "accumulates"; parameter gradients always accumulate (gradient
  * accumulation over micro-batches). Kernels assume valid shapes. */
@@ -8,55 +11,62 @@
 
 #include <stddef.h>
 
-typedef struct cb_kernels {
+typedef struct cb_kernels cb_kernels;
+struct cb_kernels {
     const char *name;
     /* out (B,T,C) = wte[inp (B,T)] + wpe[t] */
-    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C);
+    void (*encoder_forward)(const cb_kernels *k, float *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C);
     /* dwte, dwpe accumulate */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C);
+    void (*encoder_backward)(const cb_kernels *k, float *dwte, float *dwpe, const float *dout,
+                             const int *inp, int B, int T, int C);
     /* out (N,C); mean, rstd (N) saved for backward */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+    void (*layernorm_forward)(const cb_kernels *k, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C);
     /* dinp accumulates (it is the residual stream); dw, db accumulate */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C);
+    void (*layernorm_backward)(const cb_kernels *k, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
     /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias (OC, may be NULL) */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int IC, int OC);
+    void (*matmul_forward)(const cb_kernels *k, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int IC, int OC);
     /* dinp (may be NULL) overwritten; dw, dbias (may be NULL) accumulate */
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC);
+    void (*matmul_backward)(const cb_kernels *k, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w, int N, int IC,
+                            int OC);
     /* out (N,V) = inp (N,C) @ w (V,C)^T: the tied LM head */
-    void (*head_forward)(float *out, const float *inp, const float *w, int N, int C, int V);
+    void (*head_forward)(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
+                         int C, int V);
     /* dinp overwritten, dw accumulates */
-    void (*head_backward)(float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, int N, int C, int V);
+    void (*head_backward)(const cb_kernels *k, float *dinp, float *dw, const float *dout,
+                          const float *inp, const float *w, int N, int C, int V);
     /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) causal softmax probabilities */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
+    void (*attention_forward)(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH);
     /* dqkv (B,T,3C) overwritten; scratch (B,NH,T,T) */
-    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    void (*attention_backward)(const cb_kernels *k, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
     /* elementwise over n; tanh approximation */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n);
     /* out = a + b over n (out may alias a) */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*residual_forward)(const cb_kernels *k, float *out, const float *a, const float *b,
+                             size_t n);
     /* logits (N,V) replaced by softmax probabilities; losses (N) = -log p[target] */
-    void (*crossentropy_forward)(float *losses, float *logits, const int *targets, int N, int V);
+    void (*crossentropy_forward)(const cb_kernels *k, float *losses, float *logits,
+                                 const int *targets, int N, int V);
     /* probs (N,V) replaced by d(sum losses * dloss)/dlogits */
-    void (*crossentropy_backward)(float *probs, const int *targets, float dloss, int N, int V);
+    void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
+                                  float dloss, int N, int V);
     /* sum of squares, in double, reproducible for a fixed thread count */
-    double (*sumsq)(const float *x, size_t n);
-    void (*scale)(float *x, float s, size_t n);
+    double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
+    void (*scale)(const cb_kernels *k, float *x, float s, size_t n);
     /* one AdamW step on n parameters: p -= lr*(wd*p + mhat/(sqrt(vhat)+eps)) with
      * bias corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, float bc1, float bc2);
-} cb_kernels;
+    void (*adamw)(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
+};
 
 const cb_kernels *cb_kernels_cpu(void);
 

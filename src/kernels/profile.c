@@ -5,148 +5,142 @@
 const char *const cb_prof_names[PROF_N] = {"gemm",        "attention", "layernorm",
                                            "elementwise", "loss",      "optimizer"};
 
-static const cb_kernels *inner;
-static double ms[PROF_N];
-
-void cb_prof_reset(void) {
-    for (int i = 0; i < PROF_N; i++) ms[i] = 0;
+void cb_prof_reset(cb_prof *p) {
+    for (int i = 0; i < PROF_N; i++) p->ms[i] = 0;
 }
 
-double cb_prof_ms(int cls) { return ms[cls]; }
+double cb_prof_ms(const cb_prof *p, int cls) { return p->ms[cls]; }
 
-#define TIMED(cls, call)                                                                           \
+const cb_kernels *cb_prof_kernels(const cb_prof *p) { return &p->table; }
+
+/* The table a wrapper was called through is its profiler's first member;
+ * the profiler itself is the caller's (never const), so the cast is sound. */
+static cb_prof *prof_of(const cb_kernels *k) { return (cb_prof *)k; }
+
+/* Times inner->fn(inner, ...) into class cls of the profiler owning k. */
+#define TIMED(cls, fn, ...)                                                                        \
     do {                                                                                           \
+        cb_prof *p_ = prof_of(k);                                                                  \
         double t0_ = omp_get_wtime();                                                              \
-        call;                                                                                      \
-        ms[cls] += (omp_get_wtime() - t0_) * 1e3;                                                  \
+        p_->inner->fn(p_->inner, __VA_ARGS__);                                                     \
+        p_->ms[cls] += (omp_get_wtime() - t0_) * 1e3;                                              \
     } while (0)
 
-static void p_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
-                              int T, int C) {
-    TIMED(PROF_ELEMENTWISE, inner->encoder_forward(out, inp, wte, wpe, B, T, C));
+static void p_encoder_forward(const cb_kernels *k, float *out, const int *inp, const float *wte,
+                              const float *wpe, int B, int T, int C) {
+    TIMED(PROF_ELEMENTWISE, encoder_forward, out, inp, wte, wpe, B, T, C);
 }
 
-static void p_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                               int T, int C) {
-    TIMED(PROF_ELEMENTWISE, inner->encoder_backward(dwte, dwpe, dout, inp, B, T, C));
+static void p_encoder_backward(const cb_kernels *k, float *dwte, float *dwpe, const float *dout,
+                               const int *inp, int B, int T, int C) {
+    TIMED(PROF_ELEMENTWISE, encoder_backward, dwte, dwpe, dout, inp, B, T, C);
 }
 
-static void p_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int N, int C) {
-    TIMED(PROF_NORM, inner->layernorm_forward(out, mean, rstd, inp, w, b, N, C));
+static void p_layernorm_forward(const cb_kernels *k, float *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int N, int C) {
+    TIMED(PROF_NORM, layernorm_forward, out, mean, rstd, inp, w, b, N, C);
 }
 
-static void p_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, const float *mean,
-                                 const float *rstd, int N, int C) {
-    TIMED(PROF_NORM, inner->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C));
+static void p_layernorm_backward(const cb_kernels *k, float *dinp, float *dw, float *db,
+                                 const float *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int N, int C) {
+    TIMED(PROF_NORM, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-static void p_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
-                             int IC, int OC) {
-    TIMED(PROF_GEMM, inner->matmul_forward(out, inp, w, bias, N, IC, OC));
+static void p_matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
+                             const float *bias, int N, int IC, int OC) {
+    TIMED(PROF_GEMM, matmul_forward, out, inp, w, bias, N, IC, OC);
 }
 
-static void p_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                              const float *inp, const float *w, int N, int IC, int OC) {
-    TIMED(PROF_GEMM, inner->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC));
+static void p_matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
+                              const float *dout, const float *inp, const float *w, int N, int IC,
+                              int OC) {
+    TIMED(PROF_GEMM, matmul_backward, dinp, dw, dbias, dout, inp, w, N, IC, OC);
 }
 
-static void p_head_forward(float *out, const float *inp, const float *w, int N, int C, int V) {
-    TIMED(PROF_GEMM, inner->head_forward(out, inp, w, N, C, V));
+static void p_head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
+                           int C, int V) {
+    TIMED(PROF_GEMM, head_forward, out, inp, w, N, C, V);
 }
 
-static void p_head_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, int N, int C, int V) {
-    TIMED(PROF_GEMM, inner->head_backward(dinp, dw, dout, inp, w, N, C, V));
+static void p_head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, int N, int C, int V) {
+    TIMED(PROF_GEMM, head_backward, dinp, dw, dout, inp, w, N, C, V);
 }
 
-static void p_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                int NH) {
-    TIMED(PROF_ATTENTION, inner->attention_forward(out, att, qkv, B, T, C, NH));
+static void p_attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv,
+                                int B, int T, int C, int NH) {
+    TIMED(PROF_ATTENTION, attention_forward, out, att, qkv, B, T, C, NH);
 }
 
-static void p_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int C, int NH) {
-    TIMED(PROF_ATTENTION, inner->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH));
+static void p_attention_backward(const cb_kernels *k, float *dqkv, float *scratch,
+                                 const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int C, int NH) {
+    TIMED(PROF_ATTENTION, attention_backward, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
-static void p_gelu_forward(float *out, const float *inp, size_t n) {
-    TIMED(PROF_ELEMENTWISE, inner->gelu_forward(out, inp, n));
+static void p_gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_forward, out, inp, n);
 }
 
-static void p_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TIMED(PROF_ELEMENTWISE, inner->gelu_backward(dinp, inp, dout, n));
+static void p_gelu_backward(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                            size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_backward, dinp, inp, dout, n);
 }
 
-static void p_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    TIMED(PROF_ELEMENTWISE, inner->residual_forward(out, a, b, n));
+static void p_residual_forward(const cb_kernels *k, float *out, const float *a, const float *b,
+                               size_t n) {
+    TIMED(PROF_ELEMENTWISE, residual_forward, out, a, b, n);
 }
 
-static void p_crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V) {
-    TIMED(PROF_LOSS, inner->crossentropy_forward(losses, logits, targets, N, V));
+static void p_crossentropy_forward(const cb_kernels *k, float *losses, float *logits,
+                                   const int *targets, int N, int V) {
+    TIMED(PROF_LOSS, crossentropy_forward, losses, logits, targets, N, V);
 }
 
-static void p_crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V) {
-    TIMED(PROF_LOSS, inner->crossentropy_backward(probs, targets, dloss, N, V));
+static void p_crossentropy_backward(const cb_kernels *k, float *probs, const int *targets,
+                                    float dloss, int N, int V) {
+    TIMED(PROF_LOSS, crossentropy_backward, probs, targets, dloss, N, V);
 }
 
-static void p_scale(float *x, float s, size_t n) { TIMED(PROF_OPTIMIZER, inner->scale(x, s, n)); }
-
-static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                    float beta2, float eps, float wd, float bc1, float bc2) {
-    TIMED(PROF_OPTIMIZER, inner->adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2));
+static void p_scale(const cb_kernels *k, float *x, float s, size_t n) {
+    TIMED(PROF_OPTIMIZER, scale, x, s, n);
 }
 
-static double p_sumsq(const float *x, size_t n) {
-    double t0 = omp_get_wtime(), s = inner->sumsq(x, n);
-    ms[PROF_OPTIMIZER] += (omp_get_wtime() - t0) * 1e3;
+static void p_adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+                    float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+    TIMED(PROF_OPTIMIZER, adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+}
+
+static double p_sumsq(const cb_kernels *k, const float *x, size_t n) {
+    cb_prof *p = prof_of(k);
+    double t0 = omp_get_wtime(), s = p->inner->sumsq(p->inner, x, n);
+    p->ms[PROF_OPTIMIZER] += (omp_get_wtime() - t0) * 1e3;
     return s;
 }
 
-static cb_kernels profiled;
-
-const cb_kernels *cb_kernels_profiled(const cb_kernels *in) {
-    inner = in;
-    profiled = (cb_kernels){
+void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
+    p->inner = inner;
+    cb_prof_reset(p);
+    p->table = (cb_kernels){
         .name = "profiled",
-
         .encoder_forward = p_encoder_forward,
-
         .encoder_backward = p_encoder_backward,
-
         .layernorm_forward = p_layernorm_forward,
-
         .layernorm_backward = p_layernorm_backward,
-
         .matmul_forward = p_matmul_forward,
-
         .matmul_backward = p_matmul_backward,
-
         .head_forward = p_head_forward,
-
         .head_backward = p_head_backward,
-
         .attention_forward = p_attention_forward,
-
         .attention_backward = p_attention_backward,
-
         .gelu_forward = p_gelu_forward,
-
         .gelu_backward = p_gelu_backward,
-
         .residual_forward = p_residual_forward,
-
         .crossentropy_forward = p_crossentropy_forward,
-
         .crossentropy_backward = p_crossentropy_backward,
-
         .scale = p_scale,
-
         .adamw = p_adamw,
-
         .sumsq = p_sumsq,
-
     };
-    return &profiled;
 }

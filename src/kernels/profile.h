@@ -1,5 +1,6 @@
 /* A kernel table that times every call of an inner table, for the
- * benchmark's breakdown of where a step goes. One profiler per process. */
+ * benchmark's breakdown of where a step goes. The caller owns the profiler:
+ * any number can run side by side, each with its own counters. */
 #ifndef CB_PROFILE_H
 #define CB_PROFILE_H
 
@@ -8,8 +9,15 @@
 enum { PROF_GEMM, PROF_ATTENTION, PROF_NORM, PROF_ELEMENTWISE, PROF_LOSS, PROF_OPTIMIZER, PROF_N };
 extern const char *const cb_prof_names[PROF_N];
 
-/* Wraps inner; cb_prof_ms accumulates milliseconds per class until reset. */
-const cb_kernels *cb_kernels_profiled(const cb_kernels *inner);
-void cb_prof_reset(void);
-double cb_prof_ms(int cls);
+typedef struct cb_prof {
+    cb_kernels table; /* first: a kernel called through it gets &table, i.e. the profiler */
+    const cb_kernels *inner;
+    double ms[PROF_N]; /* milliseconds per class since init or reset */
+} cb_prof;
+
+/* Wraps inner; cb_prof_kernels(p) is the table to install (valid while p lives). */
+void cb_prof_init(cb_prof *p, const cb_kernels *inner);
+const cb_kernels *cb_prof_kernels(const cb_prof *p);
+void cb_prof_reset(cb_prof *p);
+double cb_prof_ms(const cb_prof *p, int cls);
 #endif

@@ -42,48 +42,48 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
 
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
-    L->k->encoder_forward(x, ids, e->wte, e->wpe, B, T, e->C);
+    L->k->encoder_forward(L->k, x, ids, e->wte, e->wpe, B, T, e->C);
 }
 
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
-    L->k->encoder_backward(e->dwte, e->dwpe, dx, ids, B, T, e->C);
+    L->k->encoder_backward(L->k, e->dwte, e->dwpe, dx, ids, B, T, e->C);
 }
 
 static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
                          float *rstd, int N) {
-    L->k->layernorm_forward(y, mean, rstd, x, n->w, n->b, N, n->C);
+    L->k->layernorm_forward(L->k, y, mean, rstd, x, n->w, n->b, N, n->C);
 }
 
 static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
-    L->k->layernorm_backward(dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
+    L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
 }
 
 static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
-    L->k->matmul_forward(y, x, l->w, l->b, N, l->in, l->out);
+    L->k->matmul_forward(L->k, y, x, l->w, l->b, N, l->in, l->out);
 }
 
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
-    L->k->matmul_backward(dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
+    L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
 }
 
 static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
                               int C, int NH) {
-    L->k->attention_forward(y, att, qkv, B, T, C, NH);
+    L->k->attention_forward(L->k, y, att, qkv, B, T, C, NH);
 }
 
 static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
                                float *dqkv, float *scratch, int B, int T, int C, int NH) {
-    L->k->attention_backward(dqkv, scratch, dy, qkv, att, B, T, C, NH);
+    L->k->attention_backward(L->k, dqkv, scratch, dy, qkv, att, B, T, C, NH);
 }
 
 static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N) {
     float *losses = logits + (size_t)N * e->V;
-    L->k->head_forward(logits, x, e->wte, N, e->C, e->V);
-    L->k->crossentropy_forward(losses, logits, targets, N, e->V);
+    L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
+    L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
     if (!targets) return 0.0f;
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += losses[i];
@@ -92,8 +92,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
-    L->k->crossentropy_backward(logits, targets, dloss / N, N, e->V);
-    L->k->head_backward(dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
+    L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
+    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
 }
 
 static void layout_free(cb_layout *L) { free(L); }

@@ -263,13 +263,13 @@ static void norm_backward_split(cb_layout *L, cb_norm *n, const float *x, const 
 static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
                          float *rstd, int N) {
     if (n->parity) norm_forward_split(L, n, x, y, mean, rstd, N);
-    else L->k->layernorm_forward(y, mean, rstd, x, n->w, n->b, N, n->C);
+    else L->k->layernorm_forward(L->k, y, mean, rstd, x, n->w, n->b, N, n->C);
 }
 
 static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
     if (n->parity) norm_backward_split(L, n, x, dy, dx, mean, rstd, N);
-    else L->k->layernorm_backward(dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
+    else L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
 }
 
 /* ---------------------------------------------------------------- linear */
@@ -279,10 +279,10 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
 static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
     int P = L->tp;
     if (l->parity == 0) {
-        L->k->matmul_forward(y, x, l->w, l->b, N, l->in, l->out / P);
+        L->k->matmul_forward(L->k, y, x, l->w, l->b, N, l->in, l->out / P);
         return;
     }
-    L->k->matmul_forward(y, x, l->w, NULL, N, l->in / P, l->out);
+    L->k->matmul_forward(L->k, y, x, l->w, NULL, N, l->in / P, l->out);
     cb_comm_allreduce(group(L), "linear.fwd", NULL, y, (size_t)N * l->out, CB_COMM_SUM);
     if (!l->b) return;
 #pragma omp parallel for schedule(static)
@@ -298,10 +298,10 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
                             float *dx, int N) {
     int P = L->tp;
     if (l->parity == 0) {
-        L->k->matmul_backward(dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out / P);
+        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out / P);
         cb_comm_allreduce(group(L), "linear.bwd", NULL, dx, (size_t)N * l->in, CB_COMM_SUM);
     } else {
-        L->k->matmul_backward(dx, l->dw, l->db, dy, x, l->w, N, l->in / P, l->out);
+        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in / P, l->out);
     }
 }
 
@@ -310,12 +310,12 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
 /* qkv (B,T,3C/P) = [q | k | v] of this rank's NH/P heads: the plain kernel. */
 static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
                               int C, int NH) {
-    L->k->attention_forward(y, att, qkv, B, T, C / L->tp, NH / L->tp);
+    L->k->attention_forward(L->k, y, att, qkv, B, T, C / L->tp, NH / L->tp);
 }
 
 static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
                                float *dqkv, float *scratch, int B, int T, int C, int NH) {
-    L->k->attention_backward(dqkv, scratch, dy, qkv, att, B, T, C / L->tp, NH / L->tp);
+    L->k->attention_backward(L->k, dqkv, scratch, dy, qkv, att, B, T, C / L->tp, NH / L->tp);
 }
 
 /* ---------------------------------------------------------------- head */
@@ -356,7 +356,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
                           float *logits, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     float *losses = logits + (size_t)N * Vl, *mx = fscratch(L, 3 * (size_t)N), *st = mx + N;
-    L->k->head_forward(logits, x, e->wte, N, e->C, Vl);
+    L->k->head_forward(L->k, logits, x, e->wte, N, e->C, Vl);
     local_max(logits, mx, N, Vl, v0, e->V);
     cb_comm_allreduce(group(L), "head.fwd", NULL, mx, N, CB_COMM_MAX);
     local_exp(logits, mx, st, targets, N, Vl, v0);
@@ -386,7 +386,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
         int tj = targets[i] - v0;
         if (tj >= 0 && tj < Vl) r[tj] -= g;
     }
-    L->k->head_backward(dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
+    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
     cb_comm_allreduce(group(L), "head.bwd", NULL, dx, (size_t)N * e->C, CB_COMM_SUM);
 }
 

@@ -90,7 +90,7 @@ static const float *bp_get(bpipe *p, int t) {
 static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, float *acc,
                        size_t n) {
     cb_comm_allreduce(comm, tag, NULL, v, n, CB_COMM_SUM);
-    L->k->residual_forward(acc, acc, v, n);
+    L->k->residual_forward(L->k, acc, acc, v, n);
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -325,8 +325,8 @@ static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float
         g[cq + j] = gb;
     }
     cb_comm_allreduce(colg(L), "norm.bwd", NULL, g, 2 * (size_t)cq, CB_COMM_SUM);
-    L->k->residual_forward(nm->dw, nm->dw, g, cq);
-    L->k->residual_forward(nm->db, nm->db, g + cq, cq);
+    L->k->residual_forward(L->k, nm->dw, nm->dw, g, cq);
+    L->k->residual_forward(L->k, nm->db, nm->db, g + cq, cq);
 }
 
 /* ------------------------------------------------------------ linears */
@@ -340,10 +340,10 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
         if (t == 0) {
-            L->k->matmul_forward(y, xt, wt, l->b, n, a, b);
+            L->k->matmul_forward(L->k, y, xt, wt, l->b, n, a, b);
         } else {
-            L->k->matmul_forward(tmp, xt, wt, NULL, n, a, b);
-            L->k->residual_forward(y, y, tmp, (size_t)n * b);
+            L->k->matmul_forward(L->k, tmp, xt, wt, NULL, n, a, b);
+            L->k->residual_forward(L->k, y, y, tmp, (size_t)n * b);
         }
     }
 }
@@ -361,13 +361,13 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->head_forward(root ? dx : part, dy, wt, n, b, a);
+        L->k->head_forward(L->k, root ? dx : part, dy, wt, n, b, a);
         cb_comm_reduce(rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * a, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * a * b);
-        L->k->matmul_backward(NULL, root ? l->dw : z, NULL, dy, xt, NULL, n, a, b);
+        L->k->matmul_backward(L->k, NULL, root ? l->dw : z, NULL, dy, xt, NULL, n, a, b);
         cb_comm_reduce(colg(L), "linear.bwd", root ? NULL : z, root ? l->dw : NULL,
                        (size_t)a * b, t);
     }
@@ -388,13 +388,13 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
 static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
                               int C, int NH) {
     int q = L->q;
-    L->k->attention_forward(y, att, qkv, B / q, T, C / q, NH / q);
+    L->k->attention_forward(L->k, y, att, qkv, B / q, T, C / q, NH / q);
 }
 
 static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
                                float *dqkv, float *scratch_, int B, int T, int C, int NH) {
     int q = L->q;
-    L->k->attention_backward(dqkv, scratch_, dy, qkv, att, B / q, T, C / q, NH / q);
+    L->k->attention_backward(L->k, dqkv, scratch_, dy, qkv, att, B / q, T, C / q, NH / q);
 }
 
 /* ------------------------------------------------------------ LM head */
@@ -413,8 +413,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
-        L->k->head_forward(t ? tmp : logits, xt, wt, n, cq, Vq);
-        if (t) L->k->residual_forward(logits, logits, tmp, (size_t)n * Vq);
+        L->k->head_forward(L->k, t ? tmp : logits, xt, wt, n, cq, Vq);
+        if (t) L->k->residual_forward(L->k, logits, logits, tmp, (size_t)n * Vq);
     }
     float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
 #pragma omp parallel for schedule(static)
@@ -471,13 +471,13 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->matmul_forward(root ? dx : part, logits, wt, NULL, n, Vq, cq);
+        L->k->matmul_forward(L->k, root ? dx : part, logits, wt, NULL, n, Vq, cq);
         cb_comm_reduce(rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * cq, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * Vq * cq);
-        L->k->matmul_backward(NULL, root ? e->dwte : z, NULL, xt, logits, NULL, n, Vq, cq);
+        L->k->matmul_backward(L->k, NULL, root ? e->dwte : z, NULL, xt, logits, NULL, n, Vq, cq);
         cb_comm_reduce(colg(L), "head.bwd", root ? NULL : z, root ? e->dwte : NULL,
                        (size_t)Vq * cq, t);
     }

@@ -311,7 +311,7 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     cb_comm_iallgather(&L->grid->weight, "linear.fwd", l->w, wh, wr * out, &rq[1]);
     cb_comm_waitall(rq, 2);
     float *z = scratch(L, S_Z, nh * out);
-    L->k->matmul_forward(z, xh, wh, NULL, (int)nh, (int)in, (int)out);
+    L->k->matmul_forward(L->k, z, xh, wh, NULL, (int)nh, (int)in, (int)out);
     cb_comm_reduce_scatter(r.lb, "linear.fwd", z, y, nb * out);
     if (l->b)
         for (size_t t = 0; t < nb; t++) add(y + t * out, l->b, out);
@@ -350,11 +350,11 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     cb_comm_allgather(r.lb, "linear.bwd", dy, dyh, nb * out);
     if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * in);
-    L->k->head_forward(dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
+    L->k->head_forward(L->k, dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
     cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
-    L->k->matmul_backward(NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
+    L->k->matmul_backward(L->k, NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
@@ -450,13 +450,13 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
 static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
                               int C, int NH) {
     int q = L->q;
-    L->k->attention_forward(y, att, qkv, B / (q * q), T, C / q, NH / q);
+    L->k->attention_forward(L->k, y, att, qkv, B / (q * q), T, C / q, NH / q);
 }
 
 static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
                                float *dqkv, float *scratch_, int B, int T, int C, int NH) {
     int q = L->q;
-    L->k->attention_backward(dqkv, scratch_, dy, qkv, att, B / (q * q), T, C / q, NH / q);
+    L->k->attention_backward(L->k, dqkv, scratch_, dy, qkv, att, B / (q * q), T, C / q, NH / q);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -584,7 +584,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     cb_comm_iallgather(&g->weight, "head.fwd", e->wte, wh, v.vr * v.c, &rq[1]);
     cb_comm_waitall(rq, 2);
     float *z = scratch(L, S_Z, nh * v.vb);
-    L->k->head_forward(z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
+    L->k->head_forward(L->k, z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
     cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
     const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
     double sum = crossentropy(L, logits, logits + nb * v.vb, tg, nb, &v, e->V);
@@ -624,11 +624,11 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * v.c);
-    L->k->matmul_forward(dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
+    L->k->matmul_forward(L->k, dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
     cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
-    L->k->matmul_backward(NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
+    L->k->matmul_backward(L->k, NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);

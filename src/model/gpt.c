@@ -422,12 +422,12 @@ static void block_forward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, i
     o->linear_forward(L, &k->qkv, a->ln1, a->qkv, N);
     o->attention_forward(L, a->qkv, a->atty, a->att, B, T, C, m->c.n_head);
     o->linear_forward(L, &k->proj, a->atty, m->proj, N);
-    L->k->residual_forward(a->res2, x, m->proj, cur(m, C, 0));
+    L->k->residual_forward(L->k, a->res2, x, m->proj, cur(m, C, 0));
     o->norm_forward(L, &k->ln2, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, N);
     o->linear_forward(L, &k->fc, a->ln2, a->fch, N);
-    L->k->gelu_forward(a->fch_gelu, a->fch, cur(m, 4 * C, 1));
+    L->k->gelu_forward(L->k, a->fch_gelu, a->fch, cur(m, 4 * C, 1));
     o->linear_forward(L, &k->fcproj, a->fch_gelu, m->proj, N);
-    L->k->residual_forward(a->res3, a->res2, m->proj, cur(m, C, 0));
+    L->k->residual_forward(L->k, a->res3, a->res2, m->proj, cur(m, C, 0));
 }
 
 float *gpt_stage_input(cb_gpt *m, int slot) { return m->slots[slot].x_in; }
@@ -490,11 +490,11 @@ static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, 
     gpt_block *k = &m->blocks[b];
     int N = B * T, C = m->c.d_model, sel = m->recompute == GPT_RECOMPUTE_SELECTIVE;
     if (sel) {
-        L->k->gelu_forward(a->fch_gelu, a->fch, cur(m, 4 * C, 1));
+        L->k->gelu_forward(L->k, a->fch_gelu, a->fch, cur(m, 4 * C, 1));
         o->input_rewritten(L, a->fch_gelu);
     }
     o->linear_backward(L, &k->fcproj, a->fch_gelu, m->d_res, m->d_big, N);
-    L->k->gelu_backward(m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
+    L->k->gelu_backward(L->k, m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
     o->linear_backward(L, &k->fc, a->ln2, m->d_big, m->d_small, N);
     o->norm_backward(L, &k->ln2, a->res2, m->d_small, m->d_res, a->ln2_mean, a->ln2_rstd, N);
     o->linear_backward(L, &k->proj, a->atty, m->d_res, m->d_small, N);

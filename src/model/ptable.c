@@ -55,7 +55,7 @@ cb_shard cb_ptable_shard(const cb_ptable *p, int i, int tp_rank) {
 double cb_ptable_sumsq(const cb_ptable *p, const float *block) {
     double s = 0.0;
     for (int i = 0; i < p->n; i++)
-        if (p->t[i].owner) s += p->L->k->sumsq(block + p->t[i].offset, p->t[i].numel);
+        if (p->t[i].owner) s += p->L->k->sumsq(p->L->k, block + p->t[i].offset, p->t[i].numel);
     return s;
 }
 

@@ -266,7 +266,7 @@ double cb_pipe_grad_sumsq(const cb_pipe *pp) {
         int skip_wte = pp->nvs > 1 && c == pp->tie_last; /* counted on the embedding's stage */
         for (int i = skip_wte; i < m->pt.n; i++)
             if (m->pt.t[i].owner)
-                s += m->L->k->sumsq(m->grads + m->pt.t[i].offset, m->pt.t[i].numel);
+                s += m->L->k->sumsq(m->L->k, m->grads + m->pt.t[i].offset, m->pt.t[i].numel);
     }
     return s;
 }

@@ -142,7 +142,7 @@ static double grad_sumsq(cb_pp_trainer *t) {
             const cb_tensor_info *x = &m->pt.t[i];
             size_t a = x->offset > lo ? x->offset : lo, z = x->offset + x->numel;
             if (z > hi) z = hi;
-            if (x->owner && z > a) s += m->L->k->sumsq(m->grads + a, z - a);
+            if (x->owner && z > a) s += m->L->k->sumsq(m->L->k, m->grads + a, z - a);
         }
     }
     cb_comm_allreduce_f64(&t->g->dpg, "norm", NULL, &s, 1, CB_COMM_SUM);
@@ -189,7 +189,7 @@ void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp
     for (int c = 0; c < v; c++) {
         cb_gpt *m = t->pipe.ch[c].m;
         cb_adamw *o = &t->opt[c];
-        if (s < 1.0f) m->L->k->scale(m->grads + o->lo, s, o->hi - o->lo);
+        if (s < 1.0f) m->L->k->scale(m->L->k, m->grads + o->lo, s, o->hi - o->lo);
         cb_adamw_step(o, m->L->k, m->params, m->grads, gpt_tensors(m), gpt_ntensors(m), lr);
         if (t->dp) cb_dp_sync_params(&t->dp[c]);
     }
@@ -266,7 +266,7 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         const float *w = m->params;
         const char *none = "";
         cb_pp_part_path(pp, sizeof pp, path, vs);
-        int r = gpt_save_blocks(m, 1, &w, &none, pp, NULL, 0, e);
+        int r = gpt_save_blocks(m, 1, &w, &none, pp, meta, meta ? 1 : 0, e); /* + the id */
         if (!r && meta) {
             size_t n = cb_gpt_num_params(m);
             const float *b[2] = {full ? full : t->opt[c].m, full ? full + n : t->opt[c].v};

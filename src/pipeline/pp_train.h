@@ -64,7 +64,8 @@ void cb_pp_trainer_free(cb_pp_trainer *t);
  * micro-batches, this rank reads rows [r0, r0 + rows). */
 void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp_step_stats *st);
 /* Collective: path (weights) and, when state_meta is not NULL, path.state
- * (AdamW moments "m."/"v." and nmeta metadata pairs). */
+ * (AdamW moments "m."/"v." and nmeta metadata pairs). The first pair (the
+ * checkpoint id, cb_state_meta) goes into the weights file too. */
 int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
                        int nmeta, cb_err *e);
 /* Weights from path into every chunk; with state, the moments of path.state

@@ -218,7 +218,7 @@ double cb_dp_grad_sumsq(cb_dp *d) {
         const cb_tensor_info *t = cb_gpt_tensor(d->m, i);
         size_t a = t->offset > d->lo ? t->offset : d->lo;
         size_t b = t->offset + t->numel < d->hi ? t->offset + t->numel : d->hi;
-        if (t->owner && a < b) s += d->m->L->k->sumsq(g + a, b - a);
+        if (t->owner && a < b) s += d->m->L->k->sumsq(d->m->L->k, g + a, b - a);
     }
     cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
     return s;

@@ -13,59 +13,13 @@
 #include <unistd.h>
 
 #include "comm/grid.h"
+#include "kernels/peak.h"
 #include "layout/layout.h"
 #include "model/gpt_internal.h"
+#include "train/check.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
-
-double cb_measure_peak_gflops(double seconds) {
-    const int n = 1536;
-    float *a = malloc(sizeof(float) * 3 * n * n);
-    if (!a) return 0;
-    for (size_t i = 0; i < (size_t)3 * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
-    float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-    double t0 = omp_get_wtime(), t;
-    int it = 0;
-    do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        it++;
-        t = omp_get_wtime() - t0;
-    } while (t < seconds);
-    free(a);
-    return 2.0 * n * n * (double)n * it / t / 1e9;
-}
-
-/* The measured peak is cached per BLAS core and thread count, so only the
- * first run on a machine pays the half second. */
-static double peak_gflops(void) {
-    const char *home = getenv("HOME");
-    char path[512] = "";
-    if (home)
-        snprintf(path, sizeof path, "%s/.cache/cubist/peak-%s-%d", home, openblas_get_corename(),
-                 omp_get_max_threads());
-    FILE *f = path[0] ? fopen(path, "r") : NULL;
-    double p = 0;
-    if (f) {
-        if (fscanf(f, "%lf", &p) != 1) p = 0;
-        fclose(f);
-    }
-    if (p > 0) return p;
-    p = cb_measure_peak_gflops(0.5);
-    if (!path[0]) return p;
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/.cache", home);
-    mkdir(dir, 0755);
-    snprintf(dir, sizeof dir, "%s/.cache/cubist", home);
-    mkdir(dir, 0755);
-    f = fopen(path, "w");
-    if (f) {
-        fprintf(f, "%.1f\n", p);
-        fclose(f);
-    }
-    return p;
-}
 
 static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
                                            "--vocab"};
@@ -112,24 +66,7 @@ static int resolve_config(cb_train_opts *o, cb_err *e) {
 }
 
 static int check_opts(const cb_train_opts *o, cb_err *e) {
-    if (o->B < 1 || o->accum < 1 || o->steps < 0)
-        return cb_fail(e, CB_EINPUT, "--batch and --grad-accum must be >= 1 and --steps >= 0");
-    if (o->opt.lr < 0 || o->opt.min_lr < 0 || o->opt.warmup < 0)
-        return cb_fail(e, CB_EINPUT, "--lr, --min-lr and --warmup must be >= 0");
-    if (o->zero != 0 && o->zero != 1)
-        return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
-                       o->zero);
-    if (strcmp(o->embed_grad, "dense") && strcmp(o->embed_grad, "sparse"))
-        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use dense or sparse",
-                       o->embed_grad);
-    if (!(o->bucket_mb > 0))
-        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
-    if (o->dp < 0 || o->pp < 0 || o->tp < 0)
-        return cb_fail(e, CB_EINPUT, "--dp, --pp and --tp must be >= 1");
-    if (!o->data && o->steps > 0)
-        return cb_fail(e, CB_EINPUT, "no training data; pass --data FILE (make one with `cubist "
-                                     "prepare`)");
-    return CB_OK;
+    return cb_train_check_flags(o, e);
 }
 
 static long peak_rss_bytes(void) {
@@ -228,24 +165,26 @@ static int open_log(const char *path, FILE **f, cb_err *e);
 
 /* ------------------------------------------------------------ pipeline */
 
-static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, const char *path,
-                   cb_err *e) {
+static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, uint64_t tokens,
+                   const char *path, cb_err *e) {
     cb_state_text text;
-    const char *meta[8];
-    cb_state_meta(&text, meta, step, pt->opt[0].t, ld);
-    return cb_pp_trainer_save(pt, path, meta, 4, e);
+    const char *meta[2 * CB_STATE_NMETA];
+    cb_state_meta(&text, meta, step, pt->opt[0].t, ld, tokens);
+    return cb_pp_trainer_save(pt, path, meta, CB_STATE_NMETA, e);
 }
 
 /* --resume under a pipeline: weights and moments into every chunk, then the
- * step, AdamW count and data position from path.state. */
-static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step, cb_err *e) {
+ * step, AdamW count, data position and tokens from path.state. */
+static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step,
+                     uint64_t *tokens, cb_err *e) {
     int rc = cb_pp_trainer_load(pt, path, 1, e);
     char sp[4096];
     snprintf(sp, sizeof sp, "%s.state", path);
     cb_st_file f;
     if (rc || (rc = cb_st_open(sp, &f, e))) return rc;
     int at = 0;
-    rc = cb_state_read(&f, sp, step, &at, ld, e);
+    rc = cb_state_check_pair(path, &f, sp, e);
+    if (!rc) rc = cb_state_read(&f, sp, step, &at, ld, tokens, e);
     cb_st_close(&f);
     for (int c = 0; c < pt->pipe.o.v; c++) pt->opt[c].t = at; /* this rank's chunks */
     return rc;
@@ -270,11 +209,11 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
         report(o, step, r, &st, NAN, extra);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
-            int rc = agree(w, pp_save(pt, ld, step, o->save, e), e);
+            int rc = agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e);
             if (rc) return rc;
         }
     }
-    return o->save ? agree(w, pp_save(pt, ld, step, o->save, e), e) : CB_OK;
+    return o->save ? agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e) : CB_OK;
 }
 
 /* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
@@ -283,6 +222,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     cb_pp_trainer pt;
     cb_loader ld;
     int step = 0;
+    uint64_t tokens = 0;
     o->opt.steps = o->steps; /* the cosine schedule's length */
     int rc = cb_pp_trainer_init(&pt, &o->pipe, &o->model, o->B, o->T, o->accum, g, L, &o->opt,
                                 o->seed, o->zero, o->bucket_mb, e);
@@ -290,11 +230,12 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     if (built) o->accum = pt.M; /* tokens per step in the log */
     if (!rc) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
-    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, e);
+    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
+    r->tokens = (long)tokens;
     if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
     rc = agree(&g->world, rc, e);
     if (!rc) {
-        if (r->peak <= 0) r->peak = r->rank ? 1 : peak_gflops();
+        if (r->peak <= 0) r->peak = r->rank ? 1 : cb_peak_gflops();
         r->flops_per_token = cb_gpt_flops_per_token(&o->model, o->T);
         r->comm_last = cb_comm_stats_sum(g->comms, g->ncomms);
         if (!o->quiet && r->rank == 0)
@@ -389,6 +330,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
     int rc = check_opts(&o, e);
+    if (!rc) rc = cb_train_check_paths(&o, w ? w->rank : 0, e);
     if (!rc) rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     cb_grid g = {0};
@@ -399,6 +341,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
                    .rank = w ? w->rank : 0};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
+    if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
     cb_layout *L = NULL;
     if (!rc && w && (g.tp > 1 || g.pp > 1)) rc = cb_layout_create(&g, &L, e);
     if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
@@ -420,9 +363,10 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
     rc = agree(w, rc, e);
     if (!rc) {
-        if (r.peak <= 0) r.peak = r.rank ? 1 : peak_gflops();
+        if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
         if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
+        r.tokens = (long)t.tokens;
         startup_line(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);

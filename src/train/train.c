@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -153,11 +155,12 @@ void cb_trainer_step(cb_trainer *t, cb_step_stats *st) {
     if (t->tpc) cb_comm_allreduce_f64(t->tpc, "norm", NULL, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(t->o.opt.clip, norm);
-    if (s < 1.0f) k->scale(m->grads + lo, s, hi - lo);
+    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
     float lr = cb_lr_at(&t->o.opt, t->step);
     cb_adamw_step(&t->opt, k, m->params, m->grads, gpt_tensors(m), gpt_ntensors(m), lr);
     if (t->dp) cb_dp_sync_params(t->dp);
     t->step++;
+    t->tokens += (uint64_t)t->o.B * t->o.T * t->o.accum;
     double t1 = now_ms();
     *st = (cb_step_stats){.loss = (float)(loss / t->o.accum), .lr = lr, .grad_norm = (float)norm,
                           .step_ms = t1 - t0, .fwd_ms = fwd, .bwd_ms = bwd, .opt_ms = t1 - topt,
@@ -197,47 +200,80 @@ static float *gather_moments(cb_trainer *t) {
     return full;
 }
 
-/* Data-parallel rank 0 writes; the caller agrees on the result. */
+/* Data-parallel rank 0 writes, the weights first and then the state with
+ * the same checkpoint id; the caller agrees on the result. */
 int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
     float *full = t->dp && t->dp->zero ? gather_moments(t) : NULL;
     if (t->dp && t->dp->c->rank != 0) return CB_OK;
-    int rc = cb_gpt_save(t->model, path, e);
-    char *sp = state_path(path);
-    if (!sp) return rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
     cb_state_text text;
-    const char *meta[8];
-    cb_state_meta(&text, meta, t->step, t->opt.t, &t->loader);
+    const char *meta[2 * CB_STATE_NMETA];
+    cb_state_meta(&text, meta, t->step, t->opt.t, &t->loader, t->tokens);
+    const float *w = t->model->params;
+    const char *none = "";
+    int rc = gpt_save_blocks(t->model, 1, &w, &none, path, meta, 1, e);
+    char *sp = state_path(path);
+    if (!sp) rc = rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
     size_t n = cb_gpt_num_params(t->model);
     const float *blocks[2] = {full ? full : t->opt.m, full ? full + n : t->opt.v};
     const char *prefixes[2] = {"m.", "v."};
-    if (!rc) rc = gpt_save_blocks(t->model, 2, blocks, prefixes, sp, meta, 4, e);
+    if (!rc) rc = gpt_save_blocks(t->model, 2, blocks, prefixes, sp, meta, CB_STATE_NMETA, e);
     free(sp);
     free(full);
     return rc;
 }
 
-void cb_state_meta(cb_state_text *text, const char *meta[8], int step, int adam_t,
-                   const cb_loader *ld) {
-    snprintf(text->v[0], sizeof text->v[0], "%d", step);
-    snprintf(text->v[1], sizeof text->v[1], "%d", adam_t);
-    snprintf(text->v[2], sizeof text->v[2], "%" PRIu64, ld->k);
-    snprintf(text->v[3], sizeof text->v[3], "%" PRIu64, ld->rng.s);
-    const char *keys[4] = {"step", "adam_t", "data_k", "data_rng"};
-    for (int i = 0; i < 4; i++) {
+/* 64 random bits as 16 hex digits; the clock and pid if getrandom fails. */
+static void new_ckpt_id(char *out, size_t cap) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    }
+    snprintf(out, cap, "%016" PRIx64, x);
+}
+
+void cb_state_meta(cb_state_text *text, const char *meta[2 * CB_STATE_NMETA], int step,
+                   int adam_t, const cb_loader *ld, uint64_t tokens) {
+    new_ckpt_id(text->v[0], sizeof text->v[0]);
+    snprintf(text->v[1], sizeof text->v[1], "%d", step);
+    snprintf(text->v[2], sizeof text->v[2], "%d", adam_t);
+    snprintf(text->v[3], sizeof text->v[3], "%" PRIu64, ld->k);
+    snprintf(text->v[4], sizeof text->v[4], "%" PRIu64, ld->rng.s);
+    snprintf(text->v[5], sizeof text->v[5], "%" PRIu64, tokens);
+    const char *keys[CB_STATE_NMETA] = {"ckpt_id", "step", "adam_t", "data_k", "data_rng", "tokens"};
+    for (int i = 0; i < CB_STATE_NMETA; i++) {
         meta[2 * i] = keys[i];
         meta[2 * i + 1] = text->v[i];
     }
 }
 
 int cb_state_read(const cb_st_file *f, const char *path, int *step, int *adam_t, cb_loader *ld,
-                  cb_err *e) {
+                  uint64_t *tokens, cb_err *e) {
     uint64_t s = 0, a = 0;
     int rc = cb_meta_u64(f, "step", path, &s, e);
     if (!rc) rc = cb_meta_u64(f, "adam_t", path, &a, e);
     if (!rc) rc = cb_meta_u64(f, "data_k", path, &ld->k, e);
     if (!rc) rc = cb_meta_u64(f, "data_rng", path, &ld->rng.s, e);
+    if (!rc) rc = cb_meta_u64(f, "tokens", path, tokens, e);
     *step = (int)s;
     *adam_t = (int)a;
+    return rc;
+}
+
+int cb_state_check_pair(const char *weights_path, const cb_st_file *state, const char *state_path,
+                        cb_err *e) {
+    cb_st_file w;
+    int rc = cb_st_open(weights_path, &w, e);
+    if (rc) return rc;
+    const char *a = cb_st_meta(&w, "ckpt_id"), *b = cb_st_meta(state, "ckpt_id");
+    if (!a || !b || strcmp(a, b))
+        rc = cb_fail(e, CB_EINPUT,
+                     "%s (checkpoint id %s) and %s (id %s) are not one checkpoint: a save was "
+                     "interrupted between writing the two, or one was copied over; resume from a "
+                     "matching pair (or start again with --init %s)",
+                     weights_path, a ? a : "missing", state_path, b ? b : "missing", weights_path);
+    cb_st_close(&w);
     return rc;
 }
 
@@ -267,11 +303,12 @@ static int load_moment(cb_trainer *t, float *dst, const char *prefix, const cb_s
     return rc;
 }
 
-static int load_state(cb_trainer *t, const char *path, cb_err *e) {
+static int load_state(cb_trainer *t, const char *weights_path, const char *path, cb_err *e) {
     cb_st_file f;
     int rc = cb_st_open(path, &f, e);
     if (rc) return rc;
-    rc = cb_state_read(&f, path, &t->step, &t->opt.t, &t->loader, e);
+    rc = cb_state_check_pair(weights_path, &f, path, e);
+    if (!rc) rc = cb_state_read(&f, path, &t->step, &t->opt.t, &t->loader, &t->tokens, e);
     if (!rc) rc = load_moment(t, t->opt.m, "m.", &f, path, e);
     if (!rc) rc = load_moment(t, t->opt.v, "v.", &f, path, e);
     cb_st_close(&f);
@@ -282,7 +319,7 @@ int cb_trainer_resume(cb_trainer *t, const char *path, cb_err *e) {
     int rc = cb_gpt_load(t->model, path, e);
     char *sp = state_path(path);
     if (!sp) return rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
-    if (!rc) rc = load_state(t, sp, e);
+    if (!rc) rc = load_state(t, path, sp, e);
     free(sp);
     return rc;
 }

@@ -49,6 +49,7 @@ typedef struct cb_trainer {
     cb_adamw opt;
     cb_loader loader;
     int step; /* steps done */
+    uint64_t tokens; /* tokens trained on since step 0 (all ranks, all micro-batches) */
     int *inp, *targets;
     int rows, r0;    /* this rank's rows [r0, r0+rows) of each micro-batch */
     cb_dp *dp;       /* NULL: single process (or a data-parallel group of 1) */
@@ -78,22 +79,28 @@ int cb_trainer_resume(cb_trainer *t, const char *path, cb_err *e);
 /* Mean loss over n sequential batches of a token file. */
 float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n);
 
-/* The resume metadata of a .state file: step, AdamW update count, data
- * position and data RNG, as (key, value) pairs in meta[8]; text holds the
- * values. cb_state_read is the inverse. */
+/* The resume metadata of a .state file, as (key, value) pairs in
+ * meta[2 * CB_STATE_NMETA]; text holds the values. The first pair is the
+ * checkpoint id, a fresh random value per save that the weights file
+ * carries too: F and F.state are renamed one after the other, and a crash
+ * between the renames leaves a pair whose ids differ. Then step, AdamW
+ * update count, data position, data RNG and tokens trained since step 0.
+ * cb_state_read is the inverse. */
+#define CB_STATE_NMETA 6
 typedef struct cb_state_text {
-    char v[4][24];
+    char v[CB_STATE_NMETA][24];
 } cb_state_text;
-void cb_state_meta(cb_state_text *text, const char *meta[8], int step, int adam_t,
-                   const cb_loader *ld);
+void cb_state_meta(cb_state_text *text, const char *meta[2 * CB_STATE_NMETA], int step,
+                   int adam_t, const cb_loader *ld, uint64_t tokens);
 int cb_state_read(const cb_st_file *f, const char *path, int *step, int *adam_t, cb_loader *ld,
-                  cb_err *e);
+                  uint64_t *tokens, cb_err *e);
+/* Refuses a weights file and an opened .state file whose checkpoint ids
+ * differ (or are missing): one line naming both files. */
+int cb_state_check_pair(const char *weights_path, const cb_st_file *state, const char *state_path,
+                        cb_err *e);
 /* An unsigned number from a checkpoint's metadata (step, data position...). */
 int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out, cb_err *e);
 
 /* `cubist train` end to end. */
 int cb_train_run(const cb_train_opts *o, cb_err *e);
-
-/* Peak sgemm GFLOP/s of this machine on the current thread count. */
-double cb_measure_peak_gflops(double seconds);
 #endif

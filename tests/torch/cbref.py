@@ -183,8 +183,11 @@ def param_shapes(cfg):
     return out
 
 
-def decays(name):
-    """AdamW weight decay applies to the four matmul weights of each block only."""
+def decays(name, embed=False):
+    """AdamW weight decay applies to the four matmul weights of each block, and with
+    embed (cubist train --decay-embed 1) to wte and wpe too."""
+    if embed and name in ("wte.weight", "wpe.weight"):
+        return True
     return name.startswith("h.") and name.split(".", 2)[2] in MATMUL_WEIGHTS
 
 
@@ -292,11 +295,12 @@ def lr_at(s, lr, min_lr, warmup, steps):
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * p))
 
 
-def make_adamw(cfg, P, beta1, beta2, eps, weight_decay):
-    """torch.optim.AdamW with decay only on the per-block matmul weights."""
+def make_adamw(cfg, P, beta1, beta2, eps, weight_decay, decay_embed=False):
+    """torch.optim.AdamW with decay only on the per-block matmul weights (and wte, wpe
+    with decay_embed)."""
     names = [n for n, _ in param_shapes(cfg)]
-    dec = [P[n] for n in names if decays(n)]
-    nodec = [P[n] for n in names if not decays(n)]
+    dec = [P[n] for n in names if decays(n, decay_embed)]
+    nodec = [P[n] for n in names if not decays(n, decay_embed)]
     return torch.optim.AdamW([{"params": dec, "weight_decay": weight_decay},
                               {"params": nodec, "weight_decay": 0.0}],
                              lr=0.0, betas=(beta1, beta2), eps=eps)

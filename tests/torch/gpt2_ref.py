@@ -67,6 +67,8 @@ def parse_args(argv=None):
     ap.add_argument("--min-lr", type=float, default=0.0)
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--decay-embed", type=int, default=0, choices=(0, 1),
+                    help="1: weight decay on wte and wpe too, as cubist train --decay-embed 1")
     ap.add_argument("--clip", type=float, default=0.0)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.95)
@@ -109,7 +111,7 @@ def train(a, cfg, P, tok):
     names = [n for n, _ in cbref.param_shapes(cfg)]
     for t in P.values():
         t.requires_grad_(True)
-    opt = cbref.make_adamw(cfg, P, a.beta1, a.beta2, a.eps, a.weight_decay)
+    opt = cbref.make_adamw(cfg, P, a.beta1, a.beta2, a.eps, a.weight_decay, bool(a.decay_embed))
     T, B, A = cfg.seq_len, a.batch, a.grad_accum
     log, grads1, k = [], None, 0
     for s in range(a.steps):

@@ -1,0 +1,116 @@
+#include "train/check.h"
+
+#include <string.h>
+
+#include "formats/fileio.h"
+
+/* One lower bound: --flag >= min, or > min when strict. */
+typedef struct bound {
+    const char *flag;
+    double v, min;
+    int strict;
+    const char *meaning;
+} bound;
+
+static int check_bounds(const bound *b, int n, cb_err *e) {
+    for (int i = 0; i < n; i++)
+        if (b[i].strict ? !(b[i].v > b[i].min) : !(b[i].v >= b[i].min))
+            return cb_fail(e, CB_EINPUT, "%s %g is out of range; pass %s %s %g (%s)", b[i].flag,
+                           b[i].v, b[i].flag, b[i].strict ? ">" : ">=", b[i].min, b[i].meaning);
+    return CB_OK;
+}
+
+static int check_ranges(const cb_train_opts *o, cb_err *e) {
+    const cb_gpt_config *c = &o->model;
+    const cb_adamw_config *a = &o->opt;
+    const bound b[] = {
+        {"--layers", c->n_layer, 0, 0, "transformer blocks"},
+        {"--d-model", c->d_model, 0, 0, "channels"},
+        {"--heads", c->n_head, 0, 0, "attention heads"},
+        {"--seq-len", c->seq_len, 0, 0, "tokens per sequence"},
+        {"--vocab", c->vocab, 0, 0, "vocabulary size"},
+        {"--batch", o->B, 1, 0, "sequences per micro-batch"},
+        {"--grad-accum", o->accum, 1, 0, "micro-batches per step"},
+        {"--steps", o->steps, 0, 0, "optimizer steps; 0 only initialises and saves"},
+        {"--lr", a->lr, 0, 0, "peak learning rate"},
+        {"--min-lr", a->min_lr, 0, 0, "final learning rate"},
+        {"--warmup", a->warmup, 0, 0, "warm-up steps"},
+        {"--weight-decay", a->weight_decay, 0, 0, "0 = no decay"},
+        {"--beta1", a->beta1, 0, 0, "AdamW first-moment decay, below 1"},
+        {"--beta2", a->beta2, 0, 0, "AdamW second-moment decay, below 1"},
+        {"--eps", a->eps, 0, 1, "AdamW epsilon"},
+        {"--clip", a->clip, 0, 0, "0 = no clipping"},
+        {"--save-every", o->save_every, 0, 0, "0 = only at the end"},
+        {"--exit-after", o->exit_after, 0, 0, "0 = run to --steps"},
+        {"--eval-every", o->eval_every, 0, 0, "0 = no validation"},
+        {"--eval-batches", o->eval_batches, 1, 0, "batches per validation"},
+        {"--peak-gflops", o->peak_gflops, 0, 0, "0 = the measured sgemm peak"},
+        {"--threads", o->threads, 0, 0, "0 = OMP_NUM_THREADS or all cores"},
+        {"--dp", o->dp, 0, 0, "0 = processes / (pp*tp)"},
+        {"--pp", o->pp, 0, 0, "0 or 1 = no pipeline"},
+        {"--tp", o->tp, 0, 0, "0 or 1 = no tensor parallelism"},
+        {"--bucket-mb", o->bucket_mb, 0, 1, "megabytes per fusion bucket"},
+    };
+    int rc = check_bounds(b, (int)(sizeof b / sizeof *b), e);
+    if (!rc && (a->beta1 >= 1 || a->beta2 >= 1))
+        rc = cb_fail(e, CB_EINPUT, "--beta1 %g / --beta2 %g must be below 1; use e.g. 0.9 and 0.95",
+                     a->beta1, a->beta2);
+    return rc;
+}
+
+/* Flags that only mean something together. */
+static int check_combinations(const cb_train_opts *o, cb_err *e) {
+    if (o->eval_every > 0 && !o->val_data)
+        return cb_fail(e, CB_EINPUT, "--eval-every %d needs --val-data FILE (a validation token "
+                                     "file, e.g. from `cubist prepare --val-output`)",
+                       o->eval_every);
+    if (o->val_data && o->eval_every == 0)
+        return cb_fail(e, CB_EINPUT, "--val-data %s is only read with --eval-every N; add "
+                                     "--eval-every N (validation every N steps) or drop --val-data",
+                       o->val_data);
+    if (o->save_every > 0 && !o->save)
+        return cb_fail(e, CB_EINPUT, "--save-every %d needs --save FILE (where to write the "
+                                     "checkpoints)",
+                       o->save_every);
+    if (o->init && o->resume)
+        return cb_fail(e, CB_EINPUT, "--init %s and --resume %s both give the weights; --resume "
+                                     "continues a run, --init starts one: drop one of them",
+                       o->init, o->resume);
+    if (!o->data && o->steps > 0)
+        return cb_fail(e, CB_EINPUT, "no training data; pass --data FILE (make one with `cubist "
+                                     "prepare`)");
+    return CB_OK;
+}
+
+static int check_words(const cb_train_opts *o, cb_err *e) {
+    if (o->zero != 0 && o->zero != 1)
+        return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
+                       o->zero);
+    if (strcmp(o->embed_grad, "dense") && strcmp(o->embed_grad, "sparse"))
+        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use dense or sparse",
+                       o->embed_grad);
+    return CB_OK;
+}
+
+int cb_train_check_flags(const cb_train_opts *o, cb_err *e) {
+    int rc = check_ranges(o, e);
+    if (!rc) rc = check_combinations(o, e);
+    if (!rc) rc = check_words(o, e);
+    return rc;
+}
+
+int cb_train_check_paths(const cb_train_opts *o, int world_rank, cb_err *e) {
+    int rc = o->save ? fio_check_writable("--save", o->save, e) : CB_OK;
+    if (!rc && o->dump_grads) rc = fio_check_writable("--dump-grads", o->dump_grads, e);
+    if (!rc && o->log && world_rank == 0) rc = fio_check_writable("--log", o->log, e);
+    return rc;
+}
+
+int cb_train_check_val(const cb_train_opts *o, const cb_tokens *val, cb_err *e) {
+    size_t need = (size_t)o->B * o->T + 1;
+    if (val->n >= need) return CB_OK;
+    return cb_fail(e, CB_EINPUT,
+                   "--val-data %s: %zu tokens, but one validation batch needs B*T+1 = %zu; use a "
+                   "longer validation file (cubist prepare --val-fraction) or lower --batch/--seq-len",
+                   o->val_data, val->n, need);
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# The command line end to end on tiny models: prepare's split, train's JSONL
+# fields and validation loss (against PyTorch on the saved weights), a crash
+# resumed from a --save-every checkpoint, --decay-embed (against PyTorch),
+# sample's determinism and flags, the MFU peak cache, bench --json, output
+# paths refused under --pp, and --help texts against the README.
+set -u
+. "$(dirname "$0")/dp_common.sh"
+ROOT="$HERE/.."
+PY=/usr/bin/python3
+export XDG_CACHE_HOME="$d/xdg" HOME="$d/home" # this test's peak cache, and no ~/.cache
+mkdir -p "$HOME"
+M=(--layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 4 --quiet --peak-gflops 100)
+
+# ---------------------------------------------------------------- prepare
+n=$(stat -c %s text.txt)
+"$C" prepare --input text.txt --output tr.bin --val-output va.bin --val-fraction 0.1 >/dev/null \
+    || fail "prepare with --val-fraction 0.1"
+nval=$((n / 10)) # floor(n * 0.1): n is not a multiple of 10 here, so a rounding slip shows
+want="$((1024 + 2 * (n - nval))) $((1024 + 2 * nval))"
+got="$(stat -c %s tr.bin) $(stat -c %s va.bin)"
+[ "$got" = "$want" ] && pass "prepare: $n bytes -> $((n - nval)) training + $nval validation tokens (file sizes $got)" \
+    || fail "prepare --val-fraction 0.1 of $n bytes: file sizes $got, want $want"
+"$C" prepare --input text.txt --output tr5.bin --val-output va5.bin >/dev/null
+nval=$((n * 5 / 100))
+got="$(stat -c %s va5.bin)"
+[ "$got" = "$((1024 + 2 * nval))" ] && pass "prepare: --val-output without --val-fraction holds 5% ($nval tokens)" \
+    || fail "prepare default fraction: validation file $got bytes, want $((1024 + 2 * nval))"
+
+# ---------------------------------------------------------------- train: log fields, val_loss
+"$C" train --data tr.bin --val-data va.bin "${M[@]}" --steps 7 --eval-every 3 --eval-batches 3 \
+    --shuffle 0 --seed 3 --lr 3e-3 --save m.st --log m.jsonl || fail "train with validation"
+out=$("$PY" - m.jsonl <<'PY' 2>&1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ints = ["step", "tokens", "peak_rss_bytes", "comm_bytes", "comm_calls"]
+nums = ["loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "mfu",
+        "comm_ms", "comm_wait_ms"]
+bad = []
+for r in rows:
+    for k in ints:
+        if not isinstance(r.get(k), int) or r[k] < 0: bad.append(f"step {r.get('step')}: {k}={r.get(k)!r}")
+    for k in nums:
+        if not isinstance(r.get(k), (int, float)) or r[k] < 0: bad.append(f"step {r.get('step')}: {k}={r.get(k)!r}")
+    if r["tokens"] != r["step"] * 4 * 16: bad.append(f"step {r['step']}: tokens {r['tokens']} != step*B*T")
+    if not (r["loss"] > 0 and r["tokens_per_s"] > 0 and r["step_ms"] > 0 and r["peak_rss_bytes"] > 0):
+        bad.append(f"step {r['step']}: a figure that must be positive is not")
+evald = [r["step"] for r in rows if "val_loss" in r]
+if [r["step"] for r in rows] != list(range(1, 8)): bad.append("steps are not 1..7")
+if evald != [3, 6, 7]: bad.append(f"val_loss at steps {evald}, want [3, 6, 7]")
+if any(not isinstance(r["val_loss"], float) or r["val_loss"] <= 0 for r in rows if "val_loss" in r):
+    bad.append("val_loss not a positive number")
+print("; ".join(bad) if bad else f"OK {len(rows)} rows, val_loss at steps {evald}")
+PY
+)
+[[ $out == OK* ]] && pass "train log: every README field present with a sane type; $out" || fail "train log: $out"
+
+# val_loss of step 7 is the mean loss of the final weights over 3 sequential
+# validation batches: recomputed by PyTorch from m.st. Same float32 sums in a
+# different order: measured ~1e-7 relative; 1e-5 fails any wrong batch or mean.
+out=$("$PY" - m.st va.bin m.jsonl "$ROOT/tests/torch" <<'PY' 2>&1
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import cbref, torch
+cfg, P = cbref.load_weights(sys.argv[1])
+tok = cbref.read_tokens(sys.argv[2])
+with torch.no_grad():
+    ref = sum(cbref.gpt2_loss(P, cfg, *cbref.sequential_batch(tok, k, 4, 16)).item() for k in range(3)) / 3
+got = [json.loads(l) for l in open(sys.argv[3])][-1]["val_loss"]
+rel = abs(got - ref) / ref
+print(f"{'OK' if rel <= 1e-5 else 'BAD'} cubist {got:.7f} PyTorch {ref:.7f} rel {rel:.1e}")
+PY
+)
+[[ $out == OK* ]] && pass "val_loss equals PyTorch's mean loss over the 3 eval batches: ${out#OK }" \
+    || fail "val_loss against PyTorch: $out"
+
+# ---------------------------------------------------------------- --save-every + crash + resume
+S=(--data tr.bin "${M[@]}" --steps 8 --save-every 2 --lr 3e-3 --warmup 2)
+"$C" train "${S[@]}" --save u.st --log u.jsonl || fail "uninterrupted run"
+CUBIST_TEST_EXIT_RANK=0 CUBIST_TEST_EXIT_STEP=5 "$C" train "${S[@]}" --save c.st --log c1.jsonl
+rc=$?
+"$C" train "${S[@]}" --save c.st --resume c.st --log c2.jsonl || fail "resume after the crash"
+fields() { sed -E 's/.*"step":([0-9]+),"loss":([^,]*),"lr":([^,]*),"grad_norm":([^,]*),"tokens":([0-9]+),.*/\1 \2 \3 \4 \5/' "$@"; }
+if [ $rc = 3 ] && [ "$(fields c2.jsonl)" = "$(fields u.jsonl | tail -n 4)" ] && [ "$(wc -l <c2.jsonl)" = 4 ]; then
+    pass "--save-every 2: a run that dies in step 5 resumes from step 4's checkpoint; steps 5-8 equal the uninterrupted run"
+else
+    fail "--save-every resume: crash exit $rc (want 3); resumed steps: $(fields c2.jsonl | cut -c1-60 | tr '\n' '|') vs $(fields u.jsonl | tail -n 4 | cut -c1-60 | tr '\n' '|')"
+fi
+
+# ---------------------------------------------------------------- --decay-embed
+# Strong decay (lr x wd = 0.03 a step) so the embeddings' shrinking is far
+# above Adam's noise; PyTorch's reference (tests/torch/gpt2_ref.py) trains the
+# same steps from the same initial weights and compares log and final weights.
+D=(--data tr.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 5 --lr 3e-3
+   --min-lr 3e-3 --weight-decay 10 --clip 0 --shuffle 0 --seed 4)
+"$C" train "${D[@]}" --steps 0 --quiet --peak-gflops 100 --save e0.st || fail "decay-embed init"
+for de in 0 1; do
+    "$C" train "${D[@]}" --quiet --peak-gflops 100 --init e0.st --decay-embed $de --save e$de.final.st \
+        --log e$de.jsonl || fail "train --decay-embed $de"
+done
+out=$("$PY" - e0.st e0.final.st e1.final.st "$ROOT/tests/torch" <<'PY' 2>&1
+import sys
+sys.path.insert(0, sys.argv[4])
+import cbref
+P = [cbref.read_safetensors(p)[0] for p in sys.argv[1:4]]
+n = lambda a: float((a.astype("float64") ** 2).sum() ** 0.5)
+w0, wa, wb = (n(p["wte.weight"]) for p in P)
+q0, qa, qb = (n(p["wpe.weight"]) for p in P)
+ok = wb < 0.95 * wa and qb < 0.95 * qa
+print(f"{'OK' if ok else 'BAD'} |wte| init {w0:.4f}, decay-embed 0 {wa:.4f}, 1 {wb:.4f}; |wpe| {q0:.4f}, {qa:.4f}, {qb:.4f}")
+PY
+)
+[[ $out == OK* ]] && pass "--decay-embed 1 shrinks wte and wpe against --decay-embed 0: ${out#OK }" || fail "--decay-embed: $out"
+ref=$("$PY" "$ROOT/tests/torch/gpt2_ref.py" "${D[@]}" --init e0.st --decay-embed 1 --compare-log e1.jsonl \
+      --compare-final e1.final.st 2>&1)
+nf=$(grep -c '^FAIL' <<<"$ref"); np_=$(grep -c '^PASS' <<<"$ref")
+[ "$nf" = 0 ] && [ "$np_" -gt 10 ] && pass "--decay-embed 1 matches PyTorch's AdamW with decay on wte/wpe ($np_ checks)" \
+    || fail "--decay-embed 1 against PyTorch: $nf failed: $(grep '^FAIL' <<<"$ref" | head -3 | tr '\n' '|')"
+ref=$("$PY" "$ROOT/tests/torch/gpt2_ref.py" "${D[@]}" --init e0.st --decay-embed 0 --compare-final e1.final.st 2>&1)
+grep -q '^FAIL.*wte.weight' <<<"$ref" && pass "the PyTorch comparison tells the two apart (reference without decay-embed fails on wte)" \
+    || fail "the reference without --decay-embed did not fail on wte: $(head -c 300 <<<"$ref")"
+
+# ---------------------------------------------------------------- sample
+smp() { "$C" sample --ckpt m.st --prompt "ab" --tokens 40 "$@"; }
+smp --seed 1 >s1 && smp --seed 1 >s1b && smp --seed 2 >s2 && smp --seed 1 --temperature 0.5 --top-k 5 >s3 \
+    && smp --seed 1 --temperature 0.5 --top-k 5 >s3b && smp --seed 1 --top-k 1 >g1 && smp --seed 2 --top-k 1 >g2 \
+    || fail "sample exited non-zero"
+sizes="$(stat -c %s s1 s2 s3 g1 | tr '\n' ' ')"
+[ "$sizes" = "43 43 43 43 " ] && pass "sample --tokens 40 writes the prompt, 40 tokens and a newline (43 bytes)" \
+    || fail "sample sizes $sizes, want 43 each"
+cmp -s s1 s1b && cmp -s s3 s3b && pass "sample: the same seed and flags give the same text" \
+    || fail "sample not deterministic for a seed"
+! cmp -s s1 s2 && pass "sample: another seed gives another text" || fail "sample: seeds 1 and 2 gave the same text"
+cmp -s g1 g2 && pass "sample --top-k 1 is greedy: the same text for seeds 1 and 2" \
+    || fail "sample --top-k 1 depends on the seed: $(head -c 60 g1 | od -c | head -2)"
+"$C" sample --ckpt m.st --prompt "ab" --tokens 5 --heads 4 >/dev/null 2>&1 \
+    && pass "sample --heads that agrees with the file is accepted" || fail "sample --heads 4 (the file's) refused"
+
+# ---------------------------------------------------------------- MFU peak cache
+out=$("$C" bench --peak --json --threads 1) || fail "bench --peak"
+cache=$(sed -E 's/.*"cache":"([^"]*)".*/\1/' <<<"$out")
+peak=$(sed -E 's/.*"peak_gflops":([0-9.]+).*/\1/' <<<"$out")
+case $cache in "$XDG_CACHE_HOME"/cubist/peak-*)
+    [ "$(cat "$cache")" = "$peak" ] && pass "bench --peak writes its figure ($peak) to \$XDG_CACHE_HOME: $cache" \
+        || fail "bench --peak: cache holds '$(cat "$cache")', printed $peak" ;;
+*) fail "bench --peak cache path '$cache' is not under \$XDG_CACHE_HOME ($out)" ;;
+esac
+echo 0.5 >"$cache"
+"$C" train --data tr.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 2 --quiet \
+    --threads 1 --log p.jsonl || fail "train without --peak-gflops"
+out=$("$PY" - p.jsonl <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][-1]
+N = 256 * 32 + 16 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32  # cubist's GPT, L2 C32 T16 V256
+fpt = 6 * N + 12 * 2 * 32 * 16
+want = r["tokens_per_s"] * fpt / 0.5e9
+print(("OK" if abs(r["mfu"] - want) <= 1e-3 * want else "BAD") + f" mfu {r['mfu']} = tokens/s x {fpt} FLOPs / 0.5 GFLOP/s = {want:.5f}")
+PY
+)
+[[ $out == OK* ]] && pass "train reads the cached peak: ${out#OK }" || fail "train against the cached peak: $out"
+"$C" bench --peak --threads 1 >/dev/null && [ "$(cat "$cache")" != "0.5" ] \
+    && pass "bench --peak re-measures and rewrites the cache ($(cat "$cache"))" || fail "bench --peak left the cache at $(cat "$cache")"
+[ ! -e "$HOME/.cache" ] && pass "nothing written under \$HOME/.cache" || fail "\$HOME/.cache was written: $(ls -R "$HOME/.cache")"
+
+# ---------------------------------------------------------------- bench --json
+B=(bench --json --layers 1 --d-model 32 --heads 2 --vocab 256 --ctx 64 --seq-lens 16 --batch 2 --steps 1 --threads 1)
+for torch in no-torch torch; do
+    flag=(); [ $torch = no-torch ] && flag=(--no-torch)
+    "$C" "${B[@]}" "${flag[@]}" >b.json 2>b.err || fail "bench --json ${flag[*]}: $(tail -1 b.err)"
+    out=$("$PY" - b.json $torch <<'PY' 2>&1
+import json, sys
+j = json.load(open(sys.argv[1]))
+need = ["tokens_per_s", "model_gflops", "mfu", "pytorch_tokens_per_s", "ratio_vs_pytorch", "params", "runs"]
+miss = [k for k in need if k not in j]
+N = 256 * 32 + 64 * 32 + 12 * 32 * 32 + 13 * 32 + 2 * 32  # L1 C32 context 64 V256
+bad = miss + ([] if j.get("params") == N else [f"params {j.get('params')} != {N}"])
+bad += [] if j["tokens_per_s"] > 0 and j["model_gflops"] > 0 and j["mfu"] > 0 else ["non-positive figures"]
+if sys.argv[2] == "no-torch":
+    bad += [] if j["pytorch_tokens_per_s"] is None and j["ratio_vs_pytorch"] is None else ["PyTorch figures not null"]
+else:
+    r = j["tokens_per_s"] / j["pytorch_tokens_per_s"]
+    bad += [] if abs(j["ratio_vs_pytorch"] - r) <= 2e-3 * r else [f"ratio {j['ratio_vs_pytorch']} != {r:.3f}"]
+print("; ".join(bad) if bad else f"OK params {N}, ratio {j['ratio_vs_pytorch']}")
+PY
+)
+    [[ $out == OK* ]] && pass "bench --json ($torch): valid JSON with the required keys; ${out#OK }" || fail "bench --json ($torch): $out"
+done
+"$C" "${B[@]}" --torch-script "$d/nothere.py" >/dev/null 2>b.err
+rc=$?
+[ $rc = 1 ] && grep -q "PyTorch benchmark failed.*nothere.py" b.err && pass "bench: a failing PyTorch run fails the benchmark: $(cat b.err)" \
+    || fail "bench with a broken PyTorch script: exit $rc: $(cat b.err)"
+"$C" bench --seq-lens abc >/dev/null 2>b.err
+rc=$?
+[ $rc = 2 ] && grep -q -- "--seq-lens 'abc'" b.err && pass "bench --seq-lens abc refused before measuring: $(cat b.err)" \
+    || fail "bench --seq-lens abc: exit $rc: $(cat b.err)"
+
+# ---------------------------------------------------------------- output paths under --pp
+for flag in --save --log; do
+    timeout "$TMO" "${launch[@]}" -np 2 "$C" train --data tr.bin "${M[@]}" --steps 2 --pp 2 $flag /nonexistent/dir/x \
+        >out 2>err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <err)" = 1 ] && grep -q -- "$flag /nonexistent/dir/x: cannot write there" err \
+        && pass "--pp 2 $flag /nonexistent/dir/x: exit 2 before training: $(cat err)" \
+        || fail "--pp 2 $flag unwritable: exit $rc, $(wc -l <err) lines: $(head -c 300 err)"
+done
+
+# ---------------------------------------------------------------- --help against the README
+for cmd in train sample prepare bench; do
+    sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/README.md")
+    helpflags=$("$C" $cmd --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | sort -u)
+    readme=$(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$sec" | sort -u)
+    undoc=$(comm -23 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
+    unknown=$(comm -13 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
+    stale=$("$C" $cmd --help | grep -i "not implemented")
+    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the README section" \
+        || fail "cubist $cmd --help: flags missing from README '### cubist $cmd': '$undoc' ${stale:+stale: $stale}"
+    # README flags of the section that no --help lists (bench modes live in their own --help)
+    others=$("$C" $cmd --help; [ $cmd = bench ] && for m in --allreduce --tp-compare --pipeline; do "$C" bench $m --help; done)
+    missing=""
+    for f in $unknown; do grep -qF -- "$f" <<<"$others" || missing+="$f "; done
+    [ -z "$missing" ] && pass "README '### cubist $cmd': every flag it names is in --help" \
+        || fail "README '### cubist $cmd' names flags no --help lists: $missing"
+done
+finish
