@@ -4,8 +4,11 @@
 #   make demo       train a small GPT, sample        make asan   suite under ASan+UBSan
 #   make bench      benchmark vs PyTorch             make deps   install packages
 CC      ?= cc
-BUILD   ?= build
 MPI     ?= openmpi
+# Each MPI builds in its own directory (build, build-mpich), so switching MPI
+# never reuses the other's objects; a BUILD given by hand is guarded by the
+# MPI stamp below.
+BUILD   ?= $(if $(filter mpich,$(MPI)),build-mpich,build)
 # One threading model: OpenMP for cubist's loops and the OpenMP build of
 # OpenBLAS, so GEMM threads and loop threads are the same team (no spinning
 # pools fighting over the two cores).
@@ -26,6 +29,12 @@ MPIRUN  ?= mpirun.$(MPI)
 export MPI MPIRUN
 CFLAGS  += $(MPI_CFLAGS)
 LDLIBS  += $(MPI_LIBS)
+# $(BUILD)/.mpi holds the MPI its objects were compiled for; it is rewritten
+# (and so everything rebuilt) only when MPI changes for the same BUILD.
+MPI_STAMP := $(BUILD)/.mpi
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPI)" ] || echo $(MPI) > $(MPI_STAMP); })
+endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
@@ -38,7 +47,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard exampl
 .PHONY: all deps test demo asan bench clean
 all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
@@ -52,12 +61,12 @@ $(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)

@@ -1,18 +1,10 @@
-# Sourced by tests/test_dp*.sh: the binary, the launcher matching the MPI it
-# links (OpenMPI: --oversubscribe -q, 2 cores), one thread per rank, a
+# Sourced by tests/test_dp*.sh and the tensor-parallel scripts: the binary,
+# the launcher (tests/launcher.sh: the one matching the MPI it links), a
 # scratch directory with a text file, and the PASS/FAIL helpers.
-BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$(dirname "${BASH_SOURCE[0]}")/launcher.sh"
+C="$BUILD/cubist"
+HERE="$ROOT/tests"
 TMO=${TEST_DP_TIMEOUT:-60}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ldd "$C" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
-MPIRUN=${MPIRUN:-mpirun.$flavour}
-launch=("$MPIRUN")
-if "$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi"; then
-    launch+=(--oversubscribe -q)
-fi
 failed=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }

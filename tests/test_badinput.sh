@@ -3,7 +3,7 @@
 # problem, exit status 2, no crash, and no output file (not even a .tmp).
 set -u
 BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
+case $BUILD in /*) C=$BUILD/cubist ;; *) C="$(pwd)/$BUILD/cubist" ;; esac
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
 head -c 100000 /dev/urandom | base64 > text.txt
