@@ -15,6 +15,13 @@ check() { # name ref.jsonl got.jsonl [ref.st got.st]
     grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
     return 0
 }
+logcheck() { # tests/comm_log_check.py COMMAND NAME ...: the log's communication fields
+    local out
+    out=$(/usr/bin/python3 "$HERE/comm_log_check.py" "$@" 2>&1)
+    echo "$out"
+    grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
+    return 0
+}
 finish() { [ "$failed" = 0 ]; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"

@@ -263,28 +263,43 @@ static void row_spread(const report_row *all, int per, int p, const report_row *
     }
 }
 
-/* Rows in rank 0's order, then rows only other ranks have. */
+/* Was key already printed: a row of an earlier rank, or earlier in its own? */
+static int seen_before(const report_row *all, int per, int r, int i) {
+    const report_row *key = &all[(size_t)r * per + i];
+    for (int q = 0; q < r; q++)
+        if (find_row(all + (size_t)q * per, per, key)) return 1;
+    return find_row(all + (size_t)r * per, i, key) != NULL;
+}
+
+static void print_row(const report_row *all, int per, int p, const report_row *key, FILE *f, double *secs) {
+    double mn[RF_N] = {0}, mx[RF_N] = {0};
+    int slow = 0;
+    row_spread(all, per, p, key, mn, mx, &slow);
+    fprintf(f, "%-20s %-16s %9.0f / %-7.0f %10.3f / %-10.3f %10.3f / %-10.3f %8.4f / %-7.4f (%d)\n", key->group,
+            key->tag, mn[RF_CALLS], mx[RF_CALLS], mn[RF_SENT] / 1e6, mx[RF_SENT] / 1e6, mn[RF_RECV] / 1e6,
+            mx[RF_RECV] / 1e6, mn[RF_SECONDS], mx[RF_SECONDS], slow);
+    secs[0] = mn[RF_SECONDS], secs[1] = mx[RF_SECONDS];
+}
+
+/* Groups in rank 0's order (every rank has the same groups); in each, the
+ * tags any rank used, then the group's total; "all" last. */
 static void print_spread(const report_row *all, int per, int p, FILE *f) {
     fprintf(f, "communication per group and tag over the %d world ranks: min / max over ranks "
                "(MB as ring volume per rank)\n%-20s %-16s %-19s %-23s %-23s %s\n", p, "group", "tag",
             "  calls min / max", "  sent MB min / max", "  recv MB min / max", "seconds min / max (slowest rank)");
-    double all_s[2] = {0, 0};
-    for (int r = 0; r < p; r++)
-        for (int i = 0; i < per; i++) {
-            const report_row *key = &all[(size_t)r * per + i];
-            if (!key->group[0]) break;
-            int seen = 0;
-            for (int q = 0; q < r && !seen; q++) seen = find_row(all + (size_t)q * per, per, key) != NULL;
-            if (seen) continue;
-            double mn[RF_N] = {0}, mx[RF_N] = {0};
-            int slow = 0;
-            row_spread(all, per, p, key, mn, mx, &slow);
-            fprintf(f, "%-20s %-16s %9.0f / %-7.0f %10.3f / %-10.3f %10.3f / %-10.3f %8.4f / %-7.4f (%d)\n",
-                    key->group, key->tag, mn[RF_CALLS], mx[RF_CALLS], mn[RF_SENT] / 1e6, mx[RF_SENT] / 1e6,
-                    mn[RF_RECV] / 1e6, mx[RF_RECV] / 1e6, mn[RF_SECONDS], mx[RF_SECONDS], slow);
-            if (!strcmp(key->group, "all")) all_s[0] = mn[RF_SECONDS], all_s[1] = mx[RF_SECONDS];
-        }
-    fprintf(f, "communication seconds over the %d ranks: min %.4f max %.4f\n", p, all_s[0], all_s[1]);
+    double secs[2] = {0, 0};
+    for (int g = 0; g < per && all[g].group[0]; g++) {
+        if (strcmp(all[g].tag, "total")) continue; /* one group per total row of rank 0 */
+        for (int r = 0; r < p; r++)
+            for (int i = 0; i < per && all[(size_t)r * per + i].group[0]; i++) {
+                const report_row *key = &all[(size_t)r * per + i];
+                if (strcmp(key->group, all[g].group) || !strcmp(key->tag, "total") || seen_before(all, per, r, i))
+                    continue;
+                print_row(all, per, p, key, f, secs);
+            }
+        print_row(all, per, p, &all[g], f, secs); /* the total; "all" comes last */
+    }
+    fprintf(f, "communication seconds over the %d ranks: min %.4f max %.4f\n", p, secs[0], secs[1]);
 }
 
 void cb_comm_report_ranks(cb_comm *world, cb_comm *const *cs, int n, FILE *f) {
