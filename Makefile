@@ -3,6 +3,7 @@
 #   make            library + command line          make test   full suite
 #   make demo       train a small GPT, sample        make asan   suite under ASan+UBSan
 #   make bench      benchmark vs PyTorch             make deps   install packages
+#   make test-slurm cubist under srun on a local one-node Slurm (root)
 CC      ?= cc
 MPI     ?= openmpi
 # Each MPI builds in its own directory (build, build-mpich), so switching MPI
@@ -44,7 +45,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 
-.PHONY: all deps test demo asan bench clean
+.PHONY: all deps test test-slurm demo asan bench clean
 all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c $(MPI_STAMP)
@@ -77,6 +78,11 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
+
+# cubist under srun on a one-node Slurm cluster it starts and stops (root;
+# installs slurm-wlm and munge if missing); not part of `make test`
+test-slurm: all
+	@BUILD=$(BUILD) scripts/test_slurm.sh
 
 asan:
 	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
