@@ -378,8 +378,8 @@ void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int
 
 /* ---------------------------------------------------------------- agreement */
 
-/* Counted under the control tag, as every other use of MPI. */
-/* One element: the flag of the agreement (an int or MPI_2INT pair). */
+/* The agreement's one element (an int, or an MPI_2INT pair), counted under
+ * the control tag like every other use of MPI. */
 static void control_allreduce(cb_comm *c, const void *send, void *recv, MPI_Datatype dt, size_t esize, MPI_Op op) {
     uint64_t b = ring(c, esize, 2);
     int s = charge(c, CB_COMM_CONTROL, b, b);

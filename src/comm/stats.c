@@ -73,26 +73,29 @@ void cb_comm_steplog_mark(cb_comm_steplog *l) { cb_comm_tally_take(&l->before, l
 /* The 4 figures a rank contributes, as doubles: exact up to 2^53 bytes. */
 enum { RF_SENT, RF_RECV, RF_CALLS, RF_SECONDS, RF_N };
 
+/* Every rank's step total to world rank 0's l->ranks (control traffic). */
+static void gather_ranks(cb_comm_steplog *l) {
+    cb_comm_stat t = cb_comm_tally_total(&l->step);
+    double mine[RF_N] = {(double)t.bytes_sent, (double)t.bytes_recv, (double)t.calls, t.seconds};
+    int p = l->world->size, root = l->world->rank == 0;
+    double *all = root ? malloc(sizeof(double) * RF_N * (size_t)p) : NULL;
+    if (root && !all) cb_comm_fatal("out of memory gathering the step's counters");
+    cb_comm_gather_bytes(l->world, CB_COMM_CONTROL, mine, all, sizeof mine, 0);
+    for (int r = 0; root && r < p; r++) {
+        const double *v = all + RF_N * r;
+        l->ranks[r] = (cb_comm_stat){.bytes_sent = (uint64_t)v[RF_SENT], .bytes_recv = (uint64_t)v[RF_RECV],
+                                     .calls = (uint64_t)v[RF_CALLS], .seconds = v[RF_SECONDS]};
+    }
+    free(all);
+    l->gathered = root;
+}
+
 void cb_comm_steplog_end(cb_comm_steplog *l, int gather) {
     cb_comm_tally now;
     cb_comm_tally_take(&now, l->cs, l->n);
     cb_comm_tally_diff(&l->step, &now, &l->before);
     l->gathered = 0;
-    if (gather) {
-        cb_comm_stat t = cb_comm_tally_total(&l->step);
-        double mine[RF_N] = {(double)t.bytes_sent, (double)t.bytes_recv, (double)t.calls, t.seconds};
-        int p = l->world->size;
-        double *all = l->world->rank == 0 ? malloc(sizeof(double) * RF_N * (size_t)p) : NULL;
-        if (l->world->rank == 0 && !all) cb_comm_fatal("out of memory gathering the step's counters");
-        cb_comm_gather_bytes(l->world, CB_COMM_CONTROL, mine, all, sizeof mine, 0);
-        for (int r = 0; all && r < p; r++)
-            l->ranks[r] = (cb_comm_stat){.bytes_sent = (uint64_t)all[RF_N * r + RF_SENT],
-                                         .bytes_recv = (uint64_t)all[RF_N * r + RF_RECV],
-                                         .calls = (uint64_t)all[RF_N * r + RF_CALLS],
-                                         .seconds = all[RF_N * r + RF_SECONDS]};
-        free(all);
-        l->gathered = l->world->rank == 0;
-    }
+    if (gather) gather_ranks(l);
     cb_comm_steplog_mark(l);
 }
 
