@@ -4,7 +4,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/launcher.sh"
 C="$BUILD/cubist"
 HERE="$ROOT/tests"
-TMO=${TEST_DP_TIMEOUT:-60}
+TMO=${TEST_DP_TIMEOUT:-$(tmo 60)}
 failed=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }

@@ -5,6 +5,7 @@
 #   flavour  openmpi or mpich: the MPI library $BUILD's binaries link (ldd)
 #   MPIRUN   the launcher: as given (make exports mpirun.$(MPI)), else
 #            mpirun.$flavour; exported, so `cubist bench` child jobs use it
+#   tmo N    N seconds times TMO_SCALE (MPICH: 10), for `timeout`
 #   launch   array: MPIRUN and its flags (OpenMPI: --oversubscribe for more
 #            ranks than the 2 cores, -q to drop its banners), so a script
 #            runs "${launch[@]}" -np N prog ...
@@ -26,6 +27,12 @@ done
 unset _bin
 MPIRUN=${MPIRUN:-mpirun.$flavour}
 export MPIRUN
+# MPICH (ch4) busy-polls inside every blocking call and, unlike OpenMPI with
+# --oversubscribe, does not yield: 8 to 32 ranks on 2 cores run about ten
+# times slower (pp2 x 2d4 test_pipeline: 35 s OpenMPI, over 300 s MPICH), so
+# the hang-detecting timeouts scale with the flavour: timeout "$(tmo 120)".
+TMO_SCALE=${TMO_SCALE:-$([ "$flavour" = mpich ] && echo 10 || echo 1)}
+tmo() { echo $(($1 * TMO_SCALE)); }
 launch=("$MPIRUN")
 if "$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi"; then
     launch+=(--oversubscribe -q)

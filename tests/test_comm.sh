@@ -9,7 +9,7 @@
 set -u
 . "$(dirname "$0")/launcher.sh"
 BIN=$BUILD/tests/test_comm
-TMO=${TEST_COMM_TIMEOUT:-60}
+TMO=${TEST_COMM_TIMEOUT:-$(tmo 60)}
 failed=0
 
 pass() { echo "PASS $*"; }

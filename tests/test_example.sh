@@ -14,7 +14,7 @@ EX="$BUILD/examples/mlp_lm"
 "$EX" --data "$d/train.bin" --steps 30 --save "$d/serial.st" > "$d/serial.log" || { echo "FAIL example serial run"; exit 1; }
 run() { # label np flags...
     local label=$1 np=$2; shift 2
-    if timeout 180 "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 30 --save "$d/$label.st" "$@" > "$d/$label.log" 2>&1; then
+    if timeout "$(tmo 180)" "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 30 --save "$d/$label.st" "$@" > "$d/$label.log" 2>&1; then
         /usr/bin/python3 "$root/tests/compare.py" logs "$d/$label.log" "$d/serial.log" --label "example $label loss"
         /usr/bin/python3 "$root/tests/compare.py" st "$d/$label.st" "$d/serial.st" --label "example $label weights"
     else
@@ -40,7 +40,7 @@ run pp2_dp2_tp1d2 8 --pp 2 --dp 2 --tp 2 --tp-mode 1d
 # refusals: one line, exit 2, every rank
 refuse() { # label np pattern flags...
     local label=$1 np=$2 pat=$3; shift 3
-    timeout 60 "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 2 "$@" > "$d/$label.out" 2>&1
+    timeout "$(tmo 60)" "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 2 "$@" > "$d/$label.out" 2>&1
     local rc=$? n
     n=$(grep -c "$pat" "$d/$label.out")
     if [ "$rc" = 2 ] && [ "$n" -ge 1 ]; then echo "PASS example refuses $label: $(grep -m1 "$pat" "$d/$label.out")"

@@ -5,7 +5,7 @@
 set -u
 . "$(dirname "$0")/launcher.sh"
 run() { # mode np
-    timeout 120 "${launch[@]}" -np "$2" "$BUILD/tests/test_layout" --tp-mode "$1" || echo "FAIL test_layout $1 np=$2 exited $?"
+    timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$BUILD/tests/test_layout" --tp-mode "$1" || echo "FAIL test_layout $1 np=$2 exited $?"
 }
 run 1d 2
 run 1d 4

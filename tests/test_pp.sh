@@ -8,7 +8,7 @@
 set -u
 . "$(dirname "$0")/launcher.sh"
 T="$BUILD/tests/test_pipeline"
-TMO=${TEST_PP_TIMEOUT:-120}
+TMO=${TEST_PP_TIMEOUT:-$(tmo 120)}
 failed=0
 case_() { # name np [tp mode]
     local name=$1 np=$2; shift 2

@@ -10,7 +10,7 @@
 set -u
 . "$(dirname "$0")/launcher.sh"
 T="$BUILD/tests/test_pipeline_train"
-TMO=${TEST_PP_TIMEOUT:-120}
+TMO=${TEST_PP_TIMEOUT:-$(tmo 120)}
 failed=0
 case_() { # np dp pp tp mode schedule M zero recompute
     local np=$1; shift

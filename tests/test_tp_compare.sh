@@ -12,7 +12,7 @@
 set -u
 . "$(dirname "$0")/launcher.sh"
 C="$BUILD/cubist"
-TMO=${TEST_TP_TIMEOUT:-120}
+TMO=${TEST_TP_TIMEOUT:-$(tmo 120)}
 failed=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }

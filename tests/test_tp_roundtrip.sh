@@ -16,8 +16,8 @@ A=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8 --s
 "$C" train "${A[@]}" --log ref.jsonl --save ref.st || { echo "FAIL roundtrip: reference"; exit 1; }
 leg() { # np, then flags; every leg but the first resumes ck.st
     local np=$1; shift
-    if [ "$np" = 1 ]; then timeout 120 "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt
-    else timeout 120 "${launch[@]}" -np "$np" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt; fi
+    if [ "$np" = 1 ]; then timeout "$(tmo 120)" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt
+    else timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt; fi
 }
 if leg 8 --tp 8 --tp-mode 3d --log l1.jsonl --exit-after 8 &&
    leg 2 --tp 2 --tp-mode 1d --resume ck.st --log l2.jsonl --exit-after 8 &&
