@@ -142,7 +142,7 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
     if (hidden < 0) hidden = 0;
     if (w->rank == 0)
         printf("{\"ranks\":%d,\"threads\":%d,\"B\":%d,\"T\":%d,\"tokens_per_s\":%.2f,"
-               "\"step_ms\":%.1f,\"bwd_ms\":%.1f,\"comm_wait_ms\":%.1f,\"reduce_alone_ms\":%.1f,"
+               "\"step_ms\":%.1f,\"bwd_ms\":%.1f,\"comm_wait_ms\":%.3f,\"reduce_alone_ms\":%.3f,"
                "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"embed_buckets\":%d,"
                "\"zero\":%d}\n",
                w->size, omp_get_max_threads(), b->batch, b->seq_len,
