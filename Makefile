@@ -3,9 +3,13 @@
 #   make            library + command line          make test   full suite
 #   make demo       train a small GPT, sample        make asan   suite under ASan+UBSan
 #   make bench      benchmark vs PyTorch             make deps   install packages
+#   make test-slurm cubist under srun on a local one-node Slurm (root)
 CC      ?= cc
-BUILD   ?= build
 MPI     ?= openmpi
+# Each MPI builds in its own directory (build, build-mpich), so switching MPI
+# never reuses the other's objects; a BUILD given by hand is guarded by the
+# MPI stamp below.
+BUILD   ?= $(if $(filter mpich,$(MPI)),build-mpich,build)
 # One threading model: OpenMP for cubist's loops and the OpenMP build of
 # OpenBLAS, so GEMM threads and loop threads are the same team (no spinning
 # pools fighting over the two cores).
@@ -26,6 +30,12 @@ MPIRUN  ?= mpirun.$(MPI)
 export MPI MPIRUN
 CFLAGS  += $(MPI_CFLAGS)
 LDLIBS  += $(MPI_LIBS)
+# $(BUILD)/.mpi holds the MPI its objects were compiled for; it is rewritten
+# (and so everything rebuilt) only when MPI changes for the same BUILD.
+MPI_STAMP := $(BUILD)/.mpi
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPI)" ] || echo $(MPI) > $(MPI_STAMP); })
+endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
@@ -35,10 +45,10 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 
-.PHONY: all deps test demo asan bench clean
+.PHONY: all deps test test-slurm demo asan bench clean
 all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
@@ -52,12 +62,12 @@ $(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
@@ -68,6 +78,11 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
+
+# cubist under srun on a one-node Slurm cluster it starts and stops (root;
+# installs slurm-wlm and munge if missing); not part of `make test`
+test-slurm: all
+	@BUILD=$(BUILD) scripts/test_slurm.sh
 
 # use_tls=0: gcc 12's LeakSanitizer scans a stale dynamic-TLS entry that a
 # library MPI loads leaves behind (seen as "DTLS 9 at 0x3b48") and its tracer

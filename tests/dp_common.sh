@@ -1,24 +1,23 @@
-# Sourced by tests/test_dp*.sh: the binary, the launcher matching the MPI it
-# links (OpenMPI: --oversubscribe -q, 2 cores), one thread per rank, a
+# Sourced by tests/test_dp*.sh and the tensor-parallel scripts: the binary,
+# the launcher (tests/launcher.sh: the one matching the MPI it links), a
 # scratch directory with a text file, and the PASS/FAIL helpers.
-BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-TMO=${TEST_DP_TIMEOUT:-60}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ldd "$C" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
-MPIRUN=${MPIRUN:-mpirun.$flavour}
-launch=("$MPIRUN")
-if "$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi"; then
-    launch+=(--oversubscribe -q)
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/launcher.sh"
+C="$BUILD/cubist"
+HERE="$ROOT/tests"
+TMO=${TEST_DP_TIMEOUT:-$(tmo 60)}
 failed=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 check() { # name ref.jsonl got.jsonl [ref.st got.st]
     local out
     out=$(/usr/bin/python3 "$HERE/dp_compare.py" "$@" 2>&1)
+    echo "$out"
+    grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
+    return 0
+}
+logcheck() { # tests/comm_log_check.py COMMAND NAME ...: the log's communication fields
+    local out
+    out=$(/usr/bin/python3 "$HERE/comm_log_check.py" "$@" 2>&1)
     echo "$out"
     grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
     return 0

@@ -5,7 +5,7 @@
 # .tmp). Fixtures are made first; if making them fails, the test fails.
 set -u
 BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
+case $BUILD in /*) C=$BUILD/cubist ;; *) C="$(pwd)/$BUILD/cubist" ;; esac
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
 fixture_fail() { echo "FAIL bad input: fixture: $*"; exit 1; }

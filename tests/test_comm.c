@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
 #include "comm/grid.h"
+#include "comm/stats.h"
 
 static int g_rank, g_size, g_failed;
 
@@ -56,6 +58,8 @@ static void expect(errs *e, int ok, const char *fmt, ...) {
         va_end(ap);
     }
 }
+
+static int has(const char *msg, const char *word) { return strstr(msg, word) != NULL && strchr(msg, '\n') == NULL; }
 
 static void check_errs(const char *name, const errs *e, const char *pass_detail) {
     char d[400];
@@ -215,6 +219,94 @@ static void t_p2p(cb_comm *c, errs *v, errs *b) {
     expect_bytes(b, c, "t.ring", 256, 256, 2);
 }
 
+/* Uneven blocks: rank r owns counts[r] = 3 + 5r elements at displs[r]
+ * (p <= 64). */
+static int uneven(int p, int *counts, int *displs) {
+    int n = 0;
+    if (p > 64) cb_comm_exit(1, "test_comm: the v-form checks take at most 64 ranks");
+    for (int r = 0; r < p; r++) counts[r] = 3 + 5 * r, displs[r] = n, n += counts[r];
+    return n;
+}
+
+static void t_vforms(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, counts[64] = {0}, displs[64] = {0}, n = uneven(p, counts, displs);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *z = malloc(n * sizeof *z);
+    for (int i = 0; i < n; i++) x[i] = val(r, i), y[i] = val(r, i);
+    cb_comm_req q[2];
+    cb_comm_ireduce_scatterv(c, "t.rsv", x, z, counts, &q[0]);
+    cb_comm_ireduce_scatterv(c, "t.rsv.inplace", NULL, y, counts, &q[1]);
+    cb_comm_waitall(q, 2);
+    for (int j = 0; j < counts[r]; j++) {
+        float want = sumval(p, displs[r] + j);
+        expect(v, z[j] == want && y[j] == want, "%s reduce-scatterv [%d] = %g / in place %g, want %g", c->name, j, z[j], y[j], want);
+    }
+    for (int j = 0; j < counts[r]; j++) x[j] = val(r, j);
+    for (int i = 0; i < n; i++) y[i] = -1, z[i] = -1;
+    cb_comm_allgatherv(c, "t.agv", x, y, counts, displs);
+    for (int j = 0; j < counts[r]; j++) z[displs[r] + j] = val(r, j);
+    cb_comm_iallgatherv(c, "t.iagv.inplace", NULL, z, counts, displs, &q[0]);
+    cb_comm_wait(&q[0]);
+    for (int w = 0; w < p; w++)
+        for (int j = 0; j < counts[w]; j++)
+            expect(v, y[displs[w] + j] == val(w, j) && z[displs[w] + j] == val(w, j),
+                   "%s allgatherv [%d] = %g / iallgatherv in place %g, want %g", c->name, displs[w] + j,
+                   y[displs[w] + j], z[displs[w] + j], val(w, j));
+    uint64_t mine = (uint64_t)(n - counts[r]) * 4;
+    expect_bytes(b, c, "t.rsv", mine, mine, 1);
+    expect_bytes(b, c, "t.rsv.inplace", mine, mine, 1);
+    expect_bytes(b, c, "t.agv", mine, mine, 1);
+    expect_bytes(b, c, "t.iagv.inplace", mine, mine, 1);
+    free(x), free(y), free(z);
+}
+
+/* Rooted gathers at the last rank, exact bytes: a rank sends its block,
+ * the root receives everyone else's. */
+static void t_gathers(cb_comm *c, errs *v, errs *b) {
+    int p = c->size, r = c->rank, root = p - 1, counts[64] = {0}, displs[64] = {0}, n = uneven(p, counts, displs);
+    float *x = malloc(counts[r] * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int j = 0; j < counts[r]; j++) x[j] = val(r, j);
+    for (int i = 0; i < n; i++) y[i] = -1;
+    cb_comm_gatherv(c, "t.gv", x, y, counts, displs, root);
+    for (int w = 0; w < p && r == root; w++)
+        for (int j = 0; j < counts[w]; j++)
+            expect(v, y[displs[w] + j] == val(w, j), "%s gatherv [%d] = %g", c->name, displs[w] + j, y[displs[w] + j]);
+    char id[16], *ids = malloc(sizeof id * p);
+    snprintf(id, sizeof id, "r%d", r);
+    cb_comm_gather_bytes(c, "t.gb", id, ids, sizeof id, root);
+    for (int w = 0; w < p && r == root; w++) {
+        char want[16];
+        snprintf(want, sizeof want, "r%d", w);
+        expect(v, strcmp(ids + sizeof id * w, want) == 0, "%s gather_bytes block %d = '%.16s'", c->name, w, ids + sizeof id * w);
+    }
+    int32_t mi[3] = {r, -r, 7 * r}, *all = malloc(sizeof(int32_t) * 3 * p);
+    cb_comm_allgather_i32(c, "t.agi", mi, all, 3);
+    for (int w = 0; w < p; w++)
+        expect(v, all[3 * w] == w && all[3 * w + 1] == -w && all[3 * w + 2] == 7 * w, "%s allgather_i32 block %d", c->name, w);
+    uint64_t rest = (uint64_t)(n - counts[root]) * 4, own = (uint64_t)counts[r] * 4;
+    expect_bytes(b, c, "t.gv", r == root ? 0 : own, r == root ? rest : 0, 1);
+    expect_bytes(b, c, "t.gb", r == root ? 0 : sizeof id, r == root ? (uint64_t)(p - 1) * sizeof id : 0, 1);
+    expect_bytes(b, c, "t.agi", want_ring(p, 12 * (uint64_t)p, 1), want_ring(p, 12 * (uint64_t)p, 1), 1);
+    free(x), free(y), free(ids), free(all);
+}
+
+/* cb_comm_test drives a request to completion: one call counted however
+ * many tests, its time charged, a wait after it returns at once. */
+static void t_test_counters(cb_comm *c, errs *v, errs *b) {
+    int p = c->size;
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; i++) x[i] = val(c->rank, i);
+    cb_comm_req q;
+    cb_comm_iallreduce(c, "t.test", NULL, x, N, CB_COMM_SUM, &q);
+    long polls = 0;
+    while (!cb_comm_test(&q)) polls++;
+    cb_comm_wait(&q);
+    for (int i = 0; i < N; i++) expect(v, x[i] == sumval(p, i), "%s iallreduce by test [%d] = %g", c->name, i, x[i]);
+    const cb_comm_stat *s = cb_comm_stats_find(c, "t.test");
+    expect(b, s && s->seconds > 0, "%s: cb_comm_test charged no time after %ld polls", c->name, polls);
+    expect_bytes(b, c, "t.test", want_ring(p, N * 4, 2), want_ring(p, N * 4, 2), 1);
+    free(x);
+}
+
 /* Every operation once on c after a reset: values into v, counters into b. */
 static void run_collectives(cb_comm *c, errs *v, errs *b) {
     cb_comm_stats_reset(c);
@@ -225,6 +317,9 @@ static void run_collectives(cb_comm *c, errs *v, errs *b) {
     t_rooted(c, v, b);
     t_nonblocking(c, v, b);
     t_p2p(c, v, b);
+    t_vforms(c, v, b);
+    t_gathers(c, v, b);
+    t_test_counters(c, v, b);
 }
 
 /* ---------------------------------------------------------------- counters and reports */
@@ -262,8 +357,10 @@ static int braces_balanced(const char *s) {
     return depth == 0 && !in_str;
 }
 
-static void t_reports(cb_comm *w) {
-    cb_comm_stats_reset(w);
+/* On a fresh copy of the world: the earlier checks used many tags. */
+static void t_reports(cb_comm *world) {
+    cb_comm fresh, *w = &fresh;
+    cb_comm_split(world, 0, world->rank, "world", w);
     float x[N] = {0};
     cb_comm_allreduce(w, "grad", NULL, x, N, CB_COMM_SUM);
     cb_comm_allreduce(w, "attn.fwd", NULL, x, 10, CB_COMM_MAX);
@@ -297,6 +394,121 @@ static void t_reports(cb_comm *w) {
     check_errs("report: table with header, a line per tag, per group, and all", &t, "5 lines for 1 group x 2 tags");
     if (g_rank == 0 && getenv("TEST_COMM_VERBOSE")) fputs(tb, stdout);
     free(tb);
+    cb_comm_free(w);
+}
+
+/* In-place reduce at the last rank with a large message: MPICH 4.0.2
+ * segfaults there (pmodels/mpich#6540) unless cb_comm_reduce works around
+ * it; and the scratch copy must leave the root's input out of the sum
+ * exactly once. */
+static void t_reduce_root_last(cb_comm *w) {
+    enum { BIG = 1 << 16 };
+    int p = w->size, r = w->rank, root = p - 1;
+    float *x = malloc(BIG * sizeof *x);
+    for (int i = 0; i < BIG; i++) x[i] = (float)(r + 1) * (float)(i % 1000);
+    for (int rep = 0; rep < 2; rep++) { /* twice: the kept scratch buffer reused */
+        if (rep) for (int i = 0; i < BIG; i++) x[i] = (float)(r + 1) * (float)(i % 1000);
+        cb_comm_reduce(w, "t.reduce.last", NULL, x, BIG, root);
+    }
+    errs e = {0};
+    float k = (float)p * (p + 1) / 2;
+    for (int i = 0; i < BIG && r == root; i++)
+        expect(&e, x[i] == k * (float)(i % 1000), "[%d] = %g want %g", i, x[i], k * (float)(i % 1000));
+    char d[128];
+    snprintf(d, sizeof d, "%d floats summed at root %d, twice", (int)BIG, root);
+    check_errs("reduce: in place at the last rank, large n (MPICH bug 6540 workaround)", &e, d);
+    free(x);
+}
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Rank 0 sleeps S before a collective; every other rank's counted wait
+ * must cover the part of the sleep after it entered: at least
+ * (rank 0's sleep start + S) - (its own entry), read on the one
+ * CLOCK_MONOTONIC the ranks of one machine share (the suite runs on one).
+ * Usually a rank enters before the sleep starts, so the bound is >= S.
+ * Blocking (time inside the call) and non-blocking (time inside the wait). */
+static void t_wait_time(cb_comm *w, int nonblocking) {
+    const double S = 0.25;
+    cb_comm_stats_reset(w);
+    const char *tag = nonblocking ? "t.wait.nb" : "t.wait";
+    double start = 0, x = 1;
+    cb_comm_barrier(w, "t.sync");
+    if (w->rank == 0) start = mono_s(), usleep((useconds_t)(S * 1e6));
+    double enter = mono_s();
+    if (nonblocking) {
+        cb_comm_req q;
+        float f = 1;
+        cb_comm_iallreduce(w, tag, NULL, &f, 1, CB_COMM_SUM, &q);
+        enter = mono_s();
+        cb_comm_wait(&q);
+    } else {
+        cb_comm_allreduce_f64(w, tag, NULL, &x, 1, CB_COMM_SUM);
+    }
+    cb_comm_bcast_bytes(w, "t.sync", &start, sizeof start, 0);
+    const cb_comm_stat *s = cb_comm_stats_find(w, tag);
+    double bound = start + S - enter, got = s ? s->seconds : -1;
+    errs e = {0};
+    if (w->rank) expect(&e, got >= bound - 1e-3, "rank %d waited %.4f s, want >= %.4f (entered %.4f s after the sleep began)",
+                        w->rank, got, bound, enter - start);
+    double lo = w->rank ? bound : 1e30;
+    cb_comm_allreduce_f64(w, "t.sync", NULL, &lo, 1, CB_COMM_MIN);
+    char name[96], d[160];
+    snprintf(name, sizeof name, "counters: wait time of a %s collective covers a late rank's %.2f s sleep",
+             nonblocking ? "non-blocking" : "blocking", S);
+    if (w->size > 1) snprintf(d, sizeof d, "every other rank waited >= its bound (smallest bound %.3f s)", lo);
+    else snprintf(d, sizeof d, "one rank: nobody waits");
+    check_errs(name, &e, d);
+}
+
+/* The launcher guard reads only the environment: each variable alone, with
+ * this process's own launcher variables cleared and restored after. */
+static const char *const LAUNCH_VARS[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_ID",
+                                          "SLURM_STEPID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS",
+                                          "PMIX_RANK", "CUBIST_SINGLETON_OK"};
+enum { NLV = sizeof LAUNCH_VARS / sizeof *LAUNCH_VARS };
+
+static int guard(int size, const char *k1, const char *v1, const char *k2, const char *v2, cb_err *er) {
+    for (int i = 0; i < NLV; i++) unsetenv(LAUNCH_VARS[i]);
+    if (k1) setenv(k1, v1, 1);
+    if (k2) setenv(k2, v2, 1);
+    memset(er, 0, sizeof *er);
+    return cb_comm_launcher_check(size, er);
+}
+
+static void t_launcher_guard(void) {
+    char *saved[NLV];
+    for (int i = 0; i < NLV; i++) saved[i] = getenv(LAUNCH_VARS[i]) ? strdup(getenv(LAUNCH_VARS[i])) : NULL;
+    errs e = {0};
+    cb_err er;
+    expect(&e, guard(1, NULL, NULL, NULL, NULL, &er) == CB_OK, "no launcher: '%s'", er.msg);
+    expect(&e, guard(1, "SLURM_STEP_NUM_TASKS", "2", NULL, NULL, &er) == CB_EINPUT &&
+               has(er.msg, "launched as 2 tasks by srun (SLURM_STEP_NUM_TASKS=2)") && has(er.msg, "srun --mpi="),
+           "srun step: '%s'", er.msg);
+    expect(&e, guard(1, "SLURM_NTASKS", "4", "SLURM_STEP_ID", "0", &er) == CB_EINPUT && has(er.msg, "SLURM_NTASKS=4"),
+           "SLURM_NTASKS in a step: '%s'", er.msg);
+    expect(&e, guard(1, "SLURM_NTASKS", "4", NULL, NULL, &er) == CB_OK, "SLURM_NTASKS of a batch script refused: '%s'", er.msg);
+    expect(&e, guard(1, "OMPI_COMM_WORLD_SIZE", "2", NULL, NULL, &er) == CB_EINPUT && has(er.msg, "OpenMPI's mpirun"),
+           "OpenMPI launcher: '%s'", er.msg);
+    expect(&e, guard(1, "PMI_SIZE", "3", NULL, NULL, &er) == CB_EINPUT && has(er.msg, "PMI_SIZE=3") && has(er.msg, "make MPI="),
+           "hydra: '%s'", er.msg);
+    expect(&e, guard(1, "MPI_LOCALNRANKS", "2", NULL, NULL, &er) == CB_EINPUT, "hydra local ranks: '%s'", er.msg);
+    expect(&e, guard(1, "PMIX_RANK", "1", NULL, NULL, &er) == CB_EINPUT && has(er.msg, "PMIx"), "PMIx task 1: '%s'", er.msg);
+    expect(&e, guard(1, "PMIX_RANK", "0", NULL, NULL, &er) == CB_OK, "PMIx task 0 alone refused: '%s'", er.msg);
+    expect(&e, guard(1, "PMI_SIZE", "1", NULL, NULL, &er) == CB_OK, "1 task refused: '%s'", er.msg);
+    expect(&e, guard(2, "PMI_SIZE", "2", NULL, NULL, &er) == CB_OK, "matching size refused: '%s'", er.msg);
+    expect(&e, guard(1, "PMI_SIZE", "2", "CUBIST_SINGLETON_OK", "1", &er) == CB_OK, "override ignored: '%s'", er.msg);
+    for (int i = 0; i < NLV; i++) {
+        if (saved[i]) setenv(LAUNCH_VARS[i], saved[i], 1);
+        else unsetenv(LAUNCH_VARS[i]);
+        free(saved[i]);
+    }
+    check_errs("launcher guard: N tasks but MPI size 1 refused, one line naming the variable and the fix", &e,
+               "srun (in a step only), OpenMPI, hydra, PMIx, override, matching sizes");
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -318,7 +530,6 @@ static void t_agree(cb_comm *w) {
     check_errs("errors: agreement on the largest code and the lowest failing rank's message", &e, "every rank got the same cb_err");
 }
 
-static int has(const char *msg, const char *word) { return strstr(msg, word) != NULL && strchr(msg, '\n') == NULL; }
 
 static void t_validation(void) {
     errs e = {0};
@@ -520,6 +731,10 @@ int main(int argc, char **argv) {
         t_grid(dp, pp, tp, mode, 1);
     } else {
         t_counters_world(w);
+        t_reduce_root_last(w);
+        t_wait_time(w, 0);
+        t_wait_time(w, 1);
+        t_launcher_guard();
         t_reports(w);
         t_agree(w);
         t_validation();

@@ -5,12 +5,11 @@
 # job, every rank with the same status and one message, within the timeout.
 #   BUILD=build-mpich MPI=mpich tests/test_comm.sh
 # MPIRUN overrides the launcher; by default it matches the MPI library the
-# binary links. TEST_COMM_TIMEOUT (seconds, default 60) bounds every run.
+# binary links (tests/launcher.sh). TEST_COMM_TIMEOUT (seconds, default 60) bounds every run.
 set -u
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/launcher.sh"
 BIN=$BUILD/tests/test_comm
-TMO=${TEST_COMM_TIMEOUT:-60}
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+TMO=${TEST_COMM_TIMEOUT:-$(tmo 60)}
 failed=0
 
 pass() { echo "PASS $*"; }
@@ -19,16 +18,6 @@ fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 if [ ! -x "$BIN" ]; then
     fail "test_comm: $BIN not built; run make (BUILD=$BUILD)"
     exit 1
-fi
-if ldd "$BIN" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
-MPIRUN=${MPIRUN:-mpirun.$flavour}
-launch=("$MPIRUN")
-# OpenMPI refuses root (even for --version) unless told; MPICH ignores these.
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if "$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi"; then
-    # 2 cores: more ranks than slots; -q drops mpirun's own banners so the
-    # drills can count cubist's messages.
-    launch+=(--oversubscribe -q)
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -4,7 +4,11 @@
 # buckets), dense and sparse embedding gradients, the 30-step JSONL loss
 # trajectory matches the run without a launcher to 1e-5 relative and so do
 # the final parameters. Checkpoints: saved at dp=4 with ZeRO, resumed at
-# dp=2 and at dp=1, the trajectory is the uninterrupted one.
+# dp=2 and at dp=1, the trajectory is the uninterrupted one. The log's
+# communication fields (tests/comm_log_check.py): per-rank arrays whose rank
+# 0 entry is the totals, totals = sum over tags, received = sent for these
+# symmetric collectives; grad-accum 3 makes the same calls per step as 1;
+# ZeRO-1's opt_state_bytes is rank 0's shard of the dense figure.
 # AdamW eps is 1e-6: with 1e-8, Adam's normalisation turns last-bit
 # differences of near-zero gradients (summation order across ranks) into
 # steps of up to lr, and on some data the parameters then differ by 4e-5
@@ -37,7 +41,7 @@ case_ "dp=2"                          2 1
 case_ "dp=2 bucket 0.01MB"            2 1 --bucket-mb 0.01
 case_ "dp=2 zero bucket 0.0123MB"     2 1 --zero 1 --bucket-mb 0.0123
 case_ "dp=2 accum 3"                  2 3 --bucket-mb 0.01
-case_ "dp=2 zero accum 3"             2 3 --zero 1
+case_ "dp=2 zero accum 3 bucket 0.0123MB" 2 3 --zero 1 --bucket-mb 0.0123
 case_ "dp=4"                          4 1
 case_ "dp=4 zero"                     4 1 --zero 1
 case_ "dp=4 zero bucket 0.01MB"       4 1 --zero 1 --bucket-mb 0.01
@@ -57,6 +61,20 @@ if [ "$b1" = 0 ] && [ "${bd:-0}" -gt 0 ] && [ "${bs:-0}" -gt "$bd" ]; then
 else
     fail "comm_bytes per step: dp=1 '$b1' (want 0), dp=4 dense '$bd' (> 0), sparse '$bs' (> dense)"
 fi
+
+# the log's communication fields: per-rank arrays, totals = rank 0 = sum of
+# tags, and every collective here symmetric (received = sent, per rank)
+for name in "dp=1" "dp=2" "dp=4" "dp=4 zero bucket 0.01MB" "dp=4 sparse embed zero"; do
+    np=${name#dp=}; np=${np%% *}
+    logcheck fields "log fields: $name" "$name.jsonl" "$np" --symmetric
+done
+# accumulation reduces once per step: the same calls (per tag too) per step
+logcheck same-calls "grad-accum 3 communicates as grad-accum 1 (dp=2, 0.01 MB buckets)" \
+    "dp=2 bucket 0.01MB.jsonl" "dp=2 accum 3.jsonl"
+logcheck same-calls "grad-accum 3 communicates as grad-accum 1 (dp=2 ZeRO)" \
+    "dp=2 zero bucket 0.0123MB.jsonl" "dp=2 zero accum 3 bucket 0.0123MB.jsonl"
+# ZeRO-1: rank 0 holds AdamW state for its shard only
+logcheck opt "opt_state_bytes, dp=4: ZeRO-1 keeps rank 0's shard" "dp=4.jsonl" "dp=4 zero.jsonl" 4
 
 # save at dp=4 with ZeRO; resume at dp=2 (ZeRO) then dp=1, and at dp=1 directly
 run() { local np=$1; shift; timeout "$TMO" "${launch[@]}" -np "$np" "$C" train "${common[@]}" "$@" 2>>resume.err; }

@@ -4,10 +4,8 @@
 # norm of 30 steps and the saved weights equal the single-process run to
 # 1e-5 relative (fp32 sums regrouped across ranks differ by a few ulp).
 set -u
-BUILD=${BUILD:-build}
-MPIRUN=${MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-root=$(pwd)
+. "$(dirname "$0")/launcher.sh"
+root=$ROOT
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # deterministic text, so a failure reproduces
 if command -v bible >/dev/null; then bible gen1:1-rev22:21 | head -c 200000 > "$d/text.txt"; else seq 1 40000 > "$d/text.txt"; fi
@@ -16,8 +14,7 @@ EX="$BUILD/examples/mlp_lm"
 "$EX" --data "$d/train.bin" --steps 30 --save "$d/serial.st" > "$d/serial.log" || { echo "FAIL example serial run"; exit 1; }
 run() { # label np flags...
     local label=$1 np=$2; shift 2
-    local mf=(-np "$np"); case "$MPIRUN" in *mpich*) ;; *) mf=(-q --oversubscribe "${mf[@]}") ;; esac
-    if timeout 180 "$MPIRUN" "${mf[@]}" "$EX" --data "$d/train.bin" --steps 30 --save "$d/$label.st" "$@" > "$d/$label.log" 2>&1; then
+    if timeout "$(tmo 180)" "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 30 --save "$d/$label.st" "$@" > "$d/$label.log" 2>&1; then
         /usr/bin/python3 "$root/tests/compare.py" logs "$d/$label.log" "$d/serial.log" --label "example $label loss"
         /usr/bin/python3 "$root/tests/compare.py" st "$d/$label.st" "$d/serial.st" --label "example $label weights"
     else
@@ -43,8 +40,7 @@ run pp2_dp2_tp1d2 8 --pp 2 --dp 2 --tp 2 --tp-mode 1d
 # refusals: one line, exit 2, every rank
 refuse() { # label np pattern flags...
     local label=$1 np=$2 pat=$3; shift 3
-    local mf=(-np "$np"); case "$MPIRUN" in *mpich*) ;; *) mf=(-q --oversubscribe "${mf[@]}") ;; esac
-    timeout 60 "$MPIRUN" "${mf[@]}" "$EX" --data "$d/train.bin" --steps 2 "$@" > "$d/$label.out" 2>&1
+    timeout "$(tmo 60)" "${launch[@]}" -np "$np" "$EX" --data "$d/train.bin" --steps 2 "$@" > "$d/$label.out" 2>&1
     local rc=$? n
     n=$(grep -c "$pat" "$d/$label.out")
     if [ "$rc" = 2 ] && [ "$n" -ge 1 ]; then echo "PASS example refuses $label: $(grep -m1 "$pat" "$d/$label.out")"

@@ -3,13 +3,9 @@
 # the tensor-parallel sizes the issue names: 1-D on 2 and 4 ranks, 2-D on 4
 # (2x2), 3-D on 8 (2x2x2) and 27 (3x3x3), oversubscribed on this machine.
 set -u
-BUILD=${BUILD:-build}
-MPIRUN=${MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/launcher.sh"
 run() { # mode np
-    local flags=(-np "$2")
-    case "$MPIRUN" in *mpich*) ;; *) flags=(-q --oversubscribe "${flags[@]}") ;; esac
-    timeout 120 "$MPIRUN" "${flags[@]}" "$BUILD/tests/test_layout" --tp-mode "$1" || echo "FAIL test_layout $1 np=$2 exited $?"
+    timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$BUILD/tests/test_layout" --tp-mode "$1" || echo "FAIL test_layout $1 np=$2 exited $?"
 }
 run 1d 2
 run 1d 4

@@ -6,15 +6,9 @@
 # one step's loss, every gradient and the global norm with the whole model
 # to 1e-5 (see tests/test_pipeline.c).
 set -u
-BUILD=${BUILD:-build}
-T="$(pwd)/$BUILD/tests/test_pipeline"
-TMO=${TEST_PP_TIMEOUT:-120}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ldd "$T" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
-MPIRUN=${MPIRUN:-mpirun.$flavour}
-launch=("$MPIRUN")
-"$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi" && launch+=(--oversubscribe -q)
+. "$(dirname "$0")/launcher.sh"
+T="$BUILD/tests/test_pipeline"
+TMO=${TEST_PP_TIMEOUT:-$(tmo 120)}
 failed=0
 case_() { # name np [tp mode]
     local name=$1 np=$2; shift 2

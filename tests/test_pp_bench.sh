@@ -7,9 +7,8 @@
 # selective each plan less than none on stage 0 of the comparison point
 # (selective keeping more than block there); bad input exits 2.
 set -u
-BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 TINY=(--layers 6 --d-model 32 --heads 4 --vocab 256 --seq-len 16 --batch 2)
 if ! timeout 180 "$C" bench --pipeline "${TINY[@]}" --pp-list 2,4 --mb-list 1,8 \

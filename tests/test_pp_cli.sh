@@ -15,22 +15,19 @@
 # agrees to 1e-7; the comparison is meant to test the layout, not that.
 # For the same reason lr is 1e-3 (3e-3 leaves 1.2e-5 in one c_proj weight).
 set -u
-BUILD=${BUILD:-build}
-MPIRUN=${MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-C="$(pwd)/$BUILD/cubist"
-CMP="/usr/bin/python3 $(pwd)/tests/compare.py"
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+CMP="/usr/bin/python3 $ROOT/tests/compare.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
-/usr/bin/python3 "$OLDPWD/tests/gen_text.py" 160000 > text.txt
+/usr/bin/python3 "$ROOT/tests/gen_text.py" 160000 > text.txt
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL pp cli: prepare"; exit 1; }
 A=(--data train.bin --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
-launch=(-np); case "$MPIRUN" in *mpich*) ;; *) launch=(-q --oversubscribe -np) ;; esac
 for M in 1 4 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st || { echo "FAIL pp cli: reference"; exit 1; }; done
 case_() { # label np M flags...
     local label=$1 np=$2 M=$3; shift 3
-    if timeout 120 "$MPIRUN" "${launch[@]}" "$np" "$C" train "${A[@]}" --micro-batches "$M" \
+    if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --micro-batches "$M" \
             --log p.jsonl --save p.st "$@" 2>err.txt; then
         $CMP logs p.jsonl ref$M.jsonl --label "$label loss"
         $CMP st p.st ref$M.st --label "$label weights" --key-bias-abs 0.1
@@ -56,7 +53,7 @@ case_ "pp2 x 2d4 M=4"               8 4 --pp 2 --tp 4 --tp-mode 2d
 case_ "pp2 x 3d8 M=4"              16 4 --pp 2 --tp 8 --tp-mode 3d --batch 4
 
 # save under pp2 x tp2 after 10 steps, resume in one process
-if timeout 120 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --micro-batches 4 --pp 2 --tp 2 \
+if timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${A[@]}" --micro-batches 4 --pp 2 --tp 2 \
         --tp-mode 1d --log r1.jsonl --save r.st --exit-after 10 2>err.txt &&
    "$C" train "${A[@]}" --grad-accum 4 --resume r.st --log r2.jsonl --save r.st 2>>err.txt; then
     cat r1.jsonl r2.jsonl > r.jsonl
@@ -67,9 +64,9 @@ else
 fi
 # layout-independent checkpoints across the whole grid: 10 steps under
 # pp4 x 3d8 (32 ranks), 10 under pp2 x 2d4, 10 in one process
-if timeout 240 "$MPIRUN" "${launch[@]}" 32 "$C" train "${A[@]}" --micro-batches 4 --pp 4 --tp 8 \
+if timeout "$(tmo 240)" "${launch[@]}" -np 32 "$C" train "${A[@]}" --micro-batches 4 --pp 4 --tp 8 \
         --tp-mode 3d --log g1.jsonl --save g.st --exit-after 10 2>err.txt &&
-   timeout 120 "$MPIRUN" "${launch[@]}" 8 "$C" train "${A[@]}" --micro-batches 4 --pp 2 --tp 4 \
+   timeout "$(tmo 120)" "${launch[@]}" -np 8 "$C" train "${A[@]}" --micro-batches 4 --pp 2 --tp 4 \
         --tp-mode 2d --resume g.st --log g2.jsonl --save g.st --exit-after 10 2>>err.txt &&
    "$C" train "${A[@]}" --grad-accum 4 --resume g.st --log g3.jsonl --save g.st 2>>err.txt; then
     cat g1.jsonl g2.jsonl g3.jsonl > g.jsonl
@@ -87,7 +84,7 @@ for r in block selective; do
         echo "FAIL pp1 recompute $r: $(head -c 300 err.txt)"
     fi
 done
-if timeout 120 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --grad-accum 4 --tp 2 --tp-mode 1d \
+if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$C" train "${A[@]}" --grad-accum 4 --tp 2 --tp-mode 1d \
         --recompute selective --log s.jsonl --save s.st 2>err.txt; then
     $CMP logs s.jsonl ref4.jsonl --label "tp 1d2 recompute selective loss"
     $CMP st s.st ref4.st --label "tp 1d2 recompute selective weights" --key-bias-abs 0.1
@@ -97,20 +94,20 @@ fi
 # an unknown --recompute: one line, exit 2, with and without --pp
 for np in 1 2; do
     pp=(); [ $np = 2 ] && pp=(--pp 2)
-    timeout 60 "$MPIRUN" "${launch[@]}" $np "$C" train "${A[@]}" "${pp[@]}" --recompute attention >bad.txt 2>&1
+    timeout "$(tmo 60)" "${launch[@]}" -np $np "$C" train "${A[@]}" "${pp[@]}" --recompute attention >bad.txt 2>&1
     rc=$?
     if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'selective' bad.txt; then
         echo "PASS bad --recompute on $np rank(s): exit 2, $(grep cubist bad.txt)"
     else echo "FAIL bad --recompute on $np rank(s): exit $rc: $(head -c 300 bad.txt)"; fi
 done
 # --recompute-layers without block recompute: one line, exit 2
-timeout 60 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --pp 2 --recompute-layers 1 >bad.txt 2>&1
+timeout "$(tmo 60)" "${launch[@]}" -np 2 "$C" train "${A[@]}" --pp 2 --recompute-layers 1 >bad.txt 2>&1
 rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'needs --recompute block' bad.txt; then
     echo "PASS --recompute-layers without block: exit 2, $(grep cubist bad.txt)"
 else echo "FAIL --recompute-layers without block: exit $rc: $(head -c 300 bad.txt)"; fi
 # a schedule that cannot run: one line, exit 2 on every rank
-timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule interleaved --micro-batches 6 >bad.txt 2>&1
+timeout "$(tmo 60)" "${launch[@]}" -np 4 "$C" train "${A[@]}" --pp 4 --schedule interleaved --micro-batches 6 >bad.txt 2>&1
 rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ]; then echo "PASS pp bad schedule: exit 2, $(grep cubist bad.txt)"
 else echo "FAIL pp bad schedule: exit $rc: $(head -c 300 bad.txt)"; fi

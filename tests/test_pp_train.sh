@@ -8,15 +8,9 @@
 # --micro-batches M --batch B follows the one process's --batch B
 # --grad-accum M.
 set -u
-BUILD=${BUILD:-build}
-T="$(pwd)/$BUILD/tests/test_pipeline_train"
-TMO=${TEST_PP_TIMEOUT:-120}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ldd "$T" | grep -q libmpich; then flavour=mpich; else flavour=openmpi; fi
-MPIRUN=${MPIRUN:-mpirun.$flavour}
-launch=("$MPIRUN")
-"$MPIRUN" --version 2>&1 | grep -qi "open-\?rte\|open mpi\|open-mpi" && launch+=(--oversubscribe -q)
+. "$(dirname "$0")/launcher.sh"
+T="$BUILD/tests/test_pipeline_train"
+TMO=${TEST_PP_TIMEOUT:-$(tmo 120)}
 failed=0
 case_() { # np dp pp tp mode schedule M zero recompute
     local np=$1; shift

@@ -8,7 +8,7 @@
 # the schedule does.
 set -u
 BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
+case $BUILD in /*) C=$BUILD/cubist ;; *) C="$(pwd)/$BUILD/cubist" ;; esac
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
 head -c 300000 /dev/urandom | base64 > text.txt

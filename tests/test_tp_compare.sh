@@ -10,9 +10,9 @@
 # exits 2 with one line naming it.
 #   BUILD=build-mpich tests/test_tp_compare.sh     (MPIRUN overrides the launcher)
 set -u
-BUILD=${BUILD:-build}
-C="$(pwd)/$BUILD/cubist"
-TMO=${TEST_TP_TIMEOUT:-120}
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+TMO=${TEST_TP_TIMEOUT:-$(tmo 120)}
 failed=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }

@@ -4,23 +4,20 @@
 # previous one's checkpoint, follow the uninterrupted single-process
 # trajectory (loss and gradient norm) and end at its parameters, to 1e-5.
 set -u
-BUILD=${BUILD:-build}
-MPIRUN=${MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-C="$(pwd)/$BUILD/cubist"
-CMP="/usr/bin/python3 $(pwd)/tests/compare.py"
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+CMP="/usr/bin/python3 $ROOT/tests/compare.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
-/usr/bin/python3 "$OLDPWD/tests/gen_text.py" 160000 > text.txt
+/usr/bin/python3 "$ROOT/tests/gen_text.py" 160000 > text.txt
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL roundtrip: prepare"; exit 1; }
 A=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
-launch=(-np); case "$MPIRUN" in *mpich*) ;; *) launch=(-q --oversubscribe -np) ;; esac
 "$C" train "${A[@]}" --log ref.jsonl --save ref.st || { echo "FAIL roundtrip: reference"; exit 1; }
 leg() { # np, then flags; every leg but the first resumes ck.st
     local np=$1; shift
-    if [ "$np" = 1 ]; then timeout 120 "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt
-    else timeout 120 "$MPIRUN" "${launch[@]}" "$np" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt; fi
+    if [ "$np" = 1 ]; then timeout "$(tmo 120)" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt
+    else timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt; fi
 }
 if leg 8 --tp 8 --tp-mode 3d --log l1.jsonl --exit-after 8 &&
    leg 2 --tp 2 --tp-mode 1d --resume ck.st --log l2.jsonl --exit-after 8 &&

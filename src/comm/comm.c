@@ -3,10 +3,14 @@
 #include "comm/comm.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The one global state of the library, on purpose: MPI itself is
+ * per-process global (MPI_Init once, MPI_COMM_WORLD), so a context object
+ * passed around would only wrap these. They hold the world wrapper (its
+ * counters) and whether cubist must finalise MPI. Everything else (grids,
+ * sub-communicators, models, trainers) is an object its caller owns. */
 static cb_comm g_world;
 static int g_have_world;
 static int g_we_initialised;
@@ -27,6 +31,14 @@ int cb_comm_init(int *argc, char ***argv, cb_err *e) {
         if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
             return cb_fail(e, CB_ESYS, "MPI_Init failed; check the MPI installation (make deps) and the launcher");
         g_we_initialised = 1;
+    }
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rc = cb_comm_launcher_check(size, e);
+    if (rc) { /* a singleton among singletons: end MPI cleanly, report */
+        if (g_we_initialised) MPI_Finalize();
+        g_we_initialised = 0;
+        return rc;
     }
     if (!g_have_world) {
         MPI_Comm dup;
@@ -63,6 +75,9 @@ void cb_comm_split(cb_comm *parent, int color, int key, const char *name, cb_com
 }
 
 void cb_comm_free(cb_comm *c) {
+    free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_n = 0;
     int done = 0;
     MPI_Finalized(&done);
     if (!done && c->comm != MPI_COMM_NULL && c->comm != MPI_COMM_WORLD && c->comm != MPI_COMM_SELF)
@@ -90,22 +105,6 @@ _Noreturn void cb_comm_fatal(const char *msg) {
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, CB_EINPUT);
     exit(CB_EINPUT); /* MPI_Abort does not return; this keeps _Noreturn honest */
-}
-
-int cb_comm_agree_error(cb_comm *c, int local_code) {
-    int code = local_code;
-    MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, c->comm);
-    return code;
-}
-
-int cb_comm_agree_err(cb_comm *c, cb_err *e) {
-    struct { int code, rank; } mine = { e->code, c->rank }, top;
-    MPI_Allreduce(&mine, &top, 1, MPI_2INT, MPI_MAXLOC, c->comm);
-    if (top.code == CB_OK) return CB_OK;
-    MPI_Bcast(e->msg, sizeof e->msg, MPI_CHAR, top.rank, c->comm);
-    e->msg[sizeof e->msg - 1] = '\0';
-    e->code = top.code;
-    return top.code;
 }
 
 _Noreturn void cb_comm_exit(int code, const char *msg) {
@@ -264,11 +263,27 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
     bcast(c, tag, buf, nbytes, 1, MPI_BYTE, root);
 }
 
+/* MPICH 4.0.2 (Debian 12) segfaults in MPI_Reduce(MPI_IN_PLACE, ...) at a
+ * non-zero root for messages of about 1000 elements and more
+ * (pmodels/mpich#6540). An in-place reduce at such a root therefore copies
+ * the root's input into c's scratch buffer (kept, grown on demand) and
+ * reduces out of place; under every MPI, so both builds test this path. */
+static const float *root_copy(cb_comm *c, const float *x, size_t n) {
+    if (c->scratch_n < n) {
+        free(c->scratch);
+        c->scratch = malloc(sizeof(float) * n);
+        c->scratch_n = c->scratch ? n : 0;
+        if (!c->scratch) cb_comm_fatal("out of memory for the reduce's send buffer");
+    }
+    memcpy(c->scratch, x, sizeof(float) * n);
+    return c->scratch;
+}
+
 void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root) {
     uint64_t b = ring(c, n * sizeof(float), 1);
     int s = charge(c, tag, b, b);
     const void *sb = send ? (const void *)send : recv;
-    if (c->rank == root && sb == recv) sb = MPI_IN_PLACE;
+    if (c->rank == root && sb == recv) sb = root == 0 ? MPI_IN_PLACE : (const void *)root_copy(c, recv, n);
     double t0 = MPI_Wtime();
     MPI_Reduce(sb, recv, count(c, n), MPI_FLOAT, MPI_SUM, root, c->comm);
     c->tags[s].seconds += MPI_Wtime() - t0;
@@ -345,12 +360,48 @@ void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv
     c->tags[s].seconds += MPI_Wtime() - t0;
 }
 
+void cb_comm_gather_bytes(cb_comm *c, const char *tag, const void *send, void *recv, size_t nbytes, int root) {
+    int at_root = c->rank == root;
+    int s = charge(c, tag, at_root ? 0 : nbytes, at_root ? (uint64_t)(c->size - 1) * nbytes : 0);
+    double t0 = MPI_Wtime();
+    MPI_Gather(send, count(c, nbytes), MPI_BYTE, recv, count(c, nbytes), MPI_BYTE, root, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
 void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(int32_t), 1);
     int s = charge(c, tag, b, b);
     double t0 = MPI_Wtime();
     MPI_Allgather(send, count(c, n), MPI_INT32_T, recv, count(c, n), MPI_INT32_T, c->comm);
     c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+/* ---------------------------------------------------------------- agreement */
+
+/* The agreement's one element (an int, or an MPI_2INT pair), counted under
+ * the control tag like every other use of MPI. */
+static void control_allreduce(cb_comm *c, const void *send, void *recv, MPI_Datatype dt, size_t esize, MPI_Op op) {
+    uint64_t b = ring(c, esize, 2);
+    int s = charge(c, CB_COMM_CONTROL, b, b);
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(send, recv, 1, dt, op, c->comm);
+    c->tags[s].seconds += MPI_Wtime() - t0;
+}
+
+int cb_comm_agree_error(cb_comm *c, int local_code) {
+    int code = local_code;
+    control_allreduce(c, MPI_IN_PLACE, &code, MPI_INT, sizeof code, MPI_MAX);
+    return code;
+}
+
+int cb_comm_agree_err(cb_comm *c, cb_err *e) {
+    struct { int code, rank; } mine = { e->code, c->rank }, top;
+    control_allreduce(c, &mine, &top, MPI_2INT, sizeof mine, MPI_MAXLOC);
+    if (top.code == CB_OK) return CB_OK;
+    bcast(c, CB_COMM_CONTROL, e->msg, sizeof e->msg, 1, MPI_CHAR, top.rank);
+    e->msg[sizeof e->msg - 1] = '\0';
+    e->code = top.code;
+    return top.code;
 }
 
 /* ---------------------------------------------------------------- point to point */
@@ -397,79 +448,4 @@ void cb_comm_wait(cb_comm_req *r) {
 /* Each request waited in turn so each is charged its own (marginal) time. */
 void cb_comm_waitall(cb_comm_req *r, int n) {
     for (int i = 0; i < n; i++) cb_comm_wait(&r[i]);
-}
-
-/* ---------------------------------------------------------------- reports */
-
-/* Appends to a snprintf-like buffer; *len counts what was needed. */
-__attribute__((format(printf, 4, 5)))
-static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
-    va_end(ap);
-    if (k > 0) *len += (size_t)k;
-}
-
-static void json_stat(char *buf, size_t cap, size_t *len, const cb_comm_stat *s) {
-    put(buf, cap, len, "\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"calls\":%llu,\"seconds\":%.6f",
-        (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_recv,
-        (unsigned long long)s->calls, s->seconds);
-}
-
-/* Tag and communicator names are short identifiers; quotes and backslashes
- * are replaced so the output stays valid JSON whatever a caller passes. */
-static void json_name(char *buf, size_t cap, size_t *len, const char *name) {
-    put(buf, cap, len, "\"");
-    for (const char *p = name; *p; p++)
-        put(buf, cap, len, "%c", (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) ? '_' : *p);
-    put(buf, cap, len, "\"");
-}
-
-size_t cb_comm_report_json(cb_comm *const *cs, int n, char *buf, size_t cap) {
-    size_t len = 0;
-    if (cap) buf[0] = '\0';
-    put(buf, cap, &len, "{");
-    for (int i = 0; i < n; i++) {
-        cb_comm_stat t = cb_comm_stats_total(cs[i]);
-        json_name(buf, cap, &len, cs[i]->name);
-        put(buf, cap, &len, ":{");
-        json_stat(buf, cap, &len, &t);
-        put(buf, cap, &len, ",\"tags\":{");
-        for (int j = 0, first = 1; j < cs[i]->ntags; j++) {
-            if (cs[i]->tags[j].calls == 0) continue; /* reset since last use */
-            if (!first) put(buf, cap, &len, ",");
-            first = 0;
-            json_name(buf, cap, &len, cs[i]->tags[j].tag);
-            put(buf, cap, &len, ":{");
-            json_stat(buf, cap, &len, &cs[i]->tags[j]);
-            put(buf, cap, &len, "}");
-        }
-        put(buf, cap, &len, "}},");
-    }
-    cb_comm_stat all = cb_comm_stats_sum(cs, n);
-    put(buf, cap, &len, "\"total\":{");
-    json_stat(buf, cap, &len, &all);
-    put(buf, cap, &len, "}}");
-    return len;
-}
-
-static void table_row(char *buf, size_t cap, size_t *len, const char *comm, const cb_comm_stat *s) {
-    put(buf, cap, len, "%-20s %-16s %10llu %14.3f %14.3f %10.4f\n", comm, s->tag,
-        (unsigned long long)s->calls, s->bytes_sent / 1e6, s->bytes_recv / 1e6, s->seconds);
-}
-
-size_t cb_comm_report_table(cb_comm *const *cs, int n, char *buf, size_t cap) {
-    size_t len = 0;
-    if (cap) buf[0] = '\0';
-    put(buf, cap, &len, "%-20s %-16s %10s %14s %14s %10s\n", "group", "tag", "calls", "sent MB", "recv MB", "seconds");
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < cs[i]->ntags; j++)
-            if (cs[i]->tags[j].calls) table_row(buf, cap, &len, cs[i]->name, &cs[i]->tags[j]);
-        cb_comm_stat t = cb_comm_stats_total(cs[i]);
-        table_row(buf, cap, &len, cs[i]->name, &t);
-    }
-    cb_comm_stat all = cb_comm_stats_sum(cs, n);
-    table_row(buf, cap, &len, "all", &all);
-    return len;
 }

@@ -40,6 +40,9 @@
 
 #define CB_COMM_MAX_TAGS 32  /* per communicator; further tags count as "other" */
 #define CB_COMM_TAG_LEN 24
+/* The tag of cubist's own bookkeeping traffic: error agreement, the
+ * per-step gather of the log's counters, reports, --print-grid. */
+#define CB_COMM_CONTROL "control"
 
 typedef struct cb_comm_stat {
     char tag[CB_COMM_TAG_LEN];
@@ -53,6 +56,8 @@ typedef struct cb_comm {
     int rank, size;
     int ntags;
     cb_comm_stat tags[CB_COMM_MAX_TAGS];
+    float *scratch;   /* cb_comm_reduce's send copy at a non-zero root */
+    size_t scratch_n;
 } cb_comm;
 
 typedef enum cb_comm_op { CB_COMM_SUM, CB_COMM_MAX, CB_COMM_MIN } cb_comm_op;
@@ -66,8 +71,18 @@ typedef struct cb_comm_req {
 } cb_comm_req;
 
 /* ---------------------------------------------------------------- lifetime */
-/* Initialises MPI unless already done (then only wraps the world). */
+/* Initialises MPI unless already done (then only wraps the world).
+ * CB_EINPUT when the launcher started more tasks than MPI sees
+ * (cb_comm_launcher_check); MPI is then finalised again. */
 int cb_comm_init(int *argc, char ***argv, cb_err *e);
+/* CB_EINPUT with a one-line message when MPI sees mpi_size == 1 process but
+ * the environment says the launcher started more (SLURM_STEP_NUM_TASKS, or
+ * SLURM_NTASKS/SLURM_NPROCS inside a step, OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * MPI_LOCALNRANKS, PMIX_RANK >= 1): a cubist built with one MPI under the
+ * other's launcher, where every task would train alone and overwrite the
+ * others' files. CUBIST_SINGLETON_OK=1 allows it (independent runs on
+ * purpose). Pure: reads only the environment (src/comm/launcher.c). */
+int cb_comm_launcher_check(int mpi_size, cb_err *e);
 /* Frees the world wrapper; finalises MPI if cb_comm_init initialised it. */
 void cb_comm_finalize(void);
 /* The world communicator (a duplicate of MPI_COMM_WORLD named "world");
@@ -109,7 +124,8 @@ void cb_comm_allgather(cb_comm *c, const char *tag, const float *send, float *re
 void cb_comm_bcast(cb_comm *c, const char *tag, float *buf, size_t n, int root);
 void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, int root);
 /* recv[n] on root = sum of send[n] over ranks (recv unused elsewhere unless
- * send is NULL: then recv is the input on every rank). */
+ * send is NULL: then recv is the input on every rank). In place at a root
+ * other than 0, recv is first copied to c->scratch (an MPICH bug, comm.c). */
 void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
 void cb_comm_barrier(cb_comm *c, const char *tag);
 
@@ -133,6 +149,10 @@ void cb_comm_iallgatherv(cb_comm *c, const char *tag, const float *send, float *
 /* Rank r's send[counts[r]] lands at recv + displs[r] on root (recv unused
  * elsewhere). Exact bytes: a rank sends its block, root receives the rest. */
 void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, int root);
+/* recv[p*nbytes] on root = every rank's send[nbytes] in rank order (recv
+ * unused elsewhere; send and recv distinct). Exact bytes: a rank sends its
+ * block, root receives the p-1 others. */
+void cb_comm_gather_bytes(cb_comm *c, const char *tag, const void *send, void *recv, size_t nbytes, int root);
 /* recv[p*n] = the int32 send[n] of every rank, in rank order. */
 void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n);
 
@@ -158,15 +178,6 @@ cb_comm_stat cb_comm_stats_total(const cb_comm *c);
 cb_comm_stat cb_comm_stats_sum(cb_comm *const *cs, int n);
 /* NULL when c has no counter for tag. */
 const cb_comm_stat *cb_comm_stats_find(const cb_comm *c, const char *tag);
-/* Reports leave out tags without calls since the last reset, and keep every
- * communicator (zeros included) so the keys are stable from step to step. */
-/* This rank's counters of n communicators as one JSON object:
- * {"<comm>":{"bytes_sent":..,"bytes_recv":..,"calls":..,"seconds":..,
- *   "tags":{"<tag>":{same fields},..}},.., "total":{same fields}}.
- * snprintf-like: writes at most cap bytes, returns the length needed. */
-size_t cb_comm_report_json(cb_comm *const *cs, int n, char *buf, size_t cap);
-/* The same as a table, one line per (comm, tag), a line per comm, a total;
- * for --comm-report. snprintf-like. */
-size_t cb_comm_report_table(cb_comm *const *cs, int n, char *buf, size_t cap);
+/* Reports of these counters: comm/stats.h. */
 
 #endif

@@ -61,7 +61,8 @@ cb_grid_coord cb_grid_coords(int dp, int pp, int tp, cb_tp_mode mode, int world_
 int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *e);
 void cb_grid_free(cb_grid *g);
 /* Collective over the world: rank 0 prints one line per world rank
- * (d, p, t, tensor coordinates, host) to f, for --print-grid. */
-void cb_grid_print(const cb_grid *g, FILE *f);
+ * (d, p, t, tensor coordinates, host) to f, for --print-grid; the host
+ * names travel as control traffic on g->world. */
+void cb_grid_print(cb_grid *g, FILE *f);
 
 #endif

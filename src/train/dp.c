@@ -3,6 +3,8 @@
  * See dp.h. */
 #include "train/dp.h"
 
+#include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +13,41 @@
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
-/* Shard boundaries S_r = r * n / p, as int counts for MPI. */
+/* x rounded up to 3 significant digits, so a suggested size is enough. */
+static double round_up3(double x) {
+    double u = pow(10, floor(log10(x)) - 2);
+    return ceil(x / u) * u;
+}
+
+int cb_dp_check_plan(size_t n, size_t start, int zero, double bucket_mb, int *nbuckets, cb_err *e) {
+    if (!(bucket_mb > 0))
+        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
+    if (zero && n > (size_t)INT_MAX)
+        return cb_fail(e, CB_EINPUT, "--zero 1 shards the gradient with MPI's int counts and offsets, at most "
+                       "%d parameters per replica, and this one has %zu; use --zero 0, or --tp/--pp to split "
+                       "the model", INT_MAX, n);
+    size_t per = cb_dp_bucket_floats(bucket_mb), span = n - start, nb = (span + per - 1) / per;
+    if (nb > CB_DP_MAX_BUCKETS)
+        return cb_fail(e, CB_EINPUT, "--bucket-mb %g cuts the gradient of %zu floats into %zu buckets, more "
+                       "than %d; use --bucket-mb %.3g or more", bucket_mb, span, nb, CB_DP_MAX_BUCKETS,
+                       round_up3((double)((span + CB_DP_MAX_BUCKETS - 1) / CB_DP_MAX_BUCKETS) * sizeof(float) / 1e6));
+    if (nbuckets) *nbuckets = (int)nb;
+    return CB_OK;
+}
+
+size_t cb_dp_bucket_floats(double bucket_mb) {
+    /* 1 + 1e-12: 6.4e-05 MB is 16 floats, not the 15.999... of its binary value */
+    double per = bucket_mb * 1e6 / sizeof(float) * (1 + 1e-12);
+    if (!(per >= 1)) return 1;
+    return per > (double)((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)per; /* MPI int counts */
+}
+
+/* Shard boundaries S_r = r * n / p, as int counts for MPI (n <= INT_MAX:
+ * cb_dp_check_plan); without ZeRO this rank's range is everything. */
 static int plan_shards(cb_dp *d, cb_err *e) {
     int p = d->c->size;
+    d->lo = 0, d->hi = d->n;
+    if (!d->zero) return CB_OK;
     d->shard_n = calloc((size_t)p, sizeof(int));
     d->shard_off = calloc((size_t)p, sizeof(int));
     if (!d->shard_n || !d->shard_off) return cb_fail(e, CB_ENOMEM, "out of memory for shards");
@@ -22,8 +56,8 @@ static int plan_shards(cb_dp *d, cb_err *e) {
         d->shard_off[r] = (int)a;
         d->shard_n[r] = (int)(b - a);
     }
-    d->lo = d->zero ? (size_t)d->shard_off[d->c->rank] : 0;
-    d->hi = d->zero ? d->lo + (size_t)d->shard_n[d->c->rank] : d->n;
+    d->lo = (size_t)d->shard_off[d->c->rank];
+    d->hi = d->lo + (size_t)d->shard_n[d->c->rank];
     return CB_OK;
 }
 
@@ -37,10 +71,10 @@ static void bucket_counts(const cb_dp *d, cb_dp_bucket *b) {
     }
 }
 
-/* Buckets of `per` floats from the end of [start, n) towards start. */
-static int plan_buckets(cb_dp *d, size_t start, size_t per, cb_err *e) {
-    size_t span = d->n - start;
-    d->nb = span ? (int)((span + per - 1) / per) : 0;
+/* Buckets of `per` floats from the end of [start, n) towards start; nb
+ * buckets (cb_dp_check_plan bounds them). */
+static int plan_buckets(cb_dp *d, size_t start, size_t per, int nb, cb_err *e) {
+    d->nb = nb;
     d->b = calloc((size_t)d->nb + 1, sizeof *d->b);
     if (!d->b) return cb_fail(e, CB_ENOMEM, "out of memory for %d buckets", d->nb);
     for (int i = 0; i < d->nb; i++) {
@@ -69,15 +103,29 @@ static void poke(cb_dp *d) {
         if (!d->b[i].done) d->b[i].done = cb_comm_test(&d->b[i].req);
 }
 
-/* Grad hook: tensors [first, last] are final for this micro-batch. */
+/* Grad hook, called once per block of tensors (ln_f + wte's head part,
+ * each transformer block, then the embeddings): tensors [first, last] are
+ * final for this micro-batch. A bucket started while tensors remain
+ * (ft > 0) overlaps the rest of backward; the embeddings' buckets start in
+ * the last call, when nothing is left to overlap. */
 static void on_ready(void *ctx, int first, int last) {
     cb_dp *d = ctx;
     for (int i = first; i <= last; i++) d->ready[i] = 1;
     while (d->ft > 0 && d->ready[d->ft - 1]) d->ft--;
     if (!d->armed) return;
     size_t frontier = d->ft < cb_gpt_num_tensors(d->m) ? cb_gpt_tensor(d->m, d->ft)->offset : d->n;
-    while (d->next < d->nb && d->b[d->next].lo >= frontier) start_bucket(d, &d->b[d->next++]);
+    while (d->next < d->nb && d->b[d->next].lo >= frontier) {
+        start_bucket(d, &d->b[d->next++]);
+        d->early += d->ft > 0;
+    }
     poke(d);
+}
+
+/* The sparse path's buffers, their sizes summed as allocated (buf_bytes),
+ * so the benchmark reports what this code holds, not a formula. */
+static void *counted_alloc(cb_dp *d, size_t bytes) {
+    d->buf_bytes += bytes;
+    return malloc(bytes);
 }
 
 static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
@@ -88,11 +136,10 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
     d->chan = (size_t)w->shape[1];
     d->max_tok = max_tokens;
     size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
-    d->idx = malloc(sizeof(int32_t) * s);
-    d->gidx = malloc(sizeof(int32_t) * s * p);
-    d->rows = malloc(sizeof(float) * s * d->chan);
-    d->grows = malloc(sizeof(float) * s * d->chan * p);
-    d->buf_bytes = (sizeof(int32_t) + sizeof(float) * d->chan) * s * (p + 1);
+    d->idx = counted_alloc(d, sizeof(int32_t) * s);
+    d->gidx = counted_alloc(d, sizeof(int32_t) * s * p);
+    d->rows = counted_alloc(d, sizeof(float) * s * d->chan);
+    d->grows = counted_alloc(d, sizeof(float) * s * d->chan * p);
     if (!d->idx || !d->gidx || !d->rows || !d->grows)
         return cb_fail(e, CB_ENOMEM,
                        "out of memory for the sparse embedding exchange (%.0f MB); use "
@@ -109,16 +156,14 @@ int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double buc
     d->zero = zero;
     d->sparse = sparse;
     d->n = cb_gpt_num_params(m);
-    if (!(bucket_mb > 0))
-        return cb_fail(e, CB_EINPUT, "--bucket-mb must be > 0 (megabytes per fusion bucket)");
-    size_t per = (size_t)(bucket_mb * 1e6 / sizeof(float));
-    if (per < 1) per = 1;
-    if (per > (size_t)1 << 30) per = (size_t)1 << 30; /* MPI int counts */
+    size_t start = sparse ? cb_gpt_tensor(m, 0)->numel : 0; /* wte leaves the buckets */
+    int nb = 0, rc = cb_dp_check_plan(d->n, start, zero, bucket_mb, &nb, e);
+    if (rc) return rc;
     d->ready = calloc((size_t)cb_gpt_num_tensors(m), sizeof(int));
     if (!d->ready) return cb_fail(e, CB_ENOMEM, "out of memory");
-    int rc = plan_shards(d, e);
+    rc = plan_shards(d, e);
     if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
-    if (!rc) rc = plan_buckets(d, sparse ? cb_gpt_tensor(m, 0)->numel : 0, per, e);
+    if (!rc) rc = plan_buckets(d, start, cb_dp_bucket_floats(bucket_mb), nb, e);
     if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
     return rc;
 }
@@ -143,7 +188,7 @@ void cb_dp_begin_backward(cb_dp *d, int last) {
     d->ft = nt;
     d->armed = last;
     if (!last) return;
-    d->next = 0;
+    d->next = d->early = 0;
     for (int i = 0; i < d->nb; i++) d->b[i].started = d->b[i].done = 0;
 }
 
@@ -190,7 +235,6 @@ static void sparse_exchange(cb_dp *d) {
 }
 
 void cb_dp_reduce(cb_dp *d) {
-    d->early = d->next;
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
     if (d->sparse) sparse_exchange(d);
     double t0 = now_ms();

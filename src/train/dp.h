@@ -6,11 +6,14 @@
  * bucket_mb megabytes, planned from the END of the block (backward finishes
  * ln_f first, wte last), so a bucket is a contiguous slice and needs no
  * packing copy; a tensor may straddle two buckets. The model's grad hook
- * reports tensors as they become final; a bucket's non-blocking all-reduce
- * (ZeRO-1: reduce-scatter into the owners' shards) starts as soon as every
+ * fires once per block of tensors as backward finishes it (ln_f with the
+ * head's share of wte, then each transformer block from the last, then the
+ * embeddings); a bucket's non-blocking all-reduce (ZeRO-1: reduce-scatter
+ * into the owners' shards) starts in the first hook call after which every
  * tensor overlapping it is final, on the last micro-batch of a step only, and
  * every hook call tests the requests in flight so MPI progresses them while
- * backward computes.
+ * backward computes. The buckets overlapping wte and wpe start only in the
+ * last call, with nothing left to overlap.
  *
  * Sparse embedding path (--embed-grad sparse): the tied wte gradient leaves
  * the buckets and travels as TensorFlow's IndexedSlices did under Horovod:
@@ -47,14 +50,25 @@ typedef struct cb_dp {
     int *ready, ft;       /* tensors [ft, ntensor) are final */
     int armed;            /* this backward is the step's last */
     double wait_ms;       /* last step: waiting for buckets after backward */
-    int early;            /* last step: buckets started inside backward */
+    int early;            /* last step: buckets started while backward still had
+                             tensors to finish (all but the embeddings' ones) */
     /* sparse path */
     size_t vocab, chan, max_tok, ntok; /* rows V, C; token rows capacity, used */
     int32_t *idx, *gidx;
     float *rows, *grows;
-    size_t buf_bytes;     /* bytes of the sparse exchange buffers */
+    size_t buf_bytes;     /* bytes of the sparse exchange buffers, as allocated */
 } cb_dp;
 
+#define CB_DP_MAX_BUCKETS 65536 /* a smaller --bucket-mb is refused */
+
+/* Floats per bucket of bucket_mb megabytes: at least 1, at most 2^30 (MPI
+ * int counts). */
+size_t cb_dp_bucket_floats(double bucket_mb);
+/* Pure checks of a plan for n parameters whose buckets cover [start, n):
+ * bucket_mb > 0, at most CB_DP_MAX_BUCKETS buckets (each costs a request
+ * and, with ZeRO, p counts), and with ZeRO n <= INT_MAX (MPI's int counts
+ * and displacements of the shards). CB_EINPUT with a one-line message. */
+int cb_dp_check_plan(size_t n, size_t start, int zero, double bucket_mb, int *nbuckets, cb_err *e);
 /* Plans buckets and shards for model m on group c (size >= 1); max_tokens is
  * the local token rows of one step (grad_accum * B/dp * T), for the sparse
  * path's buffers. Installs the model's grad hook. */

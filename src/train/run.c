@@ -14,6 +14,7 @@
 
 #include "comm/grid.h"
 #include "kernels/peak.h"
+#include "comm/stats.h"
 #include "layout/layout.h"
 #include "model/gpt_internal.h"
 #include "train/check.h"
@@ -82,18 +83,39 @@ typedef struct run_state {
     int tty, first_step;
     cb_grid *grid;          /* NULL without MPI */
     int rank;               /* world rank: only 0 prints and writes */
-    cb_comm_stat comm_last; /* counters before this step */
-    cb_comm_stat comm_step; /* this step's share */
+    cb_comm_steplog comm;   /* with grid: the step's traffic, every rank's */
+    size_t opt_bytes;       /* AdamW m and v on this rank */
 } run_state;
 
-/* This rank's traffic of the last step over every group of the grid. */
-static void comm_delta(run_state *r) {
-    if (!r->grid) return;
-    cb_comm_stat now = cb_comm_stats_sum(r->grid->comms, r->grid->ncomms);
-    r->comm_step = (cb_comm_stat){.bytes_sent = now.bytes_sent - r->comm_last.bytes_sent,
-                                  .calls = now.calls - r->comm_last.calls,
-                                  .seconds = now.seconds - r->comm_last.seconds};
-    r->comm_last = now;
+/* The step's traffic over every group of the grid; with a log, every
+ * rank's totals gathered to world rank 0 (the same decision on every rank:
+ * --log is one flag for all). */
+static void comm_delta(run_state *r, const cb_train_opts *o) {
+    if (r->grid) cb_comm_steplog_end(&r->comm, o->log != NULL);
+}
+
+static int comm_init(run_state *r, cb_err *e) {
+    if (!r->grid) return CB_OK;
+    return cb_comm_steplog_init(&r->comm, &r->grid->world, r->grid->comms, r->grid->ncomms, e);
+}
+
+/* The first step starts here: the setup's traffic is no step's. */
+static void comm_start(run_state *r) {
+    if (r->grid) cb_comm_steplog_mark(&r->comm);
+}
+
+/* The step's communication fields (comm/stats.h); zeros without MPI. */
+static void log_comm(run_state *r) {
+    if (!r->grid) {
+        fprintf(r->log, ",\"comm_bytes\":0,\"comm_bytes_recv\":0,\"comm_calls\":0,\"comm_ms\":0");
+        return;
+    }
+    size_t n = cb_comm_steplog_json(&r->comm, NULL, 0) + 1;
+    char *buf = malloc(n);
+    if (!buf) cb_comm_fatal("out of memory for the log's communication fields");
+    cb_comm_steplog_json(&r->comm, buf, n);
+    fputs(buf, r->log);
+    free(buf);
 }
 
 /* Every rank ends with the same status and message (rank order decides). */
@@ -115,12 +137,11 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
         fprintf(r->log,
                 "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%ld,"
                 "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
-                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"comm_bytes\":%llu,"
-                "\"comm_calls\":%llu,\"comm_ms\":%.3f,\"comm_wait_ms\":%.3f",
+                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"opt_state_bytes\":%zu,"
+                "\"comm_wait_ms\":%.3f",
                 step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
-                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(),
-                (unsigned long long)r->comm_step.bytes_sent, (unsigned long long)r->comm_step.calls,
-                r->comm_step.seconds * 1e3, st->comm_wait_ms);
+                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(), r->opt_bytes, st->comm_wait_ms);
+        log_comm(r);
         if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
         fprintf(r->log, "%s}\n", extra);
         fflush(r->log);
@@ -147,7 +168,7 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     while (t->step < last) {
         cb_step_stats st;
         cb_trainer_step(t, &st);
-        comm_delta(r);
+        comm_delta(r, o);
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
@@ -202,7 +223,7 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_pp_step_stats ps;
         cb_pp_trainer_step(pt, ld, r->grid->dpg.rank * pt->rows, step, &ps);
         step++;
-        comm_delta(r);
+        comm_delta(r, o);
         cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
                             .step_ms = ps.step_ms, .bwd_ms = ps.step_ms - ps.opt_ms,
                             .opt_ms = ps.opt_ms};
@@ -233,11 +254,13 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
     r->tokens = (long)tokens;
     if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
+    if (!rc) rc = comm_init(r, e);
     rc = agree(&g->world, rc, e);
     if (!rc) {
         if (r->peak <= 0) r->peak = r->rank ? 1 : cb_peak_gflops();
         r->flops_per_token = cb_gpt_flops_per_token(&o->model, o->T);
-        r->comm_last = cb_comm_stats_sum(g->comms, g->ncomms);
+        for (int c = 0; c < pt.pipe.o.v; c++) r->opt_bytes += 2 * sizeof(float) * (pt.opt[c].hi - pt.opt[c].lo);
+        comm_start(r);
         if (!o->quiet && r->rank == 0)
             fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
                             "sequences, tensor %s x %d, data x %d\n",
@@ -308,21 +331,9 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
             o->embed_grad);
 }
 
-/* --comm-report: rank 0's table, and the spread of communication time. */
-static void comm_report(const run_state *r) {
-    if (!r->grid) return;
-    cb_comm_stat all = cb_comm_stats_sum(r->grid->comms, r->grid->ncomms);
-    double s[2] = {all.seconds, -all.seconds};
-    cb_comm *w = &r->grid->world;
-    MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_MAX, w->comm);
-    if (r->rank) return;
-    size_t n = cb_comm_report_table(r->grid->comms, r->grid->ncomms, NULL, 0) + 1;
-    char *buf = malloc(n);
-    if (!buf) return;
-    cb_comm_report_table(r->grid->comms, r->grid->ncomms, buf, n);
-    printf("communication of world rank 0 (MB counted as ring volume per rank):\n%s", buf);
-    printf("communication seconds over the %d ranks: min %.4f max %.4f\n", w->size, -s[1], s[0]);
-    free(buf);
+/* --comm-report: per group and tag, min and max over the ranks. */
+static void comm_report(run_state *r) {
+    if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
 }
 
 int cb_train_run(const cb_train_opts *in, cb_err *e) {
@@ -350,6 +361,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         if (!rc) rc = pp_run(&o, &g, L, &data, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
         if (r.log) fclose(r.log);
+        cb_comm_steplog_free(&r.comm);
         if (L) cb_layout_free(L);
         if (data.map) cb_tokens_close(&data);
         if (val.map) cb_tokens_close(&val);
@@ -361,17 +373,20 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
                                 w ? &g.tpg : NULL, e);
     if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
     if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
+    if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
         if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
-        if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
         r.tokens = (long)t.tokens;
+        r.opt_bytes = 2 * sizeof(float) * (t.opt.hi - t.opt.lo);
+        comm_start(&r);
         startup_line(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
     if (r.log) fclose(r.log);
+    cb_comm_steplog_free(&r.comm);
     cb_trainer_free(&t);
     if (L) cb_layout_free(L);
     if (data.map) cb_tokens_close(&data);
