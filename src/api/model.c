@@ -37,7 +37,6 @@
 #include "optim/adamw.h"
 #include "pipeline/partition.h"
 #include "pipeline/pp_train.h"
-#include "util/rng.h"
 
 struct cb_dist {
     cb_grid g;
@@ -277,10 +276,8 @@ cb_act *cb_model_act(cb_model *m, int H, int parity) {
 
 /* ---------------------------------------------------------------- building */
 
-/* The serial model's values: normal(0, 0.02) matrices, unit LayerNorm
- * weights, zero vectors, drawn in declaration order whatever this rank
- * holds (a tensor held elsewhere still advances the generator). */
-enum { INIT_ZERO, INIT_ONE, INIT_NORMAL };
+/* The initial values: normal(0, 0.02) matrices and embeddings, unit
+ * LayerNorm weights, zero vectors. */
 
 static void layer_tensor(const cb_layer *l, int k, char *name, size_t cap, int64_t *d0,
                          int64_t *d1, int *decay, cb_param_kind *kind, int *init) {
@@ -292,17 +289,17 @@ static void layer_tensor(const cb_layer *l, int k, char *name, size_t cap, int64
         *d0 = k == 0 ? l->emb.V : l->m->T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
-        *init = INIT_NORMAL;
+        *init = CB_INIT_NORMAL;
     } else if (l->kind == L_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
         if (k == 0) *d1 = l->lin.out;
         *decay = k == 0;
         *kind = k == 0 ? CB_P_LINEAR_W : CB_P_LINEAR_B;
-        *init = k == 0 ? INIT_NORMAL : INIT_ZERO;
+        *init = k == 0 ? CB_INIT_NORMAL : CB_INIT_ZERO;
     } else {
         *d0 = l->norm.C;
         *kind = CB_P_NORM;
-        *init = k == 0 ? INIT_ONE : INIT_ZERO;
+        *init = k == 0 ? CB_INIT_ONE : CB_INIT_ZERO;
     }
 }
 
@@ -397,34 +394,20 @@ static int make_table(cb_model *m, cb_err *e) {
     return CB_OK;
 }
 
-static int fill(cb_model *m, uint64_t seed) {
-    cb_rng r;
-    cb_rng_seed(&r, seed);
-    int next = 0; /* table index of the next tensor this rank holds */
-    for (int i = 0; i < m->nlayers; i++) {
-        cb_layer *l = m->layers[i];
+/* Each of this rank's tensors from the counter-based generator (the
+ * same values under every layout and stage, see cb_ptable_init). */
+static void fill(cb_model *m, uint64_t seed) {
+    for (int t = 0; t < m->pt.n; t++) {
+        const cb_layer *l = m->layers[m->pt.t[t].layer];
         for (int k = 0; k < 2; k++) {
             char name[64];
             int64_t d0, d1;
             int decay, init;
             cb_param_kind kind;
             layer_tensor(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            size_t n = (size_t)d0 * (d1 ? (size_t)d1 : 1);
-            int mine = next < m->pt.n && !strcmp(m->pt.t[next].name, name);
-            float *full = mine ? malloc(sizeof(float) * (n ? n : 1)) : NULL;
-            if (mine && !full) return CB_ENOMEM;
-            for (size_t j = 0; j < n; j++) {
-                float v = init == INIT_NORMAL ? 0.02f * cb_rng_normal(&r) : init == INIT_ONE;
-                if (full) full[j] = v;
-            }
-            if (!mine) continue;
-            cb_shard sh = cb_ptable_shard(&m->pt, next, m->pt.L->tp_rank);
-            cb_shard_extract(&sh, full, m->params + m->pt.t[next].offset);
-            free(full);
-            next++;
+            if (!strcmp(name, m->pt.t[t].name)) cb_ptable_init(&m->pt, m->params, t, init, 0.02f, seed);
         }
     }
-    return CB_OK;
 }
 
 /* Points each layer this rank runs at its shards and state buffers. */
@@ -497,7 +480,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
         if (bind(m, m->layers[i])) rc = cb_fail(e, CB_ENOMEM, "out of memory for layer state");
     for (int i = 0; !rc && i < m->nlayers; i++) /* the tied copy counts once, on its layer's stage */
         if (m->layers[i]->tcopy >= 0) m->pt.t[m->layers[i]->tcopy].owner = 0;
-    if (!rc && fill(m, seed)) rc = cb_fail(e, CB_ENOMEM, "out of memory initialising parameters");
+    if (!rc) fill(m, seed);
     if (!rc) rc = cb_adamw_init(&m->opt, opt, 0, m->pt.nparams, e);
     m->built = !rc;
     return cb_comm_agree_err(cb_comm_world(), e);

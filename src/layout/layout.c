@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/grid.h"
+#include "util/rng.h"
 
 size_t cb_shard_cols(const cb_shard *s) {
     size_t n = 0;
@@ -45,6 +46,21 @@ void cb_shard_place(const cb_shard *s, const float *local, float *full) {
     FOR_RUNS(s, {
         if (!pad) memcpy(full + ful, local + loc, n * sizeof(float));
     });
+}
+
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local) {
+    size_t w = cb_shard_cols(s);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < s->nrows; r++) {
+        int64_t row = s->row0 + r;
+        float *o = local + (size_t)r * w;
+        for (int g = 0; g < s->nseg; g++) {
+            uint64_t e0 = (uint64_t)row * (uint64_t)s->C + (uint64_t)s->col0[g];
+            for (int64_t c = 0; c < s->ncol[g]; c++)
+                o[c] = row >= s->R ? 0.0f : sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + c) : value;
+            o += s->ncol[g];
+        }
+    }
 }
 
 void cb_layout_nothing_kept(cb_layout *L, const float *x) {
