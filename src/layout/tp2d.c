@@ -10,8 +10,11 @@
  * all-reduced over the column. wte [V_pad, C], V_pad = V rounded up to a
  * multiple of q: vocabulary block c x feature block r, i.e. the head's
  * weight wte^T [C, V_pad] cut like any linear weight, so the head is a plain
- * SUMMA and its logits are N/q tokens x V_pad/q vocabulary. wpe [T, C]: all
- * rows, feature block c, replicated over r.
+ * SUMMA and its logits are N/q tokens x V_pad/q vocabulary. wpe [T_pad, C],
+ * T_pad = T rounded up to a multiple of q: position block r x feature block
+ * c (1/q^2, like every weight); the forward all-gathers the column's
+ * position blocks (every token block holds whole sequences, so all T
+ * positions), the backward reduce-scatters the position sums back.
  *
  * Linears follow parallelism.md: forward in q broadcast steps (block t of X
  * along the row, block t of W along the column, the next pair in flight
@@ -170,7 +173,13 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         col_blocks(&s, q, c, C, parts);
         break;
     case CB_P_NORM:
+        col_blocks(&s, q, c, C, 1);
+        break;
     case CB_P_POS:
+        s.rows_pad = (R + q - 1) / q * q;
+        s.nrows = s.rows_pad / q;
+        s.row0 = r * s.nrows;
+        s.owner = 1;
         col_blocks(&s, q, c, C, 1);
         break;
     case CB_P_EMBED:
@@ -203,7 +212,9 @@ static void transpose_swap(cb_layout *L, const char *tag, const float *send, flo
 /* x (N/q, C/q) = wte[ids] + wpe[t]. Each rank looks up its vocabulary block
  * for all N tokens (feature block r, zero where the id is elsewhere); a
  * reduce-scatter over the row leaves tokens c x features r, which is the
- * block of the transposed rank (c, r): one swap puts it in place. */
+ * block of the transposed rank (c, r): one swap puts it in place. The
+ * positions (T_pad x C/q, feature block c) are all-gathered over the
+ * column from its q position blocks. */
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
     int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
@@ -217,15 +228,19 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     }
     cb_comm_reduce_scatter(rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
     transpose_swap(L, "embed.fwd", blk, x, (size_t)n * cq);
+    int tq = (e->T + q - 1) / q; /* position rows per rank */
+    float *wpe = scratch(L, S_T2, (size_t)tq * q * cq);
+    cb_comm_allgather(colg(L), "embed.fwd", e->wpe, wpe, (size_t)tq * cq);
     for (int i = 0; i < n; i++) {
-        const float *pe = e->wpe + (size_t)((r * n + i) % T) * cq;
+        const float *pe = wpe + (size_t)((r * n + i) % T) * cq;
         float *o = x + (size_t)i * cq;
         for (int j = 0; j < cq; j++) o[j] += pe[j];
     }
 }
 
 /* The mirror: swap, all-gather over the row (all N tokens x features r),
- * scatter-add the ids of my vocabulary block in token order. */
+ * scatter-add the ids of my vocabulary block in token order; the position
+ * sums (T_pad x C/q) reduce-scattered over the column to their owners. */
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
@@ -240,14 +255,16 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
         const float *d = full + (size_t)i * cq;
         for (int j = 0; j < cq; j++) we[j] += d[j];
     }
-    float *dpe = scratch(L, S_T2, (size_t)T * cq);
-    memset(dpe, 0, sizeof(float) * T * cq);
+    int tq = (e->T + q - 1) / q;
+    float *dpe = scratch(L, S_T2, (size_t)tq * q * cq);
+    memset(dpe, 0, sizeof(float) * tq * q * cq);
     for (int i = 0; i < n; i++) {
         float *pe = dpe + (size_t)((r * n + i) % T) * cq;
         const float *d = dx + (size_t)i * cq;
         for (int j = 0; j < cq; j++) pe[j] += d[j];
     }
-    reduce_add(L, colg(L), "embed.bwd", dpe, e->dwpe, (size_t)T * cq);
+    cb_comm_reduce_scatter(colg(L), "embed.bwd", NULL, dpe, (size_t)tq * cq);
+    L->k->residual_forward(e->dwpe, e->dwpe, dpe, (size_t)tq * cq);
 }
 
 /* ------------------------------------------------------------ LayerNorm */

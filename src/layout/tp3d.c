@@ -247,8 +247,10 @@ static size_t logits_numel(const cb_layout *L, int N, int V) {
  * block a (per part); its bias: columns block a, replicated over (i, b).
  * LayerNorm on parity p: features block b, replicated over (i, a).
  * wte [V, C]: rows block j*q + i of the padded V, columns block k (a linear
- * of parity 1 with the weight transposed); wpe [T, C]: columns block k,
- * replicated over (i, j) like the features of a parity-0 activation. */
+ * of parity 1 with the weight transposed); wpe [T_pad, C], T_pad = T up to
+ * a multiple of q^2: rows block i*q + j (the rank in the INPUT x WEIGHT
+ * plane), columns block k like the features of a parity-0 activation, so
+ * 1/q^3 and nothing replicated. */
 static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
                       int parts, int parity) {
     int q = L->q, i, a, b;
@@ -275,9 +277,11 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         s.row0 = (a * q + i) * s.nrows;
         col_blocks(&s, C, 1, q, b);
         break;
-    case CB_P_POS:
+    case CB_P_POS: /* parity 0 coordinates: a = j, b = k */
+        s.rows_pad = (R + q * q - 1) / (q * q) * (q * q);
+        s.nrows = s.rows_pad / (q * q);
+        s.row0 = (i * q + a) * s.nrows;
         col_blocks(&s, C, 1, q, b);
-        s.owner = i == 0 && a == 0;
         break;
     }
     return s;
@@ -474,10 +478,18 @@ static vocab vocab_of(cb_layout *L, int V, int C) {
     return (vocab){vp / (q * q), vp / q, (size_t)C / q, (int64_t)L->grid->at.j * (int64_t)(vp / q)};
 }
 
+/* Position rows per rank: T_pad / q^2. */
+static size_t pos_rows(const cb_layout *L, int T) {
+    size_t q2 = (size_t)L->q * L->q;
+    return ((size_t)T + q2 - 1) / q2;
+}
+
 /* x (B*T/q^2, C/q) parity 0 = wte[ids] + wpe[t]: the one-hot linear of
  * parity 1 with wte as its weight. Rows of token block i whose id lies in
  * vocabulary block j are copied from wte^, the rest are zero, and the
- * reduce-scatter over INPUT sums the one non-zero row per token. */
+ * reduce-scatter over INPUT sums the one non-zero row per token. The
+ * positions, T_pad x C/q of feature block k, are all-gathered over the
+ * INPUT x WEIGHT plane (whole sequences need every position). */
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
     cb_grid *g = L->grid;
@@ -494,13 +506,15 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
         else memset(z + t * v.c, 0, sizeof(float) * v.c);
     }
     cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
-    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
-    for (size_t t = 0; t < nb; t++) add(x + t * v.c, e->wpe + ((t0 + t) % T) * v.c, v.c);
+    size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    float *pe = scratch(L, S_RED, tr * q * q * v.c);
+    cb_comm_allgather(&g->in_w, "embed.fwd", e->wpe, pe, tr * v.c);
+    for (size_t t = 0; t < nb; t++) add(x + t * v.c, pe + ((t0 + t) % T) * v.c, v.c);
 }
 
 /* dwte += reduce-scatter over WEIGHT of the rows of gather_INPUT(dx) added
- * at their ids (token order, reproducible); dwpe += all-reduce over the
- * (i, j) plane of the local position sums */
+ * at their ids (token order, reproducible); dwpe += reduce-scatter over the
+ * INPUT x WEIGHT plane of the local position sums (T_pad x C/q) */
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     cb_grid *g = L->grid;
@@ -517,13 +531,13 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     }
     cb_comm_req rq[2];
     cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
-    float *dpe = zeroed(L, S_RED, (size_t)T * v.c);
-    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    float *dpe = zeroed(L, S_RED, tr * q * q * v.c);
     for (size_t t = 0; t < nb; t++) add(dpe + ((t0 + t) % T) * v.c, dx + t * v.c, v.c);
-    cb_comm_iallreduce(&g->in_w, "embed.bwd", NULL, dpe, (size_t)T * v.c, CB_COMM_SUM, &rq[1]);
+    cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
     cb_comm_waitall(rq, 2);
     add(e->dwte, dwl, v.vr * v.c);
-    add(e->dwpe, dpe, (size_t)T * v.c);
+    add(e->dwpe, dpe, tr * v.c);
 }
 
 /* ------------------------------------------------------------ LM head */
