@@ -67,6 +67,7 @@ enum {
 typedef struct tp_bench {
     int compare, step, json, tp, layers, d_model, heads, vocab, batch, seq_len, steps, timeout_s;
     const char *mode, *only, *save;
+    int chunks; /* the layout's overlap_chunks (layout.h) */
 } tp_bench;
 
 /* The model and layout of one configuration, in doubles for the formulas. */
@@ -290,6 +291,10 @@ static void k_mm_b(float *dx, float *dw, float *db, const float *dy, const float
                    const float *w, int N, int I, int O) {
     KTIMED(k_inner->matmul_backward(dx, dw, db, dy, x, w, N, I, O));
 }
+static void k_mm_rows(float *dw, const float *dy, const float *x, int N, int I, int O, int r0,
+                      int r1) {
+    KTIMED(k_inner->matmul_backward_dw_rows(dw, dy, x, N, I, O, r0, r1));
+}
 static void k_hd_f(float *o, const float *x, const float *w, int N, int C, int V) {
     KTIMED(k_inner->head_forward(o, x, w, N, C, V));
 }
@@ -318,7 +323,7 @@ static const cb_kernels *timed_kernels(const cb_kernels *inner) {
     k_inner = inner;
     t = *inner;
     t.layernorm_forward = k_ln_f, t.layernorm_backward = k_ln_b;
-    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b;
+    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b, t.matmul_backward_dw_rows = k_mm_rows;
     t.head_forward = k_hd_f, t.head_backward = k_hd_b;
     t.attention_forward = k_at_f, t.attention_backward = k_at_b;
     t.gelu_forward = k_ge_f, t.gelu_backward = k_ge_b;
@@ -385,9 +390,10 @@ static void report(const tp_bench *b, const cb_grid *g, const double *all, doubl
     for (int r = 0; r < g->world_size; r++) rss += all[(size_t)r * 2 * NF + F_RSS];
     printf("tp-step {\"config\":\"%s:%d\",\"mode\":\"%s\",\"tp\":%d,\"q\":%d,\"save\":\"%s\","
            "\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"batch\":%d,\"seq_len\":%d,\"vocab\":%d,"
-           "\"vocab_pad\":%.0f,\"steps\":%d,\"rss_total_bytes\":%.0f,\"max\":{",
+           "\"vocab_pad\":%.0f,\"steps\":%d,\"overlap_chunks\":%d,\"rss_total_bytes\":%.0f,"
+           "\"max\":{",
            b->mode, b->tp, b->mode, g->tp, g->q, b->save, b->layers, b->d_model, b->heads,
-           b->batch, b->seq_len, b->vocab, vpad, b->steps, rss);
+           b->batch, b->seq_len, b->vocab, vpad, b->steps, b->chunks, rss);
     put_figs("measured", mx[0], NF);
     printf(",");
     put_figs("formula", mx[1], NFORMULA);
@@ -410,6 +416,7 @@ static int tp_step(const tp_bench *b, cb_err *e) {
     rc = cb_layout_create(&g, &L, e);
     if (!rc) {
         L->save_gathered = strcmp(b->save, "shard") != 0;
+        L->overlap_chunks = b->chunks;
         cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
         rc = gpt_create(&c, b->batch, b->seq_len, L, NULL, &m, e);
     }
@@ -464,9 +471,9 @@ static int spawn(const tp_bench *b, const char *config, tp_run *r, cb_err *e) {
     snprintf(cmd, sizeof cmd,
              "timeout %d %s %s -np %d '%s' bench --tp-step --tp %d --tp-mode %s --layers %d "
              "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --steps %d "
-             "--tp3d-save %s",
+             "--tp3d-save %s --overlap-chunks %d",
              b->timeout_s, mr, cli_mpirun_flags(mr), tp, exe, tp, mode, b->layers, b->d_model,
-             b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save);
+             b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save, b->chunks);
     snprintf(r->config, sizeof r->config, "%s:%d", mode, tp);
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot run %s; set MPIRUN to the MPI launcher", mr);
@@ -638,9 +645,9 @@ static const char TP_EPILOG[] =
 
 static int check_opts(const tp_bench *b, cb_err *e) {
     if (b->layers < 1 || b->d_model < 1 || b->heads < 1 || b->vocab < 2 || b->batch < 1 ||
-        b->seq_len < 1 || b->steps < 1 || b->timeout_s < 1)
+        b->seq_len < 1 || b->steps < 1 || b->timeout_s < 1 || b->chunks < 1)
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch, --seq-len, --steps, "
-                                     "--tp-timeout must be >= 1 and --vocab >= 2");
+                                     "--tp-timeout, --overlap-chunks must be >= 1 and --vocab >= 2");
     if (strcmp(b->save, "gathered") && strcmp(b->save, "shard"))
         return cb_fail(e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", b->save);
     cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
@@ -670,7 +677,8 @@ static int run_child(tp_bench *b, int argc, char **argv, cb_err *e) {
 }
 
 int cmd_bench_tp(int argc, char **argv) {
-    tp_bench b = {0, 0, 0, 0, 2, 1024, 64, 1024, 16, 128, 2, 900, "1d", NULL, "gathered"};
+    tp_bench b = {0, 0, 0, 0, 2, 1024, 64, 1024, 16, 128, 2, 900, "1d", NULL, "gathered",
+                  CB_OVERLAP_CHUNKS};
     const cli_flag flags[] = {
         {"tp-compare", ARG_BOOL, &b.compare, "run every configuration and print the table"},
         {"tp-compare-only", ARG_STR, &b.only, "comma-separated MODE:P, e.g. 3d:8 or 1d:8,3d:8"},
@@ -678,6 +686,9 @@ int cmd_bench_tp(int argc, char **argv) {
         {"tp", ARG_INT, &b.tp, "--tp-step: tensor-parallel ranks"},
         {"tp-mode", ARG_STR, &b.mode, "--tp-step: 1d, 2d or 3d"},
         {"tp3d-save", ARG_STR, &b.save, "3-D: gathered (keep X^, W^) or shard (re-gather)"},
+        {"overlap-chunks", ARG_INT, &b.chunks,
+         "2-D, 3-D: row blocks of a GEMM overlapped with a collective, MPI tests between "
+         "them (4; 1: one GEMM, no progress until its end)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"steps", ARG_INT, &b.steps, "steps per job; figures of the last (2)"},
         {"tp-timeout", ARG_INT, &b.timeout_s, "seconds per job before it is killed (900)"},

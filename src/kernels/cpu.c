@@ -156,6 +156,12 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
+static void matmul_backward_dw_rows(float *dw, const float *dout, const float *inp, int N,
+                                    int IC, int OC, int r0, int r1) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, OC, N, 1.0f, inp + r0, IC, dout,
+                OC, 1.0f, dw + (size_t)r0 * OC, OC);
+}
+
 /* out (N,V) = inp (N,C) @ w (V,C)^T */
 static void head_forward(float *out, const float *inp, const float *w, int N, int C, int V) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, w, C, 0.0f, out,
@@ -338,6 +344,7 @@ static const cb_kernels cpu = {
     .head_backward = head_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .matmul_backward_dw_rows = matmul_backward_dw_rows,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,

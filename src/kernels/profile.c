@@ -93,6 +93,11 @@ static void p_crossentropy_backward(float *probs, const int *targets, float dlos
 
 static void p_scale(float *x, float s, size_t n) { TIMED(PROF_OPTIMIZER, inner->scale(x, s, n)); }
 
+static void p_matmul_backward_dw_rows(float *dw, const float *dout, const float *inp, int N,
+                                      int IC, int OC, int r0, int r1) {
+    TIMED(PROF_GEMM, inner->matmul_backward_dw_rows(dw, dout, inp, N, IC, OC, r0, r1));
+}
+
 static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                     float beta2, float eps, float wd, float bc1, float bc2) {
     TIMED(PROF_OPTIMIZER, inner->adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2));
@@ -122,6 +127,8 @@ const cb_kernels *cb_kernels_profiled(const cb_kernels *in) {
         .matmul_forward = p_matmul_forward,
 
         .matmul_backward = p_matmul_backward,
+
+        .matmul_backward_dw_rows = p_matmul_backward_dw_rows,
 
         .head_forward = p_head_forward,
 

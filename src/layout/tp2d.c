@@ -24,7 +24,10 @@
  * linear, forward + backward, every rank is charged 3 (q-1)/q^2
  * (N in + in out) elements, so a GPT block costs 3 (q-1)/q^2
  * (7 N h + 12 h^2). Scratch is a double buffer of one block of each
- * operand, not a gathered row or column. */
+ * operand, not a gathered row or column. Every GEMM of a step runs in row
+ * blocks with MPI progress on the broadcasts in flight between them
+ * (layout.h, overlap_chunks): otherwise the next block's broadcast would
+ * not move until the step's GEMM ends. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +92,33 @@ static const float *bp_get(bpipe *p, int t) {
     return p->buf[t & 1];
 }
 
+/* The broadcast of block t+1, in flight once block t was taken; NULL after the last. */
+static cb_comm_req *next_req(bpipe *p, int t) { return t + 1 < p->q ? &p->req[(t + 1) & 1] : NULL; }
+
+/* y (n, b) = x (n, a) w (a, b) [+ bias] in L->overlap_chunks token blocks,
+ * MPI progress on the two pending broadcasts between them (layout.h) */
+static void mm_rows(cb_layout *L, float *y, const float *x, const float *w, const float *bias,
+                    int n, int a, int b, cb_comm_req *const *pend) {
+    int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
+    for (int c = 0; c < k; c++) {
+        int r0 = n * c / k, r1 = n * (c + 1) / k;
+        if (r1 > r0)
+            L->k->matmul_forward(y + (size_t)r0 * b, x + (size_t)r0 * a, w, bias, r1 - r0, a, b);
+        if (c + 1 < k) cb_layout_progress(pend, 2);
+    }
+}
+
+/* y (n, b) = x (n, a) w (b, a)^T, likewise */
+static void mmt_rows(cb_layout *L, float *y, const float *x, const float *w, int n, int a, int b,
+                     cb_comm_req *const *pend) {
+    int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
+    for (int c = 0; c < k; c++) {
+        int r0 = n * c / k, r1 = n * (c + 1) / k;
+        if (r1 > r0) L->k->head_forward(y + (size_t)r0 * b, x + (size_t)r0 * a, w, r1 - r0, a, b);
+        if (c + 1 < k) cb_layout_progress(pend, 2);
+    }
+}
+
 /* Sum over the ranks of comm of a local contribution v (n), added into acc. */
 static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, float *acc,
                        size_t n) {
@@ -98,27 +128,26 @@ static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, f
 
 /* ------------------------------------------------------------ shapes */
 
+/* batch % q, d_model % q, heads % q; the vocabulary is padded to a
+ * multiple of q and the padding reported */
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
-    (void)T, (void)V;
+    (void)T;
     int q = L->q, tp = L->tp;
+    char who[64], what[16];
     if (q * q != tp)
         return cb_fail(e, CB_EINPUT, "--tp-mode 2d needs --tp a perfect square (4, 9, 16...); got %d",
                        tp);
+    snprintf(who, sizeof who, "--tp-mode 2d with tp %d (q=%d)", tp, q);
     if (B % q)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --batch divisible by q=%d sequences "
-                       "per data-parallel rank; got %d: use --batch %d",
-                       tp, q, q, B, (B / q + 1) * q);
-    if (C % q)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --d-model divisible by q=%d (so are "
-                       "3*d-model and 4*d-model); got %d: use --d-model %d",
-                       tp, q, q, C, (C / q + 1) * q);
-    if (NH % q)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
-                       "use --heads %d (it must also divide --d-model)",
-                       tp, q, q, NH, (NH / q + 1) * q);
+                       "%s needs the batch of each data-parallel rank divisible by q=%d sequences "
+                       "(token blocks are whole sequences); got batch %d: use batch %d",
+                       who, q, B, (B / q + 1) * q);
+    int rc = cb_layout_check_widths(C, NH, q, q, who, "activations and weights are split q ways "
+                                    "along it", NULL, e);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "q=%d", q);
+    cb_layout_note_pad((cb_layout *)L, V, vpad(L, V), what);
     return CB_OK;
 }
 
@@ -356,12 +385,9 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     bpipe pw = bp_start(L, colg(L), "linear.fwd", l->w, (size_t)a * b, S_B0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
-        if (t == 0) {
-            L->k->matmul_forward(y, xt, wt, l->b, n, a, b);
-        } else {
-            L->k->matmul_forward(tmp, xt, wt, NULL, n, a, b);
-            L->k->residual_forward(y, y, tmp, (size_t)n * b);
-        }
+        cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
+        mm_rows(L, t ? tmp : y, xt, wt, t ? NULL : l->b, n, a, b, pend);
+        if (t) L->k->residual_forward(y, y, tmp, (size_t)n * b);
     }
 }
 
@@ -378,13 +404,15 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->head_forward(root ? dx : part, dy, wt, n, b, a);
+        cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
+        mmt_rows(L, root ? dx : part, dy, wt, n, b, a, pend);
         cb_comm_reduce(rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * a, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * a * b);
-        L->k->matmul_backward(NULL, root ? l->dw : z, NULL, dy, xt, NULL, n, a, b);
+        pend[1] = next_req(&px, t);
+        cb_layout_dw_overlapped(L, root ? l->dw : z, dy, xt, n, a, b, pend, 2);
         cb_comm_reduce(colg(L), "linear.bwd", root ? NULL : z, root ? l->dw : NULL,
                        (size_t)a * b, t);
     }
@@ -430,7 +458,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
-        L->k->head_forward(t ? tmp : logits, xt, wt, n, cq, Vq);
+        cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
+        mmt_rows(L, t ? tmp : logits, xt, wt, n, cq, Vq, pend);
         if (t) L->k->residual_forward(logits, logits, tmp, (size_t)n * Vq);
     }
     float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
@@ -488,13 +517,15 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->matmul_forward(root ? dx : part, logits, wt, NULL, n, Vq, cq);
+        cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
+        mm_rows(L, root ? dx : part, logits, wt, NULL, n, Vq, cq, pend);
         cb_comm_reduce(rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * cq, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * Vq * cq);
-        L->k->matmul_backward(NULL, root ? e->dwte : z, NULL, xt, logits, NULL, n, Vq, cq);
+        pend[1] = next_req(&px, t);
+        cb_layout_dw_overlapped(L, root ? e->dwte : z, xt, logits, n, Vq, cq, pend, 2);
         cb_comm_reduce(colg(L), "head.bwd", root ? NULL : z, root ? e->dwte : NULL,
                        (size_t)Vq * cq, t);
     }
@@ -544,7 +575,8 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .priv = p};
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(),
+                     .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;
 }

@@ -44,7 +44,6 @@ typedef struct tp3d {
     size_t cap[NSLOT];
     gathered *saved; /* every one made, freed with the layout */
     gathered *head;  /* the tied head's X^ and wte^ */
-    int noted_pad;
 } tp3d;
 
 /* The roles of a parity: a joins i in the token block, b picks the feature
@@ -173,35 +172,22 @@ static void add(float *acc, const float *x, size_t n) {
 
 /* ------------------------------------------------------------ shapes */
 
+/* batch % q^2, d_model % q^2 (weight rows are split q^2 ways), heads % q;
+ * the vocabulary is padded to a multiple of q^2 and the padding reported */
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
     int q = L->q, q2 = q * q;
+    char who[64], what[16];
     (void)T;
+    snprintf(who, sizeof who, "--tp-mode 3d with tp %d (q=%d)", L->tp, q);
     if (B % q2)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --batch divisible by q^2=%d sequences "
-                       "per data-parallel rank; got %d: use --batch %d",
-                       L->tp, q, q2, B, (B / q2 + 1) * q2);
-    if (C % q2)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --d-model divisible by q^2=%d (weight "
-                       "rows are split q^2 ways); got %d: use --d-model %d",
-                       L->tp, q, q2, C, (C / q2 + 1) * q2);
-    if (NH % q) {
-        int h = NH + q - NH % q;
-        while (h <= C && C % h) h += q;
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
-                       "use --heads %d",
-                       L->tp, q, q, NH, h <= C ? h : q);
-    }
-    tp3d *P = L->priv;
-    int64_t Vp = vocab_pad(L, V);
-    if (Vp != V && !P->noted_pad && L->grid->world_rank == 0)
-        fprintf(stderr,
-                "cubist: note: --tp-mode 3d pads the vocabulary %d to %lld (a multiple of "
-                "q^2=%d); the %lld padding rows are never used\n",
-                V, (long long)Vp, q2, (long long)(Vp - V));
-    P->noted_pad = 1;
+                       "%s needs the batch of each data-parallel rank divisible by q^2=%d "
+                       "sequences (token blocks are whole sequences); got batch %d: use batch %d",
+                       who, q2, B, (B / q2 + 1) * q2);
+    int rc = cb_layout_check_widths(C, NH, q2, q, who, "weight rows are split q^2 ways", NULL, e);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "q^2=%d", q2);
+    cb_layout_note_pad((cb_layout *)L, V, vocab_pad(L, V), what);
     return CB_OK;
 }
 
@@ -327,7 +313,8 @@ static void colsum(float *acc, const float *dy, size_t rows, size_t cols) {
 }
 
 /* dy parity 1-p -> dx parity p: dY^ = gather_b(dy); dx = reduce-scatter_a
- * (dY^ W^T) overlapped with dW^ = X^T dY^; dw += reduce-scatter_i(dW^);
+ * (dY^ W^T) overlapped with dW^ = X^T dY^ (in row blocks, MPI progress
+ * between them: cb_layout_dw_overlapped); dw += reduce-scatter_i(dW^);
  * db += all-reduce over the plane (i, b) of the column sums of dy. */
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
@@ -358,7 +345,8 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
-    L->k->matmul_backward(NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
+    cb_comm_req *pend[2] = {&rdx, l->db ? &rb : NULL};
+    cb_layout_dw_overlapped(L, dwh, dyh, xh, (int)nh, (int)in, (int)out, pend, 2);
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
@@ -642,7 +630,8 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
-    L->k->matmul_backward(NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
+    cb_comm_req *pend[1] = {&rdx};
+    cb_layout_dw_overlapped(L, dwh, xh, dzh, (int)nh, (int)v.vb, (int)v.c, pend, 1);
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
@@ -706,7 +695,7 @@ int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
                      .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .save_gathered = 1,
-                     .priv = P};
+                     .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = P};
     *out = L;
     return CB_OK;
 }
