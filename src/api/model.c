@@ -23,8 +23,13 @@
  * and the branch). Activations are allocated on the stages that
  * touch them, parameters only on their stage (the head's stage holds a
  * copy of the tied embedding, gradients summed every step). Every operator
- * is row-wise (tokens are independent), so the tensor layout under --pp is
- * the serial one or 1d, whose activations keep whole rows. */
+ * is row-wise (tokens are independent; attention works on whole sequences,
+ * and a micro-batch is whole sequences), so the tensor layout under --pp is
+ * the serial one or 1d, whose activations keep whole rows.
+ *
+ * Data parallelism (and --zero 1) reuses the trainer's src/train/dp.c over
+ * this rank's parameter block (cb_dp_init_block): fused buckets reduced in
+ * cb_model_step, ZeRO-1 shards of the AdamW state. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
