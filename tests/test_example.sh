@@ -7,12 +7,12 @@
 #    weights equal the single-process run to 1e-5 relative (per tensor,
 #    ||a-b||/||b||; fp32 sums regrouped across ranks differ by a few ulp).
 # 2. examples/tiny_gpt (a user-built pre-LN transformer with attention,
-#    GPT-2's layer names) under dp 2 with ZeRO-1, 1-D 2, 2-D 4, 3-D 8,
-#    dp 2 x 2-D 4, dp 2 x 3-D 8 with ZeRO-1 and pp 2, against its serial run
-#    the same way; its serial run against `cubist train --init` of the
-#    weights it starts from (the built-in GPT): the same losses (1e-6;
-#    measured identical), gradient norms and final weights to 1e-5; and
-#    ZeRO-1 keeps 1/dp of the AdamW moments per rank.
+#    GPT-2's layer names) under dp 2 (with and without ZeRO-1), 1-D 2,
+#    2-D 4, 3-D 8, dp 2 x 2-D 4, dp 2 x 3-D 8 with ZeRO-1 and pp 2, against
+#    its serial run the same way; its serial run against `cubist train
+#    --init` of the weights it starts from (the built-in GPT): the same
+#    losses (1e-6; measured identical), gradient norms and final weights to
+#    1e-5; and ZeRO-1 keeps 1/dp of the AdamW moments per rank.
 # Every comparison line comes from tests/compare.py; a comparison that
 # crashes or exits non-zero without a FAIL line is a FAIL here too.
 set -u
@@ -95,6 +95,7 @@ if "$root/$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/i
         --label "tiny_gpt = cubist train's GPT: gradient norm"
     cmp_ st "$d/tiny_gpt.serial.st" "$d/gpt.st" --grads "$d/gpt.grads.st" \
         --label "tiny_gpt = cubist train's GPT: final weights"
+    run tiny_gpt dp2 2 --dp 2
     run tiny_gpt dp2_zero 2 --dp 2 --zero 1
     run tiny_gpt tp1d2 2 --tp 2 --tp-mode 1d
     run tiny_gpt tp2d4 4 --tp 4 --tp-mode 2d
