@@ -67,6 +67,7 @@ enum {
 typedef struct tp_bench {
     int compare, step, json, tp, layers, d_model, heads, vocab, batch, seq_len, steps, timeout_s;
     const char *mode, *only, *save;
+    int chunks; /* the layout's overlap_chunks (layout.h) */
 } tp_bench;
 
 /* The model and layout of one configuration, in doubles for the formulas. */
@@ -127,33 +128,35 @@ static void cost_1d(const shape *s, double P, double *f) {
  *           all-reduce of 2N/q (row) and 2C/q (gamma, beta over the
  *           column)] = 16(q-1)(2N + C)/q^2 bytes, 4 calls each
  *   embed   reduce-scatter and all-gather of N C/q on the row
- *           8(q-1)NC/q^2, wpe gradient all-reduce 8(q-1)TC/q^2, and off the
- *           diagonal two swaps of NC/q^2 (isend + irecv each): 8NC/q^2
+ *           8(q-1)NC/q^2, wpe (T_p C/q of the column) all-gathered forward
+ *           and its gradient reduce-scattered 8(q-1)T_p C/q^2, T_p = T up to
+ *           q; off the diagonal two swaps of NC/q^2 (isend + irecv each):
+ *           8NC/q^2
  *   head    SUMMA of x and wte^T forward 4(q-1)(NC + V_p C)/q^2, backward
  *           twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
  *           the column) 16(q-1)/q; calls 6q + 3
- *   params  V_p C/q^2 + T C/q + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
+ *   params  V_p C/q^2 + T_p C/q^2 + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
  *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
  *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2),
- *           T2 max(NC/q^2, TC/q, 4C^2/q^2, V_p C/q^2, N/q), T3 max(4C, 2N)/q */
+ *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, N/q), T3 max(4C, 2N)/q */
 static void cost_2d(const shape *s, double q, int diag, double *f) {
-    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), q2 = q * q;
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
     f[F_SENT_K + K_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
                                   72 * (q - 1) * C / q2);
     f[F_CALLS_K + K_LINEAR] = L * (24 * q + 4);
     f[F_SENT_K + K_NORM] = (2 * L + 1) * 16 * (q - 1) * (2 * N + C) / q2;
     f[F_CALLS_K + K_NORM] = (2 * L + 1) * 4;
-    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + T * C) / q2 + (diag ? 0 : 8 * N * C / q2);
-    f[F_CALLS_K + K_EMBED] = 3 + (diag ? 0 : 4);
+    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Tp * C) / q2 + (diag ? 0 : 8 * N * C / q2);
+    f[F_CALLS_K + K_EMBED] = 4 + (diag ? 0 : 4);
     f[F_SENT_K + K_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
                            16 * (q - 1) / q;
     f[F_CALLS_K + K_HEAD] = 6 * q + 3;
-    f[F_PARAM] = 8 * (Vp * C / q2 + T * C / q + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
+    f[F_PARAM] = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
     double a = N * C / q2;
     f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
                                      (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
     double t1 = max2(max2(N * C / q, 4 * a), N * Vp / q2);
-    double t2 = max2(max2(max2(a, T * C / q), max2(4 * C * C / q2, Vp * C / q2)), N / q);
+    double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), N / q);
     f[F_ACT_SCRATCH] = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 +
                             max2(4 * C, 2 * N) / q);
 }
@@ -170,41 +173,42 @@ static void cost_2d(const shape *s, double q, int diag, double *f) {
  *           double, over a line) + 16(q^2-1)C/q^3 (gamma, beta over a
  *           plane)], 3 calls each
  *   embed   8(q-1)(NC + V_p C)/q^3 (wte gathered, one-hot product
- *           reduce-scattered, and back) + 8(q^2-1)TC/q^3 (wpe gradient over
- *           the INPUT x WEIGHT plane), 5 calls
+ *           reduce-scattered, and back) + 8(q^2-1)T_p C/q^3 (wpe, T_p C/q of
+ *           the INPUT x WEIGHT plane, all-gathered forward, its gradient
+ *           reduce-scattered; T_p = T up to q^2), 6 calls
  *   head    8(q-1)(NC + V_p C + N V_p)/q^3 + 24(q-1)N/q^3 (cross-entropy over
  *           INPUT) + 16(q^2-1)/q^2 (loss, 1 double over a plane); 9 calls,
  *           re-gathering adds 4(q-1)(NC + V_p C)/q^3 and 2 calls
- *   params  V_p C/q^3 + TC/q + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
+ *   params  V_p C/q^3 + T_p C/q^3 + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
  *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
  *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
  *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
- *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, TC/q) and
+ *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) and
  *           max(2C/q, 2N/q^2). shard: no kept X^ W^; X^ slot 4NC/q^2 and
  *           the W^ slot max(4C^2, V_p C)/q^2 instead */
 static void cost_3d(const shape *s, double q, int gathered, double *f) {
-    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), q2 = q * q,
-           q3 = q2 * q;
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
+           q2 = q * q, q3 = q2 * q;
     f[F_SENT_K + K_LINEAR] = L * (8 * (q - 1) / q3 * (16 * N * C + 12 * C * C) +
                                   72 * (q2 - 1) * C / q3 +
                                   (gathered ? 0 : 4 * (q - 1) / q3 * (7 * N * C + 12 * C * C)));
     f[F_CALLS_K + K_LINEAR] = L * (28 + (gathered ? 0 : 8));
     f[F_SENT_K + K_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
     f[F_CALLS_K + K_NORM] = (2 * L + 1) * 3;
-    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * T * C / q3;
-    f[F_CALLS_K + K_EMBED] = 5;
+    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
+    f[F_CALLS_K + K_EMBED] = 6;
     f[F_SENT_K + K_HEAD] = 8 * (q - 1) * (N * C + Vp * C + N * Vp) / q3 +
                            24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
                            (gathered ? 0 : 4 * (q - 1) * (N * C + Vp * C) / q3);
     f[F_CALLS_K + K_HEAD] = 9 + (gathered ? 0 : 2);
-    f[F_PARAM] = 8 * (Vp * C / q3 + T * C / q + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
+    f[F_PARAM] = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
     double a = N * C / q3;
     f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
                                      (s->B / q2) * (s->NH / q) * T * T,
                                      (N / q2) * (Vp / q) + N / q2);
     double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
     double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
-                   max2(max2(4 * C / q, 4 * N / q2), T * C / q) + max2(2 * C / q, 2 * N / q2);
+                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + max2(2 * C / q, 2 * N / q2);
     double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
                            : 4 * nx + max2(4 * C * C / q2, wv);
     f[F_ACT_SCRATCH] = 4 * (slots + kept);
@@ -291,6 +295,11 @@ static void k_mm_b(const cb_kernels *self, float *dx, float *dw, float *db, cons
     (void)self;
     KTIMED(k_inner->matmul_backward(k_inner, dx, dw, db, dy, x, w, N, I, O));
 }
+static void k_mm_rows(const cb_kernels *self, float *dw, const float *dy, const float *x, int N,
+                      int I, int O, int r0, int r1) {
+    (void)self;
+    KTIMED(k_inner->matmul_backward_dw_rows(k_inner, dw, dy, x, N, I, O, r0, r1));
+}
 static void k_hd_f(const cb_kernels *self, float *o, const float *x, const float *w, int N, int C, int V) {
     (void)self;
     KTIMED(k_inner->head_forward(k_inner, o, x, w, N, C, V));
@@ -327,7 +336,7 @@ static const cb_kernels *timed_kernels(const cb_kernels *inner) {
     k_inner = inner;
     t = *inner;
     t.layernorm_forward = k_ln_f, t.layernorm_backward = k_ln_b;
-    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b;
+    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b, t.matmul_backward_dw_rows = k_mm_rows;
     t.head_forward = k_hd_f, t.head_backward = k_hd_b;
     t.attention_forward = k_at_f, t.attention_backward = k_at_b;
     t.gelu_forward = k_ge_f, t.gelu_backward = k_ge_b;
@@ -394,9 +403,10 @@ static void report(const tp_bench *b, const cb_grid *g, const double *all, doubl
     for (int r = 0; r < g->world_size; r++) rss += all[(size_t)r * 2 * NF + F_RSS];
     printf("tp-step {\"config\":\"%s:%d\",\"mode\":\"%s\",\"tp\":%d,\"q\":%d,\"save\":\"%s\","
            "\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"batch\":%d,\"seq_len\":%d,\"vocab\":%d,"
-           "\"vocab_pad\":%.0f,\"steps\":%d,\"rss_total_bytes\":%.0f,\"max\":{",
+           "\"vocab_pad\":%.0f,\"steps\":%d,\"overlap_chunks\":%d,\"rss_total_bytes\":%.0f,"
+           "\"max\":{",
            b->mode, b->tp, b->mode, g->tp, g->q, b->save, b->layers, b->d_model, b->heads,
-           b->batch, b->seq_len, b->vocab, vpad, b->steps, rss);
+           b->batch, b->seq_len, b->vocab, vpad, b->steps, b->chunks, rss);
     put_figs("measured", mx[0], NF);
     printf(",");
     put_figs("formula", mx[1], NFORMULA);
@@ -419,6 +429,7 @@ static int tp_step(const tp_bench *b, cb_err *e) {
     rc = cb_layout_create(&g, &L, e);
     if (!rc) {
         L->save_gathered = strcmp(b->save, "shard") != 0;
+        L->overlap_chunks = b->chunks;
         cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
         rc = gpt_create(&c, b->batch, b->seq_len, L, NULL, &m, e);
     }
@@ -473,9 +484,9 @@ static int spawn(const tp_bench *b, const char *config, tp_run *r, cb_err *e) {
     snprintf(cmd, sizeof cmd,
              "timeout %d %s %s -np %d '%s' bench --tp-step --tp %d --tp-mode %s --layers %d "
              "--d-model %d --heads %d --vocab %d --batch %d --seq-len %d --steps %d "
-             "--tp3d-save %s",
+             "--tp3d-save %s --overlap-chunks %d",
              b->timeout_s, mr, cli_mpirun_flags(mr), tp, exe, tp, mode, b->layers, b->d_model,
-             b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save);
+             b->heads, b->vocab, b->batch, b->seq_len, b->steps, b->save, b->chunks);
     snprintf(r->config, sizeof r->config, "%s:%d", mode, tp);
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot run %s; set MPIRUN to the MPI launcher", mr);
@@ -647,9 +658,9 @@ static const char TP_EPILOG[] =
 
 static int check_opts(const tp_bench *b, cb_err *e) {
     if (b->layers < 1 || b->d_model < 1 || b->heads < 1 || b->vocab < 2 || b->batch < 1 ||
-        b->seq_len < 1 || b->steps < 1 || b->timeout_s < 1)
+        b->seq_len < 1 || b->steps < 1 || b->timeout_s < 1 || b->chunks < 1)
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch, --seq-len, --steps, "
-                                     "--tp-timeout must be >= 1 and --vocab >= 2");
+                                     "--tp-timeout, --overlap-chunks must be >= 1 and --vocab >= 2");
     if (strcmp(b->save, "gathered") && strcmp(b->save, "shard"))
         return cb_fail(e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", b->save);
     cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
@@ -679,7 +690,8 @@ static int run_child(tp_bench *b, int argc, char **argv, cb_err *e) {
 }
 
 int cmd_bench_tp(int argc, char **argv) {
-    tp_bench b = {0, 0, 0, 0, 2, 1024, 64, 1024, 16, 128, 2, 900, "1d", NULL, "gathered"};
+    tp_bench b = {0, 0, 0, 0, 2, 1024, 64, 1024, 16, 128, 2, 900, "1d", NULL, "gathered",
+                  CB_OVERLAP_CHUNKS};
     const cli_flag flags[] = {
         {"tp-compare", ARG_BOOL, &b.compare, "run every configuration and print the table"},
         {"tp-compare-only", ARG_STR, &b.only, "comma-separated MODE:P, e.g. 3d:8 or 1d:8,3d:8"},
@@ -687,6 +699,9 @@ int cmd_bench_tp(int argc, char **argv) {
         {"tp", ARG_INT, &b.tp, "--tp-step: tensor-parallel ranks"},
         {"tp-mode", ARG_STR, &b.mode, "--tp-step: 1d, 2d or 3d"},
         {"tp3d-save", ARG_STR, &b.save, "3-D: gathered (keep X^, W^) or shard (re-gather)"},
+        {"overlap-chunks", ARG_INT, &b.chunks,
+         "2-D, 3-D: row blocks of a GEMM overlapped with a collective, MPI tests between "
+         "them (4; 1: one GEMM, no progress until its end)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"steps", ARG_INT, &b.steps, "steps per job; figures of the last (2)"},
         {"tp-timeout", ARG_INT, &b.timeout_s, "seconds per job before it is killed (900)"},

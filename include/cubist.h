@@ -183,19 +183,21 @@ int cb_prepare_text(const char *text_path, const char *train_path,
  * any data parallelism without changing their code: the layout comes from
  * the command line (--dp N --tp N --tp-mode 1d|2d|3d), the layers hold this
  * rank's shards, and activations (cb_act) this rank's piece. Forward and
- * backward are the user's calls, in the user's order; examples/mlp_lm.c is
- * a complete program. Activations have a parity: 0 on the model's residual
- * stream, 1 after an odd number of linears (a linear turns parity p into
- * 1-p), which is what lets 1-D and 3-D layouts avoid communication between
- * the two linears of a pair. */
+ * backward are the user's calls, in the user's order; examples/mlp_lm.c and
+ * examples/tiny_gpt.c are complete programs. Activations have a parity: 0
+ * on the model's residual stream, 1 after an odd number of linears (a
+ * linear turns parity p into 1-p), which is what lets 1-D and 3-D layouts
+ * avoid communication between the two linears of a pair. */
 typedef struct cb_dist cb_dist;
 typedef struct cb_model cb_model;
 typedef struct cb_layer cb_layer;
 typedef struct cb_act cb_act;
 
 /* Starts MPI (one process needs no launcher) and builds the process grid
- * from --dp --tp --tp-mode, which are removed from argv. Collective; on
- * error every rank gets the same message. */
+ * from --dp --tp --tp-mode --pp (and --micro-batches --partition
+ * --partition-memory-weight --print-partition for --pp, --zero 1 for
+ * ZeRO-1), which are removed from argv. Collective; on error every rank
+ * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
 /* Ends the job on every rank: rank 0 prints e's message, status 2 for bad
@@ -206,9 +208,23 @@ void cb_dist_finalize(cb_dist *d);
 /* batch: sequences of the global micro-batch, seq_len: tokens per sequence.
  * Layers and activations are declared, then cb_model_build allocates. */
 cb_model *cb_model_new(cb_dist *d, int batch, int seq_len);
-/* token embedding [vocab, C] (also the tied LM head) + position embedding [seq_len, C] */
+/* token embedding [vocab, C] (also the tied LM head) + position embedding
+ * [seq_len, C]: tensors "<name>.weight" and "<name>.pos" */
 cb_layer *cb_model_embedding(cb_model *m, const char *name, int vocab, int C);
+/* the same, tensors "<tok>.weight" and "<pos>.weight" (GPT-2's "wte", "wpe") */
+cb_layer *cb_model_embedding_named(cb_model *m, const char *tok, const char *pos, int vocab,
+                                   int C);
+/* Y = X W + b, W [in, out]: tensors "<name>.weight", "<name>.bias" */
 cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out, int parity);
+/* The QKV projection of self-attention, [C, 3C], parity 0 -> 1: a linear
+ * whose output sections q | k | v are split per head, so each rank's
+ * piece holds q, k and v of its own heads (GPT-2's attn.c_attn). */
+cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C);
+/* Causal multi-head self-attention on the parity-1 output of a
+ * cb_model_linear_qkv of the same C, whole sequences; heads divide C (and
+ * must divide by tp in 1d, by q in 2d and 3d). No parameters; keeps the
+ * attention probabilities (heads x seq_len^2 per sequence) for backward. */
+cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads);
 cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C, int parity);
 /* an activation of batch*seq_len tokens x H features */
 cb_act *cb_model_act(cb_model *m, int H, int parity);
@@ -218,6 +234,10 @@ cb_act *cb_model_act(cb_model *m, int H, int parity);
 int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e);
 /* This data-parallel rank's rows [first, first+count) of the global batch. */
 void cb_model_rows(const cb_model *m, int *first, int *count);
+/* This rank's floats: its parameter shards (the gradients are as many) and
+ * AdamW moments (2 per parameter it updates: its ZeRO-1 shard under --zero
+ * 1, else all of its shards). */
+void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam);
 
 /* ids, targets: this rank's rows (count x seq_len) */
 void cb_embedding_forward(cb_layer *l, const int *ids, cb_act *x);
@@ -227,6 +247,10 @@ void cb_linear_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *
 void cb_layernorm_forward(cb_layer *l, const cb_act *x, cb_act *y);
 /* dx accumulates: it is usually the residual stream's gradient */
 void cb_layernorm_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *dx);
+/* qkv (parity 1, 3C wide) -> y (parity 1, C wide); backward overwrites dqkv */
+void cb_attention_forward(cb_layer *attention, const cb_act *qkv, cb_act *y);
+void cb_attention_backward(cb_layer *attention, const cb_act *qkv, const cb_act *dy,
+                           cb_act *dqkv);
 void cb_gelu_forward(const cb_act *x, cb_act *y);
 void cb_gelu_backward(const cb_act *x, const cb_act *dy, cb_act *dx);
 void cb_act_add(cb_act *y, const cb_act *a, const cb_act *b);
@@ -239,9 +263,11 @@ float cb_head_forward(cb_layer *embedding, const cb_act *x, const int *targets);
 void cb_head_backward(cb_layer *embedding, const cb_act *x, float dloss, cb_act *dx);
 
 void cb_model_zero_grad(cb_model *m);
-/* Averages gradients over data-parallel ranks, clips to the global norm
- * (every shard counted once), one AdamW update at step's learning rate.
- * Returns the global gradient norm. Collective. */
+/* Averages gradients over data-parallel ranks (fused buckets; with --zero
+ * 1 reduce-scattered to the rank that owns each AdamW shard, the updated
+ * parameters then all-gathered), clips to the global norm (every shard
+ * counted once), one AdamW update at step's learning rate. Returns the
+ * global gradient norm. Collective. */
 float cb_model_step(cb_model *m, int step);
 /* The mean of a per-rank value over the data-parallel ranks. Collective. */
 float cb_model_mean(cb_model *m, float v);

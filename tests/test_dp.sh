@@ -23,6 +23,7 @@ common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 
 
 for acc in 1 3; do
     "$C" train "${common[@]}" --grad-accum $acc --log ref$acc.jsonl --save ref$acc.st \
+        --dump-grads ref$acc.grads.st \
         || { echo "FAIL dp: single-process reference (accum $acc)"; exit 1; }
 done
 
@@ -33,7 +34,7 @@ case_() {
             --log "$name.jsonl" --save "$name.st" "$@" 2>"$name.err"; then
         fail "$name: run failed: $(head -c 300 "$name.err")"; return
     fi
-    check "$name" ref$acc.jsonl "$name.jsonl" ref$acc.st "$name.st"
+    check "$name" ref$acc.jsonl "$name.jsonl" ref$acc.st "$name.st" --grads ref$acc.grads.st
 }
 
 case_ "dp=1"                          1 1
@@ -51,7 +52,8 @@ case_ "dp=1 zero accum 3"             1 3 --zero 1
 case_ "dp=2 sparse embed"             2 1 --embed-grad sparse
 case_ "dp=4 sparse embed accum 3"     4 3 --embed-grad sparse --bucket-mb 0.01
 case_ "dp=4 sparse embed zero"        4 1 --embed-grad sparse --zero 1
-check "sparse = dense embedding gradient (dp=4)" "dp=4.jsonl" "dp=4 sparse embed zero.jsonl" "dp=4.st" "dp=4 sparse embed zero.st"
+# (dp=4 computes the reference's gradients: its step-1 dump is ref1's)
+check "sparse = dense embedding gradient (dp=4)" "dp=4.jsonl" "dp=4 sparse embed zero.jsonl" "dp=4.st" "dp=4 sparse embed zero.st" --grads ref1.grads.st
 
 # the counters: dp>1 moves bytes, and the sparse path more than the dense one
 bytes() { sed -E 's/.*"comm_bytes":([0-9]+).*/\1/' "$1" | head -1; }
@@ -81,11 +83,11 @@ run() { local np=$1; shift; timeout "$TMO" "${launch[@]}" -np "$np" "$C" train "
 run 4 --zero 1 --save r.st --log r1.jsonl --exit-after 10 &&
     run 2 --zero 1 --resume r.st --save r.st --log r2.jsonl --exit-after 10 &&
     run 1 --resume r.st --save r.st --log r3.jsonl \
-    && check "resume dp=4 zero -> dp=2 zero -> dp=1" ref1.jsonl r1.jsonl,r2.jsonl,r3.jsonl ref1.st r.st \
+    && check "resume dp=4 zero -> dp=2 zero -> dp=1" ref1.jsonl r1.jsonl,r2.jsonl,r3.jsonl ref1.st r.st --grads ref1.grads.st \
     || fail "resume dp=4 -> 2 -> 1: a run failed: $(head -c 300 resume.err)"
 run 4 --zero 1 --save s.st --log s1.jsonl --exit-after 10 &&
     "$C" train "${common[@]}" --resume s.st --save s.st --log s2.jsonl 2>>resume.err \
-    && check "resume dp=4 zero -> single process" ref1.jsonl s1.jsonl,s2.jsonl ref1.st s.st \
+    && check "resume dp=4 zero -> single process" ref1.jsonl s1.jsonl,s2.jsonl ref1.st s.st --grads ref1.grads.st \
     || fail "resume dp=4 -> 1: a run failed: $(head -c 300 resume.err)"
 
 finish

@@ -269,6 +269,110 @@ static void case_embed_head(const sizes *z, cb_rng *r) {
     free(tg);
 }
 
+/* One linear (forward + backward) and the tied head (forward + backward) on
+ * this rank's shards with the layout's current overlap_chunks; every result
+ * into out (y, dx, dW, db, loss, head dx, dwte, in that order). */
+static size_t run_overlap(const sizes *z, cb_rng *r, float *out) {
+    int N = z->N, C = z->C, V = z->V;
+    cb_shard sx = ashard(N, C, 0, 1), sy = ashard(N, 4 * C, 1, 1);
+    cb_shard sw = pshard(CB_P_LINEAR_W, C, 4 * C, 1, 0), sb = pshard(CB_P_LINEAR_B, 1, 4 * C, 1, 0);
+    cb_shard se = pshard(CB_P_EMBED, V, C, 1, 0);
+    size_t nx = cb_shard_numel(&sx), ny = cb_shard_numel(&sy), nw = cb_shard_numel(&sw);
+    size_t nb = cb_shard_numel(&sb), ne = cb_shard_numel(&se);
+    float *x = randn(r, nx), *w = randn(r, nw), *b = randn(r, nb), *dy = randn(r, ny);
+    float *wte = randn(r, ne), *o = out;
+    int *tg = malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) tg[i] = (int)cb_rng_below(r, V);
+    float *y = o, *dx = y + ny, *dw = dx + nx, *db = dw + nw, *loss = db + nb, *hdx = loss + 1;
+    float *dwte = hdx + nx, *lg = zeros(P->ops->logits_numel(P, N, V));
+    memset(dw, 0, sizeof(float) * (nw + nb)), memset(dwte, 0, sizeof(float) * ne);
+    cb_linear l = {C, 4 * C, 1, 0, w, b, dw, db, NULL};
+    P->ops->linear_forward(P, &l, x, y, N);
+    P->ops->linear_backward(P, &l, x, dy, dx, N);
+    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL};
+    *loss = P->ops->head_forward(P, &e, x, tg, lg, N);
+    P->ops->head_backward(P, &e, x, tg, lg, 0.5f, hdx, N);
+    float *all[] = {x, w, b, dy, wte, lg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(tg);
+    return (size_t)(dwte + ne - out);
+}
+
+/* GEMMs cut into row blocks with MPI progress tests between them (the
+ * overlap of a GEMM with a non-blocking collective) give the one-GEMM
+ * results. Not bit for bit: this OpenBLAS (0.3.21, Zen) does not compute a
+ * row of a product the same way when the product has fewer rows (the
+ * first 8 rows of a 256x256x64 sgemm alone differ from the same rows of the
+ * whole in 1607 of 2048 elements, last bits), so within 1e-6 of the
+ * largest value, 10x tighter than the layouts' 1e-5. */
+static void case_overlap(const sizes *z) {
+    size_t cap = (size_t)z->N * z->C * 16 + (size_t)z->V * z->C + 64 * z->C + 1;
+    float *one = zeros(cap), *cut3 = zeros(cap);
+    int keep = P->overlap_chunks;
+    cb_rng r;
+    cb_rng_seed(&r, 77);
+    P->overlap_chunks = 1;
+    size_t n = run_overlap(z, &r, one);
+    cb_rng_seed(&r, 77);
+    P->overlap_chunks = 3;
+    run_overlap(z, &r, cut3);
+    P->overlap_chunks = keep;
+    double v[3] = {0, 0, 0}; /* max |diff|, max |one|, elements that differ */
+    for (size_t i = 0; i < n; i++) {
+        v[0] = fmax(v[0], fabs((double)one[i] - cut3[i]));
+        v[1] = fmax(v[1], fabs((double)one[i]));
+        v[2] += one[i] != cut3[i];
+    }
+    cb_comm_allreduce_f64(W, "test", v, v, 2, CB_COMM_MAX);
+    cb_comm_allreduce_f64(W, "test", v + 2, v + 2, 1, CB_COMM_SUM);
+    double rel = v[0] / (v[1] > 0 ? v[1] : 1);
+    int ok = rel <= 1e-6 && v[1] > 0;
+    ok ? passes++ : fails++;
+    if (W->rank == 0)
+        printf("%s %s linear and head, GEMMs in 3 row blocks with MPI tests between them = one "
+               "GEMM: max diff %.2e / max %.2e = %.2e (tol 1e-6; %.0f elements not bit-identical)\n",
+               ok ? "PASS" : "FAIL", P->ops->name, v[0], v[1], rel, v[2]);
+    free(one), free(cut3);
+}
+
+/* Initial values: each rank generates only its shard (cb_shard_generate),
+ * and it must equal the same cut of the full tensor generated whole, for
+ * every kind of tensor, padding rows zero; the draws are standard normal. */
+static void case_init(const sizes *z) {
+    struct { const char *name; cb_param_kind kind; int64_t R, C; int parts, parity; } t[] = {
+        {"wte", CB_P_EMBED, z->V, z->C, 1, 0},           {"wpe", CB_P_POS, z->T, z->C, 1, 0},
+        {"qkv", CB_P_LINEAR_W, z->C, 3 * z->C, 3, 0},    {"qkv bias", CB_P_LINEAR_B, 1, 3 * z->C, 3, 0},
+        {"fc2", CB_P_LINEAR_W, 4 * z->C, z->C, 1, 1},    {"ln", CB_P_NORM, 1, z->C, 1, 1}};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        uint64_t key = cb_rng_key(99, t[i].name);
+        cb_shard whole = S->ops->shard(S, 0, t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
+        cb_shard mine = pshard(t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
+        float *full = zeros(cb_shard_numel(&whole)), *l = zeros(cb_shard_numel(&mine));
+        cb_shard_generate(&whole, 0.0f, key, 0.02f, full);
+        cb_shard_generate(&mine, 0.0f, key, 0.02f, l);
+        float *want = cut(&mine, full);
+        double same = memcmp(l, want, sizeof(float) * cb_shard_numel(&mine)) == 0;
+        cb_comm_allreduce_f64(W, "test", &same, &same, 1, CB_COMM_MIN);
+        same ? passes++ : fails++;
+        if (W->rank == 0)
+            printf("%s %s init %s: the shard generated alone equals the cut of the whole tensor "
+                   "(bit for bit)\n", same ? "PASS" : "FAIL", P->ops->name, t[i].name);
+        free(full), free(l), free(want);
+    }
+    if (W->rank) return;
+    size_t n = 1 << 16; /* moments of the standard normal: mean 0, var 1, E z^4 = 3 */
+    cb_shard s = {.R = 1, .C = (int64_t)n, .rows_pad = 1, .nrows = 1, .nseg = 1, .ncol = {(int64_t)n}};
+    float *x = zeros(n);
+    cb_shard_generate(&s, 0.0f, cb_rng_key(1, "moments"), 1.0f, x);
+    double m1 = 0, m2 = 0, m4 = 0;
+    for (size_t i = 0; i < n; i++) m1 += x[i] / n, m2 += (double)x[i] * x[i] / n, m4 += pow(x[i], 4) / n;
+    int ok = fabs(m1) < 0.02 && fabs(m2 - 1) < 0.03 && fabs(m4 - 3) < 0.15;
+    ok ? passes++ : fails++;
+    printf("%s init draws of %zu elements: mean %.4f, variance %.4f, fourth moment %.3f (normal: 0, 1, "
+           "3)\n", ok ? "PASS" : "FAIL", n, m1, m2, m4);
+    free(x);
+}
+
 static int lcm(int a, int b) {
     int x = a, y = b;
     while (y) {
@@ -280,13 +384,14 @@ static int lcm(int a, int b) {
 }
 
 /* Sizes every layout accepts at this tp: token blocks of 2 sequences,
- * heads and widths divisible as needed, a vocabulary that needs padding. */
+ * heads and widths divisible as needed, a vocabulary and (2-D, 3-D) the
+ * position rows T that need padding. */
 static sizes pick_sizes(const cb_grid *g) {
     int q = g->q, tb = 1, cdiv = 1, hdiv = 1;
     if (g->mode == CB_TP_1D) cdiv = hdiv = g->tp;
     if (g->mode == CB_TP_2D) tb = cdiv = hdiv = q;
     if (g->mode == CB_TP_3D) tb = cdiv = q * q, hdiv = q;
-    sizes z = {.B = 2 * tb, .T = 4, .NH = hdiv > 1 ? hdiv : 2, .V = 11};
+    sizes z = {.B = 2 * tb, .T = 5, .NH = hdiv > 1 ? hdiv : 2, .V = 11};
     int base = lcm(z.NH, cdiv);
     z.C = base;
     while (z.C < 16) z.C += base;
@@ -334,6 +439,8 @@ int main(int argc, char **argv) {
     case_norm(&z, 1, &r);
     case_attention(&z, &r);
     case_embed_head(&z, &r);
+    case_init(&z);
+    case_overlap(&z);
     cb_layout_free(P);
     cb_layout_free(S);
     cb_grid_free(&g);

@@ -80,7 +80,7 @@ static void check_errors(cb_layout *L, int B, int T, int C, int NH, int V) {
     struct {
         int B, C, NH;
         const char *flag;
-    } bad[] = {{B + 1, C, NH, "--batch"}, {B, C + 1, NH, "--d-model"}, {B, C, NH + 1, "--heads"}};
+    } bad[] = {{B + 1, C, NH, "batch"}, {B, C + 1, NH, "d_model"}, {B, C, NH + 1, "heads"}};
     for (int i = 0; i < 3; i++) {
         cb_err e = {0};
         int rc = L->ops->check(L, bad[i].B, T, bad[i].C, bad[i].NH, V, &e);

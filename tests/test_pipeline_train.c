@@ -6,10 +6,13 @@
  * --grad-accum M, run on world rank 0), to 1e-5 relative. Then it saves
  * under the pipeline (weights and AdamW state) and world rank 0 loads the
  * merged file into a one-process model: every tensor present once and equal
- * to the reference's final parameters (1e-5 relative, 2e-4 with tensor or
- * data parallelism, see below; the key third of
- * attn.c_attn.bias, whose gradient is rounding noise, to an absolute bound
- * as tests/compare.py does). Without arguments: 1 W 1 1d 1f1b 4 0 none. */
+ * to the reference's final parameters (1e-5 relative), as ||got - ref|| /
+ * ||ref|| per tensor; the
+ * key third of attn.c_attn.bias is exempt, as in tests/compare.py: its
+ * gradient is zero in exact arithmetic (softmax ignores a per-row
+ * constant), so its values are rounding noise amplified by Adam. Instead
+ * the reference's step-1 gradient must show that: ||g_key|| / ||g_q,v||
+ * <= 1e-4 in every layer. Without arguments: 1 W 1 1d 1f1b 4 0 none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,45 @@
 
 enum { STEPS = 30, NTOK = 20000 };
 static int fails, rank;
+
+/* the key third of a c_attn.bias of n = 3C: [C, 2C) */
+static int key_third(const char *name, size_t j, size_t n) {
+    return strstr(name, "c_attn.bias") && j >= n / 3 && j < 2 * n / 3;
+}
+
+/* max over layers of ||g_key|| / ||g_q,v|| of c_attn.bias in a gradient */
+static double key_grad_ratio(cb_gpt *m) {
+    double worst = 0;
+    for (int i = 0; i < cb_gpt_num_tensors(m); i++) {
+        const cb_tensor_info *x = cb_gpt_tensor(m, i);
+        if (!strstr(x->name, "c_attn.bias")) continue;
+        const float *g = cb_gpt_grads(m) + x->offset;
+        double k = 0, qv = 0;
+        for (size_t j = 0; j < x->numel; j++)
+            key_third(x->name, j, x->numel) ? (k += (double)g[j] * g[j]) : (qv += (double)g[j] * g[j]);
+        worst = fmax(worst, sqrt(k / fmax(qv, 1e-300)));
+    }
+    return worst;
+}
+
+/* max over tensors of ||a - b|| / ||b||, the key third of c_attn.bias left out */
+static double param_diff(cb_gpt *a, cb_gpt *b) {
+    double worst = 0;
+    for (int i = 0; i < cb_gpt_num_tensors(a); i++) {
+        const cb_tensor_info *x = cb_gpt_tensor(a, i);
+        const float *pa = cb_gpt_params(a) + x->offset, *pb = cb_gpt_params(b) + x->offset;
+        double num = 0, den = 0;
+        for (size_t j = 0; j < x->numel; j++) {
+            if (key_third(x->name, j, x->numel)) continue;
+            num += ((double)pa[j] - pb[j]) * ((double)pa[j] - pb[j]);
+            den += (double)pb[j] * pb[j];
+        }
+        double r = sqrt(num) / (den > 0 ? sqrt(den) : 1);
+        if (getenv("PP_TEST_VERBOSE") && r > 1e-6) printf("  %s: rel diff %.2e\n", x->name, r);
+        worst = fmax(worst, r);
+    }
+    return worst;
+}
 
 static void check(int ok, const char *name, const char *fmt, double v) {
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -71,6 +113,7 @@ int main(int argc, char **argv) {
              tp, argv[5], M, argv[7], argv[8]);
     /* the reference, on world rank 0 */
     float ref[STEPS][2] = {{0}};
+    double keyg = 0; /* step 1: the gradient is left in the model, scaled by the clip only */
     cb_trainer rt;
     if (rank == 0) {
         if (cb_trainer_init(&rt, &o, &data, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
@@ -78,9 +121,13 @@ int main(int argc, char **argv) {
             cb_step_stats st;
             cb_trainer_step(&rt, &st);
             ref[s][0] = st.loss, ref[s][1] = st.grad_norm;
+            if (s == 0) keyg = key_grad_ratio(rt.model);
         }
     }
     MPI_Bcast(ref, 2 * STEPS, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&keyg, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    check(keyg <= 1e-4, "reference: the key third of c_attn.bias is exempt below (its gradient "
+          "is rounding noise): step-1 ||g_key||/||g_q,v||", "%.2e (tol 1e-4)", keyg);
     cb_grid g;
     cb_tp_mode mode;
     cb_layout *L;
@@ -126,21 +173,7 @@ int main(int argc, char **argv) {
             have = f.n == cb_gpt_num_tensors(m);
             cb_st_close(&f);
         }
-        for (int i = 0; !rc && i < cb_gpt_num_tensors(m); i++) {
-            const cb_tensor_info *x = cb_gpt_tensor(m, i);
-            const float *a = cb_gpt_params(m) + x->offset, *b = cb_gpt_params(rt.model) + x->offset;
-            int kb = strstr(x->name, "c_attn.bias") != NULL;
-            double num = 0, den = 0;
-            for (size_t j = 0; j < x->numel; j++) {
-                int key = kb && j >= x->numel / 3 && j < 2 * x->numel / 3;
-                if (key && fabs(a[j] - b[j]) < 0.05) continue; /* noise gradient, see above */
-                num = fmax(num, fabs(a[j] - b[j]));
-                den = fmax(den, fabs(b[j]));
-            }
-            if (getenv("PP_TEST_VERBOSE") && num / (den > 0 ? den : 1) > 1e-6)
-                printf("  %s: rel diff %.2e\n", x->name, num / (den > 0 ? den : 1));
-            pd = fmax(pd, num / (den > 0 ? den : 1));
-        }
+        if (!rc) pd = param_diff(m, rt.model);
         cb_gpt_free(m);
         char sp[80];
         snprintf(sp, sizeof sp, "%s.state", path);
@@ -152,14 +185,11 @@ int main(int argc, char **argv) {
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     snprintf(what, sizeof what, "%s: checkpoint saved under pp loads at pp=1, every tensor once, "
              "final parameters = one process", name);
-    /* with tensor or data parallelism the same layout at pp=1 already ends
-     * ~1e-4 from the one-process parameters (fp32 reordering amplified by
-     * Adam over 30 steps, measured: dp2 x 1d2 M=8 7.9e-5 at pp=1 and pp=2);
-     * the losses and norms above stay within 1e-5 either way */
-    double ptol = dp == 1 && tp == 1 ? 1e-5 : 2e-4;
-    char fmt[64];
-    snprintf(fmt, sizeof fmt, "max rel diff %%.2e (tol %.0e)", ptol);
-    check(!rc && have && pd <= ptol, what, fmt, pd);
+    /* per tensor in L2, the key third left out, every configuration ends
+     * within 2.4e-6 of the one-process parameters (measured: dp1 x pp2 x 3d8
+     * 2.34e-6, dp2 x pp2 x 1d2 2.01e-6); the element-wise maximum with that
+     * third in reached 7.9e-5 (dp2 x 1d2 M=8), which once needed 2e-4 here */
+    check(!rc && have && pd <= 1e-5, what, "max rel diff %.2e (tol 1e-5)", pd);
     if (rank == 0) printf("  (%s: mean bubble %.3f, formula %.3f)\n", name, bubble,
                           cb_pp_bubble_formula(pp, t.pipe.o.v, M));
     if (rank == 0) cb_trainer_free(&rt);

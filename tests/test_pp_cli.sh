@@ -24,13 +24,13 @@ cd "$d"
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL pp cli: prepare"; exit 1; }
 A=(--data train.bin --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
-for M in 1 4 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st || { echo "FAIL pp cli: reference"; exit 1; }; done
+for M in 1 4 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st --dump-grads ref$M.grads.st || { echo "FAIL pp cli: reference"; exit 1; }; done
 case_() { # label np M flags...
     local label=$1 np=$2 M=$3; shift 3
     if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --micro-batches "$M" \
             --log p.jsonl --save p.st "$@" 2>err.txt; then
         $CMP logs p.jsonl ref$M.jsonl --label "$label loss"
-        $CMP st p.st ref$M.st --label "$label weights" --key-bias-abs 0.1
+        $CMP st p.st ref$M.st --label "$label weights" --grads ref$M.grads.st
     else
         echo "FAIL $label: $(head -c 300 err.txt)"
     fi
@@ -58,7 +58,7 @@ if timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${A[@]}" --micro-batche
    "$C" train "${A[@]}" --grad-accum 4 --resume r.st --log r2.jsonl --save r.st 2>>err.txt; then
     cat r1.jsonl r2.jsonl > r.jsonl
     $CMP logs r.jsonl ref4.jsonl --label "save pp2 x tp2 at step 10, resume pp1: 30 steps"
-    $CMP st r.st ref4.st --label "save pp2 x tp2, resume pp1: weights" --key-bias-abs 0.1
+    $CMP st r.st ref4.st --label "save pp2 x tp2, resume pp1: weights" --grads ref4.grads.st
 else
     echo "FAIL pp resume: $(head -c 300 err.txt)"
 fi
@@ -71,7 +71,7 @@ if timeout "$(tmo 240)" "${launch[@]}" -np 32 "$C" train "${A[@]}" --micro-batch
    "$C" train "${A[@]}" --grad-accum 4 --resume g.st --log g3.jsonl --save g.st 2>>err.txt; then
     cat g1.jsonl g2.jsonl g3.jsonl > g.jsonl
     $CMP logs g.jsonl ref4.jsonl --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1, 10 steps each: 30 steps"
-    $CMP st g.st ref4.st --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1: weights" --key-bias-abs 0.1
+    $CMP st g.st ref4.st --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1: weights" --grads ref4.grads.st
 else
     echo "FAIL pp4 x 3d8 -> pp2 x 2d4 -> pp1: $(head -c 300 err.txt)"
 fi
@@ -79,7 +79,7 @@ fi
 for r in block selective; do
     if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s.jsonl --save s.st 2>err.txt; then
         $CMP logs s.jsonl ref4.jsonl --label "pp1 recompute $r loss"
-        $CMP st s.st ref4.st --label "pp1 recompute $r weights" --key-bias-abs 0.1
+        $CMP st s.st ref4.st --label "pp1 recompute $r weights" --grads ref4.grads.st
     else
         echo "FAIL pp1 recompute $r: $(head -c 300 err.txt)"
     fi
@@ -87,7 +87,7 @@ done
 if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$C" train "${A[@]}" --grad-accum 4 --tp 2 --tp-mode 1d \
         --recompute selective --log s.jsonl --save s.st 2>err.txt; then
     $CMP logs s.jsonl ref4.jsonl --label "tp 1d2 recompute selective loss"
-    $CMP st s.st ref4.st --label "tp 1d2 recompute selective weights" --key-bias-abs 0.1
+    $CMP st s.st ref4.st --label "tp 1d2 recompute selective weights" --grads ref4.grads.st
 else
     echo "FAIL tp 1d2 recompute selective: $(head -c 300 err.txt)"
 fi

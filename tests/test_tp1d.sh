@@ -7,16 +7,21 @@
 # tp 2, resumed under tp 4 and then one process, the trajectory is the
 # uninterrupted one. Bad divisibility: one message, exit status 2.
 #   BUILD=build-mpich tests/test_tp1d.sh     (MPICH build; MPIRUN overrides)
+# AdamW eps 1e-6, as tests/test_dp.sh: with 1e-8 Adam turns last-bit
+# differences of near-zero gradients (sums regrouped across ranks) into steps
+# of up to lr (measured: 1d tp=2 ends with h.0.ln_1.bias 2.5e-5 from the
+# single process, per-tensor L2, while every loss agrees to 1e-7).
 set -u
 . "$(dirname "$0")/dp_common.sh"
 
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL tp1d: prepare"; exit 1; }
 common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 257 --batch 8
-        --steps 30 --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --seed 5 --quiet
+        --steps 30 --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet
         --peak-gflops 100)
 
 for acc in 1 2; do
     "$C" train "${common[@]}" --grad-accum $acc --log ref$acc.jsonl --save ref$acc.st \
+        --dump-grads ref$acc.grads.st \
         || { echo "FAIL tp1d: single-process reference (accum $acc)"; exit 1; }
 done
 
@@ -27,7 +32,7 @@ case_() {
             --tp-mode 1d --log "$name.jsonl" --save "$name.st" "$@" 2>"$name.err"; then
         fail "$name: run failed: $(head -c 300 "$name.err")"; return
     fi
-    check "$name" ref$acc.jsonl "$name.jsonl" ref$acc.st "$name.st"
+    check "$name" ref$acc.jsonl "$name.jsonl" ref$acc.st "$name.st" --grads ref$acc.grads.st
 }
 
 case_ "1d tp=2"                     2 1 --tp 2
@@ -49,7 +54,7 @@ run() { local np=$1; shift; timeout "$TMO" "${launch[@]}" -np "$np" "$C" train "
 run 2 --tp 2 --tp-mode 1d --save r.st --log r1.jsonl --exit-after 10 &&
     run 4 --tp 4 --tp-mode 1d --resume r.st --save r.st --log r2.jsonl --exit-after 10 &&
     "$C" train "${common[@]}" --resume r.st --save r.st --log r3.jsonl 2>>resume.err \
-    && check "resume 1d tp=2 -> 1d tp=4 -> single process" ref1.jsonl r1.jsonl,r2.jsonl,r3.jsonl ref1.st r.st \
+    && check "resume 1d tp=2 -> 1d tp=4 -> single process" ref1.jsonl r1.jsonl,r2.jsonl,r3.jsonl ref1.st r.st --grads ref1.grads.st \
     || fail "resume 1d tp=2 -> tp=4 -> 1: a run failed: $(head -c 300 resume.err)"
 
 # heads % tp: one line naming the constraint, exit 2, no hang

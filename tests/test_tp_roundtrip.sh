@@ -13,7 +13,7 @@ cd "$d"
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL roundtrip: prepare"; exit 1; }
 A=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
-"$C" train "${A[@]}" --log ref.jsonl --save ref.st || { echo "FAIL roundtrip: reference"; exit 1; }
+"$C" train "${A[@]}" --log ref.jsonl --save ref.st --dump-grads ref.grads.st || { echo "FAIL roundtrip: reference"; exit 1; }
 leg() { # np, then flags; every leg but the first resumes ck.st
     local np=$1; shift
     if [ "$np" = 1 ]; then timeout "$(tmo 120)" "$C" train "${A[@]}" --save ck.st "$@" 2>>err.txt
@@ -25,7 +25,7 @@ if leg 8 --tp 8 --tp-mode 3d --log l1.jsonl --exit-after 8 &&
    leg 4 --tp 4 --tp-mode 2d --resume ck.st --log l4.jsonl; then
     cat l1.jsonl l2.jsonl l3.jsonl l4.jsonl > all.jsonl
     $CMP logs all.jsonl ref.jsonl --label "checkpoint 3d tp8 -> 1d tp2 -> serial -> 2d tp4: 30 steps"
-    $CMP st ck.st ref.st --label "checkpoint 3d -> 1d -> serial -> 2d: final parameters" --key-bias-abs 0.05
+    $CMP st ck.st ref.st --label "checkpoint 3d -> 1d -> serial -> 2d: final parameters" --grads ref.grads.st
 else
     echo "FAIL roundtrip: a leg failed: $(head -c 400 err.txt)"
 fi

@@ -23,8 +23,15 @@
  * and the branch). Activations are allocated on the stages that
  * touch them, parameters only on their stage (the head's stage holds a
  * copy of the tied embedding, gradients summed every step). Every operator
- * is row-wise (tokens are independent), so the tensor layout under --pp is
- * the serial one or 1d, whose activations keep whole rows. */
+ * is row-wise (tokens are independent; attention works on whole sequences,
+ * and a micro-batch is whole sequences), so the tensor layout under --pp is
+ * the serial one or 1d, whose activations keep whole rows.
+ *
+ * Data parallelism (and --zero 1) reuses the trainer's src/train/dp.c over
+ * this rank's parameter block (cb_dp_init_block): fused buckets reduced in
+ * cb_model_step, ZeRO-1 shards of the AdamW state. */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +44,7 @@
 #include "optim/adamw.h"
 #include "pipeline/partition.h"
 #include "pipeline/pp_train.h"
-#include "util/rng.h"
+#include "train/dp.h"
 
 struct cb_dist {
     cb_grid g;
@@ -46,14 +53,19 @@ struct cb_dist {
     const char *partition; /* auto | equal | boundaries */
     double mem_weight;
     int print_partition;
+    int zero; /* --zero 1: AdamW state sharded over the data-parallel ranks */
 };
 
-enum { L_EMBED, L_LINEAR, L_NORM };
+enum { L_EMBED, L_LINEAR, L_NORM, L_ATTN };
+
+/* Gradient fusion bucket size under data parallelism, as cubist train's
+ * --bucket-mb default. */
+#define BUCKET_MB 25.0
 
 struct cb_layer {
     cb_model *m;
     int kind, idx;
-    char name[48];
+    char name[48], pos[48]; /* pos: an embedding's position tensor, "" for <name>.pos */
     int t0, tcopy;         /* this rank's tensors in the table, -1 none */
     int stage, head_stage; /* pipeline stage of the layer, of an embedding's head */
     int parity;
@@ -62,6 +74,8 @@ struct cb_layer {
     cb_embed emb;
     float *mean, *rstd, *logits;
     int *ids, *targets;
+    int C, heads; /* attention: width, heads; att the probabilities of each micro-batch */
+    float *att;
 };
 
 struct cb_act {
@@ -75,7 +89,7 @@ struct cb_act {
 
 /* A recorded operator (under --pp). */
 enum { OP_EMB_F, OP_EMB_B, OP_LIN_F, OP_LIN_B, OP_NORM_F, OP_NORM_B, OP_GELU_F, OP_GELU_B,
-       OP_ADD, OP_COPY, OP_ZERO, OP_HEAD_F, OP_HEAD_B };
+       OP_ADD, OP_COPY, OP_ZERO, OP_HEAD_F, OP_HEAD_B, OP_ATT_F, OP_ATT_B };
 
 typedef struct pp_op {
     int kind, stage;
@@ -102,7 +116,9 @@ struct cb_model {
     cb_ptable pt;
     float *params, *grads;
     cb_adamw opt;
+    cb_dp dp; /* dp > 1: fused gradient buckets, ZeRO-1 shards (src/train/dp) */
     int nlayers, nacts, oom, built;
+    float *att_scratch; /* attention backward: one micro-batch's probabilities' size */
     cb_layer *layers[256];
     cb_act *acts[1024];
     /* pipeline */
@@ -118,15 +134,21 @@ struct cb_model {
 
 /* ---------------------------------------------------------------- dist */
 
-/* Removes "--name value" from argv; returns the value or NULL. */
-static const char *take_flag(int *argc, char **argv, const char *name) {
-    for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], name)) {
-            const char *v = argv[i + 1];
-            memmove(&argv[i], &argv[i + 2], sizeof(char *) * (*argc - i - 1));
-            *argc -= 2;
-            return v;
+/* Removes "--name value" from argv; returns the value, NULL when absent.
+ * A bare "--name" as the last argument is reported through *missing. */
+static const char *take_flag(int *argc, char **argv, const char *name, const char **missing) {
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name)) continue;
+        if (i + 1 == *argc) {
+            *missing = name;
+            *argc -= 1;
+            return NULL;
         }
+        const char *v = argv[i + 1];
+        memmove(&argv[i], &argv[i + 2], sizeof(char *) * (*argc - i - 1));
+        *argc -= 2;
+        return v;
+    }
     return NULL;
 }
 
@@ -147,34 +169,77 @@ static int take_bool(int *argc, char **argv, const char *name) {
     return 0;
 }
 
+/* *out = the integer s of flag, in [lo, hi]; unchanged when s is NULL. */
+static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, cb_err *e) {
+    if (!s) return CB_OK;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if ((end == s || *end || errno || v < lo || v > hi) && hi == INT_MAX)
+        return cb_fail(e, CB_EINPUT, "%s takes an integer >= %d; got '%s'", flag, lo, s);
+    if (end == s || *end || errno || v < lo || v > hi)
+        return cb_fail(e, CB_EINPUT, "%s takes an integer from %d to %d; got '%s'", flag, lo, hi, s);
+    *out = (int)v;
+    return CB_OK;
+}
+
+/* The flags cb_dist_init takes out of argv. */
+typedef struct dist_flags {
+    const char *dp, *tp, *pp, *mb, *mode, *part, *mw, *zero, *missing;
+    int print;
+} dist_flags;
+
+static dist_flags take_flags(int *argc, char **argv) {
+    dist_flags f = {0};
+    f.dp = take_flag(argc, argv, "--dp", &f.missing);
+    f.tp = take_flag(argc, argv, "--tp", &f.missing);
+    f.pp = take_flag(argc, argv, "--pp", &f.missing);
+    f.mb = take_flag(argc, argv, "--micro-batches", &f.missing);
+    f.mode = take_flag(argc, argv, "--tp-mode", &f.missing);
+    f.part = take_flag(argc, argv, "--partition", &f.missing);
+    f.mw = take_flag(argc, argv, "--partition-memory-weight", &f.missing);
+    f.zero = take_flag(argc, argv, "--zero", &f.missing);
+    f.print = take_bool(argc, argv, "--print-partition");
+    return f;
+}
+
+/* Parsed and checked flags: grid sizes, mode, pipeline options, ZeRO. */
+static int parse_flags(const dist_flags *f, cb_dist *d, int *dp, int *pp, int *tp,
+                       cb_tp_mode *mode, cb_err *e) {
+    int world = cb_comm_world()->size, rc = CB_OK;
+    if (f->missing) return cb_fail(e, CB_EINPUT, "%s needs a value, e.g. %s 2", f->missing, f->missing);
+    *tp = *pp = 1;
+    rc = int_flag("--tp", f->tp, 1, INT_MAX, tp, e);
+    if (!rc) rc = int_flag("--pp", f->pp, 1, INT_MAX, pp, e);
+    *dp = world / (*tp * *pp) > 0 ? world / (*tp * *pp) : 1;
+    if (!rc) rc = int_flag("--dp", f->dp, 1, INT_MAX, dp, e);
+    if (!rc) rc = int_flag("--micro-batches", f->mb, 1, INT_MAX, &d->M, e);
+    if (!rc) rc = int_flag("--zero", f->zero, 0, 1, &d->zero, e);
+    if (!rc) rc = cb_grid_parse_mode(f->mode ? f->mode : "1d", mode, e);
+    char *end = NULL;
+    d->mem_weight = f->mw ? strtod(f->mw, &end) : 0.8;
+    if (!rc && f->mw && (end == f->mw || *end || !(d->mem_weight >= 0 && d->mem_weight <= 1)))
+        rc = cb_fail(e, CB_EINPUT, "--partition-memory-weight '%s' must be a number in [0, 1] "
+                                   "(0.8 default)", f->mw);
+    d->partition = f->part ? f->part : "auto";
+    d->print_partition = f->print;
+    if (!rc && *pp > 1 && *tp > 1 && *mode != CB_TP_1D)
+        rc = cb_fail(e, CB_EINPUT,
+                     "a user model under --pp takes --tp-mode 1d only (its operators need "
+                     "whole token rows on a stage); use --tp-mode 1d or --pp 1");
+    return rc;
+}
+
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     clear(e);
     int rc = cb_comm_init(argc, argv, e);
     if (rc) return rc;
-    const char *dp_s = take_flag(argc, *argv, "--dp"), *tp_s = take_flag(argc, *argv, "--tp");
-    const char *pp_s = take_flag(argc, *argv, "--pp"), *mb_s = take_flag(argc, *argv, "--micro-batches");
-    const char *mode_s = take_flag(argc, *argv, "--tp-mode");
-    const char *part_s = take_flag(argc, *argv, "--partition");
-    const char *mw_s = take_flag(argc, *argv, "--partition-memory-weight");
-    int print = take_bool(argc, *argv, "--print-partition");
-    int world = cb_comm_world()->size, tp = tp_s ? atoi(tp_s) : 1, pp = pp_s ? atoi(pp_s) : 1;
-    int dp = dp_s ? atoi(dp_s) : (tp > 0 && pp > 0 ? world / (tp * pp) : 0);
-    cb_tp_mode mode = CB_TP_1D;
+    dist_flags f = take_flags(argc, *argv);
     cb_dist *d = calloc(1, sizeof *d);
     if (!d) return cb_fail(e, CB_ENOMEM, "out of memory");
-    d->M = mb_s ? atoi(mb_s) : 0;
-    d->partition = part_s ? part_s : "auto";
-    d->mem_weight = mw_s ? atof(mw_s) : 0.8;
-    d->print_partition = print;
-    rc = cb_grid_parse_mode(mode_s ? mode_s : "1d", &mode, e);
-    if (!rc && mb_s && d->M < 1)
-        rc = cb_fail(e, CB_EINPUT, "--micro-batches %s must be a positive integer", mb_s);
-    if (!rc && (d->mem_weight < 0 || d->mem_weight > 1))
-        rc = cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
-    if (!rc && pp > 1 && tp > 1 && mode != CB_TP_1D)
-        rc = cb_fail(e, CB_EINPUT,
-                     "a user model under --pp takes --tp-mode 1d only (its operators need "
-                     "whole token rows on a stage); use --tp-mode 1d or --pp 1");
+    int dp = 1, pp = 1, tp = 1;
+    cb_tp_mode mode = CB_TP_1D;
+    rc = parse_flags(&f, d, &dp, &pp, &tp, &mode, e);
     int have_grid = !rc && !cb_grid_create(&d->g, dp, pp, tp, mode, e);
     if (have_grid) cb_layout_create(&d->g, &d->L, e);
     rc = cb_comm_agree_err(cb_comm_world(), e);
@@ -241,9 +306,30 @@ cb_layer *cb_model_embedding(cb_model *m, const char *name, int vocab, int C) {
     return l;
 }
 
-cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out, int parity) {
+cb_layer *cb_model_embedding_named(cb_model *m, const char *tok, const char *pos, int vocab,
+                                   int C) {
+    cb_layer *l = cb_model_embedding(m, tok, vocab, C);
+    if (l) snprintf(l->pos, sizeof l->pos, "%s", pos);
+    return l;
+}
+
+static cb_layer *linear(cb_model *m, const char *name, int in, int out, int parts, int parity) {
     cb_layer *l = new_layer(m, L_LINEAR, name, parity);
-    if (l) l->lin = (cb_linear){.in = in, .out = out, .parts = 1, .parity = parity};
+    if (l) l->lin = (cb_linear){.in = in, .out = out, .parts = parts, .parity = parity};
+    return l;
+}
+
+cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out, int parity) {
+    return linear(m, name, in, out, 1, parity);
+}
+
+cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C) {
+    return linear(m, name, C, 3 * C, 3, 0);
+}
+
+cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads) {
+    cb_layer *l = new_layer(m, L_ATTN, name, 1);
+    if (l) l->C = C, l->heads = heads;
     return l;
 }
 
@@ -277,32 +363,31 @@ cb_act *cb_model_act(cb_model *m, int H, int parity) {
 
 /* ---------------------------------------------------------------- building */
 
-/* The serial model's values: normal(0, 0.02) matrices, unit LayerNorm
- * weights, zero vectors, drawn in declaration order whatever this rank
- * holds (a tensor held elsewhere still advances the generator). */
-enum { INIT_ZERO, INIT_ONE, INIT_NORMAL };
+/* The initial values: normal(0, 0.02) matrices and embeddings, unit
+ * LayerNorm weights, zero vectors. */
 
 static void layer_tensor(const cb_layer *l, int k, char *name, size_t cap, int64_t *d0,
                          int64_t *d1, int *decay, cb_param_kind *kind, int *init) {
     const char *suffix = k == 0 ? "weight" : l->kind == L_EMBED ? "pos" : "bias";
-    snprintf(name, cap, "%s.%s", l->name, suffix);
+    if (k == 1 && l->pos[0]) snprintf(name, cap, "%s.weight", l->pos);
+    else snprintf(name, cap, "%s.%s", l->name, suffix);
     *d1 = 0;
     *decay = 0;
     if (l->kind == L_EMBED) {
         *d0 = k == 0 ? l->emb.V : l->m->T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
-        *init = INIT_NORMAL;
+        *init = CB_INIT_NORMAL;
     } else if (l->kind == L_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
         if (k == 0) *d1 = l->lin.out;
         *decay = k == 0;
         *kind = k == 0 ? CB_P_LINEAR_W : CB_P_LINEAR_B;
-        *init = k == 0 ? INIT_NORMAL : INIT_ZERO;
+        *init = k == 0 ? CB_INIT_NORMAL : CB_INIT_ZERO;
     } else {
         *d0 = l->norm.C;
         *kind = CB_P_NORM;
-        *init = k == 0 ? INIT_ONE : INIT_ZERO;
+        *init = k == 0 ? CB_INIT_ONE : CB_INIT_ZERO;
     }
 }
 
@@ -321,6 +406,9 @@ static int modules(cb_model *m, cb_pp_module *mod, int *head_of) {
             double io = (double)l->lin.in * l->lin.out;
             *x = (cb_pp_module){.flops = 6 * N * io, .param_bytes = f * (io + l->lin.out),
                                 .act_bytes = f * N * l->lin.out, .tie = -1};
+        } else if (l->kind == L_ATTN) { /* scores and context, forward + backward */
+            *x = (cb_pp_module){.flops = 12 * N * m->T * l->C,
+                                .act_bytes = f * N * (l->C + (double)l->heads * m->T), .tie = -1};
         } else {
             *x = (cb_pp_module){.flops = 10 * N * l->norm.C, .param_bytes = f * 2 * l->norm.C,
                                 .act_bytes = f * N * (l->norm.C + 2), .tie = -1};
@@ -382,13 +470,14 @@ static int make_table(cb_model *m, cb_err *e) {
     for (int i = 0; i < m->nlayers; i++) {
         cb_layer *l = m->layers[i];
         int copy = l->kind == L_EMBED && !holds(m, l) && l->head_stage == m->me;
-        for (int k = 0; k < 2 && (holds(m, l) || (copy && k == 0)); k++) {
+        for (int k = 0; k < 2 && l->kind != L_ATTN && (holds(m, l) || (copy && k == 0)); k++) {
             char name[64];
             int64_t d0, d1;
             int decay, init;
             cb_param_kind kind;
             layer_tensor(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, i, kind, 1, l->parity);
+            int parts = l->kind == L_LINEAR ? l->lin.parts : 1;
+            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, i, kind, parts, l->parity);
             if (t < 0) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
             if (copy) l->tcopy = t;
             else if (k == 0) l->t0 = t;
@@ -397,34 +486,30 @@ static int make_table(cb_model *m, cb_err *e) {
     return CB_OK;
 }
 
-static int fill(cb_model *m, uint64_t seed) {
-    cb_rng r;
-    cb_rng_seed(&r, seed);
-    int next = 0; /* table index of the next tensor this rank holds */
-    for (int i = 0; i < m->nlayers; i++) {
-        cb_layer *l = m->layers[i];
+/* Each of this rank's tensors from the counter-based generator (the
+ * same values under every layout and stage, see cb_ptable_init). */
+static void fill(cb_model *m, uint64_t seed) {
+    for (int t = 0; t < m->pt.n; t++) {
+        const cb_layer *l = m->layers[m->pt.t[t].layer];
         for (int k = 0; k < 2; k++) {
             char name[64];
             int64_t d0, d1;
             int decay, init;
             cb_param_kind kind;
             layer_tensor(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            size_t n = (size_t)d0 * (d1 ? (size_t)d1 : 1);
-            int mine = next < m->pt.n && !strcmp(m->pt.t[next].name, name);
-            float *full = mine ? malloc(sizeof(float) * (n ? n : 1)) : NULL;
-            if (mine && !full) return CB_ENOMEM;
-            for (size_t j = 0; j < n; j++) {
-                float v = init == INIT_NORMAL ? 0.02f * cb_rng_normal(&r) : init == INIT_ONE;
-                if (full) full[j] = v;
-            }
-            if (!mine) continue;
-            cb_shard sh = cb_ptable_shard(&m->pt, next, m->pt.L->tp_rank);
-            cb_shard_extract(&sh, full, m->params + m->pt.t[next].offset);
-            free(full);
-            next++;
+            if (!strcmp(name, m->pt.t[t].name)) cb_ptable_init(&m->pt, m->params, t, init, 0.02f, seed);
         }
     }
-    return CB_OK;
+}
+
+/* The probabilities of each micro-batch, and the model's backward scratch
+ * (one micro-batch's worth, shared by every attention layer). */
+static int bind_attention(cb_model *m, cb_layer *l) {
+    cb_layout *L = m->d->L;
+    size_t n = L->ops->att_numel(L, m->Bl / m->M, m->T, l->heads);
+    l->att = calloc((size_t)m->M * n + 1, sizeof(float));
+    if (!m->att_scratch) m->att_scratch = calloc(n + 1, sizeof(float));
+    return l->att && m->att_scratch ? CB_OK : CB_ENOMEM;
 }
 
 /* Points each layer this rank runs at its shards and state buffers. */
@@ -436,6 +521,7 @@ static int bind(cb_model *m, cb_layer *l) {
         l->targets = l->ids ? l->ids + N : NULL;
         if (!l->ids) return CB_ENOMEM;
     }
+    if (l->kind == L_ATTN) return holds(m, l) ? bind_attention(m, l) : CB_OK;
     int t0 = l->t0 >= 0 ? l->t0 : l->tcopy;
     if (t0 < 0) return CB_OK;
     const cb_tensor_info *t = &m->pt.t[t0];
@@ -461,8 +547,25 @@ static int bind(cb_model *m, cb_layer *l) {
     return CB_OK;
 }
 
-static int check_layers(cb_model *m, cb_err *e) {
+/* The layout's constraints on one layer's widths (a linear's output per
+ * part), its heads (attention) and vocabulary (embedding). */
+static int check_layer(cb_model *m, const cb_layer *l, cb_err *e) {
     cb_layout *L = m->d->L;
+    int V = l->kind == L_EMBED ? l->emb.V : 0, NH = l->kind == L_ATTN ? l->heads : 0;
+    int C = l->kind == L_EMBED  ? l->emb.C
+            : l->kind == L_NORM ? l->norm.C
+            : l->kind == L_ATTN ? l->C
+                                : l->lin.in;
+    if (l->kind == L_ATTN && (l->heads < 1 || C % l->heads))
+        return cb_fail(e, CB_EINPUT, "attention %s: %d heads do not divide its width %d; choose "
+                                     "heads that divide the width", l->name, l->heads, C);
+    int rc = L->ops->check(L, m->Bl, m->T, C, NH, V, e);
+    if (!rc && l->kind == L_LINEAR)
+        rc = L->ops->check(L, m->Bl, m->T, l->lin.out / l->lin.parts, NH, V, e);
+    return rc;
+}
+
+static int check_layers(cb_model *m, cb_err *e) {
     if (m->oom) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
     if (m->B % m->d->g.dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not divide over --dp %d; use a multiple of %d",
@@ -472,11 +575,7 @@ static int check_layers(cb_model *m, cb_err *e) {
                        "--micro-batches %d does not divide the %d sequences of a data-parallel "
                        "rank; use a divisor of %d", m->M, m->Bl, m->Bl);
     for (int i = 0; i < m->nlayers; i++) {
-        cb_layer *l = m->layers[i];
-        int C = l->kind == L_EMBED ? l->emb.C : l->kind == L_NORM ? l->norm.C : l->lin.in;
-        int V = l->kind == L_EMBED ? l->emb.V : 2;
-        int rc = L->ops->check(L, m->Bl, m->T, C, L->tp, V, e);
-        if (!rc && l->kind == L_LINEAR) rc = L->ops->check(L, m->Bl, m->T, l->lin.out, L->tp, V, e);
+        int rc = check_layer(m, m->layers[i], e);
         if (rc) return rc;
     }
     return CB_OK;
@@ -497,10 +596,19 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
         if (bind(m, m->layers[i])) rc = cb_fail(e, CB_ENOMEM, "out of memory for layer state");
     for (int i = 0; !rc && i < m->nlayers; i++) /* the tied copy counts once, on its layer's stage */
         if (m->layers[i]->tcopy >= 0) m->pt.t[m->layers[i]->tcopy].owner = 0;
-    if (!rc && fill(m, seed)) rc = cb_fail(e, CB_ENOMEM, "out of memory initialising parameters");
-    if (!rc) rc = cb_adamw_init(&m->opt, opt, 0, m->pt.nparams, e);
+    if (!rc) fill(m, seed);
+    int dp = m->d->g.dp > 1;
+    if (!rc && dp)
+        rc = cb_dp_init_block(&m->dp, &m->d->g.dpg, m->params, m->grads, m->pt.t, m->pt.n,
+                              m->pt.nparams, m->d->zero, BUCKET_MB, e);
+    if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
     m->built = !rc;
     return cb_comm_agree_err(cb_comm_world(), e);
+}
+
+void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam) {
+    *params = m->pt.nparams;
+    *adam = 2 * (m->opt.hi - m->opt.lo);
 }
 
 void cb_model_rows(const cb_model *m, int *first, int *count) {
@@ -549,14 +657,22 @@ static float exec(cb_model *m, const pp_op *o, int mb) {
                               l->logits + mb * L->ops->logits_numel(L, Nm, l->emb.V),
                               o->dloss / m->M, p[1], Nm);
         break;
+    case OP_ATT_F:
+        L->ops->attention_forward(L, p[0], p[1], l->att + mb * L->ops->att_numel(L, Bm, m->T, l->heads),
+                                  Bm, m->T, l->C, l->heads);
+        break;
+    case OP_ATT_B:
+        L->ops->attention_backward(L, p[0], l->att + mb * L->ops->att_numel(L, Bm, m->T, l->heads),
+                                   p[1], p[2], m->att_scratch, Bm, m->T, l->C, l->heads);
+        break;
     }
     return 0.0f;
 }
 
 /* Which of an operator's activations it reads (bit i: a[i]) and writes. */
 static void access(int kind, int *rd, int *wr) {
-    static const int R[] = {0, 1, 1, 3, 1, 7, 1, 3, 6, 2, 0, 1, 1};
-    static const int W[] = {1, 0, 2, 4, 2, 4, 2, 4, 1, 1, 1, 0, 2};
+    static const int R[] = {0, 1, 1, 3, 1, 7, 1, 3, 6, 2, 0, 1, 1, 1, 3};
+    static const int W[] = {1, 0, 2, 4, 2, 4, 2, 4, 1, 1, 1, 0, 2, 2, 4};
     *rd = R[kind];
     *wr = W[kind];
 }
@@ -698,6 +814,14 @@ void cb_layernorm_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_ac
     op(l->m, OP_NORM_B, l, (cb_act *)x, (cb_act *)dy, dx, 0);
 }
 
+void cb_attention_forward(cb_layer *l, const cb_act *qkv, cb_act *y) {
+    op(l->m, OP_ATT_F, l, (cb_act *)qkv, y, NULL, 0);
+}
+
+void cb_attention_backward(cb_layer *l, const cb_act *qkv, const cb_act *dy, cb_act *dqkv) {
+    op(l->m, OP_ATT_B, l, (cb_act *)qkv, (cb_act *)dy, dqkv, 0);
+}
+
 void cb_gelu_forward(const cb_act *x, cb_act *y) {
     op(x->m, OP_GELU_F, NULL, (cb_act *)x, y, NULL, 0);
 }
@@ -759,24 +883,32 @@ static void tie_grads(cb_model *m) {
     }
 }
 
+/* Gradients summed over the data-parallel ranks (ZeRO-1: this rank's
+ * shard [lo, hi) of them) and averaged; clipped to the global norm; one
+ * AdamW update of [lo, hi); ZeRO-1 then all-gathers the parameters. */
 float cb_model_step(cb_model *m, int step) {
     const cb_kernels *k = cb_kernels_cpu();
     cb_grid *g = &m->d->g;
-    size_t n = m->pt.nparams;
+    size_t lo = m->opt.lo, hi = m->opt.hi;
     if (m->P > 1) {
         if (m->ntape) run_tape(m);
         tie_grads(m);
     }
+    double ss;
     if (g->dp > 1) {
-        cb_comm_allreduce(&g->dpg, "grad", m->grads, m->grads, n, CB_COMM_SUM);
-        k->scale(k, m->grads, 1.0f / g->dp, n);
+        cb_dp_begin_backward(&m->dp, 1);
+        cb_dp_reduce(&m->dp);
+        k->scale(k, m->grads + lo, 1.0f / g->dp, hi - lo);
+        ss = cb_dp_grad_sumsq(&m->dp);
+    } else {
+        ss = cb_ptable_sumsq(&m->pt, m->grads);
     }
-    double ss = cb_ptable_sumsq(&m->pt, m->grads);
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(m->opt.c.clip, norm);
-    if (s < 1.0f) k->scale(k, m->grads, s, n);
+    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
     cb_adamw_step(&m->opt, k, m->params, m->grads, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
+    if (g->dp > 1) cb_dp_sync_params(&m->dp);
     return (float)norm;
 }
 
@@ -815,6 +947,7 @@ void cb_model_free(cb_model *m) {
         cb_layer *l = m->layers[i];
         free(l->mean);
         free(l->logits);
+        free(l->att);
         free(l->ids);
         free(l);
     }
@@ -823,10 +956,12 @@ void cb_model_free(cb_model *m) {
         free(m->acts[i]->valid);
         free(m->acts[i]);
     }
+    if (m->d->g.dp > 1) cb_dp_free(&m->dp);
     cb_ptable_free(&m->pt);
     cb_adamw_free(&m->opt);
     free(m->params);
     free(m->grads);
+    free(m->att_scratch);
     free(m->tape);
     free(m->xf);
     free(m->sends);

@@ -163,6 +163,13 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
+static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
+                                    const float *inp, int N, int IC, int OC, int r0, int r1) {
+    (void)k;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, OC, N, 1.0f, inp + r0, IC, dout,
+                OC, 1.0f, dw + (size_t)r0 * OC, OC);
+}
+
 /* out (N,V) = inp (N,C) @ w (V,C)^T */
 static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V) {
@@ -361,6 +368,7 @@ static const cb_kernels cpu = {
     .head_backward = head_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .matmul_backward_dw_rows = matmul_backward_dw_rows,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,

@@ -34,6 +34,11 @@ struct cb_kernels {
     void (*matmul_backward)(const cb_kernels *k, float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp, const float *w, int N, int IC,
                             int OC);
+    /* rows [r0, r1) of dw (IC,OC) accumulate inp[:, r0:r1]^T dout: matmul_backward's
+     * dw in row blocks, so a caller can drive MPI between blocks (inp (N,IC),
+     * dout (N,OC)); the same sums, rounded alike up to BLAS's own blocking */
+    void (*matmul_backward_dw_rows)(const cb_kernels *k, float *dw, const float *dout,
+                                    const float *inp, int N, int IC, int OC, int r0, int r1);
     /* out (N,V) = inp (N,C) @ w (V,C)^T: the tied LM head */
     void (*head_forward)(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V);

@@ -107,6 +107,11 @@ static void p_scale(const cb_kernels *k, float *x, float s, size_t n) {
     TIMED(PROF_OPTIMIZER, scale, x, s, n);
 }
 
+static void p_matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
+                                      const float *inp, int N, int IC, int OC, int r0, int r1) {
+    TIMED(PROF_GEMM, matmul_backward_dw_rows, dw, dout, inp, N, IC, OC, r0, r1);
+}
+
 static void p_adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
                     float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
     TIMED(PROF_OPTIMIZER, adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
@@ -130,6 +135,7 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .layernorm_backward = p_layernorm_backward,
         .matmul_forward = p_matmul_forward,
         .matmul_backward = p_matmul_backward,
+        .matmul_backward_dw_rows = p_matmul_backward_dw_rows,
         .head_forward = p_head_forward,
         .head_backward = p_head_backward,
         .attention_forward = p_attention_forward,

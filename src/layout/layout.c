@@ -2,10 +2,12 @@
  * tensor for checkpoints. */
 #include "layout/layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/grid.h"
+#include "util/rng.h"
 
 size_t cb_shard_cols(const cb_shard *s) {
     size_t n = 0;
@@ -45,6 +47,84 @@ void cb_shard_place(const cb_shard *s, const float *local, float *full) {
     FOR_RUNS(s, {
         if (!pad) memcpy(full + ful, local + loc, n * sizeof(float));
     });
+}
+
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local) {
+    size_t w = cb_shard_cols(s);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < s->nrows; r++) {
+        int64_t row = s->row0 + r;
+        float *o = local + (size_t)r * w;
+        for (int g = 0; g < s->nseg; g++) {
+            uint64_t e0 = (uint64_t)row * (uint64_t)s->C + (uint64_t)s->col0[g];
+            for (int64_t c = 0; c < s->ncol[g]; c++)
+                o[c] = row >= s->R ? 0.0f : sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + c) : value;
+            o += s->ncol[g];
+        }
+    }
+}
+
+int cb_layout_fix_width(int C, int m, int NH) {
+    int c = C < 1 ? 1 : C;
+    while (c % m || (NH > 0 && c % NH)) c++;
+    return c;
+}
+
+int cb_layout_fix_heads(int C, int m, int NH) {
+    int best = 0;
+    for (int h = m; h <= C; h += m)
+        if (C % h == 0 && (!best || abs(h - NH) < abs(best - NH))) best = h;
+    return best;
+}
+
+int cb_layout_check_widths(int C, int NH, int mw, int mh, const char *who, const char *why,
+                           const char *alt, cb_err *e) {
+    int wbad = C % mw != 0, hbad = NH > 0 && NH % mh != 0;
+    int h = hbad ? cb_layout_fix_heads(C, mh, NH) : NH;
+    char or_[64] = "";
+    if (alt) snprintf(or_, sizeof or_, ", or %s", alt);
+    if (!wbad && !hbad) return CB_OK;
+    if (!wbad && h)
+        return cb_fail(e, CB_EINPUT,
+                       "%s needs heads divisible by %d (each rank holds whole heads); got heads "
+                       "%d: use heads %d%s",
+                       who, mh, NH, h, or_);
+    if (!hbad)
+        return cb_fail(e, CB_EINPUT,
+                       "%s needs d_model (the width) divisible by %d (%s); got d_model %d: use "
+                       "d_model %d%s",
+                       who, mw, why, C, cb_layout_fix_width(C, mw, NH), or_);
+    h = (NH + mh - 1) / mh * mh;
+    return cb_fail(e, CB_EINPUT,
+                   "%s needs heads divisible by %d and d_model (the width) divisible by %d; got "
+                   "heads %d, d_model %d: use heads %d and d_model %d%s",
+                   who, mh, mw, NH, C, h, cb_layout_fix_width(C, mw, h), or_);
+}
+
+void cb_layout_note_pad(cb_layout *L, int64_t V, int64_t Vp, const char *what) {
+    if (Vp == V || L->noted_pad) return;
+    L->noted_pad = 1;
+    if (L->grid && L->grid->world_rank != 0) return;
+    fprintf(stderr,
+            "cubist: note: --tp-mode %s pads the vocabulary %lld to %lld (a multiple of %s); the "
+            "%lld padding row%s never used\n",
+            L->ops->name, (long long)V, (long long)Vp, what, (long long)(Vp - V),
+            Vp - V > 1 ? "s are" : " is");
+}
+
+void cb_layout_progress(cb_comm_req *const *pending, int n) {
+    for (int i = 0; i < n; i++)
+        if (pending[i]) cb_comm_test(pending[i]);
+}
+
+void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
+                             int IC, int OC, cb_comm_req *const *pending, int npending) {
+    int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
+    for (int c = 0; c < k; c++) {
+        int r0 = (int)((int64_t)IC * c / k), r1 = (int)((int64_t)IC * (c + 1) / k);
+        if (r1 > r0) L->k->matmul_backward_dw_rows(L->k, dw, dout, inp, N, IC, OC, r0, r1);
+        if (c + 1 < k) cb_layout_progress(pending, npending);
+    }
 }
 
 void cb_layout_nothing_kept(cb_layout *L, const float *x) {

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "cubist.h"
+#include "comm/comm.h"
 #include "kernels/kernels.h"
 
 struct cb_grid;
@@ -74,6 +75,10 @@ size_t cb_shard_cols(const cb_shard *s);
 void cb_shard_extract(const cb_shard *s, const float *full, float *local);
 /* full (R x C) <- local; padding rows dropped */
 void cb_shard_place(const cb_shard *s, const float *local, float *full);
+/* local <- this shard of a generated tensor: element (row, col) of the full
+ * tensor is sd x cb_rng_normal_at(key, row * C + col), or `value` when sd is
+ * 0; padding rows zero. Costs the shard, never the full tensor. */
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local);
 
 /* Parameter state handed to the operators: local shards (the model owns the
  * memory) and their gradients. */
@@ -158,6 +163,14 @@ struct cb_layout {
     int save_gathered;    /* 3-D: keep gathered inputs for backward (1) or re-gather (0) */
     size_t scratch_bytes; /* the layout's own buffers (scratch, kept gathers): grown, never
                              shrunk, so this is their peak; for memory reports */
+    int noted_pad;        /* the vocabulary padding was reported */
+    /* A GEMM that runs while a non-blocking collective is in flight is cut
+     * into this many row blocks with an MPI test between them: MPI (OpenMPI
+     * at least) advances a non-blocking collective only inside MPI calls,
+     * so without them the overlap is nominal. 1: one GEMM. Every block
+     * computes the same sums, but OpenBLAS may round a row differently in a
+     * product of fewer rows: results agree to ~1e-7, not bit for bit. */
+    int overlap_chunks;
     void *priv;
 };
 
@@ -170,6 +183,31 @@ int cb_layout_1d(struct cb_grid *g, cb_layout **out, cb_err *e);
 int cb_layout_2d(struct cb_grid *g, cb_layout **out, cb_err *e);
 int cb_layout_3d(struct cb_grid *g, cb_layout **out, cb_err *e);
 void cb_layout_free(cb_layout *L);
+/* Fixes the checks suggest, each satisfying every constraint at once:
+ * the smallest width >= C that m divides and, with NH > 0, NH divides; the
+ * heads count nearest NH that m divides and that divides C (0: none). */
+int cb_layout_fix_width(int C, int m, int NH);
+int cb_layout_fix_heads(int C, int m, int NH);
+/* The width and heads constraints of a layout: C % mw == 0 and, with
+ * NH > 0 (0: a layer without heads), NH % mh == 0; one message naming what
+ * fails, with a fix that satisfies both and NH | C. who names the layout
+ * ("--tp-mode 3d with tp 8 (q=2)"), why the reason for mw; alt, when not
+ * NULL, is another fix to offer ("--tp 2"). Quantities, not flags: the
+ * message must be right for cubist train and for a user's program. */
+int cb_layout_check_widths(int C, int NH, int mw, int mh, const char *who, const char *why,
+                           const char *alt, cb_err *e);
+/* Rank 0 of the world prints, once per layout, that the vocabulary V is
+ * padded to Vp (a multiple of `what`); nothing when Vp == V. */
+void cb_layout_note_pad(cb_layout *L, int64_t V, int64_t Vp, const char *what);
+
+#define CB_OVERLAP_CHUNKS 4 /* default overlap_chunks of the 2-D and 3-D layouts */
+/* MPI progress on the requests in flight: cb_comm_test on each non-NULL one. */
+void cb_layout_progress(cb_comm_req *const *pending, int n);
+/* dw (IC,OC) += inp (N,IC)^T dout (N,OC) in L->overlap_chunks row blocks of
+ * dw, with progress on pending between them. */
+void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
+                             int IC, int OC, cb_comm_req *const *pending, int npending);
+
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);
 

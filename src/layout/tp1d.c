@@ -52,40 +52,27 @@ static double *dscratch(cb_layout *L, size_t n) {
 
 /* ---------------------------------------------------------------- shapes */
 
-/* The heads count nearest NH that tp divides and that divides C; 0 if none. */
-static int heads_fix(int C, int P, int NH) {
-    int best = 0;
-    for (int h = P; h <= C; h += P)
-        if (C % h == 0 && (!best || abs(h - NH) < abs(best - NH))) best = h;
-    return best;
-}
+static int vocab_local(const cb_layout *L, int V) { return (V + L->tp - 1) / L->tp; }
 
-/* The largest tp below P that divides both NH and C (1 always does). */
+/* The largest tp below P that divides C and, with NH > 0, NH (1 always does). */
 static int tp_fix(int C, int P, int NH) {
     int p = P - 1;
-    while (p > 1 && (NH % p || C % p)) p--;
+    while (p > 1 && ((NH > 0 && NH % p) || C % p)) p--;
     return p;
 }
 
+/* heads % tp, d_model % tp; the vocabulary is padded to a multiple of tp
+ * and the padding reported */
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
-    (void)B, (void)T, (void)V;
-    int P = L->tp, h = heads_fix(C, P, NH), p = tp_fix(C, P, NH);
-    if (NH % P && h)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 1d with tp %d needs --heads divisible by %d (each tensor rank "
-                       "holds whole heads); got %d: use --heads %d or --tp %d",
-                       P, P, NH, h, p);
-    if (NH % P)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 1d with tp %d needs --heads divisible by %d (each tensor rank "
-                       "holds whole heads); got %d with --d-model %d: use --tp %d, or heads and "
-                       "d-model multiples of %d",
-                       P, P, NH, C, p, P);
-    if (C % P)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 1d with tp %d needs widths (--d-model) divisible by %d; got %d: "
-                       "use %d or --tp %d",
-                       P, P, C, (C + P - 1) / P * P, p);
+    (void)B, (void)T;
+    int P = L->tp;
+    char who[48], alt[32], what[16];
+    snprintf(who, sizeof who, "--tp-mode 1d with tp %d", P);
+    snprintf(alt, sizeof alt, "--tp %d", tp_fix(C, P, NH));
+    int rc = cb_layout_check_widths(C, NH, P, P, who, "column blocks", alt, e);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "tp=%d", P);
+    cb_layout_note_pad((cb_layout *)L, V, (int64_t)vocab_local(L, V) * P, what);
     return CB_OK;
 }
 
@@ -122,8 +109,6 @@ static cb_shard act_shard(const cb_layout *L, int t, int N, int H, int parity, i
 static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
     return (size_t)B * (NH / L->tp) * T * T;
 }
-
-static int vocab_local(const cb_layout *L, int V) { return (V + L->tp - 1) / L->tp; }
 
 /* the local logits N x V_pad/P, then the per-token losses */
 static size_t logits_numel(const cb_layout *L, int N, int V) {

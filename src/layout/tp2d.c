@@ -10,8 +10,11 @@
  * all-reduced over the column. wte [V_pad, C], V_pad = V rounded up to a
  * multiple of q: vocabulary block c x feature block r, i.e. the head's
  * weight wte^T [C, V_pad] cut like any linear weight, so the head is a plain
- * SUMMA and its logits are N/q tokens x V_pad/q vocabulary. wpe [T, C]: all
- * rows, feature block c, replicated over r.
+ * SUMMA and its logits are N/q tokens x V_pad/q vocabulary. wpe [T_pad, C],
+ * T_pad = T rounded up to a multiple of q: position block r x feature block
+ * c (1/q^2, like every weight); the forward all-gathers the column's
+ * position blocks (every token block holds whole sequences, so all T
+ * positions), the backward reduce-scatters the position sums back.
  *
  * Linears follow parallelism.md: forward in q broadcast steps (block t of X
  * along the row, block t of W along the column, the next pair in flight
@@ -21,7 +24,10 @@
  * linear, forward + backward, every rank is charged 3 (q-1)/q^2
  * (N in + in out) elements, so a GPT block costs 3 (q-1)/q^2
  * (7 N h + 12 h^2). Scratch is a double buffer of one block of each
- * operand, not a gathered row or column. */
+ * operand, not a gathered row or column. Every GEMM of a step runs in row
+ * blocks with MPI progress on the broadcasts in flight between them
+ * (layout.h, overlap_chunks): otherwise the next block's broadcast would
+ * not move until the step's GEMM ends. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +92,33 @@ static const float *bp_get(bpipe *p, int t) {
     return p->buf[t & 1];
 }
 
+/* The broadcast of block t+1, in flight once block t was taken; NULL after the last. */
+static cb_comm_req *next_req(bpipe *p, int t) { return t + 1 < p->q ? &p->req[(t + 1) & 1] : NULL; }
+
+/* y (n, b) = x (n, a) w (a, b) [+ bias] in L->overlap_chunks token blocks,
+ * MPI progress on the two pending broadcasts between them (layout.h) */
+static void mm_rows(cb_layout *L, float *y, const float *x, const float *w, const float *bias,
+                    int n, int a, int b, cb_comm_req *const *pend) {
+    int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
+    for (int c = 0; c < k; c++) {
+        int r0 = n * c / k, r1 = n * (c + 1) / k;
+        if (r1 > r0)
+            L->k->matmul_forward(L->k, y + (size_t)r0 * b, x + (size_t)r0 * a, w, bias, r1 - r0, a, b);
+        if (c + 1 < k) cb_layout_progress(pend, 2);
+    }
+}
+
+/* y (n, b) = x (n, a) w (b, a)^T, likewise */
+static void mmt_rows(cb_layout *L, float *y, const float *x, const float *w, int n, int a, int b,
+                     cb_comm_req *const *pend) {
+    int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
+    for (int c = 0; c < k; c++) {
+        int r0 = n * c / k, r1 = n * (c + 1) / k;
+        if (r1 > r0) L->k->head_forward(L->k, y + (size_t)r0 * b, x + (size_t)r0 * a, w, r1 - r0, a, b);
+        if (c + 1 < k) cb_layout_progress(pend, 2);
+    }
+}
+
 /* Sum over the ranks of comm of a local contribution v (n), added into acc. */
 static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, float *acc,
                        size_t n) {
@@ -95,27 +128,26 @@ static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, f
 
 /* ------------------------------------------------------------ shapes */
 
+/* batch % q, d_model % q, heads % q; the vocabulary is padded to a
+ * multiple of q and the padding reported */
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
-    (void)T, (void)V;
+    (void)T;
     int q = L->q, tp = L->tp;
+    char who[64], what[16];
     if (q * q != tp)
         return cb_fail(e, CB_EINPUT, "--tp-mode 2d needs --tp a perfect square (4, 9, 16...); got %d",
                        tp);
+    snprintf(who, sizeof who, "--tp-mode 2d with tp %d (q=%d)", tp, q);
     if (B % q)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --batch divisible by q=%d sequences "
-                       "per data-parallel rank; got %d: use --batch %d",
-                       tp, q, q, B, (B / q + 1) * q);
-    if (C % q)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --d-model divisible by q=%d (so are "
-                       "3*d-model and 4*d-model); got %d: use --d-model %d",
-                       tp, q, q, C, (C / q + 1) * q);
-    if (NH % q)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 2d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
-                       "use --heads %d (it must also divide --d-model)",
-                       tp, q, q, NH, (NH / q + 1) * q);
+                       "%s needs the batch of each data-parallel rank divisible by q=%d sequences "
+                       "(token blocks are whole sequences); got batch %d: use batch %d",
+                       who, q, B, (B / q + 1) * q);
+    int rc = cb_layout_check_widths(C, NH, q, q, who, "activations and weights are split q ways "
+                                    "along it", NULL, e);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "q=%d", q);
+    cb_layout_note_pad((cb_layout *)L, V, vpad(L, V), what);
     return CB_OK;
 }
 
@@ -170,7 +202,13 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         col_blocks(&s, q, c, C, parts);
         break;
     case CB_P_NORM:
+        col_blocks(&s, q, c, C, 1);
+        break;
     case CB_P_POS:
+        s.rows_pad = (R + q - 1) / q * q;
+        s.nrows = s.rows_pad / q;
+        s.row0 = r * s.nrows;
+        s.owner = 1;
         col_blocks(&s, q, c, C, 1);
         break;
     case CB_P_EMBED:
@@ -203,7 +241,9 @@ static void transpose_swap(cb_layout *L, const char *tag, const float *send, flo
 /* x (N/q, C/q) = wte[ids] + wpe[t]. Each rank looks up its vocabulary block
  * for all N tokens (feature block r, zero where the id is elsewhere); a
  * reduce-scatter over the row leaves tokens c x features r, which is the
- * block of the transposed rank (c, r): one swap puts it in place. */
+ * block of the transposed rank (c, r): one swap puts it in place. The
+ * positions (T_pad x C/q, feature block c) are all-gathered over the
+ * column from its q position blocks. */
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
     int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
@@ -217,15 +257,19 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     }
     cb_comm_reduce_scatter(rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
     transpose_swap(L, "embed.fwd", blk, x, (size_t)n * cq);
+    int tq = (e->T + q - 1) / q; /* position rows per rank */
+    float *wpe = scratch(L, S_T2, (size_t)tq * q * cq);
+    cb_comm_allgather(colg(L), "embed.fwd", e->wpe, wpe, (size_t)tq * cq);
     for (int i = 0; i < n; i++) {
-        const float *pe = e->wpe + (size_t)((r * n + i) % T) * cq;
+        const float *pe = wpe + (size_t)((r * n + i) % T) * cq;
         float *o = x + (size_t)i * cq;
         for (int j = 0; j < cq; j++) o[j] += pe[j];
     }
 }
 
 /* The mirror: swap, all-gather over the row (all N tokens x features r),
- * scatter-add the ids of my vocabulary block in token order. */
+ * scatter-add the ids of my vocabulary block in token order; the position
+ * sums (T_pad x C/q) reduce-scattered over the column to their owners. */
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
@@ -240,14 +284,16 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
         const float *d = full + (size_t)i * cq;
         for (int j = 0; j < cq; j++) we[j] += d[j];
     }
-    float *dpe = scratch(L, S_T2, (size_t)T * cq);
-    memset(dpe, 0, sizeof(float) * T * cq);
+    int tq = (e->T + q - 1) / q;
+    float *dpe = scratch(L, S_T2, (size_t)tq * q * cq);
+    memset(dpe, 0, sizeof(float) * tq * q * cq);
     for (int i = 0; i < n; i++) {
         float *pe = dpe + (size_t)((r * n + i) % T) * cq;
         const float *d = dx + (size_t)i * cq;
         for (int j = 0; j < cq; j++) pe[j] += d[j];
     }
-    reduce_add(L, colg(L), "embed.bwd", dpe, e->dwpe, (size_t)T * cq);
+    cb_comm_reduce_scatter(colg(L), "embed.bwd", NULL, dpe, (size_t)tq * cq);
+    L->k->residual_forward(L->k, e->dwpe, e->dwpe, dpe, (size_t)tq * cq);
 }
 
 /* ------------------------------------------------------------ LayerNorm */
@@ -339,12 +385,9 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     bpipe pw = bp_start(L, colg(L), "linear.fwd", l->w, (size_t)a * b, S_B0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
-        if (t == 0) {
-            L->k->matmul_forward(L->k, y, xt, wt, l->b, n, a, b);
-        } else {
-            L->k->matmul_forward(L->k, tmp, xt, wt, NULL, n, a, b);
-            L->k->residual_forward(L->k, y, y, tmp, (size_t)n * b);
-        }
+        cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
+        mm_rows(L, t ? tmp : y, xt, wt, t ? NULL : l->b, n, a, b, pend);
+        if (t) L->k->residual_forward(L->k, y, y, tmp, (size_t)n * b);
     }
 }
 
@@ -361,13 +404,15 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->head_forward(L->k, root ? dx : part, dy, wt, n, b, a);
+        cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
+        mmt_rows(L, root ? dx : part, dy, wt, n, b, a, pend);
         cb_comm_reduce(rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * a, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * a * b);
-        L->k->matmul_backward(L->k, NULL, root ? l->dw : z, NULL, dy, xt, NULL, n, a, b);
+        pend[1] = next_req(&px, t);
+        cb_layout_dw_overlapped(L, root ? l->dw : z, dy, xt, n, a, b, pend, 2);
         cb_comm_reduce(colg(L), "linear.bwd", root ? NULL : z, root ? l->dw : NULL,
                        (size_t)a * b, t);
     }
@@ -413,7 +458,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
-        L->k->head_forward(L->k, t ? tmp : logits, xt, wt, n, cq, Vq);
+        cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
+        mmt_rows(L, t ? tmp : logits, xt, wt, n, cq, Vq, pend);
         if (t) L->k->residual_forward(L->k, logits, logits, tmp, (size_t)n * Vq);
     }
     float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
@@ -471,13 +517,15 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
-        L->k->matmul_forward(L->k, root ? dx : part, logits, wt, NULL, n, Vq, cq);
+        cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
+        mm_rows(L, root ? dx : part, logits, wt, NULL, n, Vq, cq, pend);
         cb_comm_reduce(rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * cq, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
         if (!root) memset(z, 0, sizeof(float) * Vq * cq);
-        L->k->matmul_backward(L->k, NULL, root ? e->dwte : z, NULL, xt, logits, NULL, n, Vq, cq);
+        pend[1] = next_req(&px, t);
+        cb_layout_dw_overlapped(L, root ? e->dwte : z, xt, logits, n, Vq, cq, pend, 2);
         cb_comm_reduce(colg(L), "head.bwd", root ? NULL : z, root ? e->dwte : NULL,
                        (size_t)Vq * cq, t);
     }
@@ -527,7 +575,8 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .priv = p};
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(),
+                     .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;
 }

@@ -44,7 +44,6 @@ typedef struct tp3d {
     size_t cap[NSLOT];
     gathered *saved; /* every one made, freed with the layout */
     gathered *head;  /* the tied head's X^ and wte^ */
-    int noted_pad;
 } tp3d;
 
 /* The roles of a parity: a joins i in the token block, b picks the feature
@@ -173,35 +172,22 @@ static void add(float *acc, const float *x, size_t n) {
 
 /* ------------------------------------------------------------ shapes */
 
+/* batch % q^2, d_model % q^2 (weight rows are split q^2 ways), heads % q;
+ * the vocabulary is padded to a multiple of q^2 and the padding reported */
 static int check(const cb_layout *L, int B, int T, int C, int NH, int V, cb_err *e) {
     int q = L->q, q2 = q * q;
+    char who[64], what[16];
     (void)T;
+    snprintf(who, sizeof who, "--tp-mode 3d with tp %d (q=%d)", L->tp, q);
     if (B % q2)
         return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --batch divisible by q^2=%d sequences "
-                       "per data-parallel rank; got %d: use --batch %d",
-                       L->tp, q, q2, B, (B / q2 + 1) * q2);
-    if (C % q2)
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --d-model divisible by q^2=%d (weight "
-                       "rows are split q^2 ways); got %d: use --d-model %d",
-                       L->tp, q, q2, C, (C / q2 + 1) * q2);
-    if (NH % q) {
-        int h = NH + q - NH % q;
-        while (h <= C && C % h) h += q;
-        return cb_fail(e, CB_EINPUT,
-                       "--tp-mode 3d with tp %d (q=%d) needs --heads divisible by q=%d; got %d: "
-                       "use --heads %d",
-                       L->tp, q, q, NH, h <= C ? h : q);
-    }
-    tp3d *P = L->priv;
-    int64_t Vp = vocab_pad(L, V);
-    if (Vp != V && !P->noted_pad && L->grid->world_rank == 0)
-        fprintf(stderr,
-                "cubist: note: --tp-mode 3d pads the vocabulary %d to %lld (a multiple of "
-                "q^2=%d); the %lld padding rows are never used\n",
-                V, (long long)Vp, q2, (long long)(Vp - V));
-    P->noted_pad = 1;
+                       "%s needs the batch of each data-parallel rank divisible by q^2=%d "
+                       "sequences (token blocks are whole sequences); got batch %d: use batch %d",
+                       who, q2, B, (B / q2 + 1) * q2);
+    int rc = cb_layout_check_widths(C, NH, q2, q, who, "weight rows are split q^2 ways", NULL, e);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "q^2=%d", q2);
+    cb_layout_note_pad((cb_layout *)L, V, vocab_pad(L, V), what);
     return CB_OK;
 }
 
@@ -247,8 +233,10 @@ static size_t logits_numel(const cb_layout *L, int N, int V) {
  * block a (per part); its bias: columns block a, replicated over (i, b).
  * LayerNorm on parity p: features block b, replicated over (i, a).
  * wte [V, C]: rows block j*q + i of the padded V, columns block k (a linear
- * of parity 1 with the weight transposed); wpe [T, C]: columns block k,
- * replicated over (i, j) like the features of a parity-0 activation. */
+ * of parity 1 with the weight transposed); wpe [T_pad, C], T_pad = T up to
+ * a multiple of q^2: rows block i*q + j (the rank in the INPUT x WEIGHT
+ * plane), columns block k like the features of a parity-0 activation, so
+ * 1/q^3 and nothing replicated. */
 static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
                       int parts, int parity) {
     int q = L->q, i, a, b;
@@ -275,9 +263,11 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         s.row0 = (a * q + i) * s.nrows;
         col_blocks(&s, C, 1, q, b);
         break;
-    case CB_P_POS:
+    case CB_P_POS: /* parity 0 coordinates: a = j, b = k */
+        s.rows_pad = (R + q * q - 1) / (q * q) * (q * q);
+        s.nrows = s.rows_pad / (q * q);
+        s.row0 = (i * q + a) * s.nrows;
         col_blocks(&s, C, 1, q, b);
-        s.owner = i == 0 && a == 0;
         break;
     }
     return s;
@@ -323,7 +313,8 @@ static void colsum(float *acc, const float *dy, size_t rows, size_t cols) {
 }
 
 /* dy parity 1-p -> dx parity p: dY^ = gather_b(dy); dx = reduce-scatter_a
- * (dY^ W^T) overlapped with dW^ = X^T dY^; dw += reduce-scatter_i(dW^);
+ * (dY^ W^T) overlapped with dW^ = X^T dY^ (in row blocks, MPI progress
+ * between them: cb_layout_dw_overlapped); dw += reduce-scatter_i(dW^);
  * db += all-reduce over the plane (i, b) of the column sums of dy. */
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
@@ -354,7 +345,8 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
-    L->k->matmul_backward(L->k, NULL, dwh, NULL, dyh, xh, wh, (int)nh, (int)in, (int)out);
+    cb_comm_req *pend[2] = {&rdx, l->db ? &rb : NULL};
+    cb_layout_dw_overlapped(L, dwh, dyh, xh, (int)nh, (int)in, (int)out, pend, 2);
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
@@ -474,10 +466,18 @@ static vocab vocab_of(cb_layout *L, int V, int C) {
     return (vocab){vp / (q * q), vp / q, (size_t)C / q, (int64_t)L->grid->at.j * (int64_t)(vp / q)};
 }
 
+/* Position rows per rank: T_pad / q^2. */
+static size_t pos_rows(const cb_layout *L, int T) {
+    size_t q2 = (size_t)L->q * L->q;
+    return ((size_t)T + q2 - 1) / q2;
+}
+
 /* x (B*T/q^2, C/q) parity 0 = wte[ids] + wpe[t]: the one-hot linear of
  * parity 1 with wte as its weight. Rows of token block i whose id lies in
  * vocabulary block j are copied from wte^, the rest are zero, and the
- * reduce-scatter over INPUT sums the one non-zero row per token. */
+ * reduce-scatter over INPUT sums the one non-zero row per token. The
+ * positions, T_pad x C/q of feature block k, are all-gathered over the
+ * INPUT x WEIGHT plane (whole sequences need every position). */
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
     cb_grid *g = L->grid;
@@ -494,13 +494,15 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
         else memset(z + t * v.c, 0, sizeof(float) * v.c);
     }
     cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
-    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
-    for (size_t t = 0; t < nb; t++) add(x + t * v.c, e->wpe + ((t0 + t) % T) * v.c, v.c);
+    size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    float *pe = scratch(L, S_RED, tr * q * q * v.c);
+    cb_comm_allgather(&g->in_w, "embed.fwd", e->wpe, pe, tr * v.c);
+    for (size_t t = 0; t < nb; t++) add(x + t * v.c, pe + ((t0 + t) % T) * v.c, v.c);
 }
 
 /* dwte += reduce-scatter over WEIGHT of the rows of gather_INPUT(dx) added
- * at their ids (token order, reproducible); dwpe += all-reduce over the
- * (i, j) plane of the local position sums */
+ * at their ids (token order, reproducible); dwpe += reduce-scatter over the
+ * INPUT x WEIGHT plane of the local position sums (T_pad x C/q) */
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     cb_grid *g = L->grid;
@@ -517,13 +519,13 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     }
     cb_comm_req rq[2];
     cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
-    float *dpe = zeroed(L, S_RED, (size_t)T * v.c);
-    size_t t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
+    float *dpe = zeroed(L, S_RED, tr * q * q * v.c);
     for (size_t t = 0; t < nb; t++) add(dpe + ((t0 + t) % T) * v.c, dx + t * v.c, v.c);
-    cb_comm_iallreduce(&g->in_w, "embed.bwd", NULL, dpe, (size_t)T * v.c, CB_COMM_SUM, &rq[1]);
+    cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
     cb_comm_waitall(rq, 2);
     add(e->dwte, dwl, v.vr * v.c);
-    add(e->dwpe, dpe, (size_t)T * v.c);
+    add(e->dwpe, dpe, tr * v.c);
 }
 
 /* ------------------------------------------------------------ LM head */
@@ -628,7 +630,8 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
-    L->k->matmul_backward(L->k, NULL, dwh, NULL, xh, dzh, wh, (int)nh, (int)v.vb, (int)v.c);
+    cb_comm_req *pend[1] = {&rdx};
+    cb_layout_dw_overlapped(L, dwh, xh, dzh, (int)nh, (int)v.vb, (int)v.c, pend, 1);
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
@@ -692,7 +695,7 @@ int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
                      .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .save_gathered = 1,
-                     .priv = P};
+                     .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = P};
     *out = L;
     return CB_OK;
 }

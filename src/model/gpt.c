@@ -13,7 +13,6 @@
 #include "cubist.h"
 #include "kernels/kernels.h"
 #include "model/gpt_internal.h"
-#include "util/rng.h"
 
 static const char *const LAYER_NAMES[NLAYER_TENSORS] = {
     "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
@@ -346,54 +345,20 @@ void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx) {
     m->hook_ctx = ctx;
 }
 
-/* GPT-2's initialisation of one full tensor, drawn in the whole model's
- * table order from one stream on every rank, so every layout and every
- * pipeline stage starts from the serial weights. */
-typedef struct init_ctx {
-    cb_rng r;
-    float resid;
-} init_ctx;
-
-static void init_values(init_ctx *c, const char *name, float *full, size_t n) {
-    int is_ln = strstr(name, "ln_") != NULL, is_weight = strstr(name, ".weight") != NULL;
-    float sd = strstr(name, "c_proj.weight") ? c->resid : 0.02f;
-    for (size_t j = 0; j < n; j++) {
-        if (is_ln) full[j] = is_weight ? 1.0f : 0.0f;
-        else full[j] = is_weight ? cb_rng_normal(&c->r) * sd : 0.0f;
-    }
-}
-
+/* GPT-2's initialisation: weights N(0, 0.02), residual projections
+ * (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Each rank
+ * draws only its shards, element by element from the counter-based
+ * generator (cb_ptable_init), so every layout and pipeline stage holds the
+ * serial model's values without materialising a full tensor. */
 void cb_gpt_init_random(cb_gpt *m, uint64_t seed) {
-    init_ctx c = {.resid = 0.02f / sqrtf(2.0f * m->c.n_layer)};
-    cb_rng_seed(&c.r, seed);
-    /* walk the whole model's tensors in order, drawing every one, keeping
-     * the shards held here: a pipeline stage consumes the draws of the
-     * tensors it does not hold, so every stage matches the serial model */
-    const cb_gpt_config *cf = &m->c;
-    size_t C = cf->d_model, maxn = (size_t)cf->vocab * C;
-    if ((size_t)cf->seq_len * C > maxn) maxn = (size_t)cf->seq_len * C;
-    if (16 * C * C > maxn) maxn = 16 * C * C;
-    float *full = malloc(sizeof(float) * maxn);
-    if (!full) abort();
-    int ntot = 2 + cf->n_layer * NLAYER_TENSORS + 2;
-    for (int g = 0; g < ntot; g++) {
-        char name[64];
-        size_t n;
-        if (g == 0) snprintf(name, sizeof name, "wte.weight"), n = (size_t)cf->vocab * C;
-        else if (g == 1) snprintf(name, sizeof name, "wpe.weight"), n = (size_t)cf->seq_len * C;
-        else if (g < ntot - 2) {
-            int l = (g - 2) / NLAYER_TENSORS, i = (g - 2) % NLAYER_TENSORS;
-            snprintf(name, sizeof name, "h.%d.%s", l, LAYER_NAMES[i]);
-            n = (size_t)(SPEC[i].d0 * C) * (SPEC[i].d1 ? (size_t)(SPEC[i].d1 * C) : 1);
-        } else snprintf(name, sizeof name, g == ntot - 2 ? "ln_f.weight" : "ln_f.bias"), n = C;
-        init_values(&c, name, full, n);
-        for (int i = 0; i < m->pt.n; i++) {
-            if (strcmp(m->pt.t[i].name, name)) continue;
-            cb_shard sh = cb_ptable_shard(&m->pt, i, m->L->tp_rank);
-            cb_shard_extract(&sh, full, m->params + m->pt.t[i].offset);
-        }
+    float resid = 0.02f / sqrtf(2.0f * m->c.n_layer);
+    for (int i = 0; i < m->pt.n; i++) {
+        const char *name = m->pt.t[i].name;
+        int ln = strstr(name, "ln_") != NULL, weight = strstr(name, ".weight") != NULL;
+        int init = !weight ? CB_INIT_ZERO : ln ? CB_INIT_ONE : CB_INIT_NORMAL;
+        float sd = strstr(name, "c_proj.weight") ? resid : 0.02f;
+        cb_ptable_init(&m->pt, m->params, i, init, sd, seed);
     }
-    free(full);
 }
 
 double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/rng.h"
+
 int cb_ptable_add(cb_ptable *p, const char *name, int64_t d0, int64_t d1, int decay, int layer,
                   cb_param_kind kind, int parts, int parity) {
     if (p->n == p->cap) {
@@ -160,15 +162,9 @@ int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const c
     return CB_OK;
 }
 
-int cb_ptable_fill(const cb_ptable *p, float *block, cb_ptable_fill_fn fn, void *ctx) {
-    for (int i = 0; i < p->n; i++) {
-        size_t n = cb_ptable_full_numel(p, i);
-        float *full = malloc(sizeof(float) * (n ? n : 1));
-        if (!full) return CB_ENOMEM;
-        fn(ctx, &p->t[i], full, n);
-        cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
-        cb_shard_extract(&sh, full, block + p->t[i].offset);
-        free(full);
-    }
-    return CB_OK;
+void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd, uint64_t seed) {
+    cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
+    uint64_t key = cb_rng_key(seed, p->t[i].name);
+    cb_shard_generate(&sh, init == CB_INIT_ONE, key, init == CB_INIT_NORMAL ? sd : 0.0f,
+                      block + p->t[i].offset);
 }

@@ -39,8 +39,11 @@ int cb_ptable_save(const cb_ptable *p, int nb, const float *const *blocks,
 /* This rank's shards of prefix + name from an open file, shapes checked. */
 int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const cb_st_file *f,
                    const char *path, cb_err *e);
-/* Fills each tensor from a full-tensor generator, keeping this rank's shard:
- * every layout starts from the serial model's values. */
-typedef void (*cb_ptable_fill_fn)(void *ctx, const cb_tensor_info *t, float *full, size_t n);
-int cb_ptable_fill(const cb_ptable *p, float *block, cb_ptable_fill_fn fn, void *ctx);
+/* Initial values of tensor i's local shard: CB_INIT_ZERO, CB_INIT_ONE, or
+ * CB_INIT_NORMAL: sd x N(0, 1) drawn per global element by the
+ * counter-based generator keyed by (seed, the tensor's name)
+ * (util/rng.h), so every layout and pipeline stage holds the serial
+ * model's values and no rank ever holds a full tensor. */
+enum { CB_INIT_ZERO, CB_INIT_ONE, CB_INIT_NORMAL };
+void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd, uint64_t seed);
 #endif

@@ -90,7 +90,7 @@ static int plan_buckets(cb_dp *d, size_t start, size_t per, int nb, cb_err *e) {
 }
 
 static void start_bucket(cb_dp *d, cb_dp_bucket *b) {
-    float *g = cb_gpt_grads(d->m) + b->lo;
+    float *g = d->grads + b->lo;
     if (d->zero) cb_comm_ireduce_scatterv(d->c, "grad", NULL, g, b->counts, &b->req);
     else cb_comm_iallreduce(d->c, "grad", NULL, g, b->hi - b->lo, CB_COMM_SUM, &b->req);
     b->started = 1;
@@ -113,7 +113,7 @@ static void on_ready(void *ctx, int first, int last) {
     for (int i = first; i <= last; i++) d->ready[i] = 1;
     while (d->ft > 0 && d->ready[d->ft - 1]) d->ft--;
     if (!d->armed) return;
-    size_t frontier = d->ft < cb_gpt_num_tensors(d->m) ? cb_gpt_tensor(d->m, d->ft)->offset : d->n;
+    size_t frontier = d->ft < d->nt ? d->t[d->ft].offset : d->n;
     while (d->next < d->nb && d->b[d->next].lo >= frontier) {
         start_bucket(d, &d->b[d->next++]);
         d->early += d->ft > 0;
@@ -148,22 +148,33 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
     return CB_OK;
 }
 
-int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
-               size_t max_tokens, cb_err *e) {
-    memset(d, 0, sizeof *d);
-    d->c = c;
-    d->m = m;
-    d->zero = zero;
-    d->sparse = sparse;
-    d->n = cb_gpt_num_params(m);
-    size_t start = sparse ? cb_gpt_tensor(m, 0)->numel : 0; /* wte leaves the buckets */
-    int nb = 0, rc = cb_dp_check_plan(d->n, start, zero, bucket_mb, &nb, e);
+/* Everything but the model's hook and the sparse path; buckets cover
+ * [start, n). */
+static int init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
+                      int nt, size_t n, int zero, double bucket_mb, size_t start, cb_err *e) {
+    *d = (cb_dp){.c = c, .params = params, .grads = grads, .t = t, .nt = nt, .n = n, .zero = zero};
+    int nb = 0, rc = cb_dp_check_plan(n, start, zero, bucket_mb, &nb, e);
     if (rc) return rc;
-    d->ready = calloc((size_t)cb_gpt_num_tensors(m), sizeof(int));
+    d->ready = calloc((size_t)nt + 1, sizeof(int));
     if (!d->ready) return cb_fail(e, CB_ENOMEM, "out of memory");
     rc = plan_shards(d, e);
-    if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
     if (!rc) rc = plan_buckets(d, start, cb_dp_bucket_floats(bucket_mb), nb, e);
+    return rc;
+}
+
+int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
+                     int nt, size_t n, int zero, double bucket_mb, cb_err *e) {
+    return init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, 0, e);
+}
+
+int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
+               size_t max_tokens, cb_err *e) {
+    int rc = init_block(d, c, cb_gpt_params(m), cb_gpt_grads(m), gpt_tensors(m),
+                        cb_gpt_num_tensors(m), cb_gpt_num_params(m), zero, bucket_mb,
+                        sparse ? cb_gpt_tensor(m, 0)->numel : 0, e);
+    d->m = m;
+    d->sparse = sparse;
+    if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
     if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
     return rc;
 }
@@ -183,7 +194,7 @@ void cb_dp_free(cb_dp *d) {
 }
 
 void cb_dp_begin_backward(cb_dp *d, int last) {
-    int nt = cb_gpt_num_tensors(d->m);
+    int nt = d->nt;
     memset(d->ready, 0, sizeof(int) * (size_t)nt);
     d->ft = nt;
     d->armed = last;
@@ -238,7 +249,7 @@ void cb_dp_reduce(cb_dp *d) {
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
     if (d->sparse) sparse_exchange(d);
     double t0 = now_ms();
-    float *g = cb_gpt_grads(d->m);
+    float *g = d->grads;
     int r = d->c->rank;
     for (int i = 0; i < d->nb; i++) {
         cb_dp_bucket *b = &d->b[i];
@@ -255,22 +266,22 @@ void cb_dp_reduce(cb_dp *d) {
 /* Owned tensors only: a tensor-parallel shard replicated on several ranks
  * counts once in the norm. */
 double cb_dp_grad_sumsq(cb_dp *d) {
-    if (!d->zero) return gpt_grad_sumsq(d->m);
+    if (!d->zero && d->m) return gpt_grad_sumsq(d->m);
     double s = 0;
-    const float *g = cb_gpt_grads(d->m);
-    for (int i = 0; i < cb_gpt_num_tensors(d->m); i++) {
-        const cb_tensor_info *t = cb_gpt_tensor(d->m, i);
+    const cb_kernels *k = d->m ? d->m->L->k : cb_kernels_cpu();
+    for (int i = 0; i < d->nt; i++) {
+        const cb_tensor_info *t = &d->t[i];
         size_t a = t->offset > d->lo ? t->offset : d->lo;
         size_t b = t->offset + t->numel < d->hi ? t->offset + t->numel : d->hi;
-        if (t->owner && a < b) s += d->m->L->k->sumsq(d->m->L->k, g + a, b - a);
+        if (t->owner && a < b) s += k->sumsq(k, d->grads + a, b - a);
     }
-    cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
+    if (d->zero) cb_comm_allreduce_f64(d->c, "norm", NULL, &s, 1, CB_COMM_SUM);
     return s;
 }
 
 void cb_dp_sync_params(cb_dp *d) {
     if (!d->zero) return;
-    cb_comm_allgatherv(d->c, "params", NULL, cb_gpt_params(d->m), d->shard_n, d->shard_off);
+    cb_comm_allgatherv(d->c, "params", NULL, d->params, d->shard_n, d->shard_off);
 }
 
 double cb_dp_mean(cb_dp *d, double x) {

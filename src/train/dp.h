@@ -41,7 +41,10 @@ typedef struct cb_dp_bucket {
 
 typedef struct cb_dp {
     cb_comm *c;
-    cb_gpt *m;
+    cb_gpt *m;            /* NULL for a plain block (cb_dp_init_block) */
+    float *params, *grads;
+    const cb_tensor_info *t;
+    int nt;
     int zero, sparse;
     size_t n, lo, hi;     /* parameters; this rank's optimizer range */
     int *shard_n, *shard_off; /* ZeRO shards (p each) */
@@ -74,6 +77,11 @@ int cb_dp_check_plan(size_t n, size_t start, int zero, double bucket_mb, int *nb
  * path's buffers. Installs the model's grad hook. */
 int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
                size_t max_tokens, cb_err *e);
+/* The same for a plain parameter block of n floats with nt tensors t (a
+ * user's model, src/api/model.c): no grad hook, so every bucket starts in
+ * cb_dp_reduce (call cb_dp_begin_backward(d, 1) first), no sparse path. */
+int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
+                     int nt, size_t n, int zero, double bucket_mb, cb_err *e);
 void cb_dp_free(cb_dp *d);
 /* Before each micro-batch's backward; last = 1 on the step's last one. */
 void cb_dp_begin_backward(cb_dp *d, int last);

@@ -15,4 +15,14 @@ float cb_rng_uniform(cb_rng *r);
 uint64_t cb_rng_below(cb_rng *r, uint64_t n);
 /* standard normal (Box-Muller) */
 float cb_rng_normal(cb_rng *r);
+
+/* Counter-based draws: a pure function of (key, index), so any element of
+ * a tensor can be drawn without the ones before it and every layout gets
+ * the same value for the same global element without materialising the
+ * tensor. key = cb_rng_key(seed, tensor name). Standard normal of element
+ * i: Box-Muller on the uniform pair u1 = U(key, 2 (i/2)), u2 = U(key,
+ * 2 (i/2) + 1), U = splitmix64's finaliser of key + (counter+1) * golden
+ * ratio; even i takes r cos(2 pi u2), odd i r sin(2 pi u2). */
+uint64_t cb_rng_key(uint64_t seed, const char *name);
+float cb_rng_normal_at(uint64_t key, uint64_t i);
 #endif
