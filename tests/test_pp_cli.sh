@@ -45,6 +45,7 @@ case_ "pp4 1f1b M=4"                4 4 --pp 4 --schedule 1f1b
 case_ "pp4 gpipe M=8"               4 8 --pp 4 --schedule gpipe
 case_ "pp2 interleaved v2 M=4"      2 4 --pp 2 --schedule interleaved --virtual-stages 2
 case_ "pp4 interleaved v2 M=8"      4 8 --pp 4 --schedule interleaved --virtual-stages 2
+case_ "pp4 interleaved v2 M=1 (M<p)" 4 1 --pp 4 --schedule interleaved --virtual-stages 2
 case_ "pp2 1f1b M=4 recompute"      2 4 --pp 2 --recompute block
 case_ "pp2 1f1b M=4 selective"      2 4 --pp 2 --recompute selective
 case_ "pp2 1f1b M=4 recompute 1 layer" 2 4 --pp 2 --recompute block --recompute-layers 1
@@ -110,7 +111,7 @@ if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'needs --
     echo "PASS --recompute-layers without block: exit 2, $(grep cubist bad.txt)"
 else echo "FAIL --recompute-layers without block: exit $rc: $(head -c 300 bad.txt)"; fi
 # a schedule that cannot run: one line, exit 2 on every rank
-timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule interleaved --micro-batches 6 >bad.txt 2>&1
+timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule 1f1b --virtual-stages 2 >bad.txt 2>&1
 rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ]; then echo "PASS pp bad schedule: exit 2, $(grep cubist bad.txt)"
 else echo "FAIL pp bad schedule: exit $rc: $(head -c 300 bad.txt)"; fi
