@@ -37,6 +37,20 @@ static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg,
     return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
 }
 
+/* --partition auto | equal | LIST over p ranks of v chunks; the rank sums
+ * are what an interleaved rank's time follows. */
+static int partition(const char *how, const double *cost, int nmod, int p, int v,
+                     cb_pp_partition *pt, cb_err *e) {
+    int rc;
+    if (!strcmp(how, "auto")) return cb_pp_partition_interleaved(cost, nmod, p, v, pt, e);
+    if (!strcmp(how, "equal")) rc = cb_pp_partition_equal(cost, nmod, p * v, pt, e);
+    else rc = cb_pp_partition_parse(how, cost, nmod, p * v, pt, e);
+    if (rc) return rc;
+    pt->nranks = p;
+    cb_pp_partition_score(pt, cost);
+    return CB_OK;
+}
+
 /* Module costs (profiled on world rank 0 and broadcast, so every rank
  * computes the same partition), then the partition. */
 static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, int nvs,
@@ -55,9 +69,7 @@ static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, 
         for (int i = 0; i < nmod; i++) m[i].time_ms = ms[i];
     }
     if (!rc) cb_pp_module_costs(m, nmod, po->memory_weight, cost);
-    if (!rc) rc = auto_ ? cb_pp_partition_auto(cost, nmod, nvs, &t->part, e)
-                        : cb_pp_partition_parse(po->partition ? po->partition : "", cost, nmod,
-                                                nvs, &t->part, e);
+    if (!rc) rc = partition(po->partition ? po->partition : "auto", cost, nmod, t->g->pp, nvs / t->g->pp, &t->part, e);
     if (!rc && po->print_partition && t->g->world.rank == 0) {
         cb_pp_partition_print(stdout, &t->part, m, po->memory_weight, t->g->pp);
         fflush(stdout);
