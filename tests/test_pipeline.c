@@ -91,7 +91,7 @@ static int make_pipe(const pcase *k, cb_pipe *pp, cb_err *e) {
     int rc = !strcmp(k->partition, "auto") ? cb_pp_partition_auto(cost, nmod, nvs, &pt, e)
              : !strcmp(k->partition, "equal") ? cb_pp_partition_equal(cost, nmod, nvs, &pt, e)
                                                : cb_pp_partition_parse(k->partition, cost, nmod, nvs, &pt, e);
-    cb_pp_config o = {k->kind, p, v, k->M, pt.bound, k->recompute, 0};
+    cb_pp_config o = {k->kind, p, v, k->M, pt.bound, {k->recompute, 0, 0}};
     return rc ? rc : cb_pipe_init(pp, &G.ppg, &CFG, B, T, LT, &o, 5, e);
 }
 

@@ -49,6 +49,7 @@ case_ "pp4 interleaved v2 M=1 (M<p)" 4 1 --pp 4 --schedule interleaved --virtual
 case_ "pp2 1f1b M=4 recompute"      2 4 --pp 2 --recompute block
 case_ "pp2 1f1b M=4 selective"      2 4 --pp 2 --recompute selective
 case_ "pp2 1f1b M=4 recompute 1 layer" 2 4 --pp 2 --recompute block --recompute-layers 1
+case_ "pp2 1f1b M=4 recompute uniform 2" 2 4 --pp 2 --recompute block --recompute-method uniform --recompute-layers 2
 case_ "pp2 x 1d2 M=4 selective"     4 4 --pp 2 --tp 2 --tp-mode 1d --recompute selective
 case_ "pp2 manual partition 0,2,8"  2 4 --pp 2 --partition 0,2,8
 case_ "pp2 x dp2 zero M=4"          4 4 --pp 2 --dp 2 --zero 1
@@ -80,7 +81,7 @@ else
     echo "FAIL pp4 x 3d8 -> pp2 x 2d4 -> pp1: $(head -c 300 err.txt)"
 fi
 # --recompute without --pp: the whole model, one micro-batch in flight
-for r in block selective; do
+for r in block selective "block --recompute-method uniform --recompute-layers 2"; do
     if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s.jsonl --save s.st 2>err.txt; then
         $CMP logs s.jsonl ref4.jsonl --label "pp1 recompute $r loss"
         $CMP st s.st ref4.st --label "pp1 recompute $r weights" --key-bias-abs 0.1
@@ -104,12 +105,20 @@ for np in 1 2; do
         echo "PASS bad --recompute on $np rank(s): exit 2, $(grep cubist bad.txt)"
     else echo "FAIL bad --recompute on $np rank(s): exit $rc: $(head -c 300 bad.txt)"; fi
 done
-# --recompute-layers without block recompute: one line, exit 2
-timeout 60 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --pp 2 --recompute-layers 1 >bad.txt 2>&1
-rc=$?
-if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q 'needs --recompute block' bad.txt; then
-    echo "PASS --recompute-layers without block: exit 2, $(grep cubist bad.txt)"
-else echo "FAIL --recompute-layers without block: exit $rc: $(head -c 300 bad.txt)"; fi
+# --recompute-layers or --recompute-method without block recompute, or an
+# unknown method: one line, exit 2, with and without --pp
+refuse() { # label np pattern flags...
+    local label=$1 np=$2 pat=$3; shift 3
+    timeout 60 "$MPIRUN" "${launch[@]}" "$np" "$C" train "${A[@]}" "$@" >bad.txt 2>&1
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ] && grep -q -- "$pat" bad.txt; then
+        echo "PASS $label: exit 2, $(grep cubist bad.txt)"
+    else echo "FAIL $label: exit $rc: $(head -c 300 bad.txt)"; fi
+}
+refuse "--recompute-layers without block" 2 'needs --recompute block' --pp 2 --recompute-layers 1
+refuse "--recompute-method without block, pp2" 2 'needs --recompute block' --pp 2 --recompute-method uniform
+refuse "--recompute-method without block, pp1" 1 'needs --recompute block' --recompute selective --recompute-method uniform
+refuse "--recompute-method unknown" 1 'use uniform or block' --recompute block --recompute-method every
 # a schedule that cannot run: one line, exit 2 on every rank
 timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule 1f1b --virtual-stages 2 >bad.txt 2>&1
 rc=$?

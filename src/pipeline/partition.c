@@ -331,7 +331,7 @@ static int time_stage(const cb_gpt_config *c, int B, int T, int mod0, int mod1, 
                       double *ms, cb_err *e) {
     cb_layout *L = cb_layout_serial();
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory profiling");
-    gpt_stage_opts st = {mod0, mod1, 1, 0, 0};
+    gpt_stage_opts st = {mod0, mod1, 1, {0}};
     cb_gpt *g;
     int rc = gpt_create(c, B, T, L, &st, &g, e);
     if (rc) {

@@ -43,8 +43,7 @@ static int init_chunk(cb_pipe *pp, int c, const cb_gpt_config *cfg, cb_layout *L
     ch->vs = c * pp->o.p + pp->s;
     ch->nslots = cb_pp_max_inflight(pp->acts, pp->nacts, c);
     if (ch->nslots < 1) ch->nslots = 1;
-    gpt_stage_opts st = {pp->o.bound[ch->vs], pp->o.bound[ch->vs + 1], ch->nslots,
-                         pp->o.recompute, pp->o.recompute_blocks};
+    gpt_stage_opts st = {pp->o.bound[ch->vs], pp->o.bound[ch->vs + 1], ch->nslots, pp->o.rc};
     int rc = gpt_create(cfg, pp->B, pp->T, L, &st, &ch->m, e);
     if (rc) return rc;
     cb_gpt_init_random(ch->m, seed);

@@ -31,8 +31,7 @@ typedef struct cb_pp_config {
     cb_pp_kind kind;
     int p, v, M;     /* stages (ranks), chunks per rank, micro-batches per step */
     const int *bound; /* p*v + 1 module boundaries, 0 .. n_layer + 2 */
-    int recompute;
-    int recompute_blocks; /* block recompute of the first n blocks of each chunk; 0 all */
+    gpt_rc rc;        /* recompute, per chunk */
 } cb_pp_config;
 
 typedef struct cb_pp_stats {

@@ -27,11 +27,9 @@ static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg,
     cfg->p = p;
     cfg->M = po->micro_batches ? po->micro_batches : accum;
     cfg->v = po->virtual_stages ? po->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
-    rc = gpt_parse_recompute(po->recompute, &cfg->recompute, e);
+    rc = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers,
+                             &cfg->rc, e);
     if (rc) return rc;
-    rc = gpt_check_recompute_layers(cfg->recompute, po->recompute_layers, e);
-    if (rc) return rc;
-    cfg->recompute_blocks = po->recompute_layers;
     if (!(po->memory_weight >= 0 && po->memory_weight <= 1))
         return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
     return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);

@@ -30,8 +30,9 @@ typedef struct cb_pp_opts {
     const char *partition; /* "auto" or a list of module boundaries */
     double memory_weight;  /* 0.8 */
     int no_profile, print_partition;
-    const char *recompute; /* none | block | selective (gpt_recompute) */
-    int recompute_layers;  /* block: only the first n blocks of each stage (chunk); 0 all */
+    const char *recompute; /* none | block | selective (gpt_rc) */
+    const char *recompute_method; /* block | uniform (NULL: block) */
+    int recompute_layers;  /* block: the first n blocks of each chunk, 0 all; uniform: groups */
 } cb_pp_opts;
 
 void cb_pp_opts_defaults(cb_pp_opts *o);
