@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt_internal.h"
 #include "pipeline/partition.h"
 
 static int fails;
@@ -76,7 +77,7 @@ static void unequal(void) {
     cb_gpt_config g = {8, 64, 4, 32, 8192};
     cb_pp_module m[10];
     double cost[10];
-    cb_pp_gpt_modules(&g, 4, 32, m);
+    cb_pp_gpt_modules(&g, 4, 32, NULL, 4, m);
     cb_pp_module_costs(m, 10, 0.8, cost);
     cb_pp_partition_auto(cost, 10, 4, &a, &e);
     cb_pp_partition_equal(cost, 10, 4, &q, &e);
@@ -106,7 +107,7 @@ static void memory_weight(void) {
      * compute, so weighting memory shrinks the embedding's stage */
     cb_gpt_config g = {12, 64, 4, 64, 4096};
     cb_pp_module m[14];
-    cb_pp_gpt_modules(&g, 4, 64, m);
+    cb_pp_gpt_modules(&g, 4, 64, NULL, 2, m);
     cb_pp_module_costs(m, 14, 0.2, lo);
     cb_pp_module_costs(m, 14, 0.8, hi);
     cb_pp_partition_auto(lo, 14, 2, &a, &e);
@@ -191,7 +192,7 @@ static void interleaved(void) {
     cb_gpt_config g = {12, 768, 12, 64, 50304};
     cb_pp_module m[14];
     double cost[14];
-    cb_pp_gpt_modules(&g, 1, 64, m);
+    cb_pp_gpt_modules(&g, 1, 64, NULL, 8, m);
     const double ws[2] = {0.0, 0.8};
     for (int i = 0; i < 2; i++) {
         cb_pp_module_costs(m, 14, ws[i], cost);
@@ -207,6 +208,44 @@ static void interleaved(void) {
         check(want, i == 0 ? "124M pp4 v2: rank shares balanced, well below the old 42.5%"
                            : "124M pp4 v2 w=0.8: never above the old partition", d);
     }
+}
+
+/* The memory cost follows the recompute: a block keeps its input only
+ * (uniform groups of 2: every other input), selective drops the attention
+ * probabilities and the GELU output, a partial block rerun is in between;
+ * and with memory weighted, the split moves. */
+static void recompute_costs(void) {
+    cb_gpt_config g = {12, 64, 4, 256, 256};
+    int B = 4, T = 256, nvs = 4;
+    double N = (double)B * T, in = 4 * N * 64;
+    gpt_rc rcs[5] = {{0}, {GPT_RECOMPUTE_BLOCK, 0, 0}, {GPT_RECOMPUTE_BLOCK, 2, 1},
+                     {GPT_RECOMPUTE_SELECTIVE, 0, 0}, {GPT_RECOMPUTE_BLOCK, 2, 0}};
+    double a[5];
+    cb_pp_module m[14];
+    for (int i = 0; i < 5; i++) {
+        cb_pp_gpt_modules(&g, B, T, &rcs[i], nvs, m);
+        a[i] = m[1].act_bytes;
+    }
+    double full = a[0], part = 2.0 / 3 * in + 1.0 / 3 * full; /* 2 of ~3 blocks per stage rerun */
+    char d[240];
+    snprintf(d, sizeof d, "block bytes per micro-batch: none %.0f, block %.0f, uniform 2 %.0f, "
+             "selective %.0f, block first 2 of 3 %.0f", a[0], a[1], a[2], a[3], a[4]);
+    check(a[1] == in && a[2] == in / 2 && a[3] < full && a[3] > in &&
+              fabs(a[4] - part) < 1e-6 * full, "module memory follows --recompute", d);
+    double cn[14], cb[14];
+    cb_pp_partition pn, pb;
+    cb_err e;
+    g = (cb_gpt_config){12, 64, 4, 64, 4096}, T = 64;
+    cb_pp_gpt_modules(&g, B, T, NULL, nvs, m);
+    cb_pp_module_costs(m, 14, 0.8, cn);
+    cb_pp_partition_auto(cn, 14, nvs, &pn, &e);
+    cb_pp_gpt_modules(&g, B, T, &rcs[1], nvs, m);
+    cb_pp_module_costs(m, 14, 0.8, cb);
+    cb_pp_partition_auto(cb, 14, nvs, &pb, &e);
+    snprintf(d, sizeof d, "L=12 V=4096 T=64 p=4 w=0.8: first stage [0,%d) with none, [0,%d) with "
+             "block recompute (blocks weigh less against the embedding's wte)", pn.bound[1],
+             pb.bound[1]);
+    check(pb.bound[1] < pn.bound[1], "the partition follows --recompute", d);
 }
 
 static void parse(void) {
@@ -232,6 +271,7 @@ int main(void) {
     unequal();
     memory_weight();
     interleaved();
+    recompute_costs();
     parse();
     return fails != 0;
 }

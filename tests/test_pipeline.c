@@ -85,7 +85,7 @@ static int make_pipe(const pcase *k, cb_pipe *pp, cb_err *e) {
     int p = G.pp, v = k->v, nvs = p * v, nmod = CFG.n_layer + 2;
     cb_pp_module mods[16];
     double cost[16];
-    cb_pp_gpt_modules(&CFG, B, T, mods);
+    cb_pp_gpt_modules(&CFG, B, T, NULL, nvs, mods);
     cb_pp_module_costs(mods, nmod, 0.8, cost);
     cb_pp_partition pt;
     int rc = !strcmp(k->partition, "auto") ? cb_pp_partition_auto(cost, nmod, nvs, &pt, e)
@@ -116,13 +116,24 @@ static void run(const pcase *k, const cb_gpt *whole, double wloss, double wnorm,
     double nrel = fabs(sqrt(ss) - wnorm) / wnorm;
     double worst = fmax(gd, fmax(lrel, nrel));
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    char full[240];
+    char full[400];
     snprintf(full, sizeof full, "%s: loss, every gradient, grad norm", name);
     check(worst <= 1e-5, full, "max rel diff %.2e (tol 1e-5)", worst);
     int bound = cb_pp_inflight_bound(k->kind, p, v, k->M, pp.s);
     snprintf(full, sizeof full, "%s: in flight <= schedule bound", name);
     check(pp.st.max_inflight <= bound, full, "rank 0 holds %g", pp.st.max_inflight);
     *act_bytes = pp.st.act_bytes;
+    /* the log's pp_act_bytes: every chunk's planned slots, its dy and dx
+     * message buffers per slot, and the tied-gradient buffer at the ends */
+    double want = 0, ok;
+    for (int c = 0; c < v; c++)
+        want += 4.0 * pp.ch[c].m->act_floats + 4.0 * 2 * pp.ch[c].nslots * pp.act;
+    if (pp.tie_buf) want += 4.0 * (pp.ch[pp.tie_first >= 0 ? pp.tie_first : pp.tie_last].m->pt.t[0].numel + 1);
+    ok = pp.st.act_bytes == want &&
+         (k->recompute ? pp.st.act_bytes_none >= want : pp.st.act_bytes_none == want);
+    snprintf(full, sizeof full, "%s: planned activation bytes = slots + message buffers + tied "
+             "buffer; none plans %s", name, k->recompute ? "no less" : "the same");
+    check(ok, full, "rank 0: %.0f bytes", pp.st.act_bytes);
     cb_pipe_free(&pp);
 }
 
@@ -152,7 +163,7 @@ static void selective_vs_none(int ids[][B * T], int tg[][B * T]) {
         d = fmax(d, rel(s->grads, a->grads, a->pt.nparams));
     }
     MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    char full[240];
+    char full[400];
     snprintf(full, sizeof full, "%s: loss and every gradient", name);
     check(d <= 1e-6, full, "max rel diff %.2e (tol 1e-6)", d);
     /* stage 0 keeps p micro-batches in flight: selective saves there; a

@@ -96,6 +96,56 @@ if timeout 120 "$MPIRUN" "${launch[@]}" 2 "$C" train "${A[@]}" --grad-accum 4 --
 else
     echo "FAIL tp 1d2 recompute selective: $(head -c 300 err.txt)"
 fi
+# The startup report and the log fields: without --quiet world rank 0 says
+# what --recompute plans and what none would (per stage under --pp) and the
+# extra forward FLOPs; the log's act_bytes (pp_act_bytes per stage) is that
+# plan; under --pp fwd_ms/bwd_ms are stage 0's compute (pp_fwd_ms[0],
+# pp_bwd_ms[0]), pp_busy_ms = pp_fwd_ms + pp_bwd_ms, pp_wait_ms per stage.
+An=(); for x in "${A[@]}"; do [ "$x" != --quiet ] && An+=("$x"); done
+report_check() { # label np flags...
+    local label=$1 np=$2; shift 2
+    if timeout 120 "$MPIRUN" "${launch[@]}" "$np" "$C" train "${An[@]}" --steps 3 --log q.jsonl \
+            "$@" >out.txt 2>err.txt; then
+        /usr/bin/python3 - "$label" q.jsonl err.txt <<'PYEOF'
+import json, re, sys
+label, log, err = sys.argv[1:4]
+rows = [json.loads(l) for l in open(log)]
+lines = [l for l in open(err) if "activation memory planned" in l]
+bad = []
+if len(lines) != 1:
+    bad.append("%d report lines" % len(lines))
+else:
+    l = lines[0]
+    mb = lambda s: [float(x) for x in s.split(" / ")]
+    m = re.search(r"planned(?: per stage)?: ([0-9. /]+) MB with --recompute (\S+).*?; ([0-9. /]+) MB with none: "
+                  r"([0-9.]+) MB saved \(x([0-9.]+)\); the recompute's forwards add ([0-9.]+)% to", l)
+    if not m:
+        bad.append("report line not understood: " + l.strip())
+    else:
+        have, none, frac = mb(m.group(1)), mb(m.group(3)), float(m.group(6))
+        plan = rows[0].get("pp_act_bytes") or [rows[0].get("act_bytes")]
+        if any(abs(h - p / 1e6) > 0.051 for h, p in zip(have, plan)) or len(have) != len(plan):
+            bad.append("report %s MB, log %s bytes" % (have, plan))
+        if not (sum(have) < sum(none) and 0 < frac < 50):
+            bad.append("saving %s -> %s, extra FLOPs %.1f%%" % (none, have, frac))
+for r in rows:
+    if "pp_fwd_ms" in r:
+        f, b, w, u = r["pp_fwd_ms"], r["pp_bwd_ms"], r["pp_wait_ms"], r["pp_busy_ms"]
+        if not (len(f) == len(b) == len(w) == len(u) == len(r["pp_act_bytes"]) and
+                r["fwd_ms"] == f[0] and r["bwd_ms"] == b[0] and min(f) > 0 and min(b) > 0 and
+                min(w) >= 0 and all(abs(x + y - z) < 2e-3 for x, y, z in zip(f, b, u))):
+            bad.append("step %d: fwd %s bwd %s wait %s busy %s" % (r["step"], f, b, w, u))
+    elif not r.get("act_bytes", 0) > 0:
+        bad.append("step %d: no act_bytes" % r["step"])
+print(("FAIL " if bad else "PASS ") + label + ": " + ("; ".join(bad) if bad else lines[0].strip()))
+PYEOF
+    else
+        echo "FAIL $label: $(head -c 300 err.txt)"
+    fi
+}
+report_check "startup report and log, pp1 recompute block" 1 --grad-accum 4 --recompute block
+report_check "startup report and log, pp2 recompute uniform 2" 2 --pp 2 --micro-batches 4 --recompute block --recompute-method uniform --recompute-layers 2
+report_check "startup report and log, pp4 interleaved M=2 selective" 4 --pp 4 --schedule interleaved --micro-batches 2 --recompute selective
 # an unknown --recompute: one line, exit 2, with and without --pp
 for np in 1 2; do
     pp=(); [ $np = 2 ] && pp=(--pp 2)

@@ -281,6 +281,14 @@ int gpt_recompute_parse(const char *mode, const char *method, int layers, gpt_rc
     return CB_OK;
 }
 
+/* The recompute fields for the blocks m holds. */
+static void set_rc(cb_gpt *m, const gpt_rc *rc) {
+    int k = rc->layers, block = rc->mode == GPT_RECOMPUTE_BLOCK;
+    m->recompute = rc->mode;
+    m->rc_group = block && rc->uniform ? k : 0;
+    m->nrc = !block ? 0 : rc->uniform || k == 0 || k > m->nblk ? m->nblk : k;
+}
+
 static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     int nmod = m->c.n_layer + 2;
     gpt_stage_opts whole = {0, nmod, 1, {0}};
@@ -294,16 +302,52 @@ static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     m->mod0 = st->mod0;
     m->mod1 = st->mod1;
     m->nslots = st->nslots;
-    m->recompute = rc->mode;
     m->has_embed = st->mod0 == 0;
     m->has_head = st->mod1 == nmod;
     m->blk0 = st->mod0 > 0 ? st->mod0 - 1 : 0;
     int blk1 = st->mod1 - 1 < m->c.n_layer ? st->mod1 - 1 : m->c.n_layer;
     m->nblk = blk1 - m->blk0;
-    int k = rc->layers, block = m->recompute == GPT_RECOMPUTE_BLOCK;
-    m->rc_group = block && rc->uniform ? k : 0;
-    m->nrc = !block ? 0 : rc->uniform || k == 0 || k > m->nblk ? m->nblk : k;
+    set_rc(m, rc);
     return CB_OK;
+}
+
+size_t gpt_act_floats_with(const cb_gpt *m, const gpt_rc *rc) {
+    cb_gpt t = *m; /* planning writes only t's slot tables: give it its own */
+    set_rc(&t, rc);
+    t.slots = calloc((size_t)t.nslots, sizeof *t.slots);
+    size_t n = t.slots != NULL;
+    for (int i = 0; n && i < t.nslots; i++) {
+        t.slots[i].acts = calloc((size_t)t.nblk + 1, sizeof(gpt_layer_acts));
+        t.slots[i].blk_in = calloc((size_t)t.nblk + 1, sizeof(float *));
+        n = t.slots[i].acts && t.slots[i].blk_in;
+    }
+    if (n) n = plan_activations(&t, NULL);
+    for (int i = 0; t.slots && i < t.nslots; i++) {
+        free(t.slots[i].acts);
+        free(t.slots[i].blk_in);
+    }
+    free(t.slots);
+    return n;
+}
+
+double gpt_module_flops(const cb_gpt_config *c, double N, int T, int kind) {
+    double C = c->d_model, V = c->vocab;
+    if (kind == GPT_MOD_EMBED) return 3 * N * C;
+    if (kind == GPT_MOD_BLOCK) return 72 * N * C * C + 12 * N * T * C;
+    return 6 * N * C * V + 24 * N * C;
+}
+
+double gpt_stage_flops(const cb_gpt *m) {
+    double N = (double)m->B * m->T;
+    return m->has_embed * gpt_module_flops(&m->c, N, m->T, GPT_MOD_EMBED) +
+           m->nblk * gpt_module_flops(&m->c, N, m->T, GPT_MOD_BLOCK) +
+           m->has_head * gpt_module_flops(&m->c, N, m->T, GPT_MOD_HEAD);
+}
+
+double gpt_recompute_flops(const cb_gpt *m) {
+    double N = (double)m->B * m->T, C = m->c.d_model;
+    if (m->recompute == GPT_RECOMPUTE_SELECTIVE) return m->nblk * 4 * N * m->T * C;
+    return m->nrc * gpt_module_flops(&m->c, N, m->T, GPT_MOD_BLOCK) / 3;
 }
 
 int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, const gpt_stage_opts *stage,

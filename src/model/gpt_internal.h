@@ -106,6 +106,22 @@ typedef struct gpt_rc {
  * count given without --recompute block. */
 int gpt_recompute_parse(const char *mode, const char *method, int layers, gpt_rc *rc, cb_err *e);
 
+/* Planned activation floats of m's slots had it been built with rc
+ * instead: what `none` would plan, for the startup report. 0 when out of
+ * memory. */
+size_t gpt_act_floats_with(const cb_gpt *m, const gpt_rc *rc);
+/* Forward + backward matmul FLOPs of one module for N tokens in sequences
+ * of T: GPT_MOD_EMBED, _BLOCK (attention scores and context without the
+ * causal discount) or _HEAD (the tied LM head). A forward is a third. */
+enum { GPT_MOD_EMBED, GPT_MOD_BLOCK, GPT_MOD_HEAD };
+double gpt_module_flops(const cb_gpt_config *c, double N, int T, int kind);
+/* Of m's planned micro-batch: the step's FLOPs of its modules, and the
+ * extra forward FLOPs its recompute adds (block: the rerun blocks'
+ * forwards; selective: each block's attention core, QK^T and x V; GELU
+ * and softmax are not matmuls and not counted). */
+double gpt_stage_flops(const cb_gpt *m);
+double gpt_recompute_flops(const cb_gpt *m);
+
 typedef struct gpt_stage_opts {
     int mod0, mod1; /* modules held; 0, L+2 for the whole model */
     int nslots;     /* >= 1 */

@@ -307,19 +307,39 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
         }
 }
 
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, cb_pp_module *m) {
+/* Bytes a block keeps per micro-batch under rc: everything (16 N C + 4 N
+ * floats and the attention probabilities), selective without the
+ * probabilities and the GELU output, block recompute its input (uniform
+ * groups of k: every k-th input). The block method's first `layers`
+ * blocks of each stage: a stage holds about L / nvs blocks, so that share
+ * of the blocks keeps only its input. The activation sets rerun blocks
+ * share are per stage, not per micro-batch, and not counted here. */
+static double block_act_bytes(const cb_gpt_config *c, double B, int T, const gpt_rc *rc,
+                              int nvs) {
+    double C = c->d_model, N = B * T, f = sizeof(float);
+    double full = f * (N * (16 * C + 4) + B * c->n_head * T * T), input = f * N * C;
+    if (!rc || rc->mode == GPT_RECOMPUTE_NONE) return full;
+    if (rc->mode == GPT_RECOMPUTE_SELECTIVE) return f * N * (12 * C + 4);
+    if (rc->uniform) return input / rc->layers;
+    double per_stage = (double)c->n_layer / (nvs > 0 ? nvs : 1);
+    double share = rc->layers == 0 || rc->layers >= per_stage ? 1 : rc->layers / per_stage;
+    return share * input + (1 - share) * full;
+}
+
+void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const gpt_rc *rc, int nvs,
+                       cb_pp_module *m) {
     double C = c->d_model, V = c->vocab, N = (double)B * T, L = c->n_layer, f = sizeof(float);
-    m[0] = (cb_pp_module){.flops = 3 * N * C, .param_bytes = f * (V + c->seq_len) * C,
-                          .act_bytes = f * N * C, .tie = 0};
+    m[0] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_EMBED),
+                          .param_bytes = f * (V + c->seq_len) * C, .act_bytes = f * N * C,
+                          .tie = 0};
     snprintf(m[0].name, sizeof m[0].name, "embed");
     for (int l = 1; l <= L; l++) {
-        m[l] = (cb_pp_module){.flops = 72 * N * C * C + 12 * N * T * C,
+        m[l] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_BLOCK),
                               .param_bytes = f * (12 * C * C + 13 * C),
-                              .act_bytes = f * (N * (16 * C + 4) + (double)B * c->n_head * T * T),
-                              .tie = -1};
+                              .act_bytes = block_act_bytes(c, B, T, rc, nvs), .tie = -1};
         snprintf(m[l].name, sizeof m[l].name, "h.%d", l - 1);
     }
-    m[c->n_layer + 1] = (cb_pp_module){.flops = 6 * N * C * V + 24 * N * C,
+    m[c->n_layer + 1] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_HEAD),
                                        .param_bytes = f * (V * C + 2 * C),
                                        .act_bytes = f * (N * (C + 2) + N * V), .tie = 0};
     snprintf(m[c->n_layer + 1].name, sizeof m[0].name, "head");

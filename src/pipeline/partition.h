@@ -76,8 +76,11 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
 
 /* The GPT's L+2 modules (0 embedding, 1..L blocks, L+1 head with its copy
  * of wte) for micro-batches of B x T tokens: FLOPs and bytes from the
- * shapes, serial layout, no recompute. */
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, cb_pp_module *m);
+ * shapes, serial layout; the blocks' activation bytes are what they keep
+ * under recompute rc (NULL: none) on nvs stages (partition.c). */
+struct gpt_rc;
+void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const struct gpt_rc *rc, int nvs,
+                       cb_pp_module *m);
 /* Short profiling pass: times forward + backward of the embedding, one block
  * and the head on this process (serial layout, reps repetitions, best of),
  * and sets every module's time_ms. */

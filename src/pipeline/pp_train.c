@@ -51,13 +51,14 @@ static int partition(const char *how, const double *cost, int nmod, int p, int v
 
 /* Module costs (profiled on world rank 0 and broadcast, so every rank
  * computes the same partition), then the partition. */
-static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, int nvs,
-                cb_err *e) {
+static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c,
+                const cb_pp_config *cfg, cb_err *e) {
+    int nvs = cfg->p * cfg->v;
     int nmod = c->n_layer + 2, rc = CB_OK;
     cb_pp_module *m = calloc((size_t)nmod, sizeof *m);
     double *cost = calloc((size_t)nmod, sizeof *cost), *ms = calloc((size_t)nmod, sizeof *ms);
     if (!m || !cost || !ms) rc = cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
-    if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, m);
+    if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, &cfg->rc, nvs, m);
     int auto_ = po->partition && !strcmp(po->partition, "auto");
     if (!rc && auto_ && !po->no_profile) {
         if (t->g->world.rank == 0) rc = cb_pp_gpt_profile(c, t->rows, t->T, 2, m, e);
@@ -109,7 +110,7 @@ int cb_pp_trainer_init(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_conf
     t->rows = B / g->dp;
     cb_pp_config cfg = {0};
     int rc = parse_opts(po, accum, g->pp, &cfg, e);
-    if (!rc) rc = plan(t, po, c, cfg.p * cfg.v, e);
+    if (!rc) rc = plan(t, po, c, &cfg, e);
     if (rc) return rc;
     t->M = cfg.M;
     cfg.bound = t->part.bound;
@@ -160,20 +161,21 @@ static double grad_sumsq(cb_pp_trainer *t) {
 }
 
 /* Per-stage figures to every rank of the pipeline group (world rank 0 logs). */
+enum { ST_BUSY, ST_FWD, ST_BWD, ST_WAIT, ST_BUBBLE, ST_ACT, NST };
+
 static void gather_stats(cb_pp_trainer *t, cb_pp_step_stats *st) {
     int p = t->g->pp, s = t->pipe.s;
-    double *v = calloc(3 * (size_t)p, sizeof *v);
+    double *v = calloc(NST * (size_t)p, sizeof *v);
     if (!v) return;
-    v[s] = t->pipe.st.busy_ms;
-    v[p + s] = t->pipe.st.bubble;
-    v[2 * p + s] = t->pipe.st.act_bytes;
-    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, 3 * (size_t)p, CB_COMM_SUM);
+    const cb_pp_stats *x = &t->pipe.st;
+    double mine[NST] = {x->busy_ms, x->fwd_ms, x->bwd_ms, x->wait_ms, x->bubble, x->act_bytes};
+    for (int k = 0; k < NST; k++) v[k * p + s] = mine[k];
+    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, NST * (size_t)p, CB_COMM_SUM);
+    double *dst[NST] = {st->busy_ms, st->fwd_ms, st->bwd_ms, st->wait_ms, st->bubble, st->act_bytes};
     st->bubble_mean = 0;
     for (int i = 0; i < p && i < CB_PP_MAX_STAGES; i++) {
-        st->busy_ms[i] = v[i];
-        st->bubble[i] = v[p + i];
-        st->act_bytes[i] = v[2 * p + i];
-        st->bubble_mean += v[p + i] / p;
+        for (int k = 0; k < NST; k++) dst[k][i] = v[k * p + i];
+        st->bubble_mean += v[ST_BUBBLE * p + i] / p;
     }
     st->bubble_formula = cb_pp_bubble_formula(p, t->pipe.o.v, t->M);
     free(v);
@@ -333,6 +335,20 @@ int cb_pp_trainer_load(cb_pp_trainer *t, const char *path, int state, cb_err *e)
     return rc;
 }
 
+void cb_pp_act_plan(cb_pp_trainer *t, double *bytes, double *none, double *extra_frac) {
+    int p = t->g->pp, s = t->pipe.s;
+    double *v = calloc(2 * (size_t)p + 2, sizeof *v);
+    if (!v) cb_comm_fatal("out of memory");
+    v[s] = t->pipe.st.act_bytes;
+    v[p + s] = t->pipe.st.act_bytes_none;
+    v[2 * p] = t->pipe.st.recompute_flops;
+    v[2 * p + 1] = t->pipe.st.flops;
+    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, 2 * (size_t)p + 2, CB_COMM_SUM);
+    for (int i = 0; i < p; i++) bytes[i] = v[i], none[i] = v[p + i];
+    *extra_frac = v[2 * p + 1] > 0 ? v[2 * p] / v[2 * p + 1] : 0;
+    free(v);
+}
+
 /* snprintf at the end of buf, counting what was needed. */
 __attribute__((format(printf, 4, 5))) static void app(char *buf, size_t cap, int *len,
                                                       const char *fmt, ...) {
@@ -353,6 +369,9 @@ static void put_array(char *buf, size_t cap, int *len, const char *key, const do
 int cb_pp_log_fields(const cb_pp_trainer *t, const cb_pp_step_stats *st, char *buf, size_t cap) {
     int p = t->g->pp < CB_PP_MAX_STAGES ? t->g->pp : CB_PP_MAX_STAGES, len = 0;
     put_array(buf, cap, &len, "pp_busy_ms", st->busy_ms, p, 3);
+    put_array(buf, cap, &len, "pp_fwd_ms", st->fwd_ms, p, 3);
+    put_array(buf, cap, &len, "pp_bwd_ms", st->bwd_ms, p, 3);
+    put_array(buf, cap, &len, "pp_wait_ms", st->wait_ms, p, 3);
     put_array(buf, cap, &len, "pp_bubble", st->bubble, p, 4);
     put_array(buf, cap, &len, "pp_act_bytes", st->act_bytes, p, 0);
     app(buf, cap, &len, ",\"pp_bubble_mean\":%.4f,\"pp_bubble_formula\":%.4f", st->bubble_mean,

@@ -40,9 +40,12 @@ void cb_pp_opts_defaults(cb_pp_opts *o);
 typedef struct cb_pp_step_stats {
     float loss, grad_norm, lr;
     double step_ms, opt_ms;
-    double busy_ms[CB_PP_MAX_STAGES]; /* per pipeline rank, on world rank 0 */
+    /* per pipeline rank (stage), gathered to every rank of the pipeline */
+    double busy_ms[CB_PP_MAX_STAGES]; /* forward + backward compute */
+    double fwd_ms[CB_PP_MAX_STAGES], bwd_ms[CB_PP_MAX_STAGES];
+    double wait_ms[CB_PP_MAX_STAGES]; /* blocked on point-to-point messages */
     double bubble[CB_PP_MAX_STAGES];
-    double act_bytes[CB_PP_MAX_STAGES];
+    double act_bytes[CB_PP_MAX_STAGES]; /* cb_pp_stats.act_bytes */
     double bubble_mean, bubble_formula;
 } cb_pp_step_stats;
 
@@ -71,6 +74,10 @@ int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *st
 /* Weights from path into every chunk; with state, the moments of path.state
  * (the caller reads its metadata). */
 int cb_pp_trainer_load(cb_pp_trainer *t, const char *path, int state, cb_err *e);
+/* Collective over the pipeline group: each stage's planned activation
+ * bytes, and had it no recompute (p each), and the recompute's extra
+ * forward FLOPs over the step's, all stages together. */
+void cb_pp_act_plan(cb_pp_trainer *t, double *bytes, double *none, double *extra_frac);
 /* ,"pp_busy_ms":[..],"pp_bubble":[..],... for the JSONL log; snprintf-like. */
 int cb_pp_log_fields(const cb_pp_trainer *t, const cb_pp_step_stats *st, char *buf, size_t cap);
 

@@ -205,6 +205,8 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     const cb_train_opts *o = &t->o;
     r->t_start = omp_get_wtime();
     r->first_step = t->step;
+    char act[64]; /* planned activation bytes (with --pp: pp_act_bytes per stage) */
+    snprintf(act, sizeof act, ",\"act_bytes\":%.0f", sizeof(float) * (double)t->model->act_floats);
     int last = o->steps;
     if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
     while (t->step < last) {
@@ -214,7 +216,7 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
-        report(o, t->step, r, &st, vl, "");
+        report(o, t->step, r, &st, vl, act);
         if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
             int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
             if (rc) return rc;
@@ -264,8 +266,9 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_pp_trainer_step(pt, ld, r->grid->dpg.rank * pt->rows, step, &ps);
         step++;
         comm_delta(r);
+        /* fwd_ms, bwd_ms: world rank 0's stage (pipeline stage 0) */
         cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
-                            .step_ms = ps.step_ms, .bwd_ms = ps.step_ms - ps.opt_ms,
+                            .step_ms = ps.step_ms, .fwd_ms = ps.fwd_ms[0], .bwd_ms = ps.bwd_ms[0],
                             .opt_ms = ps.opt_ms};
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
         report(o, step, r, &st, NAN, extra);
@@ -275,6 +278,16 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         }
     }
     return o->save ? agree(w, pp_save(pt, ld, step, o->save, e), e) : CB_OK;
+}
+
+/* Collective over the pipeline group; world rank 0 prints. */
+static void pp_act_report(const cb_train_opts *o, cb_pp_trainer *pt, int rank) {
+    int p = pt->g->pp;
+    double *v = calloc(2 * (size_t)p, sizeof *v), frac = 0;
+    if (!v) return;
+    cb_pp_act_plan(pt, v, v + p, &frac);
+    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, frac);
+    free(v);
 }
 
 /* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
@@ -300,7 +313,9 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
         if (!o->quiet && r->rank == 0)
             fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
                             "sequences, tensor %s x %d, data x %d\n",
-                    g->pp, o->pipe.schedule, pt.M, o->B, L->ops->name, g->tp, g->dp);
+                    g->pp, cb_pp_schedule_name(pt.pipe.o.kind), pt.M, o->B, L->ops->name, g->tp,
+                    g->dp);
+        if (!o->quiet) pp_act_report(o, &pt, r->rank);
         rc = pp_loop(o, &pt, &ld, step, r, e);
     }
     if (built) cb_pp_trainer_free(&pt);
@@ -367,6 +382,13 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
             o->embed_grad);
 }
 
+static void act_report(const cb_train_opts *o, const cb_gpt *m) {
+    gpt_rc none = {0};
+    double b = sizeof(float) * (double)m->act_floats;
+    double z = sizeof(float) * (double)gpt_act_floats_with(m, &none);
+    cb_act_report(stderr, &o->pipe, &b, &z, 1, gpt_recompute_flops(m) / gpt_stage_flops(m));
+}
+
 /* --comm-report: rank 0's table, and the spread of communication time. */
 static void comm_report(const run_state *r) {
     if (!r->grid) return;
@@ -424,6 +446,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
         if (r.grid) r.comm_last = cb_comm_stats_sum(g.comms, g.ncomms);
         startup_line(&o, &t, &r);
+        if (!o.quiet && r.rank == 0) act_report(&o, t.model);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
