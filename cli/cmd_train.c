@@ -72,7 +72,7 @@ int cmd_train(int argc, char **argv) {
         {"tp-mode", ARG_STR, &o.tp_mode, "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
         {"schedule", ARG_STR, &o.pipe.schedule, "pipeline schedule: gpipe, 1f1b, interleaved"},
         {"micro-batches", ARG_INT, &o.pipe.micro_batches,
-         "pipeline micro-batches per step (default: --grad-accum)"},
+         "micro-batches per step (default: --grad-accum; without --pp the same as it)"},
         {"virtual-stages", ARG_INT, &o.pipe.virtual_stages, "interleaved: chunks per rank (2)"},
         {"partition", ARG_STR, &o.pipe.partition, "auto, or module boundaries such as 0,3,7,12"},
         {"partition-memory-weight", ARG_DOUBLE, &o.pipe.memory_weight,

@@ -52,6 +52,7 @@ case_ "pp2 1f1b M=4 recompute 1 layer" 2 4 --pp 2 --recompute block --recompute-
 case_ "pp2 1f1b M=4 recompute uniform 2" 2 4 --pp 2 --recompute block --recompute-method uniform --recompute-layers 2
 case_ "pp2 x 1d2 M=4 selective"     4 4 --pp 2 --tp 2 --tp-mode 1d --recompute selective
 case_ "pp2 manual partition 0,2,8"  2 4 --pp 2 --partition 0,2,8
+case_ "pp2 partition equal"         2 4 --pp 2 --partition equal
 case_ "pp2 x dp2 zero M=4"          4 4 --pp 2 --dp 2 --zero 1
 case_ "pp2 x 1d2 x dp2 M=4"         8 4 --pp 2 --tp 2 --tp-mode 1d --dp 2
 case_ "pp2 x 2d4 M=4"               8 4 --pp 2 --tp 4 --tp-mode 2d
@@ -174,3 +175,37 @@ timeout 60 "$MPIRUN" "${launch[@]}" 4 "$C" train "${A[@]}" --pp 4 --schedule 1f1
 rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c 'cubist' bad.txt)" -eq 1 ]; then echo "PASS pp bad schedule: exit 2, $(grep cubist bad.txt)"
 else echo "FAIL pp bad schedule: exit $rc: $(head -c 300 bad.txt)"; fi
+# pipeline flags without --pp: refused, one line, exit 2 (--micro-batches
+# excepted: without --pp it is --grad-accum); sizes that cannot run name
+# the flags and the valid values
+for f in "--schedule gpipe" "--virtual-stages 2" "--partition equal" "--print-partition" \
+         "--partition-memory-weight 0.2" "--no-profile"; do
+    set -- $f
+    refuse "$1 without --pp" 1 "$1 needs --pp > 1" $f
+done
+refuse "--micro-batches 0" 1 'micro-batches 0 must be >= 1' --micro-batches 0
+refuse "--micro-batches 0 under --pp" 2 'micro-batches 0 must be >= 1' --pp 2 --micro-batches 0
+refuse "--virtual-stages 5 at pp2 (8 modules)" 2 'use --virtual-stages between 1 and 4' --pp 2 --schedule interleaved --virtual-stages 5
+refuse "--pp 4 for 3 modules" 4 'use --pp between 2 and 3' --pp 4 --layers 1
+if "$C" train "${A[@]}" --micro-batches 4 --log s.jsonl 2>err.txt; then
+    $CMP logs s.jsonl ref4.jsonl --label "--micro-batches 4 without --pp = --grad-accum 4"
+else echo "FAIL --micro-batches without --pp: $(head -c 300 err.txt)"; fi
+# --steps 0 under --pp needs no data (it read "(null)" before); the initial
+# weights are saved
+B=(--layers 6 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 0 --seed 5 --quiet)
+if timeout 60 "$MPIRUN" "${launch[@]}" 2 "$C" train "${B[@]}" --pp 2 --save z.st >out.txt 2>&1 &&
+   ! grep -q null out.txt && [ -s z.st ] && "$C" train "${B[@]}" --save z1.st 2>>out.txt &&
+   $CMP st z.st z1.st --tol 0 --label "--steps 0 --pp 2 without --data" >cmp.txt; then
+    echo "PASS --steps 0 --pp 2 without --data: exit 0, saved weights = one process's initial ones ($(sed 's/^PASS [^:]*: //' cmp.txt))"
+else echo "FAIL --steps 0 --pp 2 without --data: $(head -c 300 out.txt cmp.txt 2>/dev/null)"; fi
+# --partition-memory-weight moves the boundary end to end: a vocabulary of
+# 4096 makes the embedding's wte (3 x its bytes) heavy in memory for no
+# compute, so weighting memory shrinks stage 0
+W=(--layers 12 --d-model 64 --heads 4 --seq-len 64 --vocab 4096 --batch 4 --steps 0 --quiet
+   --pp 2 --no-profile --print-partition)
+cut_at() { timeout 60 "$MPIRUN" "${launch[@]}" 2 "$C" train "${W[@]}" --partition-memory-weight "$1" 2>&1 |
+           sed -n 's/^ *0 *0 \[0,\([0-9]*\)).*/\1/p'; }
+c0=$(cut_at 0); c8=$(cut_at 0.8)
+if [ -n "$c0" ] && [ -n "$c8" ] && [ "$c8" -lt "$c0" ]; then
+    echo "PASS --partition-memory-weight moves the cut: stage 0 is [0,$c0) at w=0, [0,$c8) at w=0.8"
+else echo "FAIL --partition-memory-weight moves the cut: stage 0 ends at '$c0' (w=0), '$c8' (w=0.8)"; fi

@@ -12,27 +12,69 @@
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
 void cb_pp_opts_defaults(cb_pp_opts *o) {
-    *o = (cb_pp_opts){.schedule = "1f1b", .partition = "auto", .memory_weight = 0.8,
-                      .recompute = "none"};
+    *o = (cb_pp_opts){.micro_batches = CB_PP_UNSET, .virtual_stages = CB_PP_UNSET,
+                      .memory_weight = NAN};
 }
 
-static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg, cb_err *e) {
-    int rc = cb_pp_parse_schedule(po->schedule, &cfg->kind, e);
-    if (rc) return rc;
-    if (po->micro_batches && accum > 1 && accum != po->micro_batches)
+/* The first pipeline-only flag the user gave, or NULL. */
+static const char *pipeline_flag(const cb_pp_opts *o) {
+    if (o->schedule) return "--schedule";
+    if (o->virtual_stages != CB_PP_UNSET) return "--virtual-stages";
+    if (o->partition) return "--partition";
+    if (o->print_partition) return "--print-partition";
+    if (!isnan(o->memory_weight)) return "--partition-memory-weight";
+    if (o->no_profile) return "--no-profile";
+    return NULL;
+}
+
+int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e) {
+    int mb = o->micro_batches;
+    if (mb != CB_PP_UNSET && mb < 1)
+        return cb_fail(e, CB_EINPUT, "--micro-batches %d must be >= 1 (micro-batches per step)", mb);
+    if (o->virtual_stages != CB_PP_UNSET && o->virtual_stages < 1)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages %d must be >= 1 (model chunks per rank)",
+                       o->virtual_stages);
+    if (mb != CB_PP_UNSET && *accum > 1 && *accum != mb)
         return cb_fail(e, CB_EINPUT,
-                       "--grad-accum %d and --micro-batches %d disagree; under --pp the "
-                       "micro-batches are the accumulation steps: give one of them",
-                       accum, po->micro_batches);
-    cfg->p = p;
-    cfg->M = po->micro_batches ? po->micro_batches : accum;
-    cfg->v = po->virtual_stages ? po->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
-    rc = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers,
-                             &cfg->rc, e);
-    if (rc) return rc;
-    if (!(po->memory_weight >= 0 && po->memory_weight <= 1))
+                       "--grad-accum %d and --micro-batches %d disagree: the micro-batches are "
+                       "the accumulation steps; give one of them",
+                       *accum, mb);
+    if (mb != CB_PP_UNSET) *accum = mb;
+    const char *f = pp > 1 ? NULL : pipeline_flag(o);
+    if (f)
+        return cb_fail(e, CB_EINPUT, "%s needs --pp > 1 (pipeline parallelism); add --pp N or "
+                                     "drop %s",
+                       f, f);
+    if (!o->schedule) o->schedule = "1f1b";
+    if (!o->partition) o->partition = "auto";
+    if (isnan(o->memory_weight)) o->memory_weight = 0.8;
+    if (!(o->memory_weight >= 0 && o->memory_weight <= 1))
         return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
-    return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
+    return CB_OK;
+}
+
+/* o resolved in place, and the schedule's sizes; p * v stages need at
+ * least as many modules. The trainer runs any p >= 1 (a one-stage
+ * pipeline too); refusing pipeline flags without --pp is the command
+ * line's (cb_pp_opts_resolve with the real --pp). */
+static int parse_opts(cb_pp_opts *o, int accum, int p, int nmod, cb_pp_config *cfg, cb_err *e) {
+    int rc = cb_pp_opts_resolve(o, p > 1 ? p : 2, &accum, e);
+    if (!rc) rc = cb_pp_parse_schedule(o->schedule, &cfg->kind, e);
+    if (rc) return rc;
+    int vset = o->virtual_stages != CB_PP_UNSET;
+    cfg->p = p;
+    cfg->M = accum;
+    cfg->v = vset ? o->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
+    rc = gpt_recompute_parse(o->recompute, o->recompute_method, o->recompute_layers, &cfg->rc, e);
+    if (!rc) rc = cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
+    if (rc || p * cfg->v <= nmod) return rc;
+    if (cfg->v == 1 || p > nmod)
+        return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (--layers + 2); use "
+                                     "--pp between 2 and %d, or more --layers",
+                       p, nmod, nmod);
+    return cb_fail(e, CB_EINPUT, "--pp %d x --virtual-stages %d = %d pipeline stages for a model of "
+                                 "%d modules (--layers + 2); use --virtual-stages between 1 and %d",
+                   p, cfg->v, p * cfg->v, nmod, nmod / p);
 }
 
 /* --partition auto | equal | LIST over p ranks of v chunks; the rank sums
@@ -59,7 +101,7 @@ static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c,
     double *cost = calloc((size_t)nmod, sizeof *cost), *ms = calloc((size_t)nmod, sizeof *ms);
     if (!m || !cost || !ms) rc = cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
     if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, &cfg->rc, nvs, m);
-    int auto_ = po->partition && !strcmp(po->partition, "auto");
+    int auto_ = !strcmp(po->partition, "auto");
     if (!rc && auto_ && !po->no_profile) {
         if (t->g->world.rank == 0) rc = cb_pp_gpt_profile(c, t->rows, t->T, 2, m, e);
         rc = cb_comm_agree_err(&t->g->world, rc ? e : (e->code = 0, e));
@@ -68,7 +110,7 @@ static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c,
         for (int i = 0; i < nmod; i++) m[i].time_ms = ms[i];
     }
     if (!rc) cb_pp_module_costs(m, nmod, po->memory_weight, cost);
-    if (!rc) rc = partition(po->partition ? po->partition : "auto", cost, nmod, t->g->pp, nvs / t->g->pp, &t->part, e);
+    if (!rc) rc = partition(po->partition, cost, nmod, t->g->pp, nvs / t->g->pp, &t->part, e);
     if (!rc && po->print_partition && t->g->world.rank == 0) {
         cb_pp_partition_print(stdout, &t->part, m, po->memory_weight, t->g->pp);
         fflush(stdout);
@@ -109,8 +151,9 @@ int cb_pp_trainer_init(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_conf
                        B, g->dp, g->dp);
     t->rows = B / g->dp;
     cb_pp_config cfg = {0};
-    int rc = parse_opts(po, accum, g->pp, &cfg, e);
-    if (!rc) rc = plan(t, po, c, &cfg, e);
+    cb_pp_opts o = *po;
+    int rc = parse_opts(&o, accum, g->pp, c->n_layer + 2, &cfg, e);
+    if (!rc) rc = plan(t, &o, c, &cfg, e);
     if (rc) return rc;
     t->M = cfg.M;
     cfg.bound = t->part.bound;

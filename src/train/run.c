@@ -294,14 +294,14 @@ static void pp_act_report(const cb_train_opts *o, cb_pp_trainer *pt, int rank) {
 static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data, run_state *r,
                   cb_err *e) {
     cb_pp_trainer pt;
-    cb_loader ld;
+    cb_loader ld = {0}; /* no --data (--steps 0): nothing read, position 0 saved */
     int step = 0;
     o->opt.steps = o->steps; /* the cosine schedule's length */
     int rc = cb_pp_trainer_init(&pt, &o->pipe, &o->model, o->B, o->T, o->accum, g, L, &o->opt,
                                 o->seed, o->zero, o->bucket_mb, e);
     int built = !rc;
     if (built) o->accum = pt.M; /* tokens per step in the log */
-    if (!rc) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
+    if (!rc && o->data) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
     if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, e);
     if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
@@ -411,6 +411,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
     int rc = check_opts(&o, e);
+    if (!rc) rc = cb_pp_opts_resolve(&o.pipe, o.pp, &o.accum, e);
     if (!rc) rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     cb_grid g = {0};
