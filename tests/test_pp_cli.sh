@@ -209,3 +209,20 @@ c0=$(cut_at 0); c8=$(cut_at 0.8)
 if [ -n "$c0" ] && [ -n "$c8" ] && [ "$c8" -lt "$c0" ]; then
     echo "PASS --partition-memory-weight moves the cut: stage 0 is [0,$c0) at w=0, [0,$c8) at w=0.8"
 else echo "FAIL --partition-memory-weight moves the cut: stage 0 ends at '$c0' (w=0), '$c8' (w=0.8)"; fi
+# validation and --dump-grads under --pp: a forward-only pass of the
+# validation batches through the stages (loss from the last, broadcast),
+# and step 1's reduced gradients merged from the stages into one file:
+# val_loss at every step and the dumped gradients equal the one process
+# (1e-5; the key third of c_attn.bias is rounding noise, see compare.py,
+# and must stay below 1e-6 absolute)
+"$C" prepare --input text.txt --output tv.bin --val-output vv.bin --val-fraction 0.1 >/dev/null
+V=(--data tv.bin --val-data vv.bin --eval-every 1 --eval-batches 2 --grad-accum 4)
+"$C" train "${A[@]}" "${V[@]}" --log vref.jsonl --dump-grads gref.st 2>err.txt || echo "FAIL eval reference: $(head -c 300 err.txt)"
+for x in "2 --pp 2" "4 --pp 4 --schedule interleaved" "4 --pp 2 --dp 2"; do
+    set -- $x; np=$1; shift
+    if timeout 120 "$MPIRUN" "${launch[@]}" "$np" "$C" train "${A[@]}" "${V[@]}" "$@" --log v.jsonl \
+            --dump-grads g.st 2>err.txt; then
+        $CMP logs v.jsonl vref.jsonl --keys loss,val_loss --label "$* val_loss every step"
+        $CMP st g.st gref.st --key-bias-abs 1e-6 --label "$* --dump-grads"
+    else echo "FAIL $* eval and dump-grads: $(head -c 300 err.txt)"; fi
+done

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #define TAG_TIE 32761
+#define TAG_EVAL 32763
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
@@ -280,6 +281,35 @@ double cb_pipe_step(cb_pipe *pp, const int *ids, const int *targets, float dloss
     pp->st.step_ms = now_ms() - t0;
     pp->st.busy_ms = pp->st.fwd_ms + pp->st.bwd_ms;
     pp->st.bubble = pp->st.step_ms > 0 ? 1 - pp->st.busy_ms / pp->st.step_ms : 0;
+    return loss;
+}
+
+/* Each chunk in order, slot 0 (no step is in flight): receive, forward,
+ * send. Sends are non-blocking (a rank may send to itself) and waited at
+ * the end; the messages between two ranks come in chunk order, so one tag
+ * serves. Data moves in virtual stage order only, so nothing waits in a
+ * cycle. */
+double cb_pipe_eval(cb_pipe *pp, const int *ids, const int *targets) {
+    double loss = 0;
+    int p = pp->o.p;
+    cb_comm_req *reqs = malloc(sizeof *reqs * (size_t)pp->o.v);
+    if (!reqs) cb_comm_fatal("out of memory for the validation pass");
+    for (int c = 0; c < pp->o.v; c++) {
+        cb_gpt *m = pp->ch[c].m;
+        int vs = pp->ch[c].vs;
+        reqs[c] = (cb_comm_req){.req = MPI_REQUEST_NULL};
+        if (vs > 0)
+            cb_comm_recv(pp->c, "pp.eval", gpt_stage_input(m, 0), pp->act, (vs - 1) % p, TAG_EVAL);
+        float l = gpt_stage_forward(m, 0, m->has_embed ? ids : NULL, m->has_head ? targets : NULL,
+                                    pp->B, pp->T);
+        if (m->has_head) loss = l;
+        if (vs < pp->nvs - 1)
+            cb_comm_isend(pp->c, "pp.eval", gpt_stage_output(m, 0), pp->act, (vs + 1) % p,
+                          TAG_EVAL, &reqs[c]);
+    }
+    cb_comm_waitall(reqs, pp->o.v);
+    free(reqs);
+    if (pp->c && p > 1) cb_comm_bcast_bytes(pp->c, "pp.loss", &loss, sizeof loss, p - 1);
     return loss;
 }
 

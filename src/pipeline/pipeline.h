@@ -95,6 +95,10 @@ void cb_pipe_zero_grad(cb_pipe *pp);
 typedef void (*cb_pp_bwd_fn)(void *ctx, int chunk, int last);
 double cb_pipe_step(cb_pipe *pp, const int *ids, const int *targets, float dloss_scale,
                     cb_pp_bwd_fn before_bwd, void *ctx);
+/* Forward only of one micro-batch (ids, targets: B x T) through every
+ * chunk, between steps: the mean loss, the same on every rank of the
+ * pipeline. Validation under --pp. */
+double cb_pipe_eval(cb_pipe *pp, const int *ids, const int *targets);
 /* Sum of squares of the gradients this rank owns, wte counted once (on the
  * embedding's stage); the caller adds it up over the tensor and pipeline
  * ranks (grid->model). */

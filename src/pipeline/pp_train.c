@@ -224,6 +224,8 @@ static void gather_stats(cb_pp_trainer *t, cb_pp_step_stats *st) {
     free(v);
 }
 
+static void dump_grads(cb_pp_trainer *t); /* with the checkpoints below */
+
 void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp_step_stats *st) {
     double t0 = now_ms();
     size_t mb = (size_t)t->rows * t->T;
@@ -237,6 +239,7 @@ void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp
         for (int c = 0; c < v; c++) cb_dp_reduce(&t->dp[c]);
         loss = cb_dp_mean(&t->dp[0], loss);
     }
+    if (step == 0 && t->dump_grads) dump_grads(t);
     double ss = grad_sumsq(t);
     cb_comm_allreduce_f64(&t->g->model, "norm", NULL, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
@@ -308,8 +311,10 @@ static float *full_moments(cb_pp_trainer *t, int c) {
     return full;
 }
 
+/* Each virtual stage's part of path: parameters (grads 0) or gradients,
+ * and with meta the AdamW moments in path.state's parts. */
 static int save_parts(cb_pp_trainer *t, const char *path, const char *const *meta, int nmeta,
-                      cb_err *e) {
+                      int grads, cb_err *e) {
     char sp[4096], pp[4200];
     snprintf(sp, sizeof sp, "%s.state", path);
     int rc = CB_OK;
@@ -318,7 +323,7 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         int vs = t->pipe.ch[c].vs;
         float *full = t->dp && t->zero && meta ? full_moments(t, c) : NULL;
         if (t->g->dpg.rank != 0) continue;
-        const float *w = m->params;
+        const float *w = grads ? m->grads : m->params;
         const char *none = "";
         cb_pp_part_path(pp, sizeof pp, path, vs);
         int r = gpt_save_blocks(m, 1, &w, &none, pp, NULL, 0, e);
@@ -335,10 +340,11 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
     return rc;
 }
 
-int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
-                       int nmeta, cb_err *e) {
+static int save_merged(cb_pp_trainer *t, const char *path, const char *const *state_meta,
+                       int nmeta, int grads, cb_err *e) {
     cb_comm *w = &t->g->world;
-    int rc = cb_comm_agree_err(w, save_parts(t, path, state_meta, nmeta, e) ? e : (e->code = 0, e));
+    int rc = save_parts(t, path, state_meta, nmeta, grads, e);
+    rc = cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
     if (rc) return rc;
     if (w->rank == 0) {
         char sp[4096];
@@ -347,6 +353,32 @@ int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *st
         if (!rc && state_meta) rc = cb_pp_merge_parts(sp, t->pipe.nvs, e);
     }
     return cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
+}
+
+int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
+                       int nmeta, cb_err *e) {
+    return save_merged(t, path, state_meta, nmeta, 0, e);
+}
+
+/* --dump-grads: the step's reduced gradients, before clipping, one file as
+ * without --pp (the tied wte once: both copies hold the sum). A failure
+ * warns, as the one-process trainer does. */
+static void dump_grads(cb_pp_trainer *t) {
+    cb_err e = {0};
+    if (save_merged(t, t->dump_grads, NULL, 0, 1, &e) && t->g->world.rank == 0)
+        fprintf(stderr, "cubist: warning: %s\n", e.msg);
+}
+
+float cb_pp_trainer_eval(cb_pp_trainer *t, const cb_tokens *val, int n) {
+    cb_loader l;
+    if (cb_loader_init(&l, val, t->rows * t->g->dp, t->T, 0, 0, "", NULL)) return NAN;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        cb_loader_next(&l, t->ids, t->targets, t->g->dpg.rank * t->rows, t->rows);
+        sum += cb_pipe_eval(&t->pipe, t->ids, t->targets);
+    }
+    if (t->dp) sum = cb_dp_mean(&t->dp[0], sum);
+    return (float)(sum / n);
 }
 
 static int load_moment(cb_pp_trainer *t, int c, float *dst, const char *prefix,

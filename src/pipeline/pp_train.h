@@ -68,6 +68,7 @@ typedef struct cb_pp_trainer {
     cb_dp *dp;     /* per chunk; NULL when the data-parallel group is 1 */
     int M, rows, T, zero;
     int *ids, *targets; /* M x rows x T */
+    const char *dump_grads; /* --dump-grads: written at step index 0 (collective) */
 } cb_pp_trainer;
 
 /* Collective over the grid. B: the global micro-batch; rows B/dp per rank. */
@@ -78,6 +79,10 @@ void cb_pp_trainer_free(cb_pp_trainer *t);
 /* One optimizer step at 0-based step index `step`; ld yields the global
  * micro-batches, this rank reads rows [r0, r0 + rows). */
 void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp_step_stats *st);
+/* Collective: the mean loss of n sequential batches of val (forward only,
+ * this rank's rows of each), the same on every rank; NAN when val holds
+ * fewer than one batch. */
+float cb_pp_trainer_eval(cb_pp_trainer *t, const cb_tokens *val, int n);
 /* Collective: path (weights) and, when state_meta is not NULL, path.state
  * (AdamW moments "m."/"v." and nmeta metadata pairs). */
 int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,

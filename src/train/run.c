@@ -253,8 +253,8 @@ static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *st
     return rc;
 }
 
-static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step, run_state *r,
-                   cb_err *e) {
+static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_tokens *val,
+                   int step, run_state *r, cb_err *e) {
     cb_comm *w = &r->grid->world;
     r->t_start = omp_get_wtime();
     r->first_step = step;
@@ -270,8 +270,11 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
                             .step_ms = ps.step_ms, .fwd_ms = ps.fwd_ms[0], .bwd_ms = ps.bwd_ms[0],
                             .opt_ms = ps.opt_ms};
+        float vl = NAN;
+        if (val && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
+            vl = cb_pp_trainer_eval(pt, val, o->eval_batches);
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
-        report(o, step, r, &st, NAN, extra);
+        report(o, step, r, &st, vl, extra);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
             int rc = agree(w, pp_save(pt, ld, step, o->save, e), e);
             if (rc) return rc;
@@ -291,8 +294,8 @@ static void pp_act_report(const cb_train_opts *o, cb_pp_trainer *pt, int rank) {
 }
 
 /* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
-static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data, run_state *r,
-                  cb_err *e) {
+static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data,
+                  const cb_tokens *val, run_state *r, cb_err *e) {
     cb_pp_trainer pt;
     cb_loader ld = {0}; /* no --data (--steps 0): nothing read, position 0 saved */
     int step = 0;
@@ -301,6 +304,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
                                 o->seed, o->zero, o->bucket_mb, e);
     int built = !rc;
     if (built) o->accum = pt.M; /* tokens per step in the log */
+    pt.dump_grads = o->dump_grads;
     if (!rc && o->data) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
     if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, e);
@@ -316,7 +320,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
                     g->pp, cb_pp_schedule_name(pt.pipe.o.kind), pt.M, o->B, L->ops->name, g->tp,
                     g->dp);
         if (!o->quiet) pp_act_report(o, &pt, r->rank);
-        rc = pp_loop(o, &pt, &ld, step, r, e);
+        rc = pp_loop(o, &pt, &ld, val, step, r, e);
     }
     if (built) cb_pp_trainer_free(&pt);
     return rc;
@@ -345,11 +349,7 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
     if (o->print_grid) cb_grid_print(g, stdout);
-    if (pp > 1 && (o->dump_grads || (o->val_data && o->eval_every > 0)))
-        rc = cb_fail(e, CB_EINPUT, "--pp %d: --dump-grads and --eval-every run on one pipeline "
-                                   "stage only; drop them or use --pp 1",
-                     pp);
-    else if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
+    if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
         rc = cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the whole embedding on every rank; "
                                    "use it with --tp 1 --pp 1, or drop it");
     else if (strcmp(o->tp3d_save, "gathered") && strcmp(o->tp3d_save, "shard"))
@@ -427,7 +427,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
     if (w && g.pp > 1) {
         rc = agree(w, rc, e);
-        if (!rc) rc = pp_run(&o, &g, L, &data, &r, e);
+        if (!rc) rc = pp_run(&o, &g, L, &data, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
         if (r.log) fclose(r.log);
         if (L) cb_layout_free(L);
