@@ -10,7 +10,8 @@
  * the recorded forward, cb_model_step the recorded backward, each over
  * --micro-batches M row slices of the batch, GPipe order (every forward,
  * then every backward: the loss must be returned before the backward is
- * declared, so 1F1B cannot apply here). An operator runs on the stage of
+ * declared, so 1F1B cannot apply here; --schedule other than gpipe,
+ * --virtual-stages and --recompute are refused, --no-profile accepted). An operator runs on the stage of
  * its layer; one without a layer (gelu, add, copy, zero) on the stage of
  * the operator before it. Each activation remembers which stages hold its
  * current value; an operator reading it elsewhere first receives it from
@@ -147,6 +148,35 @@ static int take_bool(int *argc, char **argv, const char *name) {
     return 0;
 }
 
+/* `cubist train`'s pipeline flags that a user's program cannot honour,
+ * taken out of argv: the user's loop returns the loss before it declares
+ * the backward, so its pipeline is GPipe (no 1F1B, no interleaving), and it
+ * keeps the activations it declares (no recompute). --schedule gpipe and
+ * --no-profile (the partition always comes from FLOP counts) are accepted. */
+static int user_pipeline_flags(int *argc, char **argv, cb_err *e) {
+    const char *s = take_flag(argc, argv, "--schedule"), *v = take_flag(argc, argv, "--virtual-stages");
+    const char *r = take_flag(argc, argv, "--recompute");
+    const char *rl = take_flag(argc, argv, "--recompute-layers");
+    const char *rm = take_flag(argc, argv, "--recompute-method");
+    take_bool(argc, argv, "--no-profile");
+    if (s && strcmp(s, "gpipe"))
+        return cb_fail(e, CB_EINPUT, "--schedule %s: a user model's pipeline runs GPipe (its loop "
+                                     "returns the loss before declaring the backward); use gpipe",
+                       s);
+    if (v)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages needs the interleaved schedule, and a user "
+                                     "model's pipeline runs GPipe; drop it (use gpipe)");
+    const char *rf = NULL, *rv = NULL;
+    if (r && strcmp(r, "none")) rf = "--recompute", rv = r;
+    else if (rl) rf = "--recompute-layers", rv = rl;
+    else if (rm) rf = "--recompute-method", rv = rm;
+    if (rf)
+        return cb_fail(e, CB_EINPUT, "%s %s: a user model keeps the activations it declares, "
+                                     "nothing is recomputed; drop %s",
+                       rf, rv, rf);
+    return CB_OK;
+}
+
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     clear(e);
     int rc = cb_comm_init(argc, argv, e);
@@ -166,7 +196,8 @@ int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     d->partition = part_s ? part_s : "auto";
     d->mem_weight = mw_s ? atof(mw_s) : 0.8;
     d->print_partition = print;
-    rc = cb_grid_parse_mode(mode_s ? mode_s : "1d", &mode, e);
+    rc = user_pipeline_flags(argc, *argv, e);
+    if (!rc) rc = cb_grid_parse_mode(mode_s ? mode_s : "1d", &mode, e);
     if (!rc && mb_s && d->M < 1)
         rc = cb_fail(e, CB_EINPUT, "--micro-batches %s must be a positive integer", mb_s);
     if (!rc && (d->mem_weight < 0 || d->mem_weight > 1))
