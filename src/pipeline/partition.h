@@ -81,9 +81,14 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
 struct gpt_rc;
 void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const struct gpt_rc *rc, int nvs,
                        cb_pp_module *m);
-/* Short profiling pass: times forward + backward of the embedding, one block
- * and the head on this process (serial layout, reps repetitions, best of),
- * and sets every module's time_ms. */
+/* Sets m[i].time_ms (at least 1e-6) of each of n modules from fn, which
+ * times module i alone. */
+typedef int (*cb_pp_time_fn)(void *ctx, int module, double *ms, cb_err *e);
+int cb_pp_profile_modules(cb_pp_module *m, int n, cb_pp_time_fn fn, void *ctx, cb_err *e);
+/* The profiling pass of --partition auto: every module of the GPT (the
+ * embedding, each block, the head) alone as a one-module stage on this
+ * process, serial layout, micro-batches of B x T, filler weights; forward
+ * + backward timed reps times after a warm-up run, the best kept. */
 int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e);
 
 #endif
