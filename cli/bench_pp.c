@@ -15,7 +15,8 @@
  *                  slowest stage sets the pace, the others idle the rest
  *   act_bytes      per stage, the activation memory the stage planned for
  *                  the micro-batches its schedule keeps in flight (what
- *                  `train` logs as pp_act_bytes; backward scratch included)
+ *                  `train` logs as pp_act_bytes: backward scratch, message
+ *                  and tied-gradient buffers included)
  *   tokens_per_s   B*T*M / step time (the optimizer step included)
  * and, at one point (--recompute-at), --recompute none, block and selective,
  * run back to back: activation bytes per stage and step time, block's and
@@ -404,6 +405,7 @@ static const char PP_EPILOG[] =
     "  f(imb)     the same with the measured stage times: the slowest stage sets the\n"
     "             pace, 1 - mean(busy) / (max(busy) (v*M + p-1) / (v*M))\n"
     "  act MB     activation memory each stage planned for its micro-batches in flight\n"
+    "             (pp_act_bytes: backward scratch, message and tied-gradient buffers)\n"
     "Then --recompute none, block and selective at --recompute-at P:SCHEDULE:M, block's\n"
     "and selective's memory per stage and step time as ratios against none.\n"
     "Partition: auto from FLOP counts with memory weight --partition-memory-weight (0:\n"
