@@ -61,6 +61,15 @@ static double key_bias_grad(const cb_pp_trainer *t) {
     return v[1] > 0 ? v[0] / v[1] : 1;
 }
 
+/* A barrier whose waiting ranks sleep instead of spinning: the ranks that
+ * wait for others' work must not take the cores (oversubscribed runs). */
+static void idle_barrier(void) {
+    MPI_Request r;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &r);
+    while (MPI_Test(&r, &done, MPI_STATUS_IGNORE), !done) usleep(2000);
+}
+
 /* The same dp x tp layout at pp = 1 on the ranks of pipeline stage 0 (its
  * data-parallel and tensor groups are that layout's), 30 steps, saved to
  * path; the other ranks wait. */
@@ -82,7 +91,7 @@ static int layout_reference(const cb_train_opts *o, const cb_tokens *data, cb_gr
         cb_trainer_free(&lt);
         cb_layout_free(L);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    idle_barrier();
     return rc;
 }
 
@@ -183,6 +192,7 @@ int main(int argc, char **argv) {
             ref[s][0] = st.loss, ref[s][1] = st.grad_norm;
         }
     }
+    idle_barrier(); /* the other ranks sleep while rank 0 trains the reference */
     MPI_Bcast(ref, 2 * STEPS, MPI_FLOAT, 0, MPI_COMM_WORLD);
     cb_grid g;
     cb_tp_mode mode;
