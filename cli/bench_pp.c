@@ -7,13 +7,16 @@
  * JSONL log and averages its steps after the warm-up ones:
  *   bubble         mean over stages of pp_bubble = 1 - busy / pipeline step
  *                  time (busy: forward + backward compute of that stage)
- *   formula        (p-1) / (v*M + p-1), equal stage times
+ *   formula        (p-1) / (v*M + p-1), equal stage times (interleaved
+ *                  with M < p: 1 - v*M / (v*p + M-1), cb_pp_bubble_formula)
  *   formula_imb    the same ideal schedule with the measured stage times:
- *                  1 - mean(busy) / (max(busy) * (v*M + p-1) / (v*M)); the
+ *                  1 - mean(busy) / (max(busy) * (v*M + p-1) / (v*M)) (with
+ *                  M < p interleaved, v*p + M-1 for v*M + p-1); the
  *                  slowest stage sets the pace, the others idle the rest
  *   act_bytes      per stage, the activation memory the stage planned for
  *                  the micro-batches its schedule keeps in flight (what
- *                  `train` logs as pp_act_bytes; backward scratch included)
+ *                  `train` logs as pp_act_bytes: backward scratch, message
+ *                  and tied-gradient buffers included)
  *   tokens_per_s   B*T*M / step time (the optimizer step included)
  * and, at one point (--recompute-at), --recompute none, block and selective,
  * run back to back: activation bytes per stage and step time, block's and
@@ -132,7 +135,8 @@ static int read_log(const pp_bench *b, const char *path, pp_run *r, cb_err *e) {
     if (r->nsteps < 1)
         return cb_fail(e, CB_ESYS, "%s: %d steps logged, none after the %d warm-up step(s)", path,
                        step, b->warmup);
-    double k = r->nsteps, mean = 0, max = 0, vm = (double)r->v * r->M;
+    double k = r->nsteps, mean = 0, max = 0;
+    double span = cb_pp_ideal_rounds(r->p, r->v, r->M) / (2.0 * r->v * r->M); /* (vM+p-1)/vM when M >= p */
     for (int s = 0; s < r->p; s++) {
         r->busy[s] /= k;
         r->bubble_s[s] /= k;
@@ -142,7 +146,7 @@ static int read_log(const pp_bench *b, const char *path, pp_run *r, cb_err *e) {
     r->bubble /= k;
     r->step_ms /= k;
     r->tokens_per_s = (double)b->batch * b->seq_len * r->M / (r->step_ms / 1e3);
-    r->formula_imb = max > 0 ? 1 - mean / (max * (vm + r->p - 1) / vm) : 0;
+    r->formula_imb = max > 0 ? 1 - mean / (max * span) : 0;
     return CB_OK;
 }
 
@@ -303,7 +307,7 @@ static int add_runs(const pp_bench *b, int p, const char *name, const int *ms, i
     int v = k == CB_PP_INTERLEAVED ? b->v : 1;
     for (int j = 0; j < nm && *n < MAXRUNS; j++) {
         cb_err ig = {0};
-        if (cb_pp_schedule_check(k, p, v, ms[j], &ig)) continue; /* interleaved: M % p */
+        if (cb_pp_schedule_check(k, p, v, ms[j], &ig)) continue;
         if (p * v > b->layers + 2) continue;                      /* a module per stage at least */
         pp_run *x = &r[(*n)++];
         *x = (pp_run){.p = p, .v = v, .M = ms[j]};
@@ -396,10 +400,12 @@ static const char PP_EPILOG[] =
     "Each row is one `$MPIRUN -np P cubist train --pp P ...` job (1 thread per rank) on\n"
     "synthetic tokens; its JSONL log is averaged over the steps after --warmup.\n"
     "  bubble     mean over stages of 1 - busy / step (busy: forward + backward)\n"
-    "  formula    (p-1)/(v*M + p-1), equal stage times\n"
+    "  formula    (p-1)/(v*M + p-1), equal stage times (interleaved with M < p:\n"
+    "             1 - v*M/(v*p + M-1): a rank's chunks wait on each other)\n"
     "  f(imb)     the same with the measured stage times: the slowest stage sets the\n"
     "             pace, 1 - mean(busy) / (max(busy) (v*M + p-1) / (v*M))\n"
     "  act MB     activation memory each stage planned for its micro-batches in flight\n"
+    "             (pp_act_bytes: backward scratch, message and tied-gradient buffers)\n"
     "Then --recompute none, block and selective at --recompute-at P:SCHEDULE:M, block's\n"
     "and selective's memory per stage and step time as ratios against none.\n"
     "Partition: auto from FLOP counts with memory weight --partition-memory-weight (0:\n"

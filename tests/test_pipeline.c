@@ -1,6 +1,7 @@
 /* The pipeline engine across ranks equals the whole model: run under
  * `mpirun -np W` (W = pp x tp; W = 1 runs pp = 1, with virtual stages
- * sending to itself). For each schedule, micro-batch count, partition and
+ * sending to itself). For each schedule, micro-batch count (M = 1, 4, 6, 8:
+ * interleaved v=2 also with M < p and M not a multiple of p), partition and
  * recompute setting, one step of M micro-batches through cb_pipe_step gives
  * the whole model's summed loss on every rank, every gradient (the tied wte
  * summed on both of its stages) and the global gradient norm (owned shards,
@@ -84,13 +85,13 @@ static int make_pipe(const pcase *k, cb_pipe *pp, cb_err *e) {
     int p = G.pp, v = k->v, nvs = p * v, nmod = CFG.n_layer + 2;
     cb_pp_module mods[16];
     double cost[16];
-    cb_pp_gpt_modules(&CFG, B, T, mods);
+    cb_pp_gpt_modules(&CFG, B, T, NULL, nvs, mods);
     cb_pp_module_costs(mods, nmod, 0.8, cost);
     cb_pp_partition pt;
     int rc = !strcmp(k->partition, "auto") ? cb_pp_partition_auto(cost, nmod, nvs, &pt, e)
              : !strcmp(k->partition, "equal") ? cb_pp_partition_equal(cost, nmod, nvs, &pt, e)
                                                : cb_pp_partition_parse(k->partition, cost, nmod, nvs, &pt, e);
-    cb_pp_config o = {k->kind, p, v, k->M, pt.bound, k->recompute, 0};
+    cb_pp_config o = {k->kind, p, v, k->M, pt.bound, {k->recompute, 0, 0}};
     return rc ? rc : cb_pipe_init(pp, &G.ppg, &CFG, B, T, LT, &o, 5, e);
 }
 
@@ -115,13 +116,24 @@ static void run(const pcase *k, const cb_gpt *whole, double wloss, double wnorm,
     double nrel = fabs(sqrt(ss) - wnorm) / wnorm;
     double worst = fmax(gd, fmax(lrel, nrel));
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    char full[240];
+    char full[400];
     snprintf(full, sizeof full, "%s: loss, every gradient, grad norm", name);
     check(worst <= 1e-5, full, "max rel diff %.2e (tol 1e-5)", worst);
     int bound = cb_pp_inflight_bound(k->kind, p, v, k->M, pp.s);
     snprintf(full, sizeof full, "%s: in flight <= schedule bound", name);
     check(pp.st.max_inflight <= bound, full, "rank 0 holds %g", pp.st.max_inflight);
     *act_bytes = pp.st.act_bytes;
+    /* the log's pp_act_bytes: every chunk's planned slots, its dy and dx
+     * message buffers per slot, and the tied-gradient buffer at the ends */
+    double want = 0, ok;
+    for (int c = 0; c < v; c++)
+        want += 4.0 * pp.ch[c].m->act_floats + 4.0 * 2 * pp.ch[c].nslots * pp.act;
+    if (pp.tie_buf) want += 4.0 * (pp.ch[pp.tie_first >= 0 ? pp.tie_first : pp.tie_last].m->pt.t[0].numel + 1);
+    ok = pp.st.act_bytes == want &&
+         (k->recompute ? pp.st.act_bytes_none >= want : pp.st.act_bytes_none == want);
+    snprintf(full, sizeof full, "%s: planned activation bytes = slots + message buffers + tied "
+             "buffer; none plans %s", name, k->recompute ? "no less" : "the same");
+    check(ok, full, "rank 0: %.0f bytes", pp.st.act_bytes);
     cb_pipe_free(&pp);
 }
 
@@ -151,7 +163,7 @@ static void selective_vs_none(int ids[][B * T], int tg[][B * T]) {
         d = fmax(d, rel(s->grads, a->grads, a->pt.nparams));
     }
     MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    char full[240];
+    char full[400];
     snprintf(full, sizeof full, "%s: loss and every gradient", name);
     check(d <= 1e-6, full, "max rel diff %.2e (tol 1e-6)", d);
     /* stage 0 keeps p micro-batches in flight: selective saves there; a
@@ -186,9 +198,9 @@ int main(int argc, char **argv) {
     for (int k = 0; k < MAXM; k++)
         for (int i = 0; i < B * T; i++)
             ids[k][i] = (i * 7 + k * 13 + 1) % CFG.vocab, tg[k][i] = (i * 5 + k * 11 + 3) % CFG.vocab;
-    int Ms[] = {1, 4, 8};
+    int Ms[] = {1, 4, 6, 8};
     double refl[MAXM + 1], refn[MAXM + 1];
-    for (int j = 0; j < 3; j++) { /* the whole model, M micro-batches accumulated */
+    for (int j = 0; j < 4; j++) { /* the whole model, M micro-batches accumulated */
         int M = Ms[j];
         double l = 0;
         cb_gpt_zero_grad(whole);
@@ -203,7 +215,7 @@ int main(int argc, char **argv) {
         double act[2] = {0, 0};
         for (int s = 0; s < 3; s++) {
             pcase c = {(cb_pp_kind)s, s == 2 ? 2 : 1, M, 0, "auto"};
-            if (s == 2 && (M % p || p * 2 > CFG.n_layer + 2)) continue;
+            if (s == 2 && p * 2 > CFG.n_layer + 2) continue;
             run(&c, whole, refl[M], refn[M], ids, tg, s < 2 ? &act[s] : &(double){0});
         }
         if (M == 8 && p > 1) {
@@ -230,7 +242,7 @@ int main(int argc, char **argv) {
             run(&self, whole, refl[4], refn[4], ids, tg, &(double){0});
         }
         pcase eq = {CB_PP_INTERLEAVED, 2, 4, 1, "equal"};
-        if (4 % p == 0 && p * 2 <= CFG.n_layer + 2) run(&eq, whole, refl[4], refn[4], ids, tg, &(double){0});
+        if (p * 2 <= CFG.n_layer + 2) run(&eq, whole, refl[4], refn[4], ids, tg, &(double){0});
     }
     cb_gpt_free(whole);
     cb_layout_free(ls);

@@ -5,14 +5,15 @@
  * step's loss and gradient norm with cb_trainer (one process, --batch B
  * --grad-accum M, run on world rank 0), to 1e-5 relative. Then it saves
  * under the pipeline (weights and AdamW state) and world rank 0 loads the
- * merged file into a one-process model: every tensor present once and equal
- * to the reference's final parameters (1e-5 relative), as ||got - ref|| /
- * ||ref|| per tensor; the
- * key third of attn.c_attn.bias is exempt, as in tests/compare.py: its
- * gradient is zero in exact arithmetic (softmax ignores a per-row
- * constant), so its values are rounding noise amplified by Adam. Instead
- * the reference's step-1 gradient must show that: ||g_key|| / ||g_q,v||
- * <= 1e-4 in every layer. Without arguments: 1 W 1 1d 1f1b 4 0 none. */
+ * merged file into a one-process model: every tensor present once and
+ * equal, to 1e-5 relative (per tensor ||a-b|| / ||b||), to the final
+ * parameters of the same dp x tp layout at pp=1 (trained on the ranks of
+ * pipeline stage 0; the one process when dp = tp = 1). The key third of
+ * each attn.c_attn.bias is left out of that comparison: its gradient is
+ * zero in exact arithmetic (softmax ignores the constant q . b_k added to
+ * a row of scores), so its values are rounding noise that Adam turns into
+ * steps; instead its step-1 gradient must be below 1e-5 of the bias's
+ * largest. Without arguments: 1 W 1 1d 1f1b 4 0 none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,45 +26,6 @@
 enum { STEPS = 30, NTOK = 20000 };
 static int fails, rank;
 
-/* the key third of a c_attn.bias of n = 3C: [C, 2C) */
-static int key_third(const char *name, size_t j, size_t n) {
-    return strstr(name, "c_attn.bias") && j >= n / 3 && j < 2 * n / 3;
-}
-
-/* max over layers of ||g_key|| / ||g_q,v|| of c_attn.bias in a gradient */
-static double key_grad_ratio(cb_gpt *m) {
-    double worst = 0;
-    for (int i = 0; i < cb_gpt_num_tensors(m); i++) {
-        const cb_tensor_info *x = cb_gpt_tensor(m, i);
-        if (!strstr(x->name, "c_attn.bias")) continue;
-        const float *g = cb_gpt_grads(m) + x->offset;
-        double k = 0, qv = 0;
-        for (size_t j = 0; j < x->numel; j++)
-            key_third(x->name, j, x->numel) ? (k += (double)g[j] * g[j]) : (qv += (double)g[j] * g[j]);
-        worst = fmax(worst, sqrt(k / fmax(qv, 1e-300)));
-    }
-    return worst;
-}
-
-/* max over tensors of ||a - b|| / ||b||, the key third of c_attn.bias left out */
-static double param_diff(cb_gpt *a, cb_gpt *b) {
-    double worst = 0;
-    for (int i = 0; i < cb_gpt_num_tensors(a); i++) {
-        const cb_tensor_info *x = cb_gpt_tensor(a, i);
-        const float *pa = cb_gpt_params(a) + x->offset, *pb = cb_gpt_params(b) + x->offset;
-        double num = 0, den = 0;
-        for (size_t j = 0; j < x->numel; j++) {
-            if (key_third(x->name, j, x->numel)) continue;
-            num += ((double)pa[j] - pb[j]) * ((double)pa[j] - pb[j]);
-            den += (double)pb[j] * pb[j];
-        }
-        double r = sqrt(num) / (den > 0 ? sqrt(den) : 1);
-        if (getenv("PP_TEST_VERBOSE") && r > 1e-6) printf("  %s: rel diff %.2e\n", x->name, r);
-        worst = fmax(worst, r);
-    }
-    return worst;
-}
-
 static void check(int ok, const char *name, const char *fmt, double v) {
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!ok) fails++;
@@ -71,6 +33,115 @@ static void check(int ok, const char *name, const char *fmt, double v) {
     printf("%s %s: ", ok ? "PASS" : "FAIL", name);
     printf(fmt, v);
     printf("\n");
+}
+
+/* The largest |gradient| of the key third of every c_attn.bias over the
+ * largest of the whole bias, this rank's chunks, max over the world; under
+ * ZeRO only this rank's optimizer range holds the reduced gradient. Each
+ * tensor shard holds [q | k | v] of its heads (parts 3), so the key third
+ * is the middle third of the local shard. Zero in exact arithmetic: softmax
+ * ignores the constant q . b_k added to a row of scores. */
+static double key_bias_grad(const cb_pp_trainer *t) {
+    double v[2] = {0, 0}; /* -max key, max all: one MAX reduction */
+    for (int c = 0; c < t->pipe.o.v; c++) {
+        const cb_gpt *m = t->pipe.ch[c].m;
+        for (int i = 0; i < m->pt.n; i++) {
+            const cb_tensor_info *x = &m->pt.t[i];
+            if (!strstr(x->name, "c_attn.bias")) continue;
+            const float *gr = m->grads + x->offset;
+            for (size_t j = 0; j < x->numel; j++) {
+                int key = j >= x->numel / 3 && j < 2 * x->numel / 3;
+                if (x->offset + j < t->opt[c].lo || x->offset + j >= t->opt[c].hi) continue;
+                if (key) v[0] = fmax(v[0], fabs(gr[j]));
+                v[1] = fmax(v[1], fabs(gr[j]));
+            }
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return v[1] > 0 ? v[0] / v[1] : 1;
+}
+
+/* A barrier whose waiting ranks sleep instead of spinning: the ranks that
+ * wait for others' work must not take the cores (oversubscribed runs). */
+static void idle_barrier(void) {
+    MPI_Request r;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &r);
+    while (MPI_Test(&r, &done, MPI_STATUS_IGNORE), !done) usleep(2000);
+}
+
+/* The same dp x tp layout at pp = 1 on the ranks of pipeline stage 0 (its
+ * data-parallel and tensor groups are that layout's), 30 steps, saved to
+ * path; the other ranks wait. */
+static int layout_reference(const cb_train_opts *o, const cb_tokens *data, cb_grid *g, int zero,
+                            const char *path, cb_err *e) {
+    int rc = CB_OK;
+    if (g->at.p == 0) {
+        cb_train_opts r = *o;
+        cb_layout *L;
+        cb_trainer lt;
+        r.zero = zero;
+        rc = cb_layout_create(g, &L, e);
+        if (!rc) rc = cb_trainer_init_tp(&lt, &r, data, &g->dpg, L, &g->tpg, e);
+        for (int s = 0; !rc && s < STEPS; s++) {
+            cb_step_stats st;
+            cb_trainer_step(&lt, &st);
+        }
+        if (!rc) rc = cb_trainer_save(&lt, path, e);
+        cb_trainer_free(&lt);
+        cb_layout_free(L);
+    }
+    idle_barrier();
+    return rc;
+}
+
+/* Largest per-tensor ||a - b|| / ||b|| (L2, as tests/compare.py) of the pipeline's merged file
+ * against the reference (the file ref_path, else the model ref), the key
+ * third of c_attn.bias left out (see key_bias_grad); *have: every tensor
+ * once and the .state beside it. Removes the files. */
+static double final_diff(const cb_gpt_config *c, int B, int T, const char *path,
+                         const char *ref_path, const cb_gpt *ref, int *have) {
+    cb_gpt *m, *r = NULL;
+    cb_err e;
+    double pd = INFINITY;
+    int rc = cb_gpt_create(c, B, T, &m, &e);
+    if (!rc) rc = cb_gpt_load(m, path, &e);
+    if (!rc && ref_path && !(rc = cb_gpt_create(c, B, T, &r, &e))) rc = cb_gpt_load(r, ref_path, &e);
+    cb_st_file f;
+    *have = 0;
+    if (!rc && !cb_st_open(path, &f, &e)) {
+        *have = f.n == cb_gpt_num_tensors(m);
+        cb_st_close(&f);
+    }
+    if (!rc) pd = 0;
+    for (int i = 0; !rc && i < cb_gpt_num_tensors(m); i++) {
+        const cb_tensor_info *x = cb_gpt_tensor(m, i);
+        const float *a = cb_gpt_params(m) + x->offset;
+        const float *b = (r ? cb_gpt_params(r) : ((cb_gpt *)ref)->params) + x->offset;
+        int kb = strstr(x->name, "c_attn.bias") != NULL;
+        double num = 0, den = 0;
+        for (size_t j = 0; j < x->numel; j++) {
+            if (kb && j >= x->numel / 3 && j < 2 * x->numel / 3) continue;
+            num += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
+            den += (double)b[j] * b[j];
+        }
+        num = sqrt(num), den = sqrt(den);
+        if (getenv("PP_TEST_VERBOSE") && num / (den > 0 ? den : 1) > 1e-6)
+            printf("  %s: rel diff %.2e\n", x->name, num / (den > 0 ? den : 1));
+        pd = fmax(pd, num / (den > 0 ? den : 1));
+    }
+    if (rc) printf("  %s\n", e.msg);
+    cb_gpt_free(m);
+    cb_gpt_free(r);
+    const char *paths[2] = {path, ref_path};
+    for (int k = 0; k < 2 && paths[k]; k++) {
+        char sp[80];
+        snprintf(sp, sizeof sp, "%s.state", paths[k]);
+        if (k == 0) *have &= access(sp, R_OK) == 0;
+        unlink(paths[k]);
+        unlink(sp);
+    }
+    return pd;
 }
 
 int main(int argc, char **argv) {
@@ -113,7 +184,6 @@ int main(int argc, char **argv) {
              tp, argv[5], M, argv[7], argv[8]);
     /* the reference, on world rank 0 */
     float ref[STEPS][2] = {{0}};
-    double keyg = 0; /* step 1: the gradient is left in the model, scaled by the clip only */
     cb_trainer rt;
     if (rank == 0) {
         if (cb_trainer_init(&rt, &o, &data, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
@@ -121,13 +191,10 @@ int main(int argc, char **argv) {
             cb_step_stats st;
             cb_trainer_step(&rt, &st);
             ref[s][0] = st.loss, ref[s][1] = st.grad_norm;
-            if (s == 0) keyg = key_grad_ratio(rt.model);
         }
     }
+    idle_barrier(); /* the other ranks sleep while rank 0 trains the reference */
     MPI_Bcast(ref, 2 * STEPS, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(&keyg, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    check(keyg <= 1e-4, "reference: the key third of c_attn.bias is exempt below (its gradient "
-          "is rounding noise): step-1 ||g_key||/||g_q,v||", "%.2e (tol 1e-4)", keyg);
     cb_grid g;
     cb_tp_mode mode;
     cb_layout *L;
@@ -145,50 +212,43 @@ int main(int argc, char **argv) {
         if (!rank) printf("  %s\n", e.msg);
         return 1;
     }
-    double worst = 0, bubble = 0;
+    double worst = 0, bubble = 0, kb = 0;
     for (int s = 0; s < STEPS; s++) {
         cb_pp_step_stats st;
         cb_pp_trainer_step(&t, &ld, g.dpg.rank * t.rows, s, &st);
+        if (s == 0) kb = key_bias_grad(&t);
         worst = fmax(worst, fabs(st.loss - ref[s][0]) / fabs(ref[s][0]));
         worst = fmax(worst, fabs(st.grad_norm - ref[s][1]) / fabs(ref[s][1]));
         bubble += st.bubble_mean / STEPS;
         if (getenv("PP_TEST_VERBOSE") && !rank) printf("  step %d loss %.9g ref %.9g norm %.9g ref %.9g\n", s, st.loss, ref[s][0], st.grad_norm, ref[s][1]);
     }
-    char what[300];
+    char what[512];
     snprintf(what, sizeof what, "%s: %d-step loss and grad norm = one process (accum %d)", name,
              STEPS, M);
     check(worst <= 1e-5, what, "max rel diff %.2e (tol 1e-5)", worst);
-    char path[64];
+    snprintf(what, sizeof what, "%s: step 1 gradient of the key third of c_attn.bias is rounding "
+             "noise (so its parameters are not compared)", name);
+    check(kb <= 1e-5, what, "max |g key| / max |g c_attn.bias| %.1e (tol 1e-5)", kb);
+    char path[64], rpath[64];
     snprintf(path, sizeof path, "/tmp/cubist_pp_test_%d.st", (int)getppid());
+    snprintf(rpath, sizeof rpath, "/tmp/cubist_pp_test_%d_ref.st", (int)getppid());
     const char *meta[] = {"step", "30"};
     rc = cb_pp_trainer_save(&t, path, meta, 1, &e);
+    int same_layout = dp > 1 || tp > 1; /* else the one process is that layout */
+    if (!rc && same_layout) rc = layout_reference(&o, &data, &g, atoi(argv[7]), rpath, &e);
+    rc = cb_comm_agree_err(&g.world, rc ? &e : (e.code = 0, &e));
     double pd = 0;
     int have = 0;
-    if (!rc && rank == 0) {
-        cb_gpt *m;
-        rc = cb_gpt_create(&o.model, o.B, o.T, &m, &e);
-        if (!rc) rc = cb_gpt_load(m, path, &e);
-        cb_st_file f;
-        if (!rc && !cb_st_open(path, &f, &e)) {
-            have = f.n == cb_gpt_num_tensors(m);
-            cb_st_close(&f);
-        }
-        if (!rc) pd = param_diff(m, rt.model);
-        cb_gpt_free(m);
-        char sp[80];
-        snprintf(sp, sizeof sp, "%s.state", path);
-        have &= access(sp, R_OK) == 0;
-        unlink(path);
-        unlink(sp);
-    }
+    if (!rc && rank == 0) pd = final_diff(&o.model, o.B, o.T, path, same_layout ? rpath : NULL, rt.model, &have);
     MPI_Bcast(&pd, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    /* Against the same dp x tp layout at pp = 1 (trained here on the ranks
+     * of pipeline stage 0): only the pipeline differs, so 1e-5 holds. The
+     * one process is ~1e-4 away from any tp/dp layout's parameters after
+     * 30 steps (fp32 regrouping amplified by Adam; dp2 x 1d2 M=8: 7.9e-5 at
+     * pp=1 and pp=2), while the losses and norms above stay within 1e-5. */
     snprintf(what, sizeof what, "%s: checkpoint saved under pp loads at pp=1, every tensor once, "
-             "final parameters = one process", name);
-    /* per tensor in L2, the key third left out, every configuration ends
-     * within 2.4e-6 of the one-process parameters (measured: dp1 x pp2 x 3d8
-     * 2.34e-6, dp2 x pp2 x 1d2 2.01e-6); the element-wise maximum with that
-     * third in reached 7.9e-5 (dp2 x 1d2 M=8), which once needed 2e-4 here */
+             "final parameters = %s", name, same_layout ? "the same dp x tp layout at pp=1" : "one process");
     check(!rc && have && pd <= 1e-5, what, "max rel diff %.2e (tol 1e-5)", pd);
     if (rank == 0) printf("  (%s: mean bubble %.3f, formula %.3f)\n", name, bubble,
                           cb_pp_bubble_formula(pp, t.pipe.o.v, M));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline engine under mpirun: build/tests/test_pipeline on pp = 2 and 4
-# (every schedule, M = 1, 4, 8, recompute, auto / equal / uneven
+# (every schedule, M = 1, 4, 6, 8, recompute, auto / equal / uneven
 # partitions, interleaved v = 2) and composed with tensor layouts: pp2 x
 # 1d2, pp2 x 2d4, pp2 x 3d8 (16 ranks, oversubscribed). Each run compares
 # one step's loss, every gradient and the global norm with the whole model

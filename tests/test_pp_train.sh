@@ -2,8 +2,8 @@
 # The pipeline trainer step equals the single process (tests/test_pipeline_train.c):
 # 30 steps, loss and gradient norm to 1e-5, final parameters from the
 # checkpoint saved under the pipeline and loaded at pp=1. pp = 2 and 4 with
-# gpipe, 1f1b, interleaved (v=2) and M = 1, 4, 8 (interleaved: M a multiple of
-# pp); recompute block, and selective on pp2 and pp2 x 1d2; pp2 x dp2 (with
+# gpipe, 1f1b, interleaved (v=2) and M = 1, 4, 8 (interleaved at M < pp
+# too); recompute block, and selective on pp2 and pp2 x 1d2; pp2 x dp2 (with
 # ZeRO-1), pp2 x 1d2 x dp2, pp2 x 2d4, pp2 x 3d8 (16 ranks). Mapping: --pp N
 # --micro-batches M --batch B follows the one process's --batch B
 # --grad-accum M.
@@ -23,11 +23,11 @@ case_() { # np dp pp tp mode schedule M zero recompute
 for pp in 2 4; do
     for s in gpipe 1f1b interleaved; do
         for M in 1 4 8; do
-            [ $s = interleaved ] && [ $((M % pp)) != 0 ] && continue
             case_ $pp 1 $pp 1 1d $s $M 0 none
         done
     done
 done
+case_ 4 1 4 1 1d interleaved 6 0 none # M > p, not a multiple: last group of 6
 case_ 2 1 2 1 1d 1f1b 4 0 block
 case_ 4 1 4 1 1d interleaved 8 0 block
 case_ 2 1 2 1 1d 1f1b 4 0 selective

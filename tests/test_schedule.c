@@ -3,11 +3,15 @@
  * lock-step simulation (every forward after the previous stage's, every
  * backward after its own forward and the next stage's backward, no action
  * twice, no deadlock), holds at most the promised micro-batches in flight,
- * and backwards each chunk's micro-batches in order. Rounds of the
- * simulation follow the bubble: gpipe/1f1b take 2(M+p-1), interleaved
- * fewer per unit of work. */
+ * and backwards each chunk's micro-batches in order, for every M from 1 to
+ * 17 (interleaved: also M < p and M not a multiple of p). Every schedule
+ * takes exactly the ideal number of rounds, 2 max(vM + p-1, vp + M-1)
+ * (gpipe/1f1b: 2(M+p-1)), so the simulated bubble is the formula's, and
+ * interleaving makes it smaller than 1f1b's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipeline/schedule.h"
 
@@ -40,50 +44,76 @@ static int per_rank(cb_pp_kind k, int p, int v, int M, char *why, size_t cap) {
     return ok;
 }
 
-static void one(cb_pp_kind k, int p, int v, int M) {
-    char name[96], why[160] = "";
-    snprintf(name, sizeof name, "%s p=%d v=%d M=%d", cb_pp_schedule_name(k), p, v, M);
-    int rounds = 0, ok = cb_pp_simulate(k, p, v, M, &rounds) == 0;
-    if (!ok) snprintf(why, sizeof why, "deadlock or broken dependency in the simulation");
-    if (ok) ok = per_rank(k, p, v, M, why, sizeof why);
-    /* one forward and one backward per round per rank: the ideal pipeline */
-    int ideal = 2 * (M * v + p - 1);
-    if (ok && k != CB_PP_INTERLEAVED && rounds != ideal) {
-        snprintf(why, sizeof why, "%d rounds, want 2(M+p-1) = %d", rounds, ideal);
-        ok = 0;
+/* Simulation, promised bound, in-order backwards and the ideal round
+ * count of one configuration; 0 and a reason when one fails. */
+static int one(cb_pp_kind k, int p, int v, int M, char *why, size_t cap) {
+    int rounds = 0;
+    if (cb_pp_simulate(k, p, v, M, &rounds)) {
+        snprintf(why, cap, "p=%d v=%d M=%d: deadlock or broken dependency", p, v, M);
+        return 0;
     }
+    if (!per_rank(k, p, v, M, why, cap)) return 0;
+    int ideal = cb_pp_ideal_rounds(p, v, M);
+    if (rounds != ideal) {
+        snprintf(why, cap, "p=%d v=%d M=%d: %d rounds, ideal 2 max(vM+p-1, vp+M-1) = %d", p, v, M,
+                 rounds, ideal);
+        return 0;
+    }
+    return 1;
+}
+
+/* One PASS/FAIL line per schedule and p over every v and M listed. */
+static void sweep(cb_pp_kind k, int p, const int *vs, int nv, int Mmax) {
+    char name[96], why[200] = "";
+    int ok = 1, n = 0;
+    for (int i = 0; ok && i < nv; i++)
+        for (int M = 1; ok && M <= Mmax; M++, n++) ok = one(k, p, vs[i], M, why, sizeof why);
+    int len = snprintf(name, sizeof name, "%s p=%d", cb_pp_schedule_name(k), p);
+    if (nv > 1) len += snprintf(name + len, sizeof name - len, ", v = %d..%d", vs[0], vs[nv - 1]);
+    snprintf(name + len, sizeof name - len, ", M = 1..%d", Mmax);
     if (ok)
-        snprintf(why, sizeof why, "%d rounds, in flight <= bound on every rank", rounds);
+        snprintf(why, sizeof why, "%d configurations: no deadlock, in flight <= bound, backwards "
+                 "in order, rounds = 2 max(vM+p-1, vp+M-1)", n);
     check(ok, name, why);
 }
 
 int main(void) {
-    int ps[] = {1, 2, 3, 4}, Ms[] = {1, 2, 4, 8};
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-            one(CB_PP_GPIPE, ps[i], 1, Ms[j]);
-            one(CB_PP_1F1B, ps[i], 1, Ms[j]);
-        }
-    int cases[][3] = {{2, 2, 2}, {2, 2, 4}, {2, 3, 8}, {4, 2, 4}, {4, 2, 8}, {4, 3, 8}, {3, 2, 6}, {1, 3, 4}};
-    for (int i = 0; i < 8; i++) one(CB_PP_INTERLEAVED, cases[i][0], cases[i][1], cases[i][2]);
+    int ps[] = {1, 2, 3, 4, 5, 8}, one_v[] = {1}, vs[] = {1, 2, 3, 4};
+    for (int i = 0; i < 6; i++) {
+        sweep(CB_PP_GPIPE, ps[i], one_v, 1, 17);
+        sweep(CB_PP_1F1B, ps[i], one_v, 1, 17);
+        sweep(CB_PP_INTERLEAVED, ps[i], vs, 4, 17); /* M % p != 0 and M < p included */
+    }
+    /* the ideal itself: the chain bound wins for interleaved with M < p */
+    check(cb_pp_ideal_rounds(4, 2, 8) == 2 * (16 + 3) && cb_pp_ideal_rounds(4, 2, 1) == 2 * 8 &&
+              cb_pp_ideal_rounds(4, 1, 1) == 2 * 4,
+          "ideal rounds", "p=4: v=2 M=8 -> 38, v=2 M=1 -> 16, v=1 M=1 -> 8");
     /* 1f1b keeps fewer in flight than gpipe once M > p */
     cb_pp_action a[64];
     int n = cb_pp_schedule(CB_PP_1F1B, 4, 1, 16, 0, a), f = cb_pp_max_inflight(a, n, -1);
     n = cb_pp_schedule(CB_PP_GPIPE, 4, 1, 16, 0, a);
     int g = cb_pp_max_inflight(a, n, -1);
-    char d[96];
+    char d[160];
     snprintf(d, sizeof d, "p=4 M=16 rank 0: 1f1b %d, gpipe %d", f, g);
     check(f == 4 && g == 16, "in flight: 1f1b bounded by p, gpipe by M", d);
-    /* interleaving shrinks the simulated pipeline's idle rounds */
-    int r1, r2;
-    cb_pp_simulate(CB_PP_1F1B, 4, 1, 8, &r1);
-    cb_pp_simulate(CB_PP_INTERLEAVED, 4, 2, 8, &r2);
-    double b1 = 1 - 16.0 / r1, b2 = 1 - 32.0 / r2; /* busy rounds per rank over all rounds */
-    snprintf(d, sizeof d, "p=4 M=8: 1f1b %.3f (formula %.3f), interleaved v=2 %.3f", b1,
-             cb_pp_bubble_formula(4, 1, 8), b2);
-    check(b2 < b1, "interleaved bubble smaller in simulation", d);
+    /* interleaving shrinks the simulated pipeline's idle rounds, also when
+     * M is not a multiple of p */
+    int Ms[] = {8, 6}, ok = 1;
+    d[0] = 0;
+    for (int i = 0; i < 2; i++) {
+        int r1, r2, M = Ms[i];
+        cb_pp_simulate(CB_PP_1F1B, 4, 1, M, &r1);
+        cb_pp_simulate(CB_PP_INTERLEAVED, 4, 2, M, &r2);
+        double b1 = 1 - 2.0 * M / r1, b2 = 1 - 4.0 * M / r2; /* idle share of a rank's rounds */
+        ok &= b2 < b1 && fabs(b1 - cb_pp_bubble_formula(4, 1, M)) < 1e-12 &&
+              fabs(b2 - cb_pp_bubble_formula(4, 2, M)) < 1e-12;
+        snprintf(d + strlen(d), sizeof d - strlen(d), "%sM=%d: 1f1b %.3f, interleaved v=2 %.3f",
+                 i ? "; " : "p=4 ", M, b1, b2);
+    }
+    check(ok, "interleaved bubble smaller in simulation, both = formula", d);
     cb_err e;
-    check(cb_pp_schedule_check(CB_PP_INTERLEAVED, 4, 2, 6, &e) == CB_EINPUT,
-          "interleaved M % p != 0 refused", e.msg);
+    check(cb_pp_schedule_check(CB_PP_INTERLEAVED, 4, 2, 6, &e) == CB_OK &&
+              cb_pp_schedule_check(CB_PP_1F1B, 4, 2, 6, &e) == CB_EINPUT,
+          "interleaved takes M % p != 0; --virtual-stages without interleaved refused", e.msg);
     return fails != 0;
 }

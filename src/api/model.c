@@ -10,7 +10,8 @@
  * the recorded forward, cb_model_step the recorded backward, each over
  * --micro-batches M row slices of the batch, GPipe order (every forward,
  * then every backward: the loss must be returned before the backward is
- * declared, so 1F1B cannot apply here). An operator runs on the stage of
+ * declared, so 1F1B cannot apply here; --schedule other than gpipe,
+ * --virtual-stages and --recompute are refused, --no-profile accepted). An operator runs on the stage of
  * its layer; one without a layer (gelu, add, copy, zero) on the stage of
  * the operator before it. Each activation remembers which stages hold its
  * current value; an operator reading it elsewhere first receives it from
@@ -186,6 +187,7 @@ static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, c
 /* The flags cb_dist_init takes out of argv. */
 typedef struct dist_flags {
     const char *dp, *tp, *pp, *mb, *mode, *part, *mw, *zero, *missing;
+    const char *sched, *vs, *rec, *recl, *recm; /* refused unless harmless */
     int print;
 } dist_flags;
 
@@ -199,8 +201,38 @@ static dist_flags take_flags(int *argc, char **argv) {
     f.part = take_flag(argc, argv, "--partition", &f.missing);
     f.mw = take_flag(argc, argv, "--partition-memory-weight", &f.missing);
     f.zero = take_flag(argc, argv, "--zero", &f.missing);
+    f.sched = take_flag(argc, argv, "--schedule", &f.missing);
+    f.vs = take_flag(argc, argv, "--virtual-stages", &f.missing);
+    f.rec = take_flag(argc, argv, "--recompute", &f.missing);
+    f.recl = take_flag(argc, argv, "--recompute-layers", &f.missing);
+    f.recm = take_flag(argc, argv, "--recompute-method", &f.missing);
     f.print = take_bool(argc, argv, "--print-partition");
+    take_bool(argc, argv, "--no-profile");
     return f;
+}
+
+/* `cubist train`'s pipeline flags that a user's program cannot honour: the
+ * user's loop returns the loss before it declares the backward, so its
+ * pipeline is GPipe (no 1F1B, no interleaving), and it keeps the activations
+ * it declares (no recompute). --schedule gpipe and --no-profile (the
+ * partition always comes from FLOP counts) are accepted. */
+static int user_pipeline_flags(const dist_flags *f, cb_err *e) {
+    if (f->sched && strcmp(f->sched, "gpipe"))
+        return cb_fail(e, CB_EINPUT, "--schedule %s: a user model's pipeline runs GPipe (its loop "
+                                     "returns the loss before declaring the backward); use gpipe",
+                       f->sched);
+    if (f->vs)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages needs the interleaved schedule, and a user "
+                                     "model's pipeline runs GPipe; drop it (use gpipe)");
+    const char *rf = NULL, *rv = NULL;
+    if (f->rec && strcmp(f->rec, "none")) rf = "--recompute", rv = f->rec;
+    else if (f->recl) rf = "--recompute-layers", rv = f->recl;
+    else if (f->recm) rf = "--recompute-method", rv = f->recm;
+    if (rf)
+        return cb_fail(e, CB_EINPUT, "%s %s: a user model keeps the activations it declares, "
+                                     "nothing is recomputed; drop %s",
+                       rf, rv, rf);
+    return CB_OK;
 }
 
 /* Parsed and checked flags: grid sizes, mode, pipeline options, ZeRO. */
@@ -209,7 +241,8 @@ static int parse_flags(const dist_flags *f, cb_dist *d, int *dp, int *pp, int *t
     int world = cb_comm_world()->size, rc = CB_OK;
     if (f->missing) return cb_fail(e, CB_EINPUT, "%s needs a value, e.g. %s 2", f->missing, f->missing);
     *tp = *pp = 1;
-    rc = int_flag("--tp", f->tp, 1, INT_MAX, tp, e);
+    rc = user_pipeline_flags(f, e);
+    if (!rc) rc = int_flag("--tp", f->tp, 1, INT_MAX, tp, e);
     if (!rc) rc = int_flag("--pp", f->pp, 1, INT_MAX, pp, e);
     *dp = world / (*tp * *pp) > 0 ? world / (*tp * *pp) : 1;
     if (!rc) rc = int_flag("--dp", f->dp, 1, INT_MAX, dp, e);

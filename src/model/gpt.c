@@ -110,24 +110,41 @@ static void plan_block(cb_gpt *m, gpt_layer_acts *a, const gpt_layer_acts *sel, 
     a->res3 = carve(base, off, a0);
 }
 
-/* Block recompute of local block b; and whether b's input is kept apart
- * (the recomputed blocks', and the next one's: the shared set's output is
- * overwritten by the next recompute). */
+/* Block recompute. Rerun blocks: [0, nrc) (uniform: all). A rerun block
+ * writes one of the activation sets every slot shares: the block method's
+ * single set, or set b % k of a uniform group of k. Its input is kept
+ * apart when the set holding it will be overwritten before its backward:
+ * under the block method the inputs of blocks 1..nrc (block nrc reads the
+ * shared set's output), under uniform those of groups' first blocks;
+ * block 0 reads x_in, which stays the slot's until its backward. */
 static int rerun(const cb_gpt *m, int b) { return b < m->nrc; }
-static int keeps_input(const cb_gpt *m, int b) { return m->nrc && b <= m->nrc && b < m->nblk; }
+static int shared_set(const cb_gpt *m, int b) { return m->rc_group ? b % m->rc_group : 0; }
+static int keeps_input(const cb_gpt *m, int b) {
+    if (b == 0 || b >= m->nblk) return 0;
+    return m->rc_group ? b % m->rc_group == 0 : b <= m->nrc;
+}
+/* The first and last block of b's recompute group (block method: b). */
+static int group_first(const cb_gpt *m, int b) { return m->rc_group ? b - b % m->rc_group : b; }
+static int group_last(const cb_gpt *m, int b) {
+    int l = m->rc_group ? group_first(m, b) + m->rc_group - 1 : b;
+    return l < m->nblk ? l : m->nblk - 1;
+}
+static int nshared(const cb_gpt *m) {
+    if (!m->nrc) return 0;
+    return m->rc_group ? (m->rc_group < m->nblk ? m->rc_group : m->nblk) : 1;
+}
 
-/* Under block recompute the rerun blocks of every slot share one set of
- * block activations: a block's backward always follows its own recomputed
- * forward, so only the block inputs (blk_in) are kept per slot. The other
- * blocks keep their activations per slot. */
+/* Rerun blocks of every slot share the sets of slot 0 (a block's backward
+ * follows its group's recomputed forward, so only the kept inputs are per
+ * slot); the other blocks keep their activations per slot. */
 static void plan_slot(cb_gpt *m, gpt_slot *s, int first, const gpt_layer_acts *sel, float *base,
                       size_t *off) {
     int C = m->c.d_model, rows;
     size_t a0 = act(m, C, 0, &rows);
     s->x_in = carve(base, off, a0);
     for (int b = m->nrc; b < m->nblk; b++) plan_block(m, &s->acts[b], sel, base, off);
-    if (first && m->nrc) plan_block(m, &s->acts[0], sel, base, off);
-    for (int b = 1; first && b < m->nrc; b++) s->acts[b] = s->acts[0];
+    for (int j = 0; first && j < nshared(m); j++) plan_block(m, &s->acts[j], sel, base, off);
+    for (int b = 0; first && b < m->nrc; b++) s->acts[b] = s->acts[shared_set(m, b)];
     for (int b = 0; b < m->nblk; b++)
         if (keeps_input(m, b)) s->blk_in[b] = carve(base, off, a0);
     if (!m->has_head) s->x_out = carve(base, off, a0);
@@ -233,7 +250,7 @@ static int alloc_slots(cb_gpt *m) {
     return 1;
 }
 
-int gpt_parse_recompute(const char *s, int *out, cb_err *e) {
+static int parse_mode(const char *s, int *out, cb_err *e) {
     static const char *const NAMES[] = {"none", "block", "selective"};
     for (int i = 0; i < 3; i++)
         if (!strcmp(s ? s : "none", NAMES[i])) {
@@ -243,36 +260,93 @@ int gpt_parse_recompute(const char *s, int *out, cb_err *e) {
     return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none, block or selective", s);
 }
 
-int gpt_check_recompute_layers(int recompute, int n, cb_err *e) {
-    if (n < 0)
-        return cb_fail(e, CB_EINPUT, "--recompute-layers %d must be >= 0 (0: every block)", n);
-    if (n && recompute != GPT_RECOMPUTE_BLOCK)
-        return cb_fail(e, CB_EINPUT,
-                       "--recompute-layers needs --recompute block; add it or drop "
-                       "--recompute-layers");
+int gpt_recompute_parse(const char *mode, const char *method, int layers, gpt_rc *rc, cb_err *e) {
+    *rc = (gpt_rc){0};
+    int r = parse_mode(mode, &rc->mode, e), block = rc->mode == GPT_RECOMPUTE_BLOCK;
+    if (r) return r;
+    if (method && strcmp(method, "block") && strcmp(method, "uniform"))
+        return cb_fail(e, CB_EINPUT, "--recompute-method '%s' is unknown; use uniform or block",
+                       method);
+    if (method && !block)
+        return cb_fail(e, CB_EINPUT, "--recompute-method needs --recompute block; add it or drop "
+                                     "--recompute-method");
+    if (layers < 0)
+        return cb_fail(e, CB_EINPUT, "--recompute-layers %d must be >= 0 (0: every block)", layers);
+    if (layers && !block)
+        return cb_fail(e, CB_EINPUT, "--recompute-layers needs --recompute block; add it or drop "
+                                     "--recompute-layers");
+    rc->uniform = method && !strcmp(method, "uniform");
+    rc->layers = rc->uniform && layers == 0 ? 1 : layers;
     return CB_OK;
+}
+
+/* The recompute fields for the blocks m holds. */
+static void set_rc(cb_gpt *m, const gpt_rc *rc) {
+    int k = rc->layers, block = rc->mode == GPT_RECOMPUTE_BLOCK;
+    m->recompute = rc->mode;
+    m->rc_group = block && rc->uniform ? k : 0;
+    m->nrc = !block ? 0 : rc->uniform || k == 0 || k > m->nblk ? m->nblk : k;
 }
 
 static int set_stage(cb_gpt *m, const gpt_stage_opts *st, cb_err *e) {
     int nmod = m->c.n_layer + 2;
-    gpt_stage_opts whole = {0, nmod, 1, 0, 0};
+    gpt_stage_opts whole = {0, nmod, 1, {0}};
     if (!st) st = &whole;
+    const gpt_rc *rc = &st->rc;
     if (st->mod0 < 0 || st->mod1 > nmod || st->mod0 >= st->mod1 || st->nslots < 1 ||
-        st->recompute < GPT_RECOMPUTE_NONE || st->recompute > GPT_RECOMPUTE_SELECTIVE)
-        return cb_fail(e, CB_EINTERNAL, "bad stage modules [%d, %d) of %d, recompute %d",
-                       st->mod0, st->mod1, nmod, st->recompute);
+        rc->mode < GPT_RECOMPUTE_NONE || rc->mode > GPT_RECOMPUTE_SELECTIVE || rc->layers < 0 ||
+        (rc->uniform && rc->layers < 1))
+        return cb_fail(e, CB_EINTERNAL, "bad stage modules [%d, %d) of %d, recompute %d/%d/%d",
+                       st->mod0, st->mod1, nmod, rc->mode, rc->layers, rc->uniform);
     m->mod0 = st->mod0;
     m->mod1 = st->mod1;
     m->nslots = st->nslots;
-    m->recompute = st->recompute;
     m->has_embed = st->mod0 == 0;
     m->has_head = st->mod1 == nmod;
     m->blk0 = st->mod0 > 0 ? st->mod0 - 1 : 0;
     int blk1 = st->mod1 - 1 < m->c.n_layer ? st->mod1 - 1 : m->c.n_layer;
     m->nblk = blk1 - m->blk0;
-    int k = st->recompute_blocks;
-    m->nrc = m->recompute != GPT_RECOMPUTE_BLOCK ? 0 : k > 0 && k < m->nblk ? k : m->nblk;
+    set_rc(m, rc);
     return CB_OK;
+}
+
+size_t gpt_act_floats_with(const cb_gpt *m, const gpt_rc *rc) {
+    cb_gpt t = *m; /* planning writes only t's slot tables: give it its own */
+    set_rc(&t, rc);
+    t.slots = calloc((size_t)t.nslots, sizeof *t.slots);
+    size_t n = t.slots != NULL;
+    for (int i = 0; n && i < t.nslots; i++) {
+        t.slots[i].acts = calloc((size_t)t.nblk + 1, sizeof(gpt_layer_acts));
+        t.slots[i].blk_in = calloc((size_t)t.nblk + 1, sizeof(float *));
+        n = t.slots[i].acts && t.slots[i].blk_in;
+    }
+    if (n) n = plan_activations(&t, NULL);
+    for (int i = 0; t.slots && i < t.nslots; i++) {
+        free(t.slots[i].acts);
+        free(t.slots[i].blk_in);
+    }
+    free(t.slots);
+    return n;
+}
+
+double gpt_module_flops(const cb_gpt_config *c, double N, int T, int kind) {
+    double C = c->d_model, V = c->vocab;
+    if (kind == GPT_MOD_EMBED) return 3 * N * C;
+    if (kind == GPT_MOD_BLOCK) return 72 * N * C * C + 12 * N * T * C;
+    return 6 * N * C * V + 24 * N * C;
+}
+
+double gpt_stage_flops(const cb_gpt *m) {
+    double N = (double)m->B * m->T;
+    return m->has_embed * gpt_module_flops(&m->c, N, m->T, GPT_MOD_EMBED) +
+           m->nblk * gpt_module_flops(&m->c, N, m->T, GPT_MOD_BLOCK) +
+           m->has_head * gpt_module_flops(&m->c, N, m->T, GPT_MOD_HEAD);
+}
+
+double gpt_recompute_flops(const cb_gpt *m) {
+    double N = (double)m->B * m->T, C = m->c.d_model;
+    if (m->recompute == GPT_RECOMPUTE_SELECTIVE) return m->nblk * 4 * N * m->T * C;
+    return m->nrc * gpt_module_flops(&m->c, N, m->T, GPT_MOD_BLOCK) / 3;
 }
 
 int gpt_create(const cb_gpt_config *c, int B, int T, cb_layout *L, const gpt_stage_opts *stage,
@@ -474,6 +548,12 @@ static void ready(cb_gpt *m, int first, int last) {
     if (m->hook && first <= last) m->hook(m->hook_ctx, first, last);
 }
 
+/* Block recompute: the forward of the group ending at local block b again. */
+static void recompute_group(cb_gpt *m, gpt_slot *s, int b) {
+    for (int j = group_first(m, b); j <= b; j++)
+        block_forward(m, j, &s->acts[j], block_input(m, s, j), s->B, s->T);
+}
+
 void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy) {
     cb_layout *L = m->L;
     gpt_slot *s = &m->slots[slot];
@@ -481,25 +561,22 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
     m->curB = B;
     m->curT = T;
     int nemb = (m->has_embed || m->has_head) + m->has_embed; /* wte, wpe at the front */
-    int first_blk = nemb, nt = m->pt.n;
+    int first_blk = nemb, nt = m->pt.n, last = m->nblk - 1;
+    int head_rerun = m->has_head && m->nblk && rerun(m, last); /* head needs its output */
     if (m->has_head) {
-        const float *x = m->nblk ? s->acts[m->nblk - 1].res3 : s->x_in;
-        if (m->nblk && rerun(m, m->nblk - 1)) x = NULL; /* recomputed below */
         L->ops->head_backward(L, &m->embed, s->lnf_out, s->targets, s->logits, dloss_scale,
                               m->d_small, N);
         memset(m->d_res, 0, sizeof(float) * cur(m, C, 0));
-        if (!x) { /* the last block's output: recompute that block first */
-            block_forward(m, m->nblk - 1, &s->acts[m->nblk - 1], s->blk_in[m->nblk - 1], B, T);
-            x = s->acts[m->nblk - 1].res3;
-        }
+        if (head_rerun) recompute_group(m, s, last);
+        const float *x = m->nblk ? s->acts[last].res3 : s->x_in;
         L->ops->norm_backward(L, &m->lnf, x, m->d_small, m->d_res, s->lnf_mean, s->lnf_rstd, N);
         ready(m, nt - 2, nt - 1);
     } else {
         memcpy(m->d_res, dy, sizeof(float) * cur(m, C, 0));
     }
-    for (int b = m->nblk - 1; b >= 0; b--) {
-        if (rerun(m, b) && !(m->has_head && b == m->nblk - 1))
-            block_forward(m, b, &s->acts[b], s->blk_in[b], B, T);
+    for (int b = last; b >= 0; b--) {
+        if (rerun(m, b) && group_last(m, b) == b && !(head_rerun && b == last))
+            recompute_group(m, s, b);
         block_backward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         ready(m, first_blk + b * NLAYER_TENSORS, first_blk + (b + 1) * NLAYER_TENSORS - 1);
     }

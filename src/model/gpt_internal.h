@@ -6,8 +6,9 @@
  * otherwise (the head's stage then keeps its own copy of wte, whose gradient
  * the pipeline sums with the embedding stage's). Activations are kept for
  * nslots micro-batches at once (the pipeline's in-flight count). Recompute
- * (gpt_recompute): block keeps only each block's input per slot and runs
- * the block again in backward; selective keeps everything but the two
+ * (gpt_rc): block keeps only block inputs per slot (each block's, or every
+ * k-th's under the uniform method) and runs the blocks again in backward;
+ * selective keeps everything but the two
  * large, cheap activations, the attention probabilities and the GELU
  * output, which every block of every slot writes into one shared buffer
  * each and backward recomputes from the kept qkv and fch. */
@@ -41,9 +42,11 @@ typedef struct gpt_layer_acts {
 /* One micro-batch in flight. */
 typedef struct gpt_slot {
     float *x_in;           /* (N,C) p0: embedding output, or the received activation */
-    float **blk_in;        /* block recompute: each local block's input (N,C) p0 */
-    gpt_layer_acts *acts;  /* local blocks (block recompute: one set the slots share;
-                              selective: att, fch_gelu shared by every block and slot) */
+    float **blk_in;        /* block recompute: kept inputs of local blocks (N,C) p0;
+                              block 0's is x_in */
+    gpt_layer_acts *acts;  /* local blocks (rerun blocks: sets the slots share, one
+                              or, uniform, a group's; selective: att, fch_gelu
+                              shared by every block and slot) */
     float *x_out;          /* (N,C) p0: output to send when the head is elsewhere */
     float *lnf_out, *lnf_mean, *lnf_rstd, *logits;
     int *inp, *targets;
@@ -61,6 +64,8 @@ struct cb_gpt {
     int nslots;
     int recompute;  /* gpt_recompute */
     int nrc;        /* block recompute: local blocks [0, nrc) are rerun, 0 none */
+    int rc_group;   /* uniform method: blocks rerun in groups of rc_group (every
+                       block is rerun; nrc = nblk); 0: block method */
     cb_ptable pt;   /* tensors, their shards, local parameter count */
     float *params, *grads;
     cb_embed embed;
@@ -77,20 +82,50 @@ struct cb_gpt {
 /* Activation recomputation (--recompute none | block | selective). */
 typedef enum gpt_recompute {
     GPT_RECOMPUTE_NONE = 0,
-    GPT_RECOMPUTE_BLOCK = 1,    /* keep block inputs only, rerun each block */
+    GPT_RECOMPUTE_BLOCK = 1,    /* keep block inputs only, rerun blocks */
     GPT_RECOMPUTE_SELECTIVE = 2 /* drop att and fch_gelu, recompute them */
 } gpt_recompute;
 
-/* "none", "block" or "selective" (NULL: none); anything else is CB_EINPUT. */
-int gpt_parse_recompute(const char *s, int *out, cb_err *e);
-/* --recompute-layers n: >= 0, and only with block recompute. */
-int gpt_check_recompute_layers(int recompute, int n, cb_err *e);
+/* What to recompute. Block recompute has Megatron's two methods:
+ *   block    (--recompute-method block, the default) reruns the first
+ *            `layers` blocks of each stage (0: all), one at a time; the
+ *            other blocks keep their activations.
+ *   uniform  keeps the input of every layers-th block only (groups of
+ *            `layers` blocks, >= 1) and reruns a whole group before its
+ *            backward: per micro-batch ~ nblk/layers block inputs, plus
+ *            `layers` block activation sets shared by every micro-batch. */
+typedef struct gpt_rc {
+    int mode;    /* gpt_recompute */
+    int layers;  /* --recompute-layers; see above */
+    int uniform; /* 1: the uniform method */
+} gpt_rc;
+
+/* --recompute (NULL: none), --recompute-method (NULL: block) and
+ * --recompute-layers (block: >= 0, 0 all; uniform: >= 1, 0 means 1) into
+ * rc; CB_EINPUT with one line for an unknown value or a method or layer
+ * count given without --recompute block. */
+int gpt_recompute_parse(const char *mode, const char *method, int layers, gpt_rc *rc, cb_err *e);
+
+/* Planned activation floats of m's slots had it been built with rc
+ * instead: what `none` would plan, for the startup report. 0 when out of
+ * memory. */
+size_t gpt_act_floats_with(const cb_gpt *m, const gpt_rc *rc);
+/* Forward + backward matmul FLOPs of one module for N tokens in sequences
+ * of T: GPT_MOD_EMBED, _BLOCK (attention scores and context without the
+ * causal discount) or _HEAD (the tied LM head). A forward is a third. */
+enum { GPT_MOD_EMBED, GPT_MOD_BLOCK, GPT_MOD_HEAD };
+double gpt_module_flops(const cb_gpt_config *c, double N, int T, int kind);
+/* Of m's planned micro-batch: the step's FLOPs of its modules, and the
+ * extra forward FLOPs its recompute adds (block: the rerun blocks'
+ * forwards; selective: each block's attention core, QK^T and x V; GELU
+ * and softmax are not matmuls and not counted). */
+double gpt_stage_flops(const cb_gpt *m);
+double gpt_recompute_flops(const cb_gpt *m);
 
 typedef struct gpt_stage_opts {
     int mod0, mod1; /* modules held; 0, L+2 for the whole model */
     int nslots;     /* >= 1 */
-    int recompute;  /* gpt_recompute */
-    int recompute_blocks; /* block: the first n local blocks only; 0 all */
+    gpt_rc rc;
 } gpt_stage_opts;
 
 /* Builds the model (or a stage of it) on a layout; B = this data-parallel

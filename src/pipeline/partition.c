@@ -2,6 +2,7 @@
 #include "pipeline/partition.h"
 
 #include <float.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +27,18 @@ void cb_pp_module_costs(const cb_pp_module *m, int n, double w, double *cost) {
 }
 
 void cb_pp_partition_score(cb_pp_partition *pt, const double *cost) {
-    pt->max_cost = 0;
+    int nr = pt->nranks > 0 ? pt->nranks : pt->nstages;
+    pt->nranks = nr;
+    pt->max_cost = pt->rank_max = 0;
+    for (int r = 0; r < nr; r++) pt->rank_cost[r] = 0;
     for (int s = 0; s < pt->nstages; s++) {
         pt->cost[s] = 0;
         for (int i = pt->bound[s]; i < pt->bound[s + 1]; i++) pt->cost[s] += cost[i];
         if (pt->cost[s] > pt->max_cost) pt->max_cost = pt->cost[s];
+        pt->rank_cost[s % nr] += pt->cost[s];
     }
+    for (int r = 0; r < nr; r++)
+        if (pt->rank_cost[r] > pt->rank_max) pt->rank_max = pt->rank_cost[r];
 }
 
 static int check_sizes(int n, int p, cb_err *e) {
@@ -68,6 +75,7 @@ int cb_pp_partition_auto(const double *cost, int n, int p, cb_pp_partition *out,
         }
     out->nstages = p;
     out->nmod = n;
+    out->nranks = p;
     out->bound[p] = n;
     for (int k = p; k >= 1; k--) out->bound[k - 1] = AT(cut, k, out->bound[k]);
 #undef AT
@@ -76,11 +84,132 @@ int cb_pp_partition_auto(const double *cost, int n, int p, cb_pp_partition *out,
     return CB_OK;
 }
 
+/* ---------------------------------------------- interleaved: rank sums */
+
+/* What the rank search minimises: the largest rank sum, then the largest
+ * stage, compared with a relative tolerance so rounding cannot pick. */
+typedef struct rank_score {
+    double rank, stage;
+} rank_score;
+
+static rank_score score_bounds(const int *b, int nvs, int p, const double *pre, double *sums) {
+    rank_score r = {0, 0};
+    for (int s = 0; s < p; s++) sums[s] = 0;
+    for (int k = 0; k < nvs; k++) {
+        double c = pre[b[k + 1]] - pre[b[k]];
+        sums[k % p] += c;
+        if (c > r.stage) r.stage = c;
+    }
+    for (int s = 0; s < p; s++)
+        if (sums[s] > r.rank) r.rank = sums[s];
+    return r;
+}
+
+static int better(rank_score a, rank_score b) {
+    const double tol = 1e-12;
+    if (a.rank < b.rank * (1 - tol)) return 1;
+    if (a.rank > b.rank * (1 + tol)) return 0;
+    return a.stage < b.stage * (1 - tol);
+}
+
+/* Moves one boundary, or two, by one module while that improves the
+ * score; deterministic (moves tried in a fixed order, the best taken). */
+static void local_search(int *b, int nvs, int p, const double *pre, double *sums) {
+    rank_score cur = score_bounds(b, nvs, p, pre, sums);
+    for (int improved = 1; improved;) {
+        improved = 0;
+        int bi = 0, bj = 0, di = 0, dj = 0;
+        for (int i = 1; i < nvs; i++)
+            for (int j = i; j < nvs; j++)
+                for (int d = 0; d < 4; d++) {
+                    int x = d & 1 ? 1 : -1, y = d & 2 ? 1 : -1;
+                    if (j == i && y != x) continue; /* one boundary: move it once */
+                    b[i] += x;
+                    if (j != i) b[j] += y;
+                    int ok = b[i] > b[i - 1] && b[i] < b[i + 1] && b[j] > b[j - 1] && b[j] < b[j + 1];
+                    rank_score r = ok ? score_bounds(b, nvs, p, pre, sums) : cur;
+                    if (ok && better(r, cur)) cur = r, bi = i, bj = j, di = x, dj = j != i ? y : 0;
+                    b[i] -= x;
+                    if (j != i) b[j] -= y;
+                }
+        if (bi) b[bi] += di, b[bj] += dj, improved = 1;
+    }
+}
+
+/* Branch and bound over the placements of the cuts: stage k spans
+ * [b[k], b[k+1]); a rank whose sum passes the best found stops that
+ * branch (costs are >= 0, so a longer stage only adds). Returns 0 when the
+ * node budget ran out (the best found so far stays). */
+typedef struct bnb {
+    const double *pre;
+    int n, p, nvs, *b, *best;
+    double *sums, stage;
+    rank_score bs;
+    double nodes, budget;
+} bnb;
+
+static int branch(bnb *S, int k) {
+    if (++S->nodes > S->budget) return 0;
+    double lim = S->bs.rank * (1 + 1e-12), keep = S->stage;
+    int r = k % S->p, last = k == S->nvs - 1;
+    for (int e = last ? S->n : S->b[k] + 1; e <= S->n - (S->nvs - 1 - k); e++) {
+        double c = S->pre[e] - S->pre[S->b[k]];
+        if (S->sums[r] + c > lim) break;
+        S->b[k + 1] = e;
+        S->sums[r] += c;
+        S->stage = c > keep ? c : keep;
+        int ok = 1;
+        if (last) {
+            rank_score x = {0, S->stage};
+            for (int i = 0; i < S->p; i++) x.rank = fmax(x.rank, S->sums[i]);
+            if (better(x, S->bs)) S->bs = x, memcpy(S->best, S->b, sizeof(int) * (S->nvs + 1));
+        } else ok = branch(S, k + 1);
+        S->sums[r] -= c;
+        S->stage = keep;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+int cb_pp_partition_search(const double *cost, int n, int p, int v, double max_nodes,
+                           cb_pp_partition *out, cb_err *e) {
+    int nvs = p * v, rc = cb_pp_partition_auto(cost, n, nvs, out, e);
+    out->exact = v == 1;
+    if (rc || v == 1) return rc;
+    double *pre = malloc(sizeof(double) * ((size_t)n + 1 + p));
+    int *b = malloc(sizeof(int) * 2 * ((size_t)nvs + 1));
+    if (!pre || !b) {
+        free(pre), free(b);
+        return cb_fail(e, CB_ENOMEM, "out of memory partitioning %d modules", n);
+    }
+    double *sums = pre + n + 1;
+    pre[0] = 0;
+    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];
+    memcpy(b, out->bound, sizeof(int) * (nvs + 1));
+    local_search(b, nvs, p, pre, sums);
+    bnb S = {pre, n, p, nvs, b + nvs + 1, b, sums, 0, score_bounds(b, nvs, p, pre, sums), 0,
+             max_nodes};
+    for (int i = 0; i < p; i++) sums[i] = 0;
+    S.b[0] = 0;
+    out->exact = max_nodes > 0 && branch(&S, 0);
+    memcpy(out->bound, b, sizeof(int) * (nvs + 1));
+    out->nranks = p;
+    cb_pp_partition_score(out, cost);
+    free(pre), free(b);
+    return CB_OK;
+}
+
+int cb_pp_partition_interleaved(const double *cost, int n, int p, int v, cb_pp_partition *out,
+                                cb_err *e) {
+    return cb_pp_partition_search(cost, n, p, v, 2e7, out, e);
+}
+
 int cb_pp_partition_equal(const double *cost, int n, int p, cb_pp_partition *out, cb_err *e) {
     int rc = check_sizes(n, p, e);
     if (rc) return rc;
     out->nstages = p;
     out->nmod = n;
+    out->nranks = p;
     for (int s = 0; s <= p; s++) out->bound[s] = s * (n / p) + (s > p - n % p ? s - (p - n % p) : 0);
     cb_pp_partition_score(out, cost);
     return CB_OK;
@@ -106,6 +235,7 @@ int cb_pp_partition_parse(const char *list, const double *cost, int n, int p,
                        list, p + 1, n, n);
     out->nstages = p;
     out->nmod = n;
+    out->nranks = p;
     out->bound[0] = 0;
     out->bound[p] = n;
     for (int i = 0; i < k; i++) out->bound[i + off] = v[i];
@@ -119,29 +249,52 @@ int cb_pp_partition_parse(const char *list, const double *cost, int n, int p,
     return CB_OK;
 }
 
+/* Compute share, parameter and activation bytes of modules [a, b). */
+static void sums_of(const cb_pp_module *m, int a, int b, int timed, double *c, double *pb,
+                    double *ab) {
+    for (int i = a; i < b; i++) {
+        *c += timed ? m[i].time_ms : m[i].flops;
+        *pb += m[i].param_bytes;
+        *ab += m[i].act_bytes;
+    }
+}
+
+/* Interleaved: each rank's stages and sums, which set its time. */
+static void print_ranks(FILE *f, const cb_pp_partition *pt, const cb_pp_module *m, int timed,
+                        double tc) {
+    for (int r = 0; r < pt->nranks; r++) {
+        double c = 0, pb = 0, ab = 0;
+        char st[96] = "";
+        for (int s = r; s < pt->nstages; s += pt->nranks) {
+            sums_of(m, pt->bound[s], pt->bound[s + 1], timed, &c, &pb, &ab);
+            snprintf(st + strlen(st), sizeof st - strlen(st), "%s%d", s == r ? "" : ",", s);
+        }
+        fprintf(f, "rank %d: stages %-14s cost %8.4f %7.1f%% %12.3f %12.3f\n", r, st,
+                pt->rank_cost[r], 100 * c / (tc > 0 ? tc : 1), pb / 1e6, ab / 1e6);
+    }
+}
+
 void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_module *m, double w,
                            int nranks) {
-    double tc = 0;
+    double tc = 0, pb = 0, ab = 0;
     int timed = 1;
     for (int i = 0; i < pt->nmod; i++) timed &= m[i].time_ms > 0;
-    for (int i = 0; i < pt->nmod; i++) tc += timed ? m[i].time_ms : m[i].flops;
+    sums_of(m, 0, pt->nmod, timed, &tc, &pb, &ab);
     fprintf(f, "partition: %d stages over %d modules, memory weight %.2f, compute from %s\n",
             pt->nstages, pt->nmod, w, timed ? "profiled time" : "FLOP counts");
     fprintf(f, "%5s %4s %-22s %8s %8s %12s %12s\n", "stage", "rank", "modules", "cost",
             "compute", "param MB", "act MB/mb");
     for (int s = 0; s < pt->nstages; s++) {
-        double c = 0, pb = 0, ab = 0;
-        for (int i = pt->bound[s]; i < pt->bound[s + 1]; i++) {
-            c += timed ? m[i].time_ms : m[i].flops;
-            pb += m[i].param_bytes;
-            ab += m[i].act_bytes;
-        }
+        double c = 0;
+        pb = ab = 0;
+        sums_of(m, pt->bound[s], pt->bound[s + 1], timed, &c, &pb, &ab);
         char mods[64];
         snprintf(mods, sizeof mods, "[%d,%d) %s..%s", pt->bound[s], pt->bound[s + 1],
                  m[pt->bound[s]].name, m[pt->bound[s + 1] - 1].name);
         fprintf(f, "%5d %4d %-22s %8.4f %7.1f%% %12.3f %12.3f\n", s, s % nranks, mods,
                 pt->cost[s], 100 * c / (tc > 0 ? tc : 1), pb / 1e6, ab / 1e6);
     }
+    if (pt->nranks < pt->nstages) print_ranks(f, pt, m, timed, tc);
     for (int i = 0; i < pt->nmod; i++)
         for (int j = i + 1; j < pt->nmod; j++) {
             if (m[i].tie < 0 || m[j].tie != m[i].tie) continue;
@@ -154,67 +307,103 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
         }
 }
 
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, cb_pp_module *m) {
+/* Bytes a block keeps per micro-batch under rc: everything (16 N C + 4 N
+ * floats and the attention probabilities), selective without the
+ * probabilities and the GELU output, block recompute its input (uniform
+ * groups of k: every k-th input). The block method's first `layers`
+ * blocks of each stage: a stage holds about L / nvs blocks, so that share
+ * of the blocks keeps only its input. The activation sets rerun blocks
+ * share are per stage, not per micro-batch, and not counted here. */
+static double block_act_bytes(const cb_gpt_config *c, double B, int T, const gpt_rc *rc,
+                              int nvs) {
+    double C = c->d_model, N = B * T, f = sizeof(float);
+    double full = f * (N * (16 * C + 4) + B * c->n_head * T * T), input = f * N * C;
+    if (!rc || rc->mode == GPT_RECOMPUTE_NONE) return full;
+    if (rc->mode == GPT_RECOMPUTE_SELECTIVE) return f * N * (12 * C + 4);
+    if (rc->uniform) return input / rc->layers;
+    double per_stage = (double)c->n_layer / (nvs > 0 ? nvs : 1);
+    double share = rc->layers == 0 || rc->layers >= per_stage ? 1 : rc->layers / per_stage;
+    return share * input + (1 - share) * full;
+}
+
+void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const gpt_rc *rc, int nvs,
+                       cb_pp_module *m) {
     double C = c->d_model, V = c->vocab, N = (double)B * T, L = c->n_layer, f = sizeof(float);
-    m[0] = (cb_pp_module){.flops = 3 * N * C, .param_bytes = f * (V + c->seq_len) * C,
-                          .act_bytes = f * N * C, .tie = 0};
+    m[0] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_EMBED),
+                          .param_bytes = f * (V + c->seq_len) * C, .act_bytes = f * N * C,
+                          .tie = 0};
     snprintf(m[0].name, sizeof m[0].name, "embed");
     for (int l = 1; l <= L; l++) {
-        m[l] = (cb_pp_module){.flops = 72 * N * C * C + 12 * N * T * C,
+        m[l] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_BLOCK),
                               .param_bytes = f * (12 * C * C + 13 * C),
-                              .act_bytes = f * (N * (16 * C + 4) + (double)B * c->n_head * T * T),
-                              .tie = -1};
+                              .act_bytes = block_act_bytes(c, B, T, rc, nvs), .tie = -1};
         snprintf(m[l].name, sizeof m[l].name, "h.%d", l - 1);
     }
-    m[c->n_layer + 1] = (cb_pp_module){.flops = 6 * N * C * V + 24 * N * C,
+    m[c->n_layer + 1] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_HEAD),
                                        .param_bytes = f * (V * C + 2 * C),
                                        .act_bytes = f * (N * (C + 2) + N * V), .tie = 0};
     snprintf(m[c->n_layer + 1].name, sizeof m[0].name, "head");
 }
 
-/* Best of reps forward + backward times of a one-stage model of modules
- * [mod0, mod1), in milliseconds; the first stage's output gradient is zero. */
-static int time_stage(const cb_gpt_config *c, int B, int T, int mod0, int mod1, int reps,
-                      double *ms, cb_err *e) {
-    cb_layout *L = cb_layout_serial();
-    if (!L) return cb_fail(e, CB_ENOMEM, "out of memory profiling");
-    gpt_stage_opts st = {mod0, mod1, 1, 0, 0};
-    cb_gpt *g;
-    int rc = gpt_create(c, B, T, L, &st, &g, e);
-    if (rc) {
-        cb_layout_free(L);
-        return rc;
+/* Deterministic values of the size of GPT-2's initialisation (|x| <= 0.02)
+ * for a profiling model: timing needs no particular weights, and drawing
+ * the real ones walks the whole model's random stream for every module. */
+static void fill(float *x, size_t n, uint64_t salt) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = (i + salt) * 0x9E3779B97F4A7C15ull;
+        x[i] = (float)((int)(h >> 40 & 4095) - 2048) * (0.02f / 2048);
     }
-    cb_gpt_init_random(g, 1);
-    int N = B * T;
+}
+
+typedef struct gpt_prof {
+    const cb_gpt_config *c;
+    int B, T, reps;
+} gpt_prof;
+
+/* Best of reps forward + backward times of module `mod` alone, as a
+ * one-stage model on the serial layout, in milliseconds (a first run warms
+ * caches up); the stage's input and output gradient are filler values. */
+static int time_module(void *ctx, int mod, double *ms, cb_err *e) {
+    const gpt_prof *P = ctx;
+    gpt_stage_opts st = {mod, mod + 1, 1, {0}};
+    cb_gpt *g;
+    int rc = gpt_create_serial(P->c, P->B, P->T, &st, &g, e), N = P->B * P->T;
+    if (rc) return rc;
+    size_t C = P->c->d_model;
     int *ids = malloc(sizeof(int) * 2 * (size_t)N);
-    float *dy = calloc((size_t)N * c->d_model, sizeof(float));
+    float *dy = malloc(sizeof(float) * (size_t)N * C);
     if (!ids || !dy) rc = cb_fail(e, CB_ENOMEM, "out of memory profiling");
-    for (int i = 0; !rc && i < 2 * N; i++) ids[i] = (i * 7919) % c->vocab;
+    for (int i = 0; !rc && i < 2 * N; i++) ids[i] = (int)(((unsigned)i * 7919u) % P->c->vocab);
+    if (!rc) {
+        fill(g->params, g->pt.nparams, 1);
+        fill(gpt_stage_input(g, 0), (size_t)N * C, 2);
+        fill(dy, (size_t)N * C, 3);
+    }
     *ms = DBL_MAX;
-    for (int r = 0; !rc && r < reps + 1; r++) {
+    for (int r = 0; !rc && r < P->reps + 1; r++) {
         double t0 = omp_get_wtime();
-        gpt_stage_forward(g, 0, ids, ids + N, B, T);
+        gpt_stage_forward(g, 0, ids, ids + N, P->B, P->T);
         gpt_stage_backward(g, 0, 1.0f, dy);
         double t = (omp_get_wtime() - t0) * 1e3;
-        if (r && t < *ms) *ms = t; /* the first run warms caches up */
+        if (r && t < *ms) *ms = t;
     }
     free(ids);
     free(dy);
     cb_gpt_free(g);
-    cb_layout_free(L);
     return rc;
 }
 
-int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e) {
-    int L = c->n_layer;
-    double te, tb, th;
-    int rc = time_stage(c, B, T, 0, 1, reps, &te, e);
-    if (!rc) rc = time_stage(c, B, T, 1, 2, reps, &tb, e);
-    if (!rc) rc = time_stage(c, B, T, L + 1, L + 2, reps, &th, e);
-    if (rc) return rc;
-    m[0].time_ms = te > 1e-6 ? te : 1e-6;
-    for (int l = 1; l <= L; l++) m[l].time_ms = tb > 1e-6 ? tb : 1e-6;
-    m[L + 1].time_ms = th > 1e-6 ? th : 1e-6;
+int cb_pp_profile_modules(cb_pp_module *m, int n, cb_pp_time_fn fn, void *ctx, cb_err *e) {
+    for (int i = 0; i < n; i++) {
+        double ms = 0;
+        int rc = fn(ctx, i, &ms, e);
+        if (rc) return rc;
+        m[i].time_ms = ms > 1e-6 ? ms : 1e-6;
+    }
     return CB_OK;
+}
+
+int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e) {
+    gpt_prof P = {c, B, T, reps};
+    return cb_pp_profile_modules(m, c->n_layer + 2, time_module, &P, e);
 }

@@ -5,7 +5,8 @@
  * normalised by their totals and mixed with a memory weight w:
  *     cost_i = (1 - w) * compute_i / sum(compute) + w * mem_i / sum(mem)
  * and a dynamic program over contiguous ranges minimises the largest
- * stage's cost. Modules that share a weight (the GPT's embedding and tied
+ * stage's cost. Interleaved pipelines place several stages on one rank,
+ * whose time is their sum: there the largest rank sum is minimised. Modules that share a weight (the GPT's embedding and tied
  * LM head, tie >= 0) cannot be adjacent; when they land on different stages
  * each stage holds a copy (counted in its memory) and the pipeline sums
  * their gradients every step. */
@@ -32,6 +33,10 @@ typedef struct cb_pp_partition {
     int bound[CB_PP_MAX_STAGES + 1]; /* stage s holds modules [bound[s], bound[s+1]) */
     double cost[CB_PP_MAX_STAGES];   /* weighted cost of each stage */
     double max_cost;
+    int nranks;                         /* stage s runs on rank s % nranks (interleaved) */
+    double rank_cost[CB_PP_MAX_STAGES]; /* sum of each rank's stages' costs */
+    double rank_max;
+    int exact; /* interleaved search: the optimum was proven */
 } cb_pp_partition;
 
 /* cost[n] of n modules under memory weight w in [0, 1]. Uses profiled times
@@ -40,13 +45,28 @@ void cb_pp_module_costs(const cb_pp_module *m, int n, double w, double *cost);
 /* Contiguous non-empty stages minimising the maximum stage cost (ties: the
  * earliest boundaries). CB_EINPUT when p > n or p > CB_PP_MAX_STAGES. */
 int cb_pp_partition_auto(const double *cost, int n, int p, cb_pp_partition *out, cb_err *e);
+/* Interleaved: p ranks of v chunks, virtual stage c*p + s on rank s. A
+ * rank's time is the sum of its chunks', so this minimises the largest
+ * rank sum (then the largest virtual stage, then the earliest boundaries):
+ * the dynamic program's stages, improved by moving one or two boundaries
+ * at a time while that helps, then a branch and bound over every placement
+ * of the cuts, which proves the optimum unless it visits more than
+ * max_nodes (0: no branch and bound; out->exact says which). Its largest
+ * rank sum is never above that of the dynamic program's stages. */
+int cb_pp_partition_search(const double *cost, int n, int p, int v, double max_nodes,
+                           cb_pp_partition *out, cb_err *e);
+/* cb_pp_partition_search with 2e7 nodes (well under a second); v = 1 is
+ * cb_pp_partition_auto. */
+int cb_pp_partition_interleaved(const double *cost, int n, int p, int v, cb_pp_partition *out,
+                                cb_err *e);
 /* Equal module counts, the remainder one each to the last stages. */
 int cb_pp_partition_equal(const double *cost, int n, int p, cb_pp_partition *out, cb_err *e);
 /* --partition LIST: p+1 boundaries "0,3,7,12" (0 first, n last), p stage
  * starts "0,3,7", or p-1 inner cuts "3,7"; strictly increasing. */
 int cb_pp_partition_parse(const char *list, const double *cost, int n, int p,
                           cb_pp_partition *out, cb_err *e);
-/* Fills cost and max_cost from bound. */
+/* Fills cost, max_cost and the rank sums (nranks: 0 or nstages, one stage
+ * per rank) from bound. */
 void cb_pp_partition_score(cb_pp_partition *pt, const double *cost);
 /* --print-partition: one line per stage (modules, cost, compute share,
  * parameter and activation memory) and the tied weights' stages. stage_of
@@ -56,11 +76,19 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
 
 /* The GPT's L+2 modules (0 embedding, 1..L blocks, L+1 head with its copy
  * of wte) for micro-batches of B x T tokens: FLOPs and bytes from the
- * shapes, serial layout, no recompute. */
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, cb_pp_module *m);
-/* Short profiling pass: times forward + backward of the embedding, one block
- * and the head on this process (serial layout, reps repetitions, best of),
- * and sets every module's time_ms. */
+ * shapes, serial layout; the blocks' activation bytes are what they keep
+ * under recompute rc (NULL: none) on nvs stages (partition.c). */
+struct gpt_rc;
+void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const struct gpt_rc *rc, int nvs,
+                       cb_pp_module *m);
+/* Sets m[i].time_ms (at least 1e-6) of each of n modules from fn, which
+ * times module i alone. */
+typedef int (*cb_pp_time_fn)(void *ctx, int module, double *ms, cb_err *e);
+int cb_pp_profile_modules(cb_pp_module *m, int n, cb_pp_time_fn fn, void *ctx, cb_err *e);
+/* The profiling pass of --partition auto: every module of the GPT (the
+ * embedding, each block, the head) alone as a one-module stage on this
+ * process, serial layout, micro-batches of B x T, filler weights; forward
+ * + backward timed reps times after a warm-up run, the best kept. */
 int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e);
 
 #endif

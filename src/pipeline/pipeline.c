@@ -6,6 +6,7 @@
 #include <string.h>
 
 #define TAG_TIE 32761
+#define TAG_EVAL 32763
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
@@ -43,12 +44,16 @@ static int init_chunk(cb_pipe *pp, int c, const cb_gpt_config *cfg, cb_layout *L
     ch->vs = c * pp->o.p + pp->s;
     ch->nslots = cb_pp_max_inflight(pp->acts, pp->nacts, c);
     if (ch->nslots < 1) ch->nslots = 1;
-    gpt_stage_opts st = {pp->o.bound[ch->vs], pp->o.bound[ch->vs + 1], ch->nslots,
-                         pp->o.recompute, pp->o.recompute_blocks};
+    gpt_stage_opts st = {pp->o.bound[ch->vs], pp->o.bound[ch->vs + 1], ch->nslots, pp->o.rc};
     int rc = gpt_create(cfg, pp->B, pp->T, L, &st, &ch->m, e);
     if (rc) return rc;
     cb_gpt_init_random(ch->m, seed);
-    pp->st.act_bytes += sizeof(float) * (double)ch->m->act_floats;
+    double bufs = sizeof(float) * 2.0 * ch->nslots * (pp->act ? pp->act : 1); /* dy, dx */
+    gpt_rc none = {0};
+    pp->st.act_bytes += sizeof(float) * (double)ch->m->act_floats + bufs;
+    pp->st.act_bytes_none += sizeof(float) * (double)gpt_act_floats_with(ch->m, &none) + bufs;
+    pp->st.flops += gpt_stage_flops(ch->m);
+    pp->st.recompute_flops += gpt_recompute_flops(ch->m);
     return alloc_chunk(pp, ch, e);
 }
 
@@ -95,9 +100,13 @@ int cb_pipe_init(cb_pipe *pp, cb_comm *c, const cb_gpt_config *cfg, int B, int T
     pp->tie_first = pp->nvs > 1 && pp->s == 0 ? 0 : -1;
     pp->tie_last = pp->nvs > 1 && pp->s == o->p - 1 ? o->v - 1 : -1;
     int tied = pp->tie_first >= 0 ? pp->tie_first : pp->tie_last;
+    req_null(pp->tie_req, 2);
     if (tied >= 0 && o->p > 1) {
-        pp->tie_buf = malloc(sizeof(float) * (pp->ch[tied].m->pt.t[0].numel + 1));
+        double n = pp->ch[tied].m->pt.t[0].numel + 1;
+        pp->tie_buf = malloc(sizeof(float) * n);
         if (!pp->tie_buf) return cb_fail(e, CB_ENOMEM, "out of memory for the tied embedding");
+        pp->st.act_bytes += sizeof(float) * n;
+        pp->st.act_bytes_none += sizeof(float) * n;
     }
     return CB_OK;
 }
@@ -160,6 +169,26 @@ static void wait_timed(cb_pipe *pp, cb_comm_req *r) {
     pp->st.wait_ms += now_ms() - t0;
 }
 
+static float *wte_grad(cb_pp_chunk *ch) { return ch->m->grads + ch->m->pt.t[0].offset; }
+
+/* The tied chunk whose wte gradient goes to the other end of the pipeline,
+ * NULL when both ends are here (or nowhere). */
+static cb_pp_chunk *tie_remote(cb_pipe *pp) {
+    if ((pp->tie_first >= 0) == (pp->tie_last >= 0)) return NULL;
+    return &pp->ch[pp->tie_first >= 0 ? pp->tie_first : pp->tie_last];
+}
+
+/* After the tied chunk's last backward: its wte gradient is final, so the
+ * exchange with the other end starts while the other chunks' backwards run. */
+static void tie_start(cb_pipe *pp) {
+    cb_pp_chunk *ch = tie_remote(pp);
+    float *g = wte_grad(ch);
+    size_t n = ch->m->pt.t[0].numel;
+    int partner = pp->tie_first >= 0 ? pp->o.p - 1 : 0;
+    cb_comm_irecv(pp->c, "pp.tie", pp->tie_buf, n, partner, TAG_TIE, &pp->tie_req[0]);
+    cb_comm_isend(pp->c, "pp.tie", g, n, partner, TAG_TIE, &pp->tie_req[1]);
+}
+
 static double forward(cb_pipe *pp, cb_pp_action a, const int *ids, const int *targets) {
     cb_pp_chunk *ch = &pp->ch[a.chunk];
     cb_gpt *m = ch->m;
@@ -195,32 +224,28 @@ static void backward(cb_pipe *pp, cb_pp_action a, float scale, cb_pp_bwd_fn fn, 
     }
     ch->slot_of[a.mb] = -1;
     ch->free_slots[ch->nfree++] = slot;
+    if (a.mb == pp->o.M - 1 && &pp->ch[a.chunk] == tie_remote(pp)) tie_start(pp);
 }
-
-static float *wte_grad(cb_pp_chunk *ch) { return ch->m->grads + ch->m->pt.t[0].offset; }
 
 /* wte's two gradients summed on both stages, then released to the hooks. */
 static void tie_sum(cb_pipe *pp) {
     double t0 = now_ms();
+    cb_pp_chunk *ch = tie_remote(pp);
     if (pp->tie_first >= 0 && pp->tie_last >= 0) { /* one rank holds both */
         float *a = wte_grad(&pp->ch[pp->tie_first]), *b = wte_grad(&pp->ch[pp->tie_last]);
         size_t n = pp->ch[pp->tie_first].m->pt.t[0].numel;
         for (size_t i = 0; i < n; i++) b[i] = a[i] = a[i] + b[i];
-    } else if (pp->tie_first >= 0 || pp->tie_last >= 0) {
-        cb_pp_chunk *ch = &pp->ch[pp->tie_first >= 0 ? pp->tie_first : pp->tie_last];
+    } else if (ch) {
         float *g = wte_grad(ch);
         size_t n = ch->m->pt.t[0].numel;
-        int partner = pp->tie_first >= 0 ? pp->o.p - 1 : 0;
-        cb_comm_req r[2];
-        cb_comm_irecv(pp->c, "pp.tie", pp->tie_buf, n, partner, TAG_TIE, &r[0]);
-        cb_comm_isend(pp->c, "pp.tie", g, n, partner, TAG_TIE, &r[1]);
-        cb_comm_waitall(r, 2);
+        wait_timed(pp, &pp->tie_req[0]);
+        wait_timed(pp, &pp->tie_req[1]);
         for (size_t i = 0; i < n; i++) g[i] = g[i] + pp->tie_buf[i];
     }
     pp->tie_hold = 0;
     for (int c = 0; c < pp->o.v; c++) {
-        cb_pp_chunk *ch = &pp->ch[c];
-        if ((c == pp->tie_first || c == pp->tie_last) && ch->hook) ch->hook(ch->hook_ctx, 0, 0);
+        cb_pp_chunk *x = &pp->ch[c];
+        if ((c == pp->tie_first || c == pp->tie_last) && x->hook) x->hook(x->hook_ctx, 0, 0);
     }
     pp->st.tie_ms = now_ms() - t0;
 }
@@ -256,6 +281,35 @@ double cb_pipe_step(cb_pipe *pp, const int *ids, const int *targets, float dloss
     pp->st.step_ms = now_ms() - t0;
     pp->st.busy_ms = pp->st.fwd_ms + pp->st.bwd_ms;
     pp->st.bubble = pp->st.step_ms > 0 ? 1 - pp->st.busy_ms / pp->st.step_ms : 0;
+    return loss;
+}
+
+/* Each chunk in order, slot 0 (no step is in flight): receive, forward,
+ * send. Sends are non-blocking (a rank may send to itself) and waited at
+ * the end; the messages between two ranks come in chunk order, so one tag
+ * serves. Data moves in virtual stage order only, so nothing waits in a
+ * cycle. */
+double cb_pipe_eval(cb_pipe *pp, const int *ids, const int *targets) {
+    double loss = 0;
+    int p = pp->o.p;
+    cb_comm_req *reqs = malloc(sizeof *reqs * (size_t)pp->o.v);
+    if (!reqs) cb_comm_fatal("out of memory for the validation pass");
+    for (int c = 0; c < pp->o.v; c++) {
+        cb_gpt *m = pp->ch[c].m;
+        int vs = pp->ch[c].vs;
+        reqs[c] = (cb_comm_req){.req = MPI_REQUEST_NULL};
+        if (vs > 0)
+            cb_comm_recv(pp->c, "pp.eval", gpt_stage_input(m, 0), pp->act, (vs - 1) % p, TAG_EVAL);
+        float l = gpt_stage_forward(m, 0, m->has_embed ? ids : NULL, m->has_head ? targets : NULL,
+                                    pp->B, pp->T);
+        if (m->has_head) loss = l;
+        if (vs < pp->nvs - 1)
+            cb_comm_isend(pp->c, "pp.eval", gpt_stage_output(m, 0), pp->act, (vs + 1) % p,
+                          TAG_EVAL, &reqs[c]);
+    }
+    cb_comm_waitall(reqs, pp->o.v);
+    free(reqs);
+    if (pp->c && p > 1) cb_comm_bcast_bytes(pp->c, "pp.loss", &loss, sizeof loss, p - 1);
     return loss;
 }
 

@@ -13,9 +13,11 @@
  * requests are tested between actions, so transfers overlap compute.
  *
  * Tied weight: the first virtual stage (embedding) and the last (head) each
- * hold wte; after the step's backwards their gradients are summed (both
- * then hold the same sum, a + b = b + a exactly). A grad hook installed on
- * a tied chunk (data parallelism) sees wte ready only after that sum.
+ * hold wte; their gradients are summed (both then hold the same sum,
+ * a + b = b + a exactly): each side starts its non-blocking exchange right
+ * after its last micro-batch's backward on the tied chunk, and the sum is
+ * taken after the step's backwards. A grad hook installed on a tied chunk
+ * (data parallelism) sees wte ready only after that sum.
  *
  * Loss: the head's stage adds its micro-batches' mean losses; every rank
  * of the pipeline gets the mean over M. Busy time counts forward and
@@ -31,14 +33,19 @@ typedef struct cb_pp_config {
     cb_pp_kind kind;
     int p, v, M;     /* stages (ranks), chunks per rank, micro-batches per step */
     const int *bound; /* p*v + 1 module boundaries, 0 .. n_layer + 2 */
-    int recompute;
-    int recompute_blocks; /* block recompute of the first n blocks of each chunk; 0 all */
+    gpt_rc rc;        /* recompute, per chunk */
 } cb_pp_config;
 
 typedef struct cb_pp_stats {
-    double step_ms, busy_ms, fwd_ms, bwd_ms, wait_ms, tie_ms;
+    double step_ms, busy_ms, fwd_ms, bwd_ms;
+    double wait_ms;       /* blocked on activation, gradient and tied-wte messages */
+    double tie_ms;        /* the tied wte's sum after the last backward */
     double bubble;        /* 1 - busy / step */
-    double act_bytes;     /* activation memory allocated for the slots in flight */
+    double act_bytes;     /* planned: the chunks' slots in flight, the per-slot message
+                             buffers (dy, dx) and the tied-gradient buffer */
+    double act_bytes_none; /* the same had the chunks been built without recompute */
+    double flops, recompute_flops; /* per micro-batch: the chunks' step, the recompute's
+                                      extra forwards (gpt_recompute_flops) */
     int max_inflight;     /* micro-batches forwarded and not yet backwarded, at most */
 } cb_pp_stats;
 
@@ -67,6 +74,7 @@ typedef struct cb_pipe {
     int inflight, tie_first, tie_last; /* chunks holding the tied wte, -1 elsewhere */
     int tie_hold;            /* during the step: wte readiness deferred */
     float *tie_buf;
+    cb_comm_req tie_req[2];  /* the tied exchange in flight: receive, send */
     cb_pp_stats st;
 } cb_pipe;
 
@@ -87,6 +95,10 @@ void cb_pipe_zero_grad(cb_pipe *pp);
 typedef void (*cb_pp_bwd_fn)(void *ctx, int chunk, int last);
 double cb_pipe_step(cb_pipe *pp, const int *ids, const int *targets, float dloss_scale,
                     cb_pp_bwd_fn before_bwd, void *ctx);
+/* Forward only of one micro-batch (ids, targets: B x T) through every
+ * chunk, between steps: the mean loss, the same on every rank of the
+ * pipeline. Validation under --pp. */
+double cb_pipe_eval(cb_pipe *pp, const int *ids, const int *targets);
 /* Sum of squares of the gradients this rank owns, wte counted once (on the
  * embedding's stage); the caller adds it up over the tensor and pipeline
  * ranks (grid->model). */

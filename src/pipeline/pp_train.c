@@ -12,41 +12,96 @@
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
 void cb_pp_opts_defaults(cb_pp_opts *o) {
-    *o = (cb_pp_opts){.schedule = "1f1b", .partition = "auto", .memory_weight = 0.8,
-                      .recompute = "none"};
+    *o = (cb_pp_opts){.micro_batches = CB_PP_UNSET, .virtual_stages = CB_PP_UNSET,
+                      .memory_weight = NAN};
 }
 
-static int parse_opts(const cb_pp_opts *po, int accum, int p, cb_pp_config *cfg, cb_err *e) {
-    int rc = cb_pp_parse_schedule(po->schedule, &cfg->kind, e);
-    if (rc) return rc;
-    if (po->micro_batches && accum > 1 && accum != po->micro_batches)
+/* The first pipeline-only flag the user gave, or NULL. */
+static const char *pipeline_flag(const cb_pp_opts *o) {
+    if (o->schedule) return "--schedule";
+    if (o->virtual_stages != CB_PP_UNSET) return "--virtual-stages";
+    if (o->partition) return "--partition";
+    if (o->print_partition) return "--print-partition";
+    if (!isnan(o->memory_weight)) return "--partition-memory-weight";
+    if (o->no_profile) return "--no-profile";
+    return NULL;
+}
+
+int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e) {
+    int mb = o->micro_batches;
+    if (mb != CB_PP_UNSET && mb < 1)
+        return cb_fail(e, CB_EINPUT, "--micro-batches %d must be >= 1 (micro-batches per step)", mb);
+    if (o->virtual_stages != CB_PP_UNSET && o->virtual_stages < 1)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages %d must be >= 1 (model chunks per rank)",
+                       o->virtual_stages);
+    if (mb != CB_PP_UNSET && *accum > 1 && *accum != mb)
         return cb_fail(e, CB_EINPUT,
-                       "--grad-accum %d and --micro-batches %d disagree; under --pp the "
-                       "micro-batches are the accumulation steps: give one of them",
-                       accum, po->micro_batches);
-    cfg->p = p;
-    cfg->M = po->micro_batches ? po->micro_batches : accum;
-    cfg->v = po->virtual_stages ? po->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
-    rc = gpt_parse_recompute(po->recompute, &cfg->recompute, e);
-    if (rc) return rc;
-    rc = gpt_check_recompute_layers(cfg->recompute, po->recompute_layers, e);
-    if (rc) return rc;
-    cfg->recompute_blocks = po->recompute_layers;
-    if (!(po->memory_weight >= 0 && po->memory_weight <= 1))
+                       "--grad-accum %d and --micro-batches %d disagree: the micro-batches are "
+                       "the accumulation steps; give one of them",
+                       *accum, mb);
+    if (mb != CB_PP_UNSET) *accum = mb;
+    const char *f = pp > 1 ? NULL : pipeline_flag(o);
+    if (f)
+        return cb_fail(e, CB_EINPUT, "%s needs --pp > 1 (pipeline parallelism); add --pp N or "
+                                     "drop %s",
+                       f, f);
+    if (!o->schedule) o->schedule = "1f1b";
+    if (!o->partition) o->partition = "auto";
+    if (isnan(o->memory_weight)) o->memory_weight = 0.8;
+    if (!(o->memory_weight >= 0 && o->memory_weight <= 1))
         return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
-    return cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
+    return CB_OK;
+}
+
+/* o resolved in place, and the schedule's sizes; p * v stages need at
+ * least as many modules. The trainer runs any p >= 1 (a one-stage
+ * pipeline too); refusing pipeline flags without --pp is the command
+ * line's (cb_pp_opts_resolve with the real --pp). */
+static int parse_opts(cb_pp_opts *o, int accum, int p, int nmod, cb_pp_config *cfg, cb_err *e) {
+    int rc = cb_pp_opts_resolve(o, p > 1 ? p : 2, &accum, e);
+    if (!rc) rc = cb_pp_parse_schedule(o->schedule, &cfg->kind, e);
+    if (rc) return rc;
+    int vset = o->virtual_stages != CB_PP_UNSET;
+    cfg->p = p;
+    cfg->M = accum;
+    cfg->v = vset ? o->virtual_stages : cfg->kind == CB_PP_INTERLEAVED ? 2 : 1;
+    rc = gpt_recompute_parse(o->recompute, o->recompute_method, o->recompute_layers, &cfg->rc, e);
+    if (!rc) rc = cb_pp_schedule_check(cfg->kind, cfg->p, cfg->v, cfg->M, e);
+    if (rc || p * cfg->v <= nmod) return rc;
+    if (cfg->v == 1 || p > nmod)
+        return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (--layers + 2); use "
+                                     "--pp between 2 and %d, or more --layers",
+                       p, nmod, nmod);
+    return cb_fail(e, CB_EINPUT, "--pp %d x --virtual-stages %d = %d pipeline stages for a model of "
+                                 "%d modules (--layers + 2); use --virtual-stages between 1 and %d",
+                   p, cfg->v, p * cfg->v, nmod, nmod / p);
+}
+
+/* --partition auto | equal | LIST over p ranks of v chunks; the rank sums
+ * are what an interleaved rank's time follows. */
+static int partition(const char *how, const double *cost, int nmod, int p, int v,
+                     cb_pp_partition *pt, cb_err *e) {
+    int rc;
+    if (!strcmp(how, "auto")) return cb_pp_partition_interleaved(cost, nmod, p, v, pt, e);
+    if (!strcmp(how, "equal")) rc = cb_pp_partition_equal(cost, nmod, p * v, pt, e);
+    else rc = cb_pp_partition_parse(how, cost, nmod, p * v, pt, e);
+    if (rc) return rc;
+    pt->nranks = p;
+    cb_pp_partition_score(pt, cost);
+    return CB_OK;
 }
 
 /* Module costs (profiled on world rank 0 and broadcast, so every rank
  * computes the same partition), then the partition. */
-static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, int nvs,
-                cb_err *e) {
+static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c,
+                const cb_pp_config *cfg, cb_err *e) {
+    int nvs = cfg->p * cfg->v;
     int nmod = c->n_layer + 2, rc = CB_OK;
     cb_pp_module *m = calloc((size_t)nmod, sizeof *m);
     double *cost = calloc((size_t)nmod, sizeof *cost), *ms = calloc((size_t)nmod, sizeof *ms);
     if (!m || !cost || !ms) rc = cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
-    if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, m);
-    int auto_ = po->partition && !strcmp(po->partition, "auto");
+    if (!rc) cb_pp_gpt_modules(c, t->rows, t->T, &cfg->rc, nvs, m);
+    int auto_ = !strcmp(po->partition, "auto");
     if (!rc && auto_ && !po->no_profile) {
         if (t->g->world.rank == 0) rc = cb_pp_gpt_profile(c, t->rows, t->T, 2, m, e);
         rc = cb_comm_agree_err(&t->g->world, rc ? e : (e->code = 0, e));
@@ -55,9 +110,7 @@ static int plan(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_config *c, 
         for (int i = 0; i < nmod; i++) m[i].time_ms = ms[i];
     }
     if (!rc) cb_pp_module_costs(m, nmod, po->memory_weight, cost);
-    if (!rc) rc = auto_ ? cb_pp_partition_auto(cost, nmod, nvs, &t->part, e)
-                        : cb_pp_partition_parse(po->partition ? po->partition : "", cost, nmod,
-                                                nvs, &t->part, e);
+    if (!rc) rc = partition(po->partition, cost, nmod, t->g->pp, nvs / t->g->pp, &t->part, e);
     if (!rc && po->print_partition && t->g->world.rank == 0) {
         cb_pp_partition_print(stdout, &t->part, m, po->memory_weight, t->g->pp);
         fflush(stdout);
@@ -98,8 +151,9 @@ int cb_pp_trainer_init(cb_pp_trainer *t, const cb_pp_opts *po, const cb_gpt_conf
                        B, g->dp, g->dp);
     t->rows = B / g->dp;
     cb_pp_config cfg = {0};
-    int rc = parse_opts(po, accum, g->pp, &cfg, e);
-    if (!rc) rc = plan(t, po, c, cfg.p * cfg.v, e);
+    cb_pp_opts o = *po;
+    int rc = parse_opts(&o, accum, g->pp, c->n_layer + 2, &cfg, e);
+    if (!rc) rc = plan(t, &o, c, &cfg, e);
     if (rc) return rc;
     t->M = cfg.M;
     cfg.bound = t->part.bound;
@@ -150,24 +204,27 @@ static double grad_sumsq(cb_pp_trainer *t) {
 }
 
 /* Per-stage figures to every rank of the pipeline group (world rank 0 logs). */
+enum { ST_BUSY, ST_FWD, ST_BWD, ST_WAIT, ST_BUBBLE, ST_ACT, NST };
+
 static void gather_stats(cb_pp_trainer *t, cb_pp_step_stats *st) {
     int p = t->g->pp, s = t->pipe.s;
-    double *v = calloc(3 * (size_t)p, sizeof *v);
+    double *v = calloc(NST * (size_t)p, sizeof *v);
     if (!v) return;
-    v[s] = t->pipe.st.busy_ms;
-    v[p + s] = t->pipe.st.bubble;
-    v[2 * p + s] = t->pipe.st.act_bytes;
-    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, 3 * (size_t)p, CB_COMM_SUM);
+    const cb_pp_stats *x = &t->pipe.st;
+    double mine[NST] = {x->busy_ms, x->fwd_ms, x->bwd_ms, x->wait_ms, x->bubble, x->act_bytes};
+    for (int k = 0; k < NST; k++) v[k * p + s] = mine[k];
+    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, NST * (size_t)p, CB_COMM_SUM);
+    double *dst[NST] = {st->busy_ms, st->fwd_ms, st->bwd_ms, st->wait_ms, st->bubble, st->act_bytes};
     st->bubble_mean = 0;
     for (int i = 0; i < p && i < CB_PP_MAX_STAGES; i++) {
-        st->busy_ms[i] = v[i];
-        st->bubble[i] = v[p + i];
-        st->act_bytes[i] = v[2 * p + i];
-        st->bubble_mean += v[p + i] / p;
+        for (int k = 0; k < NST; k++) dst[k][i] = v[k * p + i];
+        st->bubble_mean += v[ST_BUBBLE * p + i] / p;
     }
     st->bubble_formula = cb_pp_bubble_formula(p, t->pipe.o.v, t->M);
     free(v);
 }
+
+static void dump_grads(cb_pp_trainer *t); /* with the checkpoints below */
 
 void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp_step_stats *st) {
     double t0 = now_ms();
@@ -182,6 +239,7 @@ void cb_pp_trainer_step(cb_pp_trainer *t, cb_loader *ld, int r0, int step, cb_pp
         for (int c = 0; c < v; c++) cb_dp_reduce(&t->dp[c]);
         loss = cb_dp_mean(&t->dp[0], loss);
     }
+    if (step == 0 && t->dump_grads) dump_grads(t);
     double ss = grad_sumsq(t);
     cb_comm_allreduce_f64(&t->g->model, "norm", NULL, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
@@ -253,8 +311,10 @@ static float *full_moments(cb_pp_trainer *t, int c) {
     return full;
 }
 
+/* Each virtual stage's part of path: parameters (grads 0) or gradients,
+ * and with meta the AdamW moments in path.state's parts. */
 static int save_parts(cb_pp_trainer *t, const char *path, const char *const *meta, int nmeta,
-                      cb_err *e) {
+                      int grads, cb_err *e) {
     char sp[4096], pp[4200];
     snprintf(sp, sizeof sp, "%s.state", path);
     int rc = CB_OK;
@@ -263,7 +323,7 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         int vs = t->pipe.ch[c].vs;
         float *full = t->dp && t->zero && meta ? full_moments(t, c) : NULL;
         if (t->g->dpg.rank != 0) continue;
-        const float *w = m->params;
+        const float *w = grads ? m->grads : m->params;
         const char *none = "";
         cb_pp_part_path(pp, sizeof pp, path, vs);
         int r = gpt_save_blocks(m, 1, &w, &none, pp, meta, meta ? 1 : 0, e); /* + the id */
@@ -280,10 +340,11 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
     return rc;
 }
 
-int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
-                       int nmeta, cb_err *e) {
+static int save_merged(cb_pp_trainer *t, const char *path, const char *const *state_meta,
+                       int nmeta, int grads, cb_err *e) {
     cb_comm *w = &t->g->world;
-    int rc = cb_comm_agree_err(w, save_parts(t, path, state_meta, nmeta, e) ? e : (e->code = 0, e));
+    int rc = save_parts(t, path, state_meta, nmeta, grads, e);
+    rc = cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
     if (rc) return rc;
     if (w->rank == 0) {
         char sp[4096];
@@ -292,6 +353,32 @@ int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *st
         if (!rc && state_meta) rc = cb_pp_merge_parts(sp, t->pipe.nvs, e);
     }
     return cb_comm_agree_err(w, rc ? e : (e->code = 0, e));
+}
+
+int cb_pp_trainer_save(cb_pp_trainer *t, const char *path, const char *const *state_meta,
+                       int nmeta, cb_err *e) {
+    return save_merged(t, path, state_meta, nmeta, 0, e);
+}
+
+/* --dump-grads: the step's reduced gradients, before clipping, one file as
+ * without --pp (the tied wte once: both copies hold the sum). A failure
+ * warns, as the one-process trainer does. */
+static void dump_grads(cb_pp_trainer *t) {
+    cb_err e = {0};
+    if (save_merged(t, t->dump_grads, NULL, 0, 1, &e) && t->g->world.rank == 0)
+        fprintf(stderr, "cubist: warning: %s\n", e.msg);
+}
+
+float cb_pp_trainer_eval(cb_pp_trainer *t, const cb_tokens *val, int n) {
+    cb_loader l;
+    if (cb_loader_init(&l, val, t->rows * t->g->dp, t->T, 0, 0, "", NULL)) return NAN;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        cb_loader_next(&l, t->ids, t->targets, t->g->dpg.rank * t->rows, t->rows);
+        sum += cb_pipe_eval(&t->pipe, t->ids, t->targets);
+    }
+    if (t->dp) sum = cb_dp_mean(&t->dp[0], sum);
+    return (float)(sum / n);
 }
 
 static int load_moment(cb_pp_trainer *t, int c, float *dst, const char *prefix,
@@ -323,6 +410,20 @@ int cb_pp_trainer_load(cb_pp_trainer *t, const char *path, int state, cb_err *e)
     return rc;
 }
 
+void cb_pp_act_plan(cb_pp_trainer *t, double *bytes, double *none, double *extra_frac) {
+    int p = t->g->pp, s = t->pipe.s;
+    double *v = calloc(2 * (size_t)p + 2, sizeof *v);
+    if (!v) cb_comm_fatal("out of memory");
+    v[s] = t->pipe.st.act_bytes;
+    v[p + s] = t->pipe.st.act_bytes_none;
+    v[2 * p] = t->pipe.st.recompute_flops;
+    v[2 * p + 1] = t->pipe.st.flops;
+    cb_comm_allreduce_f64(&t->g->ppg, "pp.stats", NULL, v, 2 * (size_t)p + 2, CB_COMM_SUM);
+    for (int i = 0; i < p; i++) bytes[i] = v[i], none[i] = v[p + i];
+    *extra_frac = v[2 * p + 1] > 0 ? v[2 * p] / v[2 * p + 1] : 0;
+    free(v);
+}
+
 /* snprintf at the end of buf, counting what was needed. */
 __attribute__((format(printf, 4, 5))) static void app(char *buf, size_t cap, int *len,
                                                       const char *fmt, ...) {
@@ -343,6 +444,9 @@ static void put_array(char *buf, size_t cap, int *len, const char *key, const do
 int cb_pp_log_fields(const cb_pp_trainer *t, const cb_pp_step_stats *st, char *buf, size_t cap) {
     int p = t->g->pp < CB_PP_MAX_STAGES ? t->g->pp : CB_PP_MAX_STAGES, len = 0;
     put_array(buf, cap, &len, "pp_busy_ms", st->busy_ms, p, 3);
+    put_array(buf, cap, &len, "pp_fwd_ms", st->fwd_ms, p, 3);
+    put_array(buf, cap, &len, "pp_bwd_ms", st->bwd_ms, p, 3);
+    put_array(buf, cap, &len, "pp_wait_ms", st->wait_ms, p, 3);
     put_array(buf, cap, &len, "pp_bubble", st->bubble, p, 4);
     put_array(buf, cap, &len, "pp_act_bytes", st->act_bytes, p, 0);
     app(buf, cap, &len, ",\"pp_bubble_mean\":%.4f,\"pp_bubble_formula\":%.4f", st->bubble_mean,

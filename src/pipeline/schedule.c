@@ -24,11 +24,6 @@ int cb_pp_schedule_check(cb_pp_kind k, int p, int v, int M, cb_err *e) {
     if (k != CB_PP_INTERLEAVED && v != 1)
         return cb_fail(e, CB_EINPUT,
                        "--virtual-stages %d needs --schedule interleaved; drop it or switch", v);
-    if (k == CB_PP_INTERLEAVED && M % p)
-        return cb_fail(e, CB_EINPUT,
-                       "--schedule interleaved runs micro-batches in groups of --pp %d, but "
-                       "--micro-batches is %d; use a multiple of %d",
-                       p, M, p);
     return CB_OK;
 }
 
@@ -50,23 +45,40 @@ static int one_f_one_b(int p, int M, int s, cb_pp_action *a) {
     return n;
 }
 
-/* Megatron's k-th forward (or backward) of a rank: groups of p micro-batches
- * sweep the chunks in order (backwards: in reverse). */
-static cb_pp_action nth(int p, int v, int k, int bwd) {
-    int g = k % (p * v), c = g / p;
-    return (cb_pp_action){bwd, (k / (p * v)) * p + g % p, bwd ? v - 1 - c : c};
+/* Interleaved groups: micro-batches sweep the chunks in groups of p, the
+ * last group taking the remainder (p to 2p-1 micro-batches; all M when
+ * M < p). A group of at least p never waits on itself: when a rank has
+ * forwarded the group on one chunk, the group's first micro-batch is back
+ * from the last rank for the next chunk. A short group last (Megatron's
+ * choice when M % p != 0) stalls, and with few warm-up forwards deadlocks
+ * (e.g. p=4 v=3 M=5). This is the largest group. */
+static int last_group(int p, int M) { return M < p ? M : p + M % p; }
+
+/* The k-th forward (or backward) of a rank: groups sweep the chunks in
+ * order (backwards: in reverse), micro-batches in order within a chunk. */
+static cb_pp_action nth(int p, int v, int M, int k, int bwd) {
+    int gl = last_group(p, M), base = M - gl, c, mb; /* base: first mb of the last group */
+    if (k < base * v) c = k % (p * v) / p, mb = k / (p * v) * p + k % p;
+    else c = (k - base * v) / gl, mb = base + (k - base * v) % gl;
+    return (cb_pp_action){bwd, mb, bwd ? v - 1 - c : c};
+}
+
+/* Megatron's warm-up, 2(p-s-1) + (v-1) x the group: when rank s's first
+ * backward of a group is due, the group's forwards on every chunk have had
+ * time to come back around. */
+static int interleaved_warmup(int p, int v, int M, int s) {
+    int w = (p - s - 1) * 2 + (v - 1) * last_group(p, M);
+    return w < M * v ? w : M * v;
 }
 
 static int interleaved(int p, int v, int M, int s, cb_pp_action *a) {
-    int total = M * v, n = 0;
-    int warm = M == p ? total : (p - s - 1) * 2 + (v - 1) * p;
-    if (warm > total) warm = total;
-    for (int k = 0; k < warm; k++) a[n++] = nth(p, v, k, 0);
+    int total = M * v, n = 0, warm = interleaved_warmup(p, v, M, s);
+    for (int k = 0; k < warm; k++) a[n++] = nth(p, v, M, k, 0);
     for (int k = 0; k < total - warm; k++) {
-        a[n++] = nth(p, v, k + warm, 0);
-        a[n++] = nth(p, v, k, 1);
+        a[n++] = nth(p, v, M, k + warm, 0);
+        a[n++] = nth(p, v, M, k, 1);
     }
-    for (int k = total - warm; k < total; k++) a[n++] = nth(p, v, k, 1);
+    for (int k = total - warm; k < total; k++) a[n++] = nth(p, v, M, k, 1);
     return n;
 }
 
@@ -89,12 +101,24 @@ int cb_pp_max_inflight(const cb_pp_action *a, int n, int chunk) {
 int cb_pp_inflight_bound(cb_pp_kind k, int p, int v, int M, int s) {
     if (k == CB_PP_GPIPE) return M;
     if (k == CB_PP_1F1B) return p - s < M ? p - s : M;
-    int w = M == p ? M * v : (p - s - 1) * 2 + (v - 1) * p + 1;
+    int w = interleaved_warmup(p, v, M, s) + 1;
     return w < M * v ? w : M * v;
 }
 
+/* A lower bound for any schedule in lock-step rounds of one action per
+ * rank: the last rank starts after p-1 rounds, does 2vM actions and ends on
+ * a backward that p-1 more rounds carry to the first stage: 2(vM + p-1).
+ * And the last virtual stage sees its first forward at round vp, does its
+ * 2M actions from there, ending on a backward that vp-1 rounds carry to
+ * the first: 2(vp + M-1), larger when v > 1 and M < p. The schedules here
+ * reach the bound (test_schedule). */
+int cb_pp_ideal_rounds(int p, int v, int M) {
+    int a = v * M + p - 1, b = v * p + M - 1;
+    return 2 * (a > b ? a : b);
+}
+
 double cb_pp_bubble_formula(int p, int v, int M) {
-    return (double)(p - 1) / ((double)v * M + p - 1);
+    return 1.0 - 2.0 * v * M / cb_pp_ideal_rounds(p, v, M);
 }
 
 int cb_pp_simulate(cb_pp_kind k, int p, int v, int M, int *rounds) {

@@ -163,6 +163,8 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
     const cb_train_opts *o = &t->o;
     r->t_start = omp_get_wtime();
     r->first_step = t->step;
+    char act[64]; /* planned activation bytes (with --pp: pp_act_bytes per stage) */
+    snprintf(act, sizeof act, ",\"act_bytes\":%.0f", sizeof(float) * (double)t->model->act_floats);
     int last = o->steps;
     if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
     while (t->step < last) {
@@ -172,7 +174,7 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
-        report(o, t->step, r, &st, vl, "");
+        report(o, t->step, r, &st, vl, act);
         if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
             int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
             if (rc) return rc;
@@ -211,8 +213,8 @@ static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *st
     return rc;
 }
 
-static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step, run_state *r,
-                   cb_err *e) {
+static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_tokens *val,
+                   int step, run_state *r, cb_err *e) {
     cb_comm *w = &r->grid->world;
     r->t_start = omp_get_wtime();
     r->first_step = step;
@@ -224,11 +226,15 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
         cb_pp_trainer_step(pt, ld, r->grid->dpg.rank * pt->rows, step, &ps);
         step++;
         comm_delta(r, o);
+        /* fwd_ms, bwd_ms: world rank 0's stage (pipeline stage 0) */
         cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
-                            .step_ms = ps.step_ms, .bwd_ms = ps.step_ms - ps.opt_ms,
+                            .step_ms = ps.step_ms, .fwd_ms = ps.fwd_ms[0], .bwd_ms = ps.bwd_ms[0],
                             .opt_ms = ps.opt_ms};
+        float vl = NAN;
+        if (val && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
+            vl = cb_pp_trainer_eval(pt, val, o->eval_batches);
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
-        report(o, step, r, &st, NAN, extra);
+        report(o, step, r, &st, vl, extra);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
             int rc = agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e);
             if (rc) return rc;
@@ -237,11 +243,21 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, int step,
     return o->save ? agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e) : CB_OK;
 }
 
+/* Collective over the pipeline group; world rank 0 prints. */
+static void pp_act_report(const cb_train_opts *o, cb_pp_trainer *pt, int rank) {
+    int p = pt->g->pp;
+    double *v = calloc(2 * (size_t)p, sizeof *v), frac = 0;
+    if (!v) return;
+    cb_pp_act_plan(pt, v, v + p, &frac);
+    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, frac);
+    free(v);
+}
+
 /* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
-static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data, run_state *r,
-                  cb_err *e) {
+static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data,
+                  const cb_tokens *val, run_state *r, cb_err *e) {
     cb_pp_trainer pt;
-    cb_loader ld;
+    cb_loader ld = {0}; /* no --data (--steps 0): nothing read, position 0 saved */
     int step = 0;
     uint64_t tokens = 0;
     o->opt.steps = o->steps; /* the cosine schedule's length */
@@ -249,7 +265,8 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
                                 o->seed, o->zero, o->bucket_mb, e);
     int built = !rc;
     if (built) o->accum = pt.M; /* tokens per step in the log */
-    if (!rc) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
+    pt.dump_grads = o->dump_grads;
+    if (!rc && o->data) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
     if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
     r->tokens = (long)tokens;
@@ -264,8 +281,10 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
         if (!o->quiet && r->rank == 0)
             fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
                             "sequences, tensor %s x %d, data x %d\n",
-                    g->pp, o->pipe.schedule, pt.M, o->B, L->ops->name, g->tp, g->dp);
-        rc = pp_loop(o, &pt, &ld, step, r, e);
+                    g->pp, cb_pp_schedule_name(pt.pipe.o.kind), pt.M, o->B, L->ops->name, g->tp,
+                    g->dp);
+        if (!o->quiet) pp_act_report(o, &pt, r->rank);
+        rc = pp_loop(o, &pt, &ld, val, step, r, e);
     }
     if (built) cb_pp_trainer_free(&pt);
     return rc;
@@ -294,11 +313,7 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
     if (o->print_grid) cb_grid_print(g, stdout);
-    if (pp > 1 && (o->dump_grads || (o->val_data && o->eval_every > 0)))
-        rc = cb_fail(e, CB_EINPUT, "--pp %d: --dump-grads and --eval-every run on one pipeline "
-                                   "stage only; drop them or use --pp 1",
-                     pp);
-    else if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
+    if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
         rc = cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the whole embedding on every rank; "
                                    "use it with --tp 1 --pp 1, or drop it");
     else if (strcmp(o->tp3d_save, "gathered") && strcmp(o->tp3d_save, "shard"))
@@ -331,6 +346,13 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
             o->embed_grad);
 }
 
+static void act_report(const cb_train_opts *o, const cb_gpt *m) {
+    gpt_rc none = {0};
+    double b = sizeof(float) * (double)m->act_floats;
+    double z = sizeof(float) * (double)gpt_act_floats_with(m, &none);
+    cb_act_report(stderr, &o->pipe, &b, &z, 1, gpt_recompute_flops(m) / gpt_stage_flops(m));
+}
+
 /* --comm-report: per group and tag, min and max over the ranks. */
 static void comm_report(run_state *r) {
     if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
@@ -341,6 +363,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
     int rc = check_opts(&o, e);
+    if (!rc) rc = cb_pp_opts_resolve(&o.pipe, o.pp, &o.accum, e);
     if (!rc) rc = cb_train_check_paths(&o, w ? w->rank : 0, e);
     if (!rc) rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
@@ -358,7 +381,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
     if (w && g.pp > 1) {
         rc = agree(w, rc, e);
-        if (!rc) rc = pp_run(&o, &g, L, &data, &r, e);
+        if (!rc) rc = pp_run(&o, &g, L, &data, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
         if (r.log) fclose(r.log);
         cb_comm_steplog_free(&r.comm);
@@ -382,6 +405,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         r.opt_bytes = 2 * sizeof(float) * (t.opt.hi - t.opt.lo);
         comm_start(&r);
         startup_line(&o, &t, &r);
+        if (!o.quiet && r.rank == 0) act_report(&o, t.model);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }

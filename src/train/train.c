@@ -74,10 +74,9 @@ int cb_trainer_init_tp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *d
                        "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
                        o->B, p, p);
     /* the whole model, one micro-batch in flight: --recompute applies as under --pp */
-    gpt_stage_opts st = {0, o->model.n_layer + 2, 1, GPT_RECOMPUTE_NONE,
-                         o->pipe.recompute_layers};
-    int rc = gpt_parse_recompute(o->pipe.recompute, &st.recompute, e);
-    if (!rc) rc = gpt_check_recompute_layers(st.recompute, st.recompute_blocks, e);
+    gpt_stage_opts st = {0, o->model.n_layer + 2, 1, {0}};
+    int rc = gpt_recompute_parse(o->pipe.recompute, o->pipe.recompute_method,
+                                 o->pipe.recompute_layers, &st.rc, e);
     if (!rc)
         rc = L ? gpt_create(&o->model, o->B / p, o->T, L, &st, &t->model, e)
                : gpt_create_serial(&o->model, o->B / p, o->T, &st, &t->model, e);

@@ -5,6 +5,7 @@
 #define CB_TRAIN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cubist.h"
 #include "data/loader.h"
@@ -100,6 +101,12 @@ int cb_state_check_pair(const char *weights_path, const cb_st_file *state, const
                         cb_err *e);
 /* An unsigned number from a checkpoint's metadata (step, data position...). */
 int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out, cb_err *e);
+
+/* The startup line on activation memory (act_report.c): planned bytes
+ * under o's recompute and under none, per stage (n of them; 1 without
+ * --pp), and the recompute's extra forward FLOPs over the step's. */
+void cb_act_report(FILE *f, const cb_pp_opts *o, const double *bytes, const double *none, int n,
+                   double extra_frac);
 
 /* `cubist train` end to end. */
 int cb_train_run(const cb_train_opts *o, cb_err *e);
