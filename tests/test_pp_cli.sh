@@ -210,8 +210,8 @@ else echo "FAIL --partition-memory-weight moves the cut: stage 0 ends at '$c0' (
 # validation batches through the stages (loss from the last, broadcast),
 # and step 1's reduced gradients merged from the stages into one file:
 # val_loss at every step and the dumped gradients equal the one process
-# (1e-5; the key third of c_attn.bias is rounding noise, see compare.py,
-# and must stay below 1e-6 absolute)
+# (1e-5; the key third of c_attn.bias is rounding noise, see compare.py:
+# the reference's own key third must be below 1e-4 of the rest of its bias)
 "$C" prepare --input text.txt --output tv.bin --val-output vv.bin --val-fraction 0.1 >/dev/null
 V=(--data tv.bin --val-data vv.bin --eval-every 1 --eval-batches 2 --grad-accum 4)
 "$C" train "${A[@]}" "${V[@]}" --log vref.jsonl --dump-grads gref.st 2>err.txt || echo "FAIL eval reference: $(head -c 300 err.txt)"
@@ -220,6 +220,6 @@ for x in "2 --pp 2" "4 --pp 4 --schedule interleaved" "4 --pp 2 --dp 2"; do
     if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" "${V[@]}" "$@" --log v.jsonl \
             --dump-grads g.st 2>err.txt; then
         $CMP logs v.jsonl vref.jsonl --keys loss,val_loss --label "$* val_loss every step"
-        $CMP st g.st gref.st --key-bias-abs 1e-6 --label "$* --dump-grads"
+        $CMP st g.st gref.st --grads gref.st --label "$* --dump-grads"
     else echo "FAIL $* eval and dump-grads: $(head -c 300 err.txt)"; fi
 done
