@@ -88,8 +88,10 @@ test-slurm: all
 # library MPI loads leaves behind (seen as "DTLS 9 at 0x3b48") and its tracer
 # crashes now and then on many-rank runs; not scanning TLS avoids that, and
 # only libgomp's per-thread team (tests/lsan.supp) lives there.
+# TMO_SCALE: instrumented ranks run 3-5x slower (27 oversubscribed ranks of
+# test_layout_3d took over the 60 s hang timeout), so timeouts stretch x5.
 asan:
-	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0:use_tls=0 \
+	@TMO_SCALE=$${TMO_SCALE:-5} LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0:use_tls=0 \
 	 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
 	 $(MAKE) --no-print-directory test BUILD=build-asan OPT="-O1 -g -march=native" SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
