@@ -29,9 +29,10 @@
 #include "train/train.h"
 
 typedef struct dp_bench {
-    int allreduce, dp_step, embed;
+    int allreduce, dp_step, embed, no_comm;
     int layers, d_model, heads, vocab, batch, seq_len, steps, reps, threads, zero;
     double bucket_mb;
+    const char *embed_mode;
 } dp_bench;
 
 static double max_over_ranks(cb_comm *w, double x) {
@@ -64,7 +65,7 @@ static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
     int rc = cb_gpt_create(&c, 1, 64, &m, e);
     if (rc) return rc;
     cb_dp d;
-    if ((rc = cb_dp_init(&d, w, m, 0, 0, b->bucket_mb, 0, e))) return rc;
+    if ((rc = cb_dp_init(&d, w, m, 0, CB_DP_EMBED_DENSE, b->bucket_mb, 0, e))) return rc;
     size_t n = cb_gpt_num_params(m);
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < b->reps + 1; r++)
@@ -101,31 +102,40 @@ static double standalone_reduce_ms(cb_comm *w, cb_trainer *t, int reps) {
     return best * 1e3;
 }
 
-/* Buckets overlapping the embeddings (wte, wpe at the front of the block):
- * final only at the end of backward, they cannot start inside it. */
-static int embed_buckets(const cb_trainer *t) {
+/* Buckets that cannot start inside backward: those of the block's plan
+ * overlapping the embeddings (wte, wpe at the front), final only at its
+ * end. The split path plans wte's buckets apart (after the nb others),
+ * final after the head: they do not count. */
+static int late_buckets(const cb_trainer *t) {
     size_t end = cb_gpt_tensor(t->model, 1)->offset + cb_gpt_tensor(t->model, 1)->numel;
     int k = 0;
     for (int i = 0; i < t->dp->nb; i++) k += t->dp->b[i].lo < end;
     return k;
 }
 
+/* --no-comm: every rank trains alone on its B/p sequences, no reduction:
+ * the data-parallel step's ceiling on this machine (the ranks still share
+ * its cores, caches and memory bandwidth). Step time of the slowest rank. */
 static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
     cb_train_opts o;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
-    o.B = b->batch;
+    if (b->no_comm && b->batch % w->size)
+        return cb_fail(e, CB_EINPUT, "--batch %d does not split over %d ranks; use a multiple of %d",
+                       b->batch, w->size, w->size);
+    o.B = b->no_comm ? b->batch / w->size : b->batch;
     o.T = b->seq_len;
     o.steps = b->steps + 1;
     o.zero = b->zero;
     o.bucket_mb = b->bucket_mb;
+    o.embed_grad = b->embed_mode;
     size_t n = (size_t)(b->steps + 2) * b->batch * b->seq_len + 1;
     uint16_t *tok = malloc(sizeof(uint16_t) * n);
     if (!tok) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
     for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
     cb_tokens data = {.tok = tok, .n = n};
     cb_trainer t;
-    int rc = cb_trainer_init_dp(&t, &o, &data, w, e);
+    int rc = cb_trainer_init_dp(&t, &o, &data, b->no_comm ? NULL : w, e);
     if (rc) return rc;
     cb_step_stats st, sum = {0};
     cb_trainer_step(&t, &st); /* warm-up */
@@ -133,21 +143,25 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
         cb_trainer_step(&t, &st);
         sum.step_ms += st.step_ms;
         sum.bwd_ms += st.bwd_ms;
+        sum.fwd_ms += st.fwd_ms;
+        sum.opt_ms += st.opt_ms;
         sum.comm_wait_ms += st.comm_wait_ms;
     }
-    double step = sum.step_ms / b->steps, wait = sum.comm_wait_ms / b->steps;
-    int early = t.dp ? t.dp->early : 0, late = t.dp ? embed_buckets(&t) : 0;
+    double step = max_over_ranks(w, sum.step_ms / b->steps), wait = sum.comm_wait_ms / b->steps;
+    int early = t.dp ? t.dp->early : 0, late = t.dp ? late_buckets(&t) : 0;
+    const char *path = !t.dp ? "none" : t.dp->split ? "split" : t.dp->sparse ? "sparse" : "dense";
     double alone = t.dp ? standalone_reduce_ms(w, &t, b->reps) : 0;
     double hidden = alone > 0 ? 1.0 - wait / alone : 0;
     if (hidden < 0) hidden = 0;
     if (w->rank == 0)
         printf("{\"ranks\":%d,\"threads\":%d,\"B\":%d,\"T\":%d,\"tokens_per_s\":%.2f,"
-               "\"step_ms\":%.1f,\"bwd_ms\":%.1f,\"comm_wait_ms\":%.3f,\"reduce_alone_ms\":%.3f,"
-               "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"embed_buckets\":%d,"
-               "\"zero\":%d}\n",
+               "\"step_ms\":%.1f,\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"opt_ms\":%.1f,\"comm_wait_ms\":%.3f,\"reduce_alone_ms\":%.3f,"
+               "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"late_buckets\":%d,"
+               "\"embed\":\"%s\",\"zero\":%d,\"no_comm\":%d}\n",
                w->size, omp_get_max_threads(), b->batch, b->seq_len,
-               b->batch * b->seq_len / (step / 1e3), step, sum.bwd_ms / b->steps, wait, alone,
-               hidden, t.dp ? t.dp->nb : 0, early, late, b->zero);
+               b->batch * b->seq_len / (step / 1e3), step, sum.fwd_ms / b->steps, sum.bwd_ms / b->steps,
+               sum.opt_ms / b->steps - wait, wait, alone,
+               hidden, t.dp ? t.dp->nb + t.dp->nsplit : 0, early, late, path, b->zero, b->no_comm);
     cb_trainer_free(&t);
     free(tok);
     return CB_OK;
@@ -164,7 +178,7 @@ static int embed_measured(cb_comm *w, cb_err *e) {
     if (rc) return rc;
     cb_gpt_init_random(m, 1);
     cb_dp d;
-    if ((rc = cb_dp_init(&d, w, m, 0, 1, 25, (size_t)B * T, e))) return rc;
+    if ((rc = cb_dp_init(&d, w, m, 0, CB_DP_EMBED_SPARSE, 25, (size_t)B * T, e))) return rc;
     int tokens[B * T], targets[B * T];
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7 + w->rank * 13) % V, targets[i] = (i * 5) % V;
     cb_gpt_zero_grad(m);
@@ -221,13 +235,17 @@ static const char DP_EPILOG[] =
     "--embed-grad's table.\n";
 
 int cmd_bench_dp(int argc, char **argv) {
-    dp_bench b = {0, 0, 0, 12, 768, 12, 50304, 4, 256, 2, 5, 1, 0, 25};
+    dp_bench b = {0, 0, 0, 0, 12, 768, 12, 50304, 4, 256, 2, 5, 1, 0, 25, "auto"};
     const cli_flag flags[] = {
         {"allreduce", ARG_BOOL, &b.allreduce, "fused buckets vs raw MPI_Allreduce"},
         {"dp-step", ARG_BOOL, &b.dp_step, "data-parallel training steps"},
         {"embed-grad", ARG_BOOL, &b.embed, "dense vs sparse embedding gradient, 2..64 ranks"},
         {"bucket-mb", ARG_DOUBLE, &b.bucket_mb, "fusion bucket MB (25)"},
         {"zero", ARG_INT, &b.zero, "--dp-step with ZeRO-1 (0)"},
+        {"no-comm", ARG_BOOL, &b.no_comm,
+         "--dp-step with every rank training alone on batch/ranks sequences (the ceiling)"},
+        {"embed-mode", ARG_STR, &b.embed_mode,
+         "--dp-step's embedding gradient: auto, dense, split or sparse (train's --embed-grad; auto)"},
         {"threads", ARG_INT, &b.threads, "threads per rank (1)"},
         {"steps", ARG_INT, &b.steps, "--dp-step timed steps after one warm-up (2)"},
         {"reps", ARG_INT, &b.reps, "timed repetitions of --allreduce and of --dp-step's lone reduction (5)"},

@@ -120,7 +120,8 @@ int cmd_train(int argc, char **argv) {
         {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
         {"zero", ARG_INT, &o.zero, "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
         {"embed-grad", ARG_STR, &o.embed_grad,
-         "dense (all-reduce) or sparse (all-gather rows, as TF+Horovod)"},
+         "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
+         "apart) or sparse (all-gather rows, as TF+Horovod)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};

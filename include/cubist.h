@@ -85,7 +85,9 @@ void cb_gpt_backward(cb_gpt *m, float dloss_scale);
 
 /* Called during backward as soon as the gradients of tensors [first, last]
  * (indices into the tensor table) are final for this micro-batch; data
- * parallelism starts its reductions from here. */
+ * parallelism starts its reductions from here. Also called with
+ * first > last between operators (nothing new is final): a chance to
+ * progress communication in flight. */
 typedef void (*cb_grad_ready_fn)(void *ctx, int first, int last);
 void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism equals the single process: for dp = 1, 2, 4, with and
 # without ZeRO-1, grad-accum 1 and 3, odd bucket sizes (tensors straddle
-# buckets), dense and sparse embedding gradients, the 30-step JSONL loss
+# buckets), dense, split and sparse embedding gradients, the 30-step JSONL loss
 # trajectory matches the run without a launcher to 1e-5 relative and so do
 # the final parameters. Checkpoints: saved at dp=4 with ZeRO, resumed at
 # dp=2 and at dp=1, the trajectory is the uninterrupted one. The log's
@@ -52,6 +52,10 @@ case_ "dp=1 zero accum 3"             1 3 --zero 1
 case_ "dp=2 sparse embed"             2 1 --embed-grad sparse
 case_ "dp=4 sparse embed accum 3"     4 3 --embed-grad sparse --bucket-mb 0.01
 case_ "dp=4 sparse embed zero"        4 1 --embed-grad sparse --zero 1
+case_ "dp=2 split embed"              2 1 --embed-grad split
+case_ "dp=2 split embed accum 3 bucket 0.01MB" 2 3 --embed-grad split --bucket-mb 0.01
+case_ "dp=4 split embed zero accum 3 bucket 0.007MB" 4 3 --embed-grad split --zero 1 --bucket-mb 0.007
+case_ "dp=4 split embed zero"         4 1 --embed-grad split --zero 1
 # (dp=4 computes the reference's gradients: its step-1 dump is ref1's)
 check "sparse = dense embedding gradient (dp=4)" "dp=4.jsonl" "dp=4 sparse embed zero.jsonl" "dp=4.st" "dp=4 sparse embed zero.st" --grads ref1.grads.st
 
@@ -66,7 +70,7 @@ fi
 
 # the log's communication fields: per-rank arrays, totals = rank 0 = sum of
 # tags, and every collective here symmetric (received = sent, per rank)
-for name in "dp=1" "dp=2" "dp=4" "dp=4 zero bucket 0.01MB" "dp=4 sparse embed zero"; do
+for name in "dp=1" "dp=2" "dp=4" "dp=4 zero bucket 0.01MB" "dp=4 sparse embed zero" "dp=4 split embed zero"; do
     np=${name#dp=}; np=${np%% *}
     logcheck fields "log fields: $name" "$name.jsonl" "$np" --symmetric
 done

@@ -8,7 +8,8 @@
 #    the log's per-step gathers are counted as control traffic (world), and
 #    no step's figures include them
 #  - cubist bench --dp-step: buckets start inside backward, all but those
-#    overlapping the embeddings; --allreduce and --embed-grad run and print
+#    overlapping the embeddings (dense) or wpe (split: wte's start after
+#    the head's backward); --allreduce and --embed-grad run and print
 #    their figures
 #  - a --bucket-mb giving more than 65536 buckets: exit 2, one line
 #  - the launcher guard: this build under the other MPI's launcher, and a
@@ -65,23 +66,32 @@ fi
 
 # --- benchmarks on tiny sizes
 TINY=(--layers 2 --d-model 32 --heads 4 --vocab 256 --seq-len 16)
-if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" --batch 4 --bucket-mb 0.01 --steps 2 --reps 2 \
-        >step.json 2>step.err; then
-    out=$(/usr/bin/python3 - step.json 2>&1 <<'EOF'
+for mode in dense split; do
+    if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" --batch 4 --bucket-mb 0.01 --steps 2 \
+            --reps 2 --embed-mode $mode >step-$mode.json 2>step-$mode.err; then :; else
+        fail "bench --dp-step --embed-mode $mode: $(head -c 300 step-$mode.err)"
+    fi
+done
+# late_buckets: the plan's buckets overlapping wte or wpe (dense), wpe only
+# (split: wte's own buckets start after the head's backward); the started
+# count is the trainer's own
+out=$(/usr/bin/python3 - step-dense.json step-split.json 2>&1 <<'EOF'
 import json, sys
-r = json.load(open(sys.argv[1]))
-ok = r["buckets"] > r["embed_buckets"] > 0 and r["started_in_backward"] == r["buckets"] - r["embed_buckets"] \
-    and 0 <= r["hidden"] <= 1 and r["reduce_alone_ms"] > 0 and r["ranks"] == 2
-print("%s bench --dp-step: %d of %d buckets started inside backward (all but the %d overlapping the embeddings), "
-      "hidden %.3f, lone reduction %.2f ms" % ("PASS" if ok else "FAIL", r["started_in_backward"], r["buckets"],
-      r["embed_buckets"], r["hidden"], r["reduce_alone_ms"]))
+d, s = (json.load(open(f)) for f in sys.argv[1:3])
+for r in (d, s):
+    ok = r["buckets"] > r["late_buckets"] > 0 and r["started_in_backward"] == r["buckets"] - r["late_buckets"] \
+        and 0 <= r["hidden"] <= 1 and r["reduce_alone_ms"] > 0 and r["ranks"] == 2
+    print("%s bench --dp-step (%s): %d of %d buckets started inside backward (all but the %d overlapping the "
+          "embeddings%s), hidden %.3f, lone reduction %.2f ms" % ("PASS" if ok else "FAIL", r["embed"],
+          r["started_in_backward"], r["buckets"], r["late_buckets"], ", wte's excepted" if r["embed"] == "split" else "",
+          r["hidden"], r["reduce_alone_ms"]))
+ok = d["embed"] == "dense" and s["embed"] == "split" and s["late_buckets"] < d["late_buckets"]
+print("%s bench --dp-step: the split path starts wte's buckets inside backward: %d late buckets, dense %d"
+      % ("PASS" if ok else "FAIL", s["late_buckets"], d["late_buckets"]))
 EOF
 )
-    echo "$out"
-    grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
-else
-    fail "bench --dp-step: $(head -c 300 step.err)"
-fi
+echo "$out"
+grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
 if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --allreduce "${TINY[@]}" --bucket-mb 0.01 --reps 2 >ar.out 2>ar.err &&
         grep -qE '^  fused buckets \(15 x 0.01 MB, non-blocking\) +[0-9.]+ ms +bus +[0-9.]+ GB/s' ar.out &&
         grep -qE '^  raw MPI_Allreduce +[0-9.]+ ms' ar.out && grep -qE '^  ratio fused / raw +[0-9.]+$' ar.out; then

@@ -35,6 +35,7 @@ drill() {
 }
 drill "dp x pp x tp != world (np=4 --dp 3)" 2 "needs 3 processes but the job has 4" 4 --dp 3
 drill "sparse embedding with tp=2 (np=2)" 2 "needs the whole embedding" 2 --tp 2 --embed-grad sparse
+drill "split embedding with pp=2 (np=2)" 2 "split needs the whole embedding" 2 --pp 2 --embed-grad split
 drill "dp=2 x tp=2 on 2 processes" 2 "needs 4 processes but the job has 2" 2 --dp 2 --tp 2
 drill "tp=2 is not a square for 2d (np=2)" 2 "needs --tp to be a square" 2 --tp 2 --tp-mode 2d
 drill "unknown --tp-mode (np=2)" 2 "'4d' is unknown" 2 --tp-mode 4d
@@ -76,7 +77,9 @@ done
 sleep 1
 t0=$(date +%s.%N)
 [ -n "$victim" ] && kill -9 "$victim"
-( sleep "$TMO"; kill -9 "$mpid" 2>/dev/null ) & watchdog=$!
+# the watchdog takes its sleep with it when killed (no orphan holding the
+# caller's output open for $TMO seconds)
+( s=; trap 'kill $s 2>/dev/null; exit 0' TERM; sleep "$TMO" & s=$!; wait $s; kill -9 "$mpid" 2>/dev/null ) & watchdog=$!
 wait "$mpid"; rc=$?
 kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
 secs=$(echo "$(date +%s.%N) - $t0" | bc)

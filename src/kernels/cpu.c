@@ -55,11 +55,11 @@ static void encoder_backward(const cb_kernels *k, float *dwte, float *dwpe, cons
     (void)k;
     for (int bt = 0; bt < B * T; bt++) {
         const float *d = dout + (size_t)bt * C;
-        float *we = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) {
-            we[c] += d[c];
-            pe[c] += d[c];
-        }
+        float *pe = dwpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++) pe[c] += d[c];
+        if (!dwte) continue;
+        float *we = dwte + (size_t)inp[bt] * C;
+        for (int c = 0; c < C; c++) we[c] += d[c];
     }
 }
 

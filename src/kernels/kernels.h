@@ -17,7 +17,7 @@ struct cb_kernels {
     /* out (B,T,C) = wte[inp (B,T)] + wpe[t] */
     void (*encoder_forward)(const cb_kernels *k, float *out, const int *inp, const float *wte,
                             const float *wpe, int B, int T, int C);
-    /* dwte, dwpe accumulate */
+    /* dwte, dwpe accumulate; dwte NULL: wpe only */
     void (*encoder_backward)(const cb_kernels *k, float *dwte, float *dwpe, const float *dout,
                              const int *inp, int B, int T, int C);
     /* out (N,C); mean, rstd (N) saved for backward */

@@ -4,7 +4,10 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "formats/fileio.h"
 
@@ -75,10 +78,20 @@ int cb_peak_store(double gflops, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "no cache directory: set XDG_CACHE_HOME or HOME");
     make_dirs(dir);
     int len = snprintf(text, sizeof text, "%.1f\n", gflops);
+    /* staged under a name of this process's own, then renamed over the
+     * cache file: processes measuring side by side (the ranks of one job)
+     * never share a temporary file, and the last rename wins whole */
+    char own[4300];
+    snprintf(own, sizeof own, "%s.%ld", path, (long)getpid());
     fio_atomic a;
-    int rc = fio_atomic_open(&a, path, e);
+    int rc = fio_atomic_open(&a, own, e);
     if (!rc) rc = fio_atomic_write(&a, text, (size_t)len, e);
     if (!rc) rc = fio_atomic_commit(&a, e);
+    if (!rc && rename(own, path)) {
+        rc = cb_fail(e, CB_ESYS, "%s: renaming %s failed: %s; check that the directory is writable",
+                     path, own, strerror(errno));
+        unlink(own);
+    }
     return rc;
 }
 

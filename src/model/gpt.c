@@ -523,6 +523,12 @@ double gpt_grad_sumsq(const cb_gpt *m) { return cb_ptable_sumsq(&m->pt, m->grads
  * attention output then goes to d_big, free by then, so the kept atty is
  * not written. The shared fch_gelu held another micro-batch's values since
  * this one's forward: the layout must not reuse what it kept of it. */
+/* A hook call with first > last: no tensor is new, but communication in
+ * flight gets a chance to progress between two operators. */
+static void progress(cb_gpt *m) {
+    if (m->hook) m->hook(m->hook_ctx, 1, 0);
+}
+
 static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, int B, int T) {
     cb_layout *L = m->L;
     const cb_layout_ops *o = L->ops;
@@ -533,13 +539,17 @@ static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, 
         o->input_rewritten(L, a->fch_gelu);
     }
     o->linear_backward(L, &k->fcproj, a->fch_gelu, m->d_res, m->d_big, N);
+    progress(m);
     L->k->gelu_backward(L->k, m->d_big, a->fch, m->d_big, cur(m, 4 * C, 1));
     o->linear_backward(L, &k->fc, a->ln2, m->d_big, m->d_small, N);
+    progress(m);
     o->norm_backward(L, &k->ln2, a->res2, m->d_small, m->d_res, a->ln2_mean, a->ln2_rstd, N);
     o->linear_backward(L, &k->proj, a->atty, m->d_res, m->d_small, N);
+    progress(m);
     if (sel) o->attention_forward(L, a->qkv, m->d_big, a->att, B, T, C, m->c.n_head);
     o->attention_backward(L, a->qkv, a->att, m->d_small, m->d_qkv, m->d_att, B, T, C,
                           m->c.n_head);
+    progress(m);
     o->linear_backward(L, &k->qkv, a->ln1, m->d_qkv, m->d_small, N);
     o->norm_backward(L, &k->ln1, x, m->d_small, m->d_res, a->ln1_mean, a->ln1_rstd, N);
 }
@@ -580,7 +590,12 @@ void gpt_stage_backward(cb_gpt *m, int slot, float dloss_scale, const float *dy)
         block_backward(m, b, &s->acts[b], block_input(m, s, b), B, T);
         ready(m, first_blk + b * NLAYER_TENSORS, first_blk + (b + 1) * NLAYER_TENSORS - 1);
     }
-    if (m->has_embed) L->ops->embed_backward(L, &m->embed, s->inp, B, T, m->d_res);
+    if (m->has_embed) {
+        float *dwte = m->embed.dwte;
+        if (m->no_lookup_grad) m->embed.dwte = NULL; /* the kernel then adds wpe's rows only */
+        L->ops->embed_backward(L, &m->embed, s->inp, B, T, m->d_res);
+        m->embed.dwte = dwte;
+    }
     if (nemb) ready(m, 0, nemb - 1);
 }
 

@@ -77,6 +77,8 @@ struct cb_gpt {
     float *d_res, *d_small, *d_qkv, *d_big, *d_att, *proj; /* scratch */
     cb_grad_ready_fn hook;
     void *hook_ctx;
+    int no_lookup_grad; /* backward leaves wte's lookup rows out (data
+                           parallelism's split embedding path, serial layout) */
 };
 
 /* Activation recomputation (--recompute none | block | selective). */

@@ -329,7 +329,7 @@ double cb_pipe_grad_sumsq(const cb_pipe *pp) {
 static void tied_ready(void *ctx, int first, int last) {
     cb_pp_chunk *ch = ctx;
     if (ch->pp->tie_hold && first == 0) first = 1;
-    if (first <= last && ch->hook) ch->hook(ch->hook_ctx, first, last);
+    if (ch->hook) ch->hook(ch->hook_ctx, first, last); /* first > last: progress only */
 }
 
 void cb_pipe_chain_hooks(cb_pipe *pp) {

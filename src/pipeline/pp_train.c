@@ -128,7 +128,7 @@ static int init_opt(cb_pp_trainer *t, const cb_adamw_config *opt, double bucket_
         cb_gpt *m = t->pipe.ch[c].m;
         size_t lo = 0, hi = cb_gpt_num_params(m);
         if (t->dp) {
-            rc = cb_dp_init(&t->dp[c], &t->g->dpg, m, t->zero, 0, bucket_mb,
+            rc = cb_dp_init(&t->dp[c], &t->g->dpg, m, t->zero, CB_DP_EMBED_DENSE, bucket_mb,
                             (size_t)t->M * t->rows * t->T, e);
             lo = t->dp[c].lo, hi = t->dp[c].hi;
         }

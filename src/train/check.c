@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "formats/fileio.h"
+#include "train/dp.h"
 
 /* One lower bound: --flag >= min, or > min when strict. */
 typedef struct bound {
@@ -86,8 +87,8 @@ static int check_words(const cb_train_opts *o, cb_err *e) {
     if (o->zero != 0 && o->zero != 1)
         return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
                        o->zero);
-    if (strcmp(o->embed_grad, "dense") && strcmp(o->embed_grad, "sparse"))
-        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use dense or sparse",
+    if (cb_dp_embed_parse(o->embed_grad) < 0)
+        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use auto, dense, split or sparse",
                        o->embed_grad);
     return CB_OK;
 }

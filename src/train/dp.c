@@ -71,22 +71,38 @@ static void bucket_counts(const cb_dp *d, cb_dp_bucket *b) {
     }
 }
 
-/* Buckets of `per` floats from the end of [start, n) towards start; nb
- * buckets (cb_dp_check_plan bounds them). */
-static int plan_buckets(cb_dp *d, size_t start, size_t per, int nb, cb_err *e) {
-    d->nb = nb;
-    d->b = calloc((size_t)d->nb + 1, sizeof *d->b);
-    if (!d->b) return cb_fail(e, CB_ENOMEM, "out of memory for %d buckets", d->nb);
-    for (int i = 0; i < d->nb; i++) {
-        cb_dp_bucket *b = &d->b[i];
-        b->hi = d->n - (size_t)i * per;
-        b->lo = b->hi >= start + per ? b->hi - per : start;
+/* count buckets of `per` floats from hi down towards lo, into b. */
+static int fill_buckets(cb_dp *d, cb_dp_bucket *b, int count, size_t lo, size_t hi, size_t per,
+                        cb_err *e) {
+    for (int i = 0; i < count; i++, b++) {
+        b->hi = hi - (size_t)i * per;
+        b->lo = b->hi >= lo + per ? b->hi - per : lo;
         if (!d->zero) continue;
         b->counts = calloc((size_t)d->c->size, sizeof(int));
         if (!b->counts) return cb_fail(e, CB_ENOMEM, "out of memory for buckets");
         bucket_counts(d, b);
     }
     return CB_OK;
+}
+
+static int nbuckets(size_t lo, size_t hi, size_t per) { return (int)((hi - lo + per - 1) / per); }
+
+/* Buckets from the end of [start, n) towards start, then (split path)
+ * more over [0, split_end) (cb_dp_check_plan bounds them). With split_end,
+ * [start, cut) gets buckets of its own (wpe's, which finish last), so no
+ * bucket waits for both wpe and the first block. */
+static int plan_buckets(cb_dp *d, size_t start, size_t per, size_t split_end, size_t cut,
+                        cb_err *e) {
+    if (!split_end || cut <= start || cut >= d->n) cut = start;
+    int n1 = nbuckets(cut, d->n, per), n2 = cut > start ? nbuckets(start, cut, per) : 0;
+    d->nb = n1 + n2;
+    d->nsplit = split_end ? nbuckets(0, split_end, per) : 0;
+    d->b = calloc((size_t)d->nb + (size_t)d->nsplit + 1, sizeof *d->b);
+    if (!d->b) return cb_fail(e, CB_ENOMEM, "out of memory for %d buckets", d->nb + d->nsplit);
+    int rc = fill_buckets(d, d->b, n1, cut, d->n, per, e);
+    if (!rc) rc = fill_buckets(d, d->b + n1, n2, start, cut, per, e);
+    if (!rc) rc = fill_buckets(d, d->b + d->nb, d->nsplit, 0, split_end, per, e);
+    return rc;
 }
 
 static void start_bucket(cb_dp *d, cb_dp_bucket *b) {
@@ -99,20 +115,32 @@ static void start_bucket(cb_dp *d, cb_dp_bucket *b) {
 /* Tests the buckets in flight: MPI advances non-blocking collectives only
  * inside MPI calls, so each hook call is a step of progress. */
 static void poke(cb_dp *d) {
-    for (int i = 0; i < d->next; i++)
-        if (!d->b[i].done) d->b[i].done = cb_comm_test(&d->b[i].req);
+    for (int i = 0; i < d->nb + d->nsplit; i++)
+        if (d->b[i].started && !d->b[i].done) d->b[i].done = cb_comm_test(&d->b[i].req);
+}
+
+/* Split path: wte's buckets, once wte holds the head's final share. */
+static void start_split(cb_dp *d) {
+    for (int i = 0; i < d->nsplit; i++) {
+        start_bucket(d, &d->b[d->nb + i]);
+        d->early += d->ft > 0;
+    }
+    d->split_started = 1;
 }
 
 /* Grad hook, called once per block of tensors (ln_f + wte's head part,
  * each transformer block, then the embeddings): tensors [first, last] are
- * final for this micro-batch. A bucket started while tensors remain
+ * final for this micro-batch; first > last: nothing new, a chance to
+ * progress between operators. A bucket started while tensors remain
  * (ft > 0) overlaps the rest of backward; the embeddings' buckets start in
- * the last call, when nothing is left to overlap. */
+ * the last call, when nothing is left to overlap, except wte's on the split
+ * path, which start in the first (the head's) call. */
 static void on_ready(void *ctx, int first, int last) {
     cb_dp *d = ctx;
     for (int i = first; i <= last; i++) d->ready[i] = 1;
     while (d->ft > 0 && d->ready[d->ft - 1]) d->ft--;
     if (!d->armed) return;
+    if (d->split && !d->split_started) start_split(d);
     size_t frontier = d->ft < d->nt ? d->t[d->ft].offset : d->n;
     while (d->next < d->nb && d->b[d->next].lo >= frontier) {
         start_bucket(d, &d->b[d->next++]);
@@ -148,40 +176,101 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
     return CB_OK;
 }
 
-/* Everything but the model's hook and the sparse path; buckets cover
- * [start, n). */
+/* Split path: the compact lookup rows of one rank (at most min(tokens,
+ * V)), every rank's token list and the union's rows. */
+static int init_split(cb_dp *d, size_t max_tokens, cb_err *e) {
+    const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
+    d->vocab = w->numel / (size_t)w->shape[1];
+    d->chan = (size_t)w->shape[1];
+    d->wte_end = w->numel;
+    d->ucap = max_tokens < d->vocab ? max_tokens : d->vocab;
+    size_t p = (size_t)d->c->size, un = p * d->ucap < d->vocab ? p * d->ucap : d->vocab;
+    d->slot = malloc(sizeof(int32_t) * d->vocab);
+    d->upos = malloc(sizeof(int32_t) * d->vocab);
+    d->uid = malloc(sizeof(int32_t) * d->ucap);
+    d->gid = malloc(sizeof(int32_t) * d->ucap * p);
+    d->urows = malloc(sizeof(float) * d->ucap * d->chan);
+    d->ubuf = malloc(sizeof(float) * un * d->chan);
+    if (!d->slot || !d->upos || !d->uid || !d->gid || !d->urows || !d->ubuf)
+        return cb_fail(e, CB_ENOMEM, "out of memory for the split embedding rows (%.0f MB); use "
+                       "--embed-grad dense", (double)(d->ucap + un) * d->chan * sizeof(float) / 1e6);
+    for (size_t v = 0; v < d->vocab; v++) d->slot[v] = d->upos[v] = -1;
+    d->m->no_lookup_grad = 1;
+    return CB_OK;
+}
+
+/* Everything but the model's hook and the sparse and split paths' buffers;
+ * buckets cover [start, n) and, if split_end > 0, [0, split_end). */
 static int init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
-                      int nt, size_t n, int zero, double bucket_mb, size_t start, cb_err *e) {
+                      int nt, size_t n, int zero, double bucket_mb, size_t start, size_t split_end,
+                      cb_err *e) {
     *d = (cb_dp){.c = c, .params = params, .grads = grads, .t = t, .nt = nt, .n = n, .zero = zero};
-    int nb = 0, rc = cb_dp_check_plan(n, start, zero, bucket_mb, &nb, e);
+    int rc = split_end ? cb_dp_check_plan(n, 0, zero, bucket_mb, NULL, e) : CB_OK;
+    if (!rc) rc = cb_dp_check_plan(n, start, zero, bucket_mb, NULL, e);
     if (rc) return rc;
     d->ready = calloc((size_t)nt + 1, sizeof(int));
     if (!d->ready) return cb_fail(e, CB_ENOMEM, "out of memory");
     rc = plan_shards(d, e);
-    if (!rc) rc = plan_buckets(d, start, cb_dp_bucket_floats(bucket_mb), nb, e);
+    size_t cut = split_end && nt > 2 ? t[2].offset : 0; /* the first block after wte, wpe */
+    if (!rc) rc = plan_buckets(d, start, cb_dp_bucket_floats(bucket_mb), split_end, cut, e);
     return rc;
 }
 
 int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
                      int nt, size_t n, int zero, double bucket_mb, cb_err *e) {
-    return init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, 0, e);
+    return init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, 0, 0, e);
 }
 
-int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
+int cb_dp_embed_parse(const char *s) {
+    static const char *const names[] = {"dense", "sparse", "split", "auto"};
+    for (int i = 0; s && i < 4; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+int cb_dp_split_possible(const cb_gpt *m) {
+    const cb_tensor_info *w = m->pt.n ? &m->pt.t[0] : NULL;
+    return m->has_embed && m->has_head && !strcmp(m->L->ops->name, "serial") && w &&
+           !strcmp(w->name, "wte.weight") && w->offset == 0;
+}
+
+int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
                size_t max_tokens, cb_err *e) {
+    if (embed == CB_DP_EMBED_AUTO) {
+        const cb_tensor_info *w = cb_gpt_tensor(m, 0);
+        size_t V = w->numel / (size_t)(w->shape[1] > 0 ? w->shape[1] : 1);
+        embed = cb_dp_split_possible(m) && c->size > 1 && (size_t)c->size * max_tokens * 4 <= V
+                    ? CB_DP_EMBED_SPLIT : CB_DP_EMBED_DENSE;
+    }
+    if (embed == CB_DP_EMBED_SPLIT && !cb_dp_split_possible(m))
+        return cb_fail(e, CB_EINPUT, "--embed-grad split needs the whole embedding and the head on "
+                       "every rank; use it with --tp 1 --pp 1, or --embed-grad dense");
+    int sparse = embed == CB_DP_EMBED_SPARSE, split = embed == CB_DP_EMBED_SPLIT;
+    size_t wte = cb_gpt_tensor(m, 0)->numel;
     int rc = init_block(d, c, cb_gpt_params(m), cb_gpt_grads(m), gpt_tensors(m),
                         cb_gpt_num_tensors(m), cb_gpt_num_params(m), zero, bucket_mb,
-                        sparse ? cb_gpt_tensor(m, 0)->numel : 0, e);
+                        sparse || split ? wte : 0, split ? wte : 0, e);
     d->m = m;
     d->sparse = sparse;
+    d->split = split;
     if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
+    if (!rc && split) rc = init_split(d, max_tokens, e);
     if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
     return rc;
 }
 
 void cb_dp_free(cb_dp *d) {
-    if (d->m) cb_gpt_set_grad_hook(d->m, NULL, NULL);
-    for (int i = 0; d->b && i < d->nb; i++) free(d->b[i].counts);
+    if (d->m) {
+        cb_gpt_set_grad_hook(d->m, NULL, NULL);
+        d->m->no_lookup_grad = 0;
+    }
+    for (int i = 0; d->b && i < d->nb + d->nsplit; i++) free(d->b[i].counts);
+    free(d->slot);
+    free(d->upos);
+    free(d->uid);
+    free(d->gid);
+    free(d->urows);
+    free(d->ubuf);
     free(d->b);
     free(d->ready);
     free(d->shard_n);
@@ -199,12 +288,33 @@ void cb_dp_begin_backward(cb_dp *d, int last) {
     d->ft = nt;
     d->armed = last;
     if (!last) return;
-    d->next = d->early = 0;
-    for (int i = 0; i < d->nb; i++) d->b[i].started = d->b[i].done = 0;
+    d->next = d->early = d->split_started = 0;
+    for (int i = 0; i < d->nb + d->nsplit; i++) d->b[i].started = d->b[i].done = 0;
+}
+
+/* Split path: this micro-batch's lookup rows summed per token into the
+ * compact rows, in token order. */
+static void split_record(cb_dp *d) {
+    const cb_gpt *m = d->m;
+    size_t nt = (size_t)m->curB * m->curT, C = d->chan;
+    const int *inp = m->slots[0].inp;
+    for (size_t i = 0; i < nt; i++) {
+        int32_t v = inp[i], s = d->slot[v];
+        if (s < 0) {
+            if (d->nuniq == d->ucap) cb_comm_fatal("split embedding: more token rows than planned (internal error)");
+            s = d->slot[v] = (int32_t)d->nuniq;
+            d->uid[d->nuniq++] = v;
+            memset(d->urows + (size_t)s * C, 0, sizeof(float) * C);
+        }
+        float *r = d->urows + (size_t)s * C;
+        const float *x = m->d_res + i * C;
+        for (size_t j = 0; j < C; j++) r[j] += x[j];
+    }
 }
 
 /* Records this micro-batch's lookup rows: token inp[i] gets row d_res[i]. */
 void cb_dp_end_backward(cb_dp *d) {
+    if (d->split) split_record(d);
     if (!d->sparse) return;
     const cb_gpt *m = d->m;
     size_t nt = (size_t)m->curB * m->curT;
@@ -245,13 +355,51 @@ static void sparse_exchange(cb_dp *d) {
     d->ntok = 0;
 }
 
+/* Split path, after backward: the union of the group's tokens (every
+ * rank's list gathered, padded with -1, then marked and read in token
+ * order), this rank's compact rows placed at their union rows and the
+ * union all-reduced. Returns the union's size. */
+static size_t split_exchange(cb_dp *d) {
+    size_t C = d->chan, p = (size_t)d->c->size, U = 0;
+    for (size_t j = d->nuniq; j < d->ucap; j++) d->uid[j] = -1;
+    cb_comm_allgather_i32(d->c, "embed.split", d->uid, d->gid, d->ucap);
+    for (size_t j = 0; j < p * d->ucap; j++)
+        if (d->gid[j] >= 0) d->upos[d->gid[j]] = 0;
+    for (size_t v = 0; v < d->vocab; v++)
+        if (d->upos[v] >= 0) d->upos[v] = (int32_t)U++;
+    memset(d->ubuf, 0, sizeof(float) * U * C);
+    for (size_t j = 0; j < d->nuniq; j++)
+        memcpy(d->ubuf + (size_t)d->upos[d->uid[j]] * C, d->urows + j * C, sizeof(float) * C);
+    cb_comm_allreduce(d->c, "embed.split", NULL, d->ubuf, U * C, CB_COMM_SUM);
+    return U;
+}
+
+/* Split path, once wte's buckets are in: the union's rows added into this
+ * rank's range of the reduced gradient; the per-step tables cleared. */
+static void split_add(cb_dp *d) {
+    size_t C = d->chan;
+    for (size_t v = 0; v < d->vocab; v++) {
+        if (d->upos[v] < 0) continue;
+        size_t a = v * C, z = a + C;
+        if (a < d->lo) a = d->lo;
+        if (z > d->hi) z = d->hi;
+        const float *r = d->ubuf + (size_t)d->upos[v] * C;
+        for (size_t i = a; i < z; i++) d->grads[i] += r[i - v * C];
+        d->upos[v] = -1;
+    }
+    for (size_t j = 0; j < d->nuniq; j++) d->slot[d->uid[j]] = -1;
+    d->nuniq = 0;
+}
+
 void cb_dp_reduce(cb_dp *d) {
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
+    if (d->split && !d->split_started) start_split(d);
     if (d->sparse) sparse_exchange(d);
     double t0 = now_ms();
+    if (d->split) split_exchange(d);
     float *g = d->grads;
     int r = d->c->rank;
-    for (int i = 0; i < d->nb; i++) {
+    for (int i = 0; i < d->nb + d->nsplit; i++) {
         cb_dp_bucket *b = &d->b[i];
         cb_comm_wait(&b->req);
         if (!d->zero || !b->counts[r]) continue;
@@ -259,6 +407,7 @@ void cb_dp_reduce(cb_dp *d) {
         size_t at = (size_t)d->shard_off[r] > b->lo ? (size_t)d->shard_off[r] : b->lo;
         memmove(g + at, g + b->lo, sizeof(float) * (size_t)b->counts[r]);
     }
+    if (d->split) split_add(d);
     d->wait_ms = now_ms() - t0;
     d->armed = 0;
 }

@@ -12,8 +12,24 @@
  * into the owners' shards) starts in the first hook call after which every
  * tensor overlapping it is final, on the last micro-batch of a step only, and
  * every hook call tests the requests in flight so MPI progresses them while
- * backward computes. The buckets overlapping wte and wpe start only in the
- * last call, with nothing left to overlap.
+ * backward computes (the model also calls the hook with first > last
+ * between the operators of a block, for progress only). The buckets
+ * overlapping wte and wpe start only in the last call, with nothing left to
+ * overlap, unless the split path below takes wte out of them.
+ *
+ * Split embedding path (--embed-grad split; `auto`, the default, picks it
+ * when it pays): with a tied embedding, wte's gradient has two parts, the
+ * head's (dense, every row, final right after the head's backward, i.e.
+ * first) and the input lookup's (one row per token, final last). The model
+ * leaves the lookup's rows out of wte's gradient; wte's own buckets start in
+ * the first hook call of the step's last micro-batch and overlap the whole
+ * transformer backward. The lookup rows are summed per token on each rank
+ * over the step's micro-batches, and after backward the group all-reduces
+ * them densely over the union of the group's tokens (sorted token order),
+ * then adds them into the reduced wte gradient. Needs the whole wte and both
+ * ends of the model on this rank (the serial layout, no pipeline). `auto`
+ * picks it when p x (local tokens of a step) <= V/4, so the union's rows
+ * are at most a quarter of wte's.
  *
  * Sparse embedding path (--embed-grad sparse): the tied wte gradient leaves
  * the buckets and travels as TensorFlow's IndexedSlices did under Horovod:
@@ -55,6 +71,14 @@ typedef struct cb_dp {
     double wait_ms;       /* last step: waiting for buckets after backward */
     int early;            /* last step: buckets started while backward still had
                              tensors to finish (all but the embeddings' ones) */
+    /* split path: buckets [nb, nb + nsplit) cover wte, [0, wte_end) */
+    int split, nsplit, split_started;
+    size_t wte_end, ucap, nuniq; /* compact rows: capacity, used */
+    int32_t *slot;        /* V: token -> compact row this step, -1 */
+    int32_t *uid, *gid;   /* tokens of the compact rows; every rank's (p x ucap) */
+    int *ucount, *uoff;   /* p: compact rows per rank, offsets into gid */
+    int32_t *upos;        /* V: token -> row of the union, -1 */
+    float *urows, *ubuf;  /* local compact rows; union rows (min(p x ucap, V)) */
     /* sparse path */
     size_t vocab, chan, max_tok, ntok; /* rows V, C; token rows capacity, used */
     int32_t *idx, *gidx;
@@ -72,10 +96,19 @@ size_t cb_dp_bucket_floats(double bucket_mb);
  * and, with ZeRO, p counts), and with ZeRO n <= INT_MAX (MPI's int counts
  * and displacements of the shards). CB_EINPUT with a one-line message. */
 int cb_dp_check_plan(size_t n, size_t start, int zero, double bucket_mb, int *nbuckets, cb_err *e);
+/* How the tied embedding's gradient is reduced (see above). */
+typedef enum { CB_DP_EMBED_DENSE, CB_DP_EMBED_SPARSE, CB_DP_EMBED_SPLIT, CB_DP_EMBED_AUTO } cb_dp_embed;
+/* "dense", "sparse", "split", "auto"; -1 for anything else. */
+int cb_dp_embed_parse(const char *s);
+/* Whether model m can take the split path: the whole wte first in its
+ * block, both the embedding and the head here, the serial layout. */
+int cb_dp_split_possible(const cb_gpt *m);
 /* Plans buckets and shards for model m on group c (size >= 1); max_tokens is
  * the local token rows of one step (grad_accum * B/dp * T), for the sparse
- * path's buffers. Installs the model's grad hook. */
-int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int sparse, double bucket_mb,
+ * and split paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT
+ * on a model that cannot take it is CB_EINPUT). Installs the model's grad
+ * hook. */
+int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
                size_t max_tokens, cb_err *e);
 /* The same for a plain parameter block of n floats with nt tensors t (a
  * user's model, src/api/model.c): no grad hook, so every bucket starts in
@@ -85,7 +118,7 @@ int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb
 void cb_dp_free(cb_dp *d);
 /* Before each micro-batch's backward; last = 1 on the step's last one. */
 void cb_dp_begin_backward(cb_dp *d, int last);
-/* After each micro-batch's backward (records the sparse lookup rows). */
+/* After each micro-batch's backward (records the sparse or split lookup rows). */
 void cb_dp_end_backward(cb_dp *d);
 /* After the last backward: finishes every reduction. Then the gradient is
  * the group's sum on [lo, hi) (the whole block without ZeRO). */

@@ -313,9 +313,9 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
     if (o->print_grid) cb_grid_print(g, stdout);
-    if ((tp > 1 || pp > 1) && !strcmp(o->embed_grad, "sparse"))
-        rc = cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the whole embedding on every rank; "
-                                   "use it with --tp 1 --pp 1, or drop it");
+    if ((tp > 1 || pp > 1) && (!strcmp(o->embed_grad, "sparse") || !strcmp(o->embed_grad, "split")))
+        rc = cb_fail(e, CB_EINPUT, "--embed-grad %s needs the whole embedding on every rank; "
+                                   "use it with --tp 1 --pp 1, or drop it", o->embed_grad);
     else if (strcmp(o->tp3d_save, "gathered") && strcmp(o->tp3d_save, "shard"))
         rc = cb_fail(e, CB_EINPUT, "--tp3d-save '%s' is unknown; use gathered or shard",
                      o->tp3d_save);
@@ -341,9 +341,10 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
     const cb_dp *d = t->dp;
     fprintf(stderr,
             "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
-            "AdamW state %.1f MB per rank | embedding gradient %s\n",
-            d->c->size, t->rows, d->nb, o->bucket_mb, o->zero, 8.0 * (d->hi - d->lo) / 1e6,
-            o->embed_grad);
+            "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
+            d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero, 8.0 * (d->hi - d->lo) / 1e6,
+            d->split ? "split" : d->sparse ? "sparse" : "dense",
+            strcmp(o->embed_grad, "auto") ? "" : " (auto)");
 }
 
 static void act_report(const cb_train_opts *o, const cb_gpt *m) {

@@ -26,7 +26,7 @@ void cb_train_defaults(cb_train_opts *o) {
     o->eval_batches = 10;
     o->tp_mode = "1d";
     o->bucket_mb = 25;
-    o->embed_grad = "dense";
+    o->embed_grad = "auto";
     o->tp3d_save = "gathered";
     cb_pp_opts_defaults(&o->pipe);
 }
@@ -50,10 +50,13 @@ static int init_dp(cb_trainer *t, cb_comm *dpc, cb_err *e) {
     t->r0 = r * t->rows;
     test_exit_env(t);
     if (p == 1) return CB_OK;
-    int sparse = t->o.embed_grad && !strcmp(t->o.embed_grad, "sparse");
+    int embed = cb_dp_embed_parse(t->o.embed_grad);
+    if (embed < 0)
+        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use auto, dense, split or sparse",
+                       t->o.embed_grad ? t->o.embed_grad : "");
     t->dp = calloc(1, sizeof *t->dp);
     if (!t->dp) return cb_fail(e, CB_ENOMEM, "out of memory");
-    return cb_dp_init(t->dp, dpc, t->model, t->o.zero, sparse, t->o.bucket_mb,
+    return cb_dp_init(t->dp, dpc, t->model, t->o.zero, embed, t->o.bucket_mb,
                       (size_t)t->o.accum * t->rows * t->o.T, e);
 }
 

@@ -30,7 +30,7 @@ typedef struct cb_train_opts {
     const char *tp_mode;
     int print_grid, comm_report, zero;
     double bucket_mb;
-    const char *embed_grad; /* "dense" or "sparse" */
+    const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/train/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
