@@ -149,7 +149,7 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
     }
     double step = max_over_ranks(w, sum.step_ms / b->steps), wait = sum.comm_wait_ms / b->steps;
     int early = t.dp ? t.dp->early : 0, late = t.dp ? late_buckets(&t) : 0;
-    const char *path = !t.dp ? "none" : t.dp->split ? "split" : t.dp->sparse ? "sparse" : "dense";
+    const char *path = t.dp ? cb_dp_embed_name(t.dp) : "none";
     double alone = t.dp ? standalone_reduce_ms(w, &t, b->reps) : 0;
     double hidden = alone > 0 ? 1.0 - wait / alone : 0;
     if (hidden < 0) hidden = 0;

@@ -1,10 +1,10 @@
 #include "kernels/peak.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -517,18 +517,18 @@ void cb_gpt_zero_grad(cb_gpt *m) {
 
 double gpt_grad_sumsq(const cb_gpt *m) { return cb_ptable_sumsq(&m->pt, m->grads); }
 
-/* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit.
- * Under selective recompute fch_gelu and att are recomputed just before
- * their use (every tensor rank at the same point, as in forward); the
- * attention output then goes to d_big, free by then, so the kept atty is
- * not written. The shared fch_gelu held another micro-batch's values since
- * this one's forward: the layout must not reuse what it kept of it. */
 /* A hook call with first > last: no tensor is new, but communication in
  * flight gets a chance to progress between two operators. */
 static void progress(cb_gpt *m) {
     if (m->hook) m->hook(m->hook_ctx, 1, 0);
 }
 
+/* One block backward: m->d_res holds dL/d(res3) on entry and dL/dx on exit.
+ * Under selective recompute fch_gelu and att are recomputed just before
+ * their use (every tensor rank at the same point, as in forward); the
+ * attention output then goes to d_big, free by then, so the kept atty is
+ * not written. The shared fch_gelu held another micro-batch's values since
+ * this one's forward: the layout must not reuse what it kept of it. */
 static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, int B, int T) {
     cb_layout *L = m->L;
     const cb_layout_ops *o = L->ops;

@@ -87,10 +87,8 @@ static int check_words(const cb_train_opts *o, cb_err *e) {
     if (o->zero != 0 && o->zero != 1)
         return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
                        o->zero);
-    if (cb_dp_embed_parse(o->embed_grad) < 0)
-        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use auto, dense, split or sparse",
-                       o->embed_grad);
-    return CB_OK;
+    int mode;
+    return cb_dp_embed_parse(o->embed_grad, &mode, e);
 }
 
 int cb_train_check_flags(const cb_train_opts *o, cb_err *e) {

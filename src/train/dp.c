@@ -160,8 +160,6 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
     const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
     if (strcmp(w->name, "wte.weight") || w->offset != 0)
         return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects wte.weight first in the block");
-    d->vocab = w->numel / (size_t)w->shape[1]; /* local rows */
-    d->chan = (size_t)w->shape[1];
     d->max_tok = max_tokens;
     size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
     d->idx = counted_alloc(d, sizeof(int32_t) * s);
@@ -179,10 +177,6 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
 /* Split path: the compact lookup rows of one rank (at most min(tokens,
  * V)), every rank's token list and the union's rows. */
 static int init_split(cb_dp *d, size_t max_tokens, cb_err *e) {
-    const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
-    d->vocab = w->numel / (size_t)w->shape[1];
-    d->chan = (size_t)w->shape[1];
-    d->wte_end = w->numel;
     d->ucap = max_tokens < d->vocab ? max_tokens : d->vocab;
     size_t p = (size_t)d->c->size, un = p * d->ucap < d->vocab ? p * d->ucap : d->vocab;
     d->slot = malloc(sizeof(int32_t) * d->vocab);
@@ -221,11 +215,23 @@ int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb
     return init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, 0, 0, e);
 }
 
-int cb_dp_embed_parse(const char *s) {
-    static const char *const names[] = {"dense", "sparse", "split", "auto"};
+static const char *const embed_names[] = {"dense", "sparse", "split", "auto"}; /* cb_dp_embed */
+
+int cb_dp_embed_parse(const char *s, int *mode, cb_err *e) {
     for (int i = 0; s && i < 4; i++)
-        if (!strcmp(s, names[i])) return i;
-    return -1;
+        if (!strcmp(s, embed_names[i])) return *mode = i, CB_OK;
+    return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use auto, dense, split or sparse",
+                   s ? s : "");
+}
+
+const char *cb_dp_embed_name(const cb_dp *d) {
+    return embed_names[d->split ? CB_DP_EMBED_SPLIT : d->sparse ? CB_DP_EMBED_SPARSE : CB_DP_EMBED_DENSE];
+}
+
+/* Rows of wte (tensor 0): the local vocabulary, padding included. */
+static size_t wte_rows(const cb_gpt *m) {
+    const cb_tensor_info *w = cb_gpt_tensor(m, 0);
+    return w->numel / (size_t)(w->shape[1] > 0 ? w->shape[1] : 1);
 }
 
 int cb_dp_split_possible(const cb_gpt *m) {
@@ -236,12 +242,10 @@ int cb_dp_split_possible(const cb_gpt *m) {
 
 int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
                size_t max_tokens, cb_err *e) {
-    if (embed == CB_DP_EMBED_AUTO) {
-        const cb_tensor_info *w = cb_gpt_tensor(m, 0);
-        size_t V = w->numel / (size_t)(w->shape[1] > 0 ? w->shape[1] : 1);
-        embed = cb_dp_split_possible(m) && c->size > 1 && (size_t)c->size * max_tokens * 4 <= V
+    if (embed == CB_DP_EMBED_AUTO)
+        embed = cb_dp_split_possible(m) && c->size > 1 &&
+                        (size_t)c->size * max_tokens * 4 <= wte_rows(m)
                     ? CB_DP_EMBED_SPLIT : CB_DP_EMBED_DENSE;
-    }
     if (embed == CB_DP_EMBED_SPLIT && !cb_dp_split_possible(m))
         return cb_fail(e, CB_EINPUT, "--embed-grad split needs the whole embedding and the head on "
                        "every rank; use it with --tp 1 --pp 1, or --embed-grad dense");
@@ -253,6 +257,10 @@ int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double buck
     d->m = m;
     d->sparse = sparse;
     d->split = split;
+    if (sparse || split) {
+        d->vocab = wte_rows(m);
+        d->chan = (size_t)cb_gpt_tensor(m, 0)->shape[1];
+    }
     if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
     if (!rc && split) rc = init_split(d, max_tokens, e);
     if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
@@ -358,8 +366,8 @@ static void sparse_exchange(cb_dp *d) {
 /* Split path, after backward: the union of the group's tokens (every
  * rank's list gathered, padded with -1, then marked and read in token
  * order), this rank's compact rows placed at their union rows and the
- * union all-reduced. Returns the union's size. */
-static size_t split_exchange(cb_dp *d) {
+ * union all-reduced. */
+static void split_exchange(cb_dp *d) {
     size_t C = d->chan, p = (size_t)d->c->size, U = 0;
     for (size_t j = d->nuniq; j < d->ucap; j++) d->uid[j] = -1;
     cb_comm_allgather_i32(d->c, "embed.split", d->uid, d->gid, d->ucap);
@@ -371,7 +379,6 @@ static size_t split_exchange(cb_dp *d) {
     for (size_t j = 0; j < d->nuniq; j++)
         memcpy(d->ubuf + (size_t)d->upos[d->uid[j]] * C, d->urows + j * C, sizeof(float) * C);
     cb_comm_allreduce(d->c, "embed.split", NULL, d->ubuf, U * C, CB_COMM_SUM);
-    return U;
 }
 
 /* Split path, once wte's buckets are in: the union's rows added into this

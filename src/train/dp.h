@@ -71,16 +71,18 @@ typedef struct cb_dp {
     double wait_ms;       /* last step: waiting for buckets after backward */
     int early;            /* last step: buckets started while backward still had
                              tensors to finish (all but the embeddings' ones) */
-    /* split path: buckets [nb, nb + nsplit) cover wte, [0, wte_end) */
+    /* split path: buckets [nb, nb + nsplit) cover wte */
     int split, nsplit, split_started;
-    size_t wte_end, ucap, nuniq; /* compact rows: capacity, used */
+    size_t ucap, nuniq;   /* compact rows: capacity, used */
     int32_t *slot;        /* V: token -> compact row this step, -1 */
     int32_t *uid, *gid;   /* tokens of the compact rows; every rank's (p x ucap) */
     int *ucount, *uoff;   /* p: compact rows per rank, offsets into gid */
     int32_t *upos;        /* V: token -> row of the union, -1 */
     float *urows, *ubuf;  /* local compact rows; union rows (min(p x ucap, V)) */
+    /* sparse and split paths: wte's rows V and width C */
+    size_t vocab, chan;
     /* sparse path */
-    size_t vocab, chan, max_tok, ntok; /* rows V, C; token rows capacity, used */
+    size_t max_tok, ntok; /* token rows capacity, used */
     int32_t *idx, *gidx;
     float *rows, *grows;
     size_t buf_bytes;     /* bytes of the sparse exchange buffers, as allocated */
@@ -98,8 +100,11 @@ size_t cb_dp_bucket_floats(double bucket_mb);
 int cb_dp_check_plan(size_t n, size_t start, int zero, double bucket_mb, int *nbuckets, cb_err *e);
 /* How the tied embedding's gradient is reduced (see above). */
 typedef enum { CB_DP_EMBED_DENSE, CB_DP_EMBED_SPARSE, CB_DP_EMBED_SPLIT, CB_DP_EMBED_AUTO } cb_dp_embed;
-/* "dense", "sparse", "split", "auto"; -1 for anything else. */
-int cb_dp_embed_parse(const char *s);
+/* "dense", "sparse", "split", "auto" into *mode; anything else is
+ * CB_EINPUT with the one-line message naming the four. */
+int cb_dp_embed_parse(const char *s, int *mode, cb_err *e);
+/* The path d takes: "dense", "sparse" or "split". */
+const char *cb_dp_embed_name(const cb_dp *d);
 /* Whether model m can take the split path: the whole wte first in its
  * block, both the embedding and the head here, the serial layout. */
 int cb_dp_split_possible(const cb_gpt *m);

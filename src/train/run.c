@@ -343,7 +343,7 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
             "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
             "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
             d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero, 8.0 * (d->hi - d->lo) / 1e6,
-            d->split ? "split" : d->sparse ? "sparse" : "dense",
+            cb_dp_embed_name(d),
             strcmp(o->embed_grad, "auto") ? "" : " (auto)");
 }
 

@@ -50,10 +50,8 @@ static int init_dp(cb_trainer *t, cb_comm *dpc, cb_err *e) {
     t->r0 = r * t->rows;
     test_exit_env(t);
     if (p == 1) return CB_OK;
-    int embed = cb_dp_embed_parse(t->o.embed_grad);
-    if (embed < 0)
-        return cb_fail(e, CB_EINPUT, "--embed-grad '%s' is unknown; use auto, dense, split or sparse",
-                       t->o.embed_grad ? t->o.embed_grad : "");
+    int embed, rc = cb_dp_embed_parse(t->o.embed_grad, &embed, e);
+    if (rc) return rc;
     t->dp = calloc(1, sizeof *t->dp);
     if (!t->dp) return cb_fail(e, CB_ENOMEM, "out of memory");
     return cb_dp_init(t->dp, dpc, t->model, t->o.zero, embed, t->o.bucket_mb,
