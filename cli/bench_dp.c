@@ -270,6 +270,10 @@ int cmd_bench_dp(int argc, char **argv) {
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.seq_len, b.vocab};
     if (!rc && (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.reps < 1))
         rc = cb_fail(&e, CB_EINPUT, "--threads, --steps, --reps and --batch must be >= 1");
+    int mode;
+    if (!rc && cb_dp_embed_parse(b.embed_mode, &mode, &e))
+        rc = cb_fail(&e, CB_EINPUT, "--embed-mode '%s' is unknown; use auto, dense, split or sparse",
+                     b.embed_mode);
     if (!rc) rc = cb_gpt_config_check(&c, &e);
     if (!rc && b.allreduce && w->size < 2)
         rc = cb_fail(&e, CB_EINPUT, "--allreduce needs at least 2 ranks; run `mpirun -np 2 cubist bench --allreduce`");

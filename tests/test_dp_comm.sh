@@ -11,7 +11,9 @@
 #    overlapping the embeddings (dense) or wpe (split: wte's start after
 #    the head's backward); --allreduce and --embed-grad run and print
 #    their figures
-#  - a --bucket-mb giving more than 65536 buckets: exit 2, one line
+#  - a --bucket-mb giving more than 65536 buckets, and bench --dp-step's
+#    --embed-mode bogus and --no-comm with a batch the ranks do not divide:
+#    exit 2, one line
 #  - the launcher guard: this build under the other MPI's launcher, and a
 #    singleton inside a fake 2-task srun step: exit 2 naming the variable
 set -u
@@ -115,6 +117,17 @@ if [ "$rc" = 2 ] && [ "$(wc -l <bk.err)" = 1 ] && grep -q 'buckets, more than 65
 else
     fail "--bucket-mb 1e-9: want exit 2 and one line; got $rc: $(head -c 300 bk.err)"
 fi
+for bad in "--embed-mode bogus|--embed-mode 'bogus' is unknown; use auto" \
+           "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2"; do
+    args=${bad%%|*} want=${bad#*|}
+    timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" $args >bb.out 2>bb.err
+    rc=$?
+    if [ "$rc" = 2 ] && [ "$(wc -l <bb.err)" = 1 ] && grep -qF "cubist: error: $want" bb.err; then
+        pass "bench --dp-step $args refused: $(cat bb.err)"
+    else
+        fail "bench --dp-step $args: want exit 2 and one line '$want'; got $rc: $(head -c 300 bb.err)"
+    fi
+done
 
 # --- the launcher guard: every task a singleton of the wrong MPI
 if [ "$flavour" = openmpi ]; then other=mpirun.mpich var=PMI_SIZE; else other=mpirun.openmpi var=OMPI_COMM_WORLD_SIZE; fi
