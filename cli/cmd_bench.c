@@ -22,6 +22,8 @@ char *openblas_get_corename(void);
 
 typedef struct bench_opts {
     int layers, d_model, heads, vocab, ctx, batch, steps, threads, quick, peak_only, json, no_torch;
+    int graph;      /* --graph: also the GPT declared through the public API */
+    cb_dist *dist;  /* its process grid (one process) */
     const char *seq_lens, *torch_script;
     int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
 } bench_opts;
@@ -31,6 +33,7 @@ typedef struct bench_result {
     size_t params; /* cubist's model; PyTorch's must be the same */
     double tokens_per_s, gflops, mfu, step_ms, fwd_ms, bwd_ms, opt_ms, prof[PROF_N];
     double torch_tokens_per_s;
+    double graph_tokens_per_s; /* --graph */
 } bench_result;
 
 /* Default script location: <dir of the binary>/../bench/torch_bench.py */
@@ -132,6 +135,36 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
     return CB_OK;
 }
 
+/* The same model and step declared through the public API
+ * (cb_model_declare_gpt) and run by the graph engine: tokens/s into
+ * r->graph_tokens_per_s. */
+static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
+    cb_adamw_config opt = {.lr = 6e-4f, .min_lr = 6e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
+                           .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 1,
+                           .steps = b->steps + 1};
+    cb_model *m = cb_model_new(b->dist, b->batch, T);
+    if (m) cb_model_declare_gpt(m, &c);
+    int rc = cb_model_build(m, 1337, &opt, e);
+    size_t n = (size_t)b->batch * T;
+    int *ids = malloc(sizeof(int) * 2 * n);
+    if (!rc && !ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
+    for (size_t i = 0; !rc && i < n; i++) {
+        ids[i] = (int)((i * 2654435761u) % b->vocab);
+        ids[n + i] = (int)(((i + 1) * 2654435761u) % b->vocab);
+    }
+    double ms = 0;
+    for (int s = 0; !rc && s <= b->steps; s++) { /* step 0 warms up */
+        double t0 = omp_get_wtime() * 1e3;
+        cb_model_train_step(m, ids, ids + n, s, NULL);
+        if (s) ms += omp_get_wtime() * 1e3 - t0;
+    }
+    if (!rc) r->graph_tokens_per_s = (double)n * b->steps / (ms / 1e3);
+    free(ids);
+    cb_model_free(m);
+    return rc;
+}
+
 static void print_result(const bench_opts *b, const bench_result *r, double peak) {
     printf("GPT-2 %dL d%d %dH V%d context %d (%zu parameters)  B=%d T=%d  fp32, %d threads\n",
            b->layers, b->d_model, b->heads, b->vocab, b->ctx, r->params, b->batch, r->T,
@@ -142,6 +175,10 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
            r->fwd_ms, r->bwd_ms, r->opt_ms);
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
     printf(" ms\n");
+    if (b->graph)
+        printf("  graph    %8.1f tokens/s  (the same GPT declared through the public API)\n"
+               "  ratio    %8.2fx the built-in\n",
+               r->graph_tokens_per_s, r->graph_tokens_per_s / r->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; OMP_WAIT_POLICY=PASSIVE, own BLAS "
                "detection)\n  ratio    %8.2fx PyTorch\n",
@@ -202,6 +239,7 @@ static int run_bench(bench_opts *b) {
     for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
         if (bench_cubist(b, b->T[i], peak, &res[i], &e) ||
+            (b->graph && bench_graph(b, b->T[i], &res[i], &e)) ||
             (!b->no_torch && torch_bench(b, b->T[i], &res[i], &e)))
             return cli_fail(&e);
         if (!b->json) print_result(b, &res[i], peak);
@@ -281,6 +319,7 @@ int cmd_bench(int argc, char **argv) {
         {"ctx", ARG_INT, &b.ctx, "context: rows of wpe, at least every T (1024)"},
         {"batch", ARG_INT, &b.batch, "sequences B (4)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
+        {"graph", ARG_BOOL, &b.graph, "also the same GPT declared through the public API"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
@@ -299,5 +338,11 @@ int cmd_bench(int argc, char **argv) {
     else if (!cb_gpt_config_check(&c, &e))
         parse_seq_lens(&b, &e);
     if (e.code) return cli_fail(&e);
-    return run_bench(&b);
+    if (!b.graph) return run_bench(&b);
+    int one = 1;
+    char *args[] = {"cubist", NULL}, **argp = args;
+    if (cb_dist_init(&one, &argp, &b.dist, &e)) return cli_fail(&e);
+    int rc = run_bench(&b);
+    cb_dist_finalize(b.dist);
+    return rc;
 }

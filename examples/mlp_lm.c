@@ -6,22 +6,22 @@
  *   mpirun -np 8 build/examples/mlp_lm --data train.bin --tp 8 --tp-mode 3d
  *   mpirun -np 4 build/examples/mlp_lm --data train.bin --dp 2 --tp 2 --tp-mode 1d
  *   mpirun -np 4 build/examples/mlp_lm --data train.bin --pp 2 --dp 2 --micro-batches 4
+ *   mpirun -np 3 build/examples/mlp_lm --data train.bin --pp 3 --shared-skip
  *
  * Model: x = wte[id] + wpe[t]; two blocks x += fc2(gelu(fc1(ln(x)))); the
- * loss of the tied head on ln_f(x). Batches are sequential runs of the token
- * file: batch k holds sequences [k*B*T, (k+1)*B*T) plus the next token. */
+ * loss of the tied head on ln_f(x). With --shared-skip, a third block
+ * applies the first block's fc1 again (a weight shared by two layers that
+ * are not adjacent) and ln_f reads x + the embedding's output (a residual
+ * that skips every stage in between under --pp). Batches are sequential
+ * runs of the token file: batch k holds sequences [k*B*T, (k+1)*B*T) plus
+ * the next token. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cubist.h"
 
-enum { B = 8, T = 16, C = 48, V = 256, NBLOCK = 2 };
-
-typedef struct block {
-    cb_layer *ln, *fc1, *fc2;
-    cb_act *xin, *h, *u, *g, *du, *dg; /* xin p0, h p0 (ln out), u/g p1 (4C) */
-} block;
+enum { B = 8, T = 16, C = 48, V = 256 };
 
 static int arg_int(int argc, char **argv, const char *name, int def) {
     for (int i = 1; i + 1 < argc; i++)
@@ -33,6 +33,31 @@ static const char *arg_str(int argc, char **argv, const char *name) {
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], name)) return argv[i + 1];
     return NULL;
+}
+
+static int arg_bool(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+/* The graph: blocks x += fc2(gelu(fc1(ln(x)))), the loss on ln_f(x). */
+static void declare(cb_model *m, int shared_skip) {
+    cb_layer *emb = cb_model_embedding(m, "wte", V, C), *fc1_0 = NULL;
+    cb_act *x0 = cb_op_embedding(emb), *x = x0;
+    char name[32];
+    for (int i = 0; i < 2 + shared_skip; i++) {
+        snprintf(name, sizeof name, "b%d.ln", i);
+        cb_act *h = cb_op_layernorm(cb_model_layernorm(m, name, C), x);
+        snprintf(name, sizeof name, "b%d.fc1", i);
+        cb_layer *fc1 = i == 2 ? fc1_0 : cb_model_linear(m, name, C, 4 * C);
+        if (i == 0) fc1_0 = fc1;
+        cb_act *u = cb_op_gelu(cb_op_linear(fc1, h));
+        snprintf(name, sizeof name, "b%d.fc2", i);
+        x = cb_op_add(x, cb_op_linear(cb_model_linear(m, name, 4 * C, C), u));
+    }
+    if (shared_skip) x = cb_op_add(x, x0);
+    cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", C), x));
 }
 
 int main(int argc, char **argv) {
@@ -47,27 +72,7 @@ int main(int argc, char **argv) {
     if (e.code) cb_dist_exit(d, &e);
 
     cb_model *m = cb_model_new(d, B, T);
-    cb_layer *emb = cb_model_embedding(m, "wte", V, C);
-    block blk[NBLOCK];
-    char name[32];
-    for (int i = 0; i < NBLOCK; i++) {
-        block *b = &blk[i];
-        snprintf(name, sizeof name, "b%d.ln", i);
-        b->ln = cb_model_layernorm(m, name, C, 0);
-        snprintf(name, sizeof name, "b%d.fc1", i);
-        b->fc1 = cb_model_linear(m, name, C, 4 * C, 0);
-        snprintf(name, sizeof name, "b%d.fc2", i);
-        b->fc2 = cb_model_linear(m, name, 4 * C, C, 1);
-        b->xin = cb_model_act(m, C, 0);
-        b->h = cb_model_act(m, C, 0);
-        b->u = cb_model_act(m, 4 * C, 1);
-        b->g = cb_model_act(m, 4 * C, 1);
-        b->du = cb_model_act(m, 4 * C, 1);
-        b->dg = cb_model_act(m, 4 * C, 1);
-    }
-    cb_layer *lnf = cb_model_layernorm(m, "ln_f", C, 0);
-    cb_act *x = cb_model_act(m, C, 0), *y = cb_model_act(m, C, 0), *f = cb_model_act(m, C, 0);
-    cb_act *dx = cb_model_act(m, C, 0), *dt = cb_model_act(m, C, 0);
+    declare(m, arg_bool(argc, argv, "--shared-skip"));
     /* eps 1e-6 rather than 1e-8: with tiny eps, Adam turns the last-bit
      * differences of near-zero gradients (sums split over ranks round
      * differently) into visible steps, and tests/test_example.sh compares
@@ -87,33 +92,7 @@ int main(int argc, char **argv) {
             ids[i] = base[i];
             tg[i] = base[i + 1];
         }
-        cb_model_zero_grad(m);
-        cb_embedding_forward(emb, ids, x);
-        for (int i = 0; i < NBLOCK; i++) {
-            block *b = &blk[i];
-            cb_act_copy(b->xin, x);
-            cb_layernorm_forward(b->ln, b->xin, b->h);
-            cb_linear_forward(b->fc1, b->h, b->u);
-            cb_gelu_forward(b->u, b->g);
-            cb_linear_forward(b->fc2, b->g, y);
-            cb_act_add(x, b->xin, y);
-        }
-        cb_layernorm_forward(lnf, x, f);
-        float loss = cb_head_forward(emb, f, tg);
-
-        cb_head_backward(emb, f, 1.0f, dt);
-        cb_act_zero(dx);
-        cb_layernorm_backward(lnf, x, dt, dx);
-        for (int i = NBLOCK - 1; i >= 0; i--) {
-            block *b = &blk[i];
-            cb_linear_backward(b->fc2, b->g, dx, b->dg);
-            cb_gelu_backward(b->u, b->dg, b->du);
-            cb_linear_backward(b->fc1, b->h, b->du, dt);
-            cb_layernorm_backward(b->ln, b->xin, dt, dx);
-        }
-        cb_embedding_backward(emb, dx);
-        float norm = cb_model_step(m, s);
-        loss = cb_model_mean(m, loss);
+        float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.7f grad_norm %.7f\n", s + 1, loss, norm);
     }
     if (save && cb_model_save(m, save, &e)) cb_dist_exit(d, &e);

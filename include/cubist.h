@@ -181,34 +181,43 @@ int cb_prepare_text(const char *text_path, const char *train_path,
                     const char *val_path, double val_frac, cb_err *e);
 
 /* ---------------------------------------------------------------- your own models */
-/* Models built from cubist's parallel-aware layers run under any layout and
- * any data parallelism without changing their code: the layout comes from
- * the command line (--dp N --tp N --tp-mode 1d|2d|3d), the layers hold this
- * rank's shards, and activations (cb_act) this rank's piece. Forward and
- * backward are the user's calls, in the user's order; examples/mlp_lm.c and
- * examples/tiny_gpt.c are complete programs. Activations have a parity: 0
- * on the model's residual stream, 1 after an odd number of linears (a
- * linear turns parity p into 1-p), which is what lets 1-D and 3-D layouts
- * avoid communication between the two linears of a pair. */
+/* A model is a graph declared once from cubist's parallel-aware layers:
+ * declare the layers (parameters), then the operations that connect them
+ * (cb_op_*, from the embedding to the loss), then build. The engine owns
+ * forward, backward, recompute and the order of micro-batches; your loop
+ * keeps the step: each call of cb_model_train_step takes the step's batch
+ * and returns its loss. The same code runs serially or under any layout,
+ * chosen on the command line: data parallelism (--dp N, --zero 1), the
+ * pipeline (--pp N, --schedule gpipe|1f1b|interleaved, --virtual-stages V,
+ * --micro-batches M, --partition auto|equal|LIST, --recompute
+ * none|block|selective) and tensor parallelism (--tp N --tp-mode
+ * 1d|2d|3d). examples/tiny_gpt.c and examples/mlp_lm.c are complete
+ * programs.
+ *
+ * Activations (cb_act) are the graph's values: N tokens x H features of a
+ * micro-batch, with a parity that the tensor layouts use to place them (0
+ * on the residual stream; a linear turns parity p into 1-p, so 1-D and 3-D
+ * need no communication between the two linears of a pair). Parities are
+ * inferred: a layer takes the parity of the first activation it is applied
+ * to, and a layer applied twice (a shared weight) must see one parity. */
 typedef struct cb_dist cb_dist;
 typedef struct cb_model cb_model;
 typedef struct cb_layer cb_layer;
 typedef struct cb_act cb_act;
 
 /* Starts MPI (one process needs no launcher) and builds the process grid
- * from --dp --tp --tp-mode --pp (and --micro-batches --partition
- * --partition-memory-weight --print-partition for --pp, --zero 1 for
- * ZeRO-1), which are removed from argv. Collective; on error every rank
- * gets the same message. */
+ * from --dp --tp --tp-mode --pp and the pipeline flags above (and
+ * --partition-memory-weight --print-partition --zero 1), which are removed
+ * from argv. Collective; on error every rank gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
 /* Ends the job on every rank: rank 0 prints e's message, status 2 for bad
- * input. Collective. */
+ * input, 4 for out of memory, else 1. Collective. */
 _Noreturn void cb_dist_exit(cb_dist *d, const cb_err *e);
 void cb_dist_finalize(cb_dist *d);
 
-/* batch: sequences of the global micro-batch, seq_len: tokens per sequence.
- * Layers and activations are declared, then cb_model_build allocates. */
+/* batch: sequences of a step (over every data-parallel rank), seq_len:
+ * tokens per sequence. */
 cb_model *cb_model_new(cb_dist *d, int batch, int seq_len);
 /* token embedding [vocab, C] (also the tied LM head) + position embedding
  * [seq_len, C]: tensors "<name>.weight" and "<name>.pos" */
@@ -217,65 +226,93 @@ cb_layer *cb_model_embedding(cb_model *m, const char *name, int vocab, int C);
 cb_layer *cb_model_embedding_named(cb_model *m, const char *tok, const char *pos, int vocab,
                                    int C);
 /* Y = X W + b, W [in, out]: tensors "<name>.weight", "<name>.bias" */
-cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out, int parity);
-/* The QKV projection of self-attention, [C, 3C], parity 0 -> 1: a linear
- * whose output sections q | k | v are split per head, so each rank's
- * piece holds q, k and v of its own heads (GPT-2's attn.c_attn). */
+cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out);
+/* The QKV projection of self-attention, [C, 3C]: a linear whose output
+ * sections q | k | v are split per head, so each rank's piece holds q, k
+ * and v of its own heads (GPT-2's attn.c_attn). */
 cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C);
-/* Causal multi-head self-attention on the parity-1 output of a
- * cb_model_linear_qkv of the same C, whole sequences; heads divide C (and
- * must divide by tp in 1d, by q in 2d and 3d). No parameters; keeps the
- * attention probabilities (heads x seq_len^2 per sequence) for backward. */
+/* Causal multi-head self-attention of width C on whole sequences; heads
+ * divide C (and must divide by tp in 1d, by q in 2d and 3d). No tensors. */
 cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads);
-cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C, int parity);
-/* an activation of batch*seq_len tokens x H features */
-cb_act *cb_model_act(cb_model *m, int H, int parity);
-/* Allocates parameters (weights N(0, 0.02), biases 0, LayerNorm 1/0, the
- * same values under every layout), gradients and AdamW state; checks the
- * layout's divisibility constraints. Collective. */
+cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C);
+/* The standard deviation of a linear's or an embedding's normal initial
+ * weights (0.02 unless set; GPT-2 scales its residual projections by
+ * 1/sqrt(2 x layers)). Values are drawn per element from (seed, tensor
+ * name), so they are the same under every layout. */
+void cb_layer_set_init_std(cb_layer *l, float sd);
+
+/* The graph. Each operation returns its output (NULL after a declaration
+ * error, which cb_model_build reports; operations on NULL are ignored). */
+/* x (C features, parity 0) = wte[ids] + wpe[t] of the step's token ids */
+cb_act *cb_op_embedding(cb_layer *embedding);
+cb_act *cb_op_linear(cb_layer *linear, const cb_act *x);
+cb_act *cb_op_layernorm(cb_layer *norm, const cb_act *x);
+/* qkv: the output of a cb_model_linear_qkv layer; C features out */
+cb_act *cb_op_attention(cb_layer *attention, const cb_act *qkv);
+cb_act *cb_op_gelu(const cb_act *x); /* tanh approximation */
+cb_act *cb_op_add(const cb_act *a, const cb_act *b);
+/* The loss, ending the graph: the embedding's tied LM head on x (parity 0)
+ * and the cross-entropy against the step's targets, mean over tokens. */
+void cb_op_lm_loss(cb_layer *embedding, const cb_act *x);
+/* Operations declared between these form a block that --recompute block
+ * reruns before its backward, keeping only what crosses its boundary. */
+void cb_model_begin_block(cb_model *m);
+void cb_model_end_block(cb_model *m);
+/* GPT-2 (pre-LN blocks, each a recompute block, the tied LM head) declared
+ * from these layers with Hugging Face GPT-2's tensor names: the checkpoint
+ * is cubist train's. */
+void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
+
+/* Checks the graph and the layout's divisibility constraints, partitions
+ * it into pipeline stages, allocates parameters (weights N(0, 0.02),
+ * biases 0, LayerNorm 1/0: the same values under every layout), gradients,
+ * AdamW state and every activation buffer: a step allocates nothing.
+ * Collective. */
 int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e);
-/* This data-parallel rank's rows [first, first+count) of the global batch. */
+/* This data-parallel rank's rows [first, first+count) of the batch. */
 void cb_model_rows(const cb_model *m, int *first, int *count);
 /* This rank's floats: its parameter shards (the gradients are as many) and
  * AdamW moments (2 per parameter it updates: its ZeRO-1 shard under --zero
  * 1, else all of its shards). */
 void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam);
+/* Bytes of this rank's activation buffers, planned at build: the values
+ * and kept state of every micro-batch in flight, the gradients of one, the
+ * recompute buffers and the pipeline's outgoing messages. */
+size_t cb_model_activation_bytes(const cb_model *m);
 
-/* ids, targets: this rank's rows (count x seq_len) */
-void cb_embedding_forward(cb_layer *l, const int *ids, cb_act *x);
-void cb_embedding_backward(cb_layer *l, const cb_act *dx);
-void cb_linear_forward(cb_layer *l, const cb_act *x, cb_act *y);
-void cb_linear_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *dx);
-void cb_layernorm_forward(cb_layer *l, const cb_act *x, cb_act *y);
-/* dx accumulates: it is usually the residual stream's gradient */
-void cb_layernorm_backward(cb_layer *l, const cb_act *x, const cb_act *dy, cb_act *dx);
-/* qkv (parity 1, 3C wide) -> y (parity 1, C wide); backward overwrites dqkv */
-void cb_attention_forward(cb_layer *attention, const cb_act *qkv, cb_act *y);
-void cb_attention_backward(cb_layer *attention, const cb_act *qkv, const cb_act *dy,
-                           cb_act *dqkv);
-void cb_gelu_forward(const cb_act *x, cb_act *y);
-void cb_gelu_backward(const cb_act *x, const cb_act *dy, cb_act *dx);
-void cb_act_add(cb_act *y, const cb_act *a, const cb_act *b);
-void cb_act_copy(cb_act *dst, const cb_act *src);
-void cb_act_zero(cb_act *x);
-/* Tied LM head on the embedding's wte and vocabulary-parallel cross-entropy:
- * the mean loss over this rank's tokens. */
-float cb_head_forward(cb_layer *embedding, const cb_act *x, const int *targets);
-/* dx overwritten; dloss scales the mean loss */
-void cb_head_backward(cb_layer *embedding, const cb_act *x, float dloss, cb_act *dx);
-
-void cb_model_zero_grad(cb_model *m);
-/* Averages gradients over data-parallel ranks (fused buckets; with --zero
- * 1 reduce-scattered to the rank that owns each AdamW shard, the updated
- * parameters then all-gathered), clips to the global norm (every shard
- * counted once), one AdamW update at step's learning rate. Returns the
- * global gradient norm. Collective. */
-float cb_model_step(cb_model *m, int step);
-/* The mean of a per-rank value over the data-parallel ranks. Collective. */
-float cb_model_mean(cb_model *m, float v);
+/* One optimizer step at 0-based index step on this rank's rows (count x
+ * seq_len ids and targets, cb_model_rows): forward and backward of every
+ * micro-batch in the schedule's order, gradients averaged over the
+ * data-parallel ranks, clipped to the global norm (into *grad_norm, may be
+ * NULL), one AdamW update. Returns the step's mean loss, the same on every
+ * rank. Collective. */
+float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
+                          float *grad_norm);
+/* Where this rank's time went in the last cb_model_train_step: forward
+ * and backward compute (recompute included), blocked on pipeline
+ * messages, the reduction, clipping and update; bubble = 1 - (forward +
+ * backward) / step, the pipeline's idle share on this rank. */
+typedef struct cb_model_step_info {
+    double step_ms, forward_ms, backward_ms, wait_ms, update_ms, bubble;
+} cb_model_step_info;
+void cb_model_last_step(const cb_model *m, cb_model_step_info *info);
+/* Forward only: the mean loss of the batch, the same on every rank. */
+float cb_model_eval(cb_model *m, const int *ids, const int *targets);
+/* Forward only, without targets: the next-token probabilities of every
+ * position (batch x seq_len x vocab) for sampling. One process, serial
+ * layout, one micro-batch; NULL otherwise. Valid until the next call. */
+const float *cb_model_probs(cb_model *m, const int *ids);
 /* Full tensors, safetensors, "<layer name>.weight" / ".bias"; collective. */
 int cb_model_save(cb_model *m, const char *path, cb_err *e);
 int cb_model_load(cb_model *m, const char *path, cb_err *e);
+/* A checkpoint to resume from: one file with the weights (as
+ * cb_model_save), the AdamW moments ("m.<name>", "v.<name>", whole
+ * tensors whatever the layout or ZeRO) and the update count, plus step in
+ * its metadata; written under a temporary name, synced and renamed.
+ * Collective. */
+int cb_model_save_checkpoint(cb_model *m, const char *path, int step, cb_err *e);
+/* Loads one under any layout; *step is what was saved. Collective. */
+int cb_model_load_checkpoint(cb_model *m, const char *path, int *step, cb_err *e);
 void cb_model_free(cb_model *m);
 
 #ifdef __cplusplus

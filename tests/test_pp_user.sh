@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A user's own model (examples/mlp_lm) given `cubist train`'s pipeline
-# flags: its loop returns the loss before it declares the backward, so its
-# pipeline is GPipe, and it keeps the activations it declares. --schedule
-# 1f1b / interleaved, --virtual-stages and --recompute block / selective
-# (and its -layers / -method) are refused with one line, exit 2 on every
-# rank; --schedule gpipe and --no-profile (its partition always comes from
-# FLOP counts) are accepted and change nothing: the same 10-step losses as
-# without them.
+# A user's own model (examples/mlp_lm, a declared graph) given the
+# pipeline flags: every schedule and recompute runs (test_example.sh checks
+# the numbers); what cannot apply is refused with one line, exit 2 on every
+# rank: --virtual-stages without --schedule interleaved, interleaved or
+# --partition at --pp 1, --recompute-layers / --recompute-method without
+# --recompute block, unknown values. --no-profile (the partition comes
+# from FLOP counts) is accepted and changes nothing: the same 10-step
+# losses as without it. --max-memory: a model over the limit ends every
+# rank with status 4 (out of memory, not bad input) and one line naming
+# the bytes and the limit, before anything is allocated; under it, the run
+# is the same.
 set -u
 . "$(dirname "$0")/launcher.sh"
 root=$ROOT
@@ -17,22 +20,43 @@ cd "$d"
 "$BUILD/cubist" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL pp user: prepare"; exit 1; }
 refuse() { # label pattern flags...
     local label=$1 pat=$2; shift 2
-    timeout "$(tmo 60)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 2 --pp 2 "$@" >out.txt 2>&1
+    timeout "$(tmo 60)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 2 "$@" >out.txt 2>&1
     local rc=$? n
     n=$(wc -l <out.txt)
     if [ "$rc" = 2 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" out.txt; then
         echo "PASS user model refuses $label: exit 2, $(cat out.txt)"
     else echo "FAIL user model refuses $label: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
 }
-refuse "--schedule 1f1b" "use gpipe" --schedule 1f1b
-refuse "--schedule interleaved" "use gpipe" --schedule interleaved
-refuse "--virtual-stages 2" "use gpipe" --virtual-stages 2
-refuse "--recompute block" "drop --recompute" --recompute block
-refuse "--recompute selective" "drop --recompute" --recompute selective
-refuse "--recompute-layers 1" "drop --recompute-layers" --recompute-layers 1
+refuse "--virtual-stages 2 with 1f1b" "needs --schedule interleaved" --pp 2 --virtual-stages 2
+refuse "--schedule interleaved at --pp 1" "needs --pp 2 or more" --schedule interleaved
+refuse "--partition at --pp 1" "needs --pp 2 or more" --partition 0,3,13
+refuse "--recompute-layers 1 without block" "applies to --recompute block" --pp 2 --recompute-layers 1
+refuse "--recompute-method uniform with selective" "applies to --recompute block" --pp 2 --recompute selective --recompute-method uniform
+refuse "--recompute-method zigzag" "use block or uniform" --pp 2 --recompute block --recompute-method zigzag
+refuse "--max-memory 12Q" "takes a size in bytes" --max-memory 12Q
+refuse "--recompute everything" "use none, block or selective" --pp 2 --recompute everything
+refuse "--schedule zigzag" "zigzag" --pp 2 --schedule zigzag
 if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 10 --pp 2 >a.log 2>&1 &&
-   timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 10 --pp 2 --schedule gpipe \
+   timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 10 --pp 2 \
         --no-profile --recompute none >b.log 2>&1; then
     /usr/bin/python3 "$root/tests/compare.py" logs b.log a.log --tol 0 \
-        --label "user model --schedule gpipe --no-profile --recompute none accepted, same losses"
-else echo "FAIL user model accepts --schedule gpipe --no-profile: $(tail -c 300 a.log b.log)"; fi
+        --label "user model --no-profile --recompute none accepted, same losses"
+else echo "FAIL user model accepts --no-profile: $(tail -c 300 a.log b.log)"; fi
+
+# --max-memory: over the limit, status 4 on every rank and one line
+oom() { # label np pattern flags...
+    local label=$1 np=$2 pat=$3; shift 3
+    timeout "$(tmo 60)" "${launch[@]}" -np "$np" "$EX" --data train.bin --steps 2 "$@" >out.txt 2>&1
+    local rc=$? n
+    n=$(wc -l <out.txt)
+    if [ "$rc" = 4 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" out.txt; then
+        echo "PASS user model over --max-memory, $label: exit 4, $(cat out.txt)"
+    else echo "FAIL user model over --max-memory, $label: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
+}
+oom "one process" 1 "over --max-memory 262144; spread it" --max-memory 256K
+oom "only pipeline rank 1 over it" 2 "needs [0-9]* bytes on world rank 1 " --pp 2 --partition 0,3,13 --max-memory 800K
+oom "pp 2 x dp 2" 4 "needs [0-9]* bytes on world rank [0-9]* (parameters and gradients" --pp 2 --dp 2 --max-memory 100K
+if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 10 --pp 2 --max-memory 2G >c.log 2>&1; then
+    /usr/bin/python3 "$root/tests/compare.py" logs c.log a.log --tol 0 \
+        --label "user model under --max-memory 2G: the same losses"
+else echo "FAIL user model under --max-memory 2G: $(tail -c 300 c.log)"; fi

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gpt_internal.h"
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
@@ -135,8 +134,7 @@ static void start_split(cb_dp *d) {
  * (ft > 0) overlaps the rest of backward; the embeddings' buckets start in
  * the last call, when nothing is left to overlap, except wte's on the split
  * path, which start in the first (the head's) call. */
-static void on_ready(void *ctx, int first, int last) {
-    cb_dp *d = ctx;
+void cb_dp_ready(cb_dp *d, int first, int last) {
     for (int i = first; i <= last; i++) d->ready[i] = 1;
     while (d->ft > 0 && d->ready[d->ft - 1]) d->ft--;
     if (!d->armed) return;
@@ -157,9 +155,8 @@ static void *counted_alloc(cb_dp *d, size_t bytes) {
 }
 
 static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
-    const cb_tensor_info *w = cb_gpt_tensor(d->m, 0);
-    if (strcmp(w->name, "wte.weight") || w->offset != 0)
-        return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects wte.weight first in the block");
+    if (!d->nt || d->t[0].offset != 0)
+        return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects the embedding first in the block");
     d->max_tok = max_tokens;
     size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
     d->idx = counted_alloc(d, sizeof(int32_t) * s);
@@ -189,7 +186,7 @@ static int init_split(cb_dp *d, size_t max_tokens, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory for the split embedding rows (%.0f MB); use "
                        "--embed-grad dense", (double)(d->ucap + un) * d->chan * sizeof(float) / 1e6);
     for (size_t v = 0; v < d->vocab; v++) d->slot[v] = d->upos[v] = -1;
-    d->m->no_lookup_grad = 1;
+    d->src.exclude_lookup(d->src.ctx);
     return CB_OK;
 }
 
@@ -228,50 +225,42 @@ const char *cb_dp_embed_name(const cb_dp *d) {
     return embed_names[d->split ? CB_DP_EMBED_SPLIT : d->sparse ? CB_DP_EMBED_SPARSE : CB_DP_EMBED_DENSE];
 }
 
-/* Rows of wte (tensor 0): the local vocabulary, padding included. */
-static size_t wte_rows(const cb_gpt *m) {
-    const cb_tensor_info *w = cb_gpt_tensor(m, 0);
+/* Rows of the embedding (tensor 0): the local vocabulary, padding included. */
+static size_t wte_rows(const cb_tensor_info *w) {
     return w->numel / (size_t)(w->shape[1] > 0 ? w->shape[1] : 1);
 }
 
-int cb_dp_split_possible(const cb_gpt *m) {
-    const cb_tensor_info *w = m->pt.n ? &m->pt.t[0] : NULL;
-    return m->has_embed && m->has_head && !strcmp(m->L->ops->name, "serial") && w &&
-           !strcmp(w->name, "wte.weight") && w->offset == 0;
-}
-
-int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
-               size_t max_tokens, cb_err *e) {
+int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params, float *grads,
+                     const cb_tensor_info *t, int nt, size_t n, int zero, int embed,
+                     double bucket_mb, size_t max_tokens, cb_err *e) {
+    int split_ok = src->split_ok && nt > 0 && t[0].offset == 0;
     if (embed == CB_DP_EMBED_AUTO)
-        embed = cb_dp_split_possible(m) && c->size > 1 &&
-                        (size_t)c->size * max_tokens * 4 <= wte_rows(m)
+        embed = split_ok && c->size > 1 && (size_t)c->size * max_tokens * 4 <= wte_rows(&t[0])
                     ? CB_DP_EMBED_SPLIT : CB_DP_EMBED_DENSE;
-    if (embed == CB_DP_EMBED_SPLIT && !cb_dp_split_possible(m))
+    if (embed == CB_DP_EMBED_SPLIT && !split_ok)
         return cb_fail(e, CB_EINPUT, "--embed-grad split needs the whole embedding and the head on "
                        "every rank; use it with --tp 1 --pp 1, or --embed-grad dense");
+    if (embed == CB_DP_EMBED_SPARSE && !src->lookup)
+        return cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the model's embedding lookups; use "
+                       "--embed-grad dense");
     int sparse = embed == CB_DP_EMBED_SPARSE, split = embed == CB_DP_EMBED_SPLIT;
-    size_t wte = cb_gpt_tensor(m, 0)->numel;
-    int rc = init_block(d, c, cb_gpt_params(m), cb_gpt_grads(m), gpt_tensors(m),
-                        cb_gpt_num_tensors(m), cb_gpt_num_params(m), zero, bucket_mb,
-                        sparse || split ? wte : 0, split ? wte : 0, e);
-    d->m = m;
+    size_t wte = nt ? t[0].numel : 0;
+    int rc = init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, sparse || split ? wte : 0,
+                        split ? wte : 0, e);
+    d->src = *src;
     d->sparse = sparse;
     d->split = split;
     if (sparse || split) {
-        d->vocab = wte_rows(m);
-        d->chan = (size_t)cb_gpt_tensor(m, 0)->shape[1];
+        d->vocab = wte_rows(&t[0]);
+        d->chan = (size_t)t[0].shape[1];
     }
     if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
     if (!rc && split) rc = init_split(d, max_tokens, e);
-    if (!rc) cb_gpt_set_grad_hook(m, on_ready, d);
     return rc;
 }
 
 void cb_dp_free(cb_dp *d) {
-    if (d->m) {
-        cb_gpt_set_grad_hook(d->m, NULL, NULL);
-        d->m->no_lookup_grad = 0;
-    }
+    if (d->src.detach) d->src.detach(d->src.ctx);
     for (int i = 0; d->b && i < d->nb + d->nsplit; i++) free(d->b[i].counts);
     free(d->slot);
     free(d->upos);
@@ -303,9 +292,9 @@ void cb_dp_begin_backward(cb_dp *d, int last) {
 /* Split path: this micro-batch's lookup rows summed per token into the
  * compact rows, in token order. */
 static void split_record(cb_dp *d) {
-    const cb_gpt *m = d->m;
-    size_t nt = (size_t)m->curB * m->curT, C = d->chan;
-    const int *inp = m->slots[0].inp;
+    const int *inp;
+    const float *rows;
+    size_t nt = d->src.lookup(d->src.ctx, &inp, &rows), C = d->chan;
     for (size_t i = 0; i < nt; i++) {
         int32_t v = inp[i], s = d->slot[v];
         if (s < 0) {
@@ -315,20 +304,21 @@ static void split_record(cb_dp *d) {
             memset(d->urows + (size_t)s * C, 0, sizeof(float) * C);
         }
         float *r = d->urows + (size_t)s * C;
-        const float *x = m->d_res + i * C;
+        const float *x = rows + i * C;
         for (size_t j = 0; j < C; j++) r[j] += x[j];
     }
 }
 
-/* Records this micro-batch's lookup rows: token inp[i] gets row d_res[i]. */
+/* Records this micro-batch's lookup rows: token ids[i] gets row rows[i]. */
 void cb_dp_end_backward(cb_dp *d) {
     if (d->split) split_record(d);
     if (!d->sparse) return;
-    const cb_gpt *m = d->m;
-    size_t nt = (size_t)m->curB * m->curT;
+    const int *ids;
+    const float *rows;
+    size_t nt = d->src.lookup(d->src.ctx, &ids, &rows);
     if (d->ntok + nt > d->max_tok) cb_comm_fatal("sparse embedding: more token rows than planned (internal error)");
-    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = m->slots[0].inp[i];
-    memcpy(d->rows + d->ntok * d->chan, m->d_res, sizeof(float) * nt * d->chan);
+    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = ids[i];
+    memcpy(d->rows + d->ntok * d->chan, rows, sizeof(float) * nt * d->chan);
     d->ntok += nt;
 }
 
@@ -336,7 +326,7 @@ void cb_dp_end_backward(cb_dp *d) {
  * the recorded lookup rows, as V (row, row index) slices after them. */
 static void head_slices(cb_dp *d) {
     size_t C = d->chan, s0 = d->ntok;
-    float *head = d->rows + s0 * C, *g = cb_gpt_grads(d->m);
+    float *head = d->rows + s0 * C, *g = d->grads;
     memcpy(head, g, sizeof(float) * d->vocab * C);
     for (size_t i = 0; i < s0; i++) {
         float *h = head + (size_t)d->idx[i] * C;
@@ -353,7 +343,7 @@ static void sparse_exchange(cb_dp *d) {
     head_slices(d);
     cb_comm_allgather_i32(d->c, "embed.sparse", d->idx, d->gidx, s);
     cb_comm_allgather(d->c, "embed.sparse", d->rows, d->grows, s * C);
-    float *g = cb_gpt_grads(d->m);
+    float *g = d->grads;
     memset(g, 0, sizeof(float) * d->vocab * C);
     for (size_t i = 0; i < s * p; i++) {
         float *dst = g + (size_t)d->gidx[i] * C;
@@ -422,9 +412,9 @@ void cb_dp_reduce(cb_dp *d) {
 /* Owned tensors only: a tensor-parallel shard replicated on several ranks
  * counts once in the norm. */
 double cb_dp_grad_sumsq(cb_dp *d) {
-    if (!d->zero && d->m) return gpt_grad_sumsq(d->m);
+    if (!d->zero && d->src.grad_sumsq) return d->src.grad_sumsq(d->src.ctx);
     double s = 0;
-    const cb_kernels *k = d->m ? d->m->L->k : cb_kernels_cpu();
+    const cb_kernels *k = cb_kernels_cpu();
     for (int i = 0; i < d->nt; i++) {
         const cb_tensor_info *t = &d->t[i];
         size_t a = t->offset > d->lo ? t->offset : d->lo;

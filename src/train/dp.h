@@ -55,9 +55,30 @@ typedef struct cb_dp_bucket {
     cb_comm_req req;
 } cb_dp_bucket;
 
+/* What data parallelism asks of a model beyond its parameter block, for
+ * the sparse and split embedding paths: an interface, so it reads no
+ * model's fields. */
+typedef struct cb_dp_model {
+    void *ctx;
+    /* tensor 0 is the whole tied embedding (rows not sharded, offset 0) and
+     * both its lookup and its head run on this rank: split can apply */
+    int split_ok;
+    /* the last micro-batch's lookup: its n token ids and the n x C rows of
+     * the gradient of the embedding's output */
+    size_t (*lookup)(void *ctx, const int **ids, const float **rows);
+    /* from now on backward leaves the lookup's rows out of tensor 0's
+     * gradient (the split path adds them itself) */
+    void (*exclude_lookup)(void *ctx);
+    /* the model forgets this cb_dp (its hook, the exclusion); may be NULL */
+    void (*detach)(void *ctx);
+    /* sum of squares of the owned gradients; NULL: the owned shards in
+     * table order */
+    double (*grad_sumsq)(void *ctx);
+} cb_dp_model;
+
 typedef struct cb_dp {
     cb_comm *c;
-    cb_gpt *m;            /* NULL for a plain block (cb_dp_init_block) */
+    cb_dp_model src;      /* zero for a plain block (cb_dp_init_block) */
     float *params, *grads;
     const cb_tensor_info *t;
     int nt;
@@ -105,14 +126,17 @@ typedef enum { CB_DP_EMBED_DENSE, CB_DP_EMBED_SPARSE, CB_DP_EMBED_SPLIT, CB_DP_E
 int cb_dp_embed_parse(const char *s, int *mode, cb_err *e);
 /* The path d takes: "dense", "sparse" or "split". */
 const char *cb_dp_embed_name(const cb_dp *d);
-/* Whether model m can take the split path: the whole wte first in its
- * block, both the embedding and the head here, the serial layout. */
-int cb_dp_split_possible(const cb_gpt *m);
-/* Plans buckets and shards for model m on group c (size >= 1); max_tokens is
- * the local token rows of one step (grad_accum * B/dp * T), for the sparse
- * and split paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT
- * on a model that cannot take it is CB_EINPUT). Installs the model's grad
- * hook. */
+/* Plans buckets and shards for a model's parameter block (params, grads:
+ * n floats in nt tensors t) on group c (size >= 1); max_tokens is the local
+ * token rows of one step (grad_accum * B/dp * T), for the sparse and split
+ * paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT on a
+ * model whose src says it cannot is CB_EINPUT). The model calls
+ * cb_dp_ready as tensors finish and cb_dp_end_backward after each
+ * micro-batch's backward. */
+int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params, float *grads,
+                     const cb_tensor_info *t, int nt, size_t n, int zero, int embed,
+                     double bucket_mb, size_t max_tokens, cb_err *e);
+/* The same for the built-in GPT (dp_gpt.c), whose grad hook it installs. */
 int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
                size_t max_tokens, cb_err *e);
 /* The same for a plain parameter block of n floats with nt tensors t (a
@@ -121,6 +145,11 @@ int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double buck
 int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
                      int nt, size_t n, int zero, double bucket_mb, cb_err *e);
 void cb_dp_free(cb_dp *d);
+/* Tensors [first, last] hold their final gradient of the step (first >
+ * last: nothing new, a chance for MPI to progress): the model's grad hook,
+ * also called directly by a model that drives its own (src/graph). Buckets
+ * start once armed (cb_dp_begin_backward with last = 1). */
+void cb_dp_ready(cb_dp *d, int first, int last);
 /* Before each micro-batch's backward; last = 1 on the step's last one. */
 void cb_dp_begin_backward(cb_dp *d, int last);
 /* After each micro-batch's backward (records the sparse or split lookup rows). */

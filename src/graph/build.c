@@ -1,0 +1,683 @@
+/* Building a declared model: checks, the pipeline partition of its nodes,
+ * this rank's tensors, the chunks' memory plan (graph.h), data
+ * parallelism and the optimizer. Collective; every rank reaches the same
+ * verdict. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "pipeline/partition.h"
+
+#define BUCKET_MB 25.0 /* gradient fusion buckets, as cubist train's --bucket-mb default */
+
+/* ---------------------------------------------------------------- checks */
+
+static int uses_tensor(const gnode *n, int k) {
+    if (!n->l || n->l->kind == G_ATTN) return 0;
+    return n->kind == N_LOSS ? k == 0 : 1;
+}
+
+static int check_layer(cb_model *m, const cb_layer *l, cb_err *e) {
+    cb_layout *L = m->L;
+    int V = l->kind == G_EMBED ? l->emb.V : 0, NH = l->kind == G_ATTN ? l->heads : 0;
+    int C = l->kind == G_EMBED  ? l->emb.C
+            : l->kind == G_NORM ? l->norm.C
+            : l->kind == G_ATTN ? l->C
+                                : l->lin.in;
+    int rc = L->ops->check(L, m->Bm, m->T, C, NH, V, e);
+    if (!rc && l->kind == G_LINEAR)
+        rc = L->ops->check(L, m->Bm, m->T, l->lin.out / l->lin.parts, NH, V, e);
+    return rc;
+}
+
+static int check(cb_model *m, cb_err *e) {
+    if (m->err.code) return cb_fail(e, m->err.code, "%s", m->err.msg);
+    if (m->loss_node < 0)
+        return cb_fail(e, CB_EINPUT, "the model declares no loss; end the graph with cb_op_lm_loss");
+    if (m->B % m->d->g.dp)
+        return cb_fail(e, CB_EINPUT, "batch %d does not divide over --dp %d; use a multiple of %d",
+                       m->B, m->d->g.dp, m->d->g.dp);
+    if (m->Bl % m->M)
+        return cb_fail(e, CB_EINPUT,
+                       "--micro-batches %d does not divide the %d sequences of a data-parallel "
+                       "rank; use a divisor of %d", m->M, m->Bl, m->Bl);
+    if (m->P * m->v > m->nnodes)
+        return cb_fail(e, CB_EINPUT, "%d pipeline stages for a graph of %d operations; use fewer "
+                                     "stages (--pp, --virtual-stages)", m->P * m->v, m->nnodes);
+    for (int i = 0; i < m->nlayers; i++) {
+        int rc = check_layer(m, m->layers[i], e);
+        if (rc) return rc;
+        if (m->layers[i]->parity < 0)
+            return cb_fail(e, CB_EINPUT, "layer %s is declared but never used; apply it or drop it",
+                           m->layers[i]->name);
+    }
+    return cb_pp_schedule_check(m->d->sched, m->P, m->v, m->M, e);
+}
+
+/* ---------------------------------------------------------------- partition */
+
+/* FLOPs (forward + backward) and bytes of node i for one micro-batch:
+ * what the partition balances. */
+static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module *x) {
+    const gnode *n = &m->nodes[i];
+    const cb_layer *l = n->l;
+    double N = (double)m->Bm * m->T, f = sizeof(float);
+    double H = n->out >= 0 ? m->acts[n->out]->H : 0;
+    *x = (cb_pp_module){.act_bytes = f * N * H, .tie = l && uses[l->idx] > 1 ? l->idx : -1,
+                        .flops = 3 * N * H};
+    if (n->kind == N_LINEAR) {
+        double io = (double)l->lin.in * l->lin.out;
+        x->flops = 6 * N * io, x->param_bytes = f * (io + l->lin.out);
+    } else if (n->kind == N_ATTN) {
+        x->flops = 12 * N * m->T * l->C, x->act_bytes += f * N * l->heads * m->T;
+    } else if (n->kind == N_NORM) {
+        x->flops = 10 * N * l->norm.C, x->param_bytes = f * 2 * l->norm.C;
+    } else if (n->kind == N_EMBED) {
+        x->param_bytes = f * ((double)l->emb.V + m->T) * l->emb.C;
+    } else if (n->kind == N_LOSS) {
+        x->flops = 6 * N * l->emb.C * l->emb.V, x->param_bytes = f * (double)l->emb.V * l->emb.C;
+        x->act_bytes = f * N * (l->emb.V + 1);
+    }
+    const char *nm = l ? l->name : n->kind == N_GELU ? "gelu" : "add";
+    snprintf(x->name, sizeof x->name, "%.23s", nm);
+}
+
+static int partition(cb_model *m, cb_err *e) {
+    cb_dist *d = m->d;
+    int n = m->nnodes, nvs = m->P * m->v;
+    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int));
+    cb_pp_module *mod = calloc((size_t)n, sizeof *mod);
+    double *cost = calloc((size_t)n, sizeof *cost);
+    cb_pp_partition pt;
+    int rc = uses && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
+    for (int i = 0; !rc && i < n; i++)
+        if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
+    for (int i = 0; !rc && i < n; i++) node_module(m, i, uses, &mod[i]);
+    if (!rc) cb_pp_module_costs(mod, n, d->mem_weight, cost);
+    if (!rc && nvs == 1) pt = (cb_pp_partition){.nstages = 1, .nmod = n, .bound = {0, n}};
+    else if (!rc && !strcmp(d->partition, "auto"))
+        rc = m->v > 1 ? cb_pp_partition_interleaved(cost, n, m->P, m->v, &pt, e)
+                      : cb_pp_partition_auto(cost, n, m->P, &pt, e);
+    else if (!rc && !strcmp(d->partition, "equal")) rc = cb_pp_partition_equal(cost, n, nvs, &pt, e);
+    else if (!rc) rc = cb_pp_partition_parse(d->partition, cost, n, nvs, &pt, e);
+    for (int s = 0; !rc && s < nvs; s++)
+        for (int i = pt.bound[s]; i < pt.bound[s + 1]; i++) m->nodes[i].vs = s;
+    if (!rc && nvs > 1 && d->print_partition && d->g.world_rank == 0) {
+        printf("partition of %d operations into %d stages, memory weight %g, FLOP costs:\n", n,
+               nvs, d->mem_weight);
+        cb_pp_partition_print(stdout, &pt, mod, d->mem_weight, m->P);
+        fflush(stdout);
+    }
+    free(uses), free(mod), free(cost);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_t *d0,
+                        int64_t *d1, int *decay, cb_param_kind *kind, int *init) {
+    const char *suffix = k == 0 ? "weight" : l->kind == G_EMBED ? "pos" : "bias";
+    if (k == 1 && l->pos[0]) snprintf(name, cap, "%s.weight", l->pos);
+    else snprintf(name, cap, "%s.%s", l->name, suffix);
+    *d1 = 0;
+    *decay = 0;
+    if (l->kind == G_EMBED) {
+        *d0 = k == 0 ? l->emb.V : l->m->T;
+        *d1 = l->emb.C;
+        *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
+        *init = CB_INIT_NORMAL;
+    } else if (l->kind == G_LINEAR) {
+        *d0 = k == 0 ? l->lin.in : l->lin.out;
+        if (k == 0) *d1 = l->lin.out;
+        *decay = k == 0;
+        *kind = k == 0 ? CB_P_LINEAR_W : CB_P_LINEAR_B;
+        *init = k == 0 ? CB_INIT_NORMAL : CB_INIT_ZERO;
+    } else {
+        *d0 = l->norm.C;
+        *kind = CB_P_NORM;
+        *init = k == 0 ? CB_INIT_ONE : CB_INIT_ZERO;
+    }
+}
+
+/* Which pipeline ranks hold tensor k of layer l: a bit mask (ranks < 64
+ * share it; more ranks hold every tensor they touch alike). */
+static uint64_t holders(const cb_model *m, const cb_layer *l, int k, int *owner_vs) {
+    uint64_t h = 0;
+    *owner_vs = -1;
+    for (int i = 0; i < m->nnodes; i++) {
+        const gnode *n = &m->nodes[i];
+        if (n->l != l || !uses_tensor(n, k)) continue;
+        h |= 1ull << (n->vs % m->P % 64);
+        if (*owner_vs < 0 || n->vs < *owner_vs) *owner_vs = n->vs;
+    }
+    return h;
+}
+
+/* This rank's tensors in declaration order; a copy held for a later stage
+ * is not its owner (norm, checkpoint) and is listed in the ties. */
+static int make_table(cb_model *m, cb_err *e) {
+    m->tie_t = calloc(2 * (size_t)m->nlayers + 1, sizeof(int));
+    m->tie_owner_rank = calloc(2 * (size_t)m->nlayers + 1, sizeof(int));
+    m->tie_ranks = calloc(2 * (size_t)m->nlayers + 1, sizeof(int));
+    if (!m->tie_t || !m->tie_owner_rank || !m->tie_ranks)
+        return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
+    for (int i = 0; i < m->nlayers; i++) {
+        cb_layer *l = m->layers[i];
+        for (int k = 0; k < 2 && l->kind != G_ATTN; k++) {
+            int ovs;
+            uint64_t h = holders(m, l, k, &ovs);
+            l->owner_vs[k] = ovs;
+            if (!(h >> (m->me % 64) & 1)) continue;
+            char name[64];
+            int64_t d0, d1;
+            int decay, init;
+            cb_param_kind kind;
+            tensor_spec(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
+            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, i, kind, l->parts, l->parity);
+            if (t < 0) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
+            l->t[k] = t;
+            if (ovs % m->P != m->me) m->pt.t[t].owner = 0;
+            if (h & (h - 1)) { /* held on several ranks */
+                m->tie_t[m->ntie] = t;
+                m->tie_owner_rank[m->ntie] = ovs % m->P;
+                m->tie_ranks[m->ntie++] = (int)(h & 0x7fffffff);
+            }
+        }
+    }
+    return CB_OK;
+}
+
+/* The tensors each node of this rank finishes: it uses them, no node
+ * before it on this rank does (backward meets that one last), and no other
+ * rank holds a copy (those are final after the copies' shares are added). */
+static void mark_final(cb_model *m) {
+    for (int i = 0; i < m->nnodes; i++) {
+        gnode *n = &m->nodes[i];
+        n->fin[0] = n->fin[1] = -1;
+        if (n->vs % m->P != m->me || !n->l) continue;
+        for (int k = 0; k < 2; k++) {
+            int t = n->l->t[k], earlier = 0;
+            if (t < 0 || !uses_tensor(n, k)) continue;
+            for (int j = 0; j < i && !earlier; j++)
+                earlier = m->nodes[j].l == n->l && m->nodes[j].vs % m->P == m->me &&
+                          uses_tensor(&m->nodes[j], k);
+            for (int x = 0; x < m->ntie; x++) earlier |= m->tie_t[x] == t;
+            if (!earlier) n->fin[k] = t;
+        }
+    }
+}
+
+/* Points each layer at its shards on this rank. */
+static void bind(cb_model *m, cb_layer *l) {
+    float *p[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++)
+        if (l->t[k] >= 0) {
+            p[k] = m->params + m->pt.t[l->t[k]].offset;
+            g[k] = m->grads + m->pt.t[l->t[k]].offset;
+        }
+    if (l->kind == G_LINEAR) {
+        l->lin.parity = l->parity;
+        l->lin.w = p[0], l->lin.b = p[1], l->lin.dw = g[0], l->lin.db = g[1];
+    } else if (l->kind == G_NORM) {
+        l->norm.parity = l->parity;
+        l->norm.w = p[0], l->norm.b = p[1], l->norm.dw = g[0], l->norm.db = g[1];
+    } else if (l->kind == G_EMBED) {
+        l->emb.wte = p[0], l->emb.wpe = p[1], l->emb.dwte = g[0], l->emb.dwpe = g[1];
+    }
+}
+
+/* Each tensor from the counter-based generator: the serial model's values
+ * under every layout and stage. */
+static void fill(cb_model *m, uint64_t seed) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const cb_layer *l = m->layers[i];
+        for (int k = 0; k < 2; k++) {
+            if (l->t[k] < 0) continue;
+            char name[64];
+            int64_t d0, d1;
+            int decay, init;
+            cb_param_kind kind;
+            tensor_spec(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
+            cb_ptable_init(&m->pt, m->params, l->t[k], init, l->init_sd, seed);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- memory plan */
+
+size_t cb_graph_value_floats(const cb_model *m, int v) {
+    int rows, cols;
+    const cb_act *a = m->acts[v];
+    m->L->ops->act_shape(m->L, m->Bm * m->T, a->H, a->parity, &rows, &cols);
+    return (size_t)rows * cols;
+}
+
+static size_t keep_floats(const cb_model *m, const gnode *n) {
+    cb_layout *L = m->L;
+    int N = m->Bm * m->T, rows, cols;
+    if (n->kind == N_NORM) {
+        L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
+        return 2 * (size_t)rows;
+    }
+    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, n->l->heads);
+    if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
+    return 0;
+}
+
+/* Edges: a value read on a virtual stage other than its producer's. */
+static int make_edges(cb_model *m, cb_err *e) {
+    int cap = 16;
+    m->edges = malloc(sizeof *m->edges * cap);
+    if (!m->edges) return cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
+    for (int v = 0; v < m->nacts; v++) {
+        int from = m->nodes[m->acts[v]->node].vs, last = -1;
+        for (int i = 0; i < m->nnodes; i++) {
+            const gnode *n = &m->nodes[i];
+            int reads = (n->nin > 0 && n->in[0] == v) || (n->nin > 1 && n->in[1] == v);
+            if (!reads || n->vs == from || n->vs == last) continue;
+            last = n->vs; /* nodes are in stage order: one edge per reading stage */
+            if (m->nedges == cap) {
+                gedge *x = realloc(m->edges, sizeof *x * (cap *= 2));
+                if (!x) return cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
+                m->edges = x;
+            }
+            m->edges[m->nedges] = (gedge){v, from, n->vs, m->nedges};
+            m->nedges++;
+        }
+    }
+    return CB_OK;
+}
+
+/* Whether node i's forward reruns before backward, and whether its output
+ * (o) and kept state (k) then live in the shared buffers. */
+static void recompute_flags(cb_model *m, const gchunk *ch, int i, int *o, int *k) {
+    gnode *n = &m->nodes[i];
+    *o = *k = 0;
+    n->recompute = 0;
+    int rc = m->d->recompute;
+    if (rc == RC_BLOCK && n->rseg >= 0 && n->kind != N_LOSS) {
+        n->recompute = *k = 1;
+        *o = n->out >= 0;
+        for (int j = i + 1; *o && j < m->nnodes; j++) { /* every reader in the block, here */
+            const gnode *r = &m->nodes[j];
+            int reads = (r->nin > 0 && r->in[0] == n->out) || (r->nin > 1 && r->in[1] == n->out);
+            if (reads && (r->rseg != n->rseg || j >= ch->n1)) *o = 0;
+        }
+    } else if (rc == RC_SELECTIVE && n->kind == N_ATTN) {
+        n->recompute = *k = 1;
+    } else if (rc == RC_SELECTIVE && n->kind == N_GELU && i + 1 < ch->n1) {
+        int readers = 0; /* its one reader must be the next node */
+        for (int j = i + 1; j < m->nnodes; j++) {
+            const gnode *r = &m->nodes[j];
+            readers += (r->nin > 0 && r->in[0] == n->out) + (r->nin > 1 && r->in[1] == n->out);
+        }
+        const gnode *r = &m->nodes[i + 1];
+        n->recompute = *o = readers == 1 && r->in[0] == n->out;
+    }
+}
+
+/* The recompute units of ch's nodes (rseg): its declared blocks in order,
+ * the first --recompute-layers of them (block method), or groups of that
+ * many (uniform method); -1 for nodes that keep their activations. */
+static void recompute_units(cb_model *m, gchunk *ch) {
+    int nblk = -1, prev = -1, n = m->d->rc_layers, uni = m->d->rc_uniform;
+    for (int i = ch->n0; i < ch->n1; i++) {
+        gnode *x = &m->nodes[i];
+        if (x->seg >= 0 && x->seg != prev) nblk++;
+        prev = x->seg;
+        x->rseg = -1;
+        if (x->seg < 0 || m->d->recompute != RC_BLOCK) continue;
+        if (uni) x->rseg = nblk / (n > 0 ? n : 1);
+        else if (n == 0 || nblk < n) x->rseg = nblk;
+    }
+}
+
+/* Offsets of chunk ch's values, kept state and gradients (graph.h). */
+static void plan_storage(cb_model *m, gchunk *ch) {
+    size_t slot = 0, blk = 0, blk_max = 0, sel_o = 0, sel_k = 0;
+    int cur_seg = -1;
+    for (int v = 0; v < m->nacts; v++) ch->val_off[v] = ch->grad_off[v] = SIZE_MAX;
+    for (int x = 0; x < ch->nein; x++) { /* received values: in the slot, gradient too */
+        int v = m->edges[ch->ein[x]].v;
+        size_t nf = cb_graph_value_floats(m, v);
+        ch->val_off[v] = slot, slot += nf;
+        ch->grad_off[v] = slot, slot += nf;
+        ch->grad_in_slot[v] = 1;
+    }
+    size_t sel_base_o = 0, sel_base_k = 0;
+    for (int i = ch->n0; i < ch->n1; i++) {
+        gnode *n = &m->nodes[i];
+        int o, k;
+        recompute_flags(m, ch, i, &o, &k);
+        if (n->rseg != cur_seg) blk = 0, cur_seg = n->rseg;
+        size_t nf = n->out >= 0 ? cb_graph_value_floats(m, n->out) : 0, kf = keep_floats(m, n);
+        n->keep = kf;
+        int sel = m->d->recompute == RC_SELECTIVE;
+        if (n->out >= 0) {
+            ch->val_shared[n->out] = o;
+            if (o && sel) ch->val_off[n->out] = sel_base_o, sel_o = nf > sel_o ? nf : sel_o;
+            else if (o) ch->val_off[n->out] = blk, blk += nf;
+            else ch->val_off[n->out] = slot, slot += nf;
+        }
+        ch->keep_off[i] = SIZE_MAX;
+        if (kf && k && sel) ch->keep_off[i] = sel_base_k, sel_k = kf > sel_k ? kf : sel_k;
+        else if (kf && k) ch->keep_off[i] = blk, blk += kf;
+        else if (kf) ch->keep_off[i] = slot, slot += kf;
+        if (blk > blk_max) blk_max = blk;
+    }
+    /* shared: block region [0, blk_max), then the selective output and kept regions */
+    for (int i = ch->n0; i < ch->n1; i++) {
+        gnode *n = &m->nodes[i];
+        if (m->d->recompute != RC_SELECTIVE || !n->recompute) continue;
+        if (n->out >= 0 && ch->val_shared[n->out]) ch->val_off[n->out] += blk_max;
+        if (n->keep) ch->keep_off[i] += blk_max + sel_o;
+    }
+    ch->slot_floats = slot + 1;
+    ch->shared_floats = blk_max + sel_o + sel_k + 1;
+}
+
+/* Whether each gradient share overwrites or accumulates, in the order
+ * backward runs (graph.h). */
+static void plan_backward(cb_model *m, gchunk *ch) {
+    unsigned char *init = calloc((size_t)m->nacts + 1, 1);
+    if (!init) return;
+    for (int x = 0; x < ch->neout; x++) init[m->edges[ch->eout[x]].v] = 1;
+    for (int i = ch->n1 - 1; i >= ch->n0; i--) {
+        gnode *n = &m->nodes[i];
+        n->zero_dy = n->out >= 0 && !init[n->out];
+        if (n->out >= 0) init[n->out] = 1;
+        n->alias = -1;
+        if (n->kind == N_EMBED) continue;
+        for (int j = 0; j < n->nin; j++) {
+            n->acc[j] = init[n->in[j]];
+            init[n->in[j]] = 1;
+            int here = !ch->grad_in_slot[n->in[j]], dup = j == 1 && n->in[0] == n->in[1];
+            if (n->kind == N_ADD && n->alias < 0 && !n->acc[j] && here && !dup) n->alias = j;
+        }
+    }
+    free(init);
+}
+
+/* Backward time of node i in chunk ch: received shares arrive at 0, then
+ * node n1-1 at 1, ..., node n0 last. */
+#define BTIME(ch, i) ((ch)->n1 - (i))
+
+/* The buffer of the output of the add whose gradient passes to v, -1. */
+static int handed_over(const cb_model *m, const gchunk *ch, int v, const int *buf) {
+    for (int i = ch->n0; i < ch->n1; i++) {
+        const gnode *n = &m->nodes[i];
+        if (n->kind == N_ADD && n->alias >= 0 && n->in[n->alias] == v) return buf[n->out];
+    }
+    return -1;
+}
+
+/* The smallest of nb buffers free before time t that holds nf floats, -1. */
+static int smallest_free(const int *busy, const size_t *size, int nb, int t, size_t nf) {
+    int b = -1;
+    for (int k = 0; k < nb; k++)
+        if (busy[k] < t && size[k] >= nf && (b < 0 || size[k] < size[b])) b = k;
+    return b;
+}
+
+/* Gradient buffers of the values written in ch (graph.h): each lives from
+ * its first share to its producer's backward; a buffer free before a life
+ * starts is reused (the smallest that fits), an add's aliased input takes
+ * its output's buffer. */
+static int plan_grads(cb_model *m, gchunk *ch, cb_err *e) {
+    int nv = m->nacts, nb = 0, *start = malloc(sizeof(int) * (nv + 1)), *buf = malloc(sizeof(int) * (nv + 1));
+    size_t *boff = malloc(sizeof(size_t) * (nv + 1)), *bsize = malloc(sizeof(size_t) * (nv + 1));
+    int *busy = malloc(sizeof(int) * (nv + 1)), *end = malloc(sizeof(int) * (nv + 1));
+    if (!start || !buf || !boff || !bsize || !busy || !end) {
+        free(start), free(buf), free(boff), free(bsize), free(busy), free(end);
+        return cb_fail(e, CB_ENOMEM, "out of memory planning gradients");
+    }
+    for (int v = 0; v < nv; v++) start[v] = -1, buf[v] = -1;
+    for (int i = ch->n0; i < ch->n1; i++)
+        if (m->nodes[i].out >= 0) start[m->nodes[i].out] = end[m->nodes[i].out] = BTIME(ch, i);
+    for (int x = 0; x < ch->neout; x++) start[m->edges[ch->eout[x]].v] = 0;
+    for (int i = ch->n0; i < ch->n1; i++)
+        for (int j = 0; j < m->nodes[i].nin; j++) {
+            int v = m->nodes[i].in[j];
+            if (start[v] > BTIME(ch, i)) start[v] = BTIME(ch, i);
+        }
+    size_t total = 0;
+    for (int t = 0; t <= ch->n1 - ch->n0; t++) /* lives in order of their start */
+        for (int v = 0; v < nv; v++) {
+            if (start[v] != t || ch->grad_in_slot[v]) continue;
+            size_t nf = cb_graph_value_floats(m, v);
+            int b = handed_over(m, ch, v, buf);
+            if (b < 0) b = smallest_free(busy, bsize, nb, t, nf);
+            if (b < 0) b = nb++, boff[b] = total, bsize[b] = nf, total += nf;
+            buf[v] = b;
+            busy[b] = end[v];
+            ch->grad_off[v] = boff[b];
+        }
+    ch->grad_floats = total + 1;
+    free(start), free(buf), free(boff), free(bsize), free(busy), free(end);
+    return CB_OK;
+}
+
+static int plan_chunk(cb_model *m, gchunk *ch, int c, cb_err *e) {
+    ch->vs = c * m->P + m->me;
+    ch->n0 = m->nnodes, ch->n1 = 0;
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].vs == ch->vs) {
+            if (i < ch->n0) ch->n0 = i;
+            ch->n1 = i + 1;
+        }
+    size_t nv = (size_t)m->nacts + 1;
+    ch->val_off = calloc(nv, sizeof(size_t));
+    ch->grad_off = calloc(nv, sizeof(size_t));
+    ch->val_shared = calloc(nv, sizeof(int));
+    ch->grad_in_slot = calloc(nv, sizeof(int));
+    ch->keep_off = calloc((size_t)m->nnodes + 1, sizeof(size_t));
+    ch->ein = calloc((size_t)m->nedges + 1, sizeof(int));
+    ch->eout = calloc((size_t)m->nedges + 1, sizeof(int));
+    ch->slot_of = calloc((size_t)m->M, sizeof(int));
+    if (!ch->val_off || !ch->grad_off || !ch->val_shared || !ch->grad_in_slot || !ch->keep_off ||
+        !ch->ein || !ch->eout || !ch->slot_of)
+        return cb_fail(e, CB_ENOMEM, "out of memory planning the model's activations");
+    for (int x = 0; x < m->nedges; x++) {
+        if (m->edges[x].to == ch->vs) ch->ein[ch->nein++] = x;
+        if (m->edges[x].from == ch->vs) ch->eout[ch->neout++] = x;
+    }
+    recompute_units(m, ch);
+    plan_storage(m, ch);
+    plan_backward(m, ch);
+    if (plan_grads(m, ch, e)) return e->code;
+    int inflight = cb_pp_max_inflight(m->acts_sched, m->nsched, c);
+    ch->nslots = inflight > 0 ? inflight : 1;
+    ch->send_off = calloc((size_t)m->nedges + 1, sizeof(size_t));
+    if (!ch->send_off) return cb_fail(e, CB_ENOMEM, "out of memory planning the pipeline");
+    for (int x = 0; x < ch->neout; x++) {
+        ch->send_off[ch->eout[x]] = ch->send_floats;
+        ch->send_floats += cb_graph_value_floats(m, m->edges[ch->eout[x]].v);
+    }
+    for (int x = 0; x < ch->nein; x++) {
+        ch->send_off[ch->ein[x]] = ch->send_floats;
+        ch->send_floats += cb_graph_value_floats(m, m->edges[ch->ein[x]].v);
+    }
+    return CB_OK;
+}
+
+/* Floats of a planned chunk's buffers. */
+static size_t chunk_floats(const cb_model *m, const gchunk *ch) {
+    return ch->nslots * ch->slot_floats + ch->grad_floats + ch->shared_floats +
+           (size_t)m->M * ch->send_floats;
+}
+
+static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
+    size_t need = chunk_floats(m, ch);
+    ch->slot = calloc((size_t)ch->nslots * ch->slot_floats, sizeof(float));
+    ch->grad = calloc(ch->grad_floats, sizeof(float));
+    ch->shared = calloc(ch->shared_floats, sizeof(float));
+    ch->free_slot = malloc(sizeof(int) * ch->nslots);
+    ch->pend = calloc((size_t)m->M * (ch->nein + ch->neout) + 1, sizeof(cb_comm_req));
+    ch->sendbuf = malloc(sizeof(float) * ((size_t)m->M * ch->send_floats + 1));
+    if (!ch->slot || !ch->grad || !ch->shared || !ch->free_slot || !ch->pend || !ch->sendbuf)
+        return cb_fail(e, CB_ENOMEM, "out of memory for the model's activations: %zu bytes on "
+                                     "pipeline rank %d", need * sizeof(float), m->me);
+    for (int s = 0; s < ch->nslots; s++) ch->free_slot[s] = ch->nslots - 1 - s;
+    ch->nfree = ch->nslots;
+    return CB_OK;
+}
+
+static int plan_scratch(cb_model *m, cb_err *e) {
+    size_t tmp = 1, att = 1, tie = 1;
+    for (int v = 0; v < m->nacts; v++) {
+        size_t n = cb_graph_value_floats(m, v);
+        if (n > tmp) tmp = n;
+    }
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].kind == N_ATTN && m->nodes[i].keep > att) att = m->nodes[i].keep;
+    for (int i = 0; i < m->ntie; i++)
+        if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
+    m->tmp = malloc(sizeof(float) * (tmp > tie ? tmp : tie));
+    m->att_scratch = malloc(sizeof(float) * att);
+    return m->tmp && m->att_scratch ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+}
+
+/* ---------------------------------------------------------------- build */
+
+static int defaults(cb_model *m) {
+    cb_dist *d = m->d;
+    m->v = d->sched == CB_PP_INTERLEAVED ? (d->v ? d->v : 2) : 1;
+    m->M = d->M ? d->M : m->P == 1 ? 1 : m->Bl % m->P ? 1 : m->P;
+    m->Bm = m->Bl / (m->M > 0 ? m->M : 1);
+    return CB_OK;
+}
+
+static int plan(cb_model *m, cb_err *e) {
+    int n = 2 * m->M * m->v;
+    m->acts_sched = malloc(sizeof *m->acts_sched * n);
+    if (!m->acts_sched) return cb_fail(e, CB_ENOMEM, "out of memory for the schedule");
+    /* one stage runs 1F1B: one micro-batch in flight, gradient accumulation */
+    cb_pp_kind k = m->P == 1 && m->v == 1 ? CB_PP_1F1B : m->d->sched;
+    m->nsched = cb_pp_schedule(k, m->P, m->v, m->M, m->me, m->acts_sched);
+    int rc = make_edges(m, e);
+    m->ch = calloc((size_t)m->v, sizeof *m->ch);
+    if (!rc && !m->ch) rc = cb_fail(e, CB_ENOMEM, "out of memory for the pipeline");
+    for (int c = 0; !rc && c < m->v; c++) rc = plan_chunk(m, &m->ch[c], c, e);
+    return rc;
+}
+
+/* This rank's bytes once built: parameters and gradients, AdamW's two
+ * moments of its range, the activation plan; against --max-memory. */
+static int check_memory(cb_model *m, cb_err *e) {
+    double lim = m->d->max_memory, f = sizeof(float), np = (double)m->pt.nparams;
+    int dp = m->d->g.dp > 1, zero = dp && m->d->zero;
+    double opt = 2 * f * (zero ? np / m->d->g.dp : np), act = (double)cb_model_activation_bytes(m);
+    double need = 2 * f * np + opt + act;
+    if (lim <= 0 || need <= lim) return CB_OK;
+    return cb_fail(e, CB_ENOMEM,
+                   "the model needs %.0f bytes on world rank %d (parameters and gradients %.0f, "
+                   "AdamW %.0f, activations %.0f), over --max-memory %.0f; spread it (--pp, --tp, "
+                   "--zero 1), --recompute block, fewer --micro-batches, or raise the limit",
+                   need, m->d->g.world_rank, 2 * f * np, opt, act, lim);
+}
+
+/* The embedding paths' query (dp.h): the last backward's ids and the
+ * gradient of the embedding's output. */
+static size_t lookup(void *ctx, const int **ids, const float **rows) {
+    cb_model *m = ctx;
+    const gnode *n = &m->nodes[0];
+    size_t N = (size_t)m->Bm * m->T;
+    *ids = m->ids + (size_t)m->last_mb * N;
+    *rows = m->ch[0].grad + m->ch[0].grad_off[n->out];
+    return N;
+}
+
+static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
+
+/* Node 0 is the lookup of the first layer, an embedding whose tensor 0 is
+ * this rank's first, whole, and whose tied head runs here too. */
+static int lookup_here(const cb_model *m) {
+    const cb_layer *l = m->layers[0];
+    return m->P == 1 && m->L->tp == 1 && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
+           m->nodes[m->loss_node].l == l && l->t[0] == 0;
+}
+
+static int init_dp(cb_model *m, cb_err *e) {
+    int here = lookup_here(m);
+    cb_dp_model src = {.ctx = m, .split_ok = here, .lookup = here ? lookup : NULL,
+                       .exclude_lookup = exclude_lookup};
+    return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
+                            m->pt.nparams, m->d->zero, m->d->embed_grad, BUCKET_MB,
+                            (size_t)m->Bl * m->T, e);
+}
+
+static int clear_err(cb_err *e) {
+    e->code = CB_OK;
+    e->msg[0] = '\0';
+    return CB_OK;
+}
+
+int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e) {
+    clear_err(e);
+    if (!m) {
+        cb_fail(e, CB_ENOMEM, "out of memory creating the model");
+        return cb_comm_agree_err(cb_comm_world(), e);
+    }
+    defaults(m);
+    int rc = m->built ? cb_fail(e, CB_EINPUT, "cb_model_build was called twice") : check(m, e);
+    if (!rc) rc = partition(m, e);
+    if (!rc) rc = make_table(m, e);
+    if (!rc) rc = plan(m, e);
+    if (!rc) rc = check_memory(m, e);
+    for (int c = 0; !rc && c < m->v; c++) rc = alloc_chunk(m, &m->ch[c], e);
+    if (!rc) rc = plan_scratch(m, e);
+    if (!rc) {
+        m->params = calloc(m->pt.nparams + 1, sizeof(float));
+        m->grads = calloc(m->pt.nparams + 1, sizeof(float));
+        if (!m->params || !m->grads)
+            rc = cb_fail(e, CB_ENOMEM, "out of memory for %zu parameters", m->pt.nparams);
+    }
+    for (int i = 0; !rc && i < m->nlayers; i++) bind(m, m->layers[i]);
+    if (!rc) mark_final(m);
+    if (!rc) fill(m, seed);
+    int dp = m->d->g.dp > 1;
+    if (!rc && dp) rc = init_dp(m, e);
+    if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
+    m->built = !rc;
+    return cb_comm_agree_err(cb_comm_world(), e);
+}
+
+void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam) {
+    *params = m->pt.nparams;
+    *adam = 2 * (m->opt.hi - m->opt.lo);
+}
+
+size_t cb_model_activation_bytes(const cb_model *m) {
+    size_t n = 0;
+    for (int c = 0; c < m->v; c++) n += chunk_floats(m, &m->ch[c]);
+    return n * sizeof(float);
+}
+
+void cb_model_rows(const cb_model *m, int *first, int *count) {
+    *first = m->d->g.at.d * m->Bl;
+    *count = m->Bl;
+}
+
+static void free_chunk(gchunk *ch) {
+    free(ch->val_off), free(ch->grad_off), free(ch->val_shared), free(ch->grad_in_slot);
+    free(ch->keep_off), free(ch->ein), free(ch->eout), free(ch->slot_of);
+    free(ch->slot), free(ch->grad), free(ch->shared), free(ch->free_slot);
+    free(ch->pend), free(ch->sendbuf), free(ch->send_off);
+}
+
+void cb_model_free(cb_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nlayers; i++) free(m->layers[i]);
+    for (int i = 0; i < m->nacts; i++) free(m->acts[i]);
+    for (int c = 0; m->ch && c < m->v; c++) free_chunk(&m->ch[c]);
+    if (m->built && m->d->g.dp > 1) cb_dp_free(&m->dp);
+    if (m->built) cb_adamw_free(&m->opt);
+    cb_ptable_free(&m->pt);
+    free(m->layers), free(m->acts), free(m->nodes), free(m->edges), free(m->ch);
+    free(m->acts_sched), free(m->tmp), free(m->att_scratch);
+    free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
+    free(m->params), free(m->grads);
+    free(m);
+}

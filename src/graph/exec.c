@@ -1,0 +1,457 @@
+/* Running a built model: each node's forward and backward through the
+ * tensor layout's operators and the kernel table, a chunk's micro-batch
+ * with its messages, the step (schedule, tied copies, data parallelism,
+ * clipping, AdamW), evaluation and checkpoints. See graph.h. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "pipeline/pp_train.h" /* checkpoint parts */
+
+static double now_ms(void) { return omp_get_wtime() * 1e3; }
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Value v of the micro-batch in slot: every value a chunk reads is its own
+ * or received (an edge), so it is in this chunk's slot or shared block. */
+static float *val(cb_model *m, gchunk *ch, int slot, int v) {
+    (void)m;
+    return ch->val_shared[v] ? ch->shared + ch->val_off[v]
+                             : ch->slot + (size_t)slot * ch->slot_floats + ch->val_off[v];
+}
+
+static float *grad(gchunk *ch, int slot, int v) {
+    return ch->grad_in_slot[v] ? ch->slot + (size_t)slot * ch->slot_floats + ch->grad_off[v]
+                               : ch->grad + ch->grad_off[v];
+}
+
+static float *kept(cb_model *m, gchunk *ch, int slot, int i) {
+    const gnode *n = &m->nodes[i];
+    if (!n->keep) return NULL;
+    int shared = n->recompute && (m->d->recompute == RC_SELECTIVE || n->rseg >= 0);
+    return shared ? ch->shared + ch->keep_off[i]
+                  : ch->slot + (size_t)slot * ch->slot_floats + ch->keep_off[i];
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int count_loss) {
+    const gnode *n = &m->nodes[i];
+    cb_layout *L = m->L;
+    const cb_kernels *k = L->k;
+    int N = m->Bm * m->T;
+    size_t r0 = (size_t)mb * N;
+    float *x = n->nin > 0 ? val(m, ch, slot, n->in[0]) : NULL;
+    float *y = n->out >= 0 ? val(m, ch, slot, n->out) : NULL, *s = kept(m, ch, slot, i);
+    cb_layer *l = n->l;
+    switch (n->kind) {
+    case N_EMBED: L->ops->embed_forward(L, &l->emb, m->ids + r0, m->Bm, m->T, y); break;
+    case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
+    case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
+    case N_ATTN: L->ops->attention_forward(L, x, y, s, m->Bm, m->T, l->C, l->heads); break;
+    case N_GELU: k->gelu_forward(k, y, x, cb_graph_value_floats(m, n->out)); break;
+    case N_ADD:
+        k->residual_forward(k, y, x, val(m, ch, slot, n->in[1]), cb_graph_value_floats(m, n->out));
+        break;
+    case N_LOSS: { /* no targets: probabilities for sampling (cb_model_probs) */
+        float loss = L->ops->head_forward(L, &l->emb, x, m->targets ? m->targets + r0 : NULL, s, N);
+        if (count_loss) m->loss_sum += loss;
+        break;
+    }
+    }
+}
+
+/* dst (n) gets src: copied, or added when acc */
+static void share(cb_model *m, float *dst, const float *src, size_t n, int acc) {
+    if (acc) m->L->k->residual_forward(m->L->k, dst, dst, src, n);
+    else memcpy(dst, src, sizeof(float) * n);
+}
+
+static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
+    const gnode *n = &m->nodes[i];
+    cb_layout *L = m->L;
+    const cb_kernels *k = L->k;
+    int N = m->Bm * m->T;
+    size_t r0 = (size_t)mb * N;
+    cb_layer *l = n->l;
+    float *x = n->nin > 0 ? val(m, ch, slot, n->in[0]) : NULL, *s = kept(m, ch, slot, i);
+    float *dy = n->out >= 0 ? grad(ch, slot, n->out) : NULL;
+    size_t ny = n->out >= 0 ? cb_graph_value_floats(m, n->out) : 0;
+    if (dy && n->zero_dy) memset(dy, 0, sizeof(float) * ny);
+    float *dx = n->nin > 0 ? grad(ch, slot, n->in[0]) : NULL;
+    size_t nx = n->nin > 0 ? cb_graph_value_floats(m, n->in[0]) : 0;
+    float *to = n->nin > 0 && n->acc[0] ? m->tmp : dx; /* overwriting operators write here */
+    switch (n->kind) {
+    case N_EMBED: {
+        cb_embed em = l->emb; /* the split path adds the lookup rows itself */
+        if (m->no_lookup) em.dwte = NULL;
+        L->ops->embed_backward(L, &em, m->ids + r0, m->Bm, m->T, dy);
+        return;
+    }
+    case N_LINEAR: L->ops->linear_backward(L, &l->lin, x, dy, to, N); break;
+    case N_NORM:
+        if (!n->acc[0]) memset(dx, 0, sizeof(float) * nx);
+        L->ops->norm_backward(L, &l->norm, x, dy, dx, s, s + n->keep / 2, N);
+        return;
+    case N_ATTN:
+        L->ops->attention_backward(L, x, s, dy, to, m->att_scratch, m->Bm, m->T, l->C, l->heads);
+        break;
+    case N_GELU: k->gelu_backward(k, to, x, dy, nx); break;
+    case N_ADD: /* the aliased input's gradient is dy's buffer already */
+        if (n->alias != 1) share(m, grad(ch, slot, n->in[1]), dy, ny, n->acc[1]);
+        if (n->alias != 0) share(m, dx, dy, ny, n->acc[0]);
+        return;
+    case N_LOSS:
+        L->ops->head_backward(L, &l->emb, x, m->targets + r0, s, 1.0f / m->M, to, N);
+        break;
+    }
+    if (n->acc[0]) share(m, dx, m->tmp, nx, 1);
+}
+
+/* A rerun's output may be an input that a layout keeps derived state of
+ * (3-D's gathered X^): the same pointer now holds another micro-batch. */
+static void rerun(cb_model *m, gchunk *ch, int slot, int mb, int i) {
+    node_forward(m, ch, slot, mb, i, 0);
+    const gnode *n = &m->nodes[i];
+    if (n->out >= 0) m->L->ops->input_rewritten(m->L, val(m, ch, slot, n->out));
+}
+
+/* Before node i's backward: block recompute reruns node i's block when i
+ * is its last node here; selective reruns attention before its own
+ * backward and a GELU before its reader's. */
+static void recompute_before(cb_model *m, gchunk *ch, int slot, int mb, int i) {
+    const gnode *n = &m->nodes[i];
+    if (m->d->recompute == RC_BLOCK && n->recompute &&
+        (i + 1 == ch->n1 || m->nodes[i + 1].rseg != n->rseg)) {
+        int j = i;
+        while (j > ch->n0 && m->nodes[j - 1].rseg == n->rseg) j--;
+        for (; j <= i; j++) rerun(m, ch, slot, mb, j);
+    } else if (m->d->recompute == RC_SELECTIVE) {
+        if (n->kind == N_ATTN) rerun(m, ch, slot, mb, i);
+        if (i > ch->n0 && m->nodes[i - 1].recompute && m->nodes[i - 1].kind == N_GELU)
+            rerun(m, ch, slot, mb, i - 1);
+    }
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+static int mtag(const cb_model *m, const gedge *g, int mb, int dir) {
+    return ((g->tag * m->M + mb) << 1) | dir;
+}
+
+static int slot_acquire(gchunk *ch, int mb) {
+    int s = ch->free_slot[--ch->nfree];
+    ch->slot_of[mb] = s;
+    return s;
+}
+
+static void slot_release(gchunk *ch, int mb) { ch->free_slot[ch->nfree++] = ch->slot_of[mb]; }
+
+/* Sends n floats of src over edge x as micro-batch mb's message, from a
+ * copy that stays untouched until the step ends. */
+static void send(cb_model *m, gchunk *ch, int x, int mb, const float *src, size_t n, int to,
+                 const char *tag, int dir) {
+    float *b = ch->sendbuf + (size_t)mb * ch->send_floats + ch->send_off[x];
+    memcpy(b, src, sizeof(float) * n);
+    cb_comm_isend(&m->d->g.ppg, tag, b, n, to, mtag(m, &m->edges[x], mb, dir), &ch->pend[ch->npend++]);
+}
+
+/* The pipeline rank of virtual stage vs. */
+#define RANK(m, vs) ((vs) % (m)->P)
+
+void cb_graph_forward(cb_model *m, int c, int mb, int train) {
+    gchunk *ch = &m->ch[c];
+    cb_comm *pp = &m->d->g.ppg;
+    int slot = slot_acquire(ch, mb);
+    if (!train) slot_release(ch, mb); /* evaluation keeps nothing: the slot is free again */
+    double t0 = now_ms();
+    for (int x = 0; x < ch->nein; x++) {
+        const gedge *g = &m->edges[ch->ein[x]];
+        cb_comm_recv(pp, "pp.act", val(m, ch, slot, g->v), cb_graph_value_floats(m, g->v),
+                     RANK(m, g->from), mtag(m, g, mb, 0));
+    }
+    double t1 = now_ms();
+    for (int i = ch->n0; i < ch->n1; i++) node_forward(m, ch, slot, mb, i, 1);
+    m->info.wait_ms += t1 - t0;
+    m->info.forward_ms += now_ms() - t1;
+    for (int x = 0; x < ch->neout; x++) {
+        const gedge *g = &m->edges[ch->eout[x]];
+        send(m, ch, ch->eout[x], mb, val(m, ch, slot, g->v), cb_graph_value_floats(m, g->v),
+             RANK(m, g->to), "pp.act", 0);
+    }
+}
+
+void cb_graph_backward(cb_model *m, int c, int mb) {
+    gchunk *ch = &m->ch[c];
+    cb_comm *pp = &m->d->g.ppg;
+    int slot = ch->slot_of[mb], prev = -1;
+    double t0 = now_ms();
+    for (int x = 0; x < ch->neout; x++) { /* the readers' shares, the first one overwriting */
+        const gedge *g = &m->edges[ch->eout[x]];
+        size_t n = cb_graph_value_floats(m, g->v);
+        float *d = grad(ch, slot, g->v);
+        cb_comm_recv(pp, "pp.grad", g->v == prev ? m->tmp : d, n, RANK(m, g->to), mtag(m, g, mb, 1));
+        if (g->v == prev) share(m, d, m->tmp, n, 1);
+        prev = g->v;
+    }
+    int dp = m->d->g.dp > 1, last = mb == m->M - 1;
+    double t1 = now_ms();
+    m->info.wait_ms += t1 - t0;
+    if (dp && m->v == 1) cb_dp_begin_backward(&m->dp, last); /* buckets start on the last */
+    m->last_mb = mb;
+    for (int i = ch->n1 - 1; i >= ch->n0; i--) {
+        recompute_before(m, ch, slot, mb, i);
+        node_backward(m, ch, slot, mb, i);
+        for (int k = 0; dp && last && k < 2; k++)
+            if (m->nodes[i].fin[k] >= 0) cb_dp_ready(&m->dp, m->nodes[i].fin[k], m->nodes[i].fin[k]);
+        if (dp) cb_dp_ready(&m->dp, 1, 0); /* MPI progress on the buckets in flight */
+    }
+    for (int x = 0; x < ch->nein; x++) {
+        const gedge *g = &m->edges[ch->ein[x]];
+        send(m, ch, ch->ein[x], mb, grad(ch, slot, g->v), cb_graph_value_floats(m, g->v),
+             RANK(m, g->from), "pp.grad", 1);
+    }
+    if (dp && ch->n0 == 0) cb_dp_end_backward(&m->dp); /* the embedding paths' lookup rows */
+    slot_release(ch, mb);
+    m->info.backward_ms += now_ms() - t1;
+}
+
+void cb_graph_wait_all(cb_model *m) {
+    for (int c = 0; c < m->v; c++) {
+        cb_comm_waitall(m->ch[c].pend, m->ch[c].npend);
+        m->ch[c].npend = 0;
+    }
+}
+
+/* ---------------------------------------------------------------- ties */
+
+/* Tensors held on several pipeline ranks: the copies' gradients are added
+ * on the owner (in rank order, so the sum is the same on every run). */
+static void tie_grads(cb_model *m) {
+    cb_comm *pp = &m->d->g.ppg;
+    for (int i = 0; i < m->ntie; i++) {
+        const cb_tensor_info *t = &m->pt.t[m->tie_t[i]];
+        float *g = m->grads + t->offset;
+        int own = m->tie_owner_rank[i];
+        if (own != m->me) {
+            cb_comm_send(pp, "pp.tie", g, t->numel, own, 1);
+            continue;
+        }
+        for (int r = 0; r < m->P && r < 31; r++)
+            if (r != own && (m->tie_ranks[i] >> r & 1)) {
+                cb_comm_recv(pp, "pp.tie", m->tmp, t->numel, r, 1);
+                share(m, g, m->tmp, t->numel, 1);
+            }
+    }
+}
+
+/* After the update: the owner's values to every copy. */
+static void tie_params(cb_model *m) {
+    cb_comm *pp = &m->d->g.ppg;
+    for (int i = 0; i < m->ntie; i++) {
+        const cb_tensor_info *t = &m->pt.t[m->tie_t[i]];
+        float *p = m->params + t->offset;
+        int own = m->tie_owner_rank[i];
+        if (own != m->me) {
+            cb_comm_recv(pp, "pp.tie", p, t->numel, own, 2);
+            continue;
+        }
+        for (int r = 0; r < m->P && r < 31; r++)
+            if (r != own && (m->tie_ranks[i] >> r & 1)) cb_comm_send(pp, "pp.tie", p, t->numel, r, 2);
+    }
+}
+
+/* ---------------------------------------------------------------- steps */
+
+/* The step's loss on every rank: the loss node's rank has the sum of the
+ * micro-batches' means; then the mean over the data-parallel ranks. */
+static float step_loss(cb_model *m) {
+    float v = (float)(m->loss_sum / m->M);
+    if (m->P > 1) cb_comm_bcast(&m->d->g.ppg, "loss", &v, 1, RANK(m, m->nodes[m->loss_node].vs));
+    if (m->d->g.dp > 1) {
+        cb_comm_allreduce(&m->d->g.dpg, "loss", &v, &v, 1, CB_COMM_SUM);
+        v /= m->d->g.dp;
+    }
+    return v;
+}
+
+/* Gradients summed over the data-parallel ranks (ZeRO-1: this rank's
+ * shard [lo, hi) of them) and averaged; clipped to the global norm; one
+ * AdamW update of [lo, hi); ZeRO-1 then all-gathers the parameters. */
+static float update(cb_model *m, int step) {
+    const cb_kernels *k = m->L->k;
+    cb_grid *g = &m->d->g;
+    size_t lo = m->opt.lo, hi = m->opt.hi;
+    double ss;
+    if (g->dp > 1) {
+        for (int i = 0; i < m->ntie; i++) cb_dp_ready(&m->dp, m->tie_t[i], m->tie_t[i]);
+        cb_dp_reduce(&m->dp);
+        k->scale(k, m->grads + lo, 1.0f / g->dp, hi - lo);
+        ss = cb_dp_grad_sumsq(&m->dp);
+    } else {
+        ss = cb_ptable_sumsq(&m->pt, m->grads);
+    }
+    cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
+    double norm = sqrt(ss);
+    float s = cb_clip_scale(m->opt.c.clip, norm);
+    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
+    cb_adamw_step(&m->opt, k, m->params, m->grads, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
+    if (g->dp > 1) cb_dp_sync_params(&m->dp);
+    return (float)norm;
+}
+
+float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
+                          float *grad_norm) {
+    double t0 = now_ms();
+    m->info = (cb_model_step_info){0};
+    m->ids = ids;
+    m->targets = targets;
+    m->loss_sum = 0.0;
+    memset(m->grads, 0, sizeof(float) * m->pt.nparams);
+    if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
+    for (int a = 0; a < m->nsched; a++) {
+        const cb_pp_action *x = &m->acts_sched[a];
+        if (x->bwd) cb_graph_backward(m, x->chunk, x->mb);
+        else cb_graph_forward(m, x->chunk, x->mb, 1);
+    }
+    cb_graph_wait_all(m);
+    double t1 = now_ms();
+    tie_grads(m);
+    float loss = step_loss(m);
+    float norm = update(m, step);
+    tie_params(m);
+    if (grad_norm) *grad_norm = norm;
+    cb_model_step_info *in = &m->info;
+    in->update_ms = now_ms() - t1;
+    in->step_ms = now_ms() - t0;
+    in->bubble = in->step_ms > 0 ? 1 - (in->forward_ms + in->backward_ms) / in->step_ms : 0;
+    return loss;
+}
+
+void cb_model_last_step(const cb_model *m, cb_model_step_info *info) { *info = m->info;
+}
+
+float cb_model_eval(cb_model *m, const int *ids, const int *targets) {
+    m->ids = ids;
+    m->targets = targets;
+    m->loss_sum = 0.0;
+    for (int mb = 0; mb < m->M; mb++)
+        for (int c = 0; c < m->v; c++) cb_graph_forward(m, c, mb, 0);
+    cb_graph_wait_all(m);
+    return step_loss(m);
+}
+
+const float *cb_model_probs(cb_model *m, const int *ids) {
+    if (!m->built || m->P > 1 || m->v > 1 || m->M > 1 || m->L->mode != CB_LAYOUT_SERIAL)
+        return NULL;
+    m->ids = ids;
+    m->targets = NULL;
+    cb_graph_forward(m, 0, 0, 0);
+    cb_graph_wait_all(m);
+    return kept(m, &m->ch[0], m->ch[0].slot_of[0], m->loss_node);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* Blocks of parameter shape (weights, moments) into one file: the
+ * moments of a ZeRO shard gathered on data-parallel rank 0 first; that rank
+ * of every pipeline and tensor rank writes (tensor rank 0 gathers), under
+ * --pp a part per pipeline rank that world rank 0 merges (a tensor held by
+ * several ranks once). The file is the one-process file. */
+static int save_blocks(cb_model *m, int nb, const float *const *blocks, const char *const *prefix,
+                       const char *path, const char *const *meta, int nmeta, cb_err *e) {
+    e->code = CB_OK;
+    e->msg[0] = '\0';
+    char part[4200];
+    if (m->P > 1) cb_pp_part_path(part, sizeof part, path, m->me);
+    if (m->d->g.at.d == 0)
+        cb_ptable_save(&m->pt, nb, blocks, prefix, m->P > 1 ? part : path, meta, nmeta, e);
+    int rc = cb_comm_agree_err(cb_comm_world(), e);
+    if (!rc && m->P > 1) {
+        if (m->d->g.world_rank == 0) cb_pp_merge_parts(path, m->P, e);
+        rc = cb_comm_agree_err(cb_comm_world(), e);
+    }
+    return rc;
+}
+
+int cb_model_save(cb_model *m, const char *path, cb_err *e) {
+    const float *blocks[1] = {m->params};
+    const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
+    return save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
+}
+
+/* The moments of the whole parameter block on data-parallel rank 0 (NULL
+ * elsewhere): a ZeRO shard's gathered, else this rank's own. */
+static float *full_moments(cb_model *m, int *oom) {
+    size_t n = m->pt.nparams;
+    int zero = m->d->g.dp > 1 && m->dp.zero, root = m->d->g.at.d == 0;
+    float *full = root ? malloc(sizeof(float) * 2 * n + 1) : NULL;
+    *oom = root && !full;
+    if (!zero) {
+        if (full) memcpy(full, m->opt.m, sizeof(float) * n), memcpy(full + n, m->opt.v, sizeof(float) * n);
+        return full;
+    }
+    cb_dp_gather(&m->dp, m->opt.m, full);
+    cb_dp_gather(&m->dp, m->opt.v, full ? full + n : NULL);
+    return full;
+}
+
+int cb_model_save_checkpoint(cb_model *m, const char *path, int step, cb_err *e) {
+    int oom;
+    float *full = full_moments(m, &oom);
+    char st[24], t[24];
+    snprintf(st, sizeof st, "%d", step);
+    snprintf(t, sizeof t, "%d", m->opt.t);
+    const float *blocks[3] = {m->params, full, full ? full + m->pt.nparams : NULL};
+    const char *prefix[3] = {"", "m.", "v."}, *meta[6] = {"format", "pt", "step", st, "adam_t", t};
+    int rc = oom ? cb_fail(e, CB_ENOMEM, "out of memory gathering the optimizer state for %s", path)
+                 : CB_OK;
+    rc = cb_comm_agree_err(cb_comm_world(), e);
+    if (!rc) rc = save_blocks(m, 3, blocks, prefix, path, meta, 3, e); /* dp rank 0 writes */
+    free(full);
+    return rc;
+}
+
+int cb_model_load(cb_model *m, const char *path, cb_err *e) {
+    e->code = CB_OK;
+    e->msg[0] = '\0';
+    cb_st_file f;
+    if (!cb_st_open(path, &f, e)) {
+        cb_ptable_load(&m->pt, m->params, "", &f, path, e);
+        cb_st_close(&f);
+    }
+    return cb_comm_agree_err(cb_comm_world(), e);
+}
+
+/* One moment: the whole block read, this rank's optimizer range kept. */
+static int load_moment(cb_model *m, float *dst, const char *prefix, const cb_st_file *f,
+                       const char *path, float *full, cb_err *e) {
+    int rc = cb_ptable_load(&m->pt, full, prefix, f, path, e);
+    if (!rc) memcpy(dst, full + m->opt.lo, sizeof(float) * (m->opt.hi - m->opt.lo));
+    return rc;
+}
+
+int cb_model_load_checkpoint(cb_model *m, const char *path, int *step, cb_err *e) {
+    e->code = CB_OK;
+    e->msg[0] = '\0';
+    cb_st_file f;
+    float *full = malloc(sizeof(float) * m->pt.nparams + 1);
+    int rc = full ? cb_st_open(path, &f, e) : cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
+    if (!rc) {
+        const char *st = cb_st_meta(&f, "step"), *t = cb_st_meta(&f, "adam_t");
+        if (!st || !t)
+            rc = cb_fail(e, CB_EINPUT, "%s has no step or adam_t: it holds weights only (cb_model_save); "
+                                       "load it with cb_model_load, or save with cb_model_save_checkpoint",
+                         path);
+        if (!rc) *step = atoi(st), m->opt.t = atoi(t);
+        if (!rc) rc = cb_ptable_load(&m->pt, m->params, "", &f, path, e);
+        if (!rc) rc = load_moment(m, m->opt.m, "m.", &f, path, full, e);
+        if (!rc) rc = load_moment(m, m->opt.v, "v.", &f, path, full, e);
+        cb_st_close(&f);
+    }
+    free(full);
+    return cb_comm_agree_err(cb_comm_world(), e);
+}

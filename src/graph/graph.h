@@ -1,0 +1,206 @@
+/* The graph engine behind cb_model: a model is declared once as layers
+ * (parameters) and operations on activations (cb_op_*), then built; the
+ * engine owns forward, backward, recompute and the order of micro-batches.
+ *
+ * Declaration records nodes in order. Each node reads one or two values
+ * (activations: N tokens x H features of one micro-batch, with the parity
+ * of the tensor layouts, see layout.h) and writes one, except the loss,
+ * which ends the graph. Backward is derived: nodes run in reverse, each
+ * adding its share into the gradients of its inputs (the first share of a
+ * gradient overwrites, later ones accumulate: decided at build time, so no
+ * buffer is cleared during a step).
+ *
+ * Stages. The nodes are cut into p x v contiguous virtual stages (the
+ * pipeline partition; one stage without --pp); virtual stage vs runs on
+ * pipeline rank vs % p as its chunk vs / p. A value produced on one chunk
+ * and read on another travels as a message per micro-batch (forward), its
+ * gradient back (backward), straight from the producer to each chunk that
+ * reads it, so a residual that skips a stage skips it on the wire too.
+ * Messages between chunks of the same rank go through MPI as well (to
+ * itself), so there is one path. Every rank walks its own schedule
+ * (schedule.h); receives block, sends do not, and their buffers are kept
+ * until the slot is reused: the schedules are deadlock-free for a chain of
+ * stages, and a skip edge adds no order that the chain does not imply.
+ *
+ * A layer used by nodes on several pipeline ranks (a tied embedding and LM
+ * head, any shared weight) has a copy on each; the rank of the lowest
+ * virtual stage owns it. After backward the others send their gradients to
+ * the owner, which adds them; only the owner's copy is updated and counted
+ * (norm, checkpoint), and after the optimizer step it sends the new values
+ * back, so the copies are equal bit for bit.
+ *
+ * Memory is planned at build: per chunk, a slot block per micro-batch in
+ * flight (the values it writes or receives, what each node keeps for
+ * backward: LayerNorm statistics, attention probabilities, logits, and the
+ * gradients of received values, which are sent from there), one gradient
+ * block, and scratch. Nothing is allocated during a step. A value's
+ * gradient lives from its first share (in backward order) to its
+ * producer's backward; gradients whose lives do not overlap share a buffer
+ * (the smallest free one that fits, else a new one), and an add passes its
+ * output's gradient buffer on to one input instead of copying it.
+ *
+ * Data parallelism: after the backward of a chunk's last micro-batch,
+ * each node reports the tensors whose gradient it finished (those it uses
+ * that no node after it in backward order on this rank uses) to the
+ * bucketed reduction (dp.h), which starts a bucket as soon as all of its
+ * tensors are final; a tensor with copies on other pipeline ranks is
+ * final after their shares are added. The sparse and split embedding
+ * paths (--embed-grad) apply when the first layer is an embedding whose
+ * lookup and tied head both run here, unsharded: one stage, --tp 1; the
+ * engine answers their lookup query with the embedding node's ids and
+ * output gradient.
+ *
+ * Recompute (--recompute): `block` keeps, per micro-batch, only the values
+ * that cross the boundary of a declared block (cb_model_begin_block ..
+ * end_block) and reruns the block's forward right before its backward into
+ * buffers shared by every block and micro-batch (Megatron's methods:
+ * --recompute-layers n reruns only the first n blocks of each chunk;
+ * --recompute-method uniform reruns groups of n blocks, keeping only each
+ * group's input); `selective` keeps all
+ * but the attention probabilities and GELU outputs, which are recomputed
+ * from their kept inputs before the backward that needs them. */
+#ifndef CB_GRAPH_H
+#define CB_GRAPH_H
+
+#include "comm/grid.h"
+#include "cubist.h"
+#include "layout/layout.h"
+#include "model/ptable.h"
+#include "optim/adamw.h"
+#include "pipeline/schedule.h"
+#include "train/dp.h"
+
+enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN };                          /* layer kinds */
+enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS, N_KINDS }; /* node kinds */
+enum { RC_NONE, RC_BLOCK, RC_SELECTIVE };                            /* --recompute */
+
+struct cb_dist {
+    cb_grid g;
+    cb_layout *L;
+    int M;                 /* --micro-batches; 0: the default */
+    int v;                 /* --virtual-stages; 0: the default */
+    cb_pp_kind sched;
+    int sched_given;
+    const char *partition; /* auto | equal | boundaries */
+    double mem_weight;
+    int print_partition;
+    int zero;              /* --zero 1 */
+    int recompute;         /* RC_* */
+    int embed_grad;        /* --embed-grad: a cb_dp_embed (dp.h) */
+    int rc_layers;         /* --recompute-layers: block: the first n blocks of each chunk (0 all);
+                              uniform: blocks per group (0: 1) */
+    int rc_uniform;        /* --recompute-method uniform */
+    double max_memory;     /* --max-memory in bytes; 0: no limit */
+};
+
+struct cb_layer {
+    cb_model *m;
+    int kind, idx;
+    char name[48], pos[48]; /* pos: an embedding's position tensor name, "" for <name>.pos */
+    int parity;             /* of the input it is applied to; -1 until first used */
+    int parts;              /* a linear's output sections (QKV: 3) */
+    int t[2];               /* this rank's table index of each tensor, -1 not held */
+    int owner_vs[2];        /* lowest virtual stage using each tensor, -1 unused */
+    cb_linear lin;
+    cb_norm norm;
+    cb_embed emb;
+    int C, heads;           /* attention */
+    float init_sd;          /* normal initial weights */
+};
+
+struct cb_act {
+    cb_model *m;
+    int id, H, parity, parts;
+    int node; /* its producer */
+};
+
+typedef struct gnode {
+    int kind;
+    cb_layer *l;
+    int in[2], nin; /* values read */
+    int out;        /* value written; -1 for the loss */
+    int vs, seg;    /* virtual stage; the block it was declared in, -1 none */
+    int rseg;       /* block recompute: the unit rerun together (a block, or under
+                       the uniform method a group of blocks), -1: kept */
+    size_t keep;    /* floats kept from forward per micro-batch (statistics, probabilities, logits) */
+    int acc[2];     /* backward into input i accumulates (1) or overwrites (0) */
+    int zero_dy;    /* no share of the output's gradient arrives: clear it first */
+    int recompute;  /* forward reruns before backward (block: in a segment; selective) */
+    int alias;      /* an add's input whose gradient takes over the output's buffer, -1 */
+    int fin[2];     /* tensors (this rank's table) whose gradient is final after this
+                       node's backward of the step's last micro-batch, -1 none */
+} gnode;
+
+/* A value crossing from one chunk to another, one per (value, reader). */
+typedef struct gedge {
+    int v, from, to; /* virtual stages */
+    int tag;
+} gedge;
+
+/* One of this rank's chunks. Offsets are in floats; SIZE_MAX: not here. */
+typedef struct gchunk {
+    int vs, n0, n1;       /* nodes [n0, n1) */
+    int nslots;
+    size_t slot_floats, grad_floats, shared_floats;
+    float *slot, *grad, *shared; /* nslots x slot_floats; grad_floats; recomputed values */
+    size_t *val_off;      /* [values]: in a slot, or in shared when recomputed */
+    int *val_shared;      /* [values]: 1 when val_off is into shared */
+    size_t *grad_off;     /* [values]: written here: in grad; received: in the slot */
+    int *grad_in_slot;
+    size_t *keep_off;     /* [nodes]: in the slot, or shared for a recomputed node */
+    int *slot_of;         /* [M] */
+    int *free_slot, nfree;
+    float *sendbuf;       /* [M][nein + neout] messages out: a copy per micro-batch and
+                             edge, so no send is waited on before the step ends */
+    size_t send_floats;   /* one micro-batch's, all edges */
+    size_t *send_off;     /* [edges]: offset of an edge's message */
+    cb_comm_req *pend;    /* [M x (nein + neout)] */
+    int npend;
+    int *ein, nein, *eout, neout; /* edges into and out of this chunk */
+    int nseg, *seg0;      /* block recompute: segment start nodes, seg0[nseg] = n1 */
+} gchunk;
+
+struct cb_model {
+    cb_dist *d;
+    cb_layout *L;
+    int B, T, Bl;       /* global and local sequences of a step */
+    int M, Bm;          /* micro-batches per step, sequences per micro-batch */
+    int P, v, me;       /* pipeline ranks, chunks per rank, this rank */
+    cb_err err;         /* first declaration error, reported by cb_model_build */
+    int built;
+    cb_layer **layers;
+    int nlayers, clayers;
+    cb_act **acts;
+    int nacts, cacts;
+    gnode *nodes;
+    int nnodes, cnodes, seg;
+    int loss_node;
+    /* built */
+    cb_ptable pt;
+    float *params, *grads;
+    cb_adamw opt;
+    cb_dp dp;
+    gedge *edges;
+    int nedges;
+    gchunk *ch;          /* v */
+    cb_pp_action *acts_sched;
+    int nsched;
+    float *tmp;          /* one value's floats: a share added into a gradient */
+    float *att_scratch;  /* attention backward */
+    const int *ids, *targets; /* the step's rows */
+    double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
+    int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
+    int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
+    int last_mb;         /* micro-batch of the last backward, for the lookup query */
+    cb_model_step_info info; /* the last step's times */
+};
+
+/* Declaration and build (graph.c). */
+int cb_graph_plan(cb_model *m, cb_err *e);
+/* Execution (exec.c). */
+void cb_graph_forward(cb_model *m, int c, int mb, int train);
+void cb_graph_backward(cb_model *m, int c, int mb);
+void cb_graph_wait_all(cb_model *m);
+size_t cb_graph_value_floats(const cb_model *m, int v);
+
+#endif

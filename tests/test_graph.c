@@ -1,0 +1,131 @@
+/* The graph engine in one process: the GPT declared from the public layers
+ * (cb_model_declare_gpt) gives the built-in GPT's next-token probabilities
+ * bit for bit from the same seed (same initial values, same operators in
+ * the same order); declaration mistakes end cb_model_build with CB_EINPUT
+ * and a message that names the layer and the fix. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cubist.h"
+
+static int failures;
+
+static void check(int ok, const char *what, const char *detail) {
+    printf("%s graph: %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
+    failures += !ok;
+}
+
+enum { B = 2, T = 8, C = 16, NH = 2, V = 64, NL = 2 };
+
+static const cb_adamw_config OPT = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                    .clip = 1.0f, .steps = 10};
+
+static void probabilities(cb_dist *d) {
+    cb_gpt_config c = {NL, C, NH, T, V};
+    int ids[B * T];
+    for (int i = 0; i < B * T; i++) ids[i] = (i * 7 + 3) % V;
+    cb_gpt *g = NULL;
+    cb_err e = {0};
+    cb_model *m = cb_model_new(d, B, T);
+    cb_model_declare_gpt(m, &c);
+    int ok = !cb_gpt_create(&c, B, T, &g, &e) && !cb_model_build(m, 1337, &OPT, &e);
+    const float *pm = ok ? cb_model_probs(m, ids) : NULL;
+    if (ok) {
+        cb_gpt_init_random(g, 1337);
+        cb_gpt_forward(g, ids, NULL, B, T);
+    }
+    size_t n = (size_t)B * T * V, diff = 0;
+    for (size_t i = 0; pm && i < n; i++) diff += pm[i] != cb_gpt_probs(g)[i];
+    char s[700];
+    snprintf(s, sizeof s, "%zu of %zu differ%s%s", diff, n, e.code ? "; " : "", e.msg);
+    check(pm && !diff, "GPT graph's probabilities = the built-in GPT's from one seed", s);
+    cb_gpt_free(g);
+    cb_model_free(m);
+}
+
+/* Builds the model declare() makes; expects CB_EINPUT with want in the message. */
+static void refused(cb_dist *d, const char *what, void (*declare)(cb_model *), const char *want) {
+    cb_model *m = cb_model_new(d, B, T);
+    declare(m);
+    cb_err e = {0};
+    int rc = cb_model_build(m, 1, &OPT, &e);
+    char s[700];
+    snprintf(s, sizeof s, "status %d, \"%s\"", rc, e.msg);
+    check(rc == CB_EINPUT && strstr(e.msg, want) && !strchr(e.msg, '\n'), what, s);
+    cb_model_free(m);
+}
+
+static cb_act *embed(cb_model *m, cb_layer **emb) {
+    *emb = cb_model_embedding(m, "wte", V, C);
+    return cb_op_embedding(*emb);
+}
+
+static void width_mismatch(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_op_lm_loss(emb, cb_op_linear(cb_model_linear(m, "fc", 2 * C, C), x));
+}
+
+static void parity_mismatch(cb_model *m) { /* one linear on parities 0 and 1 */
+    cb_layer *emb, *sq = cb_model_linear(m, "square", C, C);
+    cb_act *x = embed(m, &emb);
+    cb_act *y = cb_op_linear(sq, x);
+    cb_op_lm_loss(emb, cb_op_linear(sq, y));
+}
+
+static void unused_layer(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_model_layernorm(m, "ln_unused", C);
+    cb_op_lm_loss(emb, x);
+}
+
+static void no_loss(cb_model *m) {
+    cb_layer *emb;
+    embed(m, &emb);
+}
+
+static void same_name(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    x = cb_op_layernorm(cb_model_layernorm(m, "ln", C), x);
+    cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln", C), x));
+}
+
+static void attention_on_plain(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_act *h = cb_op_linear(cb_model_linear(m, "fc", C, 3 * C), x);
+    cb_act *a = cb_op_attention(cb_model_attention(m, "attn", C, NH), h);
+    cb_op_lm_loss(emb, cb_op_linear(cb_model_linear(m, "proj", C, C), a));
+}
+
+static void add_mismatch(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_act *u = cb_op_linear(cb_model_linear(m, "up", C, 2 * C), x);
+    cb_op_lm_loss(emb, cb_op_add(x, u));
+}
+
+int main(int argc, char **argv) {
+    cb_dist *d;
+    cb_err e = {0};
+    if (cb_dist_init(&argc, &argv, &d, &e)) {
+        printf("FAIL graph: cb_dist_init: %s\n", e.msg);
+        return 1;
+    }
+    probabilities(d);
+    refused(d, "a linear's width differs from its input's", width_mismatch,
+            "linear fc takes 32 features; its input has 16");
+    refused(d, "a shared layer on two parities", parity_mismatch,
+            "a shared layer needs inputs of the same parity");
+    refused(d, "a layer declared and never used", unused_layer, "ln_unused is declared but never used");
+    refused(d, "a graph without a loss", no_loss, "end the graph with cb_op_lm_loss");
+    refused(d, "two layers of one name", same_name, "two layers are named ln");
+    refused(d, "attention on a plain linear's output", attention_on_plain,
+            "reads the output of a cb_model_linear_qkv");
+    refused(d, "an add of two shapes", add_mismatch, "add activations of one shape");
+    cb_dist_finalize(d);
+    return failures != 0;
+}
