@@ -477,8 +477,7 @@ static void print_summary(const tp_run *r, int n) {
 }
 
 static int tp_compare(const tp_bench *b, cb_err *e) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    cli_mpirun_allow_root();
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     tp_run runs[16];

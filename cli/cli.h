@@ -7,6 +7,8 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* plan: the performance model (cli/cmd_plan.c) */
+int cmd_plan(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */
 int cmd_bench_dp(int argc, char **argv);
 /* The MPI launcher for child jobs ($MPIRUN, else the one of the MPI cubist
@@ -14,6 +16,8 @@ int cmd_bench_dp(int argc, char **argv);
  * (OpenMPI: -q --oversubscribe; MPICH: none). cli/launch.c */
 const char *cli_mpirun_cmd(void);
 const char *cli_mpirun_flags(const char *cmd);
+/* OpenMPI refuses root without these (containers, CI): set for child jobs. */
+void cli_mpirun_allow_root(void);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

@@ -33,9 +33,11 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
     }
     c->peak_flops = best;
     c->neff = n;
+    /* A GEMM does not get slower as its intensity grows; a dip is another
+     * process taking the core, so the curve keeps its running maximum. */
     for (int i = 0; i < n; i++) {
         c->eff_intensity[i] = intensity(SIZES[i], SIZES[i], SIZES[i]);
-        c->eff[i] = rate[i] / best;
+        c->eff[i] = fmax(rate[i] / best, i ? c->eff[i - 1] : 0);
     }
 }
 
@@ -56,7 +58,7 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_clus
 }
 
 /* alpha, beta from a small (64 floats) and a large vector. */
-static void calibrate_colls(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int small = 64, large = quick ? 1 << 18 : 1 << 20, p = pr->ranks;
     c->ncoll = 0;
     for (int i = 0; i < 5; i++) {
@@ -77,5 +79,5 @@ void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     calibrate_gemm(pr, quick, c);
     calibrate_memory(pr, quick, c);
     calibrate_attention(pr, quick, c);
-    if (pr->ranks >= 2) calibrate_colls(pr, quick, c);
+    if (pr->ranks >= 2) cb_plan_calibrate_comm(pr, quick, c);
 }

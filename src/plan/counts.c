@@ -160,6 +160,9 @@ void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int dia
     if (mode == CB_TP_1D) cost_1d(s, tp, c);
     else if (mode == CB_TP_2D) cost_2d(s, cb_grid_side(tp, mode), diag, c);
     else cost_3d(s, cb_grid_side(tp, mode), gathered, c);
+    if (tp == 1) /* the serial layout: no traffic, no scratch */
+        memset(c->sent, 0, sizeof c->sent), memset(c->calls, 0, sizeof c->calls),
+            c->act_scratch_bytes = 0;
 }
 
 double cb_plan_tp_sent(const cb_plan_tp_cost *c) {

@@ -97,7 +97,7 @@ typedef struct cb_plan_coll {
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
 typedef struct cb_plan_cluster {
-    char name[64];
+    char name[160];
     int nodes, devices_per_node, threads; /* threads: OpenMP threads per device (CPU) */
     double peak_flops;     /* per device, fp32 */
     double memory_bytes;   /* per device */
@@ -202,6 +202,8 @@ double cb_plan_op_sent(const char *op, int p, double n);
  * curve, memory bandwidth, attention efficiency) and, with ranks >= 2,
  * its collectives and intra-node tier. quick: fewer, smaller shapes. */
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* Only the collectives (and the intra-node tier) of pr->ranks ranks. */
+void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* The probe that times cubist's own CPU kernels (OpenMP threads as set)
  * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
 void cb_plan_probe_cpu(cb_plan_probe *pr);

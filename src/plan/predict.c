@@ -225,8 +225,9 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
     double grad = p->mem_grads, calls = ceil(grad / j->bucket_bytes);
-    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad);
-    p->dp_calls = calls;
+    /* + the step's loss, one double all-reduced */
+    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 8);
+    p->dp_calls = calls + 1;
     p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, calls);
     p->dp_exposed_s = maxf(p->dp_s / calls, p->dp_s - bwd_s);
 }
@@ -240,14 +241,19 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     stage_counts(j, l, rows, s, &p->tp);
     double fwd = s.fwd_s * v, tp_mb = tp_time(c, l, &p->tp, tok, C);
     double rec = l->recompute ? fwd : 0, rec_tp = l->recompute ? tp_mb / 2 : 0;
-    double act = 4 * tok * C / (l->mode == CB_TP_1D ? 1 : l->tp), sends = l->pp > 1 ? 2.0 * v : 0;
+    /* a stage sends its output forward and its input's gradient back: one
+     * message per micro-batch and chunk at either end of a 2-stage pipe, two
+     * in the middle of a longer one */
+    double act = 4 * tok * C / (l->mode == CB_TP_1D ? 1 : l->tp);
+    double sends = l->pp == 1 ? 0 : (l->pp == 2 && v == 1 ? 1.0 : 2.0) * v;
     double pp_mb = cb_plan_coll_time(c, "p2p", 2, l->tp, sends * act, sends);
     double mb = 3 * fwd + rec + tp_mb + rec_tp + pp_mb;
     p->compute_s = 3 * fwd * l->M, p->recompute_s = rec * l->M;
     p->tp_s = (tp_mb + rec_tp) * l->M, p->pp_s = pp_mb * l->M;
     p->bubble_s = (l->pp - 1.0) / v * mb;
     p->tp_bytes = cb_plan_tp_sent(&p->tp) * l->M, p->tp_calls = cb_plan_tp_calls(&p->tp) * l->M;
-    p->pp_bytes = sends * act * l->M, p->pp_calls = sends * l->M;
+    /* calls: cb_comm counts the matching receives too */
+    p->pp_bytes = sends * act * l->M, p->pp_calls = 2 * sends * l->M;
     memory(j, l, tok, s, p);
     data_parallel(j, l, 2 * fwd, p);
     p->opt_s = 28 * (p->mem_params / 4) / (l->zero ? l->dp : 1) / c->mem_bandwidth;

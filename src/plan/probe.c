@@ -1,8 +1,8 @@
 /* The calibration probe of this machine: cubist's own CPU kernels, timed
  * on the calling thread's OpenMP team, and MPI collectives on the world.
- * Each figure is the best of a few repetitions of at least 20 ms (best, not
- * mean: the machine is shared, and what other processes steal is not a
- * property of the kernel). */
+ * Each figure is the best of 15 repetitions of at least 5 ms (best, not
+ * mean, and short windows: on a shared machine some window runs alone, and
+ * what other processes steal is not a property of the kernel). */
 #include <mpi.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -11,14 +11,15 @@
 #include "kernels/kernels.h"
 #include "plan/plan.h"
 
-#define MIN_S 0.02
+#define MIN_S 0.005
+#define REPS 15
 
 typedef void (*body_fn)(void *arg);
 
 static double best_of(body_fn f, void *arg) {
     double best = 1e30;
     f(arg); /* touch the buffers */
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < REPS; r++) {
         int it = 0;
         double t0 = omp_get_wtime(), t;
         do {

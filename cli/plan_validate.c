@@ -1,0 +1,226 @@
+/* `cubist plan --validate`: predicted against measured on this machine.
+ * Every case is a real `cubist train` job (mpirun for more than one rank)
+ * on random tokens; its log gives the step time (the fastest step after
+ * the first: the machine is shared, and the model predicts an unloaded
+ * step), rank 0's bytes and calls by tag and the planned activation and
+ * optimizer bytes. Layouts with more ranks than cores cannot be timed
+ * honestly: they compare bytes, calls and memory, which the scheduler does
+ * not change, and per-rank compute in thread CPU time (`cubist bench
+ * --tp-step`'s kernel CPU seconds, max over ranks). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "formats/json.h"
+#include "plan_cli.h"
+
+typedef struct vcase {
+    int quick, threads, L, C, H, T, B, dp, pp, tp;
+    const char *mode, *sched;
+    int M;
+} vcase;
+
+/* B is the micro-batch of `cubist train` (--batch); M micro-batches per step. */
+static const vcase CASES[] = {
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
+    {1, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
+    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1},
+    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4},
+    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4},
+    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1},
+    /* more ranks than cores: bytes, calls, memory and thread CPU */
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8},
+};
+#define NCASES (int)(sizeof CASES / sizeof *CASES)
+
+typedef struct measured {
+    double step_ms, bytes, calls, act, opt, kcpu;
+    int ok;
+} measured;
+
+static double jd(const json_val *v, const char *k) {
+    const json_val *x = json_get(v, k);
+    return x && (x->type == JSON_INT || x->type == JSON_NUM) ? x->d : NAN;
+}
+
+/* rank 0's bytes and calls over the tags the model predicts: not the
+ * gradient norm ("norm"), nor the pipeline's tie, loss and timing stats */
+static void tags(const json_val *by, measured *m) {
+    static const char *const SKIP[] = {"norm", "pp.tie", "pp.loss", "pp.stats"};
+    m->bytes = m->calls = 0;
+    for (int i = 0; by && by->type == JSON_OBJ && i < by->n; i++) {
+        int skip = 0;
+        for (int s = 0; s < 4; s++) skip |= !strcmp(by->k[i], SKIP[s]);
+        if (skip) continue;
+        m->bytes += jd(&by->v[i], "bytes");
+        m->calls += jd(&by->v[i], "calls");
+    }
+}
+
+static int runner(const vcase *c, char *pre, size_t cap) {
+    int ranks = c->dp * c->pp * c->tp;
+    const char *mr = cli_mpirun_cmd();
+    if (ranks == 1) snprintf(pre, cap, "OMP_NUM_THREADS=%d timeout 300", c->threads);
+    else snprintf(pre, cap, "OMP_NUM_THREADS=1 timeout 300 %s %s -np %d", mr, cli_mpirun_flags(mr), ranks);
+    return ranks;
+}
+
+static int measure_train(const vcase *c, const char *dir, measured *m) {
+    char pre[512], cmd[2048], log[600];
+    runner(c, pre, sizeof pre);
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    unlink(log);
+    snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
+             "--seq-len %d --vocab 256 --batch %d --steps 6 --threads %d --quiet --log %s --dp %d "
+             "--pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
+             "--grad-accum %d >/dev/null 2>&1",
+             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, c->threads, log, c->dp, c->pp,
+             c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M, c->M);
+    if (system(cmd)) return 0;
+    FILE *f = fopen(log, "r");
+    char line[65536];
+    m->step_ms = 1e30;
+    for (int s = 0; f && fgets(line, sizeof line, f); s++) {
+        json_val v;
+        json_error je;
+        if (json_parse(line, strlen(line), &v, &je)) continue;
+        if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
+        tags(json_get(&v, "comm_by_tag"), m);
+        m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
+        json_free(&v);
+    }
+    if (f) fclose(f);
+    return m->step_ms < 1e30;
+}
+
+/* tensor layouts past the core count: bench --tp-step's counters and the
+ * kernels' thread CPU seconds (forward + backward, no optimizer) */
+static int measure_tpstep(const vcase *c, measured *m) {
+    char pre[512], cmd[2048], out[65536];
+    runner(c, pre, sizeof pre);
+    snprintf(cmd, sizeof cmd, "%s '%s' bench --tp-step --tp %d --tp-mode %s --layers %d --d-model %d "
+             "--heads %d --vocab 256 --batch %d --seq-len %d --steps 3 2>/dev/null",
+             pre, plan_exe(), c->tp, c->mode, c->L, c->C, c->H, c->B, c->T);
+    json_val v;
+    json_error je;
+    if (plan_run(cmd, "tp-step ", out, sizeof out) || !out[0] ||
+        json_parse(out + 8, strlen(out + 8), &v, &je))
+        return 0;
+    const json_val *mx = json_get(json_get(&v, "max"), "measured");
+    m->bytes = jd(mx, "sent_bytes"), m->calls = jd(mx, "calls"), m->act = jd(mx, "act_bytes");
+    m->kcpu = jd(mx, "kernel_cpu_s"), m->opt = NAN, m->step_ms = NAN;
+    json_free(&v);
+    return 1;
+}
+
+static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
+    cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
+    cb_plan_model m;
+    cb_plan_model_gpt(&g, &m);
+    cb_tp_mode mode;
+    cb_grid_parse_mode(c->mode, &mode, NULL);
+    int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
+    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6};
+    cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1};
+    cb_plan_predict(&j, &l, p);
+}
+
+static int write_tokens(const char *dir, cb_err *e) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tok.bin", dir);
+    FILE *f = fopen(path, "wb");
+    int32_t h[256] = {20240520, 1, 200000};
+    int ok = f && fwrite(h, sizeof h, 1, f) == 1;
+    for (int i = 0; ok && i < 200000; i++) {
+        uint16_t t = (uint16_t)((i * 2654435761u) >> 8 & 255);
+        ok = fwrite(&t, 2, 1, f) == 1;
+    }
+    if (f) ok &= fclose(f) == 0;
+    return ok ? CB_OK : cb_fail(e, CB_ESYS, "cannot write %s", path);
+}
+
+static double rel(double pred, double meas) { return (pred - meas) / meas; }
+
+typedef struct tally {
+    double sum, worst;
+    int n, exact, nexact;
+} tally;
+
+static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
+    int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2;
+    double pb = p->tp_bytes + p->pp_bytes + p->dp_bytes, pc = p->tp_calls + p->pp_calls + p->dp_calls;
+    /* train logs the model's planned activations, bench --tp-step adds the
+     * layout's scratch */
+    double pa = over ? p->mem_act + p->mem_scratch : p->mem_act;
+    if (over) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
+    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
+    t->nexact++, t->exact += eq;
+    printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
+           c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
+    if (!over) {
+        double e = rel(1e3 * p->step_s, m->step_ms);
+        t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
+        printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
+    } else
+        printf("cpu  %8.2f %8.2f %+6.1f%%", 1e3 * p->compute_s, 1e3 * m->kcpu,
+               100 * rel(p->compute_s, m->kcpu));
+    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
+           c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
+}
+
+int plan_validate(const plan_opts *o, cb_err *e) {
+    char dir[] = "/tmp/cubist-validate-XXXXXX";
+    if (!mkdtemp(dir)) return cb_fail(e, CB_ESYS, "cannot make a temporary directory in /tmp");
+    cli_mpirun_allow_root();
+    cb_plan_cluster cl[2];
+    int rc = write_tokens(dir, e);
+    for (int t = 0; t < 2 && !rc; t++) rc = plan_measure(t + 1, o->quick, &cl[t], e);
+    double load[3] = {0};
+    if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
+    if (!rc)
+        printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
+               "are contended when it exceeds the cores); predicted vs measured\n"
+               "  case                                        what  predicted measured  error\n",
+               sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    tally t = {0, 0, 0, 0, 0};
+    for (int i = 0; i < NCASES && !rc; i++) {
+        const vcase *c = &CASES[i];
+        if (o->quick && !c->quick) continue;
+        int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2 && c->tp > 1;
+        measured m = {0, 0, 0, NAN, NAN, NAN, 0};
+        cb_plan_pred p;
+        predict(c, &cl[c->threads - 1], &p);
+        if (!(over ? measure_tpstep(c, &m) : measure_train(c, dir, &m))) {
+            printf("  case %d failed to run; skipped\n", i + 1);
+            continue;
+        }
+        row(c, &p, &m, &t);
+        fflush(stdout);
+    }
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    if (system(rm)) {}
+    if (!rc && t.n)
+        printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
+               "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
+               t.nexact);
+    return rc;
+}
