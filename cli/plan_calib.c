@@ -133,6 +133,18 @@ static const char SOURCE[] =
     "(alpha, beta fitted from 64 floats and a large vector); best of 3 repetitions on a shared "
     "machine. One node: the inter-node tier repeats the intra-node one.";
 
+/* the cache file's directory and its parent ($HOME/.cache may not exist yet) */
+static void cache_mkdir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *s = strrchr(dir, '/');
+    if (!s) return;
+    *s = 0;
+    char *up = strrchr(dir, '/');
+    if (up) *up = 0, mkdir(dir, 0755), *up = '/';
+    mkdir(dir, 0755);
+}
+
 int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e) {
     char path[4096];
     cb_err ignore;
@@ -141,12 +153,7 @@ int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e) {
         return CB_OK;
     int rc = plan_measure(threads, 1, c, e);
     if (!rc && plan_cache_path(threads, path, sizeof path)) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        *strrchr(dir, '/') = 0;
-        char *up = strrchr(dir, '/');
-        if (up) *up = 0, mkdir(dir, 0755), *up = '/'; /* $HOME/.cache may not exist yet */
-        mkdir(dir, 0755);
+        cache_mkdir(path);
         cb_plan_cluster_write(path, c, SOURCE, &ignore); /* a failed cache costs a re-measure */
     }
     return rc;
@@ -157,6 +164,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     if (o->out) snprintf(path, sizeof path, "%s", o->out);
     else if (!plan_cache_path(o->threads, path, sizeof path))
         return cb_fail(e, CB_EINPUT, "--calibrate: no --out and neither XDG_CACHE_HOME nor HOME set");
+    else cache_mkdir(path);
     cb_plan_cluster c;
     int rc = plan_measure(o->threads, o->quick, &c, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);

@@ -207,3 +207,12 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
 /* The probe that times cubist's own CPU kernels (OpenMP threads as set)
  * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
 void cb_plan_probe_cpu(cb_plan_probe *pr);
+
+/* ------------------------------------------------------------ --layout auto */
+
+/* The fastest layout of `world` ranks for j (j->batch = the step's
+ * sequences, M micro-batches fixed by the caller), without recompute or
+ * ZeRO (the caller's own choices); why: one line saying what it costs and
+ * what came next. CB_EINPUT when no layout fits or divides. */
+int cb_plan_auto(const cb_plan_job *j, int world, int M, cb_plan_layout *best, char *why,
+                 size_t cap, cb_err *e);
