@@ -89,13 +89,13 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                "\"pp_s\":%.6g,\"bubble_s\":%.6g,\"dp_s\":%.6g,\"dp_exposed_s\":%.6g,\"opt_s\":%.6g,",
                p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->pp_s, p->bubble_s, p->dp_s,
                p->dp_exposed_s, p->opt_s);
-        printf("\"mem_params\":%.0f,\"mem_grads\":%.0f,\"mem_opt\":%.0f,\"mem_act\":%.0f,"
-               "\"mem_scratch\":%.0f,\"mem_comm\":%.0f,\"mem_total\":%.0f,",
+        printf("\"mem_params\":%.17g,\"mem_grads\":%.17g,\"mem_opt\":%.17g,\"mem_act\":%.17g,"
+               "\"mem_scratch\":%.17g,\"mem_comm\":%.17g,\"mem_total\":%.17g,",
                p->mem_params, p->mem_grads, p->mem_opt, p->mem_act, p->mem_scratch, p->mem_comm,
                p->mem_total);
-        printf("\"tp_bytes\":%.0f,\"tp_calls\":%.0f,\"pp_bytes\":%.0f,\"pp_calls\":%.0f,"
-               "\"dp_bytes\":%.0f,\"dp_calls\":%.0f,\"tp_act_model_bytes\":%.0f,"
-               "\"tp_act_scratch_bytes\":%.0f,\"tp_param_bytes\":%.0f}",
+        printf("\"tp_bytes\":%.17g,\"tp_calls\":%.17g,\"pp_bytes\":%.17g,\"pp_calls\":%.17g,"
+               "\"dp_bytes\":%.17g,\"dp_calls\":%.17g,\"tp_act_model_bytes\":%.17g,"
+               "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g}",
                p->tp_bytes, p->tp_calls, p->pp_bytes, p->pp_calls, p->dp_bytes, p->dp_calls,
                p->tp.act_model_bytes, p->tp.act_scratch_bytes, p->tp.param_bytes);
     }
@@ -125,6 +125,24 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     return rc;
 }
 
+/* Keeps the layouts that match --dp --pp --tp --tp-mode --schedule (3-D
+ * re-predicted without kept gathers under --tp3d-save shard). */
+static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        cb_plan_layout *l = &ch[i].l;
+        if ((o->dp && l->dp != o->dp) || (o->pp && l->pp != o->pp) || (o->tp && l->tp != o->tp) ||
+            (o->tp_mode && strcmp(o->tp_mode, cb_grid_mode_name(l->mode))) ||
+            (o->schedule && l->pp > 1 && strcmp(o->schedule, cb_plan_schedule_name(l->schedule))))
+            continue;
+        ch[k] = ch[i];
+        if (l->mode == CB_TP_3D && !strcmp(o->save, "shard"))
+            ch[k].l.gathered = 0, cb_plan_predict(j, &ch[k].l, &ch[k].p);
+        k++;
+    }
+    return k;
+}
+
 static int plan_list(const plan_opts *o, cb_err *e) {
     cb_plan_model m;
     cb_plan_cluster c;
@@ -136,6 +154,7 @@ static int plan_list(const plan_opts *o, cb_err *e) {
     cb_plan_choice *ch = malloc(sizeof *ch * MAXCHOICE);
     if (!ch) return cb_fail(e, CB_ENOMEM, "out of memory for the layout list");
     int n = cb_plan_enumerate(&j, o->devices, o->max_memory_gb * 1e9, o->micro_batches, ch, MAXCHOICE);
+    n = only(o, &j, ch, n < MAXCHOICE ? n : MAXCHOICE);
     int shown = n < MAXCHOICE ? n : MAXCHOICE;
     if (o->top > 0 && shown > o->top) shown = o->top;
     if (o->json) print_json(ch, shown, n);
@@ -170,7 +189,7 @@ static const char EPILOG[] =
 
 int cmd_plan(int argc, char **argv) {
     plan_opts o = {.model = "gpt", .layers = 12, .d_model = 768, .heads = 12, .vocab = 50257,
-                   .batch = 8, .seq_len = 1024, .top = 20, .threads = 1};
+                   .batch = 8, .seq_len = 1024, .top = 20, .threads = 1, .save = "gathered"};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "model family (gpt)"},
         {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12)"},
@@ -183,6 +202,12 @@ int cmd_plan(int argc, char **argv) {
         {"batch", ARG_INT, &o.batch, "global batch of one step, sequences (8)"},
         {"micro-batches", ARG_INT, &o.micro_batches, "fix M micro-batches per step (0: search)"},
         {"devices", ARG_INT, &o.devices, "devices (ranks) to plan for"},
+        {"dp", ARG_INT, &o.dp, "only layouts of this many data-parallel ranks"},
+        {"pp", ARG_INT, &o.pp, "only layouts of this many pipeline stages"},
+        {"tp", ARG_INT, &o.tp, "only layouts of this many tensor-parallel ranks"},
+        {"tp-mode", ARG_STR, &o.tp_mode, "only this tensor mode (1d, 2d, 3d)"},
+        {"schedule", ARG_STR, &o.schedule, "only this pipeline schedule (gpipe, 1f1b, interleaved)"},
+        {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},
@@ -204,8 +229,12 @@ int cmd_plan(int argc, char **argv) {
                   "--validate | --reproduce NAME", flags, n, EPILOG);
         return 0;
     }
-    if (!rc && (o.threads < 1 || o.batch < 1 || o.micro_batches < 0 || o.top < 0))
-        rc = cb_fail(&e, CB_EINPUT, "--threads and --batch must be >= 1, --micro-batches and --top >= 0");
+    if (!rc && (o.threads < 1 || o.batch < 1 || o.micro_batches < 0 || o.top < 0 || o.dp < 0 ||
+                o.pp < 0 || o.tp < 0))
+        rc = cb_fail(&e, CB_EINPUT, "--threads and --batch must be >= 1, --micro-batches, --top, "
+                     "--dp, --pp, --tp >= 0");
+    if (!rc && strcmp(o.save, "gathered") && strcmp(o.save, "shard"))
+        rc = cb_fail(&e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", o.save);
     if (rc) return cli_fail(&e);
     if (o.calibrate_comm) rc = plan_calibrate_comm(o.quick, &e);
     else if (o.calibrate) rc = plan_calibrate(&o, &e);

@@ -225,11 +225,12 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
     double grad = p->mem_grads, calls = ceil(grad / j->bucket_bytes);
-    /* + the step's loss, one double all-reduced */
+    /* + the step's loss, one double all-reduced; ZeRO-1 takes two
+     * collectives per bucket (reduce-scatter, all-gather) */
     p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 8);
-    p->dp_calls = calls + 1;
-    p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, calls);
-    p->dp_exposed_s = maxf(p->dp_s / calls, p->dp_s - bwd_s);
+    p->dp_calls = calls * (l->zero ? 2 : 1) + 1;
+    p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, p->dp_calls);
+    p->dp_exposed_s = maxf(p->dp_s / p->dp_calls, p->dp_s - bwd_s);
 }
 
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
