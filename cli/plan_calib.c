@@ -87,7 +87,7 @@ static void machine(int threads, cb_plan_cluster *c) {
     c->memory_bytes = (double)pages * sysconf(_SC_PAGESIZE) / c->devices_per_node;
 }
 
-int plan_measure(int threads, int quick, cb_plan_cluster *c, cb_err *e) {
+int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e) {
     const char *fk = getenv("CUBIST_PLAN_FAKE");
     memset(c, 0, sizeof *c);
     machine(threads, c);
@@ -105,7 +105,7 @@ int plan_measure(int threads, int quick, cb_plan_cluster *c, cb_err *e) {
     pr.ranks = 1;
     cb_plan_calibrate(&pr, quick, c);
     omp_set_num_threads(was);
-    return comm_child(quick, c, e);
+    return comm ? comm_child(quick, c, e) : CB_OK;
 }
 
 int plan_calibrate_comm(int quick, cb_err *e) {
@@ -151,7 +151,7 @@ int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e) {
     if (plan_cache_path(threads, path, sizeof path) && access(path, R_OK) == 0 &&
         cb_plan_cluster_read(path, c, &ignore) == CB_OK)
         return CB_OK;
-    int rc = plan_measure(threads, 1, c, e);
+    int rc = plan_measure(threads, 1, 1, c, e);
     if (!rc && plan_cache_path(threads, path, sizeof path)) {
         cache_mkdir(path);
         cb_plan_cluster_write(path, c, SOURCE, &ignore); /* a failed cache costs a re-measure */
@@ -166,7 +166,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--calibrate: no --out and neither XDG_CACHE_HOME nor HOME set");
     else cache_mkdir(path);
     cb_plan_cluster c;
-    int rc = plan_measure(o->threads, o->quick, &c, e);
+    int rc = plan_measure(o->threads, o->quick, 1, &c, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;
     printf("calibrated %s: peak %.2f GFLOP/s (GEMM efficiency %.2f at intensity %.3g .. %.2f at "

@@ -32,9 +32,9 @@ int plan_plot(const plan_opts *o, const cb_plan_job *j, cb_err *e);
 int plan_calibrate(const plan_opts *o, cb_err *e);
 /* The child under mpirun: prints "plan-comm OP RANKS ALPHA BETA" lines. */
 int plan_calibrate_comm(int quick, cb_err *e);
-/* Calibrates in this process (compute) and, through an mpirun child of 2
- * ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
-int plan_measure(int threads, int quick, cb_plan_cluster *c, cb_err *e);
+/* Calibrates in this process (compute) and, with comm, through an mpirun
+ * child of 2 ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
+int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e);
 int plan_validate(const plan_opts *o, cb_err *e);
 int plan_reproduce(const plan_opts *o, cb_err *e);
 /* The prediction table of one layout, one line (as `cubist plan` lists). */

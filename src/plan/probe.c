@@ -148,7 +148,7 @@ static double probe_coll(void *ctx, const char *op, int n) {
     int it = 1;
     double best = 1e30;
     coll_body(&c);
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < REPS; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         for (int i = 0; i < it; i++) coll_body(&c);
