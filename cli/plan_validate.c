@@ -162,6 +162,7 @@ static double rel(double pred, double meas) { return (pred - meas) / meas; }
 typedef struct tally {
     double sum, worst;
     int n, exact, nexact;
+    double pred[NCASES], meas[NCASES]; /* seconds per token; NAN: not timed on 2 cores */
 } tally;
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
@@ -176,14 +177,39 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
            c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
     if (!over) {
-        double e = rel(1e3 * p->step_s, m->step_ms);
+        double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
+        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = m->step_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
     } else
         printf("cpu  %8.2f %8.2f %+6.1f%%", 1e3 * p->compute_s, 1e3 * m->kcpu,
                100 * rel(p->compute_s, m->kcpu));
     printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
            c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
+}
+
+/* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
+ * pp 2, tp 2) come out in the measured order of time per token? */
+static void order(const tally *t) {
+    int groups = 0, kept = 0;
+    for (int i = 0; i < NCASES; i++) {
+        int first = 1, ok = 1, n = 0;
+        for (int j = 0; j < i && first; j++)
+            first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
+        if (!first || isnan(t->pred[i])) continue;
+        for (int a = i; a < NCASES; a++)
+            for (int b = a + 1; b < NCASES; b++) {
+                const vcase *x = &CASES[a], *y = &CASES[b];
+                if (isnan(t->pred[a]) || isnan(t->pred[b]) || x->L != CASES[i].L || x->C != CASES[i].C ||
+                    y->L != x->L || y->C != x->C)
+                    continue;
+                n++;
+                ok &= (t->pred[a] < t->pred[b]) == (t->meas[a] < t->meas[b]);
+            }
+        if (n) groups++, kept += ok;
+    }
+    printf("order of layouts on both cores (time per token, same model): predicted order = measured "
+           "in %d of %d models\n", kept, groups);
 }
 
 int plan_validate(const plan_opts *o, cb_err *e) {
@@ -202,7 +228,8 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "are contended when it exceeds the cores); predicted vs measured\n"
                "  case                                        what  predicted measured  error\n",
                sysconf(_SC_NPROCESSORS_ONLN), load[0]);
-    tally t = {0, 0, 0, 0, 0};
+    tally t = {0, 0, 0, 0, 0, {0}, {0}};
+    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
     for (int i = 0; i < NCASES && !rc; i++) {
         const vcase *c = &CASES[i];
         if (o->quick && !c->quick) continue;
@@ -224,5 +251,6 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
                "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
                t.nexact);
+    if (!rc && t.n) order(&t);
     return rc;
 }
