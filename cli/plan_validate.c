@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -53,7 +54,7 @@ static const vcase CASES[] = {
 
 typedef struct measured {
     double step_ms, bytes, calls, act, opt, kcpu;
-    int ok;
+    double cpu_ms; /* one process, one thread: CPU time per step (NAN otherwise) */
 } measured;
 
 static double jd(const json_val *v, const char *k) {
@@ -83,18 +84,46 @@ static int runner(const vcase *c, char *pre, size_t cap) {
     return ranks;
 }
 
-static int measure_train(const vcase *c, const char *dir, measured *m) {
-    char pre[512], cmd[2048], log[600];
+static double children_cpu_s(void) {
+    struct rusage u;
+    getrusage(RUSAGE_CHILDREN, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/* The job of case c for `steps` steps; its CPU seconds (all its processes). */
+static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) {
+    char pre[512], cmd[2048];
     runner(c, pre, sizeof pre);
-    snprintf(log, sizeof log, "%s/log.jsonl", dir);
-    unlink(log);
     snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
-             "--seq-len %d --vocab 256 --batch %d --steps 6 --threads %d --quiet --log %s --dp %d "
-             "--pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
+             "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+             "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
              "--grad-accum %d >/dev/null 2>&1",
-             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, c->threads, log, c->dp, c->pp,
-             c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M, c->M);
-    if (system(cmd)) return 0;
+             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp,
+             c->pp, c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "",
+             c->M, c->M);
+    double t0 = children_cpu_s();
+    int st = system(cmd);
+    *cpu_s = children_cpu_s() - t0;
+    return st == 0;
+}
+
+/* One process of one thread: CPU seconds of 6 steps less those of 1, per
+ * step. Time slices taken by other processes are not in it, so it shows
+ * the model's error where wall time shows the machine's load. */
+static double cpu_per_step_ms(const vcase *c, const char *dir) {
+    double c6, c1;
+    if (c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
+    if (!train_job(c, dir, 1, &c1) || !train_job(c, dir, 6, &c6)) return NAN;
+    return 1e3 * (c6 - c1) / 5;
+}
+
+static int measure_train(const vcase *c, const char *dir, measured *m) {
+    char log[600];
+    double cpu;
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    m->cpu_ms = cpu_per_step_ms(c, dir);
+    unlink(log);
+    if (!train_job(c, dir, 6, &cpu)) return 0;
     FILE *f = fopen(log, "r");
     char line[65536];
     m->step_ms = 1e30;
@@ -160,18 +189,18 @@ static int write_tokens(const char *dir, cb_err *e) {
 static double rel(double pred, double meas) { return (pred - meas) / meas; }
 
 typedef struct tally {
-    double sum, worst;
-    int n, exact, nexact;
+    double sum, worst, cpu_sum, cpu_worst;
+    int n, exact, nexact, ncpu;
     double pred[NCASES], meas[NCASES]; /* seconds per token; NAN: not timed on 2 cores */
 } tally;
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
-    int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2;
+    int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
     double pb = p->tp_bytes + p->pp_bytes + p->dp_bytes, pc = p->tp_calls + p->pp_calls + p->dp_calls;
     /* train logs the model's planned activations, bench --tp-step adds the
      * layout's scratch */
-    double pa = over ? p->mem_act + p->mem_scratch : p->mem_act;
-    if (over) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
+    double pa = bench ? p->mem_act + p->mem_scratch : p->mem_act;
+    if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
     t->nexact++, t->exact += eq;
     printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
@@ -181,9 +210,16 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
         if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = m->step_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
-    } else
+        if (!isnan(m->cpu_ms)) {
+            double ec = rel(1e3 * p->step_s, m->cpu_ms);
+            t->cpu_sum += fabs(ec), t->ncpu++, t->cpu_worst = fmax(t->cpu_worst, fabs(ec));
+            printf(" cpu %8.2f %+6.1f%%", m->cpu_ms, 100 * ec);
+        }
+    } else if (!isnan(m->kcpu))
         printf("cpu  %8.2f %8.2f %+6.1f%%", 1e3 * p->compute_s, 1e3 * m->kcpu,
                100 * rel(p->compute_s, m->kcpu));
+    else
+        printf("%-32s", "(oversubscribed: counts only)");
     printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
            c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
 }
@@ -228,13 +264,13 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "are contended when it exceeds the cores); predicted vs measured\n"
                "  case                                        what  predicted measured  error\n",
                sysconf(_SC_NPROCESSORS_ONLN), load[0]);
-    tally t = {0, 0, 0, 0, 0, {0}, {0}};
+    tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
     for (int i = 0; i < NCASES && !rc; i++) {
         const vcase *c = &CASES[i];
         if (o->quick && !c->quick) continue;
         int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2 && c->tp > 1;
-        measured m = {0, 0, 0, NAN, NAN, NAN, 0};
+        measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
         cb_plan_pred p;
         predict(c, &cl[c->threads - 1], &p);
         if (!(over ? measure_tpstep(c, &m) : measure_train(c, dir, &m))) {
@@ -251,6 +287,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
                "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
                t.nexact);
+    if (!rc && t.ncpu)
+        printf("one process, one thread, against its CPU time per step (what the load does not "
+               "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
+               100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
     if (!rc && t.n) order(&t);
     return rc;
 }
