@@ -103,15 +103,17 @@ static double layer_fwd_s(const cb_plan_cluster *c, const cb_plan_layer *y, cons
 
 /* ------------------------------------------------------------ pipeline stages */
 
-/* Forward seconds of the items (embed, L blocks, head) and the contiguous
- * split into pp*v chunks with the smallest largest chunk (what a
- * compute-balanced partition gives); *first, *count: the blocks of the
- * slowest chunk and whether it holds the embedding / head. */
+/* The slowest chunk of a pipeline: its blocks, whether it holds the
+ * embedding / the head, and its forward seconds. */
 typedef struct stage {
     int blocks, embed, head;
     double fwd_s;
 } stage;
 
+/* The contiguous split of n items (forward seconds of the embedding, the
+ * blocks, the head) into `parts` chunks whose largest is smallest (what a
+ * compute-balanced partition gives), by dynamic programming; n <= 130,
+ * parts <= 64. */
 static stage slowest_stage(const double *item, int n, int parts) {
     /* best[k][i]: smallest max over the first i items in k parts */
     double best[65][130];
@@ -150,7 +152,9 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
     const cb_plan_layer *emb = &m->layer[0], *blk = &m->layer[1], *head = &m->layer[m->nlayer - 1];
     int L = blk->count, parts = l->pp * (l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1);
     double item[130];
-    if (L + 2 > 130 || parts > 64) parts = parts > 64 ? 64 : parts, L = L > 128 ? 128 : L;
+    /* deeper models are split as 128 blocks and scaled back below */
+    if (L > 128) L = 128;
+    if (parts > 64) parts = 64;
     item[0] = layer_fwd_s(j->cluster, emb, l, tok);
     for (int i = 0; i < L; i++) item[1 + i] = layer_fwd_s(j->cluster, blk, l, tok);
     item[L + 1] = layer_fwd_s(j->cluster, head, l, tok);
@@ -311,6 +315,7 @@ static int by_time(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Past cap the layouts are counted but not kept: the sort sees the first cap. */
 int cb_plan_enumerate(const cb_plan_job *j, int devices, double max_mem, int fixed_M,
                       cb_plan_choice *out, int cap) {
     enum_ctx x = {j, max_mem > 0 ? max_mem : j->cluster->memory_bytes, out, cap, 0};
