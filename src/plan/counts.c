@@ -1,7 +1,7 @@
 /* The exact per-rank costs of tensor parallelism: bytes sent and
  * collectives per layer type, parameter and activation bytes, for one
  * forward + backward of a GPT. They equal the counters of a real run
- * (tests/test_tp_compare.sh, tests/test_plan_counts.sh); `cubist bench
+ * (tests/test_tp_compare.sh, tests/test_plan.sh); `cubist bench
  * --tp-compare` prints both, and the planner builds its predictions on them.
  *
  * Units: elements unless noted; bytes = 4 x floats, 8 x doubles. Ring
