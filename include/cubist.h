@@ -164,6 +164,8 @@ typedef struct cb_tokens {
     const uint16_t *tok;
     size_t n;
     int format;
+    int tokenizer; /* llm.c header word 3 as `cubist prepare` writes it:
+                      1 byte, 2 gpt2; 0 not recorded */
     void *map;
     size_t maplen;
 } cb_tokens;
@@ -174,11 +176,15 @@ void cb_tokens_close(cb_tokens *t);
 /* Writes llm.c format atomically. */
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
 
-/* Byte-level tokenizer (vocab 256): token = byte. Splits text into a training
- * file and the last val_frac of it into a validation file (val_path may be
- * NULL for no split). */
-int cb_prepare_text(const char *text_path, const char *train_path,
-                    const char *val_path, double val_frac, cb_err *e);
+/* Tokenises a text with tokenizer "byte" (vocab 256: token = byte) or
+ * "gpt2" (GPT-2's BPE, vocab 50257, files encoder.json and vocab.bpe read
+ * from bpe_dir; NULL: the directory `make deps` fills). Splits the tokens
+ * into a training file and the last val_frac of them into a validation file
+ * (val_path may be NULL for no split). */
+int cb_prepare_text(const char *text_path, const char *train_path, const char *val_path,
+                    double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
+/* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
+const char *cb_tokenizer_tag_name(int tag);
 
 /* ---------------------------------------------------------------- your own models */
 /* A model is a graph declared once from cubist's parallel-aware layers:

@@ -1,5 +1,6 @@
 /* Token files. llm.c: 256 int32 header (magic 20240520, version 1, count),
- * then count uint16 tokens at byte 1024. nanoGPT: headerless uint16. Both
+ * then count uint16 tokens at byte 1024; cubist puts its tokenizer tag in
+ * word 3, which llm.c leaves 0. nanoGPT: headerless uint16. Both
  * are mapped read-only; tokens are used in place. */
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static const char *PREPARE_HINT = "run `cubist prepare` to make a token file";
 
 /* llm.c layout: header counts the tokens; extra bytes after them are ignored. */
 static int open_llmc(const char *path, cb_tokens *t, cb_err *e) {
-    int32_t h[3];
+    int32_t h[4];
     memcpy(h, t->map, sizeof h);
     if (h[1] != LLMC_VERSION)
         return cb_fail(e, CB_EINPUT, "%s: llm.c token file version %d; cubist reads version 1 (uint16 tokens): "
@@ -30,6 +31,7 @@ static int open_llmc(const char *path, cb_tokens *t, cb_err *e) {
     t->tok = (const uint16_t *)((const uint8_t *)t->map + LLMC_HEADER);
     t->n = count;
     t->format = CB_TOK_LLMC;
+    t->tokenizer = cb_tokenizer_tag_name(h[3]) ? h[3] : 0;
     return CB_OK;
 }
 
@@ -127,11 +129,21 @@ void cb_tokens_close(cb_tokens *t) {
     memset(t, 0, sizeof *t);
 }
 
-int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+const char *cb_tokenizer_tag_name(int tag) {
+    return tag == 1 ? "byte" : tag == 2 ? "gpt2" : NULL;
+}
+
+int cb_tokenizer_tag(const char *name) {
+    for (int tag = 1; tag <= 2; tag++)
+        if (name && !strcmp(name, cb_tokenizer_tag_name(tag))) return tag;
+    return 0;
+}
+
+int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, int tag, cb_err *e) {
     if (n > INT32_MAX)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
                        "split the text into shards", path, n);
-    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n};
+    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n, tag};
     int rc = fio_atomic_open(a, path, e);
     if (!rc) rc = fio_atomic_write(a, h, sizeof h, e);
     if (!rc && n) rc = fio_atomic_write(a, tok, n * sizeof *tok, e);
@@ -140,6 +152,6 @@ int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t
 
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
     fio_atomic a;
-    int rc = cb_tokens_stage(&a, path, tok, n, e);
+    int rc = cb_tokens_stage(&a, path, tok, n, 0, e);
     return rc ? rc : fio_atomic_commit(&a, e);
 }
