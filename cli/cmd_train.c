@@ -11,7 +11,9 @@ static const char EPILOG[] =
     "Model flags default to the checkpoint's sizes with --init/--resume, else to\n"
     "4 layers, d-model 128, 4 heads, seq-len 64, vocab 256.\n"
     "Sequential data (--shuffle 0): micro-batch k is the k-th run of B*T+1 tokens\n"
-    "from the start of the file (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "from the start of the stream (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "Shards (--data 'dir/*.bin' or a,b,c) are their concatenation in both modes;\n"
+    "a window may span two shards. They must share one format and tokenizer.\n"
     "--save F writes F (weights, Hugging Face GPT-2 names) and F.state (AdamW\n"
     "moments, step, RNG, data position); --resume F continues bit for bit.\n"
     "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
@@ -61,8 +63,9 @@ int cmd_train(int argc, char **argv) {
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
-        {"data", ARG_STR, &o.data, "training token file (llm.c or nanoGPT format)"},
-        {"val-data", ARG_STR, &o.val_data, "validation token file"},
+        {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
+         "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
+        {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
         {"layers", ARG_INT, &o.model.n_layer, "transformer blocks L"},
         {"d-model", ARG_INT, &o.model.d_model, "channels C"},
         {"heads", ARG_INT, &o.model.n_head, "attention heads (must divide d-model)"},

@@ -158,21 +158,30 @@ int cb_st_write(const char *path, const cb_st_entry *t, int n,
                 const char *const *meta, int nmeta, cb_err *e);
 
 /* Token files: llm.c (256 x int32 header, magic 20240520, version 1, count;
- * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. */
+ * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. A
+ * stream of several files (shards) reads as their concatenation. */
 enum { CB_TOK_LLMC = 1, CB_TOK_NANOGPT = 2 };
 typedef struct cb_tokens {
-    const uint16_t *tok;
-    size_t n;
+    const uint16_t *tok; /* one file: its n tokens; several: NULL (cb_tokens_read) */
+    size_t n;            /* tokens in the stream */
     int format;
     int tokenizer; /* llm.c header word 3 as `cubist prepare` writes it:
                       1 byte, 2 gpt2; 0 not recorded */
     void *map;
     size_t maplen;
+    int nshard;               /* > 1: the files, in stream order */
+    struct cb_tokens *shard;
+    size_t *start;            /* (nshard + 1) stream position of each file's first token */
 } cb_tokens;
 
-/* Opens and validates every token against vocab. */
+/* Opens and validates every token against vocab. path is one file, or a
+ * comma-separated list of files and glob patterns (each pattern's matches
+ * in sorted order): one stream. A pattern matching nothing, or files of
+ * different formats or tokenizers, is CB_EINPUT. */
 int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e);
 void cb_tokens_close(cb_tokens *t);
+/* Stream tokens [pos, pos + n) (pos + n <= t->n) into out (n), across files. */
+void cb_tokens_read(const cb_tokens *t, size_t pos, size_t n, int *out);
 /* Writes llm.c format atomically. */
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
 
