@@ -118,13 +118,16 @@ float cb_lr_at(const cb_adamw_config *c, int s);
 
 /* ---------------------------------------------------------------- formats */
 /* safetensors: 8-byte little-endian header length, JSON header, raw data.
- * Only F32 tensors are read and written. */
+ * F32, F16 and BF16 tensors are read (cb_st_read_f32 converts); F32 is
+ * written, and cb_st_convert turns a written file's tensors to F16/BF16. */
+enum { CB_ST_F32 = 0, CB_ST_F16 = 1, CB_ST_BF16 = 2 };
 typedef struct cb_st_tensor {
     char name[96];
     int ndim;
     int64_t shape[4];
     size_t offset; /* bytes from the start of the data section */
     size_t nbytes;
+    int dtype;     /* CB_ST_F32, CB_ST_F16, CB_ST_BF16 */
 } cb_st_tensor;
 
 typedef struct cb_st_file {
@@ -138,11 +141,22 @@ typedef struct cb_st_file {
 } cb_st_file;
 
 /* Opens and validates: header length within the file, JSON well-formed,
- * dtype F32, shape consistent with data_offsets, offsets inside the data
- * section. Messages name the file and the tensor. */
+ * dtype F32, F16 or BF16, shape consistent with data_offsets, offsets
+ * inside the data section. Messages name the file and the tensor. */
 int cb_st_open(const char *path, cb_st_file *f, cb_err *e);
 void cb_st_close(cb_st_file *f);
 const cb_st_tensor *cb_st_find(const cb_st_file *f, const char *name);
+/* A tensor under its GPT-2 name as published files spell it: name, else
+ * "transformer." name (Hugging Face's GPT2LMHeadModel state dict). */
+const cb_st_tensor *cb_st_find_hf(const cb_st_file *f, const char *name);
+/* Its elements as floats into out (nbytes / element size of them); F16
+ * and BF16 convert exactly. The data need not be aligned. */
+void cb_st_read_f32(const cb_st_file *f, const cb_st_tensor *t, float *out);
+/* Parses "fp32", "bf16" or "f16" (--save-dtype) into *dtype. */
+int cb_st_dtype_parse(const char *s, int *dtype, cb_err *e);
+/* Rewrites path (atomically) with every tensor in dtype, rounded to
+ * nearest even; metadata kept. CB_ST_F32 leaves the file as it is. */
+int cb_st_convert(const char *path, int dtype, cb_err *e);
 const char *cb_st_meta(const cb_st_file *f, const char *key);
 
 typedef struct cb_st_entry {

@@ -148,8 +148,8 @@ static void test_st_bad(void) {
     expect_bad_st("st_bad_json", p, "at byte 22");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 0, 16);
     expect_bad_st("st_bad_shape_vs_offsets", p, "span 12");
-    write_st_raw(p, "{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 0, 4);
-    expect_bad_st("st_bad_dtype_f16", p, "tensor 'w' has dtype F16; cubist reads only F32: convert the file to float32");
+    write_st_raw(p, "{\"w\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 0, 4);
+    expect_bad_st("st_bad_dtype_i8", p, "tensor 'w' has dtype I8; cubist reads F32, F16 and BF16: convert the file to float32");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 0, 8);
     expect_bad_st("st_bad_offsets_past_end", p, "truncated");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"

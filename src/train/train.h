@@ -32,6 +32,7 @@ typedef struct cb_train_opts {
     double bucket_mb;
     const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/train/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
+    const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
