@@ -7,6 +7,7 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */
 int cmd_bench_dp(int argc, char **argv);
 /* bench --tokenizer (cli/bench_tok.c) */
