@@ -50,6 +50,7 @@ for t in kjv unicode random; do
     else echo "FAIL bpe: $t.txt: ids differ from js-tiktoken's ($(tail -c +1025 $t.bin | cmp - $t.ref 2>&1 | head -1))"; fi
 done
 "$B/tests/test_bpe" "$BPE"
+"$C" prepare --input kjv.txt --output kjv_byte.bin >/dev/null || fixture_fail "prepare kjv bytes"
 
 # bad BPE directories: one line, exit 2, no output file
 mkdir nodir missing badjson badids badmerge
@@ -73,3 +74,21 @@ check_bad badmerge "badmerge/vocab.bpe: merge 100 "
 "$C" prepare --tokenizer gpt3 --input unicode.txt --output out.bin >/dev/null 2>err.txt
 [ $? -eq 2 ] && [ "$(wc -l < err.txt)" -eq 1 ] && grep -q "unknown tokenizer 'gpt3'" err.txt \
     && echo "PASS bpe: --tokenizer gpt3: exit 2, one line" || echo "FAIL bpe: --tokenizer gpt3: $(cat err.txt)"
+
+# the tokenizer travels: token file header -> checkpoint metadata -> sample
+M=(--layers 1 --d-model 16 --heads 2 --seq-len 16 --batch 2 --steps 0 --quiet --peak-gflops 100)
+if "$C" train "${M[@]}" --vocab 50257 --data unicode.bin --save bpe.st 2>err.txt \
+    && "$C" train "${M[@]}" --data kjv_byte.bin --save byte.st 2>>err.txt; then
+    head -c 400 bpe.st | grep -q '"tokenizer":"gpt2"' && head -c 400 byte.st | grep -q '"tokenizer":"byte"' \
+        && echo "PASS bpe: checkpoints record the tokenizer of their data (gpt2, byte)" \
+        || echo "FAIL bpe: checkpoint metadata lacks the tokenizer"
+    out=$("$C" sample --ckpt bpe.st --bpe-dir "$BPE" --prompt "In the beginning" --tokens 20 --seed 3 2>err.txt)
+    rc=$?
+    # decoded text starts with the prompt and is not the "id id id" form of an unknown tokenizer
+    if [ $rc -eq 0 ] && [[ "$out" == "In the beginning"* ]] && ! [[ "${out#In the beginning}" =~ ^([0-9]+\ )+$ ]] \
+        && [ ${#out} -gt 20 ]; then echo "PASS bpe: sample decodes a gpt2 checkpoint as text (${#out} characters)"
+    else echo "FAIL bpe: sample on the gpt2 checkpoint: exit $rc: $(head -c 200 err.txt) ${out:0:100}"; fi
+    "$C" sample --ckpt bpe.st --bpe-dir nodir --tokens 2 >/dev/null 2>err.txt
+    [ $? -eq 2 ] && [ "$(wc -l < err.txt)" -eq 1 ] && grep -q "nodir/encoder.json" err.txt \
+        && echo "PASS bpe: sample without the BPE files: exit 2, one line" || echo "FAIL bpe: sample --bpe-dir nodir: $(cat err.txt)"
+else echo "FAIL bpe: train --save on BPE and byte tokens: $(head -c 300 err.txt)"; fi
