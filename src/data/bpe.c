@@ -34,6 +34,7 @@ typedef struct bpe {
     uint8_t *bytes;
     uint16_t byte_id[256];
     uint8_t bmp[65536]; /* class of each BMP code point */
+    int16_t dec[324];   /* encoder.json's code points -> bytes (byte_decoder) */
     merge_slot *merges;
     cache_slot *cache;
     uint8_t *ckeys;
@@ -293,8 +294,6 @@ static int bpe_alloc(bpe *b, size_t pool, cb_err *e) {
 
 /* encoder.json's entries -> b->off, b->bytes (ordered by id). */
 static int read_entries(bpe *b, const json_val *root, const char *path, cb_err *e) {
-    int16_t dec[324];
-    byte_decoder(dec);
     uint32_t *len = calloc((size_t)b->V, sizeof *len);
     size_t *src = calloc((size_t)b->V, sizeof *src);
     uint8_t *tmp = malloc(b->off[b->V] + 1);
@@ -302,7 +301,7 @@ static int read_entries(bpe *b, const json_val *root, const char *path, cb_err *
     for (int i = 0, at = 0; i < root->n && !rc; i++) {
         const json_val *v = &root->v[i];
         int64_t id = v->type == JSON_INT ? v->i : -1;
-        int n = text_to_bytes(dec, root->k[i], strlen(root->k[i]), tmp + at);
+        int n = text_to_bytes(b->dec, root->k[i], strlen(root->k[i]), tmp + at);
         if (id < 0 || id >= b->V || len[id] || n <= 0)
             rc = cb_fail(e, CB_EINPUT, "%s: entry %d (\"%.32s\") is not a byte-level token with a new id "
                          "below %d; the file is corrupt: %s", path, i, root->k[i], b->V, BPE_FIX);
@@ -360,12 +359,10 @@ static int find_specials(bpe *b, const vocab_index *x, const char *dir, cb_err *
 
 /* One merge line "left right" -> the merges table at rank. */
 static int add_merge(bpe *b, const vocab_index *x, const char *line, size_t n, int rank, cb_err *e) {
-    int16_t dec[324];
-    byte_decoder(dec);
     const char *sp = memchr(line, ' ', n);
     uint8_t buf[4096]; /* GPT-2's longest merge line has 257 bytes */
-    int ln = sp && n < sizeof buf ? text_to_bytes(dec, line, (size_t)(sp - line), buf) : -1;
-    int rn = ln > 0 ? text_to_bytes(dec, sp + 1, n - (size_t)(sp - line) - 1, buf + ln) : -1;
+    int ln = sp && n < sizeof buf ? text_to_bytes(b->dec, line, (size_t)(sp - line), buf) : -1;
+    int rn = ln > 0 ? text_to_bytes(b->dec, sp + 1, n - (size_t)(sp - line) - 1, buf + ln) : -1;
     int32_t l = ln > 0 ? *index_find(b, x, buf, (size_t)ln) - 1 : -1;
     int32_t r = rn > 0 ? *index_find(b, x, buf + ln, (size_t)rn) - 1 : -1;
     int32_t id = l >= 0 && r >= 0 ? *index_find(b, x, buf, (size_t)(ln + rn)) - 1 : -1;
@@ -410,6 +407,7 @@ static void bpe_free(bpe *b) {
 
 static int bpe_load(bpe *b, const char *dir, cb_err *e) {
     for (uint32_t c = 0; c < 65536; c++) b->bmp[c] = (uint8_t)(c >= 0xd800 && c <= 0xdfff ? CL_O : class_of(c));
+    byte_decoder(b->dec);
     int rc = read_encoder(b, dir, e);
     if (rc) return rc;
     vocab_index x = {.mask = 1};
