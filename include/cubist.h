@@ -193,7 +193,7 @@ typedef struct cb_tokens {
  * in sorted order): one stream. A pattern matching nothing, or files of
  * different formats or tokenizers, is CB_EINPUT. */
 int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e);
-void cb_tokens_close(cb_tokens *t);
+void cb_tokens_close(cb_tokens *t); /* safe on a zeroed, never opened cb_tokens */
 /* Stream tokens [pos, pos + n) (pos + n <= t->n) into out (n), across files. */
 void cb_tokens_read(const cb_tokens *t, size_t pos, size_t n, int *out);
 /* Writes llm.c format atomically. */

@@ -400,8 +400,8 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         if (r.log) fclose(r.log);
         cb_comm_steplog_free(&r.comm);
         if (L) cb_layout_free(L);
-        if (data.map) cb_tokens_close(&data);
-        if (val.map) cb_tokens_close(&val);
+        cb_tokens_close(&data); /* safe when nothing was opened */
+        cb_tokens_close(&val);
         cb_grid_free(&g);
         return rc;
     }
@@ -427,8 +427,8 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_comm_steplog_free(&r.comm);
     cb_trainer_free(&t);
     if (L) cb_layout_free(L);
-    if (data.map) cb_tokens_close(&data);
-    if (val.map) cb_tokens_close(&val);
+    cb_tokens_close(&data);
+    cb_tokens_close(&val);
     if (w) cb_grid_free(&g);
     return rc;
 }
