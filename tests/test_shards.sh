@@ -9,7 +9,7 @@
 set -u
 BUILD=${BUILD:-build}
 case $BUILD in /*) C=$BUILD/cubist ;; *) C="$(pwd)/$BUILD/cubist" ;; esac
-d=${KEEP:-$(mktemp -d)}; [ -n "${KEEP:-}" ] || trap 'rm -rf "$d"' EXIT
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
 fixture_fail() { echo "FAIL shards: fixture: $*"; exit 1; }
 head -c 30000 /dev/urandom | base64 > text.txt
