@@ -36,14 +36,13 @@ typedef struct bench_result {
     double graph_tokens_per_s; /* --graph */
 } bench_result;
 
-/* Default script location: <dir of the binary>/../bench/torch_bench.py */
-static void default_script(char *buf, size_t n) {
+void cli_bench_file(char *buf, size_t n, const char *name) {
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    snprintf(buf, n, "%s/../bench/torch_bench.py", exe);
+    snprintf(buf, n, "%s/../bench/%s", exe, name);
 }
 
 /* One line of the PyTorch script's output: its JSON figures, or anything
@@ -283,7 +282,8 @@ static const char BENCH_EPILOG[] =
     "  cubist bench --tp-compare-only 3d:8     some of those configurations (MODE:P,...)\n"
     "  cubist bench --tp-step                  (the child job of --tp-compare)\n"
     "  cubist bench --pipeline                 schedules x stages x micro-batches\n"
-    "  cubist bench --recompute-compare        activation recompute none/block/selective\n";
+    "  cubist bench --recompute-compare        activation recompute none/block/selective\n"
+    "  cubist bench --tokenizer --text FILE    GPT-2 BPE encoding MB/s vs js-tiktoken\n";
 
 int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
 int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
@@ -297,11 +297,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--tp-compare") || !strcmp(argv[i], "--tp-compare-only") ||
             !strcmp(argv[i], "--tp-step"))
             return cmd_bench_tp(argc, argv);
+    for (int i = 0; i < argc; i++) /* GPT-2's BPE against js-tiktoken: cli/bench_tok.c */
+        if (!strcmp(argv[i], "--tokenizer")) return cmd_bench_tok(argc, argv);
     for (int i = 0; i < argc; i++) /* the pipeline schedules: cli/bench_pp.c */
         if (!strcmp(argv[i], "--pipeline") || !strcmp(argv[i], "--recompute-compare"))
             return cmd_bench_pp(argc, argv);
     char script[PATH_MAX + 32];
-    default_script(script, sizeof script);
+    cli_bench_file(script, sizeof script, "torch_bench.py");
     bench_opts b = {.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
                     .torch_script = script};

@@ -11,9 +11,18 @@ static const char EPILOG[] =
     "Model flags default to the checkpoint's sizes with --init/--resume, else to\n"
     "4 layers, d-model 128, 4 heads, seq-len 64, vocab 256.\n"
     "Sequential data (--shuffle 0): micro-batch k is the k-th run of B*T+1 tokens\n"
-    "from the start of the file (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "from the start of the stream (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "Shards (--data 'dir/*.bin' or a,b,c) are their concatenation in both modes;\n"
+    "a window may span two shards. They must share one format and tokenizer.\n"
     "--save F writes F (weights, Hugging Face GPT-2 names) and F.state (AdamW\n"
     "moments, step, RNG, data position); --resume F continues bit for bit.\n"
+    "--save-dtype bf16|f16 writes F's tensors in that dtype (export, rounded to\n"
+    "nearest even; F.state stays fp32, and a resume starts from the rounded weights).\n"
+    "--init reads published GPT-2 files too: Hugging Face safetensors with or\n"
+    "without the \"transformer.\" prefix, F32/F16/BF16 (converted to fp32), the\n"
+    "attn.bias/attn.masked_bias buffers and lm_head.weight ignored (the head is\n"
+    "tied to wte); vocab 50257 (a layout pads it internally, saves drop the pad).\n"
+    "Files without cubist metadata need --heads (GPT-2 124M: 12).\n"
     "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
     "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
@@ -62,8 +71,9 @@ int cmd_train(int argc, char **argv) {
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
-        {"data", ARG_STR, &o.data, "training token file (llm.c or nanoGPT format)"},
-        {"val-data", ARG_STR, &o.val_data, "validation token file"},
+        {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
+         "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
+        {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
         {"layers", ARG_INT, &o.model.n_layer, "transformer blocks L"},
         {"d-model", ARG_INT, &o.model.d_model, "channels C"},
         {"heads", ARG_INT, &o.model.n_head, "attention heads (must divide d-model)"},
@@ -86,6 +96,7 @@ int cmd_train(int argc, char **argv) {
         {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
         {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
         {"save-every", ARG_INT, &o.save_every, "also save every N steps"},
+        {"save-dtype", ARG_STR, &o.save_dtype, "weights file of --save in fp32, bf16 or f16 (fp32)"},
         {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
         {"exit-after", ARG_INT, &o.exit_after, "stop and save after N steps of this run"},
         {"log", ARG_STR, &o.log, "JSONL log, one object per step"},

@@ -118,13 +118,16 @@ float cb_lr_at(const cb_adamw_config *c, int s);
 
 /* ---------------------------------------------------------------- formats */
 /* safetensors: 8-byte little-endian header length, JSON header, raw data.
- * Only F32 tensors are read and written. */
+ * F32, F16 and BF16 tensors are read (cb_st_read_f32 converts); F32 is
+ * written, and cb_st_convert turns a written file's tensors to F16/BF16. */
+enum { CB_ST_F32 = 0, CB_ST_F16 = 1, CB_ST_BF16 = 2 };
 typedef struct cb_st_tensor {
     char name[96];
     int ndim;
     int64_t shape[4];
     size_t offset; /* bytes from the start of the data section */
     size_t nbytes;
+    int dtype;     /* CB_ST_F32, CB_ST_F16, CB_ST_BF16 */
 } cb_st_tensor;
 
 typedef struct cb_st_file {
@@ -138,11 +141,22 @@ typedef struct cb_st_file {
 } cb_st_file;
 
 /* Opens and validates: header length within the file, JSON well-formed,
- * dtype F32, shape consistent with data_offsets, offsets inside the data
- * section. Messages name the file and the tensor. */
+ * dtype F32, F16 or BF16, shape consistent with data_offsets, offsets
+ * inside the data section. Messages name the file and the tensor. */
 int cb_st_open(const char *path, cb_st_file *f, cb_err *e);
 void cb_st_close(cb_st_file *f);
 const cb_st_tensor *cb_st_find(const cb_st_file *f, const char *name);
+/* A tensor under its GPT-2 name as published files spell it: name, else
+ * "transformer." name (Hugging Face's GPT2LMHeadModel state dict). */
+const cb_st_tensor *cb_st_find_hf(const cb_st_file *f, const char *name);
+/* Its elements as floats into out (nbytes / element size of them); F16
+ * and BF16 convert exactly. The data need not be aligned. */
+void cb_st_read_f32(const cb_st_file *f, const cb_st_tensor *t, float *out);
+/* Parses "fp32", "bf16" or "f16" (--save-dtype) into *dtype. */
+int cb_st_dtype_parse(const char *s, int *dtype, cb_err *e);
+/* Rewrites path (atomically) with every tensor in dtype, rounded to
+ * nearest even; metadata kept. CB_ST_F32 leaves the file as it is. */
+int cb_st_convert(const char *path, int dtype, cb_err *e);
 const char *cb_st_meta(const cb_st_file *f, const char *key);
 
 typedef struct cb_st_entry {
@@ -158,27 +172,42 @@ int cb_st_write(const char *path, const cb_st_entry *t, int n,
                 const char *const *meta, int nmeta, cb_err *e);
 
 /* Token files: llm.c (256 x int32 header, magic 20240520, version 1, count;
- * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. */
+ * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. A
+ * stream of several files (shards) reads as their concatenation. */
 enum { CB_TOK_LLMC = 1, CB_TOK_NANOGPT = 2 };
 typedef struct cb_tokens {
-    const uint16_t *tok;
-    size_t n;
+    const uint16_t *tok; /* one file: its n tokens; several: NULL (cb_tokens_read) */
+    size_t n;            /* tokens in the stream */
     int format;
+    int tokenizer; /* llm.c header word 3 as `cubist prepare` writes it:
+                      1 byte, 2 gpt2; 0 not recorded */
     void *map;
     size_t maplen;
+    int nshard;               /* > 1: the files, in stream order */
+    struct cb_tokens *shard;
+    size_t *start;            /* (nshard + 1) stream position of each file's first token */
 } cb_tokens;
 
-/* Opens and validates every token against vocab. */
+/* Opens and validates every token against vocab. path is one file, or a
+ * comma-separated list of files and glob patterns (each pattern's matches
+ * in sorted order): one stream. A pattern matching nothing, or files of
+ * different formats or tokenizers, is CB_EINPUT. */
 int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e);
-void cb_tokens_close(cb_tokens *t);
+void cb_tokens_close(cb_tokens *t); /* safe on a zeroed, never opened cb_tokens */
+/* Stream tokens [pos, pos + n) (pos + n <= t->n) into out (n), across files. */
+void cb_tokens_read(const cb_tokens *t, size_t pos, size_t n, int *out);
 /* Writes llm.c format atomically. */
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
 
-/* Byte-level tokenizer (vocab 256): token = byte. Splits text into a training
- * file and the last val_frac of it into a validation file (val_path may be
- * NULL for no split). */
-int cb_prepare_text(const char *text_path, const char *train_path,
-                    const char *val_path, double val_frac, cb_err *e);
+/* Tokenises a text with tokenizer "byte" (vocab 256: token = byte) or
+ * "gpt2" (GPT-2's BPE, vocab 50257, files encoder.json and vocab.bpe read
+ * from bpe_dir; NULL: the directory `make deps` fills). Splits the tokens
+ * into a training file and the last val_frac of them into a validation file
+ * (val_path may be NULL for no split). */
+int cb_prepare_text(const char *text_path, const char *train_path, const char *val_path,
+                    double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
+/* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
+const char *cb_tokenizer_tag_name(int tag);
 
 /* ---------------------------------------------------------------- your own models */
 /* A model is a graph declared once from cubist's parallel-aware layers:

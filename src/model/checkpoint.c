@@ -46,7 +46,7 @@ int gpt_load_block(const cb_gpt *m, float *block, const char *prefix, const cb_s
 
 /* Without metadata (a file from elsewhere), the sizes follow from shapes. */
 static int infer_config(const cb_st_file *f, const char *path, cb_gpt_config *c, cb_err *e) {
-    const cb_st_tensor *wte = cb_st_find(f, "wte.weight"), *wpe = cb_st_find(f, "wpe.weight");
+    const cb_st_tensor *wte = cb_st_find_hf(f, "wte.weight"), *wpe = cb_st_find_hf(f, "wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
         return cb_fail(e, CB_EINPUT,
                        "%s: no wte.weight/wpe.weight tensors; is this a GPT-2 safetensors file?",
@@ -58,7 +58,7 @@ static int infer_config(const cb_st_file *f, const char *path, cb_gpt_config *c,
     char name[64];
     for (;;) {
         snprintf(name, sizeof name, "h.%d.ln_1.weight", c->n_layer);
-        if (!cb_st_find(f, name)) break;
+        if (!cb_st_find_hf(f, name)) break;
         c->n_layer++;
     }
     if (c->n_head < 1)

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train/train.h"
+
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
 void cb_pp_opts_defaults(cb_pp_opts *o) {
@@ -326,7 +328,7 @@ static int save_parts(cb_pp_trainer *t, const char *path, const char *const *met
         const float *w = grads ? m->grads : m->params;
         const char *none = "";
         cb_pp_part_path(pp, sizeof pp, path, vs);
-        int r = gpt_save_blocks(m, 1, &w, &none, pp, meta, meta ? 1 : 0, e); /* + the id */
+        int r = gpt_save_blocks(m, 1, &w, &none, pp, meta, meta ? CB_WEIGHTS_NMETA : 0, e); /* id, tokenizer */
         if (!r && meta) {
             size_t n = cb_gpt_num_params(m);
             const float *b[2] = {full ? full : t->opt[c].m, full ? full + n : t->opt[c].v};

@@ -87,7 +87,8 @@ static int check_words(const cb_train_opts *o, cb_err *e) {
     if (o->zero != 0 && o->zero != 1)
         return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
                        o->zero);
-    int mode;
+    int mode, dtype;
+    if (cb_st_dtype_parse(o->save_dtype, &dtype, e)) return CB_EINPUT;
     return cb_dp_embed_parse(o->embed_grad, &mode, e);
 }
 

@@ -125,6 +125,16 @@ static int agree(cb_comm *w, int rc, cb_err *e) {
     return cb_comm_agree_err(w, e);
 }
 
+/* After a save (result rc, agreed): --save-dtype bf16|f16 rewrites the
+ * weights file in that dtype (export; F.state keeps the fp32 moments). */
+static int export_dtype(cb_comm *w, const cb_train_opts *o, int rc, cb_err *e) {
+    int dtype = CB_ST_F32;
+    cb_st_dtype_parse(o->save_dtype, &dtype, e); /* checked with the flags */
+    if (rc || dtype == CB_ST_F32) return rc;
+    if (!w || w->rank == 0) rc = cb_st_convert(o->save, dtype, e);
+    return agree(w, rc, e);
+}
+
 /* One step's log object and progress line; extra (may be empty) is appended
  * to the object, e.g. the pipeline's per-stage fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
@@ -176,12 +186,14 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
             vl = cb_trainer_eval(t, val, o->eval_batches);
         report(o, t->step, r, &st, vl, act);
         if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
-            int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
+            cb_comm *w = r->grid ? &r->grid->world : NULL;
+            int rc = export_dtype(w, o, agree(w, cb_trainer_save(t, o->save, e), e), e);
             if (rc) return rc;
         }
     }
     if (!o->save) return CB_OK;
-    return agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
+    cb_comm *w = r->grid ? &r->grid->world : NULL;
+    return export_dtype(w, o, agree(w, cb_trainer_save(t, o->save, e), e), e);
 }
 
 static int open_log(const char *path, FILE **f, cb_err *e);
@@ -236,11 +248,12 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
         report(o, step, r, &st, vl, extra);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
-            int rc = agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e);
+            int rc = export_dtype(w, o, agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e), e);
             if (rc) return rc;
         }
     }
-    return o->save ? agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e) : CB_OK;
+    if (!o->save) return CB_OK;
+    return export_dtype(w, o, agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e), e);
 }
 
 /* Collective over the pipeline group; world rank 0 prints. */
@@ -387,8 +400,8 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         if (r.log) fclose(r.log);
         cb_comm_steplog_free(&r.comm);
         if (L) cb_layout_free(L);
-        if (data.map) cb_tokens_close(&data);
-        if (val.map) cb_tokens_close(&val);
+        cb_tokens_close(&data); /* safe when nothing was opened */
+        cb_tokens_close(&val);
         cb_grid_free(&g);
         return rc;
     }
@@ -414,8 +427,8 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_comm_steplog_free(&r.comm);
     cb_trainer_free(&t);
     if (L) cb_layout_free(L);
-    if (data.map) cb_tokens_close(&data);
-    if (val.map) cb_tokens_close(&val);
+    cb_tokens_close(&data);
+    cb_tokens_close(&val);
     if (w) cb_grid_free(&g);
     return rc;
 }

@@ -28,6 +28,7 @@ void cb_train_defaults(cb_train_opts *o) {
     o->bucket_mb = 25;
     o->embed_grad = "auto";
     o->tp3d_save = "gathered";
+    o->save_dtype = "fp32";
     cb_pp_opts_defaults(&o->pipe);
 }
 
@@ -210,7 +211,7 @@ int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e) {
     cb_state_meta(&text, meta, t->step, t->opt.t, &t->loader, t->tokens);
     const float *w = t->model->params;
     const char *none = "";
-    int rc = gpt_save_blocks(t->model, 1, &w, &none, path, meta, 1, e);
+    int rc = gpt_save_blocks(t->model, 1, &w, &none, path, meta, CB_WEIGHTS_NMETA, e);
     char *sp = state_path(path);
     if (!sp) rc = rc ? rc : cb_fail(e, CB_ENOMEM, "out of memory");
     size_t n = cb_gpt_num_params(t->model);
@@ -236,12 +237,14 @@ static void new_ckpt_id(char *out, size_t cap) {
 void cb_state_meta(cb_state_text *text, const char *meta[2 * CB_STATE_NMETA], int step,
                    int adam_t, const cb_loader *ld, uint64_t tokens) {
     new_ckpt_id(text->v[0], sizeof text->v[0]);
-    snprintf(text->v[1], sizeof text->v[1], "%d", step);
-    snprintf(text->v[2], sizeof text->v[2], "%d", adam_t);
-    snprintf(text->v[3], sizeof text->v[3], "%" PRIu64, ld->k);
-    snprintf(text->v[4], sizeof text->v[4], "%" PRIu64, ld->rng.s);
-    snprintf(text->v[5], sizeof text->v[5], "%" PRIu64, tokens);
-    const char *keys[CB_STATE_NMETA] = {"ckpt_id", "step", "adam_t", "data_k", "data_rng", "tokens"};
+    const char *tk = ld->tok ? cb_tokenizer_tag_name(ld->tok->tokenizer) : NULL;
+    snprintf(text->v[1], sizeof text->v[1], "%s", tk ? tk : "unknown");
+    snprintf(text->v[2], sizeof text->v[2], "%d", step);
+    snprintf(text->v[3], sizeof text->v[3], "%d", adam_t);
+    snprintf(text->v[4], sizeof text->v[4], "%" PRIu64, ld->k);
+    snprintf(text->v[5], sizeof text->v[5], "%" PRIu64, ld->rng.s);
+    snprintf(text->v[6], sizeof text->v[6], "%" PRIu64, tokens);
+    const char *keys[CB_STATE_NMETA] = {"ckpt_id", "tokenizer", "step", "adam_t", "data_k", "data_rng", "tokens"};
     for (int i = 0; i < CB_STATE_NMETA; i++) {
         meta[2 * i] = keys[i];
         meta[2 * i + 1] = text->v[i];

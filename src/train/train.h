@@ -32,6 +32,7 @@ typedef struct cb_train_opts {
     double bucket_mb;
     const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/train/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
+    const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
@@ -84,10 +85,13 @@ float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n);
  * meta[2 * CB_STATE_NMETA]; text holds the values. The first pair is the
  * checkpoint id, a fresh random value per save that the weights file
  * carries too: F and F.state are renamed one after the other, and a crash
- * between the renames leaves a pair whose ids differ. Then step, AdamW
- * update count, data position, data RNG and tokens trained since step 0.
+ * between the renames leaves a pair whose ids differ. Then the data's
+ * tokenizer (what `cubist sample` decodes with), step, AdamW update count,
+ * data position, data RNG and tokens trained since step 0. The weights file
+ * carries the first CB_WEIGHTS_NMETA pairs (the id and the tokenizer).
  * cb_state_read is the inverse. */
-#define CB_STATE_NMETA 6
+#define CB_STATE_NMETA 7
+#define CB_WEIGHTS_NMETA 2
 typedef struct cb_state_text {
     char v[CB_STATE_NMETA][24];
 } cb_state_text;
