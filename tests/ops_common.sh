@@ -28,3 +28,6 @@ same_ckpt() { # a b: weights and state equal byte for byte but for the id
 }
 # pending or temporary checkpoint files in a directory (a save in flight)
 pending() { compgen -G "$1/*.tmp" >/dev/null || compgen -G "$1/*.next*" >/dev/null; }
+# tests/fs_shim.c: slow or failing writes to chosen files (LD_PRELOAD)
+SHIM=$d/fs_shim.so
+${CC:-cc} -shared -fPIC -O1 "$ROOT/tests/fs_shim.c" -o "$SHIM" -ldl || { echo "FAIL ops: building tests/fs_shim.c"; exit 1; }
