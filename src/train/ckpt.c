@@ -70,6 +70,9 @@ static int settle(const char *w, cb_err *e) {
                                          "two, or one was copied over; resume from a matching "
                                          "pair (or start again with --init %s)",
                            w, iw[0] ? iw : "missing", s, is[0] ? is : "missing", w);
+        if (access(w, F_OK) && access(wn, F_OK))
+            return cb_fail(e, CB_EINPUT, "%s: cannot open: %s; check the path (a checkpoint "
+                                         "file, or the --save DIR/ of a run)", w, strerror(ENOENT));
         return cb_fail(e, CB_EINPUT, "%s: no complete checkpoint (weights and .state with one "
                                      "checkpoint id); pass another --resume", w);
     }
