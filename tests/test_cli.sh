@@ -209,11 +209,13 @@ for cmd in train sample prepare bench; do
     sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/README.md")
     helpflags=$("$C" $cmd --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | sort -u)
     readme=$(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$sec" | sort -u)
-    undoc=$(comm -23 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
+    # a flag documented in the README section or in the reference docs/*.md
+    docs=$(cat "$ROOT"/docs/*.md | grep -oE -- '--[a-z0-9][a-z0-9-]*' | sort -u)
+    undoc=$(comm -23 <(echo "$helpflags") <(printf '%s\n%s\n' "$readme" "$docs" | sort -u) | tr '\n' ' ')
     unknown=$(comm -13 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
     stale=$("$C" $cmd --help | grep -i "not implemented")
-    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the README section" \
-        || fail "cubist $cmd --help: flags missing from README '### cubist $cmd': '$undoc' ${stale:+stale: $stale}"
+    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the README section or docs/" \
+        || fail "cubist $cmd --help: flags missing from README '### cubist $cmd' and docs/: '$undoc' ${stale:+stale: $stale}"
     # README flags of the section that no --help lists (bench modes live in their own --help)
     others=$("$C" $cmd --help; [ $cmd = bench ] && for m in --allreduce --tp-compare --pipeline; do "$C" bench $m --help; done)
     missing=""

@@ -47,9 +47,22 @@ static int move(const char *from, const char *to, cb_err *e) {
     return CB_OK;
 }
 
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* One-file checkpoints: each file is atomic, W.next complete once it exists. */
+static int settle_single(const char *w, cb_err *e) {
+    char wn[CKPT_PATH + 16];
+    snprintf(wn, sizeof wn, "%s.next", w);
+    if (exists(wn)) return move(wn, w, e);
+    if (exists(w)) return CB_OK;
+    return cb_fail(e, CB_EINPUT, "%s: cannot open: %s; check the path (a checkpoint file, or the "
+                                 "--save DIR/ of a run)", w, strerror(ENOENT));
+}
+
 /* Leaves a complete pair at W, W.state if one of the three exists (ckpt.h);
  * CB_EINPUT when none does. */
-static int settle(const char *w, cb_err *e) {
+static int settle(const char *w, int single, cb_err *e) {
+    if (single) return settle_single(w, e);
     char wn[CKPT_PATH + 16], sn[CKPT_PATH + 16], s[CKPT_PATH + 16];
     char iw[32], is[32], iwn[32], isn[32];
     snprintf(wn, sizeof wn, "%s.next", w);
@@ -70,7 +83,7 @@ static int settle(const char *w, cb_err *e) {
                                          "two, or one was copied over; resume from a matching "
                                          "pair (or start again with --init %s)",
                            w, iw[0] ? iw : "missing", s, is[0] ? is : "missing", w);
-        if (access(w, F_OK) && access(wn, F_OK))
+        if (!exists(w) && !exists(wn))
             return cb_fail(e, CB_EINPUT, "%s: cannot open: %s; check the path (a checkpoint "
                                          "file, or the --save DIR/ of a run)", w, strerror(ENOENT));
         return cb_fail(e, CB_EINPUT, "%s: no complete checkpoint (weights and .state with one "
@@ -149,13 +162,13 @@ static int *list_steps(const char *dir, int *n) {
 /* Newest complete checkpoint in dir into out; keep > 0 drops those beyond
  * the newest keep complete ones, and every incomplete one older than the
  * newest complete. */
-static int scan_dir(const char *dir, char *out, size_t cap, int keep, cb_err *e) {
+static int scan_dir(const char *dir, int single, char *out, size_t cap, int keep, cb_err *e) {
     int n, found = 0, *steps = list_steps(dir, &n);
     char w[CKPT_PATH];
     cb_err ignore;
     for (int i = 0; i < n; i++) {
         step_path(w, sizeof w, dir, steps[i]);
-        int ok = !settle(w, &ignore);
+        int ok = !settle(w, single, &ignore);
         if (ok && !found++) snprintf(out, cap, "%s", w);
         if (keep > 0 && found && (!ok || found > keep)) drop(w);
     }
@@ -174,11 +187,11 @@ static int agree(cb_comm *w, int rc, cb_err *e) {
 
 static int is_root(cb_comm *w) { return !w || w->rank == 0; }
 
-int cb_ckpt_find(cb_comm *w, const char *arg, char *out, size_t cap, cb_err *e) {
+int cb_ckpt_find(cb_comm *w, const char *arg, int single, char *out, size_t cap, cb_err *e) {
     int rc = CB_OK;
     if (is_root(w)) {
-        if (cb_ckpt_is_dir(arg)) rc = scan_dir(arg, out, cap, 0, e);
-        else if (!(rc = settle(arg, e))) snprintf(out, cap, "%s", arg);
+        if (cb_ckpt_is_dir(arg)) rc = scan_dir(arg, single, out, cap, 0, e);
+        else if (!(rc = settle(arg, single, e))) snprintf(out, cap, "%s", arg);
     }
     rc = agree(w, rc, e);
     if (!rc && w) cb_comm_bcast_bytes(w, CB_COMM_CONTROL, out, cap, 0);
@@ -192,18 +205,18 @@ static int prepare(const cb_ckpt_opts *o, const char *target, cb_err *e) {
         return cb_fail(e, CB_ESYS, "--save %s: cannot create the directory: %s", o->save,
                        strerror(errno));
     cb_err ignore;
-    settle(target, &ignore); /* a commit cut short is finished, not lost */
+    settle(target, o->single, &ignore); /* a commit cut short is finished, not lost */
     cb_ckpt_clean(target);
     return CB_OK;
 }
 
 static int commit(const cb_ckpt_opts *o, const char *target, cb_err *e) {
-    int rc = settle(target, e);
+    int rc = settle(target, o->single, e);
     if (rc) return cb_fail(e, CB_EINTERNAL, "%s: the writers finished but the pair is not "
                                             "complete (internal error)", target);
     char newest[CKPT_PATH];
     if (cb_ckpt_is_dir(o->save) && o->keep_last > 0)
-        rc = scan_dir(o->save, newest, sizeof newest, o->keep_last, e);
+        rc = scan_dir(o->save, o->single, newest, sizeof newest, o->keep_last, e);
     return rc;
 }
 

@@ -27,10 +27,15 @@
 typedef struct cb_ckpt_opts {
     const char *save; /* FILE or DIR */
     int keep_last;    /* DIR only; 0 keeps every checkpoint */
+    int single;       /* 1: a checkpoint is one file, W (the graph engine's
+                         cb_model_save_checkpoint: weights and moments in one
+                         atomic file); the writer writes W.next, the commit
+                         renames it, and no .state is involved */
 } cb_ckpt_opts;
 
 /* Writes the weights to path and the state to path.state (a writer for
- * cubist train's trainers, or any other pair with equal ckpt_id). */
+ * cubist train's trainers, or any other pair with equal ckpt_id); with
+ * single, the one file path. */
 typedef int (*cb_ckpt_writer)(void *ctx, const char *path, cb_err *e);
 
 /* Collective over w (NULL: one process): the checkpoint of step through
@@ -39,7 +44,7 @@ int cb_ckpt_save(cb_comm *w, const cb_ckpt_opts *o, int step, cb_ckpt_writer wri
                  char *saved, size_t cap, cb_err *e);
 /* Collective over w: the newest complete checkpoint under arg (a DIR, or a
  * weights FILE), pending renames finished; its weights path into out. */
-int cb_ckpt_find(cb_comm *w, const char *arg, char *out, size_t cap, cb_err *e);
+int cb_ckpt_find(cb_comm *w, const char *arg, int single, char *out, size_t cap, cb_err *e);
 /* Is --save path the directory form? */
 int cb_ckpt_is_dir(const char *path);
 /* Removes every pending (.next) and temporary (.tmp) file of W, e.g. after

@@ -171,7 +171,7 @@ static cb_comm *world_of(run_state *r) { return r->grid ? &r->grid->world : NULL
 
 static int save(run_state *r, const cb_train_opts *o, int step, cb_ckpt_writer wr, void *ctx,
                 char *saved, size_t cap, cb_err *e) {
-    cb_ckpt_opts co = {o->save, o->keep_last};
+    cb_ckpt_opts co = {o->save, o->keep_last, 0};
     return cb_ckpt_save(world_of(r), &co, step, wr, ctx, saved, cap, e);
 }
 
@@ -465,7 +465,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_stop_install(signo);
     cb_comm_set_stall_timeout(o.stall_timeout < 0 ? 600 : o.stall_timeout);
     char ck[4096]; /* --resume DIR: its newest complete checkpoint */
-    if (o.resume && (rc = cb_ckpt_find(w, o.resume, ck, sizeof ck, e))) return rc;
+    if (o.resume && (rc = cb_ckpt_find(w, o.resume, 0, ck, sizeof ck, e))) return rc;
     if (o.resume) o.resume = ck;
     rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
