@@ -39,28 +39,30 @@ static void mark(int fd, const char *path) {
     if (fd >= 0 && fd < (int)sizeof marked) marked[fd] = (char)matches(path);
 }
 
-int open(const char *path, int flags, ...) {
-    static int (*real)(const char *, int, ...);
-    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = (mode_t)va_arg(ap, int);
-    va_end(ap);
-    int fd = real(path, flags, mode);
+typedef int (*open_fn)(const char *, int, ...);
+
+static int opened(open_fn *real, const char *sym, const char *path, int flags, mode_t mode) {
+    if (!*real) *real = (open_fn)dlsym(RTLD_NEXT, sym);
+    int fd = (*real)(path, flags, mode);
     mark(fd, path);
     return fd;
 }
 
-int open64(const char *path, int flags, ...) {
-    static int (*real)(const char *, int, ...);
-    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open64");
+/* the mode argument is read whatever the flags: harmless when absent */
+#define MODE(flags) (va_start(ap, flags), m = (mode_t)va_arg(ap, int), va_end(ap), m)
+
+int open(const char *path, int flags, ...) {
+    static open_fn real;
     va_list ap;
-    va_start(ap, flags);
-    mode_t mode = (mode_t)va_arg(ap, int);
-    va_end(ap);
-    int fd = real(path, flags, mode);
-    mark(fd, path);
-    return fd;
+    mode_t m;
+    return opened(&real, "open", path, flags, MODE(flags));
+}
+
+int open64(const char *path, int flags, ...) {
+    static open_fn real;
+    va_list ap;
+    mode_t m;
+    return opened(&real, "open64", path, flags, MODE(flags));
 }
 
 ssize_t write(int fd, const void *buf, size_t n) {
