@@ -31,3 +31,14 @@ pending() { compgen -G "$1/*.tmp" >/dev/null || compgen -G "$1/*.next*" >/dev/nu
 # tests/fs_shim.c: slow or failing writes to chosen files (LD_PRELOAD)
 SHIM=$d/fs_shim.so
 ${CC:-cc} -shared -fPIC -O1 "$ROOT/tests/fs_shim.c" -o "$SHIM" -ldl || { echo "FAIL ops: building tests/fs_shim.c"; exit 1; }
+# the cubist processes under a launcher's pid (OpenMPI's ranks are its
+# children, MPICH's the children of hydra's proxies), in pid order; by
+# executable, since cubist re-executes itself (its name becomes "exe")
+CREAL=$(readlink -f "$C")
+ranks_of() {
+    local p kids; kids=$(pgrep -P "$1")
+    for p in $kids; do
+        [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$CREAL" ] && echo "$p"
+        ranks_of "$p"
+    done | sort -n
+}

@@ -36,7 +36,7 @@ kill_loop() {
         else
             sleep "0.0$((RANDOM % 10))"
         fi
-        if [ "$#" -gt 0 ]; then kill -9 $(pgrep -P $pid) $pid 2>/dev/null; else kill -9 $pid 2>/dev/null; fi
+        if [ "$#" -gt 0 ]; then kill -9 $(ranks_of $pid) $pid 2>/dev/null; else kill -9 $pid 2>/dev/null; fi
         wait $pid 2>/dev/null; rc=$?
         pending ck && inside=$((inside + 1))
         if [ $rc -ne 137 ] && [ $rc -ne 0 ]; then bad=$((bad + 1)); echo "  run $k exited $rc: $(head -c 300 err.txt)"; fi

@@ -24,7 +24,7 @@ rank_of() { tr '\0' '\n' < "/proc/$1/environ" | sed -nE 's/^(OMPI_COMM_WORLD_RAN
 "${launch[@]}" -np 4 "$C" train "${TINY[@]}" "${TP[@]}" --steps 400 --save ck/ --log s.jsonl 2>s.err &
 m=$!
 wait_step s.jsonl 3 $m
-kill -TERM $(pgrep -P $m)
+kill -TERM $(ranks_of $m)
 wait $m; rc=$?
 n=$(logged_step s.jsonl)
 ck=$(printf 'ck/step-%08d.safetensors' "$n")
@@ -48,7 +48,7 @@ fi
 "${launch[@]}" -np 4 "$C" train "${TINY[@]}" "${TP[@]}" --steps 400 --save one/ --log u.jsonl 2>u.err &
 m=$!
 wait_step u.jsonl 2 $m
-kill -USR1 $(pgrep -P $m | tail -n 1)
+kill -USR1 $(ranks_of $m | tail -n 1)
 wait $m; rc=$?
 if [ $rc = 75 ] && compgen -G "one/step-*.safetensors.state" >/dev/null && grep -q 'stopped by SIGUSR1' u.err; then
     pass "SIGUSR1 to one of 4 ranks: every rank stopped, saved, exit 75"
@@ -89,7 +89,7 @@ t0=$SECONDS
 "${launch[@]}" -np 4 "$C" train "${TINY[@]}" "${TP[@]}" --steps 100000 --stall-timeout 10 --log w.jsonl 2>w.err &
 m=$!
 wait_step w.jsonl 2 $m
-victim=$(pgrep -P $m | tail -n 1)
+victim=$(ranks_of $m | tail -n 1)
 vr=$(rank_of "$victim")
 kill -STOP "$victim"
 ( sleep 60; kill -9 $m 2>/dev/null ) & guard=$!
