@@ -70,7 +70,7 @@ kill_loop "1 process" 30 160
 rm -rf ref
 TP=(--dp 2 --tp 2)
 TINY+=("${TP[@]}")
-timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${TINY[@]}" --steps 30 --save ref/ --log ref.jsonl \
+timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${TINY[@]}" --steps 60 --save ref/ --log ref.jsonl \
     || fail "dp2 x tp2 uninterrupted run"
-kill_loop "dp2 x tp2" 8 30 "${launch[@]}" -np 4
+kill_loop "dp2 x tp2" 8 60 "${launch[@]}" -np 4
 finish
