@@ -31,6 +31,10 @@ pending() { compgen -G "$1/*.tmp" >/dev/null || compgen -G "$1/*.next*" >/dev/nu
 # tests/fs_shim.c: slow or failing writes to chosen files (LD_PRELOAD)
 SHIM=$d/fs_shim.so
 ${CC:-cc} -shared -fPIC -O1 "$ROOT/tests/fs_shim.c" -o "$SHIM" -ldl || { echo "FAIL ops: building tests/fs_shim.c"; exit 1; }
+# an ASan build (make asan) needs its runtime first in the preload list
+PRELOAD=$SHIM
+_asan=$(ldd "$C" | awk '/libasan/ {print $3}')
+[ -n "$_asan" ] && PRELOAD="$_asan $SHIM"
 # the cubist processes under a launcher's pid (OpenMPI's ranks are its
 # children, MPICH's the children of hydra's proxies), in pid order; by
 # executable, since cubist re-executes itself (its name becomes "exe")

@@ -25,7 +25,7 @@ full() {
         cp -a mnt/. keep/ 2>/dev/null; umount mnt; mounts=(); mkdir -p keep; cp -a keep/. mnt/; rm -rf keep
         return $rc
     fi
-    LD_PRELOAD=$SHIM CUBIST_SHIM_PATH=mnt/ CUBIST_SHIM_LIMIT=$((free * 1024)) "$@"
+    LD_PRELOAD=$PRELOAD CUBIST_SHIM_PATH=mnt/ CUBIST_SHIM_LIMIT=$((free * 1024)) "$@"
 }
 "$C" train "${TINY[@]}" --steps 2 --save base.st || fail "base run"
 W=$(stat -c %s base.st); S=$(stat -c %s base.st.state)

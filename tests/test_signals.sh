@@ -61,7 +61,7 @@ fi
 caught=0
 for try in 1 2 3; do
     rm -rf big b.jsonl
-    LD_PRELOAD=$SHIM CUBIST_SHIM_PATH=.tmp CUBIST_SHIM_DELAY_US=50000 \
+    LD_PRELOAD=$PRELOAD CUBIST_SHIM_PATH=.tmp CUBIST_SHIM_DELAY_US=50000 \
         "$C" train "${TINY[@]}" --steps 1000 --save big/ --save-every 2 --log b.jsonl 2>b.err &
     p=$!
     wait_step b.jsonl 3 $p
