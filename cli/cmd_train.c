@@ -64,6 +64,7 @@ static int model_flags(cb_gpt_config *c, cb_err *e) {
 
 int cmd_train(int argc, char **argv) {
     cb_train_opts o;
+    const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
@@ -132,6 +133,10 @@ int cmd_train(int argc, char **argv) {
         {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
         {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
         {"zero", ARG_INT, &o.zero, "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
+        {"layout", ARG_STR, &layout,
+         "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
+        {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
+                                       "machine's `cubist plan --calibrate`)"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
          "apart) or sparse (all-gather rows, as TF+Horovod)"},
@@ -147,10 +152,12 @@ int cmd_train(int argc, char **argv) {
      * rank alike (each parses the same argv), printed by rank 0 only. */
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
+    if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    if (cb_train_run(&o, &e)) {
+    cb_comm *w = cb_comm_world();
+    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
         char msg[sizeof e.msg + 8];
         snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
         cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED : 1, msg);
