@@ -23,6 +23,12 @@ static const char EPILOG[] =
     "attn.bias/attn.masked_bias buffers and lm_head.weight ignored (the head is\n"
     "tied to wte); vocab 50257 (a layout pads it internally, saves drop the pad).\n"
     "Files without cubist metadata need --heads (GPT-2 124M: 12).\n"
+    "--save DIR/ keeps one pair per save, DIR/step-00000010.safetensors(.state);\n"
+    "--resume DIR takes the newest complete one. A checkpoint commits as one unit\n"
+    "(a kill at any instant leaves the previous one or the new one).\n"
+    "SIGTERM, SIGINT or --exit-signal: every rank finishes its step, saves and\n"
+    "exits 75; a second SIGINT exits 130 at once. A wait in communication longer\n"
+    "than --stall-timeout ends the job with status 6 (docs/operations.md).\n"
     "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
     "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
@@ -99,7 +105,14 @@ int cmd_train(int argc, char **argv) {
         {"save-dtype", ARG_STR, &o.save_dtype, "weights file of --save in fp32, bf16 or f16 (fp32)"},
         {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
         {"exit-after", ARG_INT, &o.exit_after, "stop and save after N steps of this run"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step"},
+        {"keep-last", ARG_INT, &o.keep_last, "with --save DIR/: keep the newest N (0: all)"},
+        {"exit-signal", ARG_STR, &o.exit_signal,
+         "signal that also stops, saves and exits 75, like SIGTERM (USR1)"},
+        {"stall-timeout", ARG_DOUBLE, &o.stall_timeout,
+         "seconds a rank may wait in communication before the job ends (status 6); 0 = "
+         "never (default: max(300, 20 x the slowest step))"},
+        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines "
+                                 "up to the resumed step and appends"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
         {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
@@ -157,8 +170,8 @@ int cmd_train(int argc, char **argv) {
     cb_comm *w = cb_comm_world();
     if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
         char msg[sizeof e.msg + 8];
-        snprintf(msg, sizeof msg, "error: %s", e.msg);
-        cb_comm_exit(e.code == CB_EINPUT ? 2 : 1, msg);
+        snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
+        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED : 1, msg);
     }
     cb_comm_finalize();
     return 0;

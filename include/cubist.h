@@ -14,8 +14,13 @@ extern "C" {
 /* ---------------------------------------------------------------- errors */
 /* Functions that can fail return one of these and fill a cb_err; only the
  * command line decides to print and exit. CB_EINPUT is bad input from the
- * user (missing file, wrong shape, bad flag): the command exits with 2. */
-enum { CB_OK = 0, CB_EINPUT = 2, CB_ESYS = 3, CB_ENOMEM = 4, CB_EINTERNAL = 5 };
+ * user (missing file, wrong shape, bad flag): the command exits with 2.
+ * CB_ESTALL: a communication wait passed --stall-timeout (the job is
+ * aborted with this status). CB_ESTOPPED is no failure: a signal stopped
+ * training after a checkpoint was saved (75, sysexits' EX_TEMPFAIL, so a
+ * scheduler may requeue the job); docs/operations.md. */
+enum { CB_OK = 0, CB_EINPUT = 2, CB_ESYS = 3, CB_ENOMEM = 4, CB_EINTERNAL = 5, CB_ESTALL = 6,
+       CB_ESTOPPED = 75 };
 
 typedef struct cb_err {
     int code;

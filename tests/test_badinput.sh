@@ -105,7 +105,11 @@ case_ "no training data"       "no training data"           "pass --data FILE" "
 case_ "unwritable --save"      "--save /nonexistent/dir/x.st: cannot write there" "create it first" train "${M[@]}" --data good.bin --save /nonexistent/dir/x.st
 case_ "unwritable --log"       "--log /nonexistent/dir/x.jsonl: cannot write there" "create it first" train "${M[@]}" --data good.bin --log /nonexistent/dir/x.jsonl
 case_ "unwritable --dump-grads" "--dump-grads /nonexistent/dir/g.st: cannot write there" "create it first" "${T[@]}" --data good.bin --dump-grads /nonexistent/dir/g.st
-case_ "--save is a directory"  "--save $d is a directory"   "pass a file name inside it" train "${M[@]}" --data good.bin --save "$d"
+# an existing directory is --save DIR/ (docs/operations.md); --keep-last needs that form
+case_ "--keep-last with --save FILE" "--keep-last 2 needs --save DIR/" "--save FILE keeps one" train "${M[@]}" --data good.bin --save out.st --keep-last 2
+case_ "--exit-signal unknown"  "--exit-signal BOGUS is not one cubist handles" "use USR1" "${T[@]}" --data good.bin --exit-signal BOGUS
+mkdir -p emptyck
+case_ "--resume an empty directory" "emptyck: no complete checkpoint" "pass another --resume" "${T[@]}" --data good.bin --resume emptyck
 case_ "--save under a file"    "good.bin is not a directory" "fix the path" train "${M[@]}" --data good.bin --save good.bin/out.st
 # sample
 case_ "sample without ckpt"    "sample needs --ckpt FILE"   "cubist train --save" sample

@@ -68,6 +68,8 @@ typedef struct cb_comm_req {
     MPI_Request req;
     cb_comm *c;
     int slot;
+    const char *op; /* "all-reduce", "receive"...: the stall watchdog's words */
+    int peer, mtag; /* root or partner (-1: none) and message tag */
 } cb_comm_req;
 
 /* ---------------------------------------------------------------- lifetime */
@@ -94,6 +96,17 @@ void cb_comm_wrap(cb_comm *c, MPI_Comm comm, const char *name);
 /* Splits parent like MPI_Comm_split; collective over parent. */
 void cb_comm_split(cb_comm *parent, int color, int key, const char *name, cb_comm *out);
 void cb_comm_free(cb_comm *c);
+
+/* ---------------------------------------------------------------- stall watchdog */
+/* Every blocking wait (the blocking calls below, cb_comm_wait) polls and
+ * backs off once it is long (sleeps instead of spinning a core). A wait
+ * longer than seconds (0: never, the default) prints which operation, tag
+ * and communicator, which ranks have not arrived and where the others wait
+ * (asked on a communicator of the watchdog's own), and aborts the job with
+ * status CB_ESTALL. Paused (nesting) while a rank legitimately waits long,
+ * e.g. for another rank writing a checkpoint. */
+void cb_comm_set_stall_timeout(double seconds);
+void cb_comm_stall_pause(int paused);
 
 /* ---------------------------------------------------------------- errors */
 /* For an error only this rank knows: prints "cubist: rank R: msg" and ends

@@ -17,7 +17,10 @@
 #include "comm/stats.h"
 #include "layout/layout.h"
 #include "model/gpt_internal.h"
+#include "formats/fileio.h"
 #include "train/check.h"
+#include "train/ckpt.h"
+#include "train/stop.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
@@ -85,6 +88,8 @@ typedef struct run_state {
     int rank;               /* world rank: only 0 prints and writes */
     cb_comm_steplog comm;   /* with grid: the step's traffic, every rank's */
     size_t opt_bytes;       /* AdamW m and v on this rank */
+    cb_err log_err;         /* a failed write of the log (world rank 0), agreed after the step */
+    double slowest_ms;      /* the longest step so far: the default stall timeout */
 } run_state;
 
 /* The step's traffic over every group of the grid; with a log, every
@@ -127,11 +132,11 @@ static int agree(cb_comm *w, int rc, cb_err *e) {
 
 /* After a save (result rc, agreed): --save-dtype bf16|f16 rewrites the
  * weights file in that dtype (export; F.state keeps the fp32 moments). */
-static int export_dtype(cb_comm *w, const cb_train_opts *o, int rc, cb_err *e) {
+static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, int rc, cb_err *e) {
     int dtype = CB_ST_F32;
     cb_st_dtype_parse(o->save_dtype, &dtype, e); /* checked with the flags */
     if (rc || dtype == CB_ST_F32) return rc;
-    if (!w || w->rank == 0) rc = cb_st_convert(o->save, dtype, e);
+    if (!w || w->rank == 0) rc = cb_st_convert(path, dtype, e);
     return agree(w, rc, e);
 }
 
@@ -154,7 +159,10 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
         log_comm(r);
         if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
         fprintf(r->log, "%s}\n", extra);
-        fflush(r->log);
+        if ((fflush(r->log) || ferror(r->log)) && !r->log_err.code)
+            cb_fail(&r->log_err, CB_ESYS, "--log %s: writing step %d failed: %s; free space or "
+                                          "choose another path, then --resume",
+                    o->log, step, strerror(errno));
     }
     if (o->quiet || r->rank) return;
     double elapsed = omp_get_wtime() - r->t_start;
@@ -167,6 +175,52 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
     fprintf(stderr, " | %.0f tok/s | MFU %.1f%% | ETA %.0fs%s", tps, 100 * mfu, eta,
             r->tty ? "" : "\n");
     if (r->tty && (step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
+}
+
+static cb_comm *world_of(run_state *r) { return r->grid ? &r->grid->world : NULL; }
+
+static int save(run_state *r, const cb_train_opts *o, int step, cb_ckpt_writer wr, void *ctx,
+                char *saved, size_t cap, cb_err *e) {
+    cb_ckpt_opts co = {o->save, o->keep_last, 0};
+    char path[4096] = "";
+    int rc = cb_ckpt_save(world_of(r), &co, step, wr, ctx, path, sizeof path, e);
+    if (saved) snprintf(saved, cap, "%s", path);
+    return export_dtype(world_of(r), o, path, rc, e);
+}
+
+/* The one line of a stop by signal, as the run's result (CB_ESTOPPED). */
+static int stopped(cb_err *e, int sig, int step, const char *saved) {
+    if (saved)
+        return cb_fail(e, CB_ESTOPPED, "stopped by %s after step %d; checkpoint %s saved, continue "
+                                       "with --resume %s", cb_stop_name(sig), step, saved, saved);
+    return cb_fail(e, CB_ESTOPPED, "stopped by %s after step %d; nothing saved (no --save)",
+                   cb_stop_name(sig), step);
+}
+
+/* Hook after every step (and its log line), on every rank: the log's write
+ * errors and a stop signal agreed over the world; the periodic save, or the
+ * save of a stop; the default stall timeout follows the slowest step. */
+static int step_end(run_state *r, const cb_train_opts *o, int step, int last, double step_ms,
+                    cb_ckpt_writer wr, void *ctx, cb_err *e) {
+    cb_comm *w = world_of(r);
+    if (step_ms > r->slowest_ms) r->slowest_ms = step_ms;
+    if (o->stall_timeout < 0) cb_comm_set_stall_timeout(fmax(300, 20 * r->slowest_ms / 1e3));
+    int mine = (r->log_err.code ? 1 << 16 : 0) | cb_stop_pending(), rc = CB_OK;
+    int all = w ? cb_comm_agree_error(w, mine) : mine; /* one all-reduce (max) */
+    if (all >> 16) { /* world rank 0's message to every rank */
+        *e = r->log_err;
+        return w ? cb_comm_agree_err(w, e) : e->code;
+    }
+    int sig = all & 0xffff;
+    int periodic = o->save_every > 0 && step % o->save_every == 0 && step < last;
+    char saved[4096];
+    if (o->save && (sig || periodic)) rc = save(r, o, step, wr, ctx, saved, sizeof saved, e);
+    comm_start(r); /* this hook's traffic is no step's */
+    return !rc && sig ? stopped(e, sig, step, o->save ? saved : NULL) : rc;
+}
+
+static int trainer_writer(void *ctx, const char *path, cb_err *e) {
+    return cb_trainer_save(ctx, path, e);
 }
 
 static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
@@ -185,27 +239,29 @@ static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err 
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = cb_trainer_eval(t, val, o->eval_batches);
         report(o, t->step, r, &st, vl, act);
-        if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
-            cb_comm *w = r->grid ? &r->grid->world : NULL;
-            int rc = export_dtype(w, o, agree(w, cb_trainer_save(t, o->save, e), e), e);
-            if (rc) return rc;
-        }
+        int rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
+        if (rc) return rc;
     }
-    if (!o->save) return CB_OK;
-    cb_comm *w = r->grid ? &r->grid->world : NULL;
-    return export_dtype(w, o, agree(w, cb_trainer_save(t, o->save, e), e), e);
+    return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
 }
 
-static int open_log(const char *path, FILE **f, cb_err *e);
+static int open_log(const char *path, int resumed, FILE **f, cb_err *e);
 
 /* ------------------------------------------------------------ pipeline */
 
-static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, uint64_t tokens,
-                   const char *path, cb_err *e) {
+typedef struct pp_ctx {
+    cb_pp_trainer *pt;
+    const cb_loader *ld;
+    int step;
+    uint64_t tokens;
+} pp_ctx;
+
+static int pp_writer(void *ctx, const char *path, cb_err *e) {
+    pp_ctx *c = ctx;
     cb_state_text text;
     const char *meta[2 * CB_STATE_NMETA];
-    cb_state_meta(&text, meta, step, pt->opt[0].t, ld, tokens);
-    return cb_pp_trainer_save(pt, path, meta, CB_STATE_NMETA, e);
+    cb_state_meta(&text, meta, c->step, c->pt->opt[0].t, c->ld, c->tokens);
+    return cb_pp_trainer_save(c->pt, path, meta, CB_STATE_NMETA, e);
 }
 
 /* --resume under a pipeline: weights and moments into every chunk, then the
@@ -227,7 +283,6 @@ static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *st
 
 static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_tokens *val,
                    int step, run_state *r, cb_err *e) {
-    cb_comm *w = &r->grid->world;
     r->t_start = omp_get_wtime();
     r->first_step = step;
     int last = o->steps;
@@ -247,13 +302,12 @@ static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_
             vl = cb_pp_trainer_eval(pt, val, o->eval_batches);
         cb_pp_log_fields(pt, &ps, extra, sizeof extra);
         report(o, step, r, &st, vl, extra);
-        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
-            int rc = export_dtype(w, o, agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e), e);
-            if (rc) return rc;
-        }
+        pp_ctx c = {pt, ld, step, (uint64_t)r->tokens};
+        int rc = step_end(r, o, step, last, st.step_ms, pp_writer, &c, e);
+        if (rc) return rc;
     }
-    if (!o->save) return CB_OK;
-    return export_dtype(w, o, agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e), e);
+    pp_ctx c = {pt, ld, step, (uint64_t)r->tokens};
+    return o->save ? save(r, o, step, pp_writer, &c, NULL, 0, e) : CB_OK;
 }
 
 /* Collective over the pipeline group; world rank 0 prints. */
@@ -283,7 +337,7 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
     if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
     r->tokens = (long)tokens;
-    if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
+    if (!rc && r->rank == 0) rc = open_log(o->log, o->resume ? step : -1, &r->log, e);
     if (!rc) rc = comm_init(r, e);
     rc = agree(&g->world, rc, e);
     if (!rc) {
@@ -303,10 +357,41 @@ static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *d
     return rc;
 }
 
-static int open_log(const char *path, FILE **f, cb_err *e) {
+/* The step of a log line ({"step":N,...}), -1 for any other line. */
+static long line_step(const char *line) {
+    const char *key = "{\"step\":";
+    return strncmp(line, key, strlen(key)) ? -1 : strtol(line + strlen(key), NULL, 10);
+}
+
+/* --resume: the log keeps its lines up to step `resumed` (the ones after
+ * it were logged by a run the checkpoint does not hold), rewritten
+ * atomically, then appended to; so the resumed log is the uninterrupted one. */
+static int trim_log(const char *path, int resumed, cb_err *e) {
+    void *map;
+    size_t n, keep = 0;
+    if (access(path, F_OK)) return CB_OK;
+    int rc = fio_map(path, "check the --log path", &map, &n, e);
+    const char *s = map;
+    while (!rc && keep < n) {
+        const char *nl = memchr(s + keep, '\n', n - keep);
+        if (!nl || line_step(s + keep) > resumed) break;
+        keep = (size_t)(nl - s) + 1;
+    }
+    fio_atomic a;
+    if (!rc && keep < n && !(rc = fio_atomic_open(&a, path, e))) {
+        rc = fio_atomic_write(&a, s, keep, e);
+        if (!rc) rc = fio_atomic_commit(&a, e);
+    }
+    fio_unmap(map, n);
+    return rc;
+}
+
+static int open_log(const char *path, int resumed, FILE **f, cb_err *e) {
     *f = NULL;
     if (!path) return CB_OK;
-    *f = fopen(path, "w");
+    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
+    if (rc) return rc;
+    *f = fopen(path, resumed >= 0 ? "a" : "w");
     if (!*f)
         return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
                        path, strerror(errno));
@@ -367,6 +452,15 @@ static void act_report(const cb_train_opts *o, const cb_gpt *m) {
     cb_act_report(stderr, &o->pipe, &b, &z, 1, gpt_recompute_flops(m) / gpt_stage_flops(m));
 }
 
+/* The log's last buffered bytes may fail to land too. */
+static int close_log(run_state *r, const char *path, int rc, cb_err *e) {
+    if (r->log && fclose(r->log) && !rc)
+        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
+                     path, strerror(errno));
+    r->log = NULL;
+    return rc;
+}
+
 /* --comm-report: per group and tag, min and max over the ranks. */
 static void comm_report(run_state *r) {
     if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
@@ -376,10 +470,17 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_train_opts o = *in;
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
-    int rc = check_opts(&o, e);
+    int rc = check_opts(&o, e), signo = 0;
     if (!rc) rc = cb_pp_opts_resolve(&o.pipe, o.pp, &o.accum, e);
     if (!rc) rc = cb_train_check_paths(&o, w ? w->rank : 0, e);
-    if (!rc) rc = resolve_config(&o, e);
+    if (!rc) rc = cb_stop_parse(o.exit_signal, &signo, e);
+    if ((rc = agree(w, rc, e))) return rc;
+    cb_stop_install(signo);
+    cb_comm_set_stall_timeout(o.stall_timeout < 0 ? 600 : o.stall_timeout);
+    char ck[4096]; /* --resume DIR: its newest complete checkpoint */
+    if (o.resume && (rc = cb_ckpt_find(w, o.resume, 0, ck, sizeof ck, e))) return rc;
+    if (o.resume) o.resume = ck;
+    rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     cb_grid g = {0};
     if ((rc = setup_grid(&o, &g, e))) return rc;
@@ -397,7 +498,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         rc = agree(w, rc, e);
         if (!rc) rc = pp_run(&o, &g, L, &data, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
-        if (r.log) fclose(r.log);
+        rc = close_log(&r, o.log, rc, e);
         cb_comm_steplog_free(&r.comm);
         if (L) cb_layout_free(L);
         cb_tokens_close(&data); /* safe when nothing was opened */
@@ -409,7 +510,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         rc = cb_trainer_init_tp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, L,
                                 w ? &g.tpg : NULL, e);
     if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
-    if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
+    if (!rc && r.rank == 0) rc = open_log(o.log, o.resume ? t.step : -1, &r.log, e);
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
@@ -423,7 +524,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
-    if (r.log) fclose(r.log);
+    rc = close_log(&r, o.log, rc, e);
     cb_comm_steplog_free(&r.comm);
     cb_trainer_free(&t);
     if (L) cb_layout_free(L);

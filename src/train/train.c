@@ -22,6 +22,8 @@ void cb_train_defaults(cb_train_opts *o) {
     o->opt = (cb_adamw_config){.lr = 3e-4f, .min_lr = 3e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
                                .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0};
     o->seed = 1337;
+    o->exit_signal = "USR1";
+    o->stall_timeout = -1;
     o->shuffle = 1;
     o->eval_batches = 10;
     o->tp_mode = "1d";

@@ -22,6 +22,9 @@ typedef struct cb_train_opts {
     const char *data, *val_data, *init, *save, *resume, *log, *dump_grads;
     int save_every, eval_every, eval_batches;
     int exit_after; /* stop (and save) after this many steps of this run */
+    int keep_last;  /* --save DIR: keep the newest N checkpoints (0: all) */
+    const char *exit_signal; /* besides SIGTERM and SIGINT: stop and save (USR1) */
+    double stall_timeout;    /* seconds; 0 off, < 0 the default (comm.h) */
     double peak_gflops;
     int threads;
     int quiet;
