@@ -268,8 +268,8 @@ static void tie_params(cb_model *m) {
 
 /* The step's loss on every rank: the loss node's rank has the sum of the
  * micro-batches' means; then the mean over the data-parallel ranks. */
-static float step_loss(cb_model *m) {
-    float v = (float)(m->loss_sum / m->M);
+static float step_loss(cb_model *m, int nmb) {
+    float v = (float)(m->loss_sum / nmb);
     if (m->P > 1) cb_comm_bcast(&m->d->g.ppg, "loss", &v, 1, RANK(m, m->nodes[m->loss_node].vs));
     if (m->d->g.dp > 1) {
         cb_comm_allreduce(&m->d->g.dpg, "loss", &v, &v, 1, CB_COMM_SUM);
@@ -294,6 +294,7 @@ static float update(cb_model *m, int step) {
     } else {
         ss = cb_ptable_sumsq(&m->pt, m->grads);
     }
+    if (m->on_grads) m->on_grads(m, step, m->on_grads_ctx);
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(m->opt.c.clip, norm);
@@ -320,7 +321,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     cb_graph_wait_all(m);
     double t1 = now_ms();
     tie_grads(m);
-    float loss = step_loss(m);
+    float loss = step_loss(m, m->M);
     float norm = update(m, step);
     tie_params(m);
     if (grad_norm) *grad_norm = norm;
@@ -334,14 +335,18 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
 void cb_model_last_step(const cb_model *m, cb_model_step_info *info) { *info = m->info;
 }
 
-float cb_model_eval(cb_model *m, const int *ids, const int *targets) {
+float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
-    for (int mb = 0; mb < m->M; mb++)
+    for (int mb = 0; mb < nmb; mb++)
         for (int c = 0; c < m->v; c++) cb_graph_forward(m, c, mb, 0);
     cb_graph_wait_all(m);
-    return step_loss(m);
+    return step_loss(m, nmb);
+}
+
+float cb_model_eval(cb_model *m, const int *ids, const int *targets) {
+    return cb_graph_eval(m, ids, targets, m->M);
 }
 
 const float *cb_model_probs(cb_model *m, const int *ids) {
@@ -361,8 +366,8 @@ const float *cb_model_probs(cb_model *m, const int *ids) {
  * of every pipeline and tensor rank writes (tensor rank 0 gathers), under
  * --pp a part per pipeline rank that world rank 0 merges (a tensor held by
  * several ranks once). The file is the one-process file. */
-static int save_blocks(cb_model *m, int nb, const float *const *blocks, const char *const *prefix,
-                       const char *path, const char *const *meta, int nmeta, cb_err *e) {
+int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks, const char *const *prefix,
+                         const char *path, const char *const *meta, int nmeta, cb_err *e) {
     e->code = CB_OK;
     e->msg[0] = '\0';
     char part[4200];
@@ -380,12 +385,12 @@ static int save_blocks(cb_model *m, int nb, const float *const *blocks, const ch
 int cb_model_save(cb_model *m, const char *path, cb_err *e) {
     const float *blocks[1] = {m->params};
     const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
-    return save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
+    return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
 }
 
 /* The moments of the whole parameter block on data-parallel rank 0 (NULL
  * elsewhere): a ZeRO shard's gathered, else this rank's own. */
-static float *full_moments(cb_model *m, int *oom) {
+float *cb_graph_full_moments(cb_model *m, int *oom) {
     size_t n = m->pt.nparams;
     int zero = m->d->g.dp > 1 && m->dp.zero, root = m->d->g.at.d == 0;
     float *full = root ? malloc(sizeof(float) * 2 * n + 1) : NULL;
@@ -401,7 +406,7 @@ static float *full_moments(cb_model *m, int *oom) {
 
 int cb_model_save_checkpoint(cb_model *m, const char *path, int step, cb_err *e) {
     int oom;
-    float *full = full_moments(m, &oom);
+    float *full = cb_graph_full_moments(m, &oom);
     char st[24], t[24];
     snprintf(st, sizeof st, "%d", step);
     snprintf(t, sizeof t, "%d", m->opt.t);
@@ -410,7 +415,7 @@ int cb_model_save_checkpoint(cb_model *m, const char *path, int step, cb_err *e)
     int rc = oom ? cb_fail(e, CB_ENOMEM, "out of memory gathering the optimizer state for %s", path)
                  : CB_OK;
     rc = cb_comm_agree_err(cb_comm_world(), e);
-    if (!rc) rc = save_blocks(m, 3, blocks, prefix, path, meta, 3, e); /* dp rank 0 writes */
+    if (!rc) rc = cb_graph_save_blocks(m, 3, blocks, prefix, path, meta, 3, e); /* dp rank 0 writes */
     free(full);
     return rc;
 }
@@ -434,6 +439,12 @@ static int load_moment(cb_model *m, float *dst, const char *prefix, const cb_st_
     return rc;
 }
 
+/* Both moments, through full (a whole block's floats). */
+static int moments(cb_model *m, const cb_st_file *f, const char *path, float *full, cb_err *e) {
+    int rc = load_moment(m, m->opt.m, "m.", f, path, full, e);
+    return rc ? rc : load_moment(m, m->opt.v, "v.", f, path, full, e);
+}
+
 int cb_model_load_checkpoint(cb_model *m, const char *path, int *step, cb_err *e) {
     e->code = CB_OK;
     e->msg[0] = '\0';
@@ -448,10 +459,16 @@ int cb_model_load_checkpoint(cb_model *m, const char *path, int *step, cb_err *e
                          path);
         if (!rc) *step = atoi(st), m->opt.t = atoi(t);
         if (!rc) rc = cb_ptable_load(&m->pt, m->params, "", &f, path, e);
-        if (!rc) rc = load_moment(m, m->opt.m, "m.", &f, path, full, e);
-        if (!rc) rc = load_moment(m, m->opt.v, "v.", &f, path, full, e);
+        if (!rc) rc = moments(m, &f, path, full, e);
         cb_st_close(&f);
     }
     free(full);
     return cb_comm_agree_err(cb_comm_world(), e);
+}
+
+int cb_graph_load_moments(cb_model *m, const cb_st_file *f, const char *path, cb_err *e) {
+    float *full = malloc(sizeof(float) * m->pt.nparams + 1);
+    int rc = full ? moments(m, f, path, full, e) : cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
+    free(full);
+    return rc;
 }

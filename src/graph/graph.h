@@ -91,6 +91,10 @@ struct cb_dist {
                               uniform: blocks per group (0: 1) */
     int rc_uniform;        /* --recompute-method uniform */
     double max_memory;     /* --max-memory in bytes; 0: no limit */
+    double bucket_mb;      /* --bucket-mb of the gradient reduction; 0: the default */
+    int block_units;       /* partition whole blocks (a block, or a run of nodes between
+                              blocks, is one module); 0: every node is one */
+    int profile;           /* --partition auto: time each module before partitioning */
 };
 
 struct cb_layer {
@@ -193,6 +197,12 @@ struct cb_model {
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
     int last_mb;         /* micro-batch of the last backward, for the lookup query */
     cb_model_step_info info; /* the last step's times */
+    /* called in every step after the gradients are reduced and averaged,
+     * before clipping (cubist train's --dump-grads); collective */
+    void (*on_grads)(cb_model *m, int step, void *ctx);
+    void *on_grads_ctx;
+    size_t act_none_bytes;   /* the activation plan had it no recompute */
+    double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
 /* Declaration and build (graph.c). */
@@ -201,6 +211,19 @@ int cb_graph_plan(cb_model *m, cb_err *e);
 void cb_graph_forward(cb_model *m, int c, int mb, int train);
 void cb_graph_backward(cb_model *m, int c, int mb);
 void cb_graph_wait_all(cb_model *m);
+/* Forward only of the first nmb (<= M) micro-batches of ids: their mean
+ * loss, the same on every rank (cb_model_eval: all M). Collective. */
+float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
+/* Checkpoint pieces (exec.c) for trainers with their own file layout:
+ * nb parameter-shaped blocks under prefixes into one safetensors file (the
+ * one-process file whatever the layout; collective); the AdamW moments as
+ * whole blocks m | v on data-parallel rank 0 (NULL elsewhere, *oom on
+ * failure); this rank's range of the moments prefix "m." / "v." of f. */
+int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks,
+                         const char *const *prefix, const char *path, const char *const *meta,
+                         int nmeta, cb_err *e);
+float *cb_graph_full_moments(cb_model *m, int *oom);
+int cb_graph_load_moments(cb_model *m, const cb_st_file *f, const char *path, cb_err *e);
 
 #endif
