@@ -294,14 +294,14 @@ static void test_exit_env(trainer *t) {
 
 /* The engine's options from cubist train's flags (resolved and checked by
  * cb_pp_opts_resolve and cb_train_check_flags). */
-static int dist_opts(trainer *t, cb_grid *g, cb_layout *L, cb_err *e) {
+static int dist_opts(trainer *t, cb_err *e) {
     const cb_train_opts *o = t->o;
     const cb_pp_opts *po = &o->pipe;
     cb_dist *d = &t->d;
-    *d = (cb_dist){.g = *g, .L = L, .M = o->accum, .partition = po->partition,
-                   .mem_weight = po->memory_weight, .print_partition = po->print_partition,
-                   .zero = o->zero, .bucket_mb = o->bucket_mb, .block_units = 1,
-                   .profile = !po->no_profile};
+    cb_grid *g = &d->g;
+    d->M = o->accum, d->partition = po->partition, d->mem_weight = po->memory_weight;
+    d->print_partition = po->print_partition, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
+    d->block_units = 1, d->profile = !po->no_profile;
     gpt_rc rc;
     int r = cb_pp_parse_schedule(po->schedule, &d->sched, e);
     if (!r) r = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers, &rc, e);
@@ -328,19 +328,20 @@ static int dist_opts(trainer *t, cb_grid *g, cb_layout *L, cb_err *e) {
                    p, v, p * v, nmod, nmod / p);
 }
 
-/* Declares and builds the GPT; loads --init or --resume over the seed's
- * values. Collective. */
-static int trainer_init(trainer *t, const cb_train_opts *o, cb_grid *g, cb_layout *L,
-                        const cb_tokens *data, cb_err *e) {
-    memset(t, 0, sizeof *t);
+/* Declares and builds the GPT on t's grid and layout (t->d.g, t->d.L);
+ * loads --init or --resume over the seed's values. Collective. */
+static int trainer_init(trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {
+    cb_grid *g = &t->d.g;
     t->o = o;
     test_exit_env(t);
-    int rc = dist_opts(t, g, L, e);
+    int rc = dist_opts(t, e);
     if (!rc && o->B % g->dp)
         rc = cb_fail(e, CB_EINPUT,
                      "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
                      o->B, g->dp, g->dp);
-    if ((rc = agree(&g->world, rc, e))) return rc;
+    const cb_gpt_config *c = &o->model; /* the layout's constraints, heads first */
+    if (!rc) rc = t->d.L->ops->check(t->d.L, o->B / g->dp, o->T, c->d_model, c->n_head, c->vocab, e);
+    if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
     t->rows = o->B / g->dp;
     t->r0 = g->at.d * t->rows;
     cb_adamw_config opt = o->opt;
@@ -355,7 +356,7 @@ static int trainer_init(trainer *t, const cb_train_opts *o, cb_grid *g, cb_layou
     if (!t->ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for the batch");
     else t->targets = t->ids + n;
     if (!rc && data) rc = cb_loader_init(&t->ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
-    if ((rc = agree(&g->world, rc, e))) return rc;
+    if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
     if (o->init) rc = cb_model_load(t->m, o->init, e);
     if (!rc && o->resume) rc = trainer_resume(t, o->resume, e);
     return rc;
@@ -524,18 +525,17 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (!rc) rc = cb_train_check_paths(&o, w->rank, e);
     if (!rc) rc = resolve_config(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
-    cb_grid g = {0};
-    if ((rc = setup_grid(&o, &g, e))) return rc;
+    trainer t = {0}; /* its grid and layout are the run's */
+    cb_grid *g = &t.d.g;
+    if ((rc = setup_grid(&o, g, e))) return rc;
     cb_tokens data = {0}, val = {0};
-    trainer t = {0};
-    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = &g, .rank = w->rank};
+    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = g, .rank = w->rank};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
     if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
-    cb_layout *L = NULL;
-    if (!rc) rc = cb_layout_create(&g, &L, e);
-    if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
-    if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, &g, L, o.data ? &data : NULL, e);
+    if (!rc) rc = cb_layout_create(g, &t.d.L, e);
+    if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
+    if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, o.data ? &data : NULL, e);
     if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
@@ -555,9 +555,9 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     if (r.log) fclose(r.log);
     cb_comm_steplog_free(&r.comm);
     trainer_free(&t);
-    if (L) cb_layout_free(L);
+    if (t.d.L) cb_layout_free(t.d.L);
     if (data.map) cb_tokens_close(&data);
     if (val.map) cb_tokens_close(&val);
-    cb_grid_free(&g);
+    cb_grid_free(g);
     return rc;
 }
