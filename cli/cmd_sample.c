@@ -45,36 +45,57 @@ static void emit(const cb_tokenizer *tk, int id, int vocab) {
     fflush(stdout);
 }
 
-static int generate(cb_gpt *m, const char *prompt, int ntok, float temp, int top_k,
-                    uint64_t seed) {
-    const cb_gpt_config *c = cb_gpt_get_config(m);
+/* The GPT of c as a graph of one sequence of T tokens (cb_model_probs: one
+ * process, serial), weights from ckpt. */
+static int load_model(const cb_gpt_config *c, const char *ckpt, int T, cb_dist **d, cb_model **m,
+                      cb_err *e) {
+    char arg0[] = "cubist", *argv0[] = {arg0, NULL}, **argv = argv0;
+    int argc = 1;
+    cb_adamw_config none = {0};
+    int rc = cb_dist_init(&argc, &argv, d, e);
+    if (rc) return rc;
+    *m = cb_model_new(*d, 1, T);
+    if (*m) cb_model_declare_gpt(*m, c);
+    rc = cb_model_build(*m, 0, &none, e);
+    return rc ? rc : cb_model_load(*m, ckpt, e);
+}
+
+/* Each new token from the window of the last tokens (up to the context) at
+ * positions 0..: the model takes T tokens, the window is padded after its
+ * end, which causal attention never lets the window's positions see. */
+static int generate(const cb_gpt_config *c, const char *ckpt, const char *prompt, int ntok,
+                    float temp, int top_k, uint64_t seed, cb_err *e) {
     cb_tokenizer tk = cb_tokenizer_byte();
-    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 1;
-    int *ids = malloc(sizeof(int) * cap);
+    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 2;
+    int *ids = malloc(sizeof(int) * cap), *win = malloc(sizeof(int) * (c->seq_len + 1));
     uint16_t *enc = malloc(sizeof(uint16_t) * (plen + 1));
     float *w = malloc(sizeof(float) * c->vocab);
-    if (!ids || !enc || !w) {
-        free(ids), free(enc), free(w);
-        return CB_ENOMEM;
-    }
-    size_t n = tk.encode(&tk, (const uint8_t *)prompt, plen, enc);
+    int rc = ids && win && enc && w ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for sampling");
+    size_t n = rc ? 0 : tk.encode(&tk, (const uint8_t *)prompt, plen, enc);
     for (size_t i = 0; i < n; i++) ids[i] = enc[i] < c->vocab ? enc[i] : 0;
-    if (n == 0) ids[n++] = '\n' < c->vocab ? '\n' : 0;
+    if (!rc && n == 0) ids[n++] = '\n' < c->vocab ? '\n' : 0;
+    size_t longest = n + (ntok > 0 ? ntok - 1 : 0);
+    int T = longest < (size_t)c->seq_len ? (int)longest : c->seq_len;
+    cb_dist *d = NULL;
+    cb_model *m = NULL;
+    if (!rc) rc = load_model(c, ckpt, T, &d, &m, e);
     cb_rng r;
     cb_rng_seed(&r, seed);
-    fwrite(prompt, 1, plen, stdout);
-    for (int s = 0; s < ntok; s++) {
-        int T = n < (size_t)c->seq_len ? (int)n : c->seq_len;
-        cb_gpt_forward(m, ids + n - T, NULL, 1, T);
-        int next = draw(cb_gpt_probs(m) + (size_t)(T - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
+    if (!rc) fwrite(prompt, 1, plen, stdout);
+    for (int s = 0; !rc && s < ntok; s++) {
+        int len = n < (size_t)T ? (int)n : T;
+        memset(win, 0, sizeof(int) * T);
+        memcpy(win, ids + n - len, sizeof(int) * len);
+        const float *probs = cb_model_probs(m, win);
+        int next = draw(probs + (size_t)(len - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
         ids[n++] = next;
         emit(&tk, next, c->vocab);
     }
-    printf("\n");
-    free(ids);
-    free(enc);
-    free(w);
-    return CB_OK;
+    if (!rc) printf("\n");
+    cb_model_free(m);
+    if (d) cb_dist_finalize(d);
+    free(ids), free(win), free(enc), free(w);
+    return rc;
 }
 
 static int check_sample_flags(int ntok, float temp, int top_k, int heads, cb_err *e) {
@@ -127,13 +148,8 @@ int cmd_sample(int argc, char **argv) {
     else check_sample_flags(ntok, temp, top_k, heads, &e);
     if (e.code) return cli_fail(&e);
     cb_gpt_config c = {.n_head = heads};
-    cb_gpt *m = NULL;
     if (cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
-        cb_gpt_create(&c, 1, c.seq_len, &m, &e) || cb_gpt_load(m, ckpt, &e)) {
-        cb_gpt_free(m);
+        generate(&c, ckpt, prompt, ntok, temp, top_k, seed, &e))
         return cli_fail(&e);
-    }
-    int rc = generate(m, prompt, ntok, temp, top_k, seed);
-    cb_gpt_free(m);
-    return rc ? 1 : 0;
+    return 0;
 }
