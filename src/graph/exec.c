@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph/graph.h"
-#include "pipeline/pp_train.h" /* checkpoint parts */
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
@@ -361,6 +361,45 @@ const float *cb_model_probs(cb_model *m, const int *ids) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
+/* Part files of a checkpoint under --pp: path.vsK for pipeline rank K. */
+static void part_path(char *out, size_t cap, const char *path, int vs) {
+    snprintf(out, cap, "%s.vs%d", path, vs);
+}
+
+/* The parts' tensors into one file, each name once, metadata of part 0. */
+static int merge_parts(const char *path, int n, cb_err *e) {
+    cb_st_file *f = calloc((size_t)n, sizeof *f);
+    int total = 0, cnt = 0, rc = f ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory merging %s", path);
+    char pp[4200];
+    for (int i = 0; !rc && i < n; i++) {
+        part_path(pp, sizeof pp, path, i);
+        rc = cb_st_open(pp, &f[i], e);
+        if (!rc) total += f[i].n;
+    }
+    cb_st_entry *t = rc ? NULL : calloc((size_t)total + 1, sizeof *t);
+    const char **meta = rc ? NULL : calloc(2 * (size_t)f[0].nmeta + 1, sizeof *meta);
+    if (!rc && (!t || !meta)) rc = cb_fail(e, CB_ENOMEM, "out of memory merging %s", path);
+    for (int i = 0; !rc && i < n; i++)
+        for (int j = 0; j < f[i].n; j++) {
+            const cb_st_tensor *x = &f[i].t[j];
+            int dup = 0;
+            for (int k = 0; k < cnt && !dup; k++) dup = !strcmp(t[k].name, x->name);
+            if (dup) continue; /* the tied wte, held by two stages */
+            t[cnt] = (cb_st_entry){.name = x->name, .ndim = x->ndim,
+                                   .data = (const float *)(f[i].data + x->offset)};
+            memcpy(t[cnt++].shape, x->shape, sizeof x->shape);
+        }
+    for (int i = 0; !rc && i < f[0].nmeta; i++) meta[2 * i] = f[0].meta_key[i], meta[2 * i + 1] = f[0].meta_val[i];
+    if (!rc) rc = cb_st_write(path, t, cnt, meta, f[0].nmeta, e);
+    for (int i = 0; f && i < n; i++) {
+        if (f[i].map) cb_st_close(&f[i]);
+        part_path(pp, sizeof pp, path, i);
+        unlink(pp);
+    }
+    free(f), free(t), free(meta);
+    return rc;
+}
+
 /* Blocks of parameter shape (weights, moments) into one file: the
  * moments of a ZeRO shard gathered on data-parallel rank 0 first; that rank
  * of every pipeline and tensor rank writes (tensor rank 0 gathers), under
@@ -371,12 +410,12 @@ int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks, const 
     e->code = CB_OK;
     e->msg[0] = '\0';
     char part[4200];
-    if (m->P > 1) cb_pp_part_path(part, sizeof part, path, m->me);
+    if (m->P > 1) part_path(part, sizeof part, path, m->me);
     if (m->d->g.at.d == 0)
         cb_ptable_save(&m->pt, nb, blocks, prefix, m->P > 1 ? part : path, meta, nmeta, e);
     int rc = cb_comm_agree_err(cb_comm_world(), e);
     if (!rc && m->P > 1) {
-        if (m->d->g.world_rank == 0) cb_pp_merge_parts(path, m->P, e);
+        if (m->d->g.world_rank == 0) merge_parts(path, m->P, e);
         rc = cb_comm_agree_err(cb_comm_world(), e);
     }
     return rc;
