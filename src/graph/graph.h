@@ -205,6 +205,12 @@ struct cb_model {
     double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
+/* A process grid for benchmarks (dist.c): data parallelism over the
+ * world, or each rank alone (alone: groups of one, no reduction); serial
+ * tensors, one stage, one micro-batch. */
+int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
+                          cb_err *e);
+void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */
