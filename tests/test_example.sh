@@ -137,32 +137,25 @@ gpt=(--data "$d/train.bin" --layers 2 --d-model 32 --heads 4 --seq-len 16 --voca
 if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st" >/dev/null &&
    "$C" train "${gpt[@]}" --init "$d/init.st" --log "$d/gpt.jsonl" --save "$d/gpt.st" \
         --dump-grads "$d/gpt.grads.st" 2>"$d/gpt.err" && serial tiny_gpt; then
-    # cubist train runs its GPT as a graph on the same engine as tiny_gpt's
-    # own declaration of it (the same operators in the same order), so from
-    # the same weights file and data every loss, norm and weight is equal
-    # bit for bit; OpenBLAS's kernels as cubist picks them (see below)
-    if env -u OPENBLAS_CORETYPE "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 30 \
-            --save "$d/tiny_bits.st" > "$d/tiny_bits.log" 2>&1; then
-        cmp_ logs "$d/tiny_bits.log" "$d/gpt.jsonl" --keys loss,grad_norm --tol 0 \
-            --label "tiny_gpt = cubist train's GPT from the same weights file: loss and norm bit for bit"
-        cmp_ st "$d/tiny_bits.st" "$d/gpt.st" --tol 0 \
-            --label "tiny_gpt = cubist train's GPT: final weights bit for bit"
-    else fail "tiny_gpt without OPENBLAS_CORETYPE: $(tail -n 2 "$d/tiny_bits.log")"; fi
-    # the library's GPT graph (cb_model_declare_gpt) against cubist train
-    # from its own seed: the same initial values (one generator keyed by
-    # name) and the same operators in the same order, so every loss, norm
-    # and weight is equal bit for bit. OpenBLAS's kernels as cubist picks
-    # them (main.c drops OPENBLAS_CORETYPE): a program linking the library
-    # keeps the environment's, and other kernels round differently.
+    # tiny_gpt's own declaration of GPT-2 from the weights cubist train
+    # started from, and the library's (cb_model_declare_gpt, --builtin) from
+    # cubist train's seed (one generator keyed by name): one graph on one
+    # engine, the same operators in the same order, so every loss, norm and
+    # weight is equal bit for bit. OpenBLAS's kernels as cubist picks them
+    # (main.c drops OPENBLAS_CORETYPE): a program linking the library keeps
+    # the environment's, and other kernels round differently.
     "$C" train "${gpt[@]}" --log "$d/gpt_seed.jsonl" --save "$d/gpt_seed.st" 2>"$d/gpt_seed.err" ||
         fail "cubist train from its seed: $(head -c 300 "$d/gpt_seed.err")"
-    if env -u OPENBLAS_CORETYPE "$BUILD/examples/tiny_gpt" --builtin --data "$d/train.bin" --steps 30 \
-            --save "$d/builtin.st" > "$d/builtin.log" 2>&1; then
-        cmp_ logs "$d/builtin.log" "$d/gpt_seed.jsonl" --keys loss,grad_norm --tol 0 \
-            --label "GPT graph = cubist train's GPT, same seed: loss and norm bit for bit"
-        cmp_ st "$d/builtin.st" "$d/gpt_seed.st" --tol 0 \
-            --label "GPT graph = cubist train's GPT, same seed: final weights bit for bit"
-    else fail "tiny_gpt --builtin: $(tail -n 2 "$d/builtin.log")"; fi
+    bits() { # name reference-log reference-weights label tiny_gpt-flags...
+        local name=$1 log=$2 st=$3 label=$4; shift 4
+        if env -u OPENBLAS_CORETYPE "$BUILD/examples/tiny_gpt" "$@" --data "$d/train.bin" --steps 30 \
+                --save "$d/$name.st" > "$d/$name.log" 2>&1; then
+            cmp_ logs "$d/$name.log" "$log" --keys loss,grad_norm --tol 0 --label "$label: loss and norm bit for bit"
+            cmp_ st "$d/$name.st" "$st" --tol 0 --label "$label: final weights bit for bit"
+        else fail "tiny_gpt $*: $(tail -n 2 "$d/$name.log")"; fi
+    }
+    bits tiny_bits "$d/gpt.jsonl" "$d/gpt.st" "tiny_gpt = cubist train's GPT from the same weights file"
+    bits builtin "$d/gpt_seed.jsonl" "$d/gpt_seed.st" "GPT graph = cubist train's GPT, same seed" --builtin
     run tiny_gpt dp2 2 --dp 2
     run tiny_gpt dp2_zero 2 --dp 2 --zero 1
     run tiny_gpt tp1d2 2 --tp 2 --tp-mode 1d
