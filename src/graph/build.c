@@ -119,6 +119,8 @@ static int partition(cb_model *m, cb_err *e) {
     for (int i = 0; !rc && i < m->nnodes; i++)
         if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
     for (int k = 0; !rc && k < n; k++) module_of(m, u, k, uses, &mod[k]);
+    if (!rc && nvs > 1 && d->profile && !strcmp(d->partition, "auto"))
+        rc = cb_graph_profile(m, u, n, mod, e);
     if (!rc) cb_pp_module_costs(mod, n, d->mem_weight, cost);
     if (!rc && nvs == 1) pt = (cb_pp_partition){.nstages = 1, .nmod = n, .bound = {0, n}};
     else if (!rc && !strcmp(d->partition, "auto"))
@@ -708,7 +710,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc && dp) rc = init_dp(m, e);
     if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
     m->built = !rc;
-    return cb_comm_agree_err(cb_comm_world(), e);
+    return m->local ? rc : cb_comm_agree_err(cb_comm_world(), e);
 }
 
 void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam) {

@@ -174,7 +174,11 @@ void cb_graph_forward(cb_model *m, int c, int mb, int train) {
                      RANK(m, g->from), mtag(m, g, mb, 0));
     }
     double t1 = now_ms();
-    for (int i = ch->n0; i < ch->n1; i++) node_forward(m, ch, slot, mb, i, 1);
+    for (int i = ch->n0; i < ch->n1; i++) {
+        double s = m->node_ms ? now_ms() : 0;
+        node_forward(m, ch, slot, mb, i, 1);
+        if (m->node_ms) m->node_ms[i] += now_ms() - s;
+    }
     m->info.wait_ms += t1 - t0;
     m->info.forward_ms += now_ms() - t1;
     for (int x = 0; x < ch->neout; x++) {
@@ -204,7 +208,9 @@ void cb_graph_backward(cb_model *m, int c, int mb) {
     m->last_mb = mb;
     for (int i = ch->n1 - 1; i >= ch->n0; i--) {
         recompute_before(m, ch, slot, mb, i);
+        double s = m->node_ms ? now_ms() : 0;
         node_backward(m, ch, slot, mb, i);
+        if (m->node_ms) m->node_ms[i] += now_ms() - s;
         for (int k = 0; dp && last && k < 2; k++)
             if (m->nodes[i].fin[k] >= 0) cb_dp_ready(&m->dp, m->nodes[i].fin[k], m->nodes[i].fin[k]);
         if (dp) cb_dp_ready(&m->dp, 1, 0); /* MPI progress on the buckets in flight */

@@ -67,8 +67,9 @@
 #include "layout/layout.h"
 #include "model/ptable.h"
 #include "optim/adamw.h"
+#include "pipeline/partition.h"
 #include "pipeline/schedule.h"
-#include "train/dp.h"
+#include "dp/dp.h"
 
 enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN };                          /* layer kinds */
 enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS, N_KINDS }; /* node kinds */
@@ -202,6 +203,8 @@ struct cb_model {
     void (*on_grads)(cb_model *m, int step, void *ctx);
     void *on_grads_ctx;
     size_t act_none_bytes;   /* the activation plan had it no recompute */
+    int local;               /* built by one rank alone (partition profiling's copy) */
+    double *node_ms;         /* when set, each node's forward + backward time adds here */
     double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
@@ -211,6 +214,9 @@ struct cb_model {
 int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
                           cb_err *e);
 void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
+/* Module times of m's partition modules [u[k], u[k+1]) into mod[k].time_ms
+ * (profile.c); collective. */
+int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err *e);
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */

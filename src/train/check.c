@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "formats/fileio.h"
-#include "train/dp.h"
+#include "dp/dp.h"
 
 /* One lower bound: --flag >= min, or > min when strict. */
 typedef struct bound {

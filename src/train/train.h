@@ -10,7 +10,7 @@
 
 #include "cubist.h"
 #include "data/loader.h"
-#include "train/dp.h"
+#include "dp/dp.h"
 #include "optim/adamw.h"
 
 /* Pipeline flags of `cubist train` (the engine: src/graph). */
@@ -54,7 +54,7 @@ typedef struct cb_train_opts {
     const char *tp_mode;
     int print_grid, comm_report, zero;
     double bucket_mb;
-    const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/train/dp.h) */
+    const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/dp/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
