@@ -66,38 +66,59 @@ static int checkpoint_tokenizer(const char *ckpt, int vocab, const char *bpe_dir
     return rc;
 }
 
-static int generate(cb_gpt *m, const cb_tokenizer *tk, const char *prompt, int ntok, float temp,
-                    int top_k, uint64_t seed) {
-    const cb_gpt_config *c = cb_gpt_get_config(m);
-    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 1;
-    int *ids = malloc(sizeof(int) * cap);
+/* The GPT of c as a graph of one sequence of T tokens (cb_model_probs: one
+ * process, serial), weights from ckpt. */
+static int load_model(const cb_gpt_config *c, const char *ckpt, int T, cb_dist **d, cb_model **m,
+                      cb_err *e) {
+    char arg0[] = "cubist", *argv0[] = {arg0, NULL}, **argv = argv0;
+    int argc = 1;
+    cb_adamw_config none = {0};
+    int rc = cb_dist_init(&argc, &argv, d, e);
+    if (rc) return rc;
+    *m = cb_model_new(*d, 1, T);
+    if (*m) cb_model_declare_gpt(*m, c);
+    rc = cb_model_build(*m, 0, &none, e);
+    return rc ? rc : cb_model_load(*m, ckpt, e);
+}
+
+/* Each new token from the window of the last tokens (up to the context) at
+ * positions 0..: the model takes T tokens, the window is padded after its
+ * end, which causal attention never lets the window's positions see. */
+static int generate(const cb_gpt_config *c, const char *ckpt, const cb_tokenizer *tk,
+                    const char *prompt, int ntok, float temp, int top_k, uint64_t seed, cb_err *e) {
+    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 2;
+    int *ids = malloc(sizeof(int) * cap), *win = malloc(sizeof(int) * (c->seq_len + 1));
     uint16_t *enc = malloc(sizeof(uint16_t) * (plen + 1));
     float *w = malloc(sizeof(float) * c->vocab);
-    if (!ids || !enc || !w) {
-        free(ids), free(enc), free(w);
-        return CB_ENOMEM;
-    }
+    int rc = ids && win && enc && w ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for sampling");
     /* no tokenizer: the prompt's bytes; an empty prompt starts from a newline
      * (bytes) or <|endoftext|> (GPT-2's document separator) */
-    size_t n = tk ? tk->encode(tk, (const uint8_t *)prompt, plen, enc) : plen;
+    size_t n = rc ? 0 : tk ? tk->encode(tk, (const uint8_t *)prompt, plen, enc) : plen;
     for (size_t i = 0; i < n && n != SIZE_MAX; i++) ids[i] = tk ? enc[i] : (uint8_t)prompt[i] % c->vocab;
     if (n == SIZE_MAX) n = 0;
-    if (n == 0) ids[n++] = tk && tk->vocab > 256 ? tk->vocab - 1 : '\n' % c->vocab;
+    if (!rc && n == 0) ids[n++] = tk && tk->vocab > 256 ? tk->vocab - 1 : '\n' % c->vocab;
+    size_t longest = n + (ntok > 0 ? ntok - 1 : 0);
+    int T = longest < (size_t)c->seq_len ? (int)longest : c->seq_len;
+    cb_dist *d = NULL;
+    cb_model *m = NULL;
+    if (!rc) rc = load_model(c, ckpt, T, &d, &m, e);
     cb_rng r;
     cb_rng_seed(&r, seed);
-    fwrite(prompt, 1, plen, stdout);
-    for (int s = 0; s < ntok; s++) {
-        int T = n < (size_t)c->seq_len ? (int)n : c->seq_len;
-        cb_gpt_forward(m, ids + n - T, NULL, 1, T);
-        int next = draw(cb_gpt_probs(m) + (size_t)(T - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
+    if (!rc) fwrite(prompt, 1, plen, stdout);
+    for (int s = 0; !rc && s < ntok; s++) {
+        int len = n < (size_t)T ? (int)n : T;
+        memset(win, 0, sizeof(int) * T);
+        memcpy(win, ids + n - len, sizeof(int) * len);
+        const float *probs = cb_model_probs(m, win);
+        int next = draw(probs + (size_t)(len - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
         ids[n++] = next;
         emit(tk, next);
     }
-    printf("\n");
-    free(ids);
-    free(enc);
-    free(w);
-    return CB_OK;
+    if (!rc) printf("\n");
+    cb_model_free(m);
+    if (d) cb_dist_finalize(d);
+    free(ids), free(win), free(enc), free(w);
+    return rc;
 }
 
 static int check_sample_flags(int ntok, float temp, int top_k, int heads, cb_err *e) {
@@ -154,17 +175,10 @@ int cmd_sample(int argc, char **argv) {
     else check_sample_flags(ntok, temp, top_k, heads, &e);
     if (e.code) return cli_fail(&e);
     cb_gpt_config c = {.n_head = heads};
-    cb_gpt *m = NULL;
     cb_tokenizer tk = {0};
-    if (cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
-        checkpoint_tokenizer(ckpt, c.vocab, bpe_dir, &tk, &e) ||
-        cb_gpt_create(&c, 1, c.seq_len, &m, &e) || cb_gpt_load(m, ckpt, &e)) {
-        cb_gpt_free(m);
-        cb_tokenizer_free(&tk);
-        return cli_fail(&e);
-    }
-    int rc = generate(m, tk.vocab ? &tk : NULL, prompt, ntok, temp, top_k, seed);
-    cb_gpt_free(m);
+    int rc = cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
+             checkpoint_tokenizer(ckpt, c.vocab, bpe_dir, &tk, &e) ||
+             generate(&c, ckpt, tk.vocab ? &tk : NULL, prompt, ntok, temp, top_k, seed, &e);
     cb_tokenizer_free(&tk);
-    return rc ? 1 : 0;
+    return rc ? cli_fail(&e) : 0;
 }

@@ -187,6 +187,24 @@ int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     return CB_OK;
 }
 
+int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
+                          cb_err *e) {
+    cb_dist *d = calloc(1, sizeof *d);
+    if (!d) return cb_fail(e, CB_ENOMEM, "out of memory");
+    *d = (cb_dist){.sched = CB_PP_1F1B, .partition = "auto", .mem_weight = 0.8, .zero = zero,
+                   .embed_grad = embed_grad, .bucket_mb = bucket_mb};
+    int size = cb_comm_world()->size;
+    int rc = alone ? cb_grid_create_self(&d->g, e) : cb_grid_create(&d->g, size, 1, 1, CB_TP_1D, e);
+    if (!rc) rc = cb_layout_create(&d->g, &d->L, e);
+    if (rc) {
+        if (d->L) cb_layout_free(d->L);
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return CB_OK;
+}
+
 int cb_dist_rank(const cb_dist *d) { return d->g.world_rank; }
 
 void cb_dist_exit(cb_dist *d, const cb_err *e) {
@@ -194,10 +212,14 @@ void cb_dist_exit(cb_dist *d, const cb_err *e) {
     cb_comm_exit(e->code == CB_EINPUT ? 2 : e->code == CB_ENOMEM ? 4 : 1, e->msg);
 }
 
-void cb_dist_finalize(cb_dist *d) {
+void cb_dist_free(cb_dist *d) {
     cb_layout_free(d->L);
     cb_grid_free(&d->g);
     free(d);
+}
+
+void cb_dist_finalize(cb_dist *d) {
+    cb_dist_free(d);
     cb_comm_finalize();
 }
 

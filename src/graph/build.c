@@ -65,7 +65,7 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     const cb_layer *l = n->l;
     double N = (double)m->Bm * m->T, f = sizeof(float);
     double H = n->out >= 0 ? m->acts[n->out]->H : 0;
-    *x = (cb_pp_module){.act_bytes = f * N * H, .tie = l && uses[l->idx] > 1 ? l->idx : -1,
+    *x = (cb_pp_module){.act_bytes = f * N * H, .tie = l && uses && uses[l->idx] > 1 ? l->idx : -1,
                         .flops = 3 * N * H};
     if (n->kind == N_LINEAR) {
         double io = (double)l->lin.in * l->lin.out;
@@ -75,7 +75,7 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     } else if (n->kind == N_NORM) {
         x->flops = 10 * N * l->norm.C, x->param_bytes = f * 2 * l->norm.C;
     } else if (n->kind == N_EMBED) {
-        x->param_bytes = f * ((double)l->emb.V + m->T) * l->emb.C;
+        x->param_bytes = f * ((double)l->emb.V + l->emb.T) * l->emb.C;
     } else if (n->kind == N_LOSS) {
         x->flops = 6 * N * l->emb.C * l->emb.V, x->param_bytes = f * (double)l->emb.V * l->emb.C;
         x->act_bytes = f * N * (l->emb.V + 1);
@@ -84,17 +84,43 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     snprintf(x->name, sizeof x->name, "%.23s", nm);
 }
 
+/* The partition's modules, runs of nodes [u[k], u[k+1]): every node is
+ * one, or under block_units each declared block is one and so is each run
+ * of nodes between blocks (cubist train's GPT: the embedding, each block,
+ * the head). Returns their count. */
+static int module_starts(const cb_model *m, int *u) {
+    int k = 0;
+    for (int i = 0; i < m->nnodes; i++)
+        if (!i || !m->d->block_units || m->nodes[i].seg != m->nodes[i - 1].seg) u[k++] = i;
+    u[k] = m->nnodes;
+    return k;
+}
+
+/* Module k's figures: the sums of its nodes'. */
+static void module_of(const cb_model *m, const int *u, int k, const int *uses, cb_pp_module *x) {
+    node_module(m, u[k], uses, x);
+    for (int i = u[k] + 1; i < u[k + 1]; i++) {
+        cb_pp_module y;
+        node_module(m, i, uses, &y);
+        x->flops += y.flops, x->param_bytes += y.param_bytes, x->act_bytes += y.act_bytes;
+        if (x->tie < 0) x->tie = y.tie;
+    }
+}
+
 static int partition(cb_model *m, cb_err *e) {
     cb_dist *d = m->d;
-    int n = m->nnodes, nvs = m->P * m->v;
-    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int));
-    cb_pp_module *mod = calloc((size_t)n, sizeof *mod);
-    double *cost = calloc((size_t)n, sizeof *cost);
+    int nvs = m->P * m->v;
+    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int)), *u = calloc((size_t)m->nnodes + 1, sizeof(int));
+    cb_pp_module *mod = calloc((size_t)m->nnodes + 1, sizeof *mod);
+    double *cost = calloc((size_t)m->nnodes + 1, sizeof *cost);
     cb_pp_partition pt;
-    int rc = uses && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
-    for (int i = 0; !rc && i < n; i++)
+    int rc = uses && u && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
+    int n = rc ? 0 : module_starts(m, u);
+    for (int i = 0; !rc && i < m->nnodes; i++)
         if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
-    for (int i = 0; !rc && i < n; i++) node_module(m, i, uses, &mod[i]);
+    for (int k = 0; !rc && k < n; k++) module_of(m, u, k, uses, &mod[k]);
+    if (!rc && nvs > 1 && d->profile && !strcmp(d->partition, "auto"))
+        rc = cb_graph_profile(m, u, n, mod, e);
     if (!rc) cb_pp_module_costs(mod, n, d->mem_weight, cost);
     if (!rc && nvs == 1) pt = (cb_pp_partition){.nstages = 1, .nmod = n, .bound = {0, n}};
     else if (!rc && !strcmp(d->partition, "auto"))
@@ -103,14 +129,19 @@ static int partition(cb_model *m, cb_err *e) {
     else if (!rc && !strcmp(d->partition, "equal")) rc = cb_pp_partition_equal(cost, n, nvs, &pt, e);
     else if (!rc) rc = cb_pp_partition_parse(d->partition, cost, n, nvs, &pt, e);
     for (int s = 0; !rc && s < nvs; s++)
-        for (int i = pt.bound[s]; i < pt.bound[s + 1]; i++) m->nodes[i].vs = s;
+        for (int i = u[pt.bound[s]]; i < u[pt.bound[s + 1]]; i++) m->nodes[i].vs = s;
     if (!rc && nvs > 1 && d->print_partition && d->g.world_rank == 0) {
-        printf("partition of %d operations into %d stages, memory weight %g, FLOP costs:\n", n,
-               nvs, d->mem_weight);
+        printf("partition of %d %s into %d stages, memory weight %g:\n", n,
+               d->block_units ? "modules" : "operations", nvs, d->mem_weight);
         cb_pp_partition_print(stdout, &pt, mod, d->mem_weight, m->P);
         fflush(stdout);
     }
-    free(uses), free(mod), free(cost);
+    for (int i = 0; !rc && i < m->nnodes; i++) {
+        cb_pp_module y;
+        node_module(m, i, uses, &y);
+        m->flops += y.flops;
+    }
+    free(uses), free(u), free(mod), free(cost);
     return rc;
 }
 
@@ -124,7 +155,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     *d1 = 0;
     *decay = 0;
     if (l->kind == G_EMBED) {
-        *d0 = k == 0 ? l->emb.V : l->m->T;
+        *d0 = k == 0 ? l->emb.V : l->emb.T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
         *init = CB_INIT_NORMAL;
@@ -175,7 +206,8 @@ static int make_table(cb_model *m, cb_err *e) {
             int decay, init;
             cb_param_kind kind;
             tensor_spec(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, i, kind, l->parts, l->parity);
+            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, l->kind == G_EMBED ? -1 : i, kind,
+                                 l->parts, l->parity); /* -1: --decay-embed applies */
             if (t < 0) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
             l->t[k] = t;
             if (ovs % m->P != m->me) m->pt.t[t].owner = 0;
@@ -604,8 +636,44 @@ static int init_dp(cb_model *m, cb_err *e) {
     cb_dp_model src = {.ctx = m, .split_ok = here, .lookup = here ? lookup : NULL,
                        .exclude_lookup = exclude_lookup};
     return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
-                            m->pt.nparams, m->d->zero, m->d->embed_grad, BUCKET_MB,
+                            m->pt.nparams, m->d->zero, m->d->embed_grad,
+                            m->d->bucket_mb > 0 ? m->d->bucket_mb : BUCKET_MB,
                             (size_t)m->Bl * m->T, e);
+}
+
+static void free_chunk(gchunk *ch);
+
+/* For the startup report: the forward FLOPs the recompute reruns here, and
+ * what this rank's plan would hold without recompute (planned again on
+ * scratch chunks, then the real chunks' flags and offsets restored). */
+static int plan_without_recompute(cb_model *m, cb_err *e) {
+    int saved = m->d->recompute, rc = CB_OK;
+    for (int c = 0; c < m->v; c++)
+        for (int i = m->ch[c].n0; i < m->ch[c].n1; i++) {
+            cb_pp_module y;
+            node_module(m, i, NULL, &y);
+            if (m->nodes[i].recompute) m->rc_flops += y.flops / 3; /* forward: 2 of fwd + bwd's 6 */
+        }
+    m->act_none_bytes = cb_model_activation_bytes(m);
+    if (saved == RC_NONE) return CB_OK;
+    size_t n = 0;
+    m->d->recompute = RC_NONE;
+    for (int c = 0; !rc && c < m->v; c++) {
+        gchunk t = {0};
+        rc = plan_chunk(m, &t, c, e);
+        n += chunk_floats(m, &t);
+        free_chunk(&t);
+    }
+    m->d->recompute = saved;
+    for (int c = 0; !rc && c < m->v; c++) {
+        gchunk *ch = &m->ch[c];
+        recompute_units(m, ch);
+        plan_storage(m, ch);
+        plan_backward(m, ch);
+        rc = plan_grads(m, ch, e);
+    }
+    m->act_none_bytes = n * sizeof(float);
+    return rc;
 }
 
 static int clear_err(cb_err *e) {
@@ -625,6 +693,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) rc = partition(m, e);
     if (!rc) rc = make_table(m, e);
     if (!rc) rc = plan(m, e);
+    if (!rc) rc = plan_without_recompute(m, e);
     if (!rc) rc = check_memory(m, e);
     for (int c = 0; !rc && c < m->v; c++) rc = alloc_chunk(m, &m->ch[c], e);
     if (!rc) rc = plan_scratch(m, e);
@@ -641,7 +710,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc && dp) rc = init_dp(m, e);
     if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
     m->built = !rc;
-    return cb_comm_agree_err(cb_comm_world(), e);
+    return m->local ? rc : cb_comm_agree_err(cb_comm_world(), e);
 }
 
 void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam) {

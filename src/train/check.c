@@ -1,12 +1,13 @@
 #include "train/check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "formats/fileio.h"
+#include "dp/dp.h"
 #include "train/ckpt.h"
-#include "train/dp.h"
 #include "train/stop.h"
 
 /* One lower bound: --flag >= min, or > min when strict. */
@@ -139,4 +140,48 @@ int cb_train_check_val(const cb_train_opts *o, const cb_tokens *val, cb_err *e) 
                    "--val-data %s: %zu tokens, but one validation batch needs B*T+1 = %zu; use a "
                    "longer validation file (cubist prepare --val-fraction) or lower --batch/--seq-len",
                    o->val_data, val->n, need);
+}
+
+/* ------------------------------------------------------------ pipeline flags */
+
+void cb_pp_opts_defaults(cb_pp_opts *o) {
+    *o = (cb_pp_opts){.micro_batches = CB_PP_UNSET, .virtual_stages = CB_PP_UNSET,
+                      .memory_weight = NAN};
+}
+
+/* The first pipeline-only flag the user gave, or NULL. */
+static const char *pipeline_flag(const cb_pp_opts *o) {
+    if (o->schedule) return "--schedule";
+    if (o->virtual_stages != CB_PP_UNSET) return "--virtual-stages";
+    if (o->partition) return "--partition";
+    if (o->print_partition) return "--print-partition";
+    if (!isnan(o->memory_weight)) return "--partition-memory-weight";
+    if (o->no_profile) return "--no-profile";
+    return NULL;
+}
+
+int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e) {
+    int mb = o->micro_batches;
+    if (mb != CB_PP_UNSET && mb < 1)
+        return cb_fail(e, CB_EINPUT, "--micro-batches %d must be >= 1 (micro-batches per step)", mb);
+    if (o->virtual_stages != CB_PP_UNSET && o->virtual_stages < 1)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages %d must be >= 1 (model chunks per rank)",
+                       o->virtual_stages);
+    if (mb != CB_PP_UNSET && *accum > 1 && *accum != mb)
+        return cb_fail(e, CB_EINPUT,
+                       "--grad-accum %d and --micro-batches %d disagree: the micro-batches are "
+                       "the accumulation steps; give one of them",
+                       *accum, mb);
+    if (mb != CB_PP_UNSET) *accum = mb;
+    const char *f = pp > 1 ? NULL : pipeline_flag(o);
+    if (f)
+        return cb_fail(e, CB_EINPUT, "%s needs --pp > 1 (pipeline parallelism); add --pp N or "
+                                     "drop %s",
+                       f, f);
+    if (!o->schedule) o->schedule = "1f1b";
+    if (!o->partition) o->partition = "auto";
+    if (isnan(o->memory_weight)) o->memory_weight = 0.8;
+    if (!(o->memory_weight >= 0 && o->memory_weight <= 1))
+        return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
+    return CB_OK;
 }

@@ -136,9 +136,6 @@ const char *cb_dp_embed_name(const cb_dp *d);
 int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params, float *grads,
                      const cb_tensor_info *t, int nt, size_t n, int zero, int embed,
                      double bucket_mb, size_t max_tokens, cb_err *e);
-/* The same for the built-in GPT (dp_gpt.c), whose grad hook it installs. */
-int cb_dp_init(cb_dp *d, cb_comm *c, cb_gpt *m, int zero, int embed, double bucket_mb,
-               size_t max_tokens, cb_err *e);
 /* The same for a plain parameter block of n floats with nt tensors t (a
  * user's model, src/api/model.c): no grad hook, so every bucket starts in
  * cb_dp_reduce (call cb_dp_begin_backward(d, 1) first), no sparse path. */

@@ -1,7 +1,7 @@
 /* Data parallelism: fusion buckets on the gradient block, overlapped with
  * backward through the grad hook; ZeRO-1 shards; the sparse embedding path.
  * See dp.h. */
-#include "train/dp.h"
+#include "dp/dp.h"
 
 #include <limits.h>
 #include <math.h>
