@@ -99,6 +99,8 @@ void cb_comm_free(cb_comm *c);
 /* For an error only this rank knows: prints "cubist: rank R: msg" and ends
  * the whole job with MPI_Abort(MPI_COMM_WORLD, 2). */
 _Noreturn void cb_comm_fatal(const char *msg);
+/* cb_comm_fatal with its exit status: CB_ENOMEM for resources, not input. */
+_Noreturn void cb_comm_fatal_code(int code, const char *msg);
 /* Collective over c: the largest error code of any rank (0 when none). */
 int cb_comm_agree_error(cb_comm *c, int local_code);
 /* Collective over c: every rank ends with the same cb_err, the one of the
