@@ -303,6 +303,17 @@ static float update(cb_model *m, int step) {
     return (float)norm;
 }
 
+/* The plan missed a use if the workspace grew during a step: not an error
+ * of the user's (the step went on, growing), a defect of the plan, said
+ * once so the tests see it. */
+static void check_planned(cb_model *m) {
+    static int said;
+    if (!m->L->ws.grew || said) return;
+    said = 1;
+    fprintf(stderr, "cubist: rank %d: internal: the tensor-parallel workspace grew during a step "
+                    "(%d slots beyond the plan)\n", m->d->g.world_rank, m->L->ws.grew);
+}
+
 float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
                           float *grad_norm) {
     double t0 = now_ms();
@@ -328,6 +339,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     in->update_ms = now_ms() - t1;
     in->step_ms = now_ms() - t0;
     in->bubble = in->step_ms > 0 ? 1 - (in->forward_ms + in->backward_ms) / in->step_ms : 0;
+    check_planned(m);
     return loss;
 }
 
