@@ -631,7 +631,7 @@ static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
  * this rank's first, whole, and whose tied head runs here too. */
 static int lookup_here(const cb_model *m) {
     const cb_layer *l = m->layers[0];
-    return m->P == 1 && m->L->tp == 1 && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
+    return m->P == 1 && (m->L->caps & CB_LAYOUT_WHOLE) && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
            m->nodes[m->loss_node].l == l && l->t[0] == 0;
 }
 

@@ -357,7 +357,7 @@ float cb_model_eval(cb_model *m, const int *ids, const int *targets) {
 }
 
 const float *cb_model_probs(cb_model *m, const int *ids) {
-    if (!m->built || m->P > 1 || m->v > 1 || m->M > 1 || m->L->mode != CB_LAYOUT_SERIAL)
+    if (!m->built || m->P > 1 || m->v > 1 || m->M > 1 || !(m->L->caps & CB_LAYOUT_SAMPLES))
         return NULL;
     m->ids = ids;
     m->targets = NULL;

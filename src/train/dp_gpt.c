@@ -31,7 +31,7 @@ static void gpt_hook(void *ctx, int first, int last) { cb_dp_ready(ctx, first, l
  * wte's rows not sharded (a layout that replicates the embedding). */
 static int split_ok(const cb_gpt *m) {
     const cb_tensor_info *w = m->pt.n ? &m->pt.t[0] : NULL;
-    return m->has_embed && m->has_head && !strcmp(m->L->ops->name, "serial") && w &&
+    return m->has_embed && m->has_head && (m->L->caps & CB_LAYOUT_WHOLE) && w &&
            !strcmp(w->name, "wte.weight") && w->offset == 0;
 }
 
