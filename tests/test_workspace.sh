@@ -11,6 +11,11 @@
 #    bytes needed (workspace included) and the limit, under one process and
 #    under 1-D 2 and 3-D 8; a limit above them trains with the same losses
 #    as no limit, bit for bit.
+# 3. A forced allocation failure at build (tests/fail_alloc.c preloaded:
+#    every allocation of 300000 bytes or more fails, which MPI's start
+#    survives and the model's plan does not) ends with one line naming the
+#    bytes, status 4, under one process and under 1-D 2. (3-D 8's buffers
+#    are smaller than MPI's own at start: not testable this way.)
 set -u
 . "$(dirname "$0")/launcher.sh"
 EX="$BUILD/examples/tiny_gpt"
@@ -52,3 +57,20 @@ if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 5 --
     /usr/bin/python3 "$ROOT/tests/compare.py" logs b.log a.log --tol 0 \
         --label "tiny_gpt 1-D 2 under --max-memory 1G: the same losses"
 else echo "FAIL tiny_gpt under --max-memory 1G: $(tail -c 300 a.log b.log)"; fi
+
+if cc -shared -fPIC -O2 -o fail_alloc.so "$ROOT/tests/fail_alloc.c" -ldl 2>cc.txt; then
+    if [ "$flavour" = mpich ]; then
+        pre=(-genv LD_PRELOAD "$PWD/fail_alloc.so" -genv CB_FAIL_ALLOC_MIN 300000)
+    else pre=(-x LD_PRELOAD="$PWD/fail_alloc.so" -x CB_FAIL_ALLOC_MIN=300000); fi
+    forced() { # label np flags...
+        local label=$1 np=$2; shift 2
+        timeout "$(tmo 120)" "${launch[@]}" "${pre[@]}" -np "$np" "$EX" --data train.bin --steps 2 "$@" >out.txt 2>&1
+        local rc=$? n
+        n=$(wc -l <out.txt)
+        if [ "$rc" = 4 ] && [ "$n" -eq 1 ] && grep -q "^cubist: out of memory for .*: [0-9]* bytes" out.txt; then
+            echo "PASS forced allocation failure at build, $label: exit 4, $(cat out.txt)"
+        else echo "FAIL forced allocation failure at build, $label: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
+    }
+    forced "one process" 1
+    forced "1-D 2" 2 --tp 2 --tp-mode 1d
+else echo "FAIL building tests/fail_alloc.c: $(head -c 300 cc.txt)"; fi

@@ -129,6 +129,9 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * send is NULL: then recv is the input on every rank). In place at a root
  * other than 0, recv is first copied to c->scratch (an MPICH bug, comm.c). */
 void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
+/* c->scratch sized for in-place reduces of n floats at a non-zero root, so
+ * none allocates later; CB_ENOMEM (0 otherwise) when it cannot be. */
+int cb_comm_reserve(cb_comm *c, size_t n);
 void cb_comm_barrier(cb_comm *c, const char *tag);
 
 void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "util/rng.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -519,6 +520,14 @@ static void bias_backward_k(const cb_kernels *k, float *dbias, const float *dout
     bias_backward(dbias, dout, N, OC);
 }
 
+/* Counter-based draws: element i depends on (key, e0 + i) only. */
+static void fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                        float sd, float value) {
+    (void)k;
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (size_t i = 0; i < n; i++) out[i] = sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + i) : value;
+}
+
 /* Each thread sums a fixed static range; the partials are added in thread
  * order, so the result depends only on the thread count. */
 static double sumsq(const cb_kernels *k, const float *x, size_t n) {
@@ -593,6 +602,7 @@ static const cb_kernels cpu = {
     .position_backward = position_backward,
     .bias_add = bias_add,
     .bias_backward = bias_backward_k,
+    .fill_normal = fill_normal,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,

@@ -10,6 +10,7 @@
 #define CB_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct cb_kernels cb_kernels;
 struct cb_kernels {
@@ -122,6 +123,10 @@ struct cb_kernels {
     void (*bias_add)(const cb_kernels *k, float *out, const float *bias, int N, int OC);
     /* dbias (OC) accumulates the column sums of dout (N,OC) */
     void (*bias_backward)(const cb_kernels *k, float *dbias, const float *dout, int N, int OC);
+    /* out (n) = sd * cb_rng_normal_at(key, e0 + i), or value when sd is 0:
+     * a run of a generated tensor (initial weights), the same on any thread count */
+    void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                        float sd, float value);
     /* sum of squares, in double, reproducible for a fixed thread count */
     double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
     void (*scale)(const cb_kernels *k, float *x, float s, size_t n);

@@ -206,6 +206,11 @@ static void p_bias_backward(const cb_kernels *k, float *dbias, const float *dout
     TIMED(PROF_ELEMENTWISE, bias_backward, dbias, dout, N, OC);
 }
 
+static void p_fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                          float sd, float value) {
+    TIMED(PROF_OPTIMIZER, fill_normal, out, n, key, e0, sd, value);
+}
+
 void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
     p->inner = inner;
     cb_prof_reset(p);
@@ -245,5 +250,6 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .position_backward = p_position_backward,
         .bias_add = p_bias_add,
         .bias_backward = p_bias_backward,
+        .fill_normal = p_fill_normal,
     };
 }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "comm/grid.h"
-#include "util/rng.h"
 
 size_t cb_shard_cols(const cb_shard *s) {
     size_t n = 0;
@@ -49,16 +48,23 @@ void cb_shard_place(const cb_shard *s, const float *local, float *full) {
     });
 }
 
+/* Runs of the shard through the CPU kernel (initial values are made on the
+ * host); a whole unpadded tensor is one run. */
 void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local) {
+    const cb_kernels *k = cb_kernels_cpu();
     size_t w = cb_shard_cols(s);
-#pragma omp parallel for schedule(static)
+    if (s->nseg == 1 && s->col0[0] == 0 && s->ncol[0] == s->C && s->row0 + s->nrows <= s->R) {
+        k->fill_normal(k, local, (size_t)s->nrows * w, key, (uint64_t)s->row0 * (uint64_t)s->C, sd,
+                       value);
+        return;
+    }
     for (int64_t r = 0; r < s->nrows; r++) {
         int64_t row = s->row0 + r;
         float *o = local + (size_t)r * w;
         for (int g = 0; g < s->nseg; g++) {
             uint64_t e0 = (uint64_t)row * (uint64_t)s->C + (uint64_t)s->col0[g];
-            for (int64_t c = 0; c < s->ncol[g]; c++)
-                o[c] = row >= s->R ? 0.0f : sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + c) : value;
+            if (row >= s->R) memset(o, 0, sizeof(float) * (size_t)s->ncol[g]);
+            else k->fill_normal(k, o, (size_t)s->ncol[g], key, e0, sd, value);
             o += s->ncol[g];
         }
     }

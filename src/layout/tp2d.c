@@ -38,6 +38,11 @@
 /* Workspace slots (layout.h), planned at build and reused by every operator. */
 enum { S_A0, S_A1, S_B0, S_B1, S_T1, S_T2, S_T3, NSCR };
 
+/* The largest in-place reduces on the row and the column (cb_comm_reserve). */
+typedef struct tp2d {
+    size_t red_row, red_col;
+} tp2d;
+
 static float *scratch(cb_layout *L, int slot, size_t n) {
     return cb_layout_scratch(L, slot, sizeof(float) * n);
 }
@@ -396,13 +401,29 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
 
 /* ------------------------------------------------------------ lifetime */
 
-static void layout_free(cb_layout *L) { free(L); }
+static void layout_free(cb_layout *L) {
+    free(L->priv);
+    free(L);
+}
+
+/* The reduces' copies, counted in kept_need by the plan. */
+static int plan_alloc(cb_layout *L, cb_err *e) {
+    tp2d *p = L->priv;
+    if (cb_comm_reserve(rowg(L), p->red_row) || cb_comm_reserve(colg(L), p->red_col))
+        return cb_fail(e, CB_ENOMEM, "out of memory for the 2-D reduces' buffers: %zu bytes",
+                       L->ws.kept_need);
+    return CB_OK;
+}
 
 static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
 
 /* A SUMMA's double buffers of an (n, a) and an (a, b) operand, its partial
  * product (n, b) and, backward, the partial dx (n, a) and dw (a, b). */
 static void reserve_summa(cb_layout *L, size_t n, size_t a, size_t b) {
+    tp2d *p = L->priv;
+    p->red_row = n * a > p->red_row ? n * a : p->red_row;
+    p->red_col = a * b > p->red_col ? a * b : p->red_col;
+    L->ws.kept_need = sizeof(float) * (p->red_row + p->red_col);
     reserve(L, S_A0, n * a), reserve(L, S_A1, n * a);
     reserve(L, S_B0, a * b), reserve(L, S_B1, a * b);
     reserve(L, S_T1, n * (a > b ? a : b)), reserve(L, S_T2, a * b);
@@ -447,6 +468,7 @@ static const cb_layout_ops OPS = {
     .head_backward = head_backward,
     .free = layout_free,
     .plan = plan,
+    .plan_alloc = plan_alloc,
 };
 
 int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
@@ -454,10 +476,15 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--tp-mode 2d needs --tp a perfect square (4, 9, 16...); got %d",
                        g->tp);
     cb_layout *L = malloc(sizeof *L);
-    if (!L) return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
+    tp2d *p = calloc(1, sizeof *p);
+    if (!L || !p) {
+        free(L);
+        free(p);
+        return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
+    }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
                      .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(),
-                     .overlap_chunks = CB_OVERLAP_CHUNKS};
+                     .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;
 }
