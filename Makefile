@@ -2,6 +2,7 @@
 # packages at fixed paths, and every target below is one line of intent.
 #   make            library + command line          make test   full suite
 #   make demo       train a small GPT, sample        make asan   suite under ASan+UBSan
+#   make check      the fast tier (under a minute)
 #   make bench      benchmark vs PyTorch             make deps   install packages
 #   make test-slurm cubist under srun on a local one-node Slurm (root)
 CC      ?= cc
@@ -45,7 +46,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 
-.PHONY: all deps test test-slurm demo asan bench clean
+.PHONY: all deps test check test-slurm demo asan bench clean
 all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c $(MPI_STAMP)
@@ -78,6 +79,11 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
+
+# the fast tier (under a minute): the tests named in tests/fast.txt
+check: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) FAST=1 tests/run.sh
 
 # cubist under srun on a one-node Slurm cluster it starts and stops (root;
 # installs slurm-wlm and munge if missing); not part of `make test`

@@ -12,10 +12,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 XDG_CACHE_HOME=$(mktemp -d); export XDG_CACHE_HOME
 trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 only=${1:-}
+# FAST=1 (make check): only the tests listed in tests/fast.txt, the fast tier
+fast=()
+[ "${FAST:-0}" = 1 ] && mapfile -t fast < <(grep -v '^#' tests/fast.txt)
 pass=0 fail=0 failed=()
 run_one() { # name, command...
     local name=$1; shift
     [ -n "$only" ] && [[ "$name" != *"$only"* ]] && return
+    [ ${#fast[@]} -gt 0 ] && [[ " ${fast[*]} " != *" $name "* ]] && return
     local log; log=$(mktemp)
     local t0=$SECONDS
     "$@" >"$log" 2>&1

@@ -3,7 +3,7 @@
 # fields and validation loss (against PyTorch on the saved weights), a crash
 # resumed from a --save-every checkpoint, --decay-embed (against PyTorch),
 # sample's determinism and flags, the MFU peak cache, bench --json, output
-# paths refused under --pp, and --help texts against the README.
+# paths refused under --pp, and --help texts against docs/cli.md.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 ROOT="$HERE/.."
@@ -53,7 +53,7 @@ if any(not isinstance(r["val_loss"], float) or r["val_loss"] <= 0 for r in rows 
 print("; ".join(bad) if bad else f"OK {len(rows)} rows, val_loss at steps {evald}")
 PY
 )
-[[ $out == OK* ]] && pass "train log: every README field present with a sane type; $out" || fail "train log: $out"
+[[ $out == OK* ]] && pass "train log: every docs/cli.md field present with a sane type; $out" || fail "train log: $out"
 
 # val_loss of step 7 is the mean loss of the final weights over 3 sequential
 # validation batches: recomputed by PyTorch from m.st. Same float32 sums in a
@@ -204,21 +204,21 @@ for flag in --save --log; do
         || fail "--pp 2 $flag unwritable: exit $rc, $(wc -l <err) lines: $(head -c 300 err)"
 done
 
-# ---------------------------------------------------------------- --help against the README
+# ---------------------------------------------------------------- --help against the docs/cli.md
 for cmd in train sample prepare bench; do
-    sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/README.md")
+    sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/docs/cli.md")
     helpflags=$("$C" $cmd --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | sort -u)
     readme=$(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$sec" | sort -u)
     undoc=$(comm -23 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
     unknown=$(comm -13 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
     stale=$("$C" $cmd --help | grep -i "not implemented")
-    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the README section" \
-        || fail "cubist $cmd --help: flags missing from README '### cubist $cmd': '$undoc' ${stale:+stale: $stale}"
-    # README flags of the section that no --help lists (bench modes live in their own --help)
+    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the docs/cli.md section" \
+        || fail "cubist $cmd --help: flags missing from docs/cli.md '### cubist $cmd': '$undoc' ${stale:+stale: $stale}"
+    # docs/cli.md flags of the section that no --help lists (bench modes live in their own --help)
     others=$("$C" $cmd --help; [ $cmd = bench ] && for m in --allreduce --tp-compare --pipeline; do "$C" bench $m --help; done)
     missing=""
     for f in $unknown; do grep -qF -- "$f" <<<"$others" || missing+="$f "; done
-    [ -z "$missing" ] && pass "README '### cubist $cmd': every flag it names is in --help" \
-        || fail "README '### cubist $cmd' names flags no --help lists: $missing"
+    [ -z "$missing" ] && pass "docs/cli.md '### cubist $cmd': every flag it names is in --help" \
+        || fail "docs/cli.md '### cubist $cmd' names flags no --help lists: $missing"
 done
 finish
