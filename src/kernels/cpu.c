@@ -318,6 +318,13 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
 
 /* ---------------------------------------------------------------- split operators */
 
+static double sum_ordered(const cb_kernels *k, const float *x, size_t n) {
+    (void)k;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
 /* Row moments in double: E[x^2] - mean^2 is then exact to ~1e-16 relative
  * of E[x^2], far below float's resolution of the variance unless
  * |mean| / std passes 1e4, and one reduction carries both sums. */
@@ -444,9 +451,7 @@ static double crossentropy_normalize(const cb_kernels *k, float *losses, float *
         for (int j = 0; j < valid; j++) r[j] *= inv;
         losses[i] = logf(stats[2 * i]) - (stats[2 * i + 1] - mx[i]);
     }
-    double total = 0.0; /* in row order: the same on every rank and every run */
-    for (int i = 0; i < N; i++) total += losses[i];
-    return total;
+    return sum_ordered(k, losses, (size_t)N); /* in row order: the same on every rank and every run */
 }
 
 static void crossentropy_backward_cols(const cb_kernels *k, float *probs, const int *targets,
@@ -603,6 +608,7 @@ static const cb_kernels cpu = {
     .bias_add = bias_add,
     .bias_backward = bias_backward_k,
     .fill_normal = fill_normal,
+    .sum = sum_ordered,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,

@@ -127,6 +127,8 @@ struct cb_kernels {
      * a run of a generated tensor (initial weights), the same on any thread count */
     void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
                         float sd, float value);
+    /* sum of x (n) in double, in index order: the same on every run and rank */
+    double (*sum)(const cb_kernels *k, const float *x, size_t n);
     /* sum of squares, in double, reproducible for a fixed thread count */
     double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
     void (*scale)(const cb_kernels *k, float *x, float s, size_t n);

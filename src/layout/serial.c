@@ -85,9 +85,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
     L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
     if (!targets) return 0.0f;
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    return (float)(sum / N);
+    return (float)(L->k->sum(L->k, losses, (size_t)N) / N);
 }
 
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
