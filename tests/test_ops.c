@@ -251,6 +251,18 @@ static void run(op_case *c, cb_rng *r, float h, const char *dir) {
     free(c->work);
 }
 
+/* A cross-entropy case: logits (N,V), targets -> losses (N), probs (N,V);
+ * work floats of scratch. */
+static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir) {
+    size_t N = (size_t)c.B * c.T, NV = N * c.V;
+    add(&c, "in.logits", randn(r, NV, 2), NV, 1);
+    add(&c, "in.targets", ids(r, N, c.V), N, 0);
+    c.iout = add(&c, "out.losses", calloc(N, 4), N, 0);
+    add(&c, "out.probs", calloc(NV, 4), NV, 0);
+    c.work = calloc(work, sizeof(float));
+    run(&c, r, 1e-2f, dir);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc == 3 && !strcmp(argv[1], "--dump") ? argv[2] : NULL;
     K = cb_kernels_cpu();
@@ -315,21 +327,10 @@ int main(int argc, char **argv) {
 
     op_case xe = {.name = "crossentropy", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_fwd, .bwd = xent_bwd};
-    add(&xe, "in.logits", randn(&r, N * V, 2), N * V, 1);
-    add(&xe, "in.targets", ids(&r, N, V), N, 0);
-    xe.iout = add(&xe, "out.losses", calloc(N, 4), N, 0);
-    add(&xe, "out.probs", calloc(N * V, 4), N * V, 0);
-    xe.work = calloc(N, sizeof(int));
-    run(&xe, &r, 1e-2f, dir);
-
+    run_xent(xe, &r, N, dir); /* work: targets */
     op_case xs = {.name = "crossentropy_split", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_split_fwd, .bwd = xent_split_bwd};
-    add(&xs, "in.logits", randn(&r, N * V, 2), N * V, 1);
-    add(&xs, "in.targets", ids(&r, N, V), N, 0);
-    xs.iout = add(&xs, "out.losses", calloc(N, 4), N, 0);
-    add(&xs, "out.probs", calloc(N * V, 4), N * V, 0);
-    xs.work = calloc(4 * N, sizeof(float)); /* targets, mx, 2N stats */
-    run(&xs, &r, 1e-2f, dir);
+    run_xent(xs, &r, 4 * (size_t)N, dir); /* work: targets, mx, 2N stats */
 
     (void)passes;
     return failures != 0;
