@@ -4,8 +4,9 @@
 # 1. examples/tiny_gpt under 1-D 2, 2-D 4, 3-D 8 (kept gathered inputs),
 #    3-D 8 re-gathering (--tp3d-save shard is not a user flag: the default
 #    keeps), pp 2 x 3-D 8 with 2 micro-batches in flight and pp 2 x 2-D 4
-#    with block recompute: every run trains and no step grows the layout's
-#    workspace (the engine says "internal: ... grew" if one does).
+#    with block recompute: every run trains, no step grows the layout's
+#    workspace and every 3-D forward finds its kept-input entry (the engine
+#    says "internal: ... plan missed a use" otherwise).
 # 2. --max-memory: a limit below the model's planned bytes ends the job at
 #    build with status 4 (out of memory, not 2) and one line naming the
 #    bytes needed (workspace included) and the limit, under one process and
@@ -27,7 +28,7 @@ cd "$d"
 planned() { # label np flags...
     local label=$1 np=$2; shift 2
     if timeout "$(tmo 240)" "${launch[@]}" -np "$np" "$EX" --data train.bin --steps 3 "$@" >"$label.log" 2>&1 &&
-       ! grep -q "workspace grew" "$label.log"; then
+       ! grep -q "workspace plan missed" "$label.log"; then
         echo "PASS workspace planned, $label: trains, nothing allocated during a step"
     else echo "FAIL workspace planned, $label: exit or growth: $(tail -c 300 "$label.log")"; fi
 }

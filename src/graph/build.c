@@ -550,7 +550,9 @@ static int plan_scratch(cb_model *m, cb_err *e) {
 
 /* Every operator of this rank declares its workspace for the shapes it
  * will run (layout.h, cb_layout_use); allocated once after the memory
- * check, so no step allocates. */
+ * check, so no step allocates. A node's input is in a slot (one per
+ * micro-batch in flight) or in a buffer that recompute shares (one), so
+ * the chunk's slots bound the inputs awaiting backward. */
 static void plan_layout(cb_model *m) {
     static const int op[N_KINDS] = {[N_EMBED] = CB_OP_EMBED, [N_LINEAR] = CB_OP_LINEAR,
                                     [N_NORM] = CB_OP_NORM,   [N_ATTN] = CB_OP_ATTN,
@@ -562,7 +564,7 @@ static void plan_layout(cb_model *m) {
         cb_layer *l = n->l;
         l->lin.parity = l->norm.parity = l->parity;
         cb_layout_use u = {.op = (cb_layout_op)op[n->kind], .B = m->Bm, .T = m->T,
-                           .inflight = m->ch[n->vs / m->P].nslots + 1, .lin = &l->lin,
+                           .inflight = m->ch[n->vs / m->P].nslots, .lin = &l->lin,
                            .norm = &l->norm, .emb = &l->emb};
         cb_layout_plan(m->L, &u);
     }

@@ -303,15 +303,18 @@ static float update(cb_model *m, int step) {
     return (float)norm;
 }
 
-/* The plan missed a use if the workspace grew during a step: not an error
- * of the user's (the step went on, growing), a defect of the plan, said
- * once so the tests see it. */
+/* The plan missed a use if the workspace grew during a step or a kept
+ * input found no entry: not an error of the user's (the step went on,
+ * growing or gathering again), a defect of the plan, said once so the
+ * tests see it. */
 static void check_planned(cb_model *m) {
     static int said;
-    if (!m->L->ws.grew || said) return;
+    const cb_workspace *w = &m->L->ws;
+    if ((!w->grew && !w->unkept) || said) return;
     said = 1;
-    fprintf(stderr, "cubist: rank %d: internal: the tensor-parallel workspace grew during a step "
-                    "(%d slots beyond the plan)\n", m->d->g.world_rank, m->L->ws.grew);
+    fprintf(stderr, "cubist: rank %d: internal: the tensor-parallel workspace plan missed a use "
+                    "(%d slots grown during a step, %d gathered inputs not kept)\n",
+            m->d->g.world_rank, w->grew, w->unkept);
 }
 
 float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,

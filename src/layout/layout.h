@@ -103,8 +103,8 @@ typedef struct cb_layout cb_layout;
 /* One use of an operator, declared when a model is built so the layout can
  * plan the workspace that operator needs (cb_layout_reserve). N = B * T
  * tokens of one micro-batch; inflight: how many forwards of this operator
- * can be awaiting their backward at once (the micro-batches a pipeline
- * chunk keeps, plus one for recompute). */
+ * can be awaiting their backward at once, each in its own input buffer
+ * (the micro-batches a pipeline chunk keeps). */
 typedef enum cb_layout_op { CB_OP_EMBED, CB_OP_NORM, CB_OP_LINEAR, CB_OP_ATTN, CB_OP_HEAD } cb_layout_op;
 typedef struct cb_layout_use {
     cb_layout_op op;
@@ -191,6 +191,7 @@ typedef struct cb_workspace {
     size_t kept_need;         /* bytes plan_alloc will allocate */
     int planned;              /* allocated from a plan */
     int grew;                 /* slots grown after planning: a plan that missed a use */
+    int unkept;               /* 3-D: forwards whose X^ found no planned entry (gathered again) */
 } cb_workspace;
 
 struct cb_layout {

@@ -144,6 +144,7 @@ static void gather_into(cb_layout *L, gathered **sp, const float *x, int N, size
     if (s) s->wvalid = keepw;
     *wh = keepw ? s->wh : scratch(L, S_WH, nw);
     if (keepx) e->x = x, e->N = N;
+    else L->ws.unkept++;
     *xh = keepx ? e->xh : scratch(L, S_XH, nx);
 }
 
@@ -174,19 +175,19 @@ static void add(cb_layout *L, float *acc, const float *x, size_t n) {
     L->k->residual_forward(L->k, acc, acc, x, n);
 }
 
-/* Plan of a kept pair: inflight entries of nx floats and W^ of nw, made
- * now (small), filled by plan_alloc. A pool that cannot be made is left
- * out: its operands are then gathered again in backward. */
+/* Plan of a kept pair: inflight more entries of nx floats (a layer applied
+ * twice keeps the inputs of both uses) and W^ of nw, made now (small),
+ * filled by plan_alloc. A pool that cannot be made is left out: its
+ * operands are then gathered again in backward. */
 static void plan_kept(cb_layout *L, gathered **sp, size_t nx, size_t nw, int inflight) {
     if (!*sp) *sp = new_gathered(L);
     gathered *s = *sp;
     if (!s) return;
-    if (s->nxs < inflight) {
-        xsaved *xs = realloc(s->xs, sizeof *xs * inflight);
-        if (!xs) return;
-        for (int i = s->nxs; i < inflight; i++) xs[i] = (xsaved){.N = -1};
-        s->xs = xs, s->nxs = inflight;
-    }
+    int n = s->nxs + (inflight > 0 ? inflight : 1);
+    xsaved *xs = realloc(s->xs, sizeof *xs * n);
+    if (!xs) return;
+    for (int i = s->nxs; i < n; i++) xs[i] = (xsaved){.N = -1};
+    s->xs = xs, s->nxs = n;
     s->needx = nx > s->needx ? nx : s->needx;
     s->needw = nw > s->needw ? nw : s->needw;
 }
