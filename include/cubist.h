@@ -241,8 +241,12 @@ typedef struct cb_act cb_act;
 
 /* Starts MPI (one process needs no launcher) and builds the process grid
  * from --dp --tp --tp-mode --pp and the pipeline flags above (and
- * --partition-memory-weight --print-partition --zero 1), which are removed
- * from argv. Collective; on error every rank gets the same message. */
+ * --partition-memory-weight --print-partition --zero 1 --max-memory
+ * BYTES), which are removed from argv. --max-memory (suffixes K, M, G):
+ * cb_model_build fails with CB_ENOMEM (status 4 through cb_dist_exit) when
+ * a rank's planned bytes (parameters, gradients, AdamW state, activations,
+ * pipeline buffers, workspace) exceed it. Collective; on error every rank
+ * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
 /* Ends the job on every rank: rank 0 prints e's message, status 2 for bad

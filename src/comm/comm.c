@@ -100,18 +100,20 @@ static int mpi_up(void) {
     return init && !fin;
 }
 
-_Noreturn void cb_comm_fatal(const char *msg) {
+_Noreturn void cb_comm_fatal_code(int code, const char *msg) {
     int rank = 0;
     if (!mpi_up()) {
         fprintf(stderr, "cubist: %s\n", msg);
-        exit(CB_EINPUT);
+        exit(code);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fprintf(stderr, "cubist: rank %d: %s\n", rank, msg);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, CB_EINPUT);
-    exit(CB_EINPUT); /* MPI_Abort does not return; this keeps _Noreturn honest */
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; this keeps _Noreturn honest */
 }
+
+_Noreturn void cb_comm_fatal(const char *msg) { cb_comm_fatal_code(CB_EINPUT, msg); }
 
 _Noreturn void cb_comm_exit(int code, const char *msg) {
     int rank = 0;
@@ -439,13 +441,18 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * (pmodels/mpich#6540). An in-place reduce at such a root therefore copies
  * the root's input into c's scratch buffer (kept, grown on demand) and
  * reduces out of place; under every MPI, so both builds test this path. */
+int cb_comm_reserve(cb_comm *c, size_t n) {
+    if (c->scratch_n >= n) return CB_OK;
+    float *b = malloc(sizeof(float) * n);
+    if (!b) return CB_ENOMEM;
+    free(c->scratch);
+    c->scratch = b;
+    c->scratch_n = n;
+    return CB_OK;
+}
+
 static const float *root_copy(cb_comm *c, const float *x, size_t n) {
-    if (c->scratch_n < n) {
-        free(c->scratch);
-        c->scratch = malloc(sizeof(float) * n);
-        c->scratch_n = c->scratch ? n : 0;
-        if (!c->scratch) cb_comm_fatal("out of memory for the reduce's send buffer");
-    }
+    if (cb_comm_reserve(c, n)) cb_comm_fatal_code(CB_ENOMEM, "out of memory for the reduce's send buffer");
     memcpy(c->scratch, x, sizeof(float) * n);
     return c->scratch;
 }

@@ -112,6 +112,8 @@ void cb_comm_stall_pause(int paused);
 /* For an error only this rank knows: prints "cubist: rank R: msg" and ends
  * the whole job with MPI_Abort(MPI_COMM_WORLD, 2). */
 _Noreturn void cb_comm_fatal(const char *msg);
+/* cb_comm_fatal with its exit status: CB_ENOMEM for resources, not input. */
+_Noreturn void cb_comm_fatal_code(int code, const char *msg);
 /* Collective over c: the largest error code of any rank (0 when none). */
 int cb_comm_agree_error(cb_comm *c, int local_code);
 /* Collective over c: every rank ends with the same cb_err, the one of the
@@ -140,6 +142,9 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * send is NULL: then recv is the input on every rank). In place at a root
  * other than 0, recv is first copied to c->scratch (an MPICH bug, comm.c). */
 void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
+/* c->scratch sized for in-place reduces of n floats at a non-zero root, so
+ * none allocates later; CB_ENOMEM (0 otherwise) when it cannot be. */
+int cb_comm_reserve(cb_comm *c, size_t n);
 void cb_comm_barrier(cb_comm *c, const char *tag);
 
 void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r);

@@ -147,7 +147,7 @@ void cb_grid_print(cb_grid *g, FILE *f) {
     MPI_Get_processor_name(host, &len);
     char *all = NULL;
     if (g->world_rank == 0) all = calloc((size_t)g->world_size, MPI_MAX_PROCESSOR_NAME);
-    if (g->world_rank == 0 && !all) cb_comm_fatal("out of memory for --print-grid");
+    if (g->world_rank == 0 && !all) cb_comm_fatal_code(CB_ENOMEM, "out of memory for --print-grid");
     cb_comm_gather_bytes(&g->world, CB_COMM_CONTROL, host, all, MPI_MAX_PROCESSOR_NAME, 0);
     if (g->world_rank != 0) return;
     fprintf(f, "grid: %d processes = dp %d x pp %d x tp %d (tp-mode %s, q=%d)\n", g->world_size,

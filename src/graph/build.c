@@ -556,19 +556,50 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
     return CB_OK;
 }
 
-static int plan_scratch(cb_model *m, cb_err *e) {
-    size_t tmp = 1, att = 1, tie = 1;
+/* Floats of the engine's own scratch: a gradient share (or a tied
+ * tensor's received gradient) and attention's backward. */
+static void scratch_floats(const cb_model *m, size_t *tmp, size_t *att) {
+    size_t tie = 1;
+    *tmp = *att = 1;
     for (int v = 0; v < m->nacts; v++) {
         size_t n = cb_graph_value_floats(m, v);
-        if (n > tmp) tmp = n;
+        if (n > *tmp) *tmp = n;
     }
     for (int i = 0; i < m->nnodes; i++)
-        if (m->nodes[i].kind == N_ATTN && m->nodes[i].keep > att) att = m->nodes[i].keep;
+        if (m->nodes[i].kind == N_ATTN && m->nodes[i].keep > *att) *att = m->nodes[i].keep;
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
-    m->tmp = malloc(sizeof(float) * (tmp > tie ? tmp : tie));
+    if (tie > *tmp) *tmp = tie;
+}
+
+static int plan_scratch(cb_model *m, cb_err *e) {
+    size_t tmp, att;
+    scratch_floats(m, &tmp, &att);
+    m->tmp = malloc(sizeof(float) * tmp);
     m->att_scratch = malloc(sizeof(float) * att);
     return m->tmp && m->att_scratch ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+}
+
+/* Every operator of this rank declares its workspace for the shapes it
+ * will run (layout.h, cb_layout_use); allocated once after the memory
+ * check, so no step allocates. A node's input is in a slot (one per
+ * micro-batch in flight) or in a buffer that recompute shares (one), so
+ * the chunk's slots bound the inputs awaiting backward. */
+static void plan_layout(cb_model *m) {
+    static const int op[N_KINDS] = {[N_EMBED] = CB_OP_EMBED, [N_LINEAR] = CB_OP_LINEAR,
+                                    [N_NORM] = CB_OP_NORM,   [N_ATTN] = CB_OP_ATTN,
+                                    [N_GELU] = -1,           [N_ADD] = -1,
+                                    [N_LOSS] = CB_OP_HEAD};
+    for (int i = 0; i < m->nnodes; i++) {
+        gnode *n = &m->nodes[i];
+        if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
+        cb_layer *l = n->l;
+        l->lin.parity = l->norm.parity = l->parity;
+        cb_layout_use u = {.op = (cb_layout_op)op[n->kind], .B = m->Bm, .T = m->T,
+                           .inflight = m->ch[n->vs / m->P].nslots, .lin = &l->lin,
+                           .norm = &l->norm, .emb = &l->emb};
+        cb_layout_plan(m->L, &u);
+    }
 }
 
 /* ---------------------------------------------------------------- build */
@@ -596,18 +627,25 @@ static int plan(cb_model *m, cb_err *e) {
 }
 
 /* This rank's bytes once built: parameters and gradients, AdamW's two
- * moments of its range, the activation plan; against --max-memory. */
+ * moments of its range, the activation plan (with the pipeline's message
+ * buffers) and the workspace (the layout's and the engine's scratch);
+ * against --max-memory. Not counted: the row buffers of the sparse and
+ * split embedding paths (--embed-grad, one vocabulary of indices). */
 static int check_memory(cb_model *m, cb_err *e) {
     double lim = m->d->max_memory, f = sizeof(float), np = (double)m->pt.nparams;
     int dp = m->d->g.dp > 1, zero = dp && m->d->zero;
     double opt = 2 * f * (zero ? np / m->d->g.dp : np), act = (double)cb_model_activation_bytes(m);
-    double need = 2 * f * np + opt + act;
+    size_t tmp, att;
+    scratch_floats(m, &tmp, &att);
+    double ws = (double)cb_layout_workspace_bytes(m->L) + f * (double)(tmp + att);
+    double need = 2 * f * np + opt + act + ws;
     if (lim <= 0 || need <= lim) return CB_OK;
     return cb_fail(e, CB_ENOMEM,
                    "the model needs %.0f bytes on world rank %d (parameters and gradients %.0f, "
-                   "AdamW %.0f, activations %.0f), over --max-memory %.0f; spread it (--pp, --tp, "
-                   "--zero 1), --recompute block, fewer --micro-batches, or raise the limit",
-                   need, m->d->g.world_rank, 2 * f * np, opt, act, lim);
+                   "AdamW %.0f, activations %.0f, workspace %.0f), over --max-memory %.0f; spread "
+                   "it (--pp, --tp, --zero 1), --recompute block, fewer --micro-batches, or raise "
+                   "the limit",
+                   need, m->d->g.world_rank, 2 * f * np, opt, act, ws, lim);
 }
 
 /* The embedding paths' query (dp.h): the last backward's ids and the
@@ -627,7 +665,7 @@ static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
  * this rank's first, whole, and whose tied head runs here too. */
 static int lookup_here(const cb_model *m) {
     const cb_layer *l = m->layers[0];
-    return m->P == 1 && m->L->tp == 1 && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
+    return m->P == 1 && (m->L->caps & CB_LAYOUT_WHOLE) && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
            m->nodes[m->loss_node].l == l && l->t[0] == 0;
 }
 
@@ -694,9 +732,11 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) rc = make_table(m, e);
     if (!rc) rc = plan(m, e);
     if (!rc) rc = plan_without_recompute(m, e);
+    if (!rc) plan_layout(m);
     if (!rc) rc = check_memory(m, e);
     for (int c = 0; !rc && c < m->v; c++) rc = alloc_chunk(m, &m->ch[c], e);
     if (!rc) rc = plan_scratch(m, e);
+    if (!rc) rc = cb_layout_workspace_alloc(m->L, e);
     if (!rc) {
         m->params = calloc(m->pt.nparams + 1, sizeof(float));
         m->grads = calloc(m->pt.nparams + 1, sizeof(float));

@@ -10,6 +10,7 @@
 #define CB_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct cb_kernels cb_kernels;
 struct cb_kernels {
@@ -64,6 +65,70 @@ struct cb_kernels {
     /* probs (N,V) replaced by d(sum losses * dloss)/dlogits */
     void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V);
+    /* Pieces of the operators whose rows or vocabulary are split over ranks
+     * (src/layout/ops.c): each computes its rank's part, the layout
+     * reduces between them. C is the local width, Ctot the full one. */
+    /* stats (N,2) doubles: [sum x, sum x^2] over the C local features of each row */
+    void (*layernorm_stats)(const cb_kernels *k, double *stats, const float *inp, int N, int C);
+    /* out (N,C) normalised with the row statistics of Ctot features summed in
+     * stats (N,2); mean, rstd (N) saved for backward */
+    void (*layernorm_apply)(const cb_kernels *k, float *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b,
+                            const double *stats, int N, int C, int Ctot);
+    /* stats (N,2) doubles: [sum w dout, sum w dout xhat] over the local features */
+    void (*layernorm_backward_stats)(const cb_kernels *k, double *stats, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int N, int C);
+    /* dinp (N,C) accumulates, from the row sums of Ctot features in stats (N,2) */
+    void (*layernorm_backward_apply)(const cb_kernels *k, float *dinp, const double *stats,
+                                     const float *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C,
+                                     int Ctot);
+    /* dw, db (C) accumulate sum over rows of xhat dout and of dout */
+    void (*layernorm_param_grads)(const cb_kernels *k, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *mean, const float *rstd, int N,
+                                  int C);
+    /* logits (N,V) local columns, the first `valid` real (the rest padding):
+     * mx (N) = the row maxima over the valid columns */
+    void (*crossentropy_max)(const cb_kernels *k, float *mx, const float *logits, int N, int V,
+                             int valid);
+    /* logits (N,V) <- exp(logits - mx) on the valid columns, 0 on padding;
+     * stats (N,2) = [row sum, the target's logit (targets[i] - v0 in
+     * [0, valid)) or 0]; targets NULL: no target */
+    void (*crossentropy_exp)(const cb_kernels *k, float *stats, float *logits, const float *mx,
+                             const int *targets, int v0, int N, int V, int valid);
+    /* logits (N,V) <- probabilities from the full row sums in stats (N,2);
+     * losses (N) = log sum - (target logit - mx); returns the losses' sum in
+     * row order (double, reproducible) */
+    double (*crossentropy_normalize)(const cb_kernels *k, float *losses, float *logits,
+                                     const float *stats, const float *mx, int N, int V,
+                                     int valid);
+    /* probs (N,V) of columns v0.. replaced by dloss (p - onehot(targets - v0)) */
+    void (*crossentropy_backward_cols)(const cb_kernels *k, float *probs, const int *targets,
+                                       int v0, float dloss, int N, int V);
+    /* out (N,C) = table[ids - v0] for ids in [v0, v0 + Vl), else 0 */
+    void (*embedding_rows)(const cb_kernels *k, float *out, const int *ids, const float *table,
+                           int v0, int Vl, int N, int C);
+    /* dtable (Vl,C) accumulates rows of dout (N,C) at ids - v0 in [0, Vl),
+     * in token order (a token may repeat) */
+    void (*embedding_rows_backward)(const cb_kernels *k, float *dtable, const float *dout,
+                                    const int *ids, int v0, int Vl, int N, int C);
+    /* out (N,C) += wpe[(t0 + i) % T] (wpe (T,C)) */
+    void (*position_add)(const cb_kernels *k, float *out, const float *wpe, int t0, int T, int N,
+                         int C);
+    /* dwpe[(t0 + i) % T] accumulates dout (N,C) row i, in row order */
+    void (*position_backward)(const cb_kernels *k, float *dwpe, const float *dout, int t0, int T,
+                              int N, int C);
+    /* out (N,OC) += bias (OC) on every row */
+    void (*bias_add)(const cb_kernels *k, float *out, const float *bias, int N, int OC);
+    /* dbias (OC) accumulates the column sums of dout (N,OC) */
+    void (*bias_backward)(const cb_kernels *k, float *dbias, const float *dout, int N, int OC);
+    /* out (n) = sd * cb_rng_normal_at(key, e0 + i), or value when sd is 0:
+     * a run of a generated tensor (initial weights), the same on any thread count */
+    void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                        float sd, float value);
+    /* sum of x (n) in double, in index order: the same on every run and rank */
+    double (*sum)(const cb_kernels *k, const float *x, size_t n);
     /* sum of squares, in double, reproducible for a fixed thread count */
     double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
     void (*scale)(const cb_kernels *k, float *x, float s, size_t n);

@@ -64,9 +64,9 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
  *           broadcasts of X and W blocks; backward broadcasts and reduces
  *           of both) + bias gradients all-reduced over the column,
  *           72(q-1)C/q^2; calls L(24q + 4)
- *   norm    (2L+1) x [2 all-reduces of N/q (sum, centred sum of squares),
- *           all-reduce of 2N/q (row) and 2C/q (gamma, beta over the
- *           column)] = 16(q-1)(2N + C)/q^2 bytes, 4 calls each
+ *   norm    (2L+1) x [all-reduces of 2N/q doubles on the row forward (sum
+ *           x, sum x^2) and backward, of 2C/q floats (gamma, beta over the
+ *           column)] = 16(q-1)(4N + C)/q^2 bytes, 3 calls each
  *   embed   reduce-scatter and all-gather of N C/q on the row
  *           8(q-1)NC/q^2, wpe (T_p C/q of the column) all-gathered forward
  *           and its gradient reduce-scattered 8(q-1)T_p C/q^2, T_p = T up to
@@ -77,15 +77,15 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
  *           the column) 16(q-1)/q; calls 6q + 3
  *   params  V_p C/q^2 + T_p C/q^2 + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
  *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
- *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2),
- *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, N/q), T3 max(4C, 2N)/q */
+ *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2, 4N/q),
+ *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, 3N/q), T3 4C/q */
 static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
     f->sent[CB_PK_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
                                   72 * (q - 1) * C / q2);
     f->calls[CB_PK_LINEAR] = L * (24 * q + 4);
-    f->sent[CB_PK_NORM] = (2 * L + 1) * 16 * (q - 1) * (2 * N + C) / q2;
-    f->calls[CB_PK_NORM] = (2 * L + 1) * 4;
+    f->sent[CB_PK_NORM] = (2 * L + 1) * 16 * (q - 1) * (4 * N + C) / q2;
+    f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
     f->sent[CB_PK_EMBED] = 8 * (q - 1) * (N * C + Tp * C) / q2 + (diag ? 0 : 8 * N * C / q2);
     f->calls[CB_PK_EMBED] = 4 + (diag ? 0 : 4);
     f->sent[CB_PK_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
@@ -95,10 +95,9 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
     double a = N * C / q2;
     f->act_model_bytes = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
                                      (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
-    double t1 = max2(max2(N * C / q, 4 * a), N * Vp / q2);
-    double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), N / q);
-    f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 +
-                            max2(4 * C, 2 * N) / q);
+    double t1 = max2(max2(N * C / q, 4 * a), max2(N * Vp / q2, 4 * N / q));
+    double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
+    f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q);
 }
 
 /* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
