@@ -123,6 +123,6 @@ static const cb_layout_ops OPS = {
 cb_layout *cb_layout_serial(void) {
     cb_layout *L = malloc(sizeof *L);
     if (L) *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_SERIAL, .tp = 1, .q = 1,
-                            .k = cb_kernels_cpu()};
+                            .k = cb_kernels_default()};
     return L;
 }
