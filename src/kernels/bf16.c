@@ -359,3 +359,5 @@ cb_precision cb_kernels_precision(void) { return chosen; }
 const cb_kernels *cb_kernels_default(void) {
     return chosen == CB_PREC_BF16 ? &S.table : cb_kernels_cpu();
 }
+
+const char *cb_kernels_note(void) { return chosen == CB_PREC_BF16 ? S.note : "fp32"; }

@@ -91,6 +91,8 @@ int cb_precision_parse(const char *s, cb_precision *p, cb_err *e);
 int cb_kernels_select(cb_precision p, cb_err *e);
 const cb_kernels *cb_kernels_default(void);
 cb_precision cb_kernels_precision(void);
+/* "fp32", or cb_kernels_bf16_note(): for startup lines */
+const char *cb_kernels_note(void);
 
 /* CPU pieces the bf16 table reuses around its products */
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */

@@ -330,10 +330,10 @@ static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_
     if (o->quiet || r->rank) return;
     fprintf(stderr,
             "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
             o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
             cb_gpt_num_params(t->model), o->B, o->T, o->accum, omp_get_max_threads(),
-            openblas_get_corename(), r->peak);
+            openblas_get_corename(), r->peak, cb_kernels_note());
     if (t->tpc)
         fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode,
                 t->tpc->size, t->model->L->ops->name);
