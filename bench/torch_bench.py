@@ -49,6 +49,9 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024, help="rows of wpe (model context), >= T")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and backward under torch.autocast('cpu', bfloat16): PyTorch's "
+                         "mixed precision (fp32 weights and AdamW, bf16 matmuls through oneDNN)")
     a = ap.parse_args()
     B, T = a.batch, a.seq_len
     if a.ctx < T:
@@ -69,7 +72,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = cbref.gpt2_loss(P, cfg, x, y, gelu_fn=cbref.gelu_fused)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = cbref.gpt2_loss(P, cfg, x, y, gelu_fn=cbref.gelu_fused)
         loss.backward()
         opt.step()
         return loss.item()  # forces completion before the clock stops

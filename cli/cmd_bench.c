@@ -25,6 +25,8 @@ typedef struct bench_opts {
     int graph;      /* --graph: also the GPT declared through the public API */
     cb_dist *dist;  /* its process grid (one process) */
     const char *seq_lens, *torch_script;
+    const char *precision; /* --precision: bf16 adds the bf16 rows to fp32's */
+    int bf16;
     int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
 } bench_opts;
 
@@ -35,6 +37,12 @@ typedef struct bench_result {
     double torch_tokens_per_s;
     double graph_tokens_per_s; /* --graph */
 } bench_result;
+
+/* --precision bf16: cubist's bf16 step (MFU against the bf16 GEMM peak) and
+ * PyTorch's under bf16 autocast, beside the fp32 rows */
+typedef struct bench_bf16 {
+    double tokens_per_s, gflops, mfu, step_ms, prof[PROF_N], torch_tokens_per_s;
+} bench_bf16;
 
 /* Default script location: <dir of the binary>/../bench/torch_bench.py */
 static void default_script(char *buf, size_t n) {
@@ -63,14 +71,15 @@ static void torch_line(const char *line, double *tps, double *params, char *last
  * OpenBLAS's own core detection) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
-static int torch_bench(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, double *out,
+                       cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
     snprintf(cmd, sizeof cmd,
              "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
-             "--steps %d 2>&1",
+             "--steps %d%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
-             b->threads, b->steps);
+             b->threads, b->steps, bf16 ? " --bf16" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
     double tps = 0, params = 0;
@@ -84,11 +93,13 @@ static int torch_bench(const bench_opts *b, int T, bench_result *r, cb_err *e) {
         return cb_fail(e, CB_EINTERNAL, "PyTorch's model has %.0f parameters, cubist's %zu: the two "
                                         "benchmarks do not run the same model; check %s",
                        params, r->params, b->torch_script);
-    r->torch_tokens_per_s = tps;
+    *out = tps;
     return CB_OK;
 }
 
-static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+/* One step of the built-in GPT on the selected kernel table. */
+static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+    int rc;
     cb_train_opts o;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->ctx, b->vocab};
@@ -101,7 +112,7 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
     for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
     cb_tokens data = {.tok = tok, .n = n};
     cb_trainer t;
-    int rc = cb_trainer_init(&t, &o, &data, e);
+    rc = cb_trainer_init(&t, &o, &data, e);
     if (rc) {
         free(tok);
         return rc;
@@ -133,6 +144,22 @@ static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r
     cb_trainer_free(&t);
     free(tok);
     return CB_OK;
+}
+
+static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+    int rc = cb_kernels_select(CB_PREC_FP32, e);
+    return rc ? rc : bench_cubist_with(b, T, peak, r, e);
+}
+
+/* The bf16 row: the same step with the bf16 kernel table installed. */
+static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16 *r, cb_err *e) {
+    int rc = cb_kernels_select(CB_PREC_BF16, e);
+    bench_result x = {0};
+    if (!rc) rc = bench_cubist_with(b, T, peak, &x, e);
+    cb_kernels_select(CB_PREC_FP32, e);
+    r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
+    memcpy(r->prof, x.prof, sizeof r->prof);
+    return rc;
 }
 
 /* The same model and step declared through the public API
@@ -185,6 +212,18 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
                r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
+static void print_bf16(const bench_opts *b, const bench_result *f, const bench_bf16 *r,
+                       double peak) {
+    printf("  bf16     %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of the bf16 GEMM's %.0f  "
+           "step %.0f ms (%s)\n           by kernel:",
+           r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms, cb_kernels_bf16_note());
+    for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
+    printf(" ms\n  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
+    if (!b->no_torch)
+        printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
+               r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
+}
+
 /* A PyTorch figure, null when --no-torch left it unmeasured. */
 static void json_torch(const char *key, double v, int measured) {
     if (measured) printf(",\"%s\":%.3f", key, v);
@@ -213,7 +252,7 @@ static void print_json(const bench_opts *b, const bench_result *r, int n, double
 
 /* The MFU peak, measured as `cubist train` would and written to its cache,
  * so that train's MFU is against this figure. With --peak only this prints. */
-static double measure_peak(const bench_opts *b) {
+static double measure_peak(const bench_opts *b, double *bf16) {
     double peak = cb_peak_measure();
     char path[4200] = "";
     cb_err e = {0};
@@ -228,21 +267,30 @@ static double measure_peak(const bench_opts *b) {
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
                "%s\n",
                peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
+    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16() : 0;
+    if (*bf16 > 0 && !b->json)
+        printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
+               "%.2fx sgemm; %s\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note());
     return peak;
 }
 
 static int run_bench(bench_opts *b) {
     omp_set_num_threads(b->threads);
-    double peak = measure_peak(b);
+    double peak_bf16, peak = measure_peak(b, &peak_bf16);
     if (b->peak_only) return 0;
     bench_result res[MAX_SEQ_LENS] = {0};
+    bench_bf16 r16[MAX_SEQ_LENS] = {0};
     for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
-        if (bench_cubist(b, b->T[i], peak, &res[i], &e) ||
-            (b->graph && bench_graph(b, b->T[i], &res[i], &e)) ||
-            (!b->no_torch && torch_bench(b, b->T[i], &res[i], &e)))
+        bench_result *r = &res[i];
+        if (bench_cubist(b, b->T[i], peak, r, &e) || (b->graph && bench_graph(b, b->T[i], r, &e)) ||
+            (!b->no_torch && torch_bench(b, b->T[i], 0, r, &r->torch_tokens_per_s, &e)) ||
+            (b->bf16 && bench_cubist_bf16(b, b->T[i], peak_bf16, &r16[i], &e)) ||
+            (b->bf16 && !b->no_torch &&
+             torch_bench(b, b->T[i], 1, r, &r16[i].torch_tokens_per_s, &e)))
             return cli_fail(&e);
-        if (!b->json) print_result(b, &res[i], peak);
+        if (!b->json) print_result(b, r, peak);
+        if (!b->json && b->bf16) print_bf16(b, r, &r16[i], peak_bf16);
         fflush(stdout);
     }
     if (b->json) print_json(b, res, b->nT, peak);
@@ -304,7 +352,7 @@ int cmd_bench(int argc, char **argv) {
     default_script(script, sizeof script);
     bench_opts b = {.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
-                    .torch_script = script};
+                    .torch_script = script, .precision = "fp32"};
     const cli_flag flags[] = {
         {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm GFLOP/s (the MFU peak)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
@@ -321,6 +369,8 @@ int cmd_bench(int argc, char **argv) {
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
         {"graph", ARG_BOOL, &b.graph, "also the same GPT declared through the public API"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
+        {"precision", ARG_STR, &b.precision,
+         "fp32, or bf16: also cubist bf16 and PyTorch bf16 autocast, MFU vs the bf16 GEMM peak"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
@@ -335,8 +385,10 @@ int cmd_bench(int argc, char **argv) {
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.ctx, b.vocab};
     if (b.threads < 1 || b.steps < 1 || b.batch < 1)
         cb_fail(&e, CB_EINPUT, "--threads, --steps and --batch must be >= 1");
-    else if (!cb_gpt_config_check(&c, &e))
-        parse_seq_lens(&b, &e);
+    else if (!cb_gpt_config_check(&c, &e) && !parse_seq_lens(&b, &e)) {
+        cb_precision prec;
+        if (!cb_precision_parse(b.precision, &prec, &e)) b.bf16 = prec == CB_PREC_BF16;
+    }
     if (e.code) return cli_fail(&e);
     if (!b.graph) return run_bench(&b);
     int one = 1;

@@ -11,6 +11,7 @@
  * uses the whole team, as OpenBLAS does. */
 #include <dnnl.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "comm/comm.h"
 #include "kernels/kernels.h"
+#include "kernels/peak.h"
 
 #define NSCRATCH 4
 
@@ -361,3 +363,29 @@ const cb_kernels *cb_kernels_default(void) {
 }
 
 const char *cb_kernels_note(void) { return chosen == CB_PREC_BF16 ? S.note : "fp32"; }
+
+/* The bf16 GEMM peak, measured as cb_peak_measure measures sgemm's: the
+ * CB_PEAK_N^3 product on operands already in bf16 (fp32 result), so the
+ * figure is oneDNN's rate alone, without the kernels' rounding passes. */
+double cb_peak_measure_bf16(void) {
+    bf16_state *s = (bf16_state *)cb_kernels_bf16();
+    const size_t n = CB_PEAK_N, nn = n * n;
+    float *a = malloc(sizeof(float) * nn);
+    if (!s || !a) {
+        free(a);
+        return 0;
+    }
+    for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f;
+    const uint16_t *x = to_bf16(s, 0, a, nn), *y = to_bf16(s, 1, a, nn);
+    const int N = CB_PEAK_N;
+    gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
+    double t0 = omp_get_wtime(), t;
+    int it = 0;
+    do {
+        gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
+        it++;
+        t = omp_get_wtime() - t0;
+    } while (t < CB_PEAK_SECONDS);
+    free(a);
+    return 2.0 * (double)nn * (double)n * it / t / 1e9;
+}
