@@ -254,6 +254,33 @@ static void inherits(const cb_kernels *bf) {
     report(same, "bf16 table: the CPU table with its products replaced", 0);
 }
 
+/* The bf16 copy of a weight kept between calls: a weight inside a
+ * parameter block is rounded again after cb_kernels_params_written, and a
+ * buffer outside any block (a layout's reused panel) at every call. */
+static void weight_copies(const cb_kernels *bf) {
+    int N = 8, IC = 16, OC = 24;
+    size_t nw = (size_t)IC * OC;
+    float *x = randn((size_t)N * IC, 1.0f), *params = randn(nw + 8, 1.0f), *panel = randn(nw, 1.0f);
+    float *y = calloc((size_t)N * OC, 4), *y2 = calloc((size_t)N * OC, 4);
+    float *w = params + 8;
+    cb_kernels_params_written(params, nw + 8);
+    bf->matmul_forward(bf, y, x, w, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    cb_kernels_params_written(params, nw + 8);
+    bf->matmul_forward(bf, y2, x, w, NULL, N, IC, OC);
+    int ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "weight copy: a parameter written (negated) is rounded again", 0);
+    bf->matmul_forward(bf, y, x, panel, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) panel[i] = -panel[i];
+    bf->matmul_forward(bf, y2, x, panel, NULL, N, IC, OC);
+    ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "weight copy: a buffer outside the parameters is rounded at every call", 0);
+    cb_kernels_params_freed(params);
+    free(x), free(params), free(panel), free(y), free(y2);
+}
+
 int main(void) {
     cb_rng_seed(&rng, 17);
     const cb_kernels *bf = cb_kernels_bf16();
@@ -265,6 +292,7 @@ int main(void) {
     inherits(bf);
     gemm_cases(bf);
     attention_cases(bf);
+    weight_copies(bf);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

@@ -5,8 +5,11 @@
  * copying it, so a kernel added to the CPU table is here too.
  *
  * Activations and weights stay fp32 in memory; each product rounds its
- * operands into bf16 scratch on the way in (one memory pass, cheap next to
- * the product). oneDNN primitives are created once per shape and kept.
+ * operands into bf16 scratch on the way in (one memory pass). A weight's
+ * bf16 copy is kept until the parameters are next written
+ * (cb_kernels_params_written: AdamW, loading, initialising), so the
+ * forward and backward of a step round each weight once. oneDNN
+ * primitives are created once per shape and kept.
  * oneDNN is the OpenMP build: a primitive run outside a parallel region
  * uses the whole team, as OpenBLAS does. */
 #include <dnnl.h>
@@ -39,6 +42,16 @@ typedef struct mm_entry {
     dnnl_memory_t a, b, c, bias;
 } mm_entry;
 
+/* A weight's bf16 copy, valid while gen is the parameters' generation */
+typedef struct wcopy {
+    const float *src;
+    size_t n;
+    unsigned long gen;
+    uint16_t *bf;
+} wcopy;
+
+#define MAXRANGES 16
+
 typedef struct bf16_state {
     cb_kernels table; /* first: kernels find the state through their k */
     dnnl_engine_t eng;
@@ -48,6 +61,11 @@ typedef struct bf16_state {
     uint16_t *scratch[NSCRATCH];
     size_t scratch_n[NSCRATCH];
     char note[160];
+    wcopy *w;
+    int nw, wcap;
+    unsigned long gen;                  /* bumped at every parameter write */
+    const float *lo[MAXRANGES], *hi[MAXRANGES]; /* the parameter blocks seen */
+    int nranges;
 } bf16_state;
 
 static bf16_state S;
@@ -88,6 +106,72 @@ static const uint16_t *to_bf16(bf16_state *s, int i, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t j = 0; j < n; j++) d[j] = bf16_round(x[j]);
     return d;
+}
+
+static int in_params(const bf16_state *s, const float *w, size_t n) {
+    for (int i = 0; i < s->nranges; i++)
+        if (w >= s->lo[i] && w + n <= s->hi[i]) return 1;
+    return 0;
+}
+
+static wcopy *wcopy_of(bf16_state *s, const float *w, size_t n) {
+    for (int i = 0; i < s->nw; i++)
+        if (s->w[i].src == w && s->w[i].n == n) return &s->w[i];
+    if (s->nw == s->wcap) {
+        int cap = s->wcap ? 2 * s->wcap : 64;
+        wcopy *c = realloc(s->w, sizeof *c * cap);
+        if (!c) cb_comm_fatal("out of memory for bf16 weight copies");
+        s->w = c;
+        s->wcap = cap;
+    }
+    wcopy *c = &s->w[s->nw++];
+    *c = (wcopy){.src = w, .n = n, .gen = s->gen - 1, .bf = malloc(n * sizeof(uint16_t))};
+    if (!c->bf) cb_comm_fatal("out of memory for bf16 weight copies");
+    return c;
+}
+
+/* w (n) in bf16: the kept copy when w lies in a parameter block and the
+ * parameters were not written since it was made. Any other operand (a
+ * layout's received or gathered weight panel reuses its buffer) is
+ * rounded into scratch slot i every call. */
+static const uint16_t *weight_bf16(bf16_state *s, int i, const float *w, size_t n) {
+    if (!in_params(s, w, n)) return to_bf16(s, i, w, n);
+    wcopy *c = wcopy_of(s, w, n);
+    if (c->gen == s->gen) return c->bf;
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < n; j++) c->bf[j] = bf16_round(w[j]);
+    c->gen = s->gen;
+    return c->bf;
+}
+
+void cb_kernels_params_written(const float *block, size_t n) {
+    S.gen++;
+    for (int i = 0; i < S.nranges; i++)
+        if (S.lo[i] == block) {
+            if (block + n > S.hi[i]) S.hi[i] = block + n;
+            return;
+        }
+    if (S.nranges == MAXRANGES) { /* forget the oldest: its weights are rounded every call */
+        memmove(S.lo, S.lo + 1, sizeof S.lo[0] * (MAXRANGES - 1));
+        memmove(S.hi, S.hi + 1, sizeof S.hi[0] * (MAXRANGES - 1));
+        S.nranges--;
+    }
+    S.lo[S.nranges] = block;
+    S.hi[S.nranges++] = block + n;
+}
+
+void cb_kernels_params_freed(const float *block) {
+    for (int i = 0; i < S.nranges; i++) {
+        if (S.lo[i] != block) continue;
+        for (int j = S.nw - 1; j >= 0; j--)
+            if (S.w[j].src >= S.lo[i] && S.w[j].src < S.hi[i]) {
+                free(S.w[j].bf);
+                S.w[j] = S.w[--S.nw];
+            }
+        S.lo[i] = S.lo[S.nranges - 1];
+        S.hi[i] = S.hi[--S.nranges];
+        return;
+    }
 }
 
 static dnnl_memory_t memory(bf16_state *s, int nd, const int64_t *dims, const int64_t *str,
@@ -177,7 +261,7 @@ static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, 
 static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * IC), *wb = to_bf16(s, 1, w, (size_t)IC * OC);
+    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * IC), *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
     gemm(s, N, OC, IC, x, 0, IC, wb, 0, OC, out, OC, 0, bias);
 }
 
@@ -187,7 +271,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                             int OC) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * OC);
-    if (dinp) gemm(s, N, IC, OC, d, 0, OC, to_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
+    if (dinp) gemm(s, N, IC, OC, d, 0, OC, weight_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
     gemm(s, IC, OC, N, to_bf16(s, 2, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC, 1, NULL);
     if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
 }
@@ -203,7 +287,7 @@ static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float 
 static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * C), *wb = to_bf16(s, 1, w, (size_t)V * C);
+    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * C), *wb = weight_bf16(s, 1, w, (size_t)V * C);
     gemm(s, N, V, C, x, 0, C, wb, 1, C, out, V, 0, NULL);
 }
 
@@ -212,7 +296,7 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
                           const float *inp, const float *w, int N, int C, int V) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * V);
-    gemm(s, N, C, V, d, 0, V, to_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
+    gemm(s, N, C, V, d, 0, V, weight_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
     gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, inp, (size_t)N * C), 0, C, dw, C, 1, NULL);
 }
 

@@ -94,6 +94,14 @@ cb_precision cb_kernels_precision(void);
 /* "fp32", or cb_kernels_bf16_note(): for startup lines */
 const char *cb_kernels_note(void);
 
+/* The parameters in block (n floats) were just written (an optimizer
+ * step, a load, initialisation): kernels that keep converted copies of
+ * weights (the bf16 table) drop them. Every writer of parameters calls it. */
+void cb_kernels_params_written(const float *block, size_t n);
+/* block is about to be freed: its copies go, and a later buffer at its
+ * address is not taken for parameters */
+void cb_kernels_params_freed(const float *block);
+
 /* CPU pieces the bf16 table reuses around its products */
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
 void cb_cpu_causal_softmax(float *s, int T);                                /* s (T,T) in place */
