@@ -230,7 +230,8 @@ static void json_torch(const char *key, double v, int measured) {
     else printf(",\"%s\":null", key);
 }
 
-static void print_json(const bench_opts *b, const bench_result *r, int n, double peak) {
+static void print_json(const bench_opts *b, const bench_result *r, const bench_bf16 *r16, int n,
+                       double peak, double peak_bf16) {
     const bench_result *f = &r[0];
     int torch = !b->no_torch;
     printf("{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,\"peak_gflops\":%.1f,"
@@ -245,15 +246,24 @@ static void print_json(const bench_opts *b, const bench_result *r, int n, double
                i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms);
         json_torch("pytorch_tokens_per_s", r[i].torch_tokens_per_s, torch);
         for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
+        if (b->bf16) {
+            printf(",\"bf16\":{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
+                   "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
+                   r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
+            json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
+            printf("}");
+        }
         printf("}");
     }
     printf("]}\n");
 }
 
 /* The MFU peak, measured as `cubist train` would and written to its cache,
- * so that train's MFU is against this figure. With --peak only this prints. */
+ * so that train's MFU is against this figure; with --peak or --precision
+ * bf16 also the bf16 GEMM's (*bf16, else 0). With --peak only this prints. */
 static double measure_peak(const bench_opts *b, double *bf16) {
     double peak = cb_peak_measure();
+    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16() : 0;
     char path[4200] = "";
     cb_err e = {0};
     if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
@@ -261,13 +271,12 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                 path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
     if (b->json && b->peak_only)
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
-               "\"cache\":\"%s\"}\n",
-               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path);
+               "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f}\n",
+               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16);
     else if (!b->json)
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
                "%s\n",
                peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
-    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16() : 0;
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
                "%.2fx sgemm; %s\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note());
@@ -293,7 +302,7 @@ static int run_bench(bench_opts *b) {
         if (!b->json && b->bf16) print_bf16(b, r, &r16[i], peak_bf16);
         fflush(stdout);
     }
-    if (b->json) print_json(b, res, b->nT, peak);
+    if (b->json) print_json(b, res, r16, b->nT, peak, peak_bf16);
     return 0;
 }
 
@@ -322,6 +331,9 @@ static const char BENCH_EPILOG[] =
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
     "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
     "settings on this machine; if it fails, the benchmark fails (or pass --no-torch).\n"
+    "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"
+    "autocast, with MFU against the bf16 GEMM peak (a %d^3 oneDNN bf16 matmul) measured\n"
+    "in the same run; --peak prints both peaks.\n"
     "\n"
     "Other modes, each with its own --help:\n"
     "  mpirun -np 2 cubist bench --allreduce   fused buckets vs a raw MPI_Allreduce\n"
@@ -354,7 +366,7 @@ int cmd_bench(int argc, char **argv) {
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
                     .torch_script = script, .precision = "fp32"};
     const cli_flag flags[] = {
-        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm GFLOP/s (the MFU peak)"},
+        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"quick", ARG_BOOL, &b.quick, "only T=64"},
         {"threads", ARG_INT, &b.threads, "threads for cubist and PyTorch (2)"},
@@ -377,7 +389,7 @@ int cmd_bench(int argc, char **argv) {
     if (cli_parse("bench", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
         char epilog[sizeof BENCH_EPILOG + 16];
-        snprintf(epilog, sizeof epilog, BENCH_EPILOG, CB_PEAK_N);
+        snprintf(epilog, sizeof epilog, BENCH_EPILOG, CB_PEAK_N, CB_PEAK_N);
         cli_usage(stdout, "bench", "[--peak] [--json] [--quick] [flags]", flags, n, epilog);
         return 0;
     }

@@ -13,6 +13,7 @@
 #    line says it emulates and will be slow
 #  - the graph engine (tiny_gpt --precision bf16) prints its precision, and
 #    its loss tracks its fp32 run within 2% per step over 30 steps
+#  - bench --peak prints the bf16 GEMM peak beside sgemm's
 #  - --precision fp16: one line naming the choices, exit 2
 set -u
 . "$(dirname "$0")/dp_common.sh"
@@ -71,6 +72,10 @@ grep -q "^# precision: bf16 " g16.out && grep -q "^# precision: fp32" g32.out &&
 paste <(grep '^step' g32.out | awk '{print $4}') <(grep '^step' g16.out | awk '{print $4}') |
     awk '{d=($2-$1)/$1; d=d<0?-d:d; m=d>m?d:m; n++} END{printf "# tiny_gpt bf16 vs fp32 per-step max rel %.2e over %d steps\n", m, n; exit !(n==30 && m<=2e-2 && m>0)}' &&
     pass "tiny_gpt (graph engine) bf16 tracks fp32 within 2%, not equal" || fail "tiny_gpt bf16 vs fp32"
+
+out=$("$C" bench --peak --json --threads 1)
+grep -Eq '"bf16_gemm_gflops":[1-9]' <<<"$out" && pass "bench --peak measures the bf16 GEMM too: $out" ||
+    fail "bench --peak without a bf16 GEMM figure: $out"
 
 "$C" train "${common[@]}" --precision fp16 >bad.out 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <bad.out)" = 1 ] && grep -q "use fp32 or bf16" bad.out &&
