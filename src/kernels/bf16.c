@@ -114,16 +114,20 @@ static int in_params(const bf16_state *s, const float *w, size_t n) {
     return 0;
 }
 
+/* room for one more element in array *p of *cap (doubling) */
+static void grow(void **p, int *cap, int n, size_t size, const char *what) {
+    if (n < *cap) return;
+    int c = *cap ? 2 * *cap : 32;
+    void *q = realloc(*p, size * c);
+    if (!q) cb_comm_fatal(what);
+    *p = q;
+    *cap = c;
+}
+
 static wcopy *wcopy_of(bf16_state *s, const float *w, size_t n) {
     for (int i = 0; i < s->nw; i++)
         if (s->w[i].src == w && s->w[i].n == n) return &s->w[i];
-    if (s->nw == s->wcap) {
-        int cap = s->wcap ? 2 * s->wcap : 64;
-        wcopy *c = realloc(s->w, sizeof *c * cap);
-        if (!c) cb_comm_fatal("out of memory for bf16 weight copies");
-        s->w = c;
-        s->wcap = cap;
-    }
+    grow((void **)&s->w, &s->wcap, s->nw, sizeof *s->w, "out of memory for bf16 weight copies");
     wcopy *c = &s->w[s->nw++];
     *c = (wcopy){.src = w, .n = n, .gen = s->gen - 1, .bf = malloc(n * sizeof(uint16_t))};
     if (!c->bf) cb_comm_fatal("out of memory for bf16 weight copies");
@@ -218,13 +222,8 @@ static void create(bf16_state *s, mm_entry *e) {
 static mm_entry *lookup(bf16_state *s, const mm_desc *d) {
     for (int i = 0; i < s->ncache; i++)
         if (!memcmp(&s->cache[i].d, d, sizeof *d)) return &s->cache[i];
-    if (s->ncache == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 32;
-        mm_entry *c = realloc(s->cache, sizeof *c * cap);
-        if (!c) cb_comm_fatal("out of memory for the bf16 primitive cache");
-        s->cache = c;
-        s->cap = cap;
-    }
+    grow((void **)&s->cache, &s->cap, s->ncache, sizeof *s->cache,
+         "out of memory for the bf16 primitive cache");
     mm_entry *e = &s->cache[s->ncache++];
     memset(e, 0, sizeof *e);
     e->d = *d;
