@@ -248,7 +248,7 @@ static void attention_cases(const cb_kernels *bf) {
  * functions, so a kernel added there is inherited. */
 static void inherits(const cb_kernels *bf) {
     const cb_kernels *cpu = cb_kernels_cpu();
-    int same = bf->layernorm_forward == cpu->layernorm_forward && bf->adamw == cpu->adamw &&
+    int same = bf->layernorm_forward == cpu->layernorm_forward && bf->scale == cpu->scale &&
                bf->crossentropy_forward == cpu->crossentropy_forward &&
                bf->gelu_forward == cpu->gelu_forward && bf->matmul_forward != cpu->matmul_forward;
     report(same, "bf16 table: the CPU table with its products replaced", 0);
@@ -277,6 +277,20 @@ static void weight_copies(const cb_kernels *bf) {
     ok = 1;
     for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
     report(ok, "weight copy: a buffer outside the parameters is rounded at every call", 0);
+    /* AdamW refreshes the copy of a weight it updates whole */
+    float *g = randn(nw, 1.0f), *m = calloc(nw, 4), *v = calloc(nw, 4), *w2 = malloc(4 * nw);
+    float *m2 = calloc(nw, 4), *v2 = calloc(nw, 4);
+    memcpy(w2, w, 4 * nw);
+    const cb_kernels *cpu = cb_kernels_cpu();
+    cb_kernels_params_written(params, nw + 8);
+    bf->adamw(bf, w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    cpu->adamw(cpu, w2, g, m2, v2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    ok = !memcmp(w, w2, 4 * nw) && !memcmp(m, m2, 4 * nw) && !memcmp(v, v2, 4 * nw);
+    report(ok, "adamw: the CPU table's update, bit for bit", 0);
+    bf->matmul_forward(bf, y, x, w, NULL, N, IC, OC);  /* the refreshed copy */
+    bf->matmul_forward(bf, y2, x, w2, NULL, N, IC, OC); /* rounded now (not a parameter) */
+    report(!memcmp(y, y2, 4 * (size_t)N * OC), "adamw: the weight's bf16 copy holds the updated values", 0);
+    free(g), free(m), free(v), free(w2), free(m2), free(v2);
     cb_kernels_params_freed(params);
     free(x), free(params), free(panel), free(y), free(y2);
 }

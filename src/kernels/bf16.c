@@ -164,6 +164,25 @@ void cb_kernels_params_written(const float *block, size_t n) {
     S.hi[S.nranges++] = block + n;
 }
 
+/* The CPU table's AdamW, then the bf16 copies of the weights it updated
+ * whole are refreshed from the new values, while they are in cache (the
+ * step's next forward then rounds nothing). A copy the update covers only
+ * in part (a ZeRO shard boundary inside the tensor) stays stale and is
+ * rounded again when next used. */
+static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+    bf16_state *s = state(k);
+    const cb_kernels *cpu = cb_kernels_cpu();
+    cpu->adamw(cpu, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+    for (int i = 0; i < s->nw; i++) {
+        wcopy *c = &s->w[i];
+        if (c->src < p || c->src + c->n > p + n) continue;
+#pragma omp parallel for simd schedule(static)
+        for (size_t j = 0; j < c->n; j++) c->bf[j] = bf16_round(c->src[j]);
+        c->gen = s->gen;
+    }
+}
+
 void cb_kernels_params_freed(const float *block) {
     for (int i = 0; i < S.nranges; i++) {
         if (S.lo[i] != block) continue;
@@ -420,6 +439,7 @@ const cb_kernels *cb_kernels_bf16(void) {
     S.table.head_backward = head_backward;
     S.table.attention_forward = attention_forward;
     S.table.attention_backward = attention_backward;
+    S.table.adamw = adamw;
     return &S.table;
 }
 
