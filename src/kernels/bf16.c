@@ -1,8 +1,8 @@
 /* bf16 mixed-precision kernels: the CPU table with its matrix products
  * replaced by oneDNN bf16 matmuls (operands rounded to bf16, products
  * accumulated in fp32, results fp32). Everything else, LayerNorm, softmax,
- * GELU, the loss and AdamW, is the CPU table's fp32 code, inherited by
- * copying it, so a kernel added to the CPU table is here too.
+ * GELU, the loss and AdamW's update, is the CPU table's fp32 code, inherited
+ * by copying it, so a kernel added to the CPU table is here too.
  *
  * Activations and weights stay fp32 in memory; each product rounds its
  * operands into bf16 scratch on the way in (one memory pass). A weight's
@@ -12,6 +12,7 @@
  * primitives are created once per shape and kept.
  * oneDNN is the OpenMP build: a primitive run outside a parallel region
  * uses the whole team, as OpenBLAS does. */
+#include <cpuid.h>
 #include <dnnl.h>
 #include <math.h>
 #include <omp.h>
@@ -30,11 +31,13 @@
  * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
  * qkv's interleaved heads need no copies. The key of the primitive cache. */
 typedef struct mm_desc {
-    int nd;
     dnnl_dims_t ad, as, bd, bs, cd, cs;
+    int nd;
     float alpha;
     int acc, bias;
 } mm_desc;
+_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 16,
+               "mm_desc is compared with memcmp: it must have no padding");
 
 typedef struct mm_entry {
     mm_desc d;
@@ -394,13 +397,12 @@ static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch_
 }
 
 /* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0
- * EDX bit 22. */
+ * EDX bit 22 (both 0 on a CPU without leaf 7). */
 static void cpu_bf16(int *avx512, int *amx) {
-    unsigned a, b, c, d;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-    *avx512 = (a >> 5) & 1;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    *amx = (d >> 22) & 1;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    *avx512 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+    a = b = c = d = 0;
+    *amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1);
 }
 
 /* CB_BF16_EMULATE=1 caps oneDNN at AVX-512 without bf16 instructions, as
