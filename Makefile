@@ -18,7 +18,7 @@ BUILD   ?= $(if $(filter mpich,$(MPI)),build-mpich,build)
 BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
-LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp $(SAN)
+LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -ldnnl -lm -fopenmp $(SAN)
 # MPI=openmpi or MPI=mpich (Debian installs both side by side; build each in
 # its own BUILD dir). pkg-config knows their paths; -isystem keeps -Werror off
 # their headers. MPIRUN is the matching launcher, exported to the tests.

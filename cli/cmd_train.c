@@ -75,6 +75,7 @@ int cmd_train(int argc, char **argv) {
     cb_train_opts o;
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
+    const char *precision = "fp32";
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
         {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
@@ -119,6 +120,8 @@ int cmd_train(int argc, char **argv) {
         {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
         {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
         {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
+        {"precision", ARG_STR, &precision,
+         "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
         {"dp", ARG_INT, &o.dp, "data-parallel ranks (default: processes / (pp*tp))"},
         {"pp", ARG_INT, &o.pp, "pipeline stages (1)"},
         {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1)"},
@@ -164,6 +167,9 @@ int cmd_train(int argc, char **argv) {
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
     if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
+    cb_precision prec;
+    if (!rc) rc = cb_precision_parse(precision, &prec, &e);
+    if (!rc) rc = cb_kernels_select(prec, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);

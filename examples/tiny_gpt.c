@@ -100,6 +100,7 @@ int main(int argc, char **argv) {
     if (cb_dist_rank(d) == 0) {
         printf("# rank 0: %zu parameters, %zu AdamW moments\n", np, na);
         printf("# rank 0: %zu activation bytes\n", cb_model_activation_bytes(m));
+        printf("# precision: %s\n", cb_dist_precision(d));
     }
     /* --resume FILE continues a run that --checkpoint FILE saved (with
      * --stop-after N: after N steps); the learning-rate schedule is the

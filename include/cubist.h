@@ -242,13 +242,17 @@ typedef struct cb_act cb_act;
 /* Starts MPI (one process needs no launcher) and builds the process grid
  * from --dp --tp --tp-mode --pp and the pipeline flags above (and
  * --partition-memory-weight --print-partition --zero 1 --max-memory
- * BYTES), which are removed from argv. --max-memory (suffixes K, M, G):
+ * BYTES --precision fp32|bf16), which are removed from argv. --max-memory (suffixes K, M, G):
  * cb_model_build fails with CB_ENOMEM (status 4 through cb_dist_exit) when
  * a rank's planned bytes (parameters, gradients, AdamW state, activations,
  * pipeline buffers, workspace) exceed it. Collective; on error every rank
  * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
+/* The arithmetic of --precision fp32|bf16 (also taken by cb_dist_init),
+ * for a startup line: "fp32", or bf16 and the instructions it runs on,
+ * or that the CPU has none and oneDNN emulates them (slow). */
+const char *cb_dist_precision(const cb_dist *d);
 /* Ends the job on every rank: rank 0 prints e's message, status 2 for bad
  * input, 4 for out of memory, else 1. Collective. */
 _Noreturn void cb_dist_exit(cb_dist *d, const cb_err *e);
@@ -300,6 +304,13 @@ void cb_model_end_block(cb_model *m);
  * from these layers with Hugging Face GPT-2's tensor names: the checkpoint
  * is cubist train's. */
 void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
+
+/* Mixed precision as a build option: "bf16" runs the products (linears,
+ * the LM head, attention's two) in bf16 with fp32 accumulation through
+ * oneDNN; weights, AdamW state, activations, LayerNorm, softmax, GELU and
+ * the loss stay fp32. "fp32" is the default; overrides --precision. Before
+ * cb_model_build; the choice is per process (every model of it). */
+int cb_model_set_precision(cb_model *m, const char *precision, cb_err *e);
 
 /* Checks the graph and the layout's divisibility constraints, partitions
  * it into pipeline stages, allocates parameters (weights N(0, 0.02),

@@ -787,6 +787,7 @@ void cb_model_free(cb_model *m) {
     free(m->layers), free(m->acts), free(m->nodes), free(m->edges), free(m->ch);
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
+    cb_kernels_params_freed(m->params);
     free(m->params), free(m->grads);
     free(m);
 }

@@ -344,6 +344,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     float loss = step_loss(m, m->M);
     float norm = update(m, step);
     tie_params(m);
+    if (m->ntie) cb_kernels_params_written(m->params, m->pt.nparams); /* copies received */
     if (grad_norm) *grad_norm = norm;
     cb_model_step_info *in = &m->info;
     in->update_ms = now_ms() - t1;

@@ -139,7 +139,7 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
 }
 
 /* Column sums of dout (N,OC) into dbias, a column chunk per thread. */
-static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC) {
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -161,7 +161,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                     dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f,
                 dw, OC);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
@@ -189,7 +189,7 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
 
 /* Causal softmax in place over the rows of s (T,T): row t keeps j <= t,
  * zeros above the diagonal. */
-static void causal_softmax(float *s, int T) {
+void cb_cpu_causal_softmax(float *s, int T) {
     for (int t = 0; t < T; t++) {
         float *r = s + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
         for (int j = 0; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
@@ -217,14 +217,14 @@ static void attention_forward(const cb_kernels *k, float *out, float *att, const
         float *s = att + (size_t)bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
                     0.0f, s, T);
-        causal_softmax(s, T);
+        cb_cpu_causal_softmax(s, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C, 0.0f,
                     out + (size_t)b * T * C + h * hs, C);
     }
 }
 
 /* dp (T,T) holds dL/dP on entry and dL/dS (pre-softmax, scaled) on exit */
-static void softmax_backward(float *dp, const float *p, int T, float scale) {
+void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale) {
     for (int t = 0; t < T; t++) {
         float *d = dp + (size_t)t * T, dot = 0.0f;
         const float *r = p + (size_t)t * T;
@@ -250,7 +250,7 @@ static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch,
                     ds, T);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
                     3 * C);
-        softmax_backward(ds, p, T, scale);
+        cb_cpu_softmax_backward(ds, p, T, scale);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, 3 * C,
                     0.0f, dq, 3 * C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, 3 * C, 0.0f,
@@ -522,7 +522,7 @@ static void bias_add(const cb_kernels *k, float *out, const float *bias, int N, 
 
 static void bias_backward_k(const cb_kernels *k, float *dbias, const float *dout, int N, int OC) {
     (void)k;
-    bias_backward(dbias, dout, N, OC);
+    cb_cpu_bias_backward(dbias, dout, N, OC);
 }
 
 /* Counter-based draws: element i depends on (key, e0 + i) only. */

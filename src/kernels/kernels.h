@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cubist.h"
+
 typedef struct cb_kernels cb_kernels;
 struct cb_kernels {
     const char *name;
@@ -139,5 +141,35 @@ struct cb_kernels {
 };
 
 const cb_kernels *cb_kernels_cpu(void);
+
+/* The bf16 table (bf16.c): the CPU table with GEMMs and attention's two
+ * batched products through oneDNN bf16 matmuls, fp32 accumulation. NULL
+ * when oneDNN cannot start. The note says which instructions it runs on,
+ * or that there are none and it will be slow (startup lines print it). */
+const cb_kernels *cb_kernels_bf16(void);
+const char *cb_kernels_bf16_note(void);
+
+/* --precision fp32|bf16: the table every layout built afterwards installs
+ * (cb_kernels_default), chosen once per process before the model. */
+typedef enum cb_precision { CB_PREC_FP32 = 0, CB_PREC_BF16 = 1 } cb_precision;
+int cb_precision_parse(const char *s, cb_precision *p, cb_err *e);
+int cb_kernels_select(cb_precision p, cb_err *e);
+const cb_kernels *cb_kernels_default(void);
+cb_precision cb_kernels_precision(void);
+/* "fp32", or cb_kernels_bf16_note(): for startup lines */
+const char *cb_kernels_note(void);
+
+/* The parameters in block (n floats) were just written (an optimizer
+ * step, a load, initialisation): kernels that keep converted copies of
+ * weights (the bf16 table) drop them. Every writer of parameters calls it. */
+void cb_kernels_params_written(const float *block, size_t n);
+/* block is about to be freed: its copies go, and a later buffer at its
+ * address is not taken for parameters */
+void cb_kernels_params_freed(const float *block);
+
+/* CPU pieces the bf16 table reuses around its products */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
+void cb_cpu_causal_softmax(float *s, int T);                                /* s (T,T) in place */
+void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale); /* dp (T,T): dL/dP in, dL/dS out */
 
 #endif

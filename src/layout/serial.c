@@ -122,6 +122,6 @@ cb_layout *cb_layout_serial(void) {
     cb_layout *L = malloc(sizeof *L);
     if (L) *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_SERIAL, .tp = 1, .q = 1,
                             .caps = CB_LAYOUT_WHOLE | CB_LAYOUT_SAMPLES,
-                            .k = cb_kernels_cpu()};
+                            .k = cb_kernels_default()};
     return L;
 }

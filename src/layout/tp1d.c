@@ -254,7 +254,7 @@ int cb_layout_1d(cb_grid *g, cb_layout **out, cb_err *e) {
     cb_layout *L = malloc(sizeof *L);
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory creating the 1-D tensor-parallel layout");
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu()};
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default()};
     *out = L;
     return CB_OK;
 }

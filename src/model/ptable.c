@@ -144,6 +144,7 @@ static int check_tensor(const cb_st_tensor *s, const cb_tensor_info *t, const ch
 
 int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const cb_st_file *f,
                    const char *path, cb_err *e) {
+    cb_kernels_params_written(block, p->nparams);
     for (int i = 0; i < p->n; i++) {
         const cb_tensor_info *t = &p->t[i];
         char name[80];
@@ -164,6 +165,7 @@ int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const c
 }
 
 void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd, uint64_t seed) {
+    cb_kernels_params_written(block, p->nparams);
     cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
     uint64_t key = cb_rng_key(seed, p->t[i].name);
     cb_shard_generate(&sh, init == CB_INIT_ONE, key, init == CB_INIT_NORMAL ? sd : 0.0f,

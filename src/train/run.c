@@ -567,9 +567,10 @@ static void startup_line(const cb_train_opts *o, const trainer *t, const run_sta
     const cb_grid *g = &t->d.g;
     fprintf(stderr,
             "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
             o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
-            np, o->B, o->T, o->accum, omp_get_max_threads(), openblas_get_corename(), r->peak);
+            np, o->B, o->T, o->accum, omp_get_max_threads(), openblas_get_corename(), r->peak,
+            cb_kernels_note());
     if (g->pp > 1)
         fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
                         "sequences, tensor %s x %d, data x %d\n",
