@@ -63,13 +63,13 @@ static double jd(const json_val *v, const char *k) {
 }
 
 /* rank 0's bytes and calls over the tags the model predicts: not the
- * gradient norm ("norm"), nor the pipeline's tie, loss and timing stats */
+ * gradient norm ("norm"), nor the pipeline's tie and timing stats */
 static void tags(const json_val *by, measured *m) {
-    static const char *const SKIP[] = {"norm", "pp.tie", "pp.loss", "pp.stats"};
+    static const char *const SKIP[] = {"norm", "pp.tie", "pp.stats"};
     m->bytes = m->calls = 0;
     for (int i = 0; by && by->type == JSON_OBJ && i < by->n; i++) {
         int skip = 0;
-        for (int s = 0; s < 4; s++) skip |= !strcmp(by->k[i], SKIP[s]);
+        for (size_t s = 0; s < sizeof SKIP / sizeof *SKIP; s++) skip |= !strcmp(by->k[i], SKIP[s]);
         if (skip) continue;
         m->bytes += jd(&by->v[i], "bytes");
         m->calls += jd(&by->v[i], "calls");
@@ -198,12 +198,13 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
     /* the log is rank 0's: the first stage, which of a pipeline longer than
      * 2 sends only forward, half of a middle stage's (the prediction) */
-    double pp0 = c->pp > 2 ? 0.5 : 1;
-    double pb = p->tp_bytes + pp0 * p->pp_bytes + p->dp_bytes;
-    double pc = p->tp_calls + pp0 * p->pp_calls + p->dp_calls;
-    /* train logs the model's planned activations, bench --tp-step adds the
-     * layout's scratch */
-    double pa = bench ? p->mem_act + p->mem_scratch : p->mem_act;
+    double pp0 = c->pp > 2 ? 0.5 : 1, lb = c->pp > 1 ? (c->pp - 1.0) / c->pp * 4 : 0;
+    double lc = c->pp > 1; /* the loss's broadcast: alike on every stage */
+    double pb = p->tp_bytes + pp0 * (p->pp_bytes - lb) + lb + p->dp_bytes;
+    double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
+    /* train logs the graph engine's planned activations; bench --tp-step
+     * runs src/model's GPT: its activations and the layout's scratch */
+    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
     t->nexact++, t->exact += eq;

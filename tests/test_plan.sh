@@ -3,12 +3,15 @@
 # inputs are checked:
 # - tensor layouts of tests/test_tp_compare.sh (1d:8, 2d:4, 3d:8 gathered and
 #   shard; a padded vocabulary and position rows): the bytes sent, calls,
-#   parameter + gradient bytes and activation + scratch bytes the planner
-#   predicts equal `bench --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1), tp 1d 2 and pp 2 (1f1b, 4 micro-batches)
+#   parameter + gradient bytes and activation + scratch bytes (of the GPT
+#   that bench --tp-step runs, src/model) the planner predicts equal `bench
+#   --tp-step`'s maximum over ranks, exactly (==);
+# - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
+#   and one rank with --recompute block
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
-#   gradients), the planned activations and the AdamW state, exactly;
+#   gradients), the graph engine's planned activations and the AdamW state,
+#   exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
 #   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
 #   every collective) to 1e-5 (the file keeps 6 significant digits);
@@ -39,7 +42,8 @@ m = json.loads(open("tp.out").read().split("tp-step ", 1)[1])["max"]["measured"]
 ls = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"]]
 p = ls[0]
 pairs = [("sent_bytes", p["tp_bytes"]), ("calls", p["tp_calls"]),
-         ("param_bytes", p["tp_param_bytes"]), ("act_bytes", p["mem_act"] + p["mem_scratch"])]
+         ("param_bytes", p["tp_param_bytes"]),
+         ("act_bytes", p["tp_act_model_bytes"] + p["tp_act_scratch_bytes"])]
 bad = [k for k, v in pairs if m[k] != v]
 print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", sys.argv[1],
       ", ".join("%s %.17g/%.17g" % (k, m[k], v) for k, v in pairs)))
@@ -69,10 +73,10 @@ trcase() { # name np M plan-filter... -- train flags...
 import json, sys
 name = sys.argv[1]
 log = [json.loads(l) for l in open("tr.jsonl")][-1]
-zero = "zero" in name
-p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and l["zero"] == zero][0]
+zero, rec = "zero" in name, "recompute" in name
+p = [l for l in json.load(open("plan.json"))["layouts"] if l["recompute"] == rec and l["zero"] == zero][0]
 tags = log.get("comm_by_tag", {})
-skip = {"norm", "pp.tie", "pp.loss", "pp.stats"}  # not in the model: tiny bookkeeping
+skip = {"norm", "pp.tie", "pp.stats"}  # not in the model: tiny bookkeeping
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
 pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
@@ -90,6 +94,7 @@ trcase "dp 2"          2 1 --dp 2 -- --dp 2
 trcase "dp 2 zero"     2 1 --dp 2 -- --dp 2 --zero 1
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
+trcase "1 recompute"   1 1 -- --recompute block
 
 # ---------------------------------------------------------------- calibration
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \

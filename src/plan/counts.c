@@ -26,11 +26,64 @@ static double max2(double a, double b) { return a > b ? a : b; }
  * res2, ln2, res3 (a0 each), 4 row statistics, qkv, att, atty, fch,
  * fch_gelu; ln_f output + 2 row statistics; logits (+ losses); backward
  * scratch d_res, d_small, d_qkv, d_big, d_att, proj. a0 / a1: a C-wide
- * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1. */
+ * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1.
+ * This is `cubist bench --tp-step`'s model (src/model). */
 static double plan_floats(double L, double a0, double rows, double a1, double q1, double f1,
                           double att, double lg) {
     double block = 4 * a0 + 4 * rows + q1 + att + a1 + 2 * f1;
     return a0 + L * block + a0 + 2 * rows + lg + a0 + max2(a0, a1) + q1 + f1 + att + a0;
+}
+
+/* The gradient buffers src/graph/build.c (plan_grads) gives the GPT graph
+ * of one chunk holding every node: backward runs loss, ln_f, then per
+ * block add2, fc-proj, gelu, fc, ln2, add1, proj, attn, qkv, ln1 (times 1,
+ * 2, ...); a value's gradient lives from its last reader's backward to its
+ * producer's; the residual stream's gradient is handed from add to add in
+ * one buffer; every other life takes the smallest buffer free before it
+ * starts that holds it, else a new one. The same rule replayed on the
+ * sizes, so the sum is the engine's for any widths (floats). */
+typedef struct life {
+    double size;
+    int start, end, handed; /* handed: takes the residual buffer */
+} life;
+
+static double grad_floats(double L, double a0, double a1, double q1, double f1) {
+    double size[16] = {0}, total = 0;
+    int busy[16] = {0}, nb = 0, res = -1;
+    for (int b = -1; b < (int)L; b++) {
+        int t = 2 + 10 * b;
+        life blk[] = {{a0, t + 1, t + 6, 1}, {a0, t + 1, t + 2, 0}, {f1, t + 2, t + 3, 0},
+                      {f1, t + 3, t + 4, 0}, {a0, t + 4, t + 5, 0}, {a0, t + 6, t + 11, 1},
+                      {a0, t + 6, t + 7, 0}, {a1, t + 7, t + 8, 0}, {q1, t + 8, t + 9, 0},
+                      {a0, t + 9, t + 10, 0}};
+        life head[] = {{a0, 1, 2, 0}, {a0, 2, 3, 1}}; /* ln_f's output, the last block's */
+        life *v = b < 0 ? head : blk;
+        for (int i = 0; i < (b < 0 ? 2 : 10); i++) {
+            int k = -1;
+            if (v[i].handed && res >= 0) k = res;
+            if (k < 0)
+                for (int j = 0; j < nb; j++)
+                    if (busy[j] < v[i].start && size[j] >= v[i].size && (k < 0 || size[j] < size[k]))
+                        k = j;
+            if (k < 0 && nb < 16) k = nb++, size[k] = v[i].size, total += v[i].size;
+            if (k < 0) return total; /* unreachable: a block needs at most 5 buffers */
+            busy[k] = v[i].end;
+            if (v[i].handed) res = k;
+        }
+    }
+    return total;
+}
+
+/* The graph engine's plan (src/graph/build.c) of the GPT of src/graph/gpt.c
+ * in one chunk: a slot of every node's output and kept state (LayerNorm 2
+ * row statistics, attention's probabilities, the head's logits + losses),
+ * per block ln1, qkv, attn, proj, add, ln2, fc, gelu, fc-proj, add; the
+ * gradient buffers (grad_floats); each region one float over. */
+static void graph_act(cb_plan_tp_cost *f, double L, double a0, double rows, double a1, double q1,
+                      double f1, double att, double lg) {
+    double block = 6 * a0 + a1 + q1 + 2 * f1 + 4 * rows + att;
+    f->act_slot_bytes = 4 * (a0 + L * block + a0 + 2 * rows + lg + 1);
+    f->act_grad_bytes = 4 * (grad_floats(L, a0, a1, q1, f1) + 1);
 }
 
 double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
@@ -55,6 +108,8 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
     f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
     f->act_model_bytes = 4 * plan_floats(L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
                                      s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
+    graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
+              s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
     f->act_scratch_bytes = 4 * 3 * N;
 }
 
@@ -95,6 +150,8 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
     double a = N * C / q2;
     f->act_model_bytes = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
                                      (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
+    graph_act(f, L, a, N / q, a, 3 * a, 4 * a, (s->B / q) * (s->NH / q) * T * T,
+              (N / q) * (Vp / q) + N / q);
     double t1 = max2(max2(N * C / q, 4 * a), max2(N * Vp / q2, 4 * N / q));
     double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
     f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q);
@@ -122,8 +179,8 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
  *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
  *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
  *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
- *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) and
- *           max(2C/q, 2N/q^2). shard: no kept X^ W^; X^ slot 4NC/q^2 and
+ *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) (the
+ *           statistics' 2 doubles a row, cross-entropy 3N/q^2) and 2C/q. shard: no kept X^ W^; X^ slot 4NC/q^2 and
  *           the W^ slot max(4C^2, V_p C)/q^2 instead */
 static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
@@ -145,9 +202,11 @@ static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_c
     f->act_model_bytes = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
                                      (s->B / q2) * (s->NH / q) * T * T,
                                      (N / q2) * (Vp / q) + N / q2);
+    graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, (s->B / q2) * (s->NH / q) * T * T,
+              (N / q2) * (Vp / q) + N / q2);
     double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
     double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
-                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + max2(2 * C / q, 2 * N / q2);
+                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + 2 * C / q;
     double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
                            : 4 * nx + max2(4 * C * C / q2, wv);
     f->act_scratch_bytes = 4 * (slots + kept);

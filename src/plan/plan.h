@@ -24,11 +24,15 @@ typedef struct cb_plan_shape {
 
 /* Per rank, one step (forward + backward, no optimizer): bytes sent as
  * cb_comm counts them (ring volume), collective calls, parameter +
- * gradient bytes (fp32), the model's planned activation floats x 4 and the
- * layout's scratch bytes. These equal the counters of a real run. */
+ * gradient bytes (fp32), the activation floats x 4 that `bench --tp-step`'s
+ * model plans (act_model_bytes) and the layout's scratch bytes; and the
+ * graph engine's plan of `cubist train` (src/graph/build.c): one
+ * micro-batch's slot (values and kept state) and the gradient buffers.
+ * These equal the counters of a real run. */
 typedef struct cb_plan_tp_cost {
     double sent[CB_PK_N], calls[CB_PK_N];
     double param_bytes, act_model_bytes, act_scratch_bytes;
+    double act_slot_bytes, act_grad_bytes;
 } cb_plan_tp_cost;
 
 /* tp ranks of mode; diag: 2-D rank (r, r); gathered: 3-D keeps X^, W^. */

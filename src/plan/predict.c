@@ -179,6 +179,18 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, diag, l->gathered, &z);
     for (int k = 0; k < CB_PK_N; k++) c->sent[k] -= z.sent[k], c->calls[k] -= z.calls[k];
     c->param_bytes -= z.param_bytes, c->act_model_bytes -= z.act_model_bytes;
+    c->act_slot_bytes -= z.act_slot_bytes, c->act_grad_bytes -= z.act_grad_bytes;
+}
+
+/* The slot bytes of one block (the plan is linear in the blocks). */
+static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, int rows) {
+    const cb_gpt_config *g = &j->model->gpt;
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1};
+    cb_plan_tp_cost one, none;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &one);
+    sh.L = 0;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &none);
+    return one.act_slot_bytes - none.act_slot_bytes;
 }
 
 /* Tensor communication seconds of one micro-batch, per group: 1-D one
@@ -207,15 +219,22 @@ static double in_flight(const cb_plan_layout *l) {
     return l->schedule == CB_PLAN_INTERLEAVED ? f * (1 + (l->pp - 1.0) / (l->pp * l->v)) : f;
 }
 
+/* The graph engine's activation plan (src/graph/build.c): a slot per
+ * micro-batch in flight, the gradient buffers, the region recompute
+ * shares (one float without it) and, with a pipeline, a message buffer per
+ * micro-batch and boundary. Recompute (block): a block's values and kept
+ * state live in the shared region, its output (read by the next block)
+ * stays in the slot. Scratch: the layout's workspace and the engine's
+ * (the widest value and attention's backward). */
 static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, stage s,
-                   cb_plan_pred *p) {
+                   double blk, double msg, cb_plan_pred *p) {
     double params = p->tp.param_bytes / 8, C = j->model->gpt.d_model;
     p->mem_params = 4 * params, p->mem_grads = 4 * params;
     p->mem_opt = 8 * params / (l->zero ? l->dp : 1);
-    double act = p->tp.act_model_bytes, shard = l->mode == CB_TP_1D ? 1 : l->tp;
-    if (l->recompute && s.blocks > 0) /* block inputs kept, one block's activations live */
-        act = act / s.blocks * 1 + (s.blocks - 1) * 4 * tok * C / shard;
-    p->mem_act = act * in_flight(l);
+    double slot = p->tp.act_slot_bytes, shared = 4, out = 4 * tok * C / (l->mode == CB_TP_1D ? 1 : l->tp);
+    if (l->recompute && s.blocks > 0)
+        slot -= s.blocks * (blk - out), shared += blk - out;
+    p->mem_act = slot * in_flight(l) + p->tp.act_grad_bytes + shared + l->M * msg;
     p->mem_scratch = p->tp.act_scratch_bytes;
     p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
@@ -229,9 +248,9 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
     double grad = p->mem_grads, calls = ceil(grad / j->bucket_bytes);
-    /* + the step's loss, one double all-reduced; ZeRO-1 takes two
-     * collectives per bucket (reduce-scatter, all-gather) */
-    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 8);
+    /* + the step's loss, one float all-reduced (src/graph/exec.c); ZeRO-1
+     * takes two collectives per bucket (reduce-scatter, all-gather) */
+    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 4);
     p->dp_calls = calls * (l->zero ? 2 : 1) + 1;
     p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, p->dp_calls);
     p->dp_exposed_s = maxf(p->dp_s / p->dp_calls, p->dp_s - bwd_s);
@@ -257,9 +276,11 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     p->tp_s = (tp_mb + rec_tp) * l->M, p->pp_s = pp_mb * l->M;
     p->bubble_s = (l->pp - 1.0) / v * mb;
     p->tp_bytes = cb_plan_tp_sent(&p->tp) * l->M, p->tp_calls = cb_plan_tp_calls(&p->tp) * l->M;
-    /* calls: cb_comm counts the matching receives too */
+    /* calls: cb_comm counts the matching receives too; + the step's loss,
+     * one float broadcast from the last stage ((pp-1)/pp of it per rank) */
     p->pp_bytes = sends * act * l->M, p->pp_calls = 2 * sends * l->M;
-    memory(j, l, tok, s, p);
+    if (l->pp > 1) p->pp_bytes += (l->pp - 1.0) / l->pp * 4, p->pp_calls += 1;
+    memory(j, l, tok, s, block_slot_bytes(j, l, rows), sends * act, p);
     data_parallel(j, l, 2 * fwd, p);
     p->opt_s = 28 * (p->mem_params / 4) / (l->zero ? l->dp : 1) / c->mem_bandwidth;
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
