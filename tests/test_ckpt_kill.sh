@@ -5,8 +5,7 @@
 # with --resume DIR after each kill. Every resume must succeed, and the log
 # and the final checkpoint must equal those of the uninterrupted run bit for
 # bit (the log is trimmed to the resumed step and appended to). The same
-# with 4 ranks (dp2 x tp2) under mpirun, 8 kills (oversubscribed ranks start
-# slowly on 2 cores).
+# with 4 ranks (dp2 x tp2) under mpirun, 30 kills.
 set -u
 . "$(dirname "$0")/ops_common.sh"
 RANDOM=16
@@ -70,7 +69,7 @@ kill_loop "1 process" 30 160
 rm -rf ref
 TP=(--dp 2 --tp 2)
 TINY+=("${TP[@]}")
-timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${TINY[@]}" --steps 60 --save ref/ --log ref.jsonl \
+timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${TINY[@]}" --steps 160 --save ref/ --log ref.jsonl \
     || fail "dp2 x tp2 uninterrupted run"
-kill_loop "dp2 x tp2" 8 60 "${launch[@]}" -np 4
+kill_loop "dp2 x tp2" 30 160 "${launch[@]}" -np 4
 finish
