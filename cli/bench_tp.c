@@ -1,5 +1,5 @@
 /* `cubist bench --tp-compare`: the paper's comparison of 1-D, 2-D and 3-D
- * tensor parallelism (Bian et al., shared/reference/parallelism.md). One
+ * tensor parallelism (Bian et al., docs/parallelism.md). One
  * training step (forward + backward, no optimizer) of the same GPT under
  * P = 8 (1d, 3d 2x2x2), 16 (1d, 2d 4x4), 64 (1d, 2d 8x8, 3d 4x4x4), every
  * measured figure next to its analytic formula.

@@ -13,7 +13,7 @@
  * Every sub-communicator's rank order is its block order: a gather over
  * INPUT of X shards (token block i*q + j) yields the tokens of block i in
  * order, a gather over the INPUT x WEIGHT plane yields token blocks
- * 0..q^2-1, and so on (see shared/reference/parallelism.md, 3-D).
+ * 0..q^2-1, and so on (see docs/parallelism.md, 3-D).
  * Other groups: dp (same p, t; rank = d), pp (same d, t; rank = p = stage),
  * tp (same d, p; rank = t), model (same d, all pp*tp ranks that together
  * hold one replica; rank = p * tp + t), for sums over every shard such as

@@ -1,7 +1,7 @@
 /* Tensor-parallel layouts: serial, 1-D (Megatron), 2-D (SUMMA/Optimus),
  * 3-D (the cube of Bian et al.). Each layout is one file implementing
  * cb_layout_ops; the model calls only these operators and never branches on
- * the layout (shared/reference/parallelism.md holds the algorithms).
+ * the layout (docs/parallelism.md holds the algorithms).
  *
  * Activations. A logical activation is N tokens x H features (N = the
  * tokens of this data-parallel rank's micro-batch, whole sequences of T

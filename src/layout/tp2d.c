@@ -16,7 +16,7 @@
  * position blocks (every token block holds whole sequences, so all T
  * positions), the backward reduce-scatters the position sums back.
  *
- * Linears follow parallelism.md: forward in q broadcast steps (block t of X
+ * Linears follow docs/parallelism.md: forward in q broadcast steps (block t of X
  * along the row, block t of W along the column, the next pair in flight
  * while the current product runs); backward dX = dY W^T broadcasts W along
  * the column and reduces the partial to c = t along the row, dW = X^T dY

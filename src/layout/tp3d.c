@@ -1,5 +1,5 @@
 /* 3-D tensor parallelism, the cube of Bian et al. with perfect load
- * balance (shared/reference/parallelism.md, "3-D"). tp = q^3 ranks (i,j,k);
+ * balance (docs/parallelism.md, 3-D). tp = q^3 ranks (i,j,k);
  * every rank holds 1/q^3 of every activation and weight. An activation of
  * parity p is split by i and two more coordinates a, b:
  *   parity 0: token block i*q + j, feature block k   (a = j, b = k)
