@@ -105,6 +105,7 @@ static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, cb_e
     cb_adamw_config opt = {.lr = 6e-4f, .min_lr = 6e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
                            .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 1,
                            .steps = b->steps + 1};
+    b->dist->L->k = cb_kernels_default(); /* the table cb_kernels_select installed last */
     *m = cb_model_new(b->dist, b->batch, T);
     if (*m) cb_model_declare_gpt(*m, &c);
     int rc = cb_model_build(*m, 1337, &opt, e);
