@@ -19,7 +19,11 @@ kill_loop() {
     while :; do
         local res=()
         compgen -G "ck/step-*.safetensors.state" >/dev/null && res=(--resume ck) && resumes=$((resumes + 1))
-        "$@" "$C" train "${TINY[@]}" --steps "$steps" --save ck/ --save-every 1 --keep-last 2 \
+        # writes of the checkpoints' temporary files slowed (tests/fs_shim.c, 3 ms
+        # a write), so a step lasts long enough for the kills to land in time,
+        # and inside a save, however fast the machine
+        LD_PRELOAD=$PRELOAD CUBIST_SHIM_PATH=.tmp CUBIST_SHIM_DELAY_US=3000 \
+            "$@" "$C" train "${TINY[@]}" --steps "$steps" --save ck/ --save-every 1 --keep-last 2 \
             --log run.jsonl "${res[@]}" 2>err.txt &
         local pid=$!
         if [ $k -ge "$kills" ]; then wait $pid; rc=$?; break; fi
