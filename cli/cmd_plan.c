@@ -82,9 +82,9 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
         const cb_plan_layout *l = &c[i].l;
         const cb_plan_pred *p = &c[i].p;
         printf("%s{\"dp\":%d,\"pp\":%d,\"tp\":%d,\"mode\":\"%s\",\"schedule\":\"%s\",\"M\":%d,"
-               "\"v\":%d,\"recompute\":%d,\"zero\":%d,", i ? "," : "", l->dp, l->pp, l->tp,
-               cb_grid_mode_name(l->mode), cb_plan_schedule_name(l->schedule), l->M, l->v,
-               l->recompute, l->zero);
+               "\"v\":%d,\"recompute\":%d,\"zero\":%d,\"embed\":\"%s\",", i ? "," : "", l->dp,
+               l->pp, l->tp, cb_grid_mode_name(l->mode), cb_plan_schedule_name(l->schedule), l->M,
+               l->v, l->recompute, l->zero, cb_plan_embed_name(l->embed));
         printf("\"step_s\":%.6g,\"compute_s\":%.6g,\"recompute_s\":%.6g,\"tp_s\":%.6g,"
                "\"pp_s\":%.6g,\"bubble_s\":%.6g,\"dp_s\":%.6g,\"dp_exposed_s\":%.6g,\"opt_s\":%.6g,",
                p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->pp_s, p->bubble_s, p->dp_s,
@@ -126,7 +126,8 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
 }
 
 /* Keeps the layouts that match --dp --pp --tp --tp-mode --schedule (3-D
- * re-predicted without kept gathers under --tp3d-save shard). */
+ * re-predicted without kept gathers under --tp3d-save shard; data
+ * parallelism alone with the --embed-grad path). */
 static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, int n) {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -138,6 +139,8 @@ static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, in
         ch[k] = ch[i];
         if (l->mode == CB_TP_3D && !strcmp(o->save, "shard"))
             ch[k].l.gathered = 0, cb_plan_predict(j, &ch[k].l, &ch[k].p);
+        if (o->embed != CB_DP_EMBED_DENSE && l->dp > 1 && l->tp == 1 && l->pp == 1)
+            ch[k].l.embed = o->embed, cb_plan_predict(j, &ch[k].l, &ch[k].p);
         k++;
     }
     return k;
@@ -189,7 +192,8 @@ static const char EPILOG[] =
 
 int cmd_plan(int argc, char **argv) {
     plan_opts o = {.model = "gpt", .layers = 12, .d_model = 768, .heads = 12, .vocab = 50257,
-                   .batch = 8, .seq_len = 1024, .top = 20, .threads = 1, .save = "gathered"};
+                   .batch = 8, .seq_len = 1024, .top = 20, .threads = 1, .save = "gathered",
+                   .embed_grad = "dense"};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "model family (gpt)"},
         {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12)"},
@@ -208,6 +212,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp-mode", ARG_STR, &o.tp_mode, "only this tensor mode (1d, 2d, 3d)"},
         {"schedule", ARG_STR, &o.schedule, "only this pipeline schedule (gpipe, 1f1b, interleaved)"},
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
+        {"embed-grad", ARG_STR, &o.embed_grad, "data parallelism alone: dense (default), sparse or split"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},
@@ -235,6 +240,10 @@ int cmd_plan(int argc, char **argv) {
                      "--dp, --pp, --tp >= 0");
     if (!rc && strcmp(o.save, "gathered") && strcmp(o.save, "shard"))
         rc = cb_fail(&e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", o.save);
+    if (!rc) rc = cb_dp_embed_parse(o.embed_grad, &o.embed, &e);
+    if (!rc && o.embed == CB_DP_EMBED_AUTO)
+        rc = cb_fail(&e, CB_EINPUT, "plan: --embed-grad must be dense, sparse or split (auto is "
+                     "train's choice between them)");
     if (rc) return cli_fail(&e);
     if (o.calibrate_comm) rc = plan_calibrate_comm(o.quick, &e);
     else if (o.calibrate) rc = plan_calibrate(&o, &e);

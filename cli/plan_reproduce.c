@@ -31,7 +31,7 @@ static double tp_step(const cb_plan_cluster *c, int L, int C, int H, int batch, 
     cb_gpt_config g = {L, C, H, T, 50304};
     cb_plan_model m;
     cb_plan_model_gpt(&g, &m);
-    predict(c, &m, batch, T, (cb_plan_layout){1, 1, 64, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1}, p);
+    predict(c, &m, batch, T, (cb_plan_layout){1, 1, 64, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE}, p);
     return p->step_s - p->opt_s;
 }
 
@@ -97,7 +97,7 @@ static double dp_step(const cb_plan_cluster *c, int dp, int batch, cb_plan_pred 
     cb_gpt_config g = {12, 512, 8, 56, 32768};
     cb_plan_model m;
     cb_plan_model_gpt(&g, &m);
-    predict(c, &m, batch, 56, (cb_plan_layout){dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1}, p);
+    predict(c, &m, batch, 56, (cb_plan_layout){dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE}, p);
     return p->step_s;
 }
 

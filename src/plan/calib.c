@@ -50,11 +50,21 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
- * context, no causal discount), forward + backward = 3x. */
+ * context, no causal discount), forward + backward = 3x, by head size:
+ * the kernel's inner loops run over the head's C / NH channels, so a
+ * small head runs slower (1 thread here: 0.55 of peak at 32 against 0.65
+ * at 64). B 32: probabilities of tens of MB, out of the caches like the
+ * step's (a small batch kept in cache runs 10-20% faster than the model
+ * sees it). attn_efficiency is the curve's value at head size 64. */
 static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    int B = quick ? 2 : 4, T = 128, C = 256, NH = 4;
+    int B = quick ? 16 : 32, T = 128, C = 256;
     double flops = 3.0 * 4 * T * C * (double)B * T;
-    c->attn_efficiency = fmin(1, flops / pr->attention(pr->ctx, B, T, C, NH) / c->peak_flops);
+    c->natt = 0;
+    for (int hs = 16; hs <= 128; hs *= 2, c->natt++) {
+        c->att_hs[c->natt] = hs;
+        c->att_eff[c->natt] = fmin(1, flops / pr->attention(pr->ctx, B, T, C, C / hs) / c->peak_flops);
+    }
+    c->attn_efficiency = c->att_eff[2];
 }
 
 /* alpha, beta from a small (64 floats) and a large vector. */
