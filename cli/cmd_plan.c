@@ -193,7 +193,7 @@ static const char EPILOG[] =
 int cmd_plan(int argc, char **argv) {
     plan_opts o = {.model = "gpt", .layers = 12, .d_model = 768, .heads = 12, .vocab = 50257,
                    .batch = 8, .seq_len = 1024, .top = 20, .threads = 1, .save = "gathered",
-                   .embed_grad = "dense"};
+                   .embed_grad = "dense", .repeat = 1};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "model family (gpt)"},
         {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12)"},
@@ -224,6 +224,7 @@ int cmd_plan(int argc, char **argv) {
         {"out", ARG_STR, &o.out, "--calibrate: cluster file to write (default: the cache)"},
         {"quick", ARG_BOOL, &o.quick, "--calibrate, --validate: a small, fast set"},
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
+        {"repeat", ARG_INT, &o.repeat, "--validate: runs of every case, the fastest kept (1)"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
@@ -234,9 +235,9 @@ int cmd_plan(int argc, char **argv) {
                   "--validate | --reproduce NAME", flags, n, EPILOG);
         return 0;
     }
-    if (!rc && (o.threads < 1 || o.batch < 1 || o.micro_batches < 0 || o.top < 0 || o.dp < 0 ||
+    if (!rc && (o.threads < 1 || o.batch < 1 || o.repeat < 1 || o.micro_batches < 0 || o.top < 0 || o.dp < 0 ||
                 o.pp < 0 || o.tp < 0))
-        rc = cb_fail(&e, CB_EINPUT, "--threads and --batch must be >= 1, --micro-batches, --top, "
+        rc = cb_fail(&e, CB_EINPUT, "--threads, --batch and --repeat must be >= 1, --micro-batches, --top, "
                      "--dp, --pp, --tp >= 0");
     if (!rc && strcmp(o.save, "gathered") && strcmp(o.save, "shard"))
         rc = cb_fail(&e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", o.save);

@@ -160,6 +160,19 @@ static int measure_tpstep(const vcase *c, measured *m) {
     return 1;
 }
 
+/* The case run o->repeat times, each figure the fastest: the model
+ * predicts an unloaded machine, and a shared one slows some runs. */
+static int measure(const vcase *c, const char *dir, const plan_opts *o, int over, measured *m) {
+    for (int r = 0; r < o->repeat; r++) {
+        measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
+        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, &x))) return 0;
+        if (r) x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
+               x.kcpu = fmin(x.kcpu, m->kcpu);
+        *m = x;
+    }
+    return 1;
+}
+
 static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
     cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
     cb_plan_model m;
@@ -266,9 +279,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
-               "are contended when it exceeds the cores); predicted vs measured\n"
+               "are contended when it exceeds the cores); predicted vs measured, the fastest of "
+               "%d run%s\n"
                "  case                                        what  predicted measured  error\n",
-               sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+               sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "");
     tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
     for (int i = 0; i < NCASES && !rc; i++) {
@@ -278,7 +292,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
         cb_plan_pred p;
         predict(c, &cl[c->threads - 1], &p);
-        if (!(over ? measure_tpstep(c, &m) : measure_train(c, dir, o->quick, &m))) {
+        if (!measure(c, dir, o, over, &m)) {
             printf("  case %d failed to run; skipped\n", i + 1);
             continue;
         }
