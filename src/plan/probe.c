@@ -6,6 +6,7 @@
  * is timed in its own CPU time, which is its wall time on an idle core and
  * leaves out the slices other processes take; a team of threads in wall
  * time (a thread that waits for a descheduled one spins, and would count). */
+#include <math.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -43,9 +44,15 @@ static double best_of(body_fn f, void *arg) {
     return best;
 }
 
+/* GEMM operands cycle through sets that together exceed a last-level
+ * cache (64 MB, at most 64 sets): a step's weights and activations come
+ * from memory, not from the cache the previous call left them in. */
+#define GEMM_SETS_BYTES (64.0 * (1 << 20))
+#define GEMM_MAX_SETS 64
+
 typedef struct gemm_arg {
-    int m, k, n;
-    float *x, *w, *y, *dx, *dw, *b, *db;
+    int m, k, n, nset, cur;
+    float *x[GEMM_MAX_SETS], *w[GEMM_MAX_SETS], *y, *dx, *dw[GEMM_MAX_SETS], *b, *db;
 } gemm_arg;
 
 /* with a bias, as the model's linears have one (its add and its gradient's
@@ -53,8 +60,10 @@ typedef struct gemm_arg {
 static void gemm_body(void *p) {
     gemm_arg *a = p;
     const cb_kernels *k = cb_kernels_cpu();
-    k->matmul_forward(k, a->y, a->x, a->w, a->b, a->m, a->k, a->n);
-    k->matmul_backward(k, a->dx, a->dw, a->db, a->y, a->x, a->w, a->m, a->k, a->n);
+    int s = a->cur;
+    a->cur = (a->cur + 1) % a->nset;
+    k->matmul_forward(k, a->y, a->x[s], a->w[s], a->b, a->m, a->k, a->n);
+    k->matmul_backward(k, a->dx, a->dw[s], a->db, a->y, a->x[s], a->w[s], a->m, a->k, a->n);
 }
 
 static float *filled(size_t n) {
@@ -65,10 +74,18 @@ static float *filled(size_t n) {
 
 static double probe_gemm(void *ctx, int m, int k, int n) {
     (void)ctx;
-    gemm_arg a = {m, k, n, filled((size_t)m * k), filled((size_t)k * n), filled((size_t)m * n),
-                  filled((size_t)m * k), filled((size_t)k * n), filled(n), filled(n)};
-    double t = a.x && a.w && a.y && a.dx && a.dw && a.b && a.db ? best_of(gemm_body, &a) : 1e30;
-    free(a.x), free(a.w), free(a.y), free(a.dx), free(a.dw), free(a.b), free(a.db);
+    size_t mk = (size_t)m * k, kn = (size_t)k * n, mn = (size_t)m * n;
+    double set = 4.0 * (mk + 2 * kn);
+    gemm_arg a = {m, k, n, (int)fmin(GEMM_MAX_SETS, fmax(1, ceil(GEMM_SETS_BYTES / set))), 0,
+                  {0}, {0}, filled(mn), filled(mk), {0}, filled(n), filled(n)};
+    int ok = a.y && a.dx && a.b && a.db;
+    for (int i = 0; i < a.nset; i++) {
+        a.x[i] = filled(mk), a.w[i] = filled(kn), a.dw[i] = filled(kn);
+        ok &= a.x[i] && a.w[i] && a.dw[i];
+    }
+    double t = ok ? best_of(gemm_body, &a) : 1e30;
+    for (int i = 0; i < a.nset; i++) free(a.x[i]), free(a.w[i]), free(a.dw[i]);
+    free(a.y), free(a.dx), free(a.b), free(a.db);
     return t;
 }
 
