@@ -4,6 +4,8 @@
 #include "cubist.h"
 
 int cmd_train(int argc, char **argv);
+/* cubist train --model ncf (cli/cmd_train_ncf.c) */
+int cmd_train_ncf(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
