@@ -30,8 +30,8 @@ static const char EPILOG[] =
     "Evaluation (leave-last-out): each user's last pair is held out of training\n"
     "and ranked among --eval-negatives unobserved items; val_hr10 (held-out item\n"
     "in the top 10) and val_ndcg10 (1/log2(2 + rank)) averaged over --eval-users\n"
-    "users, beside pop_hr10, pop_ndcg10 of ranking by training popularity (ties\n"
-    "counted in the baseline's favour). Printed lines: `step N loss L grad_norm G`\n"
+    "users, beside pop_hr10, pop_ndcg10 of ranking by training popularity (both\n"
+    "expected over a uniform order of tied scores). Lines: `step N loss L grad_norm G`\n"
     "and `eval step N val_hr10 .. val_ndcg10 .. pop_hr10 .. pop_ndcg10 ..`; --log:\n"
     "JSONL, step loss lr grad_norm step_ms samples_per_s [val_hr10 val_ndcg10].\n"
     "Parallel flags as for any graph model: --dp --zero --tp --tp-mode --pp\n"
@@ -90,20 +90,23 @@ typedef struct evalset {
     double pop_hr, pop_ndcg;
 } evalset;
 
-/* Rank of candidate 0 among the row's scores: how many score higher. */
-static int rank_of(const float *s, int n) {
-    int r = 0;
-    for (int k = 1; k < n; k++) r += s[k] > s[0];
-    return r;
+/* HR@10 and NDCG@10 of candidate 0 among a row's n scores, expected over
+ * a uniform order of ties (the popularity baseline ties often: items of
+ * equal counts): g candidates score higher, t tie, rank g + j for j
+ * uniform in [0, t]. */
+static void hit(const float *s, int n, double *hr, double *ndcg) {
+    int g = 0, t = 0;
+    for (int k = 1; k < n; k++) g += s[k] > s[0], t += s[k] == s[0];
+    for (int j = 0; j <= t && g + j < 10; j++) {
+        *hr += 1.0 / (t + 1);
+        *ndcg += 1.0 / ((t + 1) * log2(2.0 + g + j));
+    }
 }
 
 static void metrics(const evalset *v, const float *score, double *hr, double *ndcg) {
     int w = 1 + v->neg;
     *hr = *ndcg = 0;
-    for (int u = 0; u < v->n; u++) {
-        int r = rank_of(score + (size_t)u * w, w);
-        if (r < 10) *hr += 1, *ndcg += 1.0 / log2(2.0 + r);
-    }
+    for (int u = 0; u < v->n; u++) hit(score + (size_t)u * w, w, hr, ndcg);
     *hr /= v->n > 0 ? v->n : 1;
     *ndcg /= v->n > 0 ? v->n : 1;
 }
