@@ -250,7 +250,7 @@ int cmd_train_ncf(int argc, char **argv) {
         {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (1e-3)"},
         {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (1e-4)"},
         {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of linear weights (0)"},
+        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of the tables and weights, not biases (0)"},
         {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
         {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.999)"},
         {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-8)"},

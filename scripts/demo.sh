@@ -2,6 +2,9 @@
 # make demo: the King James Bible as byte tokens, a small GPT trained for a
 # few minutes on this machine's cores, then a sample from it.
 set -eu
+# make demo MODEL=ncf: the recommendation demo instead
+[ "${MODEL:-gpt}" = ncf ] && exec "$(dirname "$0")/demo_ncf.sh"
+[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt or MODEL=ncf" >&2; exit 2; }
 BUILD=${BUILD:-build}
 C=$BUILD/cubist
 mkdir -p data out

@@ -135,6 +135,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     if (l->kind == G_LOOKUP) { /* one tensor, row-sharded like the vocabulary */
         *d0 = l->emb.V;
         *d1 = l->emb.C;
+        *decay = 1; /* NCF's factors are regularised (He et al.: L2 on the embeddings) */
         *kind = CB_P_EMBED;
         *init = CB_INIT_NORMAL;
     } else if (l->kind == G_LOGIT) { /* one weight vector, sharded like x's features */
