@@ -116,10 +116,7 @@ int cmd_bench_ncf(int argc, char **argv) {
     if (!rc && (b.users < 1 || b.items < 1 || b.batch < 1 || b.steps < 1))
         rc = cb_fail(&e, CB_EINPUT, "--users, --items, --batch and --steps must be >= 1");
     c.users = b.users, c.items = b.items, c.factors = b.factors;
-    for (const char *p = b.mlp; !rc && *p && c.n_mlp < 8; p += strcspn(p, ","), p += *p == ',')
-        c.mlp[c.n_mlp++] = atoi(p);
-    if (!rc && (c.n_mlp < 2 || c.mlp[0] < 2 || c.mlp[0] % 2))
-        rc = cb_fail(&e, CB_EINPUT, "--mlp %s: give 2 to 8 widths, the first even", b.mlp);
+    if (!rc) rc = cli_ncf_mlp(b.mlp, &c, &e);
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);

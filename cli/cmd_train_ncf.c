@@ -40,7 +40,7 @@ static const char EPILOG[] =
     "rows (int32 user, item, label) for the PyTorch test; --dump-grads F step 1's\n"
     "gradients (one process).\n";
 
-static int parse_mlp(const char *s, cb_ncf_config *c, cb_err *e) {
+int cli_ncf_mlp(const char *s, cb_ncf_config *c, cb_err *e) {
     c->n_mlp = 0;
     for (const char *p = s; *p && c->n_mlp < 8;) {
         char *end;
@@ -48,7 +48,8 @@ static int parse_mlp(const char *s, cb_ncf_config *c, cb_err *e) {
         if (end == p || v < 2 || v > 1 << 20 || (*end && *end != ',')) break;
         c->mlp[c->n_mlp++] = (int)v;
         p = *end ? end + 1 : end;
-        if (!*end) return c->n_mlp >= 2 && c->mlp[0] % 2 == 0 ? CB_OK : -1;
+        if (!*end && c->n_mlp >= 2 && c->mlp[0] % 2 == 0) return CB_OK;
+        if (!*end) break;
     }
     return cb_fail(e, CB_EINPUT, "--mlp %s: give 2 to 8 widths >= 2 separated by commas, the "
                                  "first even (user and item halves), e.g. 256,128,64", s);
@@ -282,7 +283,7 @@ int cmd_train_ncf(int argc, char **argv) {
     cb_ncf_config c = {0};
     int rc = cli_parse("train", ac - 1, av + 1, flags, n, &help, &e);
     if (!rc) rc = check_opts(&o, &e);
-    if (!rc) rc = parse_mlp(o.mlp, &c, &e);
+    if (!rc) rc = cli_ncf_mlp(o.mlp, &c, &e);
     if (!rc && o.threads > 0) omp_set_num_threads(o.threads);
     if (!rc) rc = setup(&r, &o, &c, &e);
     if (!rc) rc = train(&r, &o, &e);
