@@ -70,8 +70,7 @@ static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float
                               m->rec_scratch);
         break;
     case N_LOGIT:
-        return cb_rec_logistic_forward(L, &n->l->norm, x, m->targets ? m->targets + r0 : NULL, s, N,
-                                       m->rec_scratch);
+        return cb_rec_logistic_forward(L, &n->l->norm, x, m->targets ? m->targets + r0 : NULL, s, N);
     }
     return 0.0f;
 }
@@ -437,10 +436,10 @@ const float *cb_model_probs(cb_model *m, const int *ids) {
 }
 
 int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e) {
-    const gnode *ln = &m->nodes[m->loss_node];
-    if (!m->built || ln->kind != N_LOGIT)
+    if (!m->built || m->nodes[m->loss_node].kind != N_LOGIT)
         return cb_fail(e, CB_EINPUT, "cb_model_scores needs a built model that ends in "
                                      "cb_op_logistic_loss");
+    const gnode *ln = &m->nodes[m->loss_node];
     cb_grid *g = &m->d->g;
     size_t N = (size_t)m->Bm * m->T, mine = (size_t)m->Bl * m->T;
     int lc = ln->vs / m->P, here = RANK(m, ln->vs) == m->me;

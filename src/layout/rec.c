@@ -80,14 +80,13 @@ void cb_rec_concat_backward(cb_layout *L, const float *dy, int Ha, int Hb, const
 }
 
 float cb_rec_logistic_forward(cb_layout *L, const cb_norm *w, const float *x, const int *labels,
-                              float *kept, int N, float *scratch) {
+                              float *kept, int N) {
     cb_shard s = L->ops->act_shard(L, L->tp_rank, N, w->C, w->parity, 1);
     float *z = kept, *losses = kept + N;
     memset(z, 0, sizeof(float) * N);
     if (s.owner) /* this rank's rows: the partial dot over its features */
         L->k->matmul_forward(L->k, z + s.row0, x, w->w, NULL, (int)s.nrows, (int)s.ncol[0], 1);
     tp_sum(L, z, (size_t)N, "logistic.fwd");
-    (void)scratch;
     if (!labels) return 0.0f;
     L->k->logistic_forward(L->k, losses, z, labels, N);
     double sum = 0.0;

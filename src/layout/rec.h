@@ -37,7 +37,7 @@ void cb_rec_concat_backward(cb_layout *L, const float *dy, int Ha, int Hb, const
  * and the mean binary cross-entropy is returned, else 0. kept: 2N floats
  * (logits, losses) for backward and for scores. */
 float cb_rec_logistic_forward(cb_layout *L, const cb_norm *w, const float *x, const int *labels,
-                              float *kept, int N, float *scratch);
+                              float *kept, int N);
 /* dx overwritten; w->dw accumulates; dloss scales the mean loss */
 void cb_rec_logistic_backward(cb_layout *L, cb_norm *w, const float *x, const int *labels,
                               const float *kept, float dloss, float *dx, int N, float *scratch);
