@@ -5,6 +5,7 @@
 #   make check      the fast tier (under a minute)
 #   make bench      benchmark vs PyTorch             make deps   install packages
 #   make test-slurm cubist under srun on a local one-node Slurm (root)
+#   make fuzz       libFuzzer on the file readers, FUZZ_SECONDS each (tests/fuzz)
 CC      ?= cc
 MPI     ?= openmpi
 # Each MPI builds in its own directory (build, build-mpich), so switching MPI
@@ -17,7 +18,7 @@ BUILD   ?= $(if $(filter mpich,$(MPI)),build-mpich,build)
 BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -Iinclude -Isrc -MMD -MP $(OPT) $(SAN)
-LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp $(SAN)
+LDLIBS  += -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -ldnnl -lm -fopenmp $(SAN)
 # MPI=openmpi or MPI=mpich (Debian installs both side by side; build each in
 # its own BUILD dir). pkg-config knows their paths; -isystem keeps -Werror off
 # their headers. MPIRUN is the matching launcher, exported to the tests.
@@ -46,7 +47,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 
-.PHONY: all deps test check test-slurm demo asan bench clean
+.PHONY: all deps test check test-slurm demo asan bench clean fuzz
 all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c $(MPI_STAMP)
@@ -100,6 +101,12 @@ asan:
 	@TMO_SCALE=$${TMO_SCALE:-5} LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0:use_tls=0 \
 	 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
 	 $(MAKE) --no-print-directory test BUILD=build-asan OPT="-O1 -g -march=native" SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+
+# the safetensors, token-file and JSON readers under libFuzzer (clang),
+# seeded from tests/fuzz/corpus; `make test` replays the seeds once
+FUZZ_SECONDS ?= 60
+fuzz:
+	@BUILD=$(BUILD) tests/fuzz/fuzz.sh fuzz $(FUZZ_SECONDS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -25,8 +25,7 @@
 #include "args.h"
 #include "cli.h"
 #include "comm/comm.h"
-#include "model/gpt_internal.h"
-#include "train/train.h"
+#include "graph/graph.h"
 
 typedef struct dp_bench {
     int allreduce, dp_step, embed, no_comm;
@@ -59,18 +58,61 @@ static double time_reduce(cb_comm *w, cb_dp *d, float *g, size_t n, int fused) {
     return max_over_ranks(w, MPI_Wtime() - t0);
 }
 
+/* The GPT of c as a graph of B x T tokens (B over every data-parallel rank)
+ * on a grid of data parallelism over the world (alone: each rank by
+ * itself), with ids and targets of this rank's rows (a hash of the
+ * position, offset by the rank). */
+typedef struct dp_model {
+    cb_dist *d;
+    cb_model *m;
+    int *ids, *targets;
+} dp_model;
+
+static void dp_model_free(dp_model *x) {
+    cb_model_free(x->m);
+    if (x->d) cb_dist_free(x->d);
+    free(x->ids);
+}
+
+static int dp_model_init(dp_model *x, const cb_gpt_config *c, int B, int T, int alone, int zero,
+                         int embed, double bucket_mb, int steps, cb_err *e) {
+    memset(x, 0, sizeof *x);
+    cb_adamw_config opt = {.lr = 6e-4f, .min_lr = 6e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
+                           .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .steps = steps};
+    int rc = cb_dist_data_parallel(&x->d, alone, zero, embed, bucket_mb, e);
+    if (!rc) {
+        x->m = cb_model_new(x->d, B, T);
+        if (x->m) cb_model_declare_gpt(x->m, c);
+        rc = cb_model_build(x->m, 1, &opt, e);
+    }
+    if (rc) return rc;
+    int first, rows, r = cb_comm_world()->rank;
+    cb_model_rows(x->m, &first, &rows);
+    size_t n = (size_t)rows * T;
+    x->ids = malloc(sizeof(int) * 2 * n + 1);
+    if (!x->ids) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
+    x->targets = x->ids + n;
+    for (size_t i = 0; i < n; i++) {
+        x->ids[i] = (int)((i * 7 + (size_t)r * 13) % c->vocab);
+        x->targets[i] = (int)((i * 5) % c->vocab);
+    }
+    return CB_OK;
+}
+
 static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
     cb_gpt_config c = {b->layers, b->d_model, b->heads, 64, b->vocab};
-    cb_gpt *m;
-    int rc = cb_gpt_create(&c, 1, 64, &m, e);
-    if (rc) return rc;
-    cb_dp d;
-    if ((rc = cb_dp_init(&d, w, m, 0, CB_DP_EMBED_DENSE, b->bucket_mb, 0, e))) return rc;
-    size_t n = cb_gpt_num_params(m);
+    dp_model x;
+    int rc = dp_model_init(&x, &c, w->size, 64, 0, 0, CB_DP_EMBED_DENSE, b->bucket_mb, 1, e);
+    if (rc) {
+        dp_model_free(&x);
+        return rc;
+    }
+    cb_dp *d = &x.m->dp;
+    size_t n = x.m->pt.nparams;
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < b->reps + 1; r++)
         for (int fused = 0; fused < 2; fused++) { /* interleaved: same machine state */
-            double s = time_reduce(w, &d, cb_gpt_grads(m), n, fused);
+            double s = time_reduce(w, d, x.m->grads, n, fused);
             if (r > 0 && s < best[fused]) best[fused] = s; /* first round warms up */
         }
     int p = w->size;
@@ -80,10 +122,9 @@ static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
                "  fused buckets (%d x %g MB, non-blocking) %8.1f ms  bus %6.2f GB/s\n"
                "  raw MPI_Allreduce                       %8.1f ms  bus %6.2f GB/s\n"
                "  ratio fused / raw                       %8.3f\n",
-               bytes / 1e6, b->layers, b->d_model, p, b->reps, d.nb, b->bucket_mb, best[1] * 1e3,
+               bytes / 1e6, b->layers, b->d_model, p, b->reps, d->nb, b->bucket_mb, best[1] * 1e3,
                bus / best[1] / 1e9, best[0] * 1e3, bus / best[0] / 1e9, best[0] / best[1]);
-    cb_dp_free(&d);
-    cb_gpt_free(m);
+    dp_model_free(&x);
     return CB_OK;
 }
 
@@ -91,12 +132,10 @@ static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
  * of it that a training step hid behind backward: measured as --allreduce
  * does (a discarded warm-up round, then the best of reps, slowest rank). The
  * gradient is refilled each round, so no round sums ever-growing values. */
-static double standalone_reduce_ms(cb_comm *w, cb_trainer *t, int reps) {
+static double standalone_reduce_ms(cb_comm *w, cb_model *m, int reps) {
     double best = 1e30;
-    float *g = cb_gpt_grads(t->model);
-    size_t n = cb_gpt_num_params(t->model);
     for (int r = 0; r < reps + 1; r++) {
-        double s = time_reduce(w, t->dp, g, n, 1);
+        double s = time_reduce(w, &m->dp, m->grads, m->pt.nparams, 1);
         if (r > 0 && s < best) best = s;
     }
     return best * 1e3;
@@ -106,10 +145,10 @@ static double standalone_reduce_ms(cb_comm *w, cb_trainer *t, int reps) {
  * overlapping the embeddings (wte, wpe at the front), final only at its
  * end. The split path plans wte's buckets apart (after the nb others),
  * final after the head: they do not count. */
-static int late_buckets(const cb_trainer *t) {
-    size_t end = cb_gpt_tensor(t->model, 1)->offset + cb_gpt_tensor(t->model, 1)->numel;
+static int late_buckets(const cb_model *m) {
+    size_t end = m->pt.t[1].offset + m->pt.t[1].numel;
     int k = 0;
-    for (int i = 0; i < t->dp->nb; i++) k += t->dp->b[i].lo < end;
+    for (int i = 0; i < m->dp.nb; i++) k += m->dp.b[i].lo < end;
     return k;
 }
 
@@ -117,40 +156,35 @@ static int late_buckets(const cb_trainer *t) {
  * the data-parallel step's ceiling on this machine (the ranks still share
  * its cores, caches and memory bandwidth). Step time of the slowest rank. */
 static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
-    cb_train_opts o;
-    cb_train_defaults(&o);
-    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
     if (b->no_comm && b->batch % w->size)
         return cb_fail(e, CB_EINPUT, "--batch %d does not split over %d ranks; use a multiple of %d",
                        b->batch, w->size, w->size);
-    o.B = b->no_comm ? b->batch / w->size : b->batch;
-    o.T = b->seq_len;
-    o.steps = b->steps + 1;
-    o.zero = b->zero;
-    o.bucket_mb = b->bucket_mb;
-    o.embed_grad = b->embed_mode;
-    size_t n = (size_t)(b->steps + 2) * b->batch * b->seq_len + 1;
-    uint16_t *tok = malloc(sizeof(uint16_t) * n);
-    if (!tok) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
-    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
-    cb_tokens data = {.tok = tok, .n = n};
-    cb_trainer t;
-    int rc = cb_trainer_init_dp(&t, &o, &data, b->no_comm ? NULL : w, e);
-    if (rc) return rc;
-    cb_step_stats st, sum = {0};
-    cb_trainer_step(&t, &st); /* warm-up */
-    for (int s = 0; s < b->steps; s++) {
-        cb_trainer_step(&t, &st);
-        sum.step_ms += st.step_ms;
-        sum.bwd_ms += st.bwd_ms;
-        sum.fwd_ms += st.fwd_ms;
-        sum.opt_ms += st.opt_ms;
-        sum.comm_wait_ms += st.comm_wait_ms;
+    int embed, B = b->no_comm ? b->batch / w->size : b->batch;
+    cb_dp_embed_parse(b->embed_mode, &embed, e);
+    dp_model x;
+    int rc = dp_model_init(&x, &c, B, b->seq_len, b->no_comm, b->zero, embed, b->bucket_mb,
+                           b->steps + 1, e);
+    if (rc) {
+        dp_model_free(&x);
+        return rc;
     }
-    double step = max_over_ranks(w, sum.step_ms / b->steps), wait = sum.comm_wait_ms / b->steps;
-    int early = t.dp ? t.dp->early : 0, late = t.dp ? late_buckets(&t) : 0;
-    const char *path = t.dp ? cb_dp_embed_name(t.dp) : "none";
-    double alone = t.dp ? standalone_reduce_ms(w, &t, b->reps) : 0;
+    cb_model *m = x.m;
+    int dp = m->d->g.dp > 1;
+    cb_model_step_info in, sum = {0};
+    double wait = 0;
+    for (int s = 0; s <= b->steps; s++) { /* step 0 warms up */
+        cb_model_train_step(m, x.ids, x.targets, s, NULL);
+        cb_model_last_step(m, &in);
+        if (!s) continue;
+        sum.step_ms += in.step_ms, sum.forward_ms += in.forward_ms;
+        sum.backward_ms += in.backward_ms, sum.update_ms += in.update_ms;
+        wait += dp ? m->dp.wait_ms / b->steps : 0;
+    }
+    double step = max_over_ranks(w, sum.step_ms / b->steps);
+    int early = dp ? m->dp.early : 0, late = dp ? late_buckets(m) : 0;
+    const char *path = dp ? cb_dp_embed_name(&m->dp) : "none";
+    double alone = dp ? standalone_reduce_ms(w, m, b->reps) : 0;
     double hidden = alone > 0 ? 1.0 - wait / alone : 0;
     if (hidden < 0) hidden = 0;
     if (w->rank == 0)
@@ -159,11 +193,10 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
                "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"late_buckets\":%d,"
                "\"embed\":\"%s\",\"zero\":%d,\"no_comm\":%d}\n",
                w->size, omp_get_max_threads(), b->batch, b->seq_len,
-               b->batch * b->seq_len / (step / 1e3), step, sum.fwd_ms / b->steps, sum.bwd_ms / b->steps,
-               sum.opt_ms / b->steps - wait, wait, alone,
-               hidden, t.dp ? t.dp->nb + t.dp->nsplit : 0, early, late, path, b->zero, b->no_comm);
-    cb_trainer_free(&t);
-    free(tok);
+               b->batch * b->seq_len / (step / 1e3), step, sum.forward_ms / b->steps,
+               sum.backward_ms / b->steps, sum.update_ms / b->steps - wait, wait, alone, hidden,
+               dp ? m->dp.nb + m->dp.nsplit : 0, early, late, path, b->zero, b->no_comm);
+    dp_model_free(&x);
     return CB_OK;
 }
 
@@ -173,29 +206,25 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
 static int embed_measured(cb_comm *w, cb_err *e) {
     const int V = 512, C = 64, B = 2, T = 32;
     cb_gpt_config c = {1, C, 4, T, V};
-    cb_gpt *m;
-    int rc = cb_gpt_create(&c, B, T, &m, e);
-    if (rc) return rc;
-    cb_gpt_init_random(m, 1);
-    cb_dp d;
-    if ((rc = cb_dp_init(&d, w, m, 0, CB_DP_EMBED_SPARSE, 25, (size_t)B * T, e))) return rc;
-    int tokens[B * T], targets[B * T];
-    for (int i = 0; i < B * T; i++) tokens[i] = (i * 7 + w->rank * 13) % V, targets[i] = (i * 5) % V;
-    cb_gpt_zero_grad(m);
-    cb_gpt_forward(m, tokens, targets, B, T);
-    cb_dp_begin_backward(&d, 1);
-    cb_gpt_backward(m, 1.0f / w->size);
-    cb_dp_end_backward(&d);
-    cb_comm_stats_reset(w);
-    cb_dp_reduce(&d);
-    const cb_comm_stat *sp = cb_comm_stats_find(w, "embed.sparse");
-    cb_comm_allreduce(w, "embed.dense", NULL, cb_gpt_grads(m), (size_t)V * C, CB_COMM_SUM);
-    const cb_comm_stat *dn = cb_comm_stats_find(w, "embed.dense");
+    dp_model x;
+    int rc = dp_model_init(&x, &c, B * w->size, T, 0, 0, CB_DP_EMBED_SPARSE, 25, 1, e);
+    if (rc) {
+        dp_model_free(&x);
+        return rc;
+    }
+    cb_model *m = x.m;
+    cb_comm *dpg = &m->d->g.dpg;
+    cb_comm_stats_reset(dpg);
+    cb_model_train_step(m, x.ids, x.targets, 0, NULL);
+    const cb_comm_stat *sp = cb_comm_stats_find(dpg, "embed.sparse");
+    double ms = sp ? (double)sp->bytes_sent : -1;
+    cb_comm_allreduce(dpg, "embed.dense", NULL, m->grads, (size_t)V * C, CB_COMM_SUM);
+    const cb_comm_stat *dn = cb_comm_stats_find(dpg, "embed.dense");
     int p = w->size;
     double fs = cb_dp_embed_bytes_moved(0, p, V, C, B * T), fd = cb_dp_embed_bytes_moved(1, p, V, C, B * T);
-    double ms = sp ? (double)sp->bytes_sent : -1, md = dn ? (double)dn->bytes_sent : -1;
+    double md = dn ? (double)dn->bytes_sent : -1;
     /* the sparse buffers as allocated, plus the dense gradient they sum into */
-    double bs = (double)d.buf_bytes + sizeof(float) * (double)cb_gpt_tensor(m, 0)->numel;
+    double bs = (double)m->dp.buf_bytes + sizeof(float) * (double)m->pt.t[0].numel;
     double fbs = cb_dp_embed_buffer_bytes(0, p, V, C, B * T);
     int ok = fabs(ms - fs) < 1 && fabs(md - fd) < 1 && fabs(bs - fbs) < 1;
     if (w->rank == 0)
@@ -203,8 +232,7 @@ static int embed_measured(cb_comm *w, cb_err *e) {
                "(formula %.0f), buffers %.0f B (formula %.0f); dense sent %.0f B (formula "
                "%.0f): %s\n",
                p, V, C, B * T, ms, fs, bs, fbs, md, fd, ok ? "formulas match" : "MISMATCH");
-    cb_dp_free(&d);
-    cb_gpt_free(m);
+    dp_model_free(&x);
     return ok ? CB_OK : cb_fail(e, CB_EINTERNAL, "embedding exchange counters differ from the formulas");
 }
 

@@ -462,8 +462,7 @@ int cmd_bench_pp(int argc, char **argv) {
     }
     if (!rc) rc = check(&b, &e);
     if (rc) return cli_fail(&e);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    cli_mpirun_allow_root();
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     const char *tmp = getenv("TMPDIR");

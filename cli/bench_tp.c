@@ -1,5 +1,5 @@
 /* `cubist bench --tp-compare`: the paper's comparison of 1-D, 2-D and 3-D
- * tensor parallelism (Bian et al., shared/reference/parallelism.md). One
+ * tensor parallelism (Bian et al., docs/parallelism.md). One
  * training step (forward + backward, no optimizer) of the same GPT under
  * P = 8 (1d, 3d 2x2x2), 16 (1d, 2d 4x4), 64 (1d, 2d 8x8, 3d 4x4x4), every
  * measured figure next to its analytic formula.
@@ -35,7 +35,8 @@
  * (p-1)/p n). N = B T tokens, C = d_model, L layers, T = seq_len, V_p the
  * padded vocabulary. Per layer the linears are QKV C->3C, proj C->C, fc
  * C->4C, fc-proj 4C->C: sum of inputs 7C, of outputs 9C, of in x out 12C^2.
- * The closed forms are in cost_1d, cost_2d, cost_3d and the README. */
+ * The closed forms are in src/plan/counts.c (one copy, the planner uses
+ * them too) and docs/plan.md. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -51,8 +52,10 @@
 #include "comm/grid.h"
 #include "formats/json.h"
 #include "model/gpt_internal.h"
+#include "plan/plan.h"
 
 enum { K_LINEAR, K_NORM, K_EMBED, K_HEAD, K_ATTN, K_OTHER, NKIND };
+_Static_assert((int)NKIND == (int)CB_PK_N && (int)K_OTHER == (int)CB_PK_OTHER, "kinds follow src/plan/plan.h");
 static const char *const KIND[NKIND] = {"linear", "norm", "embed", "head", "attn", "other"};
 
 /* Per-rank figures, flat so that MPI can gather them. */
@@ -70,149 +73,11 @@ typedef struct tp_bench {
     int chunks; /* the layout's overlap_chunks (layout.h) */
 } tp_bench;
 
-/* The model and layout of one configuration, in doubles for the formulas. */
-typedef struct shape {
-    double N, B, T, C, NH, V, L;
-} shape;
-
 static const char DEFAULT_CONFIGS[] = "1d:8,3d:8,1d:16,2d:16,1d:64,2d:64,3d:64";
 
 /* ------------------------------------------------------------ formulas */
 
-/* bytes sent per rank by an all-reduce of `bytes` on p ranks */
-static double ar(double p, double bytes) { return 2 * (p - 1) / p * bytes; }
-
 static double max2(double a, double b) { return a > b ? a : b; }
-
-/* Floats gpt.c plans for the whole model, one slot: x_in; per block ln1,
- * res2, ln2, res3 (a0 each), 4 row statistics, qkv, att, atty, fch,
- * fch_gelu; ln_f output + 2 row statistics; logits (+ losses); backward
- * scratch d_res, d_small, d_qkv, d_big, d_att, proj. a0 / a1: a C-wide
- * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1. */
-static double plan_floats(double L, double a0, double rows, double a1, double q1, double f1,
-                          double att, double lg) {
-    double block = 4 * a0 + 4 * rows + q1 + att + a1 + 2 * f1;
-    return a0 + L * block + a0 + 2 * rows + lg + a0 + max2(a0, a1) + q1 + f1 + att + a0;
-}
-
-static double pad(double V, double m) { return ceil(V / m) * m; }
-
-/* 1-D, P ranks, one group. Parity-0 LayerNorms are replicated: no traffic.
- *   linear  4L all-reduces of N C (row-parallel forward, column-parallel dX)
- *           = 8(P-1)/P * 4L N C bytes
- *   embed   1 all-reduce of N C (vocabulary-parallel lookup)
- *   head    all-reduce MAX of N, SUM of 2N (cross-entropy), N C (dX)
- *   params  V_p C/P + T C + L(12C^2/P + 7C/P + 6C) + 2C, V_p = V up to P
- *   scratch 3N floats (row max, exp-sum, target logit) */
-static void cost_1d(const shape *s, double P, double *f) {
-    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P);
-    f[F_SENT_K + K_LINEAR] = 4 * L * ar(P, 4 * N * C);
-    f[F_CALLS_K + K_LINEAR] = 4 * L;
-    f[F_SENT_K + K_EMBED] = ar(P, 4 * N * C);
-    f[F_CALLS_K + K_EMBED] = 1;
-    f[F_SENT_K + K_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, 4 * N * C);
-    f[F_CALLS_K + K_HEAD] = 3;
-    f[F_PARAM] = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
-    f[F_ACT_MODEL] = 4 * plan_floats(L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
-                                     s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
-    f[F_ACT_SCRATCH] = 4 * 3 * N;
-}
-
-/* 2-D, q x q: row and column groups of q; diag: rank (r, r), whose
- * embedding block needs no transpose swap.
- *   linear  per layer 12(q-1)/q^2 (7NC + 12C^2) (SUMMA: forward q
- *           broadcasts of X and W blocks; backward broadcasts and reduces
- *           of both) + bias gradients all-reduced over the column,
- *           72(q-1)C/q^2; calls L(24q + 4)
- *   norm    (2L+1) x [2 all-reduces of N/q (sum, centred sum of squares),
- *           all-reduce of 2N/q (row) and 2C/q (gamma, beta over the
- *           column)] = 16(q-1)(2N + C)/q^2 bytes, 4 calls each
- *   embed   reduce-scatter and all-gather of N C/q on the row
- *           8(q-1)NC/q^2, wpe (T_p C/q of the column) all-gathered forward
- *           and its gradient reduce-scattered 8(q-1)T_p C/q^2, T_p = T up to
- *           q; off the diagonal two swaps of NC/q^2 (isend + irecv each):
- *           8NC/q^2
- *   head    SUMMA of x and wte^T forward 4(q-1)(NC + V_p C)/q^2, backward
- *           twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
- *           the column) 16(q-1)/q; calls 6q + 3
- *   params  V_p C/q^2 + T_p C/q^2 + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
- *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
- *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2),
- *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, N/q), T3 max(4C, 2N)/q */
-static void cost_2d(const shape *s, double q, int diag, double *f) {
-    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
-    f[F_SENT_K + K_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
-                                  72 * (q - 1) * C / q2);
-    f[F_CALLS_K + K_LINEAR] = L * (24 * q + 4);
-    f[F_SENT_K + K_NORM] = (2 * L + 1) * 16 * (q - 1) * (2 * N + C) / q2;
-    f[F_CALLS_K + K_NORM] = (2 * L + 1) * 4;
-    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Tp * C) / q2 + (diag ? 0 : 8 * N * C / q2);
-    f[F_CALLS_K + K_EMBED] = 4 + (diag ? 0 : 4);
-    f[F_SENT_K + K_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
-                           16 * (q - 1) / q;
-    f[F_CALLS_K + K_HEAD] = 6 * q + 3;
-    f[F_PARAM] = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
-    double a = N * C / q2;
-    f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
-                                     (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
-    double t1 = max2(max2(N * C / q, 4 * a), N * Vp / q2);
-    double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), N / q);
-    f[F_ACT_SCRATCH] = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 +
-                            max2(4 * C, 2 * N) / q);
-}
-
-/* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
- * alike. gathered: X^ and W^ kept from forward (else gathered again).
- *   linear  per layer 8(q-1)/q^3 (16NC + 12C^2) (= 4(q-1)/q^3 (32NC +
- *           24C^2) bytes, the paper's (q-1)/q^3 (32Nh + 24h^2) elements; per
- *           linear gather X over a line, W over WEIGHT, reduce-scatter Y;
- *           backward gather dY, reduce-scatter dX and dW) + bias gradients
- *           all-reduced over a plane 72(q^2-1)C/q^3; calls 28 L; re-gathering
- *           adds 4(q-1)/q^3 (7NC + 12C^2) and 8 calls per layer
- *   norm    (2L+1) x [64(q-1)N/q^3 (sum x, sum x^2 and the backward pair, in
- *           double, over a line) + 16(q^2-1)C/q^3 (gamma, beta over a
- *           plane)], 3 calls each
- *   embed   8(q-1)(NC + V_p C)/q^3 (wte gathered, one-hot product
- *           reduce-scattered, and back) + 8(q^2-1)T_p C/q^3 (wpe, T_p C/q of
- *           the INPUT x WEIGHT plane, all-gathered forward, its gradient
- *           reduce-scattered; T_p = T up to q^2), 6 calls
- *   head    8(q-1)(NC + V_p C + N V_p)/q^3 + 24(q-1)N/q^3 (cross-entropy over
- *           INPUT) + 16(q^2-1)/q^2 (loss, 1 double over a plane); 9 calls,
- *           re-gathering adds 4(q-1)(NC + V_p C)/q^3 and 2 calls
- *   params  V_p C/q^3 + T_p C/q^3 + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
- *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
- *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
- *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
- *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) and
- *           max(2C/q, 2N/q^2). shard: no kept X^ W^; X^ slot 4NC/q^2 and
- *           the W^ slot max(4C^2, V_p C)/q^2 instead */
-static void cost_3d(const shape *s, double q, int gathered, double *f) {
-    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
-           q2 = q * q, q3 = q2 * q;
-    f[F_SENT_K + K_LINEAR] = L * (8 * (q - 1) / q3 * (16 * N * C + 12 * C * C) +
-                                  72 * (q2 - 1) * C / q3 +
-                                  (gathered ? 0 : 4 * (q - 1) / q3 * (7 * N * C + 12 * C * C)));
-    f[F_CALLS_K + K_LINEAR] = L * (28 + (gathered ? 0 : 8));
-    f[F_SENT_K + K_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
-    f[F_CALLS_K + K_NORM] = (2 * L + 1) * 3;
-    f[F_SENT_K + K_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
-    f[F_CALLS_K + K_EMBED] = 6;
-    f[F_SENT_K + K_HEAD] = 8 * (q - 1) * (N * C + Vp * C + N * Vp) / q3 +
-                           24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
-                           (gathered ? 0 : 4 * (q - 1) * (N * C + Vp * C) / q3);
-    f[F_CALLS_K + K_HEAD] = 9 + (gathered ? 0 : 2);
-    f[F_PARAM] = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
-    double a = N * C / q3;
-    f[F_ACT_MODEL] = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
-                                     (s->B / q2) * (s->NH / q) * T * T,
-                                     (N / q2) * (Vp / q) + N / q2);
-    double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
-    double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
-                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + max2(2 * C / q, 2 * N / q2);
-    double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
-                           : 4 * nx + max2(4 * C * C / q2, wv);
-    f[F_ACT_SCRATCH] = 4 * (slots + kept);
-}
 
 /* Fills the totals of a figures array from its parts. */
 static void totals(double *f) {
@@ -224,11 +89,15 @@ static void totals(double *f) {
     }
 }
 
-static void formula(const shape *s, const cb_grid *g, int gathered, double *f) {
+/* The formulas (src/plan/counts.c) into a figures array. */
+static void formula(const cb_plan_shape *s, const cb_grid *g, int gathered, double *f) {
+    cb_plan_tp_cost c;
     memset(f, 0, sizeof(double) * NF);
-    if (g->mode == CB_TP_1D) cost_1d(s, g->tp, f);
-    else if (g->mode == CB_TP_2D) cost_2d(s, g->q, g->at.r == g->at.c, f);
-    else cost_3d(s, g->q, gathered, f);
+    cb_plan_tp_cost_of(s, g->mode, g->tp, g->at.r == g->at.c, gathered, &c);
+    for (int k = 0; k < NKIND; k++) f[F_SENT_K + k] = c.sent[k], f[F_CALLS_K + k] = c.calls[k];
+    f[F_PARAM] = c.param_bytes;
+    f[F_ACT_MODEL] = c.act_model_bytes;
+    f[F_ACT_SCRATCH] = c.act_scratch_bytes;
     totals(f);
 }
 
@@ -443,13 +312,13 @@ static int tp_step(const tp_bench *b, cb_err *e) {
     f[F_ACT_MODEL] = 4.0 * (double)m->act_floats;
     f[F_RSS] = rss_bytes();
     totals(f);
-    shape s = {(double)b->batch * b->seq_len, b->batch, b->seq_len, b->d_model, b->heads,
+    cb_plan_shape s = {(double)b->batch * b->seq_len, b->batch, b->seq_len, b->d_model, b->heads,
                b->vocab, b->layers};
     formula(&s, &g, L->save_gathered, fm);
     double *all = g.world_rank == 0 ? malloc(sizeof(double) * 2 * NF * g.world_size) : NULL;
     MPI_Gather(f, 2 * NF, MPI_DOUBLE, all, 2 * NF, MPI_DOUBLE, 0, g.world.comm);
     double q = mode == CB_TP_1D ? b->tp : mode == CB_TP_2D ? g.q : (double)g.q * g.q;
-    if (all) report(b, &g, all, pad(b->vocab, q));
+    if (all) report(b, &g, all, cb_plan_pad(b->vocab, q));
     free(all);
     cb_gpt_free(m);
     cb_layout_free(L);
@@ -608,8 +477,7 @@ static void print_summary(const tp_run *r, int n) {
 }
 
 static int tp_compare(const tp_bench *b, cb_err *e) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    cli_mpirun_allow_root();
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     tp_run runs[16];

@@ -11,13 +11,28 @@ int cli_ncf_mlp(const char *s, cb_ncf_config *c, cb_err *e);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+/* plan: the performance model (cli/cmd_plan.c) */
+int cmd_plan(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */
 int cmd_bench_dp(int argc, char **argv);
+/* bench --tokenizer (cli/bench_tok.c) */
+int cmd_bench_tok(int argc, char **argv);
+/* <dir of the cubist binary>/../bench/name: the benchmark scripts. */
+void cli_bench_file(char *buf, size_t n, const char *name);
 /* The MPI launcher for child jobs ($MPIRUN, else the one of the MPI cubist
  * was built with) and the flags it needs to run more ranks than cores
  * (OpenMPI: -q --oversubscribe; MPICH: none). cli/launch.c */
 const char *cli_mpirun_cmd(void);
 const char *cli_mpirun_flags(const char *cmd);
+/* OpenMPI refuses root without these (containers, CI): set for child jobs. */
+void cli_mpirun_allow_root(void);
+/* `cubist train --layout auto` (cli/train_auto.c): the flags alone, before
+ * MPI; then, on every rank alike, the planner's layout for `world` ranks
+ * into o (dp, pp, tp, mode, schedule), its reason printed by rank 0. */
+struct cb_train_opts;
+int cli_train_check_auto(const struct cb_train_opts *o, const char *layout, cb_err *e);
+int cli_train_auto(struct cb_train_opts *o, const char *cluster, int world, int rank, cb_err *e);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

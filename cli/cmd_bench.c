@@ -2,6 +2,7 @@
  * model in the same invocation, and `--peak`: the sgemm rate MFU is
  * measured against. */
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +14,7 @@
 #include "cli.h"
 #include "kernels/peak.h"
 #include "kernels/profile.h"
-#include "model/gpt_internal.h"
-#include "train/train.h"
+#include "graph/graph.h"
 
 char *openblas_get_corename(void);
 
@@ -26,6 +26,9 @@ typedef struct bench_opts {
     cb_dist *dist;  /* its process grid (one process) */
     const char *seq_lens, *torch_script;
     int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
+    int rounds;     /* --rounds: best of this many interleaved measurements */
+    const char *precision; /* --precision: bf16 adds the bf16 rows to fp32's */
+    int bf16;
 } bench_opts;
 
 typedef struct bench_result {
@@ -36,14 +39,20 @@ typedef struct bench_result {
     double graph_tokens_per_s; /* --graph */
 } bench_result;
 
-/* Default script location: <dir of the binary>/../bench/torch_bench.py */
-static void default_script(char *buf, size_t n) {
+/* --precision bf16: cubist's bf16 step (MFU against the bf16 GEMM peak) and
+ * PyTorch's under bf16 autocast, beside the fp32 rows */
+typedef struct bench_bf16 {
+    double tokens_per_s, gflops, mfu, step_ms, prof[PROF_N], torch_tokens_per_s;
+} bench_bf16;
+
+
+void cli_bench_file(char *buf, size_t n, const char *name) {
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    snprintf(buf, n, "%s/../bench/torch_bench.py", exe);
+    snprintf(buf, n, "%s/../bench/%s", exe, name);
 }
 
 /* One line of the PyTorch script's output: its JSON figures, or anything
@@ -63,14 +72,15 @@ static void torch_line(const char *line, double *tps, double *params, char *last
  * OpenBLAS's own core detection) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
-static int torch_bench(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, double *out,
+                       cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
     snprintf(cmd, sizeof cmd,
              "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
-             "--steps %d 2>&1",
+             "--steps %d%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
-             b->threads, b->steps);
+             b->threads, b->steps, bf16 ? " --bf16" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
     double tps = 0, params = 0;
@@ -84,75 +94,98 @@ static int torch_bench(const bench_opts *b, int T, bench_result *r, cb_err *e) {
         return cb_fail(e, CB_EINTERNAL, "PyTorch's model has %.0f parameters, cubist's %zu: the two "
                                         "benchmarks do not run the same model; check %s",
                        params, r->params, b->torch_script);
-    r->torch_tokens_per_s = tps;
+    *out = tps;
     return CB_OK;
 }
 
-static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
-    cb_train_opts o;
-    cb_train_defaults(&o);
-    o.model = (cb_gpt_config){b->layers, b->d_model, b->heads, b->ctx, b->vocab};
-    o.B = b->batch;
-    o.T = T;
-    o.steps = b->steps + 1;
-    size_t n = (size_t)(b->steps + 2) * b->batch * T + 1;
-    uint16_t *tok = malloc(sizeof(uint16_t) * n);
-    if (!tok) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
-    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 2654435761u) % b->vocab);
-    cb_tokens data = {.tok = tok, .n = n};
-    cb_trainer t;
-    int rc = cb_trainer_init(&t, &o, &data, e);
-    if (rc) {
-        free(tok);
-        return rc;
-    }
-    cb_prof prof;
-    cb_prof_init(&prof, t.model->L->k);
-    t.model->L->k = cb_prof_kernels(&prof);
-    cb_step_stats st, sum = {0};
-    cb_trainer_step(&t, &st); /* warm-up: first touch of every buffer */
-    cb_prof_reset(&prof);
-    for (int s = 0; s < b->steps; s++) {
-        cb_trainer_step(&t, &st);
-        sum.step_ms += st.step_ms;
-        sum.fwd_ms += st.fwd_ms;
-        sum.bwd_ms += st.bwd_ms;
-        sum.opt_ms += st.opt_ms;
-    }
-    double step_ms = sum.step_ms / b->steps, tokens = (double)b->batch * T;
-    r->T = T;
-    r->params = cb_gpt_num_params(t.model);
-    r->step_ms = step_ms;
-    r->fwd_ms = sum.fwd_ms / b->steps;
-    r->bwd_ms = sum.bwd_ms / b->steps;
-    r->opt_ms = sum.opt_ms / b->steps;
-    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
-    r->tokens_per_s = tokens / (step_ms / 1e3);
-    r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&o.model, T) / 1e9;
-    r->mfu = r->gflops / peak;
-    cb_trainer_free(&t);
-    free(tok);
-    return CB_OK;
-}
-
-/* The same model and step declared through the public API
- * (cb_model_declare_gpt) and run by the graph engine: tokens/s into
- * r->graph_tokens_per_s. */
-static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+/* The benchmark's model: the GPT of b as a graph of batch x T tokens, and
+ * its step's token ids and targets (a fixed hash of the position). */
+static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, cb_err *e) {
     cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
     cb_adamw_config opt = {.lr = 6e-4f, .min_lr = 6e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
                            .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 1,
                            .steps = b->steps + 1};
-    cb_model *m = cb_model_new(b->dist, b->batch, T);
-    if (m) cb_model_declare_gpt(m, &c);
-    int rc = cb_model_build(m, 1337, &opt, e);
+    b->dist->L->k = cb_kernels_default(); /* the table cb_kernels_select installed last */
+    *m = cb_model_new(b->dist, b->batch, T);
+    if (*m) cb_model_declare_gpt(*m, &c);
+    int rc = cb_model_build(*m, 1337, &opt, e);
     size_t n = (size_t)b->batch * T;
-    int *ids = malloc(sizeof(int) * 2 * n);
-    if (!rc && !ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
+    *ids = malloc(sizeof(int) * 2 * n);
+    if (!rc && !*ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
     for (size_t i = 0; !rc && i < n; i++) {
-        ids[i] = (int)((i * 2654435761u) % b->vocab);
-        ids[n + i] = (int)(((i + 1) * 2654435761u) % b->vocab);
+        (*ids)[i] = (int)((i * 2654435761u) % b->vocab);
+        (*ids)[n + i] = (int)(((i + 1) * 2654435761u) % b->vocab);
     }
+    return rc;
+}
+
+/* cubist's step (the engine `cubist train` runs), timed per phase and per
+ * kernel after a warm-up step that touches every buffer. */
+static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_result *r,
+                             cb_err *e) {
+    cb_model *m = NULL;
+    int *ids = NULL;
+    int rc = bench_model(b, T, &m, &ids, e);
+    if (rc) {
+        cb_model_free(m), free(ids);
+        return rc;
+    }
+    size_t n = (size_t)b->batch * T;
+    cb_layout *L = m->L;
+    const cb_kernels *k0 = L->k;
+    cb_prof prof;
+    cb_prof_init(&prof, k0);
+    L->k = cb_prof_kernels(&prof);
+    cb_model_step_info in, sum = {0};
+    cb_model_train_step(m, ids, ids + n, 0, NULL);
+    cb_prof_reset(&prof);
+    for (int s = 1; s <= b->steps; s++) {
+        cb_model_train_step(m, ids, ids + n, s, NULL);
+        cb_model_last_step(m, &in);
+        sum.step_ms += in.step_ms, sum.forward_ms += in.forward_ms;
+        sum.backward_ms += in.backward_ms, sum.update_ms += in.update_ms;
+    }
+    L->k = k0;
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
+    size_t adam;
+    r->T = T;
+    cb_model_sizes(m, &r->params, &adam);
+    r->step_ms = sum.step_ms / b->steps;
+    r->fwd_ms = sum.forward_ms / b->steps;
+    r->bwd_ms = sum.backward_ms / b->steps;
+    r->opt_ms = sum.update_ms / b->steps;
+    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
+    r->tokens_per_s = (double)n / (r->step_ms / 1e3);
+    r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&c, T) / 1e9;
+    r->mfu = r->gflops / peak;
+    cb_model_free(m);
+    free(ids);
+    return CB_OK;
+}
+
+static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+    int rc = cb_kernels_select(CB_PREC_FP32, e);
+    return rc ? rc : bench_cubist_with(b, T, peak, r, e);
+}
+
+/* The bf16 row: the same step with the bf16 kernel table installed. */
+static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16 *r, cb_err *e) {
+    int rc = cb_kernels_select(CB_PREC_BF16, e);
+    bench_result x = {0};
+    if (!rc) rc = bench_cubist_with(b, T, peak, &x, e);
+    cb_kernels_select(CB_PREC_FP32, e);
+    r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
+    memcpy(r->prof, x.prof, sizeof r->prof);
+    return rc;
+}
+
+/* The same step through the public API only (--graph): tokens/s into
+ * r->graph_tokens_per_s, timed around the calls. */
+static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
+    cb_model *m = NULL;
+    int *ids = NULL;
+    int rc = bench_model(b, T, &m, &ids, e);
+    size_t n = (size_t)b->batch * T;
     double ms = 0;
     for (int s = 0; !rc && s <= b->steps; s++) { /* step 0 warms up */
         double t0 = omp_get_wtime() * 1e3;
@@ -176,13 +209,25 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
     printf(" ms\n");
     if (b->graph)
-        printf("  graph    %8.1f tokens/s  (the same GPT declared through the public API)\n"
-               "  ratio    %8.2fx the built-in\n",
+        printf("  graph    %8.1f tokens/s  (the same step timed around the public API's calls)\n"
+               "  ratio    %8.2fx the above\n",
                r->graph_tokens_per_s, r->graph_tokens_per_s / r->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; OMP_WAIT_POLICY=PASSIVE, own BLAS "
                "detection)\n  ratio    %8.2fx PyTorch\n",
                r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
+}
+
+static void print_bf16(const bench_opts *b, const bench_result *f, const bench_bf16 *r,
+                       double peak) {
+    printf("  bf16     %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of the bf16 GEMM's %.0f  "
+           "step %.0f ms (%s)\n           by kernel:",
+           r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms, cb_kernels_bf16_note());
+    for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
+    printf(" ms\n  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
+    if (!b->no_torch)
+        printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
+               r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
 /* A PyTorch figure, null when --no-torch left it unmeasured. */
@@ -191,7 +236,8 @@ static void json_torch(const char *key, double v, int measured) {
     else printf(",\"%s\":null", key);
 }
 
-static void print_json(const bench_opts *b, const bench_result *r, int n, double peak) {
+static void print_json(const bench_opts *b, const bench_result *r, const bench_bf16 *r16, int n,
+                       double peak, double peak_bf16) {
     const bench_result *f = &r[0];
     int torch = !b->no_torch;
     printf("{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,\"peak_gflops\":%.1f,"
@@ -206,15 +252,24 @@ static void print_json(const bench_opts *b, const bench_result *r, int n, double
                i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms);
         json_torch("pytorch_tokens_per_s", r[i].torch_tokens_per_s, torch);
         for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
+        if (b->bf16) {
+            printf(",\"bf16\":{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
+                   "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
+                   r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
+            json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
+            printf("}");
+        }
         printf("}");
     }
     printf("]}\n");
 }
 
 /* The MFU peak, measured as `cubist train` would and written to its cache,
- * so that train's MFU is against this figure. With --peak only this prints. */
-static double measure_peak(const bench_opts *b) {
+ * so that train's MFU is against this figure; with --peak or --precision
+ * bf16 also the bf16 GEMM's (*bf16, else 0). With --peak only this prints. */
+static double measure_peak(const bench_opts *b, double *bf16) {
     double peak = cb_peak_measure();
+    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16() : 0;
     char path[4200] = "";
     cb_err e = {0};
     if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
@@ -222,30 +277,64 @@ static double measure_peak(const bench_opts *b) {
                 path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
     if (b->json && b->peak_only)
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
-               "\"cache\":\"%s\"}\n",
-               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path);
+               "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f}\n",
+               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16);
     else if (!b->json)
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
                "%s\n",
                peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
+    if (*bf16 > 0 && !b->json)
+        printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
+               "%.2fx sgemm; %s\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note());
     return peak;
+}
+
+/* Every row at T once, into r and r16. */
+static int measure_T(const bench_opts *b, int T, double peak, double peak_bf16, bench_result *r,
+                     bench_bf16 *r16, cb_err *e) {
+    return bench_cubist(b, T, peak, r, e) || (b->graph && bench_graph(b, T, r, e)) ||
+           (!b->no_torch && torch_bench(b, T, 0, r, &r->torch_tokens_per_s, e)) ||
+           (b->bf16 && bench_cubist_bf16(b, T, peak_bf16, r16, e)) ||
+           (b->bf16 && !b->no_torch && torch_bench(b, T, 1, r, &r16->torch_tokens_per_s, e));
+}
+
+/* --rounds: each row's fastest round, the least disturbed on a shared
+ * machine; the rows of a round run back to back, so rounds interleave them */
+static void keep_best(bench_result *best, const bench_result *r, bench_bf16 *best16,
+                      const bench_bf16 *r16) {
+    bench_result keep = *best;
+    if (r->tokens_per_s > best->tokens_per_s) {
+        *best = *r;
+        best->torch_tokens_per_s = keep.torch_tokens_per_s;
+        best->graph_tokens_per_s = keep.graph_tokens_per_s;
+    }
+    best->torch_tokens_per_s = fmax(keep.torch_tokens_per_s, r->torch_tokens_per_s);
+    best->graph_tokens_per_s = fmax(keep.graph_tokens_per_s, r->graph_tokens_per_s);
+    double t16 = fmax(best16->torch_tokens_per_s, r16->torch_tokens_per_s);
+    if (r16->tokens_per_s > best16->tokens_per_s) *best16 = *r16;
+    best16->torch_tokens_per_s = t16;
 }
 
 static int run_bench(bench_opts *b) {
     omp_set_num_threads(b->threads);
-    double peak = measure_peak(b);
+    double peak_bf16, peak = measure_peak(b, &peak_bf16);
     if (b->peak_only) return 0;
     bench_result res[MAX_SEQ_LENS] = {0};
+    bench_bf16 r16[MAX_SEQ_LENS] = {0};
     for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
-        if (bench_cubist(b, b->T[i], peak, &res[i], &e) ||
-            (b->graph && bench_graph(b, b->T[i], &res[i], &e)) ||
-            (!b->no_torch && torch_bench(b, b->T[i], &res[i], &e)))
-            return cli_fail(&e);
-        if (!b->json) print_result(b, &res[i], peak);
+        bench_result *r = &res[i];
+        for (int k = 0; k < b->rounds; k++) {
+            bench_result one = {0};
+            bench_bf16 one16 = {0};
+            if (measure_T(b, b->T[i], peak, peak_bf16, &one, &one16, &e)) return cli_fail(&e);
+            keep_best(r, &one, &r16[i], &one16);
+        }
+        if (!b->json) print_result(b, r, peak);
+        if (!b->json && b->bf16) print_bf16(b, r, &r16[i], peak_bf16);
         fflush(stdout);
     }
-    if (b->json) print_json(b, res, b->nT, peak);
+    if (b->json) print_json(b, res, r16, b->nT, peak, peak_bf16);
     return 0;
 }
 
@@ -274,6 +363,9 @@ static const char BENCH_EPILOG[] =
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
     "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
     "settings on this machine; if it fails, the benchmark fails (or pass --no-torch).\n"
+    "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"
+    "autocast, with MFU against the bf16 GEMM peak (a %d^3 oneDNN bf16 matmul) measured\n"
+    "in the same run; --peak prints both peaks.\n"
     "\n"
     "Other modes, each with its own --help:\n"
     "  mpirun -np 2 cubist bench --allreduce   fused buckets vs a raw MPI_Allreduce\n"
@@ -283,7 +375,8 @@ static const char BENCH_EPILOG[] =
     "  cubist bench --tp-compare-only 3d:8     some of those configurations (MODE:P,...)\n"
     "  cubist bench --tp-step                  (the child job of --tp-compare)\n"
     "  cubist bench --pipeline                 schedules x stages x micro-batches\n"
-    "  cubist bench --recompute-compare        activation recompute none/block/selective\n";
+    "  cubist bench --recompute-compare        activation recompute none/block/selective\n"
+    "  cubist bench --tokenizer --text FILE    GPT-2 BPE encoding MB/s vs js-tiktoken\n";
 
 int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
 int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
@@ -304,13 +397,15 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* the pipeline schedules: cli/bench_pp.c */
         if (!strcmp(argv[i], "--pipeline") || !strcmp(argv[i], "--recompute-compare"))
             return cmd_bench_pp(argc, argv);
+    for (int i = 0; i < argc; i++) /* GPT-2's BPE against js-tiktoken: cli/bench_tok.c */
+        if (!strcmp(argv[i], "--tokenizer")) return cmd_bench_tok(argc, argv);
     char script[PATH_MAX + 32];
-    default_script(script, sizeof script);
+    cli_bench_file(script, sizeof script, "torch_bench.py");
     bench_opts b = {.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
-                    .torch_script = script};
+                    .torch_script = script, .precision = "fp32", .rounds = 1};
     const cli_flag flags[] = {
-        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm GFLOP/s (the MFU peak)"},
+        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"quick", ARG_BOOL, &b.quick, "only T=64"},
         {"threads", ARG_INT, &b.threads, "threads for cubist and PyTorch (2)"},
@@ -325,24 +420,29 @@ int cmd_bench(int argc, char **argv) {
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
         {"graph", ARG_BOOL, &b.graph, "also the same GPT declared through the public API"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
+        {"rounds", ARG_INT, &b.rounds,
+         "rounds of every row, each row's best kept: same-run ratios on a busy machine (1)"},
+        {"precision", ARG_STR, &b.precision,
+         "fp32, or bf16: also cubist bf16 and PyTorch bf16 autocast, MFU vs the bf16 GEMM peak"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
     if (cli_parse("bench", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
         char epilog[sizeof BENCH_EPILOG + 16];
-        snprintf(epilog, sizeof epilog, BENCH_EPILOG, CB_PEAK_N);
+        snprintf(epilog, sizeof epilog, BENCH_EPILOG, CB_PEAK_N, CB_PEAK_N);
         cli_usage(stdout, "bench", "[--peak] [--json] [--quick] [flags]", flags, n, epilog);
         return 0;
     }
     if (b.quick) b.seq_lens = "64";
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.ctx, b.vocab};
-    if (b.threads < 1 || b.steps < 1 || b.batch < 1)
-        cb_fail(&e, CB_EINPUT, "--threads, --steps and --batch must be >= 1");
-    else if (!cb_gpt_config_check(&c, &e))
-        parse_seq_lens(&b, &e);
+    if (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.rounds < 1)
+        cb_fail(&e, CB_EINPUT, "--threads, --steps, --batch and --rounds must be >= 1");
+    else if (!cb_gpt_config_check(&c, &e) && !parse_seq_lens(&b, &e)) {
+        cb_precision prec;
+        if (!cb_precision_parse(b.precision, &prec, &e)) b.bf16 = prec == CB_PREC_BF16;
+    }
     if (e.code) return cli_fail(&e);
-    if (!b.graph) return run_bench(&b);
     int one = 1;
     char *args[] = {"cubist", NULL}, **argp = args;
     if (cb_dist_init(&one, &argp, &b.dist, &e)) return cli_fail(&e);

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "data/tokenizer.h"
 #include "formats/fileio.h"
 
 /* The same file under two names (a hard link, "./x" and "x"). */
@@ -49,7 +50,8 @@ static int prepare_pairs(const char *tsv, const char *input, const char *output,
 }
 
 int cmd_prepare(int argc, char **argv) {
-    const char *input = NULL, *output = NULL, *val_output = NULL, *pairs = NULL;
+    const char *input = NULL, *output = NULL, *val_output = NULL, *tokenizer = "byte", *bpe_dir = NULL;
+    const char *pairs = NULL;
     double frac = -1;
     const cli_flag flags[] = {
         {"input", ARG_STR, &input, "text file to tokenise"},
@@ -57,6 +59,8 @@ int cmd_prepare(int argc, char **argv) {
         {"val-output", ARG_STR, &val_output, "validation token file (the text's tail)"},
         {"val-fraction", ARG_DOUBLE, &frac,
          "fraction of the text for validation, needs --val-output (0.05)"},
+        {"tokenizer", ARG_STR, &tokenizer, "byte (vocab 256) or gpt2 (GPT-2's BPE, vocab 50257) (byte)"},
+        {"bpe-dir", ARG_STR, &bpe_dir, "gpt2: directory of encoder.json and vocab.bpe (" CB_BPE_DIR ")"},
         {"interactions", ARG_STR, &pairs,
          "user<TAB>item pairs (recommendation, --model ncf) instead of --input"},
     };
@@ -68,8 +72,11 @@ int cmd_prepare(int argc, char **argv) {
                   "--input TEXT --output TRAIN.bin [--val-output VAL.bin]\n"
                   "       cubist prepare --interactions PAIRS.tsv --output PAIRS.bin",
                   flags, n,
-                  "Byte-level tokenizer: token = byte (vocab 256). Files are llm.c token files\n"
-                  "(256 x int32 header, magic 20240520, version 1, then uint16 tokens).\n"
+                  "--tokenizer byte: token = byte (vocab 256). --tokenizer gpt2: GPT-2's byte-level\n"
+                  "BPE (vocab 50257; <|endoftext|> in the text is token 50256), as OpenAI's encoder;\n"
+                  "`make deps` installs its files into " CB_BPE_DIR ".\n"
+                  "Files are llm.c token files (256 x int32 header, magic 20240520, version 1,\n"
+                  "count, tokenizer: 1 byte, 2 gpt2; then uint16 tokens).\n"
                   "With --val-output the last floor(n * fraction) tokens go to the validation\n"
                   "file and the rest to --output; both are written or neither.\n"
                   "--interactions: one user<TAB>item per line, ids any strings, mapped to dense\n"
@@ -80,7 +87,7 @@ int cmd_prepare(int argc, char **argv) {
     }
     if (pairs) return prepare_pairs(pairs, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
     if (check_prepare(input, output, val_output, &frac, &e) ||
-        cb_prepare_text(input, output, val_output, frac, &e))
+        cb_prepare_text(input, output, val_output, frac, tokenizer, bpe_dir, &e))
         return cli_fail(&e);
     return 0;
 }

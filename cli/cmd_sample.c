@@ -38,43 +38,87 @@ static int draw(const float *probs, int V, float temp, int top_k, cb_rng *r, flo
     return V - 1;
 }
 
-static void emit(const cb_tokenizer *tk, int id, int vocab) {
-    uint8_t buf[64];
-    if (vocab == tk->vocab) fwrite(buf, 1, tk->decode(tk, id, buf, sizeof buf), stdout);
+/* tk NULL: the checkpoint's tokenizer is unknown, so ids are printed. */
+static void emit(const cb_tokenizer *tk, int id) {
+    uint8_t buf[256];
+    if (tk) fwrite(buf, 1, tk->decode(tk, id, buf, sizeof buf), stdout); /* padding ids: nothing */
     else printf("%d ", id);
     fflush(stdout);
 }
 
-static int generate(cb_gpt *m, const char *prompt, int ntok, float temp, int top_k,
-                    uint64_t seed) {
-    const cb_gpt_config *c = cb_gpt_get_config(m);
-    cb_tokenizer tk = cb_tokenizer_byte();
-    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 1;
-    int *ids = malloc(sizeof(int) * cap);
+/* The tokenizer the checkpoint records (`cubist train` writes it from the
+ * token file); a file without one (Hugging Face's) by its vocabulary: 256
+ * bytes, 50257 (or llm.c's padded 50304) GPT-2. *tk NULL: none applies. */
+static int checkpoint_tokenizer(const char *ckpt, int vocab, const char *bpe_dir, cb_tokenizer *tk,
+                                cb_err *e) {
+    cb_st_file f;
+    int rc = cb_st_open(ckpt, &f, e);
+    if (rc) return rc;
+    const char *name = cb_st_meta(&f, "tokenizer");
+    if (!name || !strcmp(name, "unknown"))
+        name = vocab == 256 ? "byte" : vocab == 50257 || vocab == 50304 ? "gpt2" : NULL;
+    rc = name ? cb_tokenizer_open(name, bpe_dir, tk, e) : CB_OK;
+    if (!rc && name && tk->vocab > vocab)
+        rc = cb_fail(e, CB_EINPUT, "%s: its vocabulary of %d is smaller than tokenizer %s's %d; the "
+                     "metadata is wrong", ckpt, vocab, name, tk->vocab);
+    if (!name) tk->vocab = 0;
+    cb_st_close(&f);
+    return rc;
+}
+
+/* The GPT of c as a graph of one sequence of T tokens (cb_model_probs: one
+ * process, serial), weights from ckpt. */
+static int load_model(const cb_gpt_config *c, const char *ckpt, int T, cb_dist **d, cb_model **m,
+                      cb_err *e) {
+    char arg0[] = "cubist", *argv0[] = {arg0, NULL}, **argv = argv0;
+    int argc = 1;
+    cb_adamw_config none = {0};
+    int rc = cb_dist_init(&argc, &argv, d, e);
+    if (rc) return rc;
+    *m = cb_model_new(*d, 1, T);
+    if (*m) cb_model_declare_gpt(*m, c);
+    rc = cb_model_build(*m, 0, &none, e);
+    return rc ? rc : cb_model_load(*m, ckpt, e);
+}
+
+/* Each new token from the window of the last tokens (up to the context) at
+ * positions 0..: the model takes T tokens, the window is padded after its
+ * end, which causal attention never lets the window's positions see. */
+static int generate(const cb_gpt_config *c, const char *ckpt, const cb_tokenizer *tk,
+                    const char *prompt, int ntok, float temp, int top_k, uint64_t seed, cb_err *e) {
+    size_t plen = strlen(prompt), cap = plen + (size_t)ntok + 2;
+    int *ids = malloc(sizeof(int) * cap), *win = malloc(sizeof(int) * (c->seq_len + 1));
     uint16_t *enc = malloc(sizeof(uint16_t) * (plen + 1));
     float *w = malloc(sizeof(float) * c->vocab);
-    if (!ids || !enc || !w) {
-        free(ids), free(enc), free(w);
-        return CB_ENOMEM;
-    }
-    size_t n = tk.encode(&tk, (const uint8_t *)prompt, plen, enc);
-    for (size_t i = 0; i < n; i++) ids[i] = enc[i] < c->vocab ? enc[i] : 0;
-    if (n == 0) ids[n++] = '\n' < c->vocab ? '\n' : 0;
+    int rc = ids && win && enc && w ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for sampling");
+    /* no tokenizer: the prompt's bytes; an empty prompt starts from a newline
+     * (bytes) or <|endoftext|> (GPT-2's document separator) */
+    size_t n = rc ? 0 : tk ? tk->encode(tk, (const uint8_t *)prompt, plen, enc) : plen;
+    for (size_t i = 0; i < n && n != SIZE_MAX; i++) ids[i] = tk ? enc[i] : (uint8_t)prompt[i] % c->vocab;
+    if (n == SIZE_MAX) n = 0;
+    if (!rc && n == 0) ids[n++] = tk && tk->vocab > 256 ? tk->vocab - 1 : '\n' % c->vocab;
+    size_t longest = n + (ntok > 0 ? ntok - 1 : 0);
+    int T = longest < (size_t)c->seq_len ? (int)longest : c->seq_len;
+    cb_dist *d = NULL;
+    cb_model *m = NULL;
+    if (!rc) rc = load_model(c, ckpt, T, &d, &m, e);
     cb_rng r;
     cb_rng_seed(&r, seed);
-    fwrite(prompt, 1, plen, stdout);
-    for (int s = 0; s < ntok; s++) {
-        int T = n < (size_t)c->seq_len ? (int)n : c->seq_len;
-        cb_gpt_forward(m, ids + n - T, NULL, 1, T);
-        int next = draw(cb_gpt_probs(m) + (size_t)(T - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
+    if (!rc) fwrite(prompt, 1, plen, stdout);
+    for (int s = 0; !rc && s < ntok; s++) {
+        int len = n < (size_t)T ? (int)n : T;
+        memset(win, 0, sizeof(int) * T);
+        memcpy(win, ids + n - len, sizeof(int) * len);
+        const float *probs = cb_model_probs(m, win);
+        int next = draw(probs + (size_t)(len - 1) * c->vocab, c->vocab, temp, top_k, &r, w);
         ids[n++] = next;
-        emit(&tk, next, c->vocab);
+        emit(tk, next);
     }
-    printf("\n");
-    free(ids);
-    free(enc);
-    free(w);
-    return CB_OK;
+    if (!rc) printf("\n");
+    cb_model_free(m);
+    if (d) cb_dist_finalize(d);
+    free(ids), free(win), free(enc), free(w);
+    return rc;
 }
 
 static int check_sample_flags(int ntok, float temp, int top_k, int heads, cb_err *e) {
@@ -99,7 +143,7 @@ static int check_heads(const char *ckpt, int heads, int file_heads, cb_err *e) {
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "";
+    const char *ckpt = NULL, *prompt = "", *bpe_dir = NULL;
     int ntok = 256, top_k = 0, heads = 0;
     float temp = 1.0f;
     uint64_t seed = 1337;
@@ -111,6 +155,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", ARG_INT, &top_k, "sample among the k most likely tokens, 0 = all (0)"},
         {"seed", ARG_U64, &seed, "sampling seed (1337)"},
         {"heads", ARG_INT, &heads, "attention heads, for files without cubist metadata"},
+        {"bpe-dir", ARG_STR, &bpe_dir, "GPT-2 tokenizer files (" CB_BPE_DIR ")"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
@@ -120,20 +165,20 @@ int cmd_sample(int argc, char **argv) {
                   "Each token is drawn from the model's next-token distribution at the\n"
                   "temperature, among the top-k; the same --seed gives the same text. The whole\n"
                   "window (up to the model's context) is recomputed per token (no KV cache).\n"
-                  "Vocabulary 256 decodes bytes; other vocabularies print token ids.\n");
+                  "Text is decoded (and the prompt encoded) with the tokenizer the checkpoint\n"
+                  "records (`cubist prepare --tokenizer` -> token file -> `cubist train --save`);\n"
+                  "a file without one: vocabulary 256 bytes, 50257 or 50304 GPT-2's BPE, other\n"
+                  "vocabularies print token ids.\n");
         return 0;
     }
     if (!ckpt) cb_fail(&e, CB_EINPUT, "sample needs --ckpt FILE (written by `cubist train --save`)");
     else check_sample_flags(ntok, temp, top_k, heads, &e);
     if (e.code) return cli_fail(&e);
     cb_gpt_config c = {.n_head = heads};
-    cb_gpt *m = NULL;
-    if (cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
-        cb_gpt_create(&c, 1, c.seq_len, &m, &e) || cb_gpt_load(m, ckpt, &e)) {
-        cb_gpt_free(m);
-        return cli_fail(&e);
-    }
-    int rc = generate(m, prompt, ntok, temp, top_k, seed);
-    cb_gpt_free(m);
-    return rc ? 1 : 0;
+    cb_tokenizer tk = {0};
+    int rc = cb_gpt_config_from_file(ckpt, &c, &e) || check_heads(ckpt, heads, c.n_head, &e) ||
+             checkpoint_tokenizer(ckpt, c.vocab, bpe_dir, &tk, &e) ||
+             generate(&c, ckpt, tk.vocab ? &tk : NULL, prompt, ntok, temp, top_k, seed, &e);
+    cb_tokenizer_free(&tk);
+    return rc ? cli_fail(&e) : 0;
 }

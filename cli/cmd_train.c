@@ -12,9 +12,24 @@ static const char EPILOG[] =
     "Model flags default to the checkpoint's sizes with --init/--resume, else to\n"
     "4 layers, d-model 128, 4 heads, seq-len 64, vocab 256.\n"
     "Sequential data (--shuffle 0): micro-batch k is the k-th run of B*T+1 tokens\n"
-    "from the start of the file (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "from the start of the stream (wrapping); row b is tokens [b*T, b*T+T] of it.\n"
+    "Shards (--data 'dir/*.bin' or a,b,c) are their concatenation in both modes;\n"
+    "a window may span two shards. They must share one format and tokenizer.\n"
     "--save F writes F (weights, Hugging Face GPT-2 names) and F.state (AdamW\n"
     "moments, step, RNG, data position); --resume F continues bit for bit.\n"
+    "--save-dtype bf16|f16 writes F's tensors in that dtype (export, rounded to\n"
+    "nearest even; F.state stays fp32, and a resume starts from the rounded weights).\n"
+    "--init reads published GPT-2 files too: Hugging Face safetensors with or\n"
+    "without the \"transformer.\" prefix, F32/F16/BF16 (converted to fp32), the\n"
+    "attn.bias/attn.masked_bias buffers and lm_head.weight ignored (the head is\n"
+    "tied to wte); vocab 50257 (a layout pads it internally, saves drop the pad).\n"
+    "Files without cubist metadata need --heads (GPT-2 124M: 12).\n"
+    "--save DIR/ keeps one pair per save, DIR/step-00000010.safetensors(.state);\n"
+    "--resume DIR takes the newest complete one. A checkpoint commits as one unit\n"
+    "(a kill at any instant leaves the previous one or the new one).\n"
+    "SIGTERM, SIGINT or --exit-signal: every rank finishes its step, saves and\n"
+    "exits 75; a second SIGINT exits 130 at once. A wait in communication longer\n"
+    "than --stall-timeout ends the job with status 6 (docs/operations.md).\n"
     "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
     "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
@@ -68,12 +83,15 @@ int cmd_train(int argc, char **argv) {
     const char *model = model_arg(argc, argv);
     if (model && !strcmp(model, "ncf")) return cmd_train_ncf(argc, argv);
     cb_train_opts o;
+    const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
+    const char *precision = "fp32";
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
         {"model", ARG_STR, &model, "gpt (default) or ncf (see --model ncf --help)"},
-        {"data", ARG_STR, &o.data, "training token file (llm.c or nanoGPT format)"},
-        {"val-data", ARG_STR, &o.val_data, "validation token file"},
+        {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
+         "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
+        {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
         {"layers", ARG_INT, &o.model.n_layer, "transformer blocks L"},
         {"d-model", ARG_INT, &o.model.d_model, "channels C"},
         {"heads", ARG_INT, &o.model.n_head, "attention heads (must divide d-model)"},
@@ -96,15 +114,25 @@ int cmd_train(int argc, char **argv) {
         {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
         {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
         {"save-every", ARG_INT, &o.save_every, "also save every N steps"},
+        {"save-dtype", ARG_STR, &o.save_dtype, "weights file of --save in fp32, bf16 or f16 (fp32)"},
         {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
         {"exit-after", ARG_INT, &o.exit_after, "stop and save after N steps of this run"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step"},
+        {"keep-last", ARG_INT, &o.keep_last, "with --save DIR/: keep the newest N (0: all)"},
+        {"exit-signal", ARG_STR, &o.exit_signal,
+         "signal that also stops, saves and exits 75, like SIGTERM (USR1)"},
+        {"stall-timeout", ARG_DOUBLE, &o.stall_timeout,
+         "seconds a rank may wait in communication before the job ends (status 6); 0 = "
+         "never (default: max(300, 20 x the slowest step))"},
+        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines "
+                                 "up to the resumed step and appends"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
         {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
         {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
         {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
         {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
+        {"precision", ARG_STR, &precision,
+         "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
         {"dp", ARG_INT, &o.dp, "data-parallel ranks (default: processes / (pp*tp))"},
         {"pp", ARG_INT, &o.pp, "pipeline stages (1)"},
         {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1)"},
@@ -130,6 +158,10 @@ int cmd_train(int argc, char **argv) {
         {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
         {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
         {"zero", ARG_INT, &o.zero, "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
+        {"layout", ARG_STR, &layout,
+         "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
+        {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
+                                       "machine's `cubist plan --calibrate`)"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
          "apart) or sparse (all-gather rows, as TF+Horovod)"},
@@ -147,13 +179,18 @@ int cmd_train(int argc, char **argv) {
         rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt or ncf", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
+    if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
+    cb_precision prec;
+    if (!rc) rc = cb_precision_parse(precision, &prec, &e);
+    if (!rc) rc = cb_kernels_select(prec, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    if (cb_train_run(&o, &e)) {
+    cb_comm *w = cb_comm_world();
+    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
         char msg[sizeof e.msg + 8];
-        snprintf(msg, sizeof msg, "error: %s", e.msg);
-        cb_comm_exit(e.code == CB_EINPUT ? 2 : 1, msg);
+        snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
+        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED : 1, msg);
     }
     cb_comm_finalize();
     return 0;

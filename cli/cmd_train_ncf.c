@@ -153,7 +153,16 @@ typedef struct run {
     FILE *log, *dump;
     int *ids, *tg, *eids;
     float *escore;
+    const char *dump_grads;
+    cb_err dump_err;
 } run;
+
+/* --dump-grads: step 1's gradients, reduced and averaged, before clipping,
+ * from the engine's hook as cubist train's GPT writes them (collective). */
+static void on_grads(cb_model *m, int step, void *ctx) {
+    run *r = ctx;
+    if (step == 0 && r->dump_grads) cb_graph_save_grads(m, r->dump_grads, &r->dump_err);
+}
 
 static void run_free(run *r) {
     if (r->log) fclose(r->log);
@@ -185,6 +194,9 @@ static int setup(run *r, const ncf_opts *o, cb_ncf_config *c, cb_err *e) {
     rc = cb_model_build(r->m, o->seed, &opt, e);
     if (!rc && o->init) rc = cb_model_load(r->m, o->init, e);
     if (rc) return rc;
+    r->dump_grads = o->dump_grads;
+    r->m->on_grads = on_grads;
+    r->m->on_grads_ctx = r;
     int first, count, root = cb_dist_rank(r->d) == 0;
     cb_model_rows(r->m, &first, &count);
     r->ids = malloc(sizeof(int) * 2 * count);
@@ -210,7 +222,7 @@ static int train(run *r, const ncf_opts *o, cb_err *e) {
         double t0 = omp_get_wtime();
         float norm, loss = cb_model_train_step(r->m, r->ids, r->tg, s, &norm);
         double ms = (omp_get_wtime() - t0) * 1e3;
-        if (s == 0 && o->dump_grads) rc = cb_graph_save_grads(r->m, o->dump_grads, e);
+        if (s == 0 && r->dump_err.code) *e = r->dump_err, rc = e->code;
         int ev = (o->eval_every > 0 && (s + 1) % o->eval_every == 0) || s + 1 == o->steps;
         if (!rc && ev) rc = evaluate(r, o, s + 1, &hr, &ndcg, e);
         if (root && !o->quiet) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);

@@ -27,3 +27,8 @@ const char *cli_mpirun_flags(const char *cmd) {
     if (p) pclose(p);
     return ompi ? "-q --oversubscribe" : "";
 }
+
+void cli_mpirun_allow_root(void) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+}

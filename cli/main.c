@@ -1,4 +1,4 @@
-/* cubist command line: train, sample, prepare, bench. Errors are one line on
+/* cubist command line: train, sample, prepare, bench, plan, plot. Errors are one line on
  * stderr and exit status 2 for bad input. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,8 @@ static const struct {
     {"sample", cmd_sample, "generate text from a checkpoint"},
     {"prepare", cmd_prepare, "turn a text file into token files"},
     {"bench", cmd_bench, "benchmark a training step against PyTorch; --peak: sgemm GFLOP/s"},
+    {"plot", cmd_plot, "draw training logs (loss, val loss, lr, MFU) to a PNG"},
+    {"plan", cmd_plan, "predict step time and memory of every layout; calibrate, validate"},
 };
 
 static void usage(FILE *f) {

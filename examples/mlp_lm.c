@@ -87,11 +87,9 @@ int main(int argc, char **argv) {
     int *ids = malloc(sizeof(int) * count * T), *tg = malloc(sizeof(int) * count * T);
     size_t run = (size_t)B * T + 1, nruns = tok.n / run;
     for (int s = 0; s < steps; s++) {
-        const uint16_t *base = tok.tok + (s % nruns) * run + (size_t)first * T;
-        for (int i = 0; i < count * T; i++) {
-            ids[i] = base[i];
-            tg[i] = base[i + 1];
-        }
+        size_t base = (s % nruns) * run + (size_t)first * T; /* the stream may be several shards */
+        cb_tokens_read(&tok, base, (size_t)count * T, ids);
+        cb_tokens_read(&tok, base + 1, (size_t)count * T, tg);
         float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.7f grad_norm %.7f\n", s + 1, loss, norm);
     }

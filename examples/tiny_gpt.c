@@ -100,6 +100,7 @@ int main(int argc, char **argv) {
     if (cb_dist_rank(d) == 0) {
         printf("# rank 0: %zu parameters, %zu AdamW moments\n", np, na);
         printf("# rank 0: %zu activation bytes\n", cb_model_activation_bytes(m));
+        printf("# precision: %s\n", cb_dist_precision(d));
     }
     /* --resume FILE continues a run that --checkpoint FILE saved (with
      * --stop-after N: after N steps); the learning-rate schedule is the
@@ -109,8 +110,9 @@ int main(int argc, char **argv) {
     int *ids = malloc(sizeof(int) * count * T), *tg = malloc(sizeof(int) * count * T);
     size_t run = (size_t)B * T + 1, nruns = tok.n / run;
     for (int s = s0; s < steps && s < stop; s++) {
-        const uint16_t *base = tok.tok + (s % nruns) * run + (size_t)first * T;
-        for (int i = 0; i < count * T; i++) ids[i] = base[i], tg[i] = base[i + 1];
+        size_t base = (s % nruns) * run + (size_t)first * T; /* the stream may be several shards */
+        cb_tokens_read(&tok, base, (size_t)count * T, ids);
+        cb_tokens_read(&tok, base + 1, (size_t)count * T, tg);
         float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);
     }

@@ -14,8 +14,13 @@ extern "C" {
 /* ---------------------------------------------------------------- errors */
 /* Functions that can fail return one of these and fill a cb_err; only the
  * command line decides to print and exit. CB_EINPUT is bad input from the
- * user (missing file, wrong shape, bad flag): the command exits with 2. */
-enum { CB_OK = 0, CB_EINPUT = 2, CB_ESYS = 3, CB_ENOMEM = 4, CB_EINTERNAL = 5 };
+ * user (missing file, wrong shape, bad flag): the command exits with 2.
+ * CB_ESTALL: a communication wait passed --stall-timeout (the job is
+ * aborted with this status). CB_ESTOPPED is no failure: a signal stopped
+ * training after a checkpoint was saved (75, sysexits' EX_TEMPFAIL, so a
+ * scheduler may requeue the job); docs/operations.md. */
+enum { CB_OK = 0, CB_EINPUT = 2, CB_ESYS = 3, CB_ENOMEM = 4, CB_EINTERNAL = 5, CB_ESTALL = 6,
+       CB_ESTOPPED = 75 };
 
 typedef struct cb_err {
     int code;
@@ -118,13 +123,16 @@ float cb_lr_at(const cb_adamw_config *c, int s);
 
 /* ---------------------------------------------------------------- formats */
 /* safetensors: 8-byte little-endian header length, JSON header, raw data.
- * Only F32 tensors are read and written. */
+ * F32, F16 and BF16 tensors are read (cb_st_read_f32 converts); F32 is
+ * written, and cb_st_convert turns a written file's tensors to F16/BF16. */
+enum { CB_ST_F32 = 0, CB_ST_F16 = 1, CB_ST_BF16 = 2 };
 typedef struct cb_st_tensor {
     char name[96];
     int ndim;
     int64_t shape[4];
     size_t offset; /* bytes from the start of the data section */
     size_t nbytes;
+    int dtype;     /* CB_ST_F32, CB_ST_F16, CB_ST_BF16 */
 } cb_st_tensor;
 
 typedef struct cb_st_file {
@@ -138,11 +146,22 @@ typedef struct cb_st_file {
 } cb_st_file;
 
 /* Opens and validates: header length within the file, JSON well-formed,
- * dtype F32, shape consistent with data_offsets, offsets inside the data
- * section. Messages name the file and the tensor. */
+ * dtype F32, F16 or BF16, shape consistent with data_offsets, offsets
+ * inside the data section. Messages name the file and the tensor. */
 int cb_st_open(const char *path, cb_st_file *f, cb_err *e);
 void cb_st_close(cb_st_file *f);
 const cb_st_tensor *cb_st_find(const cb_st_file *f, const char *name);
+/* A tensor under its GPT-2 name as published files spell it: name, else
+ * "transformer." name (Hugging Face's GPT2LMHeadModel state dict). */
+const cb_st_tensor *cb_st_find_hf(const cb_st_file *f, const char *name);
+/* Its elements as floats into out (nbytes / element size of them); F16
+ * and BF16 convert exactly. The data need not be aligned. */
+void cb_st_read_f32(const cb_st_file *f, const cb_st_tensor *t, float *out);
+/* Parses "fp32", "bf16" or "f16" (--save-dtype) into *dtype. */
+int cb_st_dtype_parse(const char *s, int *dtype, cb_err *e);
+/* Rewrites path (atomically) with every tensor in dtype, rounded to
+ * nearest even; metadata kept. CB_ST_F32 leaves the file as it is. */
+int cb_st_convert(const char *path, int dtype, cb_err *e);
 const char *cb_st_meta(const cb_st_file *f, const char *key);
 
 typedef struct cb_st_entry {
@@ -158,27 +177,42 @@ int cb_st_write(const char *path, const cb_st_entry *t, int n,
                 const char *const *meta, int nmeta, cb_err *e);
 
 /* Token files: llm.c (256 x int32 header, magic 20240520, version 1, count;
- * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. */
+ * then uint16 tokens) or nanoGPT (headerless uint16), detected on open. A
+ * stream of several files (shards) reads as their concatenation. */
 enum { CB_TOK_LLMC = 1, CB_TOK_NANOGPT = 2 };
 typedef struct cb_tokens {
-    const uint16_t *tok;
-    size_t n;
+    const uint16_t *tok; /* one file: its n tokens; several: NULL (cb_tokens_read) */
+    size_t n;            /* tokens in the stream */
     int format;
+    int tokenizer; /* llm.c header word 3 as `cubist prepare` writes it:
+                      1 byte, 2 gpt2; 0 not recorded */
     void *map;
     size_t maplen;
+    int nshard;               /* > 1: the files, in stream order */
+    struct cb_tokens *shard;
+    size_t *start;            /* (nshard + 1) stream position of each file's first token */
 } cb_tokens;
 
-/* Opens and validates every token against vocab. */
+/* Opens and validates every token against vocab. path is one file, or a
+ * comma-separated list of files and glob patterns (each pattern's matches
+ * in sorted order): one stream. A pattern matching nothing, or files of
+ * different formats or tokenizers, is CB_EINPUT. */
 int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e);
-void cb_tokens_close(cb_tokens *t);
+void cb_tokens_close(cb_tokens *t); /* safe on a zeroed, never opened cb_tokens */
+/* Stream tokens [pos, pos + n) (pos + n <= t->n) into out (n), across files. */
+void cb_tokens_read(const cb_tokens *t, size_t pos, size_t n, int *out);
 /* Writes llm.c format atomically. */
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
 
-/* Byte-level tokenizer (vocab 256): token = byte. Splits text into a training
- * file and the last val_frac of it into a validation file (val_path may be
- * NULL for no split). */
-int cb_prepare_text(const char *text_path, const char *train_path,
-                    const char *val_path, double val_frac, cb_err *e);
+/* Tokenises a text with tokenizer "byte" (vocab 256: token = byte) or
+ * "gpt2" (GPT-2's BPE, vocab 50257, files encoder.json and vocab.bpe read
+ * from bpe_dir; NULL: the directory `make deps` fills). Splits the tokens
+ * into a training file and the last val_frac of them into a validation file
+ * (val_path may be NULL for no split). */
+int cb_prepare_text(const char *text_path, const char *train_path, const char *val_path,
+                    double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
+/* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
+const char *cb_tokenizer_tag_name(int tag);
 
 /* Interactions for recommendation (NCF): one "user<TAB>item" pair per line,
  * ids any strings, mapped to dense indices in first-seen order; writes the
@@ -215,10 +249,18 @@ typedef struct cb_act cb_act;
 
 /* Starts MPI (one process needs no launcher) and builds the process grid
  * from --dp --tp --tp-mode --pp and the pipeline flags above (and
- * --partition-memory-weight --print-partition --zero 1), which are removed
- * from argv. Collective; on error every rank gets the same message. */
+ * --partition-memory-weight --print-partition --zero 1 --max-memory
+ * BYTES --precision fp32|bf16), which are removed from argv. --max-memory (suffixes K, M, G):
+ * cb_model_build fails with CB_ENOMEM (status 4 through cb_dist_exit) when
+ * a rank's planned bytes (parameters, gradients, AdamW state, activations,
+ * pipeline buffers, workspace) exceed it. Collective; on error every rank
+ * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
+/* The arithmetic of --precision fp32|bf16 (also taken by cb_dist_init),
+ * for a startup line: "fp32", or bf16 and the instructions it runs on,
+ * or that the CPU has none and oneDNN emulates them (slow). */
+const char *cb_dist_precision(const cb_dist *d);
 /* Ends the job on every rank: rank 0 prints e's message, status 2 for bad
  * input, 4 for out of memory, else 1. Collective. */
 _Noreturn void cb_dist_exit(cb_dist *d, const cb_err *e);
@@ -307,6 +349,12 @@ void cb_model_declare_ncf(cb_model *m, const cb_ncf_config *c);
 /* FLOPs of one row's training step (forward + backward, the linears and
  * the head; lookups and element-wise work left out) */
 double cb_ncf_flops_per_row(const cb_ncf_config *c);
+/* Mixed precision as a build option: "bf16" runs the products (linears,
+ * the LM head, attention's two) in bf16 with fp32 accumulation through
+ * oneDNN; weights, AdamW state, activations, LayerNorm, softmax, GELU and
+ * the loss stay fp32. "fp32" is the default; overrides --precision. Before
+ * cb_model_build; the choice is per process (every model of it). */
+int cb_model_set_precision(cb_model *m, const char *precision, cb_err *e);
 
 /* Checks the graph and the layout's divisibility constraints, partitions
  * it into pipeline stages, allocates parameters (weights N(0, 0.02),

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make demo: the King James Bible as byte tokens, a small GPT trained for a
-# few minutes on this machine's cores, then a sample from it.
+# make demo: the whole path on the King James Bible. Prepare it with GPT-2's
+# BPE tokenizer (vocab 50257), train a small GPT for a few minutes on this
+# machine's cores, plot the run (out/demo.png), and sample text back (the
+# checkpoint records the tokenizer, so `cubist sample` decodes BPE).
 set -eu
 # make demo MODEL=ncf: the recommendation demo instead
 [ "${MODEL:-gpt}" = ncf ] && exec "$(dirname "$0")/demo_ncf.sh"
@@ -8,13 +10,15 @@ set -eu
 BUILD=${BUILD:-build}
 C=$BUILD/cubist
 mkdir -p data out
-if [ ! -s data/kjv_train.bin ]; then
+if [ ! -s data/kjv_bpe_train.bin ]; then
     bible gen1:1-rev22:21 > data/kjv.txt
-    $C prepare --input data/kjv.txt --output data/kjv_train.bin --val-output data/kjv_val.bin --val-fraction 0.02
+    $C prepare --tokenizer gpt2 --input data/kjv.txt --output data/kjv_bpe_train.bin \
+        --val-output data/kjv_bpe_val.bin --val-fraction 0.02
 fi
-$C train --data data/kjv_train.bin --val-data data/kjv_val.bin \
-    --layers 4 --d-model 192 --heads 6 --seq-len 128 --batch 16 \
-    --steps ${DEMO_STEPS:-1200} --lr 2e-3 --min-lr 1e-4 --warmup 50 --weight-decay 0.1 \
-    --eval-every 200 --save out/demo.safetensors --log out/demo.jsonl
-echo "--- sample (out/demo.safetensors):"
-$C sample --ckpt out/demo.safetensors --prompt "And God said" --tokens 400 --temperature 0.8 --top-k 40
+$C train --data data/kjv_bpe_train.bin --val-data data/kjv_bpe_val.bin --vocab 50257 \
+    --layers 2 --d-model 128 --heads 4 --seq-len 64 --batch 8 \
+    --steps ${DEMO_STEPS:-500} --lr 3e-3 --min-lr 1e-4 --warmup 30 --weight-decay 0.1 \
+    --eval-every 100 --save out/demo.safetensors --log out/demo.jsonl
+$C plot out/demo.jsonl --out out/demo.png
+echo "--- plot: out/demo.png; sample (out/demo.safetensors):"
+$C sample --ckpt out/demo.safetensors --prompt "And God said" --tokens 80 --temperature 0.8 --top-k 40

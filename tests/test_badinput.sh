@@ -30,7 +30,7 @@ def st(name, hdr_obj, data=b'', raw=None):
 st('badlen.st', None, raw=b'{}')
 open('badlen.st', 'r+b').write(struct.pack('<Q', 1 << 40))
 st('badjson.st', None, raw=b'{"wte.weight": {"dtype": "F32", "shape": [2,')
-st('dtype.st', {"wte.weight": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}}, b'\0' * 4)
+st('dtype.st', {"wte.weight": {"dtype": "I8", "shape": [4], "data_offsets": [0, 4]}}, b'\0' * 4)
 st('offsets.st', {"wte.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b'\0' * 8)
 # a well-formed file whose wte has the wrong shape for the model its metadata describes
 meta = {"n_layer": "1", "d_model": "16", "n_head": "2", "seq_len": "8", "vocab": "256"}
@@ -68,7 +68,7 @@ case_ "validation file too short" "one validation batch needs B*T+1" "longer val
 # safetensors
 case_ "header length past end" "runs past the end of the file" "truncated or not safetensors" "${T[@]}" --data good.bin --init badlen.st
 case_ "bad JSON header"        "header is not valid JSON"   "corrupt or not safetensors" "${T[@]}" --data good.bin --init badjson.st
-case_ "wrong dtype"            "has dtype F16"              "convert the file to float32" "${T[@]}" --data good.bin --init dtype.st
+case_ "wrong dtype"            "has dtype I8"              "convert the file to float32" "${T[@]}" --data good.bin --init dtype.st
 case_ "offsets past the end"   "data ends at byte 16 but the data section holds 8 bytes" "copy or save it again" "${T[@]}" --data good.bin --init offsets.st
 case_ "wrong tensor shape"     "wte.weight has shape [256,8], the model expects [256,16]" "pass the model sizes" "${T[@]}" --data good.bin --init shape.st
 case_ "missing checkpoint"     "nothere.st: cannot open"    "check the path"  "${T[@]}" --data good.bin --resume nothere.st
@@ -105,7 +105,11 @@ case_ "no training data"       "no training data"           "pass --data FILE" "
 case_ "unwritable --save"      "--save /nonexistent/dir/x.st: cannot write there" "create it first" train "${M[@]}" --data good.bin --save /nonexistent/dir/x.st
 case_ "unwritable --log"       "--log /nonexistent/dir/x.jsonl: cannot write there" "create it first" train "${M[@]}" --data good.bin --log /nonexistent/dir/x.jsonl
 case_ "unwritable --dump-grads" "--dump-grads /nonexistent/dir/g.st: cannot write there" "create it first" "${T[@]}" --data good.bin --dump-grads /nonexistent/dir/g.st
-case_ "--save is a directory"  "--save $d is a directory"   "pass a file name inside it" train "${M[@]}" --data good.bin --save "$d"
+# an existing directory is --save DIR/ (docs/operations.md); --keep-last needs that form
+case_ "--keep-last with --save FILE" "--keep-last 2 needs --save DIR/" "--save FILE keeps one" train "${M[@]}" --data good.bin --save out.st --keep-last 2
+case_ "--exit-signal unknown"  "--exit-signal BOGUS is not one cubist handles" "use USR1" "${T[@]}" --data good.bin --exit-signal BOGUS
+mkdir -p emptyck
+case_ "--resume an empty directory" "emptyck: no complete checkpoint" "pass another --resume" "${T[@]}" --data good.bin --resume emptyck
 case_ "--save under a file"    "good.bin is not a directory" "fix the path" train "${M[@]}" --data good.bin --save good.bin/out.st
 # sample
 case_ "sample without ckpt"    "sample needs --ckpt FILE"   "cubist train --save" sample

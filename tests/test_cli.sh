@@ -205,15 +205,18 @@ for flag in --save --log; do
 done
 
 # ---------------------------------------------------------------- --help against the docs/cli.md
-for cmd in train sample prepare bench; do
+# a flag is documented in the command's docs/cli.md section or in another
+# reference page of docs/ (docs/data.md: tokenizers, shards, weights, plots)
+docflags=$(cat "$ROOT"/docs/*.md | grep -oE -- '--[a-z0-9][a-z0-9-]*' | sort -u)
+for cmd in train sample prepare bench plot; do
     sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/docs/cli.md")
     helpflags=$("$C" $cmd --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | sort -u)
     readme=$(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$sec" | sort -u)
-    undoc=$(comm -23 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
+    undoc=$(comm -23 <(echo "$helpflags") <(sort -u <(echo "$readme") <(echo "$docflags")) | tr '\n' ' ')
     unknown=$(comm -13 <(echo "$helpflags") <(echo "$readme") | tr '\n' ' ')
     stale=$("$C" $cmd --help | grep -i "not implemented")
-    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the docs/cli.md section" \
-        || fail "cubist $cmd --help: flags missing from docs/cli.md '### cubist $cmd': '$undoc' ${stale:+stale: $stale}"
+    [ -z "$undoc" ] && [ -z "$stale" ] && pass "cubist $cmd --help: all $(wc -w <<<"$helpflags") flags in the docs/cli.md section or docs/" \
+        || fail "cubist $cmd --help: flags missing from docs/cli.md '### cubist $cmd' and docs/: '$undoc' ${stale:+stale: $stale}"
     # docs/cli.md flags of the section that no --help lists (bench modes live in their own --help)
     others=$("$C" $cmd --help; [ $cmd = bench ] && for m in --allreduce --tp-compare --pipeline; do "$C" bench $m --help; done)
     missing=""

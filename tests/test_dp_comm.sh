@@ -55,9 +55,10 @@ if timeout "$TMO" "${launch[@]}" -np 4 "$C" train "${M[@]}" --tp 4 --tp-mode 2d 
     else
         fail "2d4 --comm-report: no 'tp embed.fwd 0 / N' row: $(grep '^tp ' 2d.out | tr '\n' '|')"
     fi
-    # --print-grid's gather + one log gather per step, all under world/control
-    if grep -qE '^world +control +3 / 3 ' 2d.out && ! grep -q '"control"' 2d.jsonl; then
-        pass "control traffic: --print-grid and 2 per-step log gathers counted (world control 3 calls), in no step's fields"
+    # --print-grid's gather + per step one log gather and one all-reduce (stop
+    # signal and log errors agreed, src/train/stop.h), all under world/control
+    if grep -qE '^world +control +5 / 5 ' 2d.out && ! grep -q '"control"' 2d.jsonl; then
+        pass "control traffic: --print-grid, 2 per-step log gathers and 2 stop agreements counted (world control 5 calls), in no step's fields"
     else
         fail "control traffic: $(grep '^world' 2d.out | tr '\n' '|'); log has control: $(grep -c '"control"' 2d.jsonl)"
     fi

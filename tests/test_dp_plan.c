@@ -1,4 +1,4 @@
-/* The data-parallel plan's limits (src/train/dp.c, cb_dp_check_plan), on
+/* The data-parallel plan's limits (src/dp/dp.c, cb_dp_check_plan), on
  * sizes too large to allocate here: ZeRO's MPI int counts and offsets
  * (a replica over 2^31-1 parameters is refused with a clear message, not
  * cast to int), and the bound on the number of fusion buckets (a tiny
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/dp.h"
+#include "dp/dp.h"
 
 static int failed;
 

@@ -10,9 +10,9 @@
 #    GPT-2's layer names) under dp 2 (with and without ZeRO-1), 1-D 2,
 #    2-D 4, 3-D 8, dp 2 x 2-D 4, dp 2 x 3-D 8 with ZeRO-1, against its
 #    serial run the same way; its serial run against `cubist train --init`
-#    of the weights it starts from (the built-in GPT): the same losses
-#    (1e-6), gradient norms and final weights to 1e-5; and ZeRO-1 keeps 1/dp
-#    of the AdamW moments per rank.
+#    of the weights it starts from (cubist train's GPT is the same graph on
+#    the same engine): the same losses, gradient norms and final weights bit
+#    for bit; and ZeRO-1 keeps 1/dp of the AdamW moments per rank.
 # 3. Both under the pipeline, the same binaries: pp 2 and 4 with each
 #    schedule and M = 1, 4, 8 micro-batches (interleaved with v = 2), with
 #    recompute block and selective, pp 2 x 2-D 4, pp 2 x 3-D 8 and pp 2 x
@@ -137,27 +137,25 @@ gpt=(--data "$d/train.bin" --layers 2 --d-model 32 --heads 4 --seq-len 16 --voca
 if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st" >/dev/null &&
    "$C" train "${gpt[@]}" --init "$d/init.st" --log "$d/gpt.jsonl" --save "$d/gpt.st" \
         --dump-grads "$d/gpt.grads.st" 2>"$d/gpt.err" && serial tiny_gpt; then
-    cmp_ logs "$d/tiny_gpt.serial.log" "$d/gpt.jsonl" --keys loss --tol 1e-6 \
-        --label "tiny_gpt = cubist train's GPT from the same weights file: loss"
-    cmp_ logs "$d/tiny_gpt.serial.log" "$d/gpt.jsonl" --keys grad_norm \
-        --label "tiny_gpt = cubist train's GPT: gradient norm"
-    cmp_ st "$d/tiny_gpt.serial.st" "$d/gpt.st" --grads "$d/gpt.grads.st" \
-        --label "tiny_gpt = cubist train's GPT: final weights"
-    # the library's GPT graph (cb_model_declare_gpt) against cubist train
-    # from its own seed: the same initial values (one generator keyed by
-    # name) and the same operators in the same order, so every loss, norm
-    # and weight is equal bit for bit. OpenBLAS's kernels as cubist picks
-    # them (main.c drops OPENBLAS_CORETYPE): a program linking the library
-    # keeps the environment's, and other kernels round differently.
+    # tiny_gpt's own declaration of GPT-2 from the weights cubist train
+    # started from, and the library's (cb_model_declare_gpt, --builtin) from
+    # cubist train's seed (one generator keyed by name): one graph on one
+    # engine, the same operators in the same order, so every loss, norm and
+    # weight is equal bit for bit. OpenBLAS's kernels as cubist picks them
+    # (main.c drops OPENBLAS_CORETYPE): a program linking the library keeps
+    # the environment's, and other kernels round differently.
     "$C" train "${gpt[@]}" --log "$d/gpt_seed.jsonl" --save "$d/gpt_seed.st" 2>"$d/gpt_seed.err" ||
         fail "cubist train from its seed: $(head -c 300 "$d/gpt_seed.err")"
-    if env -u OPENBLAS_CORETYPE "$BUILD/examples/tiny_gpt" --builtin --data "$d/train.bin" --steps 30 \
-            --save "$d/builtin.st" > "$d/builtin.log" 2>&1; then
-        cmp_ logs "$d/builtin.log" "$d/gpt_seed.jsonl" --keys loss,grad_norm --tol 0 \
-            --label "GPT graph = cubist train's GPT, same seed: loss and norm bit for bit"
-        cmp_ st "$d/builtin.st" "$d/gpt_seed.st" --tol 0 \
-            --label "GPT graph = cubist train's GPT, same seed: final weights bit for bit"
-    else fail "tiny_gpt --builtin: $(tail -n 2 "$d/builtin.log")"; fi
+    bits() { # name reference-log reference-weights label tiny_gpt-flags...
+        local name=$1 log=$2 st=$3 label=$4; shift 4
+        if env -u OPENBLAS_CORETYPE "$BUILD/examples/tiny_gpt" "$@" --data "$d/train.bin" --steps 30 \
+                --save "$d/$name.st" > "$d/$name.log" 2>&1; then
+            cmp_ logs "$d/$name.log" "$log" --keys loss,grad_norm --tol 0 --label "$label: loss and norm bit for bit"
+            cmp_ st "$d/$name.st" "$st" --tol 0 --label "$label: final weights bit for bit"
+        else fail "tiny_gpt $*: $(tail -n 2 "$d/$name.log")"; fi
+    }
+    bits tiny_bits "$d/gpt.jsonl" "$d/gpt.st" "tiny_gpt = cubist train's GPT from the same weights file"
+    bits builtin "$d/gpt_seed.jsonl" "$d/gpt_seed.st" "GPT graph = cubist train's GPT, same seed" --builtin
     run tiny_gpt dp2 2 --dp 2
     run tiny_gpt dp2_zero 2 --dp 2 --zero 1
     run tiny_gpt tp1d2 2 --tp 2 --tp-mode 1d

@@ -148,8 +148,8 @@ static void test_st_bad(void) {
     expect_bad_st("st_bad_json", p, "at byte 22");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 0, 16);
     expect_bad_st("st_bad_shape_vs_offsets", p, "span 12");
-    write_st_raw(p, "{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 0, 4);
-    expect_bad_st("st_bad_dtype_f16", p, "tensor 'w' has dtype F16; cubist reads only F32: convert the file to float32");
+    write_st_raw(p, "{\"w\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 0, 4);
+    expect_bad_st("st_bad_dtype_i8", p, "tensor 'w' has dtype I8; cubist reads F32, F16 and BF16: convert the file to float32");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 0, 8);
     expect_bad_st("st_bad_offsets_past_end", p, "truncated");
     write_st_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -369,7 +369,7 @@ static void test_prepare(void) {
     for (int i = 0; i < 1000; i++) text[i] = (char)(' ' + i % 90);
     write_bytes(fx("text.txt"), text, sizeof text);
     cb_err e = {0};
-    int rc = cb_prepare_text(fx("text.txt"), fx("train.bin"), fx("val.bin"), 0.1, &e);
+    int rc = cb_prepare_text(fx("text.txt"), fx("train.bin"), fx("val.bin"), 0.1, "byte", NULL, &e);
     cb_tokens tr = {0}, va = {0};
     int ok = rc == CB_OK && !cb_tokens_open(fx("train.bin"), 256, &tr, &e) && !cb_tokens_open(fx("val.bin"), 256, &va, &e);
     ok = ok && tr.n == 900 && va.n == 100 && tr.tok[0] == ' ' && tr.tok[899] == (uint16_t)text[899]
@@ -377,22 +377,22 @@ static void test_prepare(void) {
     check(ok, "prepare_split", "rc=%d train %zu val %zu tokens (want 900, 100) %s", rc, tr.n, va.n, e.msg);
     cb_tokens_close(&tr);
     cb_tokens_close(&va);
-    rc = cb_prepare_text(fx("text.txt"), fx("all.bin"), NULL, 0.1, &e);
+    rc = cb_prepare_text(fx("text.txt"), fx("all.bin"), NULL, 0.1, "byte", NULL, &e);
     ok = rc == CB_OK && file_size(fx("all.bin")) == 1024 + 2000;
     check(ok, "prepare_no_val", "rc=%d size=%ld", rc, file_size(fx("all.bin")));
     /* the validation file cannot be written: the training file must not stay behind */
-    rc = cb_prepare_text(fx("text.txt"), fx("train2.bin"), fx("nodir/val.bin"), 0.1, &e);
+    rc = cb_prepare_text(fx("text.txt"), fx("train2.bin"), fx("nodir/val.bin"), 0.1, "byte", NULL, &e);
     ok = rc != CB_OK && strstr(e.msg, "nodir/val.bin") && !exists(fx("train2.bin")) &&
          !exists(fx("train2.bin.tmp"));
     check(ok, "prepare_val_unwritable_leaves_nothing", "rc=%d train2.bin %s: %s", rc,
           exists(fx("train2.bin")) ? "left behind" : "absent", e.msg);
-    rc = cb_prepare_text(fx("text.txt"), fx("train3.bin"), fx("val3.bin"), 0, &e);
+    rc = cb_prepare_text(fx("text.txt"), fx("train3.bin"), fx("val3.bin"), 0, "byte", NULL, &e);
     ok = rc == CB_EINPUT && strstr(e.msg, "fraction of 0") && !exists(fx("train3.bin"));
     check(ok, "prepare_val_fraction_0_refused", "rc=%d %s", rc, e.msg);
-    rc = cb_prepare_text(fx("nothere.txt"), fx("x.bin"), NULL, 0, &e);
+    rc = cb_prepare_text(fx("nothere.txt"), fx("x.bin"), NULL, 0, "byte", NULL, &e);
     check(rc == CB_EINPUT && strstr(e.msg, "nothere.txt"), "prepare_missing_text", "rc=%d %s", rc, e.msg);
     write_bytes(fx("empty.txt"), "", 0);
-    rc = cb_prepare_text(fx("empty.txt"), fx("x.bin"), NULL, 0, &e);
+    rc = cb_prepare_text(fx("empty.txt"), fx("x.bin"), NULL, 0, "byte", NULL, &e);
     check(rc == CB_EINPUT && strstr(e.msg, "empty"), "prepare_empty_text", "rc=%d %s", rc, e.msg);
     cb_tokenizer tk = cb_tokenizer_byte();
     uint8_t out[4] = {0};

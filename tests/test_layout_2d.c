@@ -6,7 +6,7 @@
  * local shards. Checks: every step's loss, every gathered gradient of step
  * 1, every gathered parameter after the last step (1e-5 relative, the max
  * error over the max magnitude per tensor); the per-rank bytes the linears
- * send for one forward + backward of a block against parallelism.md's
+ * send for one forward + backward of a block against docs/parallelism.md's
  * 3 (q-1)/q^2 (7 N h + 12 h^2) elements; check() rejecting each
  * divisibility violation with CB_EINPUT and a message naming the flag. */
 #include <math.h>

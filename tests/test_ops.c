@@ -206,10 +206,11 @@ static void relu_bwd(op_case *c) { K->relu_backward(K, c->grad[0], c->t[0], c->d
 static void lookup_fwd(op_case *c) {
     int *ids = (int *)c->work, N = c->B * c->T;
     for (int i = 0; i < N; i++) ids[i] = (int)c->t[0][i];
-    K->lookup_forward(K, c->t[2], c->t[1], ids, N, c->C, 0, c->V);
+    K->embedding_rows(K, c->t[2], ids, c->t[1], 0, c->V, N, c->C);
 }
 static void lookup_bwd(op_case *c) {
-    K->lookup_backward(K, c->grad[1], c->dout, (int *)c->work, c->B * c->T, c->C, 0, c->V);
+    K->embedding_rows_backward(K, c->grad[1], c->dout, (int *)c->work, 0, c->V, c->B * c->T,
+                               c->C);
 }
 
 /* losses of logits against 0/1 labels; L = sum(losses * dloss) */
@@ -223,6 +224,43 @@ static void logistic_bwd(op_case *c) {
     float *d = c->work2;
     K->logistic_backward(K, d, c->t[0], (int *)c->work, c->dloss, N);
     for (int i = 0; i < N; i++) c->grad[0][i] += d[i];
+}
+
+/* The split operators' kernels (ops.c) over one shard (Ctot = C, the whole
+ * vocabulary): the same LayerNorm and cross-entropy, checked the same way;
+ * the layout tests check them split across ranks against the serial layout. */
+static void ln_split_fwd(op_case *c) {
+    int N = c->B * c->T;
+    double *st = (double *)(c->work + 2 * N);
+    K->layernorm_stats(K, st, c->t[0], N, c->C);
+    K->layernorm_apply(K, c->t[3], c->work, c->work + N, c->t[0], c->t[1], c->t[2], st, N, c->C,
+                       c->C);
+}
+static void ln_split_bwd(op_case *c) {
+    int N = c->B * c->T;
+    double *st = (double *)(c->work + 2 * N);
+    K->layernorm_param_grads(K, c->grad[1], c->grad[2], c->dout, c->t[0], c->work, c->work + N, N,
+                             c->C);
+    K->layernorm_backward_stats(K, st, c->dout, c->t[0], c->t[1], c->work, c->work + N, N, c->C);
+    K->layernorm_backward_apply(K, c->grad[0], st, c->dout, c->t[0], c->t[1], c->work, c->work + N,
+                                N, c->C, c->C);
+}
+static void xent_split_fwd(op_case *c) {
+    int N = c->B * c->T;
+    int *tg = (int *)c->work;
+    float *mx = c->work + N, *st = mx + N;
+    for (int i = 0; i < N; i++) tg[i] = (int)c->t[1][i];
+    memcpy(c->t[3], c->t[0], sizeof(float) * c->len[0]);
+    K->crossentropy_max(K, mx, c->t[3], N, c->V, c->V);
+    K->crossentropy_exp(K, st, c->t[3], mx, tg, 0, N, c->V, c->V);
+    K->crossentropy_normalize(K, c->t[2], c->t[3], st, mx, N, c->V, c->V);
+}
+static void xent_split_bwd(op_case *c) {
+    int N = c->B * c->T;
+    xent_split_fwd(c);
+    K->crossentropy_backward_cols(K, c->t[3], (int *)c->work, 0, c->dloss, N, c->V);
+    for (size_t i = 0; i < c->len[0]; i++) c->grad[0][i] += c->t[3][i];
+    xent_split_fwd(c);
 }
 
 static float *ids(cb_rng *r, size_t n, int V) {
@@ -243,6 +281,18 @@ static void run(op_case *c, cb_rng *r, float h, const char *dir) {
     }
     free(c->dout);
     free(c->work);
+}
+
+/* A cross-entropy case: logits (N,V), targets -> losses (N), probs (N,V);
+ * work floats of scratch. */
+static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir) {
+    size_t N = (size_t)c.B * c.T, NV = N * c.V;
+    add(&c, "in.logits", randn(r, NV, 2), NV, 1);
+    add(&c, "in.targets", ids(r, N, c.V), N, 0);
+    c.iout = add(&c, "out.losses", calloc(N, 4), N, 0);
+    add(&c, "out.probs", calloc(NV, 4), NV, 0);
+    c.work = calloc(work, sizeof(float));
+    run(&c, r, 1e-2f, dir);
 }
 
 int main(int argc, char **argv) {
@@ -268,6 +318,15 @@ int main(int argc, char **argv) {
     ln.iout = add(&ln, "out.out", calloc(N * C, 4), N * C, 0);
     ln.work = calloc(2 * N, sizeof(float));
     run(&ln, &r, 1e-2f, dir);
+
+    op_case lns = {.name = "layernorm_split", .B = B, .T = T, .C = C, .fwd = ln_split_fwd,
+                   .bwd = ln_split_bwd};
+    add(&lns, "in.inp", randn(&r, N * C, 1), N * C, 1);
+    add(&lns, "in.w", randn(&r, C, 1), C, 1);
+    add(&lns, "in.b", randn(&r, C, 1), C, 1);
+    lns.iout = add(&lns, "out.out", calloc(N * C, 4), N * C, 0);
+    lns.work = calloc(2 * N + 4 * N, sizeof(float)); /* mean, rstd, then 2N doubles */
+    run(&lns, &r, 1e-2f, dir);
 
     int IC = 7, OC = 9;
     op_case mm = {.name = "matmul", .B = B, .T = T, .IC = IC, .OC = OC, .fwd = mm_fwd,
@@ -300,12 +359,10 @@ int main(int argc, char **argv) {
 
     op_case xe = {.name = "crossentropy", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_fwd, .bwd = xent_bwd};
-    add(&xe, "in.logits", randn(&r, N * V, 2), N * V, 1);
-    add(&xe, "in.targets", ids(&r, N, V), N, 0);
-    xe.iout = add(&xe, "out.losses", calloc(N, 4), N, 0);
-    add(&xe, "out.probs", calloc(N * V, 4), N * V, 0);
-    xe.work = calloc(N, sizeof(int));
-    run(&xe, &r, 1e-2f, dir);
+    run_xent(xe, &r, N, dir); /* work: targets */
+    op_case xs = {.name = "crossentropy_split", .B = B, .T = T, .V = V, .dloss = 0.37f,
+                  .fwd = xent_split_fwd, .bwd = xent_split_bwd};
+    run_xent(xs, &r, 4 * (size_t)N, dir); /* work: targets, mx, 2N stats */
 
     op_case mu = {.name = "mul", .B = B, .T = T, .C = C, .fwd = mul_fwd, .bwd = mul_bwd};
     add(&mu, "in.a", randn(&r, N * C, 1), N * C, 1);

@@ -4,7 +4,8 @@
 # pipeline's M micro-batches of --batch B are the single process's M
 # accumulated micro-batches), for each schedule, pp 2 and 4, M 1, 4, 8,
 # recompute block and selective, and pp composed with tensor and data
-# parallelism; --recompute block and selective without --pp (one process,
+# parallelism (interleaved pp 4 with M = 6 too: a last group that is not
+# p); --recompute block and selective without --pp (one process,
 # and tp 2) follow the same trajectory. A checkpoint written under pp 2 x
 # tp 2 resumes in one process on the same trajectory; a bad --recompute
 # exits 2 with one line.
@@ -24,7 +25,7 @@ cd "$d"
 "$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL pp cli: prepare"; exit 1; }
 A=(--data train.bin --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
-for M in 1 4 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st --dump-grads ref$M.grads.st || { echo "FAIL pp cli: reference"; exit 1; }; done
+for M in 1 4 6 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st --dump-grads ref$M.grads.st || { echo "FAIL pp cli: reference"; exit 1; }; done
 case_() { # label np M flags...
     local label=$1 np=$2 M=$3; shift 3
     if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --micro-batches "$M" \
@@ -43,6 +44,7 @@ case_ "pp4 gpipe M=8"               4 8 --pp 4 --schedule gpipe
 case_ "pp2 interleaved v2 M=4"      2 4 --pp 2 --schedule interleaved --virtual-stages 2
 case_ "pp4 interleaved v2 M=8"      4 8 --pp 4 --schedule interleaved --virtual-stages 2
 case_ "pp4 interleaved v2 M=1 (M<p)" 4 1 --pp 4 --schedule interleaved --virtual-stages 2
+case_ "pp4 interleaved v2 M=6 (last group of 6)" 4 6 --pp 4 --schedule interleaved --virtual-stages 2
 case_ "pp2 1f1b M=4 recompute"      2 4 --pp 2 --recompute block
 case_ "pp2 1f1b M=4 selective"      2 4 --pp 2 --recompute selective
 case_ "pp2 1f1b M=4 recompute 1 layer" 2 4 --pp 2 --recompute block --recompute-layers 1

@@ -4,7 +4,7 @@
 #    serial GPT, no trainer: 30 steps x 2 micro-batches of SGD at tp=4
 #    (q=2, 2 layers) and 10 at tp=9 (q=3, 1 layer); losses, step-1
 #    gradients and final parameters to 1e-5; linear bytes per block equal
-#    to parallelism.md's formula; check() errors.
+#    to docs/parallelism.md's formula; check() errors.
 # 2. cubist train --tp 4 --tp-mode 2d (and x dp=2) against the single
 #    process: 30-step loss trajectory and final parameters to 1e-5.
 #    (Divisibility errors: tests/test_tp_errors.sh.)

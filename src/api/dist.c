@@ -64,7 +64,7 @@ static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, c
 /* The flags cb_dist_init takes out of argv. */
 typedef struct dist_flags {
     const char *dp, *tp, *pp, *mb, *mode, *part, *mw, *zero, *missing;
-    const char *sched, *vs, *rec, *recl, *recm, *embed, *maxmem;
+    const char *sched, *vs, *rec, *recl, *recm, *embed, *maxmem, *prec;
     int print;
 } dist_flags;
 
@@ -85,6 +85,7 @@ static dist_flags take_flags(int *argc, char **argv) {
     f.recm = take_flag(argc, argv, "--recompute-method", &f.missing);
     f.embed = take_flag(argc, argv, "--embed-grad", &f.missing);
     f.maxmem = take_flag(argc, argv, "--max-memory", &f.missing);
+    f.prec = take_flag(argc, argv, "--precision", &f.missing);
     f.print = take_bool(argc, argv, "--print-partition");
     take_bool(argc, argv, "--no-profile");
     return f;
@@ -153,6 +154,9 @@ static int parse_flags(const dist_flags *f, cb_dist *d, int *dp, int *pp, int *t
     d->embed_grad = CB_DP_EMBED_AUTO;
     if (!rc && f->embed) rc = cb_dp_embed_parse(f->embed, &d->embed_grad, e);
     if (!rc) rc = parse_size(f->maxmem, &d->max_memory, e);
+    cb_precision prec = CB_PREC_FP32;
+    if (!rc && f->prec) rc = cb_precision_parse(f->prec, &prec, e);
+    if (!rc) rc = cb_kernels_select(prec, e);
     if (!rc) rc = cb_grid_parse_mode(f->mode ? f->mode : "1d", mode, e);
     char *end = NULL;
     d->mem_weight = f->mw ? strtod(f->mw, &end) : 0.8;
@@ -187,17 +191,44 @@ int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     return CB_OK;
 }
 
+int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
+                          cb_err *e) {
+    cb_dist *d = calloc(1, sizeof *d);
+    if (!d) return cb_fail(e, CB_ENOMEM, "out of memory");
+    *d = (cb_dist){.sched = CB_PP_1F1B, .partition = "auto", .mem_weight = 0.8, .zero = zero,
+                   .embed_grad = embed_grad, .bucket_mb = bucket_mb};
+    int size = cb_comm_world()->size;
+    int rc = alone ? cb_grid_create_self(&d->g, e) : cb_grid_create(&d->g, size, 1, 1, CB_TP_1D, e);
+    if (!rc) rc = cb_layout_create(&d->g, &d->L, e);
+    if (rc) {
+        if (d->L) cb_layout_free(d->L);
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return CB_OK;
+}
+
 int cb_dist_rank(const cb_dist *d) { return d->g.world_rank; }
+
+const char *cb_dist_precision(const cb_dist *d) {
+    (void)d;
+    return cb_kernels_note();
+}
 
 void cb_dist_exit(cb_dist *d, const cb_err *e) {
     (void)d;
     cb_comm_exit(e->code == CB_EINPUT ? 2 : e->code == CB_ENOMEM ? 4 : 1, e->msg);
 }
 
-void cb_dist_finalize(cb_dist *d) {
+void cb_dist_free(cb_dist *d) {
     cb_layout_free(d->L);
     cb_grid_free(&d->g);
     free(d);
+}
+
+void cb_dist_finalize(cb_dist *d) {
+    cb_dist_free(d);
     cb_comm_finalize();
 }
 

@@ -3,8 +3,10 @@
 #include "comm/comm.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The one global state of the library, on purpose: MPI itself is
  * per-process global (MPI_Init once, MPI_COMM_WORLD), so a context object
@@ -14,6 +16,7 @@
 static cb_comm g_world;
 static int g_have_world;
 static int g_we_initialised;
+static MPI_Comm g_watch = MPI_COMM_NULL; /* the stall watchdog's duplicate of the world */
 
 /* ---------------------------------------------------------------- lifetime */
 
@@ -44,6 +47,7 @@ int cb_comm_init(int *argc, char ***argv, cb_err *e) {
         MPI_Comm dup;
         MPI_Comm_dup(MPI_COMM_WORLD, &dup); /* cubist's traffic never matches the user's */
         cb_comm_wrap(&g_world, dup, "world");
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_watch);
         g_have_world = 1;
     }
     return CB_OK;
@@ -52,6 +56,8 @@ int cb_comm_init(int *argc, char ***argv, cb_err *e) {
 void cb_comm_finalize(void) {
     int done = 0;
     if (g_have_world) cb_comm_free(&g_world);
+    if (g_have_world && g_watch != MPI_COMM_NULL) MPI_Comm_free(&g_watch);
+    g_watch = MPI_COMM_NULL;
     g_have_world = 0;
     MPI_Finalized(&done);
     if (g_we_initialised && !done) MPI_Finalize();
@@ -94,18 +100,20 @@ static int mpi_up(void) {
     return init && !fin;
 }
 
-_Noreturn void cb_comm_fatal(const char *msg) {
+_Noreturn void cb_comm_fatal_code(int code, const char *msg) {
     int rank = 0;
     if (!mpi_up()) {
         fprintf(stderr, "cubist: %s\n", msg);
-        exit(CB_EINPUT);
+        exit(code);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fprintf(stderr, "cubist: rank %d: %s\n", rank, msg);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, CB_EINPUT);
-    exit(CB_EINPUT); /* MPI_Abort does not return; this keeps _Noreturn honest */
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; this keeps _Noreturn honest */
 }
+
+_Noreturn void cb_comm_fatal(const char *msg) { cb_comm_fatal_code(CB_EINPUT, msg); }
 
 _Noreturn void cb_comm_exit(int code, const char *msg) {
     int rank = 0;
@@ -201,9 +209,174 @@ static const void *in_place(const void *send, const void *recv) {
     return send == NULL || send == recv ? MPI_IN_PLACE : send;
 }
 
-static void req_start(cb_comm_req *r, cb_comm *c, int slot) {
+static void req_start(cb_comm_req *r, cb_comm *c, int slot, const char *op, int peer, int mtag) {
     r->c = c;
     r->slot = slot;
+    r->op = op;
+    r->peer = peer;
+    r->mtag = mtag;
+}
+
+/* ---------------------------------------------------------------- stall watchdog */
+
+/* Every blocking wait goes through wait_for: it polls with MPI_Test,
+ * spinning for the first millisecond (a short wait costs what MPI's own
+ * blocking call costs), yielding up to 50 ms, then sleeping 1/16 of the
+ * time waited so far (at most 20 ms, so a long wait wakes late by at most
+ * 6%) instead of burning a core. Past the deadline it asks every rank, on
+ * a communicator of its own, where it waits; a rank that is itself waiting
+ * answers within 0.1 s, a stopped or hung one does not. It prints what it
+ * waited for, the ranks that did not answer and where the others wait, and
+ * aborts the job with CB_ESTALL. */
+typedef struct wait_info {
+    cb_comm *c;
+    const char *op, *tag;
+    int peer, mtag; /* root or partner, -1 none; message tag of point to point */
+} wait_info;
+
+enum { TAG_QUERY = 1, TAG_ANSWER = 2, DESC_LEN = 200 };
+static double g_stall_s;       /* 0: no deadline */
+static int g_stall_paused;
+
+void cb_comm_set_stall_timeout(double seconds) { g_stall_s = seconds > 0 ? seconds : 0; }
+void cb_comm_stall_pause(int paused) { g_stall_paused += paused ? 1 : -1; }
+
+static int world_rank_of(cb_comm *c, int r) {
+    MPI_Group g, wg;
+    int out = r;
+    MPI_Comm_group(c->comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, 1, &r, wg, &out);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    return out;
+}
+
+static void describe(const wait_info *w, char *out) {
+    if (w->mtag >= 0 && w->peer >= 0 && (!strcmp(w->op, "send") || !strcmp(w->op, "receive")))
+        snprintf(out, DESC_LEN, "%s '%s' (message tag %d) %s world rank %d on communicator '%s'",
+                 w->op, w->tag ? w->tag : "-", w->mtag, strcmp(w->op, "send") ? "from" : "to",
+                 world_rank_of(w->c, w->peer), w->c->name);
+    else
+        snprintf(out, DESC_LEN, "%s '%s' on communicator '%s' (%d ranks)", w->op,
+                 w->tag ? w->tag : "-", w->c->name, w->c->size);
+}
+
+/* Answers the stall queries that have arrived with where this rank waits. */
+static void answer_queries(const wait_info *w) {
+    static char reply[DESC_LEN];
+    int flag = 1;
+    while (flag) {
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_QUERY, g_watch, &flag, &st);
+        if (!flag) break;
+        char q[DESC_LEN];
+        MPI_Recv(q, DESC_LEN, MPI_CHAR, st.MPI_SOURCE, TAG_QUERY, g_watch, MPI_STATUS_IGNORE);
+        describe(w, reply);
+        MPI_Request r;
+        MPI_Isend(reply, DESC_LEN, MPI_CHAR, st.MPI_SOURCE, TAG_ANSWER, g_watch, &r);
+        MPI_Request_free(&r);
+    }
+}
+
+/* Collects answers for 2 s; answered[r] = 1 for each world rank heard,
+ * and the first few answers into where. */
+static void collect(const wait_info *w, char *answered, int n, char *where, size_t cap) {
+    double t0 = MPI_Wtime();
+    int got = 1;
+    while (got < n && MPI_Wtime() - t0 < 2.0) {
+        int flag;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_ANSWER, g_watch, &flag, &st);
+        answer_queries(w); /* another stalled rank asks too */
+        if (!flag) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        char a[DESC_LEN];
+        MPI_Recv(a, DESC_LEN, MPI_CHAR, st.MPI_SOURCE, TAG_ANSWER, g_watch, MPI_STATUS_IGNORE);
+        if (!answered[st.MPI_SOURCE]++) got++;
+        size_t len = strlen(where);
+        if (got <= 5 && len + 64 < cap)
+            snprintf(where + len, cap - len, "; world rank %d waits in %.*s", st.MPI_SOURCE,
+                     (int)(cap - len - 40), a);
+    }
+}
+
+/* The members of w's communicator (or its partner) that did not answer. */
+static void missing(const wait_info *w, const char *answered, char *out, size_t cap) {
+    out[0] = '\0';
+    int lone = w->peer >= 0 && w->mtag >= 0, n = lone ? 1 : w->c->size;
+    for (int i = 0; i < n; i++) {
+        int wr = world_rank_of(w->c, lone ? w->peer : i);
+        size_t len = strlen(out);
+        if (wr >= 0 && !answered[wr] && len + 16 < cap)
+            snprintf(out + len, cap - len, "%s%d", len ? "," : "", wr);
+    }
+}
+
+_Noreturn static void stall(const wait_info *w, double waited) {
+    static char query[DESC_LEN], me[DESC_LEN], where[1024], absent[256];
+    int n, self;
+    MPI_Comm_size(g_watch, &n);
+    MPI_Comm_rank(g_watch, &self);
+    char *answered = calloc((size_t)n, 1);
+    if (!answered) cb_comm_fatal("stalled, and out of memory to say where");
+    answered[self] = 1;
+    describe(w, me);
+    for (int r = 0; r < n; r++) {
+        if (r == self) continue;
+        MPI_Request q;
+        MPI_Isend(query, DESC_LEN, MPI_CHAR, r, TAG_QUERY, g_watch, &q);
+        MPI_Request_free(&q);
+    }
+    collect(w, answered, n, where, sizeof where);
+    missing(w, answered, absent, sizeof absent);
+    fprintf(stderr, "cubist: rank %d: stalled %.0f s (--stall-timeout %g) in %s; %s%s%s%s\n", self,
+            waited, g_stall_s, me, absent[0] ? "not arrived (no answer: stopped, hung or busy "
+                                               "outside communication): world rank " : "",
+            absent, absent[0] ? "" : "every rank involved is waiting too", where);
+    fflush(stderr);
+    free(answered);
+    MPI_Abort(MPI_COMM_WORLD, CB_ESTALL);
+    exit(CB_ESTALL);
+}
+
+static void backoff(double waited) {
+    if (waited < 1e-3) return;
+    if (waited < 0.05) {
+        sched_yield();
+        return;
+    }
+    double s = waited / 16 < 0.02 ? waited / 16 : 0.02;
+    struct timespec ts = {0, (long)(s * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void wait_for(MPI_Request *req, const wait_info *w) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    double t0 = MPI_Wtime(), probe = 0.1;
+    while (!done) {
+        double waited = MPI_Wtime() - t0;
+        if (g_stall_s > 0 && !g_stall_paused && waited > g_stall_s && g_watch != MPI_COMM_NULL)
+            stall(w, waited);
+        if (waited > probe && g_watch != MPI_COMM_NULL) {
+            answer_queries(w);
+            probe = waited + 0.1;
+        }
+        backoff(waited);
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+/* A blocking operation: its request waited for, the time charged to slot. */
+static void block(cb_comm *c, int slot, MPI_Request *req, const char *op, int peer, int mtag) {
+    double t0 = MPI_Wtime();
+    wait_info w = {c, op, c->tags[slot].tag, peer, mtag};
+    wait_for(req, &w);
+    c->tags[slot].seconds += MPI_Wtime() - t0;
 }
 
 /* ---------------------------------------------------------------- collectives */
@@ -212,9 +385,9 @@ static void allreduce(cb_comm *c, const char *tag, const void *send, void *recv,
                       size_t esize, MPI_Datatype dt, cb_comm_op op) {
     uint64_t b = ring(c, n * esize, 2);
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Allreduce(in_place(send, recv), recv, count(c, n), dt, mpi_op(op), c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Iallreduce(in_place(send, recv), recv, count(c, n), dt, mpi_op(op), c->comm, &q);
+    block(c, s, &q, "all-reduce", -1, 0);
 }
 
 void cb_comm_allreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op) {
@@ -233,26 +406,26 @@ void cb_comm_allreduce_i64(cb_comm *c, const char *tag, const int64_t *send, int
 void cb_comm_reduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Reduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Ireduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm, &q);
+    block(c, s, &q, "reduce-scatter", -1, 0);
 }
 
 /* send (n) -> recv (p*n) */
 void cb_comm_allgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Allgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Iallgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm, &q);
+    block(c, s, &q, "all-gather", -1, 0);
 }
 
 static void bcast(cb_comm *c, const char *tag, void *buf, size_t n, size_t esize, MPI_Datatype dt, int root) {
     uint64_t b = ring(c, n * esize, 1);
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Bcast(buf, count(c, n), dt, root, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Ibcast(buf, count(c, n), dt, root, c->comm, &q);
+    block(c, s, &q, "broadcast", root, 0);
 }
 
 void cb_comm_bcast(cb_comm *c, const char *tag, float *buf, size_t n, int root) {
@@ -268,13 +441,18 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * (pmodels/mpich#6540). An in-place reduce at such a root therefore copies
  * the root's input into c's scratch buffer (kept, grown on demand) and
  * reduces out of place; under every MPI, so both builds test this path. */
+int cb_comm_reserve(cb_comm *c, size_t n) {
+    if (c->scratch_n >= n) return CB_OK;
+    float *b = malloc(sizeof(float) * n);
+    if (!b) return CB_ENOMEM;
+    free(c->scratch);
+    c->scratch = b;
+    c->scratch_n = n;
+    return CB_OK;
+}
+
 static const float *root_copy(cb_comm *c, const float *x, size_t n) {
-    if (c->scratch_n < n) {
-        free(c->scratch);
-        c->scratch = malloc(sizeof(float) * n);
-        c->scratch_n = c->scratch ? n : 0;
-        if (!c->scratch) cb_comm_fatal("out of memory for the reduce's send buffer");
-    }
+    if (cb_comm_reserve(c, n)) cb_comm_fatal_code(CB_ENOMEM, "out of memory for the reduce's send buffer");
     memcpy(c->scratch, x, sizeof(float) * n);
     return c->scratch;
 }
@@ -284,39 +462,39 @@ void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv,
     int s = charge(c, tag, b, b);
     const void *sb = send ? (const void *)send : recv;
     if (c->rank == root && sb == recv) sb = root == 0 ? MPI_IN_PLACE : (const void *)root_copy(c, recv, n);
-    double t0 = MPI_Wtime();
-    MPI_Reduce(sb, recv, count(c, n), MPI_FLOAT, MPI_SUM, root, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Ireduce(sb, recv, count(c, n), MPI_FLOAT, MPI_SUM, root, c->comm, &q);
+    block(c, s, &q, "reduce", root, 0);
 }
 
 void cb_comm_barrier(cb_comm *c, const char *tag) {
     int s = charge(c, tag, 0, 0);
-    double t0 = MPI_Wtime();
-    MPI_Barrier(c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Ibarrier(c->comm, &q);
+    block(c, s, &q, "barrier", -1, 0);
 }
 
 void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r) {
     uint64_t b = ring(c, n * sizeof(float), 2);
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "all-reduce", -1, 0);
     MPI_Iallreduce(in_place(send, recv), recv, count(c, n), MPI_FLOAT, mpi_op(op), c->comm, &r->req);
 }
 
 void cb_comm_ireduce_scatter(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
     MPI_Ireduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm, &r->req);
 }
 
 void cb_comm_iallgather(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_req *r) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(float), 1);
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "all-gather", -1, 0);
     MPI_Iallgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm, &r->req);
 }
 
 void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root, cb_comm_req *r) {
     uint64_t b = ring(c, n * sizeof(float), 1);
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "broadcast", root, 0);
     MPI_Ibcast(buf, count(c, n), MPI_FLOAT, root, c->comm, &r->req);
 }
 
@@ -329,22 +507,22 @@ static uint64_t ringv(const cb_comm *c, const int *counts, size_t esize) {
 
 void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, cb_comm_req *r) {
     uint64_t b = ringv(c, counts, sizeof(float));
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
     MPI_Ireduce_scatter(send ? (const void *)send : MPI_IN_PLACE, recv, counts, MPI_FLOAT, MPI_SUM, c->comm, &r->req);
 }
 
 void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs) {
     uint64_t b = ringv(c, counts, sizeof(float));
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
+    MPI_Request q;
     const void *sb = send ? (const void *)send : MPI_IN_PLACE;
-    MPI_Allgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Iallgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm, &q);
+    block(c, s, &q, "all-gather", -1, 0);
 }
 
 void cb_comm_iallgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, cb_comm_req *r) {
     uint64_t b = ringv(c, counts, sizeof(float));
-    req_start(r, c, charge(c, tag, b, b));
+    req_start(r, c, charge(c, tag, b, b), "all-gather", -1, 0);
     const void *sb = send ? (const void *)send : MPI_IN_PLACE;
     MPI_Iallgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm, &r->req);
 }
@@ -353,27 +531,27 @@ void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv
     uint64_t mine = (uint64_t)counts[c->rank] * sizeof(float);
     uint64_t rest = c->rank == root ? ringv(c, counts, sizeof(float)) : 0;
     int s = charge(c, tag, c->rank == root ? 0 : mine, rest);
-    double t0 = MPI_Wtime();
+    MPI_Request q;
     const void *sb = send;
     if (c->rank == root && send == recv + displs[root]) sb = MPI_IN_PLACE;
-    MPI_Gatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, root, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Igatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, root, c->comm, &q);
+    block(c, s, &q, "gather", root, 0);
 }
 
 void cb_comm_gather_bytes(cb_comm *c, const char *tag, const void *send, void *recv, size_t nbytes, int root) {
     int at_root = c->rank == root;
     int s = charge(c, tag, at_root ? 0 : nbytes, at_root ? (uint64_t)(c->size - 1) * nbytes : 0);
-    double t0 = MPI_Wtime();
-    MPI_Gather(send, count(c, nbytes), MPI_BYTE, recv, count(c, nbytes), MPI_BYTE, root, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Igather(send, count(c, nbytes), MPI_BYTE, recv, count(c, nbytes), MPI_BYTE, root, c->comm, &q);
+    block(c, s, &q, "gather", root, 0);
 }
 
 void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n) {
     uint64_t b = ring(c, (size_t)c->size * n * sizeof(int32_t), 1);
     int s = charge(c, tag, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Allgather(send, count(c, n), MPI_INT32_T, recv, count(c, n), MPI_INT32_T, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Iallgather(send, count(c, n), MPI_INT32_T, recv, count(c, n), MPI_INT32_T, c->comm, &q);
+    block(c, s, &q, "all-gather", -1, 0);
 }
 
 /* ---------------------------------------------------------------- agreement */
@@ -383,9 +561,9 @@ void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int
 static void control_allreduce(cb_comm *c, const void *send, void *recv, MPI_Datatype dt, size_t esize, MPI_Op op) {
     uint64_t b = ring(c, esize, 2);
     int s = charge(c, CB_COMM_CONTROL, b, b);
-    double t0 = MPI_Wtime();
-    MPI_Allreduce(send, recv, 1, dt, op, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Iallreduce(send, recv, 1, dt, op, c->comm, &q);
+    block(c, s, &q, "all-reduce", -1, 0);
 }
 
 int cb_comm_agree_error(cb_comm *c, int local_code) {
@@ -408,25 +586,25 @@ int cb_comm_agree_err(cb_comm *c, cb_err *e) {
 
 void cb_comm_send(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag) {
     int s = charge(c, tag, n * sizeof(float), 0);
-    double t0 = MPI_Wtime();
-    MPI_Send(buf, count(c, n), MPI_FLOAT, dest, mtag, c->comm);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Isend(buf, count(c, n), MPI_FLOAT, dest, mtag, c->comm, &q);
+    block(c, s, &q, "send", dest, mtag);
 }
 
 void cb_comm_recv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag) {
     int s = charge(c, tag, 0, n * sizeof(float));
-    double t0 = MPI_Wtime();
-    MPI_Recv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, MPI_STATUS_IGNORE);
-    c->tags[s].seconds += MPI_Wtime() - t0;
+    MPI_Request q;
+    MPI_Irecv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, &q);
+    block(c, s, &q, "receive", src, mtag);
 }
 
 void cb_comm_isend(cb_comm *c, const char *tag, const float *buf, size_t n, int dest, int mtag, cb_comm_req *r) {
-    req_start(r, c, charge(c, tag, n * sizeof(float), 0));
+    req_start(r, c, charge(c, tag, n * sizeof(float), 0), "send", dest, mtag);
     MPI_Isend(buf, count(c, n), MPI_FLOAT, dest, mtag, c->comm, &r->req);
 }
 
 void cb_comm_irecv(cb_comm *c, const char *tag, float *buf, size_t n, int src, int mtag, cb_comm_req *r) {
-    req_start(r, c, charge(c, tag, 0, n * sizeof(float)));
+    req_start(r, c, charge(c, tag, 0, n * sizeof(float)), "receive", src, mtag);
     MPI_Irecv(buf, count(c, n), MPI_FLOAT, src, mtag, c->comm, &r->req);
 }
 
@@ -439,9 +617,11 @@ int cb_comm_test(cb_comm_req *r) {
 }
 
 void cb_comm_wait(cb_comm_req *r) {
-    double t0 = MPI_Wtime();
-    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
-    if (r->c) r->c->tags[r->slot].seconds += MPI_Wtime() - t0;
+    if (!r->c) { /* already waited for, or never charged */
+        MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+        return;
+    }
+    block(r->c, r->slot, &r->req, r->op, r->peer, r->mtag);
     r->c = NULL;
 }
 

@@ -68,6 +68,8 @@ typedef struct cb_comm_req {
     MPI_Request req;
     cb_comm *c;
     int slot;
+    const char *op; /* "all-reduce", "receive"...: the stall watchdog's words */
+    int peer, mtag; /* root or partner (-1: none) and message tag */
 } cb_comm_req;
 
 /* ---------------------------------------------------------------- lifetime */
@@ -95,10 +97,23 @@ void cb_comm_wrap(cb_comm *c, MPI_Comm comm, const char *name);
 void cb_comm_split(cb_comm *parent, int color, int key, const char *name, cb_comm *out);
 void cb_comm_free(cb_comm *c);
 
+/* ---------------------------------------------------------------- stall watchdog */
+/* Every blocking wait (the blocking calls below, cb_comm_wait) polls and
+ * backs off once it is long (sleeps instead of spinning a core). A wait
+ * longer than seconds (0: never, the default) prints which operation, tag
+ * and communicator, which ranks have not arrived and where the others wait
+ * (asked on a communicator of the watchdog's own), and aborts the job with
+ * status CB_ESTALL. Paused (nesting) while a rank legitimately waits long,
+ * e.g. for another rank writing a checkpoint. */
+void cb_comm_set_stall_timeout(double seconds);
+void cb_comm_stall_pause(int paused);
+
 /* ---------------------------------------------------------------- errors */
 /* For an error only this rank knows: prints "cubist: rank R: msg" and ends
  * the whole job with MPI_Abort(MPI_COMM_WORLD, 2). */
 _Noreturn void cb_comm_fatal(const char *msg);
+/* cb_comm_fatal with its exit status: CB_ENOMEM for resources, not input. */
+_Noreturn void cb_comm_fatal_code(int code, const char *msg);
 /* Collective over c: the largest error code of any rank (0 when none). */
 int cb_comm_agree_error(cb_comm *c, int local_code);
 /* Collective over c: every rank ends with the same cb_err, the one of the
@@ -127,6 +142,9 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * send is NULL: then recv is the input on every rank). In place at a root
  * other than 0, recv is first copied to c->scratch (an MPICH bug, comm.c). */
 void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
+/* c->scratch sized for in-place reduces of n floats at a non-zero root, so
+ * none allocates later; CB_ENOMEM (0 otherwise) when it cannot be. */
+int cb_comm_reserve(cb_comm *c, size_t n);
 void cb_comm_barrier(cb_comm *c, const char *tag);
 
 void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r);

@@ -94,10 +94,12 @@ static void split_tensor(cb_grid *g) {
     }
 }
 
-int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *e) {
+/* The grid over base (MPI_COMM_WORLD, or MPI_COMM_SELF: a rank alone). */
+static int create_on(cb_grid *g, MPI_Comm base, int dp, int pp, int tp, cb_tp_mode mode,
+                     cb_err *e) {
     memset(g, 0, sizeof *g);
-    MPI_Comm_size(MPI_COMM_WORLD, &g->world_size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g->world_rank);
+    MPI_Comm_size(base, &g->world_size);
+    MPI_Comm_rank(base, &g->world_rank);
     int rc = cb_grid_check(dp, pp, tp, mode, g->world_size, e);
     if (rc) return rc;
     g->dp = dp, g->pp = pp, g->tp = tp, g->mode = mode;
@@ -105,7 +107,7 @@ int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *
     g->at = cb_grid_coords(dp, pp, tp, mode, g->world_rank);
     const cb_grid_coord *a = &g->at;
     MPI_Comm w;
-    MPI_Comm_dup(MPI_COMM_WORLD, &w);
+    MPI_Comm_dup(base, &w);
     cb_comm_wrap(&g->world, w, "world");
     cb_comm_split(&g->world, a->p * tp + a->t, a->d, "dp", &g->dpg);
     cb_comm_split(&g->world, a->d * tp + a->t, a->p, "pp", &g->ppg);
@@ -118,6 +120,14 @@ int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *
     add(g, &g->model);
     split_tensor(g);
     return CB_OK;
+}
+
+int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *e) {
+    return create_on(g, MPI_COMM_WORLD, dp, pp, tp, mode, e);
+}
+
+int cb_grid_create_self(cb_grid *g, cb_err *e) {
+    return create_on(g, MPI_COMM_SELF, 1, 1, 1, CB_TP_1D, e);
 }
 
 void cb_grid_free(cb_grid *g) {
@@ -137,7 +147,7 @@ void cb_grid_print(cb_grid *g, FILE *f) {
     MPI_Get_processor_name(host, &len);
     char *all = NULL;
     if (g->world_rank == 0) all = calloc((size_t)g->world_size, MPI_MAX_PROCESSOR_NAME);
-    if (g->world_rank == 0 && !all) cb_comm_fatal("out of memory for --print-grid");
+    if (g->world_rank == 0 && !all) cb_comm_fatal_code(CB_ENOMEM, "out of memory for --print-grid");
     cb_comm_gather_bytes(&g->world, CB_COMM_CONTROL, host, all, MPI_MAX_PROCESSOR_NAME, 0);
     if (g->world_rank != 0) return;
     fprintf(f, "grid: %d processes = dp %d x pp %d x tp %d (tp-mode %s, q=%d)\n", g->world_size,

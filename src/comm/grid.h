@@ -13,7 +13,7 @@
  * Every sub-communicator's rank order is its block order: a gather over
  * INPUT of X shards (token block i*q + j) yields the tokens of block i in
  * order, a gather over the INPUT x WEIGHT plane yields token blocks
- * 0..q^2-1, and so on (see shared/reference/parallelism.md, 3-D).
+ * 0..q^2-1, and so on (see docs/parallelism.md, 3-D).
  * Other groups: dp (same p, t; rank = d), pp (same d, t; rank = p = stage),
  * tp (same d, p; rank = t), model (same d, all pp*tp ranks that together
  * hold one replica; rank = p * tp + t), for sums over every shard such as
@@ -59,6 +59,9 @@ cb_grid_coord cb_grid_coords(int dp, int pp, int tp, cb_tp_mode mode, int world_
 /* Collective over the world: checks, then splits every group. On CB_EINPUT
  * no communicator was created and every rank returned the same error. */
 int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *e);
+/* A grid of this rank alone (every group of size 1), whatever the world:
+ * benchmarks of one rank's work beside others. */
+int cb_grid_create_self(cb_grid *g, cb_err *e);
 void cb_grid_free(cb_grid *g);
 /* Collective over the world: rank 0 prints one line per world rank
  * (d, p, t, tensor coordinates, host) to f, for --print-grid; the host

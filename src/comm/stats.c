@@ -79,7 +79,7 @@ static void gather_ranks(cb_comm_steplog *l) {
     double mine[RF_N] = {(double)t.bytes_sent, (double)t.bytes_recv, (double)t.calls, t.seconds};
     int p = l->world->size, root = l->world->rank == 0;
     double *all = root ? malloc(sizeof(double) * RF_N * (size_t)p) : NULL;
-    if (root && !all) cb_comm_fatal("out of memory gathering the step's counters");
+    if (root && !all) cb_comm_fatal_code(CB_ENOMEM, "out of memory gathering the step's counters");
     cb_comm_gather_bytes(l->world, CB_COMM_CONTROL, mine, all, sizeof mine, 0);
     for (int r = 0; root && r < p; r++) {
         const double *v = all + RF_N * r;
@@ -309,7 +309,7 @@ void cb_comm_report_ranks(cb_comm *world, cb_comm *const *cs, int n, FILE *f) {
     int per = n * (CB_COMM_MAX_TAGS + 1) + 1, p = world->size;
     report_row *mine = calloc((size_t)per, sizeof *mine), *all = NULL;
     if (world->rank == 0) all = calloc((size_t)per * p, sizeof *all);
-    if (!mine || (world->rank == 0 && !all)) cb_comm_fatal("out of memory for --comm-report");
+    if (!mine || (world->rank == 0 && !all)) cb_comm_fatal_code(CB_ENOMEM, "out of memory for --comm-report");
     report_rows(cs, n, mine);
     cb_comm_gather_bytes(world, CB_COMM_CONTROL, mine, all, sizeof *mine * per, 0);
     if (all) print_spread(all, per, p, f);

@@ -19,15 +19,13 @@ int cb_loader_init(cb_loader *l, const cb_tokens *tok, int B, int T, int shuffle
 
 void cb_loader_next(cb_loader *l, int *inp, int *targets, int r0, int nrows) {
     size_t T = l->T, run = (size_t)l->B * T + 1, nruns = l->tok->n / run;
-    const uint16_t *base = l->tok->tok + (l->k % nruns) * run;
+    size_t base = (l->k % nruns) * run;
     for (int b = 0; b < l->B; b++) {
-        const uint16_t *row = base + b * T;
-        if (l->shuffle) row = l->tok->tok + cb_rng_below(&l->rng, l->tok->n - T);
+        size_t row = base + b * T;
+        if (l->shuffle) row = cb_rng_below(&l->rng, l->tok->n - T);
         if (b < r0 || b >= r0 + nrows) continue;
-        for (size_t t = 0; t < T; t++) {
-            inp[(b - r0) * T + t] = row[t];
-            targets[(b - r0) * T + t] = row[t + 1];
-        }
+        cb_tokens_read(l->tok, row, T, inp + (b - r0) * T);
+        cb_tokens_read(l->tok, row + 1, T, targets + (b - r0) * T);
     }
     l->k++;
 }

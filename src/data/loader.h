@@ -1,4 +1,6 @@
-/* Batches from a token file. Sequential mode: micro-batch k is the k-th run
+/* Batches from a token stream: one file, or shards read as their
+ * concatenation (so both modes, and the position a checkpoint saves, are
+ * the same across shards). Sequential mode: micro-batch k is the k-th run
  * of B*T+1 tokens from the start (wrapping), row b being tokens
  * [b*T, b*T+T] of the run. Shuffled mode: each row starts at an offset drawn
  * from the loader's RNG. The whole micro-batch is drawn on every rank; a

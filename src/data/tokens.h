@@ -10,7 +10,10 @@
 #include "cubist.h"
 #include "formats/fileio.h"
 
-/* Writes the llm.c header and tok (n) to path.tmp; commit with
- * fio_atomic_commit, drop with fio_atomic_abort. On failure nothing is left. */
-int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, cb_err *e);
+/* Writes the llm.c header (tokenizer tag in word 3) and tok (n) to
+ * path.tmp; commit with fio_atomic_commit, drop with fio_atomic_abort. On
+ * failure nothing is left. */
+int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n, int tag, cb_err *e);
+/* Tag of a tokenizer name (cb_tokenizer_tag_name's inverse); 0 if unknown. */
+int cb_tokenizer_tag(const char *name);
 #endif

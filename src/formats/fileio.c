@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,26 @@ void fio_unmap(void *map, size_t size) {
     if (map && size) munmap(map, size);
 }
 
+/* The temporary file being written now, for fio_abandon (a signal handler
+ * may read it at any instant: set before the file exists, cleared after it
+ * is gone). One at a time: cubist writes its files one after the other. */
+static char g_tmp[4096];
+static volatile sig_atomic_t g_tmp_set;
+
+static void track(const char *tmp) {
+    g_tmp_set = 0;
+    if (tmp && strlen(tmp) < sizeof g_tmp) {
+        memcpy(g_tmp, tmp, strlen(tmp) + 1);
+        g_tmp_set = 1;
+    }
+}
+
+void fio_abandon(void) {
+    if (g_tmp_set) unlink(g_tmp);
+}
+
 void fio_atomic_abort(fio_atomic *a) {
+    track(NULL);
     if (a->fd >= 0) close(a->fd);
     if (a->tmp) unlink(a->tmp);
     free(a->tmp);
@@ -69,9 +89,11 @@ int fio_atomic_open(fio_atomic *a, const char *path, cb_err *e) {
     if (!a->tmp) return cb_fail(e, CB_ENOMEM, "%s: out of memory naming the temporary file", path);
     memcpy(a->tmp, path, n);
     memcpy(a->tmp + n, ".tmp", 5);
+    track(a->tmp);
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (a->fd < 0) {
         int err = errno;
+        track(NULL);
         free(a->tmp); /* never created: nothing to unlink, and it may be someone else's */
         a->tmp = NULL;
         return cb_fail(e, CB_ESYS, "%s: cannot create %s.tmp: %s; check that the directory exists and is writable",
@@ -93,7 +115,7 @@ int fio_atomic_write(fio_atomic *a, const void *buf, size_t n, cb_err *e) {
 }
 
 /* The rename is only durable once the directory entry is on disk. */
-static int fsync_dir(const char *path) {
+int fio_sync_dir(const char *path) {
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     if (!dir) return ENOMEM;
@@ -111,9 +133,10 @@ int fio_atomic_commit(fio_atomic *a, cb_err *e) {
     a->fd = -1;
     if (close(fd) != 0) return sys_fail(a, e, "closing", errno);
     if (rename(a->tmp, a->path) != 0) return sys_fail(a, e, "renaming", errno);
+    track(NULL);
     free(a->tmp);
     a->tmp = NULL;
-    int err = fsync_dir(a->path);
+    int err = fio_sync_dir(a->path);
     if (err) return cb_fail(e, CB_ESYS, "%s: written, but syncing its directory failed: %s; the file may not survive a crash",
                             a->path, strerror(err));
     return CB_OK;

@@ -24,6 +24,12 @@ typedef struct fio_atomic {
 int fio_atomic_open(fio_atomic *a, const char *path, cb_err *e);
 int fio_atomic_write(fio_atomic *a, const void *buf, size_t n, cb_err *e);
 int fio_atomic_commit(fio_atomic *a, cb_err *e);
+/* Async-signal-safe: removes the temporary file being written, if any, for
+ * a process that must end at once (a second SIGINT). */
+void fio_abandon(void);
+/* fsyncs the directory holding path, so a rename in it is durable: 0 or
+ * an errno value. */
+int fio_sync_dir(const char *path);
 /* Drops the temporary file; safe after a failed call. */
 void fio_atomic_abort(fio_atomic *a);
 

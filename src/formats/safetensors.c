@@ -1,8 +1,10 @@
-/* safetensors, F32 only: u64 little-endian header length N, N bytes of JSON
+/* safetensors: u64 little-endian header length N, N bytes of JSON
  * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
  *  "__metadata__": {str: str}}, then the data section at byte 8 + N.
  * Reading maps the file and checks every entry against the data section,
- * so a caller may trust offset and nbytes. */
+ * so a caller may trust offset and nbytes. Tensors are F32, F16 or BF16
+ * (published weights); cubist computes in F32, so the halves are converted
+ * on reading, and written only by converting a whole file (export). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is l
 #define ST_META "__metadata__"
 
 static const char *ST_CORRUPT = "the file is corrupt or not safetensors";
+static const char *const DTYPE_NAME[3] = {"F32", "F16", "BF16"};
+static const unsigned DTYPE_SIZE[3] = {4, 2, 2};
 
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
@@ -30,7 +34,7 @@ static int64_t json_uint(const json_val *v) {
     return v && v->type == JSON_INT && v->i >= 0 ? v->i : -1;
 }
 
-/* shape -> t->ndim, t->shape, and the F32 byte count in *nbytes. */
+/* shape -> t->ndim, t->shape, and the byte count at t->dtype in *nbytes. */
 static int read_shape(const char *path, const char *name, const json_val *s, cb_st_tensor *t,
                       uint64_t *nbytes, cb_err *e) {
     if (!s || s->type != JSON_ARR)
@@ -38,7 +42,7 @@ static int read_shape(const char *path, const char *name, const json_val *s, cb_
     if (s->n > 4)
         return cb_fail(e, CB_EINPUT, "%s: tensor '%s' has %d dimensions; cubist reads at most 4: reshape it before saving",
                        path, name, s->n);
-    uint64_t bytes = 4;
+    uint64_t bytes = DTYPE_SIZE[t->dtype];
     t->ndim = s->n;
     for (int d = 0; d < s->n; d++) {
         int64_t x = json_uint(&s->v[d]);
@@ -87,16 +91,19 @@ static int read_tensor(const char *path, const char *name, size_t namelen, const
     const json_val *dt = json_get(v, "dtype");
     if (!dt || dt->type != JSON_STR)
         return cb_fail(e, CB_EINPUT, "%s: tensor '%s' has no \"dtype\" string; %s", path, name, ST_CORRUPT);
-    if (strcmp(dt->s, "F32") != 0)
-        return cb_fail(e, CB_EINPUT, "%s: tensor '%s' has dtype %.16s; cubist reads only F32: convert the file to "
-                       "float32 (in PyTorch: {k: v.float() for k, v in state_dict.items()})", path, name, dt->s);
+    t->dtype = -1;
+    for (int d = 0; d < 3; d++)
+        if (!strcmp(dt->s, DTYPE_NAME[d])) t->dtype = d;
+    if (t->dtype < 0)
+        return cb_fail(e, CB_EINPUT, "%s: tensor '%s' has dtype %.16s; cubist reads F32, F16 and BF16: convert the "
+                       "file to float32 (in PyTorch: {k: v.float() for k, v in state_dict.items()})", path, name, dt->s);
     uint64_t nbytes = 0;
     int rc = read_shape(path, name, json_get(v, "shape"), t, &nbytes, e);
     if (rc) return rc;
     if ((rc = read_offsets(path, name, json_get(v, "data_offsets"), datasize, t, e))) return rc;
     if (nbytes != t->nbytes)
-        return cb_fail(e, CB_EINPUT, "%s: tensor '%s' shape needs %llu bytes of F32 but data_offsets span %zu; %s",
-                       path, name, (unsigned long long)nbytes, t->nbytes, ST_CORRUPT);
+        return cb_fail(e, CB_EINPUT, "%s: tensor '%s' shape needs %llu bytes of %s but data_offsets span %zu; %s",
+                       path, name, (unsigned long long)nbytes, DTYPE_NAME[t->dtype], t->nbytes, ST_CORRUPT);
     return CB_OK;
 }
 
@@ -212,6 +219,53 @@ const cb_st_tensor *cb_st_find(const cb_st_file *f, const char *name) {
     return NULL;
 }
 
+const cb_st_tensor *cb_st_find_hf(const cb_st_file *f, const char *name) {
+    char hf[128];
+    const cb_st_tensor *t = cb_st_find(f, name);
+    snprintf(hf, sizeof hf, "transformer.%s", name);
+    return t ? t : cb_st_find(f, hf);
+}
+
+/* The halves through the compiler's _Float16 (IEEE binary16: conversions
+ * exact one way, round to nearest even the other) and bit operations for
+ * bfloat16 (the top half of a float32). */
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
+
+void cb_st_read_f32(const cb_st_file *f, const cb_st_tensor *t, float *out) {
+    const uint8_t *p = f->data + t->offset;
+    size_t n = t->nbytes / DTYPE_SIZE[t->dtype];
+    if (t->dtype == CB_ST_F32) {
+        memcpy(out, p, t->nbytes);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, sizeof h);
+        _Float16 x;
+        memcpy(&x, &h, sizeof x);
+        out[i] = t->dtype == CB_ST_BF16 ? bf16_to_f32(h) : (float)x;
+    }
+}
+
+int cb_st_dtype_parse(const char *s, int *dtype, cb_err *e) {
+    static const char *const flag[3] = {"fp32", "f16", "bf16"};
+    for (int d = 0; d < 3; d++)
+        if (!strcmp(s, flag[d])) return *dtype = d, CB_OK;
+    return cb_fail(e, CB_EINPUT, "--save-dtype '%s' is unknown; use fp32, bf16 or f16", s);
+}
+
 const char *cb_st_meta(const cb_st_file *f, const char *key) {
     for (int i = 0; i < f->nmeta; i++)
         if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
@@ -220,8 +274,8 @@ const char *cb_st_meta(const cb_st_file *f, const char *key) {
 
 /* ---------------------------------------------------------------- writing */
 
-static size_t entry_bytes(const cb_st_entry *t) {
-    size_t n = 4;
+static size_t entry_numel(const cb_st_entry *t) {
+    size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
     return n;
 }
@@ -233,7 +287,7 @@ static int check_entries(const char *path, const cb_st_entry *t, int n, const ch
         int ok = nm && strlen(nm) < sizeof ((cb_st_tensor *)0)->name && strcmp(nm, ST_META) != 0
                  && t[i].ndim >= 0 && t[i].ndim <= 4;
         for (int d = 0; ok && d < t[i].ndim; d++) ok = t[i].shape[d] >= 0;
-        if (ok && !t[i].data) ok = entry_bytes(&t[i]) == 0;
+        if (ok && !t[i].data) ok = entry_numel(&t[i]) == 0;
         for (int j = 0; ok && j < i; j++) ok = strcmp(t[j].name, nm) != 0;
         if (!ok)
             return cb_fail(e, CB_EINTERNAL, "%s: tensor entry %d ('%.40s') has a bad or duplicate name, "
@@ -246,7 +300,8 @@ static int check_entries(const char *path, const cb_st_entry *t, int n, const ch
 
 /* JSON header, padded with spaces so the data section starts 8-aligned
  * (as the reference writer does, so readers may map floats in place). */
-static void build_header(json_buf *b, const cb_st_entry *t, int n, const char *const *meta, int nmeta) {
+static void build_header(json_buf *b, const cb_st_entry *t, int n, const char *const *meta, int nmeta,
+                         int dtype) {
     jb_puts(b, "{");
     if (nmeta > 0) {
         jb_puts(b, "\"" ST_META "\":{");
@@ -262,9 +317,9 @@ static void build_header(json_buf *b, const cb_st_entry *t, int n, const char *c
     for (int i = 0; i < n; i++) {
         if (i || nmeta > 0) jb_puts(b, ",");
         jb_str(b, t[i].name);
-        jb_puts(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        jb_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", DTYPE_NAME[dtype]);
         for (int d = 0; d < t[i].ndim; d++) jb_printf(b, d ? ",%lld" : "%lld", (long long)t[i].shape[d]);
-        size_t nb = entry_bytes(&t[i]);
+        size_t nb = entry_numel(&t[i]) * DTYPE_SIZE[dtype];
         jb_printf(b, "],\"data_offsets\":[%zu,%zu]}", off, off + nb);
         off += nb;
     }
@@ -272,7 +327,24 @@ static void build_header(json_buf *b, const cb_st_entry *t, int n, const char *c
     while (!b->oom && b->len % 8) jb_puts(b, " ");
 }
 
-static int write_file(const char *path, const json_buf *h, const cb_st_entry *t, int n, cb_err *e) {
+/* One tensor's floats at dtype, in chunks of halves. */
+static int write_data(fio_atomic *a, const float *x, size_t n, int dtype, cb_err *e) {
+    if (dtype == CB_ST_F32) return fio_atomic_write(a, x, n * sizeof *x, e);
+    uint16_t buf[4096];
+    int rc = CB_OK;
+    for (size_t i = 0; i < n && !rc; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        for (size_t j = 0; j < k; j++) {
+            _Float16 h = (_Float16)x[i + j];
+            if (dtype == CB_ST_BF16) buf[j] = f32_to_bf16(x[i + j]);
+            else memcpy(&buf[j], &h, sizeof h);
+        }
+        rc = fio_atomic_write(a, buf, k * sizeof *buf, e);
+    }
+    return rc;
+}
+
+static int write_file(const char *path, const json_buf *h, const cb_st_entry *t, int n, int dtype, cb_err *e) {
     fio_atomic a;
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h->len >> (8 * i));
@@ -280,19 +352,57 @@ static int write_file(const char *path, const json_buf *h, const cb_st_entry *t,
     if (!rc) rc = fio_atomic_write(&a, len, 8, e);
     if (!rc) rc = fio_atomic_write(&a, h->p, h->len, e);
     for (int i = 0; i < n && !rc; i++)
-        if (t[i].data) rc = fio_atomic_write(&a, t[i].data, entry_bytes(&t[i]), e);
+        if (t[i].data) rc = write_data(&a, t[i].data, entry_numel(&t[i]), dtype, e);
     if (!rc) rc = fio_atomic_commit(&a, e);
+    return rc;
+}
+
+static int st_write(const char *path, const cb_st_entry *t, int n, const char *const *meta, int nmeta,
+                    int dtype, cb_err *e) {
+    int rc = check_entries(path, t, n, meta, nmeta, e);
+    if (rc) return rc;
+    json_buf h = {0};
+    build_header(&h, t, n, meta, nmeta, dtype);
+    if (h.oom) rc = cb_fail(e, CB_ENOMEM, "%s: out of memory building the header", path);
+    else rc = write_file(path, &h, t, n, dtype, e);
+    jb_free(&h);
     return rc;
 }
 
 int cb_st_write(const char *path, const cb_st_entry *t, int n,
                 const char *const *meta, int nmeta, cb_err *e) {
-    int rc = check_entries(path, t, n, meta, nmeta, e);
+    return st_write(path, t, n, meta, nmeta, CB_ST_F32, e);
+}
+
+/* Every tensor of f as floats (one block) and entries naming them. */
+static int read_all(const cb_st_file *f, const char *path, cb_st_entry *t, float **block, cb_err *e) {
+    size_t total = 0;
+    for (int i = 0; i < f->n; i++) total += f->t[i].nbytes / DTYPE_SIZE[f->t[i].dtype];
+    *block = malloc((total + 1) * sizeof **block);
+    if (!*block) return cb_fail(e, CB_ENOMEM, "out of memory converting %s", path);
+    size_t off = 0;
+    for (int i = 0; i < f->n; i++) {
+        const cb_st_tensor *s = &f->t[i];
+        t[i] = (cb_st_entry){.name = s->name, .ndim = s->ndim, .data = *block + off};
+        memcpy(t[i].shape, s->shape, sizeof s->shape);
+        cb_st_read_f32(f, s, *block + off);
+        off += s->nbytes / DTYPE_SIZE[s->dtype];
+    }
+    return CB_OK;
+}
+
+int cb_st_convert(const char *path, int dtype, cb_err *e) {
+    if (dtype == CB_ST_F32) return CB_OK;
+    cb_st_file f;
+    int rc = cb_st_open(path, &f, e);
     if (rc) return rc;
-    json_buf h = {0};
-    build_header(&h, t, n, meta, nmeta);
-    if (h.oom) rc = cb_fail(e, CB_ENOMEM, "%s: out of memory building the header", path);
-    else rc = write_file(path, &h, t, n, e);
-    jb_free(&h);
+    cb_st_entry *t = calloc((size_t)f.n + 1, sizeof *t);
+    const char **meta = calloc(2 * (size_t)f.nmeta + 1, sizeof *meta);
+    float *block = NULL;
+    rc = t && meta ? read_all(&f, path, t, &block, e) : cb_fail(e, CB_ENOMEM, "out of memory converting %s", path);
+    for (int i = 0; i < f.nmeta; i++) meta[2 * i] = f.meta_key[i], meta[2 * i + 1] = f.meta_val[i];
+    if (!rc) rc = st_write(path, t, f.n, meta, f.nmeta, dtype, e);
+    free(block), free(t), free(meta);
+    cb_st_close(&f);
     return rc;
 }

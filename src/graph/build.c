@@ -68,7 +68,7 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     const cb_layer *l = n->l;
     double N = (double)m->Bm * m->T, f = sizeof(float);
     double H = n->out >= 0 ? m->acts[n->out]->H : 0;
-    *x = (cb_pp_module){.act_bytes = f * N * H, .tie = l && uses[l->idx] > 1 ? l->idx : -1,
+    *x = (cb_pp_module){.act_bytes = f * N * H, .tie = l && uses && uses[l->idx] > 1 ? l->idx : -1,
                         .flops = 3 * N * H};
     if (n->kind == N_LINEAR) {
         double io = (double)l->lin.in * l->lin.out;
@@ -78,7 +78,7 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     } else if (n->kind == N_NORM) {
         x->flops = 10 * N * l->norm.C, x->param_bytes = f * 2 * l->norm.C;
     } else if (n->kind == N_EMBED) {
-        x->param_bytes = f * ((double)l->emb.V + m->T) * l->emb.C;
+        x->param_bytes = f * ((double)l->emb.V + l->emb.T) * l->emb.C;
     } else if (n->kind == N_LOSS) {
         x->flops = 6 * N * l->emb.C * l->emb.V, x->param_bytes = f * (double)l->emb.V * l->emb.C;
         x->act_bytes = f * N * (l->emb.V + 1);
@@ -93,17 +93,43 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     snprintf(x->name, sizeof x->name, "%.23s", nm);
 }
 
+/* The partition's modules, runs of nodes [u[k], u[k+1]): every node is
+ * one, or under block_units each declared block is one and so is each run
+ * of nodes between blocks (cubist train's GPT: the embedding, each block,
+ * the head). Returns their count. */
+static int module_starts(const cb_model *m, int *u) {
+    int k = 0;
+    for (int i = 0; i < m->nnodes; i++)
+        if (!i || !m->d->block_units || m->nodes[i].seg != m->nodes[i - 1].seg) u[k++] = i;
+    u[k] = m->nnodes;
+    return k;
+}
+
+/* Module k's figures: the sums of its nodes'. */
+static void module_of(const cb_model *m, const int *u, int k, const int *uses, cb_pp_module *x) {
+    node_module(m, u[k], uses, x);
+    for (int i = u[k] + 1; i < u[k + 1]; i++) {
+        cb_pp_module y;
+        node_module(m, i, uses, &y);
+        x->flops += y.flops, x->param_bytes += y.param_bytes, x->act_bytes += y.act_bytes;
+        if (x->tie < 0) x->tie = y.tie;
+    }
+}
+
 static int partition(cb_model *m, cb_err *e) {
     cb_dist *d = m->d;
-    int n = m->nnodes, nvs = m->P * m->v;
-    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int));
-    cb_pp_module *mod = calloc((size_t)n, sizeof *mod);
-    double *cost = calloc((size_t)n, sizeof *cost);
+    int nvs = m->P * m->v;
+    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int)), *u = calloc((size_t)m->nnodes + 1, sizeof(int));
+    cb_pp_module *mod = calloc((size_t)m->nnodes + 1, sizeof *mod);
+    double *cost = calloc((size_t)m->nnodes + 1, sizeof *cost);
     cb_pp_partition pt;
-    int rc = uses && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
-    for (int i = 0; !rc && i < n; i++)
+    int rc = uses && u && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
+    int n = rc ? 0 : module_starts(m, u);
+    for (int i = 0; !rc && i < m->nnodes; i++)
         if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
-    for (int i = 0; !rc && i < n; i++) node_module(m, i, uses, &mod[i]);
+    for (int k = 0; !rc && k < n; k++) module_of(m, u, k, uses, &mod[k]);
+    if (!rc && nvs > 1 && d->profile && !strcmp(d->partition, "auto"))
+        rc = cb_graph_profile(m, u, n, mod, e);
     if (!rc) cb_pp_module_costs(mod, n, d->mem_weight, cost);
     if (!rc && nvs == 1) pt = (cb_pp_partition){.nstages = 1, .nmod = n, .bound = {0, n}};
     else if (!rc && !strcmp(d->partition, "auto"))
@@ -112,14 +138,19 @@ static int partition(cb_model *m, cb_err *e) {
     else if (!rc && !strcmp(d->partition, "equal")) rc = cb_pp_partition_equal(cost, n, nvs, &pt, e);
     else if (!rc) rc = cb_pp_partition_parse(d->partition, cost, n, nvs, &pt, e);
     for (int s = 0; !rc && s < nvs; s++)
-        for (int i = pt.bound[s]; i < pt.bound[s + 1]; i++) m->nodes[i].vs = s;
+        for (int i = u[pt.bound[s]]; i < u[pt.bound[s + 1]]; i++) m->nodes[i].vs = s;
     if (!rc && nvs > 1 && d->print_partition && d->g.world_rank == 0) {
-        printf("partition of %d operations into %d stages, memory weight %g, FLOP costs:\n", n,
-               nvs, d->mem_weight);
+        printf("partition of %d %s into %d stages, memory weight %g:\n", n,
+               d->block_units ? "modules" : "operations", nvs, d->mem_weight);
         cb_pp_partition_print(stdout, &pt, mod, d->mem_weight, m->P);
         fflush(stdout);
     }
-    free(uses), free(mod), free(cost);
+    for (int i = 0; !rc && i < m->nnodes; i++) {
+        cb_pp_module y;
+        node_module(m, i, uses, &y);
+        m->flops += y.flops;
+    }
+    free(uses), free(u), free(mod), free(cost);
     return rc;
 }
 
@@ -144,7 +175,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
         *kind = CB_P_NORM;
         *init = CB_INIT_NORMAL;
     } else if (l->kind == G_EMBED) {
-        *d0 = k == 0 ? l->emb.V : l->m->T;
+        *d0 = k == 0 ? l->emb.V : l->emb.T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
         *init = CB_INIT_NORMAL;
@@ -195,7 +226,8 @@ static int make_table(cb_model *m, cb_err *e) {
             int decay, init;
             cb_param_kind kind;
             tensor_spec(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, i, kind, l->parts, l->parity);
+            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, l->kind == G_EMBED ? -1 : i, kind,
+                                 l->parts, l->parity); /* -1: --decay-embed applies */
             if (t < 0) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
             l->t[k] = t;
             if (ovs % m->P != m->me) m->pt.t[t].owner = 0;
@@ -548,26 +580,78 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
     return CB_OK;
 }
 
-static int plan_scratch(cb_model *m, cb_err *e) {
-    size_t tmp = 1, att = 1, tie = 1;
+/* Floats of the engine's own scratch: a gradient share (or a tied
+ * tensor's received gradient), attention's backward; with the
+ * recommendation nodes, a second share (a product's or concatenation's
+ * second input), their layout scratch (layout/rec.h) and one id field of a
+ * micro-batch (ints). None of them grows during a step. */
+typedef struct scratch {
+    size_t tmp, att, tmp2, rec, fids;
+} scratch;
+
+static scratch scratch_floats(const cb_model *m) {
+    size_t tie = 1, H = 1, N = (size_t)m->Bm * m->T;
+    scratch s = {.tmp = 1, .att = 1};
+    int two = 0, rec = 0;
     for (int v = 0; v < m->nacts; v++) {
         size_t n = cb_graph_value_floats(m, v);
-        if (n > tmp) tmp = n;
+        if (n > s.tmp) s.tmp = n;
+        if ((size_t)m->acts[v]->H > H) H = (size_t)m->acts[v]->H;
     }
-    for (int i = 0; i < m->nnodes; i++)
-        if (m->nodes[i].kind == N_ATTN && m->nodes[i].keep > att) att = m->nodes[i].keep;
+    for (int i = 0; i < m->nnodes; i++) {
+        int k = m->nodes[i].kind;
+        if (k == N_ATTN && m->nodes[i].keep > s.att) s.att = m->nodes[i].keep;
+        two |= k == N_MUL || k == N_CONCAT;
+        rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
+    }
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
-    int H = 1, N = m->Bm * m->T;
-    for (int v = 0; v < m->nacts; v++) H = m->acts[v]->H > H ? m->acts[v]->H : H;
-    m->tmp = malloc(sizeof(float) * (tmp > tie ? tmp : tie));
-    m->tmp2 = malloc(sizeof(float) * tmp);
-    m->att_scratch = malloc(sizeof(float) * att);
-    m->rec_scratch = malloc(sizeof(float) * cb_rec_scratch_floats(N, H));
-    m->fids = malloc(sizeof(int) * N);
-    return m->tmp && m->tmp2 && m->att_scratch && m->rec_scratch && m->fids
-               ? CB_OK
-               : cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+    if (tie > s.tmp) s.tmp = tie;
+    s.tmp2 = two ? s.tmp : 0;
+    s.rec = rec ? cb_rec_scratch_floats((int)N, (int)H) : 0;
+    s.fids = m->fields > 1 ? N : 0;
+    return s;
+}
+
+static size_t scratch_bytes(scratch s) {
+    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec) + sizeof(int) * s.fids;
+}
+
+static int plan_scratch(cb_model *m, cb_err *e) {
+    scratch s = scratch_floats(m);
+    m->tmp = malloc(sizeof(float) * s.tmp);
+    m->att_scratch = malloc(sizeof(float) * s.att);
+    m->tmp2 = s.tmp2 ? malloc(sizeof(float) * s.tmp2) : NULL;
+    m->rec_scratch = s.rec ? malloc(sizeof(float) * s.rec) : NULL;
+    m->fids = s.fids ? malloc(sizeof(int) * s.fids) : NULL;
+    if (!m->tmp || !m->att_scratch || (s.tmp2 && !m->tmp2) || (s.rec && !m->rec_scratch) ||
+        (s.fids && !m->fids))
+        return cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+    return CB_OK;
+}
+
+/* Every operator of this rank declares its workspace for the shapes it
+ * will run (layout.h, cb_layout_use); allocated once after the memory
+ * check, so no step allocates. A node's input is in a slot (one per
+ * micro-batch in flight) or in a buffer that recompute shares (one), so
+ * the chunk's slots bound the inputs awaiting backward. */
+static void plan_layout(cb_model *m) {
+    static const int op[N_KINDS] = {[N_EMBED] = CB_OP_EMBED, [N_LINEAR] = CB_OP_LINEAR,
+                                    [N_NORM] = CB_OP_NORM,   [N_ATTN] = CB_OP_ATTN,
+                                    [N_GELU] = -1,           [N_ADD] = -1,
+                                    [N_LOSS] = CB_OP_HEAD,   [N_LOOKUP] = -1,
+                                    [N_MUL] = -1,            [N_RELU] = -1,
+                                    [N_CONCAT] = -1,         [N_LOGIT] = -1};
+    for (int i = 0; i < m->nnodes; i++) {
+        gnode *n = &m->nodes[i];
+        if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
+        cb_layer *l = n->l;
+        l->lin.parity = l->norm.parity = l->parity;
+        cb_layout_use u = {.op = (cb_layout_op)op[n->kind], .B = m->Bm, .T = m->T,
+                           .inflight = m->ch[n->vs / m->P].nslots, .lin = &l->lin,
+                           .norm = &l->norm, .emb = &l->emb};
+        cb_layout_plan(m->L, &u);
+    }
 }
 
 /* ---------------------------------------------------------------- build */
@@ -595,18 +679,23 @@ static int plan(cb_model *m, cb_err *e) {
 }
 
 /* This rank's bytes once built: parameters and gradients, AdamW's two
- * moments of its range, the activation plan; against --max-memory. */
+ * moments of its range, the activation plan (with the pipeline's message
+ * buffers) and the workspace (the layout's and the engine's scratch);
+ * against --max-memory. Not counted: the row buffers of the sparse and
+ * split embedding paths (--embed-grad, one vocabulary of indices). */
 static int check_memory(cb_model *m, cb_err *e) {
     double lim = m->d->max_memory, f = sizeof(float), np = (double)m->pt.nparams;
     int dp = m->d->g.dp > 1, zero = dp && m->d->zero;
     double opt = 2 * f * (zero ? np / m->d->g.dp : np), act = (double)cb_model_activation_bytes(m);
-    double need = 2 * f * np + opt + act;
+    double ws = (double)cb_layout_workspace_bytes(m->L) + (double)scratch_bytes(scratch_floats(m));
+    double need = 2 * f * np + opt + act + ws;
     if (lim <= 0 || need <= lim) return CB_OK;
     return cb_fail(e, CB_ENOMEM,
                    "the model needs %.0f bytes on world rank %d (parameters and gradients %.0f, "
-                   "AdamW %.0f, activations %.0f), over --max-memory %.0f; spread it (--pp, --tp, "
-                   "--zero 1), --recompute block, fewer --micro-batches, or raise the limit",
-                   need, m->d->g.world_rank, 2 * f * np, opt, act, lim);
+                   "AdamW %.0f, activations %.0f, workspace %.0f), over --max-memory %.0f; spread "
+                   "it (--pp, --tp, --zero 1), --recompute block, fewer --micro-batches, or raise "
+                   "the limit",
+                   need, m->d->g.world_rank, 2 * f * np, opt, act, ws, lim);
 }
 
 /* The embedding paths' query (dp.h): the last backward's ids and the
@@ -626,7 +715,7 @@ static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
  * this rank's first, whole, and whose tied head runs here too. */
 static int lookup_here(const cb_model *m) {
     const cb_layer *l = m->layers[0];
-    return m->P == 1 && m->L->tp == 1 && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
+    return m->P == 1 && (m->L->caps & CB_LAYOUT_WHOLE) && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
            m->nodes[m->loss_node].l == l && l->t[0] == 0;
 }
 
@@ -635,8 +724,44 @@ static int init_dp(cb_model *m, cb_err *e) {
     cb_dp_model src = {.ctx = m, .split_ok = here, .lookup = here ? lookup : NULL,
                        .exclude_lookup = exclude_lookup};
     return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
-                            m->pt.nparams, m->d->zero, m->d->embed_grad, BUCKET_MB,
+                            m->pt.nparams, m->d->zero, m->d->embed_grad,
+                            m->d->bucket_mb > 0 ? m->d->bucket_mb : BUCKET_MB,
                             (size_t)m->Bl * m->T, e);
+}
+
+static void free_chunk(gchunk *ch);
+
+/* For the startup report: the forward FLOPs the recompute reruns here, and
+ * what this rank's plan would hold without recompute (planned again on
+ * scratch chunks, then the real chunks' flags and offsets restored). */
+static int plan_without_recompute(cb_model *m, cb_err *e) {
+    int saved = m->d->recompute, rc = CB_OK;
+    for (int c = 0; c < m->v; c++)
+        for (int i = m->ch[c].n0; i < m->ch[c].n1; i++) {
+            cb_pp_module y;
+            node_module(m, i, NULL, &y);
+            if (m->nodes[i].recompute) m->rc_flops += y.flops / 3; /* forward: 2 of fwd + bwd's 6 */
+        }
+    m->act_none_bytes = cb_model_activation_bytes(m);
+    if (saved == RC_NONE) return CB_OK;
+    size_t n = 0;
+    m->d->recompute = RC_NONE;
+    for (int c = 0; !rc && c < m->v; c++) {
+        gchunk t = {0};
+        rc = plan_chunk(m, &t, c, e);
+        n += chunk_floats(m, &t);
+        free_chunk(&t);
+    }
+    m->d->recompute = saved;
+    for (int c = 0; !rc && c < m->v; c++) {
+        gchunk *ch = &m->ch[c];
+        recompute_units(m, ch);
+        plan_storage(m, ch);
+        plan_backward(m, ch);
+        rc = plan_grads(m, ch, e);
+    }
+    m->act_none_bytes = n * sizeof(float);
+    return rc;
 }
 
 static int clear_err(cb_err *e) {
@@ -656,9 +781,12 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) rc = partition(m, e);
     if (!rc) rc = make_table(m, e);
     if (!rc) rc = plan(m, e);
+    if (!rc) rc = plan_without_recompute(m, e);
+    if (!rc) plan_layout(m);
     if (!rc) rc = check_memory(m, e);
     for (int c = 0; !rc && c < m->v; c++) rc = alloc_chunk(m, &m->ch[c], e);
     if (!rc) rc = plan_scratch(m, e);
+    if (!rc) rc = cb_layout_workspace_alloc(m->L, e);
     if (!rc) {
         m->params = calloc(m->pt.nparams + 1, sizeof(float));
         m->grads = calloc(m->pt.nparams + 1, sizeof(float));
@@ -672,7 +800,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc && dp) rc = init_dp(m, e);
     if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
     m->built = !rc;
-    return cb_comm_agree_err(cb_comm_world(), e);
+    return m->local ? rc : cb_comm_agree_err(cb_comm_world(), e);
 }
 
 void cb_model_sizes(const cb_model *m, size_t *params, size_t *adam) {
@@ -710,6 +838,7 @@ void cb_model_free(cb_model *m) {
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
     free(m->tmp2), free(m->rec_scratch), free(m->fids);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
+    cb_kernels_params_freed(m->params);
     free(m->params), free(m->grads);
     free(m);
 }

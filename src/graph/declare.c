@@ -51,6 +51,15 @@ cb_model *cb_model_new(cb_dist *d, int batch, int seq_len) {
     return m;
 }
 
+int cb_model_set_precision(cb_model *m, const char *precision, cb_err *e) {
+    cb_precision p;
+    int rc = cb_precision_parse(precision, &p, e);
+    if (!rc && m->built) rc = cb_fail(e, CB_EINPUT, "cb_model_set_precision: call it before cb_model_build");
+    if (!rc) rc = cb_kernels_select(p, e);
+    if (!rc) m->L->k = cb_kernels_default();
+    return rc;
+}
+
 static cb_layer *new_layer(cb_model *m, int kind, const char *name) {
     if (!m) return NULL;
     cb_layer *l = calloc(1, sizeof *l);

@@ -35,6 +35,7 @@ static cb_act *block(cb_model *m, int l, int C, int NH, float resid_sd, cb_act *
 
 void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c) {
     cb_layer *emb = cb_model_embedding_named(m, "wte", "wpe", c->vocab, c->d_model);
+    if (emb && c->seq_len > emb->emb.T) emb->emb.T = c->seq_len; /* wpe: the whole context */
     cb_act *x = cb_op_embedding(emb);
     float resid_sd = 0.02f / sqrtf(2.0f * c->n_layer); /* GPT-2's residual projections */
     for (int l = 0; l < c->n_layer; l++) x = block(m, l, c->d_model, c->n_head, resid_sd, x);

@@ -67,8 +67,9 @@
 #include "layout/layout.h"
 #include "model/ptable.h"
 #include "optim/adamw.h"
+#include "pipeline/partition.h"
 #include "pipeline/schedule.h"
-#include "train/dp.h"
+#include "dp/dp.h"
 
 enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN, G_LOOKUP, G_LOGIT };      /* layer kinds */
 enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS,     /* node kinds */
@@ -94,6 +95,10 @@ struct cb_dist {
                               uniform: blocks per group (0: 1) */
     int rc_uniform;        /* --recompute-method uniform */
     double max_memory;     /* --max-memory in bytes; 0: no limit */
+    double bucket_mb;      /* --bucket-mb of the gradient reduction; 0: the default */
+    int block_units;       /* partition whole blocks (a block, or a run of nodes between
+                              blocks, is one module); 0: every node is one */
+    int profile;           /* --partition auto: time each module before partitioning */
 };
 
 struct cb_layer {
@@ -201,18 +206,48 @@ struct cb_model {
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
     int last_mb;         /* micro-batch of the last backward, for the lookup query */
     cb_model_step_info info; /* the last step's times */
+    /* called in every step after the gradients are reduced and averaged,
+     * before clipping (cubist train's --dump-grads); collective */
+    void (*on_grads)(cb_model *m, int step, void *ctx);
+    void *on_grads_ctx;
+    size_t act_none_bytes;   /* the activation plan had it no recompute */
+    int local;               /* built by one rank alone (partition profiling's copy) */
+    double *node_ms;         /* when set, each node's forward + backward time adds here */
+    double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
+/* A process grid for benchmarks (dist.c): data parallelism over the
+ * world, or each rank alone (alone: groups of one, no reduction); serial
+ * tensors, one stage, one micro-batch. */
+int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
+                          cb_err *e);
+void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
+/* Module times of m's partition modules [u[k], u[k+1]) into mod[k].time_ms
+ * (profile.c); collective. */
+int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err *e);
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */
 void cb_graph_forward(cb_model *m, int c, int mb, int train);
 void cb_graph_backward(cb_model *m, int c, int mb);
 void cb_graph_wait_all(cb_model *m);
+/* Forward only of the first nmb (<= M) micro-batches of ids: their mean
+ * loss, the same on every rank (cb_model_eval: all M). Collective. */
+float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
 /* The last step's gradients (averaged over data-parallel ranks, clipped),
  * as cb_model_save writes weights: one process or no ZeRO (a ZeRO shard
  * holds only its range). Collective. */
 int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e);
+/* Checkpoint pieces (exec.c) for trainers with their own file layout:
+ * nb parameter-shaped blocks under prefixes into one safetensors file (the
+ * one-process file whatever the layout; collective); the AdamW moments as
+ * whole blocks m | v on data-parallel rank 0 (NULL elsewhere, *oom on
+ * failure); this rank's range of the moments prefix "m." / "v." of f. */
+int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks,
+                         const char *const *prefix, const char *path, const char *const *meta,
+                         int nmeta, cb_err *e);
+float *cb_graph_full_moments(cb_model *m, int *oom);
+int cb_graph_load_moments(cb_model *m, const cb_st_file *f, const char *path, cb_err *e);
 
 #endif

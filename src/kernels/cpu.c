@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "util/rng.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -138,7 +139,7 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
 }
 
 /* Column sums of dout (N,OC) into dbias, a column chunk per thread. */
-static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC) {
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -160,7 +161,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                     dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f,
                 dw, OC);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
@@ -188,7 +189,7 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
 
 /* Causal softmax in place over the rows of s (T,T): row t keeps j <= t,
  * zeros above the diagonal. */
-static void causal_softmax(float *s, int T) {
+void cb_cpu_causal_softmax(float *s, int T) {
     for (int t = 0; t < T; t++) {
         float *r = s + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
         for (int j = 0; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
@@ -216,14 +217,14 @@ static void attention_forward(const cb_kernels *k, float *out, float *att, const
         float *s = att + (size_t)bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
                     0.0f, s, T);
-        causal_softmax(s, T);
+        cb_cpu_causal_softmax(s, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C, 0.0f,
                     out + (size_t)b * T * C + h * hs, C);
     }
 }
 
 /* dp (T,T) holds dL/dP on entry and dL/dS (pre-softmax, scaled) on exit */
-static void softmax_backward(float *dp, const float *p, int T, float scale) {
+void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale) {
     for (int t = 0; t < T; t++) {
         float *d = dp + (size_t)t * T, dot = 0.0f;
         const float *r = p + (size_t)t * T;
@@ -249,7 +250,7 @@ static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch,
                     ds, T);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
                     3 * C);
-        softmax_backward(ds, p, T, scale);
+        cb_cpu_softmax_backward(ds, p, T, scale);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, 3 * C,
                     0.0f, dq, 3 * C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, 3 * C, 0.0f,
@@ -313,6 +314,223 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
         for (int j = 0; j < V; j++) r[j] *= dloss;
         r[targets[i]] -= dloss;
     }
+}
+
+/* ---------------------------------------------------------------- split operators */
+
+static double sum_ordered(const cb_kernels *k, const float *x, size_t n) {
+    (void)k;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+/* Row moments in double: E[x^2] - mean^2 is then exact to ~1e-16 relative
+ * of E[x^2], far below float's resolution of the variance unless
+ * |mean| / std passes 1e4, and one reduction carries both sums. */
+static void layernorm_stats(const cb_kernels *k, double *stats, const float *inp, int N, int C) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        double a = 0.0, b = 0.0;
+        for (int c = 0; c < C; c++) a += x[c], b += (double)x[c] * x[c];
+        stats[2 * i] = a;
+        stats[2 * i + 1] = b;
+    }
+}
+
+static void layernorm_apply(const cb_kernels *k, float *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b,
+                            const double *stats, int N, int C, int Ctot) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        double m = stats[2 * i] / Ctot, v = stats[2 * i + 1] / Ctot - m * m;
+        float mf = (float)m, sf = (float)(1.0 / sqrt((v > 0 ? v : 0) + 1e-5));
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - mf) * sf * w[c] + b[c];
+        mean[i] = mf;
+        rstd[i] = sf;
+    }
+}
+
+static void layernorm_backward_stats(const cb_kernels *k, double *stats, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int N, int C) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+        double a = 0.0, b = 0.0;
+        for (int c = 0; c < C; c++) {
+            double dn = (double)w[c] * d[c];
+            a += dn;
+            b += dn * (x[c] - mean[i]) * rstd[i];
+        }
+        stats[2 * i] = a;
+        stats[2 * i + 1] = b;
+    }
+}
+
+static void layernorm_backward_apply(const cb_kernels *k, float *dinp, const double *stats,
+                                     const float *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C,
+                                     int Ctot) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float dmean = (float)(stats[2 * i] / Ctot), dproj = (float)(stats[2 * i + 1] / Ctot);
+        float *di = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) di[c] += (w[c] * d[c] - dmean - (x[c] - m) * s * dproj) * s;
+    }
+}
+
+/* A column chunk per thread, rows in order: no two threads write one float. */
+static void layernorm_param_grads(const cb_kernels *k, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *mean, const float *rstd, int N,
+                                  int C) {
+    (void)k;
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            for (int c = c0; c < c1; c++) {
+                dw[c] += (x[c] - mean[i]) * rstd[i] * d[c];
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+static void crossentropy_max(const cb_kernels *k, float *mx, const float *logits, int N, int V,
+                             int valid) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *r = logits + (size_t)i * V;
+        float m = -INFINITY;
+        for (int j = 0; j < valid; j++) m = r[j] > m ? r[j] : m;
+        mx[i] = m;
+    }
+}
+
+/* libm's expf here (not exp_approx): the split layouts have always used it,
+ * and their results are checked against the serial layout to 1e-5. */
+static void crossentropy_exp(const cb_kernels *k, float *stats, float *logits, const float *mx,
+                             const int *targets, int v0, int N, int V, int valid) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = logits + (size_t)i * V, sum = 0.0f;
+        int tj = targets ? targets[i] - v0 : -1;
+        stats[2 * i + 1] = tj >= 0 && tj < valid ? r[tj] : 0.0f;
+        for (int j = 0; j < valid; j++) {
+            r[j] = expf(r[j] - mx[i]);
+            sum += r[j];
+        }
+        for (int j = valid; j < V; j++) r[j] = 0.0f;
+        stats[2 * i] = sum;
+    }
+}
+
+/* The loss as log(sum) - (logit - max), not -log(p): no underflow to
+ * infinity when the target's probability is below float's range. */
+static double crossentropy_normalize(const cb_kernels *k, float *losses, float *logits,
+                                     const float *stats, const float *mx, int N, int V,
+                                     int valid) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = logits + (size_t)i * V, inv = 1.0f / stats[2 * i];
+        for (int j = 0; j < valid; j++) r[j] *= inv;
+        losses[i] = logf(stats[2 * i]) - (stats[2 * i + 1] - mx[i]);
+    }
+    return sum_ordered(k, losses, (size_t)N); /* in row order: the same on every rank and every run */
+}
+
+static void crossentropy_backward_cols(const cb_kernels *k, float *probs, const int *targets,
+                                       int v0, float dloss, int N, int V) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = probs + (size_t)i * V;
+        for (int j = 0; j < V; j++) r[j] *= dloss;
+        int tj = targets[i] - v0;
+        if (tj >= 0 && tj < V) r[tj] -= dloss;
+    }
+}
+
+static void embedding_rows(const cb_kernels *k, float *out, const int *ids, const float *table,
+                           int v0, int Vl, int N, int C) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * C;
+        int id = ids[i] - v0;
+        if (id >= 0 && id < Vl) memcpy(o, table + (size_t)id * C, sizeof(float) * C);
+        else memset(o, 0, sizeof(float) * C);
+    }
+}
+
+static void embedding_rows_backward(const cb_kernels *k, float *dtable, const float *dout,
+                                    const int *ids, int v0, int Vl, int N, int C) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        int id = ids[i] - v0;
+        if (id < 0 || id >= Vl) continue;
+        float *we = dtable + (size_t)id * C;
+        const float *d = dout + (size_t)i * C;
+        for (int c = 0; c < C; c++) we[c] += d[c];
+    }
+}
+
+static void position_add(const cb_kernels *k, float *out, const float *wpe, int t0, int T, int N,
+                         int C) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *pe = wpe + (size_t)((t0 + i) % T) * C;
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] += pe[c];
+    }
+}
+
+static void position_backward(const cb_kernels *k, float *dwpe, const float *dout, int t0, int T,
+                              int N, int C) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        float *pe = dwpe + (size_t)((t0 + i) % T) * C;
+        const float *d = dout + (size_t)i * C;
+        for (int c = 0; c < C; c++) pe[c] += d[c];
+    }
+}
+
+static void bias_add(const cb_kernels *k, float *out, const float *bias, int N, int OC) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+        for (int c = 0; c < OC; c++) o[c] += bias[c];
+    }
+}
+
+static void bias_backward_k(const cb_kernels *k, float *dbias, const float *dout, int N, int OC) {
+    (void)k;
+    cb_cpu_bias_backward(dbias, dout, N, OC);
+}
+
+/* Counter-based draws: element i depends on (key, e0 + i) only. */
+static void fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                        float sd, float value) {
+    (void)k;
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (size_t i = 0; i < n; i++) out[i] = sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + i) : value;
 }
 
 /* Each thread sums a fixed static range; the partials are added in thread
@@ -386,30 +604,6 @@ static void relu_backward(const cb_kernels *k, float *dinp, const float *inp, co
     for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-static void lookup_forward(const cb_kernels *k, float *out, const float *table, const int *ids,
-                           int N, int C, int row0, int nrows) {
-    (void)k;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int r = ids[i] - row0;
-        float *o = out + (size_t)i * C;
-        if (r >= 0 && r < nrows) memcpy(o, table + (size_t)r * C, sizeof(float) * C);
-        else memset(o, 0, sizeof(float) * C);
-    }
-}
-
-static void lookup_backward(const cb_kernels *k, float *dtable, const float *dout,
-                            const int *ids, int N, int C, int row0, int nrows) {
-    (void)k;
-    for (int i = 0; i < N; i++) {
-        int r = ids[i] - row0;
-        if (r < 0 || r >= nrows) continue;
-        float *d = dtable + (size_t)r * C;
-        const float *g = dout + (size_t)i * C;
-        for (int c = 0; c < C; c++) d[c] += g[c];
-    }
-}
-
 static void logistic_forward(const cb_kernels *k, float *losses, const float *logits,
                              const int *labels, int N) {
     (void)k;
@@ -446,6 +640,23 @@ static const cb_kernels cpu = {
     .residual_forward = residual_forward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .layernorm_stats = layernorm_stats,
+    .layernorm_apply = layernorm_apply,
+    .layernorm_backward_stats = layernorm_backward_stats,
+    .layernorm_backward_apply = layernorm_backward_apply,
+    .layernorm_param_grads = layernorm_param_grads,
+    .crossentropy_max = crossentropy_max,
+    .crossentropy_exp = crossentropy_exp,
+    .crossentropy_normalize = crossentropy_normalize,
+    .crossentropy_backward_cols = crossentropy_backward_cols,
+    .embedding_rows = embedding_rows,
+    .embedding_rows_backward = embedding_rows_backward,
+    .position_add = position_add,
+    .position_backward = position_backward,
+    .bias_add = bias_add,
+    .bias_backward = bias_backward_k,
+    .fill_normal = fill_normal,
+    .sum = sum_ordered,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,
@@ -453,8 +664,6 @@ static const cb_kernels cpu = {
     .mul_backward = mul_backward,
     .relu_forward = relu_forward,
     .relu_backward = relu_backward,
-    .lookup_forward = lookup_forward,
-    .lookup_backward = lookup_backward,
     .logistic_forward = logistic_forward,
     .logistic_backward = logistic_backward,
 };

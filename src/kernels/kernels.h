@@ -10,6 +10,9 @@
 #define CB_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "cubist.h"
 
 typedef struct cb_kernels cb_kernels;
 struct cb_kernels {
@@ -64,6 +67,70 @@ struct cb_kernels {
     /* probs (N,V) replaced by d(sum losses * dloss)/dlogits */
     void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V);
+    /* Pieces of the operators whose rows or vocabulary are split over ranks
+     * (src/layout/ops.c): each computes its rank's part, the layout
+     * reduces between them. C is the local width, Ctot the full one. */
+    /* stats (N,2) doubles: [sum x, sum x^2] over the C local features of each row */
+    void (*layernorm_stats)(const cb_kernels *k, double *stats, const float *inp, int N, int C);
+    /* out (N,C) normalised with the row statistics of Ctot features summed in
+     * stats (N,2); mean, rstd (N) saved for backward */
+    void (*layernorm_apply)(const cb_kernels *k, float *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b,
+                            const double *stats, int N, int C, int Ctot);
+    /* stats (N,2) doubles: [sum w dout, sum w dout xhat] over the local features */
+    void (*layernorm_backward_stats)(const cb_kernels *k, double *stats, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int N, int C);
+    /* dinp (N,C) accumulates, from the row sums of Ctot features in stats (N,2) */
+    void (*layernorm_backward_apply)(const cb_kernels *k, float *dinp, const double *stats,
+                                     const float *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C,
+                                     int Ctot);
+    /* dw, db (C) accumulate sum over rows of xhat dout and of dout */
+    void (*layernorm_param_grads)(const cb_kernels *k, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *mean, const float *rstd, int N,
+                                  int C);
+    /* logits (N,V) local columns, the first `valid` real (the rest padding):
+     * mx (N) = the row maxima over the valid columns */
+    void (*crossentropy_max)(const cb_kernels *k, float *mx, const float *logits, int N, int V,
+                             int valid);
+    /* logits (N,V) <- exp(logits - mx) on the valid columns, 0 on padding;
+     * stats (N,2) = [row sum, the target's logit (targets[i] - v0 in
+     * [0, valid)) or 0]; targets NULL: no target */
+    void (*crossentropy_exp)(const cb_kernels *k, float *stats, float *logits, const float *mx,
+                             const int *targets, int v0, int N, int V, int valid);
+    /* logits (N,V) <- probabilities from the full row sums in stats (N,2);
+     * losses (N) = log sum - (target logit - mx); returns the losses' sum in
+     * row order (double, reproducible) */
+    double (*crossentropy_normalize)(const cb_kernels *k, float *losses, float *logits,
+                                     const float *stats, const float *mx, int N, int V,
+                                     int valid);
+    /* probs (N,V) of columns v0.. replaced by dloss (p - onehot(targets - v0)) */
+    void (*crossentropy_backward_cols)(const cb_kernels *k, float *probs, const int *targets,
+                                       int v0, float dloss, int N, int V);
+    /* out (N,C) = table[ids - v0] for ids in [v0, v0 + Vl), else 0 */
+    void (*embedding_rows)(const cb_kernels *k, float *out, const int *ids, const float *table,
+                           int v0, int Vl, int N, int C);
+    /* dtable (Vl,C) accumulates rows of dout (N,C) at ids - v0 in [0, Vl),
+     * in token order (a token may repeat) */
+    void (*embedding_rows_backward)(const cb_kernels *k, float *dtable, const float *dout,
+                                    const int *ids, int v0, int Vl, int N, int C);
+    /* out (N,C) += wpe[(t0 + i) % T] (wpe (T,C)) */
+    void (*position_add)(const cb_kernels *k, float *out, const float *wpe, int t0, int T, int N,
+                         int C);
+    /* dwpe[(t0 + i) % T] accumulates dout (N,C) row i, in row order */
+    void (*position_backward)(const cb_kernels *k, float *dwpe, const float *dout, int t0, int T,
+                              int N, int C);
+    /* out (N,OC) += bias (OC) on every row */
+    void (*bias_add)(const cb_kernels *k, float *out, const float *bias, int N, int OC);
+    /* dbias (OC) accumulates the column sums of dout (N,OC) */
+    void (*bias_backward)(const cb_kernels *k, float *dbias, const float *dout, int N, int OC);
+    /* out (n) = sd * cb_rng_normal_at(key, e0 + i), or value when sd is 0:
+     * a run of a generated tensor (initial weights), the same on any thread count */
+    void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                        float sd, float value);
+    /* sum of x (n) in double, in index order: the same on every run and rank */
+    double (*sum)(const cb_kernels *k, const float *x, size_t n);
     /* sum of squares, in double, reproducible for a fixed thread count */
     double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
     void (*scale)(const cb_kernels *k, float *x, float s, size_t n);
@@ -80,14 +147,6 @@ struct cb_kernels {
     void (*relu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
     void (*relu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
                           size_t n);
-    /* out (N,C) = table[ids[i] - row0] (table nrows x C), zero where the id
-     * is outside [row0, row0 + nrows): one shard's share of a lookup */
-    void (*lookup_forward)(const cb_kernels *k, float *out, const float *table, const int *ids,
-                           int N, int C, int row0, int nrows);
-    /* dtable rows accumulate dout's rows at the ids in the shard, in row
-     * order (repeated ids: the serial sum) */
-    void (*lookup_backward)(const cb_kernels *k, float *dtable, const float *dout,
-                            const int *ids, int N, int C, int row0, int nrows);
     /* losses (N) = log(1 + e^z) - y z of logits z and labels y in {0, 1}
      * (binary cross-entropy on sigmoid(z)); dlogits (N) = (sigmoid(z) - y)
      * x scale, overwritten */
@@ -98,5 +157,35 @@ struct cb_kernels {
 };
 
 const cb_kernels *cb_kernels_cpu(void);
+
+/* The bf16 table (bf16.c): the CPU table with GEMMs and attention's two
+ * batched products through oneDNN bf16 matmuls, fp32 accumulation. NULL
+ * when oneDNN cannot start. The note says which instructions it runs on,
+ * or that there are none and it will be slow (startup lines print it). */
+const cb_kernels *cb_kernels_bf16(void);
+const char *cb_kernels_bf16_note(void);
+
+/* --precision fp32|bf16: the table every layout built afterwards installs
+ * (cb_kernels_default), chosen once per process before the model. */
+typedef enum cb_precision { CB_PREC_FP32 = 0, CB_PREC_BF16 = 1 } cb_precision;
+int cb_precision_parse(const char *s, cb_precision *p, cb_err *e);
+int cb_kernels_select(cb_precision p, cb_err *e);
+const cb_kernels *cb_kernels_default(void);
+cb_precision cb_kernels_precision(void);
+/* "fp32", or cb_kernels_bf16_note(): for startup lines */
+const char *cb_kernels_note(void);
+
+/* The parameters in block (n floats) were just written (an optimizer
+ * step, a load, initialisation): kernels that keep converted copies of
+ * weights (the bf16 table) drop them. Every writer of parameters calls it. */
+void cb_kernels_params_written(const float *block, size_t n);
+/* block is about to be freed: its copies go, and a later buffer at its
+ * address is not taken for parameters */
+void cb_kernels_params_freed(const float *block);
+
+/* CPU pieces the bf16 table reuses around its products */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
+void cb_cpu_causal_softmax(float *s, int T);                                /* s (T,T) in place */
+void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale); /* dp (T,T): dL/dP in, dL/dS out */
 
 #endif

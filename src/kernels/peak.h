@@ -16,6 +16,9 @@
 
 /* Measures GFLOP/s of the N^3 sgemm on the current OpenMP thread count. */
 double cb_peak_measure(void);
+/* The same for the bf16 GEMM through oneDNN (fp32 result); 0 when oneDNN
+ * cannot start. Not cached: only bench measures it. */
+double cb_peak_measure_bf16(void);
 /* The cache file's path; 0 when neither XDG_CACHE_HOME nor HOME is set. */
 int cb_peak_cache_path(char *buf, size_t cap);
 /* The cached figure, 0 when absent or unreadable. */

@@ -143,16 +143,6 @@ static void p_relu_backward(const cb_kernels *k, float *dinp, const float *inp, 
     TIMED(PROF_ELEMENTWISE, relu_backward, dinp, inp, dout, n);
 }
 
-static void p_lookup_forward(const cb_kernels *k, float *out, const float *table, const int *ids,
-                             int N, int C, int row0, int nrows) {
-    TIMED(PROF_ELEMENTWISE, lookup_forward, out, table, ids, N, C, row0, nrows);
-}
-
-static void p_lookup_backward(const cb_kernels *k, float *dtable, const float *dout,
-                              const int *ids, int N, int C, int row0, int nrows) {
-    TIMED(PROF_ELEMENTWISE, lookup_backward, dtable, dout, ids, N, C, row0, nrows);
-}
-
 static void p_logistic_forward(const cb_kernels *k, float *losses, const float *logits,
                                const int *labels, int N) {
     TIMED(PROF_LOSS, logistic_forward, losses, logits, labels, N);
@@ -161,6 +151,100 @@ static void p_logistic_forward(const cb_kernels *k, float *losses, const float *
 static void p_logistic_backward(const cb_kernels *k, float *dlogits, const float *logits,
                                 const int *labels, float scale, int N) {
     TIMED(PROF_LOSS, logistic_backward, dlogits, logits, labels, scale, N);
+}
+
+static void p_layernorm_stats(const cb_kernels *k, double *stats, const float *inp, int N, int C) {
+    TIMED(PROF_NORM, layernorm_stats, stats, inp, N, C);
+}
+
+static void p_layernorm_apply(const cb_kernels *k, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b,
+                              const double *stats, int N, int C, int Ctot) {
+    TIMED(PROF_NORM, layernorm_apply, out, mean, rstd, inp, w, b, stats, N, C, Ctot);
+}
+
+static void p_layernorm_backward_stats(const cb_kernels *k, double *stats, const float *dout,
+                                       const float *inp, const float *w, const float *mean,
+                                       const float *rstd, int N, int C) {
+    TIMED(PROF_NORM, layernorm_backward_stats, stats, dout, inp, w, mean, rstd, N, C);
+}
+
+static void p_layernorm_backward_apply(const cb_kernels *k, float *dinp, const double *stats,
+                                       const float *dout, const float *inp, const float *w,
+                                       const float *mean, const float *rstd, int N, int C,
+                                       int Ctot) {
+    TIMED(PROF_NORM, layernorm_backward_apply, dinp, stats, dout, inp, w, mean, rstd, N, C, Ctot);
+}
+
+static void p_layernorm_param_grads(const cb_kernels *k, float *dw, float *db, const float *dout,
+                                    const float *inp, const float *mean, const float *rstd, int N,
+                                    int C) {
+    TIMED(PROF_NORM, layernorm_param_grads, dw, db, dout, inp, mean, rstd, N, C);
+}
+
+static void p_crossentropy_max(const cb_kernels *k, float *mx, const float *logits, int N, int V,
+                               int valid) {
+    TIMED(PROF_LOSS, crossentropy_max, mx, logits, N, V, valid);
+}
+
+static void p_crossentropy_exp(const cb_kernels *k, float *stats, float *logits, const float *mx,
+                               const int *targets, int v0, int N, int V, int valid) {
+    TIMED(PROF_LOSS, crossentropy_exp, stats, logits, mx, targets, v0, N, V, valid);
+}
+
+static double p_crossentropy_normalize(const cb_kernels *k, float *losses, float *logits,
+                                       const float *stats, const float *mx, int N, int V,
+                                       int valid) {
+    cb_prof *p = prof_of(k);
+    double t0 = omp_get_wtime();
+    double s = p->inner->crossentropy_normalize(p->inner, losses, logits, stats, mx, N, V, valid);
+    p->ms[PROF_LOSS] += (omp_get_wtime() - t0) * 1e3;
+    return s;
+}
+
+static void p_crossentropy_backward_cols(const cb_kernels *k, float *probs, const int *targets,
+                                         int v0, float dloss, int N, int V) {
+    TIMED(PROF_LOSS, crossentropy_backward_cols, probs, targets, v0, dloss, N, V);
+}
+
+static void p_embedding_rows(const cb_kernels *k, float *out, const int *ids, const float *table,
+                             int v0, int Vl, int N, int C) {
+    TIMED(PROF_ELEMENTWISE, embedding_rows, out, ids, table, v0, Vl, N, C);
+}
+
+static void p_embedding_rows_backward(const cb_kernels *k, float *dtable, const float *dout,
+                                      const int *ids, int v0, int Vl, int N, int C) {
+    TIMED(PROF_ELEMENTWISE, embedding_rows_backward, dtable, dout, ids, v0, Vl, N, C);
+}
+
+static void p_position_add(const cb_kernels *k, float *out, const float *wpe, int t0, int T,
+                           int N, int C) {
+    TIMED(PROF_ELEMENTWISE, position_add, out, wpe, t0, T, N, C);
+}
+
+static void p_position_backward(const cb_kernels *k, float *dwpe, const float *dout, int t0,
+                                int T, int N, int C) {
+    TIMED(PROF_ELEMENTWISE, position_backward, dwpe, dout, t0, T, N, C);
+}
+
+static void p_bias_add(const cb_kernels *k, float *out, const float *bias, int N, int OC) {
+    TIMED(PROF_ELEMENTWISE, bias_add, out, bias, N, OC);
+}
+
+static void p_bias_backward(const cb_kernels *k, float *dbias, const float *dout, int N, int OC) {
+    TIMED(PROF_ELEMENTWISE, bias_backward, dbias, dout, N, OC);
+}
+
+static double p_sum(const cb_kernels *k, const float *x, size_t n) {
+    cb_prof *p = prof_of(k);
+    double t0 = omp_get_wtime(), s = p->inner->sum(p->inner, x, n);
+    p->ms[PROF_LOSS] += (omp_get_wtime() - t0) * 1e3;
+    return s;
+}
+
+static void p_fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
+                          float sd, float value) {
+    TIMED(PROF_OPTIMIZER, fill_normal, out, n, key, e0, sd, value);
 }
 
 void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
@@ -191,9 +275,24 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .mul_backward = p_mul_backward,
         .relu_forward = p_relu_forward,
         .relu_backward = p_relu_backward,
-        .lookup_forward = p_lookup_forward,
-        .lookup_backward = p_lookup_backward,
         .logistic_forward = p_logistic_forward,
         .logistic_backward = p_logistic_backward,
+        .layernorm_stats = p_layernorm_stats,
+        .layernorm_apply = p_layernorm_apply,
+        .layernorm_backward_stats = p_layernorm_backward_stats,
+        .layernorm_backward_apply = p_layernorm_backward_apply,
+        .layernorm_param_grads = p_layernorm_param_grads,
+        .crossentropy_max = p_crossentropy_max,
+        .crossentropy_exp = p_crossentropy_exp,
+        .crossentropy_normalize = p_crossentropy_normalize,
+        .crossentropy_backward_cols = p_crossentropy_backward_cols,
+        .embedding_rows = p_embedding_rows,
+        .embedding_rows_backward = p_embedding_rows_backward,
+        .position_add = p_position_add,
+        .position_backward = p_position_backward,
+        .bias_add = p_bias_add,
+        .bias_backward = p_bias_backward,
+        .fill_normal = p_fill_normal,
+        .sum = p_sum,
     };
 }

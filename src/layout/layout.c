@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "comm/grid.h"
-#include "util/rng.h"
 
 size_t cb_shard_cols(const cb_shard *s) {
     size_t n = 0;
@@ -49,16 +48,23 @@ void cb_shard_place(const cb_shard *s, const float *local, float *full) {
     });
 }
 
+/* Runs of the shard through the CPU kernel (initial values are made on the
+ * host); a whole unpadded tensor is one run. */
 void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local) {
+    const cb_kernels *k = cb_kernels_cpu();
     size_t w = cb_shard_cols(s);
-#pragma omp parallel for schedule(static)
+    if (s->nseg == 1 && s->col0[0] == 0 && s->ncol[0] == s->C && s->row0 + s->nrows <= s->R) {
+        k->fill_normal(k, local, (size_t)s->nrows * w, key, (uint64_t)s->row0 * (uint64_t)s->C, sd,
+                       value);
+        return;
+    }
     for (int64_t r = 0; r < s->nrows; r++) {
         int64_t row = s->row0 + r;
         float *o = local + (size_t)r * w;
         for (int g = 0; g < s->nseg; g++) {
             uint64_t e0 = (uint64_t)row * (uint64_t)s->C + (uint64_t)s->col0[g];
-            for (int64_t c = 0; c < s->ncol[g]; c++)
-                o[c] = row >= s->R ? 0.0f : sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + c) : value;
+            if (row >= s->R) memset(o, 0, sizeof(float) * (size_t)s->ncol[g]);
+            else k->fill_normal(k, o, (size_t)s->ncol[g], key, e0, sd, value);
             o += s->ncol[g];
         }
     }
@@ -146,7 +152,9 @@ int cb_layout_create(cb_grid *g, cb_layout **out, cb_err *e) {
 }
 
 void cb_layout_free(cb_layout *L) {
-    if (L && L->ops->free) L->ops->free(L);
+    if (!L) return;
+    cb_layout_workspace_free(L);
+    if (L->ops->free) L->ops->free(L);
 }
 
 void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, int parts,
@@ -169,9 +177,70 @@ void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, in
         cb_shard s = L->ops->shard(L, r, kind, R, C, parts, parity);
         size_t m = cb_shard_numel(&s);
         float *buf = malloc(sizeof(float) * (m ? m : 1));
-        if (!buf) cb_comm_fatal("out of memory gathering a checkpoint tensor");
+        if (!buf) cb_layout_oom("gathering a checkpoint tensor");
         cb_comm_recv(tp, "ckpt", buf, m, r, 77);
         cb_shard_place(&s, buf, full);
         free(buf);
     }
+}
+
+/* ---------------------------------------------------------------- workspace */
+
+_Noreturn void cb_layout_oom(const char *what) {
+    char m[160];
+    snprintf(m, sizeof m, "out of memory for %s; give the job more memory or spread the model "
+                          "(--tp, --pp, --recompute block)", what);
+    cb_comm_fatal_code(CB_ENOMEM, m);
+}
+
+void cb_layout_reserve(cb_layout *L, int slot, size_t bytes) {
+    if (bytes > L->ws.need[slot]) L->ws.need[slot] = bytes;
+}
+
+/* Slot s grown to bytes (contents not kept); 0 when out of memory. */
+static int grow_slot(cb_layout *L, int s, size_t bytes) {
+    void *b = malloc(bytes ? bytes : 1);
+    if (!b) return 0;
+    free(L->ws.buf[s]);
+    L->ws.buf[s] = b;
+    L->scratch_bytes += bytes - L->ws.cap[s];
+    L->ws.cap[s] = bytes;
+    return 1;
+}
+
+void *cb_layout_scratch(cb_layout *L, int slot, size_t bytes) {
+    if (bytes <= L->ws.cap[slot]) return L->ws.buf[slot];
+    L->ws.grew += L->ws.planned;
+    if (!grow_slot(L, slot, bytes)) cb_layout_oom("tensor-parallel scratch");
+    return L->ws.buf[slot];
+}
+
+void *cb_layout_zeroed(cb_layout *L, int slot, size_t bytes) {
+    void *p = cb_layout_scratch(L, slot, bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+void cb_layout_plan(cb_layout *L, const cb_layout_use *u) {
+    if (L->ops->plan) L->ops->plan(L, u);
+}
+
+size_t cb_layout_workspace_bytes(const cb_layout *L) {
+    size_t n = L->ws.kept_need;
+    for (int s = 0; s < CB_WS_SLOTS; s++) n += L->ws.need[s] > L->ws.cap[s] ? L->ws.need[s] : L->ws.cap[s];
+    return n;
+}
+
+int cb_layout_workspace_alloc(cb_layout *L, cb_err *e) {
+    for (int s = 0; s < CB_WS_SLOTS; s++)
+        if (L->ws.need[s] > L->ws.cap[s] && !grow_slot(L, s, L->ws.need[s]))
+            return cb_fail(e, CB_ENOMEM, "out of memory for the tensor-parallel workspace: %zu "
+                                         "bytes", cb_layout_workspace_bytes(L));
+    int rc = L->ops->plan_alloc ? L->ops->plan_alloc(L, e) : CB_OK;
+    L->ws.planned = !rc;
+    return rc;
+}
+
+void cb_layout_workspace_free(cb_layout *L) {
+    for (int s = 0; s < CB_WS_SLOTS; s++) free(L->ws.buf[s]);
 }

@@ -1,7 +1,7 @@
 /* Tensor-parallel layouts: serial, 1-D (Megatron), 2-D (SUMMA/Optimus),
  * 3-D (the cube of Bian et al.). Each layout is one file implementing
  * cb_layout_ops; the model calls only these operators and never branches on
- * the layout (shared/reference/parallelism.md holds the algorithms).
+ * the layout (docs/parallelism.md holds the algorithms).
  *
  * Activations. A logical activation is N tokens x H features (N = the
  * tokens of this data-parallel rank's micro-batch, whole sequences of T
@@ -100,6 +100,20 @@ typedef struct cb_embed {
 
 typedef struct cb_layout cb_layout;
 
+/* One use of an operator, declared when a model is built so the layout can
+ * plan the workspace that operator needs (cb_layout_reserve). N = B * T
+ * tokens of one micro-batch; inflight: how many forwards of this operator
+ * can be awaiting their backward at once, each in its own input buffer
+ * (the micro-batches a pipeline chunk keeps). */
+typedef enum cb_layout_op { CB_OP_EMBED, CB_OP_NORM, CB_OP_LINEAR, CB_OP_ATTN, CB_OP_HEAD } cb_layout_op;
+typedef struct cb_layout_use {
+    cb_layout_op op;
+    int B, T, inflight;
+    cb_linear *lin;       /* CB_OP_LINEAR */
+    const cb_norm *norm;  /* CB_OP_NORM */
+    const cb_embed *emb;  /* CB_OP_EMBED, CB_OP_HEAD */
+} cb_layout_use;
+
 typedef struct cb_layout_ops {
     const char *name;
     /* Checked before anything is built: batch, heads, widths, vocab. */
@@ -152,7 +166,33 @@ typedef struct cb_layout_ops {
     void (*head_backward)(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N);
     void (*free)(cb_layout *L);
+    /* Declares the workspace of one use (cb_layout_reserve); NULL: none. */
+    void (*plan)(cb_layout *L, const cb_layout_use *u);
+    /* Allocates what plan declared beyond the scratch slots (3-D: the kept
+     * gathered inputs); NULL: nothing. CB_ENOMEM on failure. */
+    int (*plan_alloc)(cb_layout *L, cb_err *e);
 } cb_layout_ops;
+
+/* Capabilities of a layout, read by the model and data parallelism instead
+ * of its name. */
+enum {
+    CB_LAYOUT_WHOLE = 1 << 0, /* every tensor and activation whole on every rank (no sharding):
+                                 the embedding lookup and the head see all rows and vocabulary */
+    CB_LAYOUT_SAMPLES = 1 << 1, /* head_forward with targets NULL leaves the probabilities */
+};
+
+/* Scratch of a layout: numbered slots (each layout names its own, at most
+ * CB_WS_SLOTS), sized by the plan at build, so no step allocates. */
+#define CB_WS_SLOTS 10
+typedef struct cb_workspace {
+    void *buf[CB_WS_SLOTS];
+    size_t cap[CB_WS_SLOTS];  /* bytes allocated */
+    size_t need[CB_WS_SLOTS]; /* bytes declared by the plan */
+    size_t kept_need;         /* bytes plan_alloc will allocate */
+    int planned;              /* allocated from a plan */
+    int grew;                 /* slots grown after planning: a plan that missed a use */
+    int unkept;               /* 3-D: forwards whose X^ found no planned entry (gathered again) */
+} cb_workspace;
 
 struct cb_layout {
     const cb_layout_ops *ops;
@@ -164,6 +204,8 @@ struct cb_layout {
     size_t scratch_bytes; /* the layout's own buffers (scratch, kept gathers): grown, never
                              shrunk, so this is their peak; for memory reports */
     int noted_pad;        /* the vocabulary padding was reported */
+    unsigned caps;        /* CB_LAYOUT_WHOLE, ... */
+    cb_workspace ws;
     /* A GEMM that runs while a non-blocking collective is in flight is cut
      * into this many row blocks with an MPI test between them: MPI (OpenMPI
      * at least) advances a non-blocking collective only inside MPI calls,
@@ -207,6 +249,45 @@ void cb_layout_progress(cb_comm_req *const *pending, int n);
  * dw, with progress on pending between them. */
 void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
                              int IC, int OC, cb_comm_req *const *pending, int npending);
+
+/* Workspace (cb_workspace). reserve: slot must hold `bytes` (the maximum
+ * over every call is kept). scratch: slot's buffer of at least `bytes`;
+ * beyond the plan (or without one: the layouts built outside a graph) it
+ * grows, and ends the job with status 4 (CB_ENOMEM) if it cannot. */
+void cb_layout_reserve(cb_layout *L, int slot, size_t bytes);
+void *cb_layout_scratch(cb_layout *L, int slot, size_t bytes);
+/* scratch, zero-filled */
+void *cb_layout_zeroed(cb_layout *L, int slot, size_t bytes);
+/* Declares every use (ops->plan); then bytes the workspace will take. */
+void cb_layout_plan(cb_layout *L, const cb_layout_use *u);
+size_t cb_layout_workspace_bytes(const cb_layout *L);
+/* Allocates the planned workspace; CB_ENOMEM naming the bytes. */
+int cb_layout_workspace_alloc(cb_layout *L, cb_err *e);
+void cb_layout_workspace_free(cb_layout *L);
+/* Ends the job (every rank that reaches it) with CB_ENOMEM: an allocation
+ * during a step that no plan covered failed. */
+_Noreturn void cb_layout_oom(const char *what);
+
+/* Operators written once (ops.c), parameterised by the communicators a
+ * layout hands them; slot, slot2 are workspace slots of the caller's that
+ * the operator may use (the *_reserve functions declare them).
+ *
+ * LayerNorm of rows whose C features are split over the ranks of `feat`:
+ * x, y, dy, dx (N, Cl) local columns, mean, rstd (N). `rep` (NULL: none)
+ * holds the other copies of the weight and bias, whose gradients it sums. */
+void cb_split_norm_forward(cb_layout *L, cb_comm *feat, int slot, const cb_norm *n,
+                           const float *x, float *y, float *mean, float *rstd, int N, int Cl);
+void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot, int slot2,
+                            cb_norm *n, const float *x, const float *dy, float *dx,
+                            const float *mean, const float *rstd, int N, int Cl);
+void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl);
+/* Vocabulary-parallel cross-entropy over the ranks of `vocab`: logits
+ * (N, Vl) hold columns v0.. of the padded vocabulary (true size V) and are
+ * replaced by the probabilities; losses (N); targets (N) NULL for none.
+ * Returns the sum of the N losses in row order. */
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
+                           const int *targets, int N, int Vl, int v0, int V);
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N);
 
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);

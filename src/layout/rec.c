@@ -37,7 +37,7 @@ void cb_rec_lookup_forward(cb_layout *L, const cb_embed *e, const int *ids, int 
     cb_shard t = L->ops->shard(L, L->tp_rank, CB_P_EMBED, e->V, e->C, 1, 0);
     float *full = scratch, *part = scratch + (size_t)N * e->C;
     int w = (int)t.ncol[0];
-    L->k->lookup_forward(L->k, part, e->wte, ids, N, w, (int)t.row0, (int)t.nrows);
+    L->k->embedding_rows(L->k, part, ids, e->wte, (int)t.row0, (int)t.nrows, N, w);
     memset(full, 0, sizeof(float) * N * e->C);
     cb_shard c = cols(N, e->C, t.col0[0], w);
     cb_shard_place(&c, part, full); /* each (row, column) comes from the one shard holding it */
@@ -52,7 +52,8 @@ void cb_rec_lookup_backward(cb_layout *L, cb_embed *e, const int *ids, int N, co
     act_full(L, dy, N, e->C, 0, full, "lookup.bwd");
     cb_shard c = cols(N, e->C, t.col0[0], t.ncol[0]);
     cb_shard_extract(&c, full, part);
-    L->k->lookup_backward(L->k, e->dwte, part, ids, N, (int)t.ncol[0], (int)t.row0, (int)t.nrows);
+    L->k->embedding_rows_backward(L->k, e->dwte, part, ids, (int)t.row0, (int)t.nrows, N,
+                                  (int)t.ncol[0]);
 }
 
 void cb_rec_concat_forward(cb_layout *L, const float *a, int Ha, const float *b, int Hb,

@@ -85,9 +85,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
     L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
     if (!targets) return 0.0f;
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    return (float)(sum / N);
+    return (float)(L->k->sum(L->k, losses, (size_t)N) / N);
 }
 
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
@@ -123,6 +121,7 @@ static const cb_layout_ops OPS = {
 cb_layout *cb_layout_serial(void) {
     cb_layout *L = malloc(sizeof *L);
     if (L) *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_SERIAL, .tp = 1, .q = 1,
-                            .k = cb_kernels_cpu()};
+                            .caps = CB_LAYOUT_WHOLE | CB_LAYOUT_SAMPLES,
+                            .k = cb_kernels_default()};
     return L;
 }

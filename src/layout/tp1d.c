@@ -16,39 +16,10 @@
 #include "comm/grid.h"
 #include "layout/layout.h"
 
-typedef struct tp1d {
-    float *f;
-    size_t fcap;
-    double *d;
-    size_t dcap;
-} tp1d;
+/* workspace slots (layout.h): the split LayerNorm's and the cross-entropy's */
+enum { S_NORM, S_NORM2, S_CE };
 
 static cb_comm *group(cb_layout *L) { return &L->grid->tpg; }
-
-/* Reused scratch of at least n floats (n doubles); grown, never shrunk. */
-static float *fscratch(cb_layout *L, size_t n) {
-    tp1d *p = L->priv;
-    if (n > p->fcap) {
-        float *f = realloc(p->f, sizeof(float) * n);
-        if (!f) cb_comm_fatal("out of memory for 1-D tensor-parallel scratch");
-        p->f = f;
-        L->scratch_bytes += sizeof(float) * (n - p->fcap);
-        p->fcap = n;
-    }
-    return p->f;
-}
-
-static double *dscratch(cb_layout *L, size_t n) {
-    tp1d *p = L->priv;
-    if (n > p->dcap) {
-        double *d = realloc(p->d, sizeof(double) * n);
-        if (!d) cb_comm_fatal("out of memory for 1-D tensor-parallel scratch");
-        p->d = d;
-        L->scratch_bytes += sizeof(double) * (n - p->dcap);
-        p->dcap = n;
-    }
-    return p->d;
-}
 
 /* ---------------------------------------------------------------- shapes */
 
@@ -149,111 +120,36 @@ static cb_shard shard(const cb_layout *L, int t, cb_param_kind kind, int64_t R, 
 static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B, int T,
                           float *x) {
     int C = e->C, N = B * T, Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-#pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < N; bt++) {
-        float *o = x + (size_t)bt * C;
-        int id = ids[bt] - v0;
-        if (id >= 0 && id < Vl) memcpy(o, e->wte + (size_t)id * C, sizeof(float) * C);
-        else memset(o, 0, sizeof(float) * C);
-    }
+    L->k->embedding_rows(L->k, x, ids, e->wte, v0, Vl, N, C);
     cb_comm_allreduce(group(L), "embed.fwd", NULL, x, (size_t)N * C, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < N; bt++) {
-        float *o = x + (size_t)bt * C;
-        const float *pe = e->wpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) o[c] += pe[c];
-    }
+    L->k->position_add(L->k, x, e->wpe, 0, T, N, C);
 }
 
 /* dx (B,T,C) replicated: local vocabulary rows and all of wpe accumulate,
- * serially in token order as the serial kernel does (repeated tokens). */
+ * in token order as the serial kernel does (repeated tokens). */
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     int C = e->C, Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    for (int bt = 0; bt < B * T; bt++) {
-        const float *d = dx + (size_t)bt * C;
-        float *pe = e->dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) pe[c] += d[c];
-        int id = ids[bt] - v0;
-        if (id < 0 || id >= Vl) continue;
-        float *we = e->dwte + (size_t)id * C;
-        for (int c = 0; c < C; c++) we[c] += d[c];
-    }
+    L->k->position_backward(L->k, e->dwpe, dx, 0, T, B * T, C);
+    L->k->embedding_rows_backward(L->k, e->dwte, dx, ids, v0, Vl, B * T, C);
 }
 
 /* ---------------------------------------------------------------- layernorm */
 
 /* Parity 1 (N, C/P local columns): the row statistics are sums over every
- * rank's columns, all-reduced in double. */
-static void norm_forward_split(cb_layout *L, const cb_norm *n, const float *x, float *y,
-                               float *mean, float *rstd, int N) {
-    int Cl = n->C / L->tp;
-    double *s = dscratch(L, 2 * (size_t)N);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *r = x + (size_t)i * Cl;
-        double a = 0.0, b = 0.0;
-        for (int c = 0; c < Cl; c++) a += r[c], b += (double)r[c] * r[c];
-        s[i] = a;
-        s[N + i] = b;
-    }
-    cb_comm_allreduce_f64(group(L), "norm.fwd", NULL, s, 2 * (size_t)N, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        double m = s[i] / n->C, v = s[N + i] / n->C - m * m;
-        float mf = (float)m, sf = (float)(1.0 / sqrt((v > 0 ? v : 0) + 1e-5));
-        const float *r = x + (size_t)i * Cl;
-        float *o = y + (size_t)i * Cl;
-        for (int c = 0; c < Cl; c++) o[c] = (r[c] - mf) * sf * n->w[c] + n->b[c];
-        mean[i] = mf;
-        rstd[i] = sf;
-    }
-}
-
-static void norm_backward_split(cb_layout *L, cb_norm *n, const float *x, const float *dy,
-                                float *dx, const float *mean, const float *rstd, int N) {
-    int Cl = n->C / L->tp;
-    double *s = dscratch(L, 2 * (size_t)N);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *r = x + (size_t)i * Cl, *d = dy + (size_t)i * Cl;
-        double a = 0.0, b = 0.0;
-        for (int c = 0; c < Cl; c++) {
-            double dn = (double)n->w[c] * d[c];
-            a += dn;
-            b += dn * (r[c] - mean[i]) * rstd[i];
-        }
-        s[i] = a;
-        s[N + i] = b;
-    }
-    cb_comm_allreduce_f64(group(L), "norm.bwd", NULL, s, 2 * (size_t)N, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *r = x + (size_t)i * Cl, *d = dy + (size_t)i * Cl;
-        float m = mean[i], sd = rstd[i], dmean = (float)(s[i] / n->C);
-        float dproj = (float)(s[N + i] / n->C);
-        float *di = dx + (size_t)i * Cl;
-        for (int c = 0; c < Cl; c++) di[c] += (n->w[c] * d[c] - dmean - (r[c] - m) * sd * dproj) * sd;
-    }
-    for (int i = 0; i < N; i++) {
-        const float *r = x + (size_t)i * Cl, *d = dy + (size_t)i * Cl;
-        for (int c = 0; c < Cl; c++) {
-            n->dw[c] += (r[c] - mean[i]) * rstd[i] * d[c];
-            n->db[c] += d[c];
-        }
-    }
-}
-
-/* Parity 0 is replicated: the plain kernel, identical on every rank. */
+ * rank's columns (ops.c). Parity 0 is replicated: the plain kernel,
+ * identical on every rank. */
 static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
                          float *rstd, int N) {
-    if (n->parity) norm_forward_split(L, n, x, y, mean, rstd, N);
+    if (n->parity) cb_split_norm_forward(L, group(L), S_NORM, n, x, y, mean, rstd, N, n->C / L->tp);
     else L->k->layernorm_forward(L->k, y, mean, rstd, x, n->w, n->b, N, n->C);
 }
 
 static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
-    if (n->parity) norm_backward_split(L, n, x, dy, dx, mean, rstd, N);
+    if (n->parity)
+        cb_split_norm_backward(L, group(L), NULL, S_NORM, S_NORM2, n, x, dy, dx, mean, rstd, N,
+                               n->C / L->tp);
     else L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
 }
 
@@ -269,12 +165,7 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     }
     L->k->matmul_forward(L->k, y, x, l->w, NULL, N, l->in / P, l->out);
     cb_comm_allreduce(group(L), "linear.fwd", NULL, y, (size_t)N * l->out, CB_COMM_SUM);
-    if (!l->b) return;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *o = y + (size_t)i * l->out;
-        for (int c = 0; c < l->out; c++) o[c] += l->b[c];
-    }
+    if (l->b) L->k->bias_add(L->k, y, l->b, N, l->out);
 }
 
 /* Column-parallel: dx (N, in) summed over ranks. Row-parallel: dy is
@@ -305,57 +196,16 @@ static void attention_backward(cb_layout *L, const float *qkv, const float *att,
 
 /* ---------------------------------------------------------------- head */
 
-/* Row maxima of the local logits (N, Vl); padded vocabulary columns (global
- * index >= V) become -inf so they take no probability. */
-static void local_max(float *lg, float *mx, int N, int Vl, int v0, int V) {
-    int valid = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *r = lg + (size_t)i * Vl, m = -INFINITY;
-        for (int j = valid; j < Vl; j++) r[j] = -INFINITY;
-        for (int j = 0; j < valid; j++) m = r[j] > m ? r[j] : m;
-        mx[i] = m;
-    }
-}
-
-/* lg (N, Vl) -> exp(lg - max); st[i] = local sum, st[N + i] = the target's
- * logit when this rank holds it, else 0 */
-static void local_exp(float *lg, const float *mx, float *st, const int *targets, int N, int Vl,
-                      int v0) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *r = lg + (size_t)i * Vl, sum = 0.0f;
-        int tj = targets ? targets[i] - v0 : -1;
-        st[N + i] = tj >= 0 && tj < Vl ? r[tj] : 0.0f;
-        for (int j = 0; j < Vl; j++) {
-            r[j] = expf(r[j] - mx[i]);
-            sum += r[j];
-        }
-        st[i] = sum;
-    }
-}
-
-/* Tied head and vocabulary-parallel cross-entropy: x (N,C) replicated,
- * logits (N, V_pad/P) local, replaced by probabilities; losses (N) follow. */
+/* Tied head and vocabulary-parallel cross-entropy (ops.c): x (N,C)
+ * replicated, logits (N, V_pad/P) local, replaced by probabilities; losses
+ * (N) follow. */
 static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    float *losses = logits + (size_t)N * Vl, *mx = fscratch(L, 3 * (size_t)N), *st = mx + N;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, Vl);
-    local_max(logits, mx, N, Vl, v0, e->V);
-    cb_comm_allreduce(group(L), "head.fwd", NULL, mx, N, CB_COMM_MAX);
-    local_exp(logits, mx, st, targets, N, Vl, v0);
-    cb_comm_allreduce(group(L), "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *r = logits + (size_t)i * Vl, inv = 1.0f / st[i];
-        for (int j = 0; j < Vl; j++) r[j] *= inv;
-        losses[i] = logf(st[i]) - (st[N + i] - mx[i]);
-    }
-    if (!targets) return 0.0f;
-    double total = 0.0; /* in token order, as serial: the same on every rank and every run */
-    for (int i = 0; i < N; i++) total += losses[i];
-    return (float)(total / N);
+    double total = cb_vocab_ce_forward(L, group(L), S_CE, logits, logits + (size_t)N * Vl,
+                                       targets, N, Vl, v0, e->V);
+    return targets ? (float)(total / N) : 0.0f;
 }
 
 /* dlogits = (p - onehot) dloss/N locally; dx (N,C) = dlogits wte_shard
@@ -363,27 +213,19 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    float g = dloss / N;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *r = logits + (size_t)i * Vl;
-        for (int j = 0; j < Vl; j++) r[j] *= g;
-        int tj = targets[i] - v0;
-        if (tj >= 0 && tj < Vl) r[tj] -= g;
-    }
+    L->k->crossentropy_backward_cols(L->k, logits, targets, v0, dloss / N, N, Vl);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
     cb_comm_allreduce(group(L), "head.bwd", NULL, dx, (size_t)N * e->C, CB_COMM_SUM);
 }
 
-static void layout_free(cb_layout *L) {
-    tp1d *p = L->priv;
-    if (p) {
-        free(p->f);
-        free(p->d);
-        free(p);
-    }
-    free(L);
+static void plan(cb_layout *L, const cb_layout_use *u) {
+    int N = u->B * u->T;
+    if (u->op == CB_OP_NORM && u->norm->parity)
+        cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
+    if (u->op == CB_OP_HEAD) cb_vocab_ce_reserve(L, S_CE, N);
 }
+
+static void layout_free(cb_layout *L) { free(L); }
 
 static const cb_layout_ops OPS = {
     .name = "1d",
@@ -405,18 +247,14 @@ static const cb_layout_ops OPS = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,
+    .plan = plan,
 };
 
 int cb_layout_1d(cb_grid *g, cb_layout **out, cb_err *e) {
     cb_layout *L = malloc(sizeof *L);
-    tp1d *p = calloc(1, sizeof *p);
-    if (!L || !p) {
-        free(L);
-        free(p);
-        return cb_fail(e, CB_ENOMEM, "out of memory creating the 1-D tensor-parallel layout");
-    }
+    if (!L) return cb_fail(e, CB_ENOMEM, "out of memory creating the 1-D tensor-parallel layout");
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .priv = p};
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default()};
     *out = L;
     return CB_OK;
 }

@@ -16,7 +16,7 @@
  * position blocks (every token block holds whole sequences, so all T
  * positions), the backward reduce-scatters the position sums back.
  *
- * Linears follow parallelism.md: forward in q broadcast steps (block t of X
+ * Linears follow docs/parallelism.md: forward in q broadcast steps (block t of X
  * along the row, block t of W along the column, the next pair in flight
  * while the current product runs); backward dX = dY W^T broadcasts W along
  * the column and reduces the partial to c = t along the row, dW = X^T dY
@@ -35,24 +35,16 @@
 #include "comm/grid.h"
 #include "layout/layout.h"
 
-/* Scratch slots, grown on demand and reused by every operator. */
+/* Workspace slots (layout.h), planned at build and reused by every operator. */
 enum { S_A0, S_A1, S_B0, S_B1, S_T1, S_T2, S_T3, NSCR };
 
+/* The largest in-place reduces on the row and the column (cb_comm_reserve). */
 typedef struct tp2d {
-    float *buf[NSCR];
-    size_t cap[NSCR];
+    size_t red_row, red_col;
 } tp2d;
 
 static float *scratch(cb_layout *L, int slot, size_t n) {
-    tp2d *p = L->priv;
-    if (n > p->cap[slot]) {
-        float *b = realloc(p->buf[slot], sizeof(float) * (n ? n : 1));
-        if (!b) cb_comm_fatal("tp2d: out of memory for scratch buffers");
-        p->buf[slot] = b;
-        L->scratch_bytes += sizeof(float) * (n - p->cap[slot]);
-        p->cap[slot] = n;
-    }
-    return p->buf[slot];
+    return cb_layout_scratch(L, slot, sizeof(float) * n);
 }
 
 static cb_comm *rowg(cb_layout *L) { return &L->grid->row; }
@@ -249,22 +241,13 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     int q = L->q, r = L->grid->at.r, c = L->grid->at.c, N = B * T, n = N / q, cq = e->C / q;
     int Vq = vpad(L, e->V) / q;
     float *part = scratch(L, S_T1, (size_t)N * cq), *blk = scratch(L, S_T2, (size_t)n * cq);
-    for (int i = 0; i < N; i++) {
-        int v = ids[i] - c * Vq;
-        float *o = part + (size_t)i * cq;
-        if (v >= 0 && v < Vq) memcpy(o, e->wte + (size_t)v * cq, sizeof(float) * cq);
-        else memset(o, 0, sizeof(float) * cq);
-    }
+    L->k->embedding_rows(L->k, part, ids, e->wte, c * Vq, Vq, N, cq);
     cb_comm_reduce_scatter(rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
     transpose_swap(L, "embed.fwd", blk, x, (size_t)n * cq);
     int tq = (e->T + q - 1) / q; /* position rows per rank */
     float *wpe = scratch(L, S_T2, (size_t)tq * q * cq);
     cb_comm_allgather(colg(L), "embed.fwd", e->wpe, wpe, (size_t)tq * cq);
-    for (int i = 0; i < n; i++) {
-        const float *pe = wpe + (size_t)((r * n + i) % T) * cq;
-        float *o = x + (size_t)i * cq;
-        for (int j = 0; j < cq; j++) o[j] += pe[j];
-    }
+    L->k->position_add(L->k, x, wpe, r * n, T, n, cq);
 }
 
 /* The mirror: swap, all-gather over the row (all N tokens x features r),
@@ -277,102 +260,27 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     float *full = scratch(L, S_T1, (size_t)N * cq);
     transpose_swap(L, "embed.bwd", dx, full + (size_t)c * n * cq, (size_t)n * cq);
     cb_comm_allgather(rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
-    for (int i = 0; i < N; i++) {
-        int v = ids[i] - c * Vq;
-        if (v < 0 || v >= Vq) continue;
-        float *we = e->dwte + (size_t)v * cq;
-        const float *d = full + (size_t)i * cq;
-        for (int j = 0; j < cq; j++) we[j] += d[j];
-    }
+    L->k->embedding_rows_backward(L->k, e->dwte, full, ids, c * Vq, Vq, N, cq);
     int tq = (e->T + q - 1) / q;
-    float *dpe = scratch(L, S_T2, (size_t)tq * q * cq);
-    memset(dpe, 0, sizeof(float) * tq * q * cq);
-    for (int i = 0; i < n; i++) {
-        float *pe = dpe + (size_t)((r * n + i) % T) * cq;
-        const float *d = dx + (size_t)i * cq;
-        for (int j = 0; j < cq; j++) pe[j] += d[j];
-    }
+    float *dpe = cb_layout_zeroed(L, S_T2, sizeof(float) * tq * q * cq);
+    L->k->position_backward(L->k, dpe, dx, r * n, T, n, cq);
     cb_comm_reduce_scatter(colg(L), "embed.bwd", NULL, dpe, (size_t)tq * cq);
     L->k->residual_forward(L->k, e->dwpe, e->dwpe, dpe, (size_t)tq * cq);
 }
 
 /* ------------------------------------------------------------ LayerNorm */
 
-/* Row statistics over the hidden split along the row: two passes (sum x,
- * then sum (x - mean)^2), each one all-reduce of N/q floats, as the serial
- * kernel computes them. */
+/* Features split along the row (ops.c); the weight and bias are
+ * replicated down the column, which sums their gradients. */
 static void norm_forward(cb_layout *L, const cb_norm *nm, const float *x, float *y, float *mean,
                          float *rstd, int N) {
-    int n = N / L->q, cq = nm->C / L->q, C = nm->C;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cq;
-        float s = 0.0f;
-        for (int j = 0; j < cq; j++) s += xi[j];
-        mean[i] = s;
-    }
-    cb_comm_allreduce(rowg(L), "norm.fwd", NULL, mean, n, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cq;
-        float m = mean[i] / C, v = 0.0f;
-        for (int j = 0; j < cq; j++) v += (xi[j] - m) * (xi[j] - m);
-        mean[i] = m;
-        rstd[i] = v;
-    }
-    cb_comm_allreduce(rowg(L), "norm.fwd", NULL, rstd, n, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cq;
-        float m = mean[i], s = 1.0f / sqrtf(rstd[i] / C + 1e-5f), *o = y + (size_t)i * cq;
-        for (int j = 0; j < cq; j++) o[j] = (xi[j] - m) * s * nm->w[j] + nm->b[j];
-        rstd[i] = s;
-    }
+    cb_split_norm_forward(L, rowg(L), S_T1, nm, x, y, mean, rstd, N / L->q, nm->C / L->q);
 }
 
-/* dx accumulates; (sum w dy, sum w dy xhat) all-reduced along the row,
- * the local dgamma/dbeta all-reduced over the column. */
 static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
-    int n = N / L->q, cq = nm->C / L->q, C = nm->C;
-    const float *w = nm->w;
-    float *st = scratch(L, S_T1, 2 * (size_t)n), *g = scratch(L, S_T2, 2 * (size_t)cq);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
-        float m = mean[i], s = rstd[i], dmean = 0.0f, dproj = 0.0f;
-        for (int j = 0; j < cq; j++) {
-            float dn = w[j] * d[j];
-            dmean += dn;
-            dproj += dn * (xi[j] - m) * s;
-        }
-        st[2 * i] = dmean;
-        st[2 * i + 1] = dproj;
-    }
-    cb_comm_allreduce(rowg(L), "norm.bwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cq, *d = dy + (size_t)i * cq;
-        float m = mean[i], s = rstd[i], dmean = st[2 * i] / C, dproj = st[2 * i + 1] / C;
-        float *di = dx + (size_t)i * cq;
-        for (int j = 0; j < cq; j++)
-            di[j] += (w[j] * d[j] - dmean - (xi[j] - m) * s * dproj) * s;
-    }
-    /* column sums, a column per iteration: no two threads write one float */
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < cq; j++) {
-        float gw = 0.0f, gb = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float d = dy[(size_t)i * cq + j];
-            gw += (x[(size_t)i * cq + j] - mean[i]) * rstd[i] * d;
-            gb += d;
-        }
-        g[j] = gw;
-        g[cq + j] = gb;
-    }
-    cb_comm_allreduce(colg(L), "norm.bwd", NULL, g, 2 * (size_t)cq, CB_COMM_SUM);
-    L->k->residual_forward(L->k, nm->dw, nm->dw, g, cq);
-    L->k->residual_forward(L->k, nm->db, nm->db, g + cq, cq);
+    cb_split_norm_backward(L, rowg(L), colg(L), S_T1, S_T2, nm, x, dy, dx, mean, rstd, N / L->q,
+                           nm->C / L->q);
 }
 
 /* ------------------------------------------------------------ linears */
@@ -417,13 +325,8 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
                        (size_t)a * b, t);
     }
     if (!l->db) return;
-    float *g = scratch(L, S_T3, b);
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < b; j++) {
-        float sum = 0.0f;
-        for (int i = 0; i < n; i++) sum += dy[(size_t)i * b + j];
-        g[j] = sum;
-    }
+    float *g = cb_layout_zeroed(L, S_T3, sizeof(float) * b);
+    L->k->bias_backward(L->k, g, dy, n, b);
     reduce_add(L, colg(L), "linear.bwd", g, l->db, b);
 }
 
@@ -451,8 +354,7 @@ static void attention_backward(cb_layout *L, const float *qkv, const float *att,
 static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N) {
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q, c = L->grid->at.c;
-    int r = L->grid->at.r, v0 = c * Vq, nv = e->V - v0;
-    nv = nv < 0 ? 0 : nv > Vq ? Vq : nv;
+    int r = L->grid->at.r, v0 = c * Vq;
     float *tmp = scratch(L, S_T1, (size_t)n * Vq), *losses = logits + (size_t)n * Vq;
     bpipe px = bp_start(L, rowg(L), "head.fwd", x, (size_t)n * cq, S_A0);
     bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
@@ -462,36 +364,9 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         mmt_rows(L, t ? tmp : logits, xt, wt, n, cq, Vq, pend);
         if (t) L->k->residual_forward(L->k, logits, logits, tmp, (size_t)n * Vq);
     }
-    float *mx = scratch(L, S_T2, n), *st = scratch(L, S_T3, 2 * (size_t)n);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *li = logits + (size_t)i * Vq;
-        float m = -INFINITY;
-        for (int j = 0; j < nv; j++) m = li[j] > m ? li[j] : m;
-        mx[i] = m;
-    }
-    cb_comm_allreduce(rowg(L), "head.fwd", NULL, mx, n, CB_COMM_MAX);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float *li = logits + (size_t)i * Vq, s = 0.0f;
-        int tg = targets ? targets[r * n + i] - v0 : -1;
-        st[2 * i + 1] = tg >= 0 && tg < nv ? li[tg] : 0.0f;
-        for (int j = 0; j < nv; j++) {
-            li[j] = expf(li[j] - mx[i]);
-            s += li[j];
-        }
-        for (int j = nv; j < Vq; j++) li[j] = 0.0f;
-        st[2 * i] = s;
-    }
-    cb_comm_allreduce(rowg(L), "head.fwd", NULL, st, 2 * (size_t)n, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float *li = logits + (size_t)i * Vq, inv = 1.0f / st[2 * i];
-        for (int j = 0; j < nv; j++) li[j] *= inv;
-        losses[i] = logf(st[2 * i]) - (st[2 * i + 1] - mx[i]);
-    }
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += losses[i];
+    double sum = cb_vocab_ce_forward(L, rowg(L), S_T2, logits, losses,
+                                     targets ? targets + (size_t)r * n : NULL, n, Vq, v0, e->V);
+    if (!targets) return 0.0f;
     cb_comm_allreduce_f64(colg(L), "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
     return (float)(sum / N);
 }
@@ -503,14 +378,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
     int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
-    float d = dloss / N;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float *li = logits + (size_t)i * Vq;
-        for (int j = 0; j < Vq; j++) li[j] *= d;
-        int tg = targets[r * n + i] - v0;
-        if (tg >= 0 && tg < Vq) li[tg] -= d;
-    }
+    L->k->crossentropy_backward_cols(L->k, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq);
     float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
     bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0);
     bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0);
@@ -534,11 +402,49 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
 /* ------------------------------------------------------------ lifetime */
 
 static void layout_free(cb_layout *L) {
-    tp2d *p = L->priv;
-    if (p)
-        for (int i = 0; i < NSCR; i++) free(p->buf[i]);
-    free(p);
+    free(L->priv);
     free(L);
+}
+
+/* The reduces' copies, counted in kept_need by the plan. */
+static int plan_alloc(cb_layout *L, cb_err *e) {
+    tp2d *p = L->priv;
+    if (cb_comm_reserve(rowg(L), p->red_row) || cb_comm_reserve(colg(L), p->red_col))
+        return cb_fail(e, CB_ENOMEM, "out of memory for the 2-D reduces' buffers: %zu bytes",
+                       L->ws.kept_need);
+    return CB_OK;
+}
+
+static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
+
+/* A SUMMA's double buffers of an (n, a) and an (a, b) operand, its partial
+ * product (n, b) and, backward, the partial dx (n, a) and dw (a, b). */
+static void reserve_summa(cb_layout *L, size_t n, size_t a, size_t b) {
+    tp2d *p = L->priv;
+    p->red_row = n * a > p->red_row ? n * a : p->red_row;
+    p->red_col = a * b > p->red_col ? a * b : p->red_col;
+    L->ws.kept_need = sizeof(float) * (p->red_row + p->red_col);
+    reserve(L, S_A0, n * a), reserve(L, S_A1, n * a);
+    reserve(L, S_B0, a * b), reserve(L, S_B1, a * b);
+    reserve(L, S_T1, n * (a > b ? a : b)), reserve(L, S_T2, a * b);
+}
+
+static void plan(cb_layout *L, const cb_layout_use *u) {
+    size_t q = L->q, N = (size_t)u->B * u->T, n = N / q;
+    if (u->op == CB_OP_LINEAR) {
+        reserve_summa(L, n, u->lin->in / q, u->lin->out / q);
+        reserve(L, S_T3, u->lin->out / q);
+    } else if (u->op == CB_OP_NORM) {
+        cb_split_norm_reserve(L, S_T1, S_T2, (int)n, u->norm->C / L->q);
+    } else if (u->op == CB_OP_HEAD) {
+        size_t cq = u->emb->C / q, Vq = vpad(L, u->emb->V) / q;
+        reserve_summa(L, n, cq, Vq);
+        cb_vocab_ce_reserve(L, S_T2, (int)n);
+    } else if (u->op == CB_OP_EMBED) {
+        size_t cq = u->emb->C / q, tq = (u->emb->T + q - 1) / q;
+        reserve(L, S_T1, N * cq);
+        reserve(L, S_T2, n * cq > tq * q * cq ? n * cq : tq * q * cq);
+    }
 }
 
 static const cb_layout_ops OPS = {
@@ -561,6 +467,8 @@ static const cb_layout_ops OPS = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,
+    .plan = plan,
+    .plan_alloc = plan_alloc,
 };
 
 int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
@@ -575,7 +483,7 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(),
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(),
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;

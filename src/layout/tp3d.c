@@ -1,5 +1,5 @@
 /* 3-D tensor parallelism, the cube of Bian et al. with perfect load
- * balance (shared/reference/parallelism.md, "3-D"). tp = q^3 ranks (i,j,k);
+ * balance (docs/parallelism.md, 3-D). tp = q^3 ranks (i,j,k);
  * every rank holds 1/q^3 of every activation and weight. An activation of
  * parity p is split by i and two more coordinates a, b:
  *   parity 0: token block i*q + j, feature block k   (a = j, b = k)
@@ -16,32 +16,31 @@
 #include "comm/grid.h"
 #include "layout/layout.h"
 
-/* scratch slots, each grown on demand and reused by every operator */
+/* workspace slots (layout.h), planned at build and reused by every operator */
 enum { S_XH, S_WH, S_Z, S_DYH, S_DXH, S_DWH, S_DW, S_RED, S_RED2, NSLOT };
 
 /* X^ of one forward input. Pipelines keep several micro-batches in flight,
- * each in its own input buffer, so X^ is kept per input pointer. */
+ * each in its own input buffer, so X^ is kept per input pointer, in a pool
+ * of entries sized at build (plan); N = -1 marks an entry free. */
 typedef struct xsaved {
     const float *x;
-    int N; /* -1: stale */
+    int N;
     float *xh;
     size_t cap;
-    struct xsaved *next;
 } xsaved;
 
 /* What a linear or the head keeps from forward for backward when
  * save_gathered = 1: W^ (the weights do not change in between) and X^. */
 typedef struct gathered {
     float *wh;
-    size_t capw;
+    size_t capw, needw, needx;
     int wvalid;
     xsaved *xs;
+    int nxs;
     struct gathered *next;
 } gathered;
 
 typedef struct tp3d {
-    float *slot[NSLOT];
-    size_t cap[NSLOT];
     gathered *saved; /* every one made, freed with the layout */
     gathered *head;  /* the tied head's X^ and wte^ */
 } tp3d;
@@ -75,72 +74,78 @@ static int64_t vocab_pad(const cb_layout *L, int64_t V) {
 
 /* n floats of scratch slot s; contents undefined */
 static float *scratch(cb_layout *L, int s, size_t n) {
-    tp3d *P = L->priv;
-    if (n > P->cap[s]) {
-        free(P->slot[s]);
-        P->slot[s] = malloc(sizeof(float) * (n ? n : 1));
-        if (!P->slot[s]) cb_comm_fatal("out of memory for 3-D tensor-parallel scratch");
-        L->scratch_bytes += sizeof(float) * (n - P->cap[s]);
-        P->cap[s] = n;
-    }
-    return P->slot[s];
+    return cb_layout_scratch(L, s, sizeof(float) * n);
 }
 
 static float *zeroed(cb_layout *L, int s, size_t n) {
-    float *p = scratch(L, s, n);
-    memset(p, 0, sizeof(float) * n);
-    return p;
+    return cb_layout_zeroed(L, s, sizeof(float) * n);
 }
 
+/* A kept operand grown to n floats: only without a plan (layouts driven
+ * outside a graph); a planned one was sized at build. */
 static float *grow(cb_layout *L, float *p, size_t *cap, size_t n) {
     if (n <= *cap) return p;
     free(p);
     L->scratch_bytes += sizeof(float) * (n - *cap);
     *cap = n;
     p = malloc(sizeof(float) * (n ? n : 1));
-    if (!p) cb_comm_fatal("out of memory saving gathered 3-D operands");
+    if (!p) cb_layout_oom("the gathered 3-D operands kept for backward");
     return p;
 }
 
 static gathered *new_gathered(cb_layout *L) {
     tp3d *P = L->priv;
     gathered *s = calloc(1, sizeof *s);
-    if (!s) cb_comm_fatal("out of memory saving gathered 3-D operands");
+    if (!s) return NULL;
     s->next = P->saved;
     P->saved = s;
     return s;
 }
 
+/* The entry of input x: the one already keyed by x, else a free one; without
+ * a plan the pool grows by one. NULL: none (X^ is then not kept). */
+static xsaved *entry_for(cb_layout *L, gathered *s, const float *x) {
+    xsaved *free_e = NULL;
+    for (int i = 0; i < s->nxs; i++) {
+        if (s->xs[i].x == x) return &s->xs[i];
+        if (!free_e && s->xs[i].N < 0) free_e = &s->xs[i];
+    }
+    if (free_e || L->ws.planned) return free_e;
+    xsaved *xs = realloc(s->xs, sizeof *xs * (s->nxs + 1));
+    if (!xs) cb_layout_oom("the gathered 3-D operands kept for backward");
+    s->xs = xs;
+    s->xs[s->nxs] = (xsaved){.N = -1};
+    return &s->xs[s->nxs++];
+}
+
 /* Forward: where to gather W^ and X^ of input x; with save_gathered = 0,
- * scratch, and whatever was kept before is stale. */
+ * scratch, and whatever was kept before is stale. A planned pool with no
+ * free entry leaves X^ in scratch: backward gathers it again. */
 static void gather_into(cb_layout *L, gathered **sp, const float *x, int N, size_t nx, size_t nw,
                         float **xh, float **wh) {
     if (!L->save_gathered) {
         if (*sp) {
             (*sp)->wvalid = 0;
-            for (xsaved *e = (*sp)->xs; e; e = e->next) e->N = -1;
+            for (int i = 0; i < (*sp)->nxs; i++) (*sp)->xs[i].N = -1;
         }
         *xh = scratch(L, S_XH, nx);
         *wh = scratch(L, S_WH, nw);
         return;
     }
-    if (!*sp) *sp = new_gathered(L);
+    if (!*sp && !L->ws.planned && !(*sp = new_gathered(L)))
+        cb_layout_oom("the gathered 3-D operands kept for backward");
     gathered *s = *sp;
-    xsaved *e = s->xs;
-    while (e && e->x != x) e = e->next;
-    if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e) cb_comm_fatal("out of memory saving gathered 3-D operands");
-        e->x = x;
-        e->next = s->xs;
-        s->xs = e;
+    xsaved *e = s ? entry_for(L, s, x) : NULL;
+    if (s && !L->ws.planned) {
+        s->wh = grow(L, s->wh, &s->capw, nw);
+        if (e) e->xh = grow(L, e->xh, &e->cap, nx);
     }
-    e->xh = grow(L, e->xh, &e->cap, nx);
-    e->N = N;
-    s->wh = grow(L, s->wh, &s->capw, nw);
-    s->wvalid = 1;
-    *xh = e->xh;
-    *wh = s->wh;
+    int keepw = s && s->capw >= nw, keepx = e && e->cap >= nx;
+    if (s) s->wvalid = keepw;
+    *wh = keepw ? s->wh : scratch(L, S_WH, nw);
+    if (keepx) e->x = x, e->N = N;
+    else L->ws.unkept++;
+    *xh = keepx ? e->xh : scratch(L, S_XH, nx);
 }
 
 /* Backward: the kept X^ of input x and W^, NULL where they must be gathered
@@ -150,10 +155,10 @@ static void kept(const cb_layout *L, gathered *s, const float *x, int N, float *
                  float **wh) {
     *xh = *wh = NULL;
     if (!L->save_gathered || !s) return;
-    for (xsaved *e = s->xs; e; e = e->next)
-        if (e->x == x && e->N == N) {
-            *xh = e->xh;
-            e->N = -1;
+    for (int i = 0; i < s->nxs; i++)
+        if (s->xs[i].x == x && s->xs[i].N == N) {
+            *xh = s->xs[i].xh;
+            s->xs[i].N = -1;
         }
     if (s->wvalid) *wh = s->wh;
 }
@@ -162,12 +167,60 @@ static void kept(const cb_layout *L, gathered *s, const float *x, int N, float *
 static void input_rewritten(cb_layout *L, const float *x) {
     tp3d *P = L->priv;
     for (gathered *s = P->saved; s; s = s->next)
-        for (xsaved *e = s->xs; e; e = e->next)
-            if (e->x == x) e->N = -1;
+        for (int i = 0; i < s->nxs; i++)
+            if (s->xs[i].x == x) s->xs[i].N = -1;
 }
 
-static void add(float *acc, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+static void add(cb_layout *L, float *acc, const float *x, size_t n) {
+    L->k->residual_forward(L->k, acc, acc, x, n);
+}
+
+/* Plan of a kept pair: inflight more entries of nx floats (a layer applied
+ * twice keeps the inputs of both uses) and W^ of nw, made now (small),
+ * filled by plan_alloc. A pool that cannot be made is left out: its
+ * operands are then gathered again in backward. */
+static void plan_kept(cb_layout *L, gathered **sp, size_t nx, size_t nw, int inflight) {
+    if (!*sp) *sp = new_gathered(L);
+    gathered *s = *sp;
+    if (!s) return;
+    int n = s->nxs + (inflight > 0 ? inflight : 1);
+    xsaved *xs = realloc(s->xs, sizeof *xs * n);
+    if (!xs) return;
+    for (int i = s->nxs; i < n; i++) xs[i] = (xsaved){.N = -1};
+    s->xs = xs, s->nxs = n;
+    s->needx = nx > s->needx ? nx : s->needx;
+    s->needw = nw > s->needw ? nw : s->needw;
+}
+
+static size_t kept_bytes(const tp3d *P) {
+    size_t n = 0;
+    for (const gathered *s = P->saved; s; s = s->next) n += s->needw + s->nxs * s->needx;
+    return n * sizeof(float);
+}
+
+/* p grown to n floats, or *ok = 0 (p kept) */
+static float *grow_planned(cb_layout *L, float *p, size_t *cap, size_t n, int *ok) {
+    if (n <= *cap) return p;
+    float *b = malloc(sizeof(float) * n);
+    if (!b) return *ok = 0, p;
+    free(p);
+    L->scratch_bytes += sizeof(float) * (n - *cap);
+    *cap = n;
+    return b;
+}
+
+static int plan_alloc(cb_layout *L, cb_err *e) {
+    tp3d *P = L->priv;
+    int ok = 1;
+    for (gathered *s = P->saved; s && ok; s = s->next) {
+        s->wh = grow_planned(L, s->wh, &s->capw, s->needw, &ok);
+        s->wvalid = 0;
+        for (int i = 0; i < s->nxs && ok; i++)
+            s->xs[i].xh = grow_planned(L, s->xs[i].xh, &s->xs[i].cap, s->needx, &ok);
+    }
+    return ok ? CB_OK
+              : cb_fail(e, CB_ENOMEM, "out of memory for the gathered 3-D operands kept for "
+                                      "backward: %zu bytes", kept_bytes(P));
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -303,13 +356,7 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     float *z = scratch(L, S_Z, nh * out);
     L->k->matmul_forward(L->k, z, xh, wh, NULL, (int)nh, (int)in, (int)out);
     cb_comm_reduce_scatter(r.lb, "linear.fwd", z, y, nb * out);
-    if (l->b)
-        for (size_t t = 0; t < nb; t++) add(y + t * out, l->b, out);
-}
-
-/* column sums of dy (rows, cols) */
-static void colsum(float *acc, const float *dy, size_t rows, size_t cols) {
-    for (size_t t = 0; t < rows; t++) add(acc, dy + t * cols, cols);
+    if (l->b) L->k->bias_add(L->k, y, l->b, (int)nb, (int)out);
 }
 
 /* dy parity 1-p -> dx parity p: dY^ = gather_b(dy); dx = reduce-scatter_a
@@ -328,7 +375,7 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     float *dbt = NULL;
     if (l->db) {
         dbt = zeroed(L, S_RED, out);
-        colsum(dbt, dy, nb, out);
+        L->k->bias_backward(L->k, dbt, dy, (int)nb, (int)out);
         cb_comm_iallreduce(r.pa, "bias.bwd", NULL, dbt, out, CB_COMM_SUM, &rb);
     }
     float *xh, *wh;
@@ -350,89 +397,30 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
-    add(l->dw, dwl, wr * out);
+    add(L, l->dw, dwl, wr * out);
     if (l->db) {
         cb_comm_wait(&rb);
-        add(l->db, dbt, out);
+        add(L, l->db, dbt, out);
     }
 }
 
 /* ------------------------------------------------------------ LayerNorm */
 
-/* x, y (N/q^2, C/q): features split along line b, so the row moments are
- * all-reduced over it (in double: E[x^2] - mean^2 must not cancel) */
+/* x, y (N/q^2, C/q): features split along line b (ops.c); the weight and
+ * bias are replicated over the plane (i, a), which sums their gradients */
 static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
                          float *rstd, int N) {
-    roles r = roles_of(L, n->parity);
-    int q = L->q, rows = N / (q * q), c = n->C / q;
-    double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < rows; t++) {
-        const float *xr = x + (size_t)t * c;
-        double s1 = 0.0, s2 = 0.0;
-        for (int f = 0; f < c; f++) {
-            s1 += xr[f];
-            s2 += (double)xr[f] * xr[f];
-        }
-        s[2 * t] = s1;
-        s[2 * t + 1] = s2;
-    }
-    cb_comm_allreduce_f64(r.lb, "norm.fwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < rows; t++) {
-        double m = s[2 * t] / n->C, v = s[2 * t + 1] / n->C - m * m;
-        float mf = (float)m, sf = (float)(1.0 / sqrt((v > 0 ? v : 0) + 1e-5));
-        const float *xr = x + (size_t)t * c;
-        float *yr = y + (size_t)t * c;
-        for (int f = 0; f < c; f++) yr[f] = (xr[f] - mf) * sf * n->w[f] + n->b[f];
-        mean[t] = mf;
-        rstd[t] = sf;
-    }
+    int q = L->q;
+    cb_split_norm_forward(L, roles_of(L, n->parity).lb, S_RED, n, x, y, mean, rstd, N / (q * q),
+                          n->C / q);
 }
 
-/* dx accumulates; (sum w dy, sum w dy xhat) all-reduced over line b, the
- * gamma/beta gradients over the plane (i, a) that replicates them */
 static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
     roles r = roles_of(L, n->parity);
-    int q = L->q, rows = N / (q * q), c = n->C / q;
-    float *g = zeroed(L, S_RED2, 2 * (size_t)c);
-    for (int t = 0; t < rows; t++) {
-        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
-        for (int f = 0; f < c; f++) {
-            g[f] += (xr[f] - mean[t]) * rstd[t] * d[f];
-            g[c + f] += d[f];
-        }
-    }
-    cb_comm_req rg;
-    cb_comm_iallreduce(r.pb, "norm.bwd", NULL, g, 2 * (size_t)c, CB_COMM_SUM, &rg);
-    double *s = (double *)scratch(L, S_RED, 4 * (size_t)rows);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < rows; t++) {
-        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
-        double dm = 0.0, dp = 0.0;
-        for (int f = 0; f < c; f++) {
-            float dn = n->w[f] * d[f];
-            dm += dn;
-            dp += dn * (xr[f] - mean[t]) * rstd[t];
-        }
-        s[2 * t] = dm;
-        s[2 * t + 1] = dp;
-    }
-    cb_comm_allreduce_f64(r.lb, "norm.bwd", NULL, s, 2 * (size_t)rows, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < rows; t++) {
-        const float *xr = x + (size_t)t * c, *d = dy + (size_t)t * c;
-        float dm = (float)(s[2 * t] / n->C), dp = (float)(s[2 * t + 1] / n->C), sd = rstd[t];
-        float *di = dx + (size_t)t * c;
-        for (int f = 0; f < c; f++) {
-            float xn = (xr[f] - mean[t]) * sd;
-            di[f] += (n->w[f] * d[f] - dm - xn * dp) * sd;
-        }
-    }
-    cb_comm_wait(&rg);
-    add(n->dw, g, c);
-    add(n->db, g + c, c);
+    int q = L->q;
+    cb_split_norm_backward(L, r.lb, r.pb, S_RED, S_RED2, n, x, dy, dx, mean, rstd, N / (q * q),
+                           n->C / q);
 }
 
 /* ------------------------------------------------------------ attention */
@@ -487,17 +475,12 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     float *wh = scratch(L, S_WH, v.vb * v.c), *z = scratch(L, S_Z, nh * v.c);
     cb_comm_allgather(&g->weight, "embed.fwd", e->wte, wh, v.vr * v.c);
     const int *id = ids + (size_t)g->at.i * nh;
-    for (size_t t = 0; t < nh; t++) {
-        int64_t row = id[t] - v.v0;
-        if (row >= 0 && row < (int64_t)v.vb)
-            memcpy(z + t * v.c, wh + row * v.c, sizeof(float) * v.c);
-        else memset(z + t * v.c, 0, sizeof(float) * v.c);
-    }
+    L->k->embedding_rows(L->k, z, id, wh, (int)v.v0, (int)v.vb, (int)nh, (int)v.c);
     cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
     size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
     float *pe = scratch(L, S_RED, tr * q * q * v.c);
     cb_comm_allgather(&g->in_w, "embed.fwd", e->wpe, pe, tr * v.c);
-    for (size_t t = 0; t < nb; t++) add(x + t * v.c, pe + ((t0 + t) % T) * v.c, v.c);
+    L->k->position_add(L->k, x, pe, (int)t0, T, (int)nb, (int)v.c);
 }
 
 /* dwte += reduce-scatter over WEIGHT of the rows of gather_INPUT(dx) added
@@ -513,62 +496,19 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     cb_comm_allgather(&g->input, "embed.bwd", dx, dyh, nb * v.c);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
     const int *id = ids + (size_t)g->at.i * nh;
-    for (size_t t = 0; t < nh; t++) {
-        int64_t row = id[t] - v.v0;
-        if (row >= 0 && row < (int64_t)v.vb) add(dwh + row * v.c, dyh + t * v.c, v.c);
-    }
+    L->k->embedding_rows_backward(L->k, dwh, dyh, id, (int)v.v0, (int)v.vb, (int)nh, (int)v.c);
     cb_comm_req rq[2];
     cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
     size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
     float *dpe = zeroed(L, S_RED, tr * q * q * v.c);
-    for (size_t t = 0; t < nb; t++) add(dpe + ((t0 + t) % T) * v.c, dx + t * v.c, v.c);
+    L->k->position_backward(L->k, dpe, dx, (int)t0, T, (int)nb, (int)v.c);
     cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
     cb_comm_waitall(rq, 2);
-    add(e->dwte, dwl, v.vr * v.c);
-    add(e->dwpe, dpe, tr * v.c);
+    add(L, e->dwte, dwl, v.vr * v.c);
+    add(L, e->dwpe, dpe, tr * v.c);
 }
 
 /* ------------------------------------------------------------ LM head */
-
-/* Vocabulary-parallel cross-entropy of lg (rows, vb), columns v0.. of the
- * padded vocabulary; the vocabulary is split along INPUT. Leaves the
- * probabilities in lg and returns the sum of this rank's row losses. */
-static double crossentropy(cb_layout *L, float *lg, float *losses, const int *targets, size_t rows,
-                           const vocab *v, int V) {
-    cb_comm *line = &L->grid->input;
-    int64_t nv = V - v->v0;
-    size_t valid = nv <= 0 ? 0 : (size_t)nv < v->vb ? (size_t)nv : v->vb;
-    float *mx = scratch(L, S_RED, rows), *st = scratch(L, S_RED2, 2 * rows);
-#pragma omp parallel for schedule(static)
-    for (size_t t = 0; t < rows; t++) {
-        float m = -INFINITY, *r = lg + t * v->vb;
-        for (size_t f = 0; f < valid; f++) m = r[f] > m ? r[f] : m;
-        mx[t] = m;
-    }
-    cb_comm_allreduce(line, "head.fwd", NULL, mx, rows, CB_COMM_MAX);
-#pragma omp parallel for schedule(static)
-    for (size_t t = 0; t < rows; t++) {
-        float *r = lg + t * v->vb, sum = 0.0f;
-        for (size_t f = 0; f < valid; f++) {
-            r[f] = expf(r[f] - mx[t]);
-            sum += r[f];
-        }
-        for (size_t f = valid; f < v->vb; f++) r[f] = 0.0f;
-        int64_t tg = targets ? targets[t] - v->v0 : -1;
-        st[2 * t] = sum;
-        st[2 * t + 1] = tg >= 0 && tg < (int64_t)valid ? r[tg] : 0.0f;
-    }
-    cb_comm_allreduce(line, "head.fwd", NULL, st, 2 * rows, CB_COMM_SUM);
-#pragma omp parallel for schedule(static)
-    for (size_t t = 0; t < rows; t++) {
-        float inv = 1.0f / st[2 * t], *r = lg + t * v->vb;
-        for (size_t f = 0; f < valid; f++) r[f] *= inv;
-        losses[t] = -logf(st[2 * t + 1] * inv);
-    }
-    double total = 0.0; /* in token order, as the serial layout sums */
-    for (size_t t = 0; t < rows; t++) total += losses[t];
-    return total;
-}
 
 /* logits (N/q^2 tokens block i*q+k, V_pad/q block j) = reduce-scatter over
  * OUTPUT of gather_INPUT(x) gather_WEIGHT(wte)^T; returns the mean loss */
@@ -589,7 +529,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     L->k->head_forward(L->k, z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
     cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
     const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
-    double sum = crossentropy(L, logits, logits + nb * v.vb, tg, nb, &v, e->V);
+    double sum = cb_vocab_ce_forward(L, &g->input, S_RED, logits, logits + nb * v.vb, tg, (int)nb,
+                                     (int)v.vb, (int)v.v0, e->V); /* vocabulary split along INPUT */
     if (!targets) return 0.0f;
     cb_comm_allreduce_f64(&g->out_w, "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
     return (float)(sum / N);
@@ -616,12 +557,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                            v.vr * v.c, &rw);
     float dl = dloss / N;
     const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
-    for (size_t t = 0; t < nb; t++) {
-        float *r = logits + t * v.vb;
-        for (size_t f = 0; f < v.vb; f++) r[f] *= dl;
-        int64_t c = tg[t] - v.v0;
-        if (c >= 0 && c < (int64_t)v.vb) r[c] -= dl;
-    }
+    L->k->crossentropy_backward_cols(L->k, logits, tg, (int)v.v0, dl, (int)nb, (int)v.vb);
     float *dzh = scratch(L, S_DYH, nh * v.vb);
     cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
@@ -635,7 +571,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
-    add(e->dwte, dwl, v.vr * v.c);
+    add(L, e->dwte, dwl, v.vr * v.c);
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -643,20 +579,50 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
 static void layout_free(cb_layout *L) {
     tp3d *P = L->priv;
     if (P) {
-        for (int s = 0; s < NSLOT; s++) free(P->slot[s]);
         for (gathered *s = P->saved, *ns; s; s = ns) {
             ns = s->next;
-            for (xsaved *e = s->xs, *ne; e; e = ne) {
-                ne = e->next;
-                free(e->xh);
-                free(e);
-            }
+            for (int i = 0; i < s->nxs; i++) free(s->xs[i].xh);
+            free(s->xs);
             free(s->wh);
             free(s);
         }
         free(P);
     }
     free(L);
+}
+
+static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
+
+/* The buffers of a linear-like product of (nh, in) by (in, out) on nb local
+ * rows (forward and backward), and its kept X^ and W^. */
+static void plan_product(cb_layout *L, gathered **sp, size_t nh, size_t in, size_t out,
+                         size_t ndw, int inflight) {
+    reserve(L, S_XH, nh * in), reserve(L, S_WH, in * out), reserve(L, S_Z, nh * out);
+    reserve(L, S_DYH, nh * out), reserve(L, S_DXH, nh * in), reserve(L, S_DWH, in * out);
+    reserve(L, S_DW, ndw), reserve(L, S_RED, out);
+    if (L->save_gathered) plan_kept(L, sp, nh * in, in * out, inflight);
+}
+
+static void plan(cb_layout *L, const cb_layout_use *u) {
+    tp3d *P = L->priv;
+    size_t q = L->q, N = (size_t)u->B * u->T, nh = N / q, nb = N / (q * q);
+    if (u->op == CB_OP_LINEAR) {
+        gathered *s = u->lin->saved;
+        size_t out = u->lin->out / q;
+        plan_product(L, &s, nh, u->lin->in / q, out, u->lin->in / (q * q) * out, u->inflight);
+        u->lin->saved = s;
+    } else if (u->op == CB_OP_NORM) {
+        cb_split_norm_reserve(L, S_RED, S_RED2, (int)nb, u->norm->C / L->q);
+    } else if (u->op == CB_OP_HEAD || u->op == CB_OP_EMBED) {
+        vocab v = vocab_of(L, u->emb->V, u->emb->C);
+        if (u->op == CB_OP_HEAD)
+            plan_product(L, &P->head, nh, v.c, v.vb, v.vr * v.c, u->inflight);
+        cb_vocab_ce_reserve(L, S_RED, (int)nb);
+        reserve(L, S_WH, v.vb * v.c), reserve(L, S_Z, nh * v.c), reserve(L, S_DYH, nh * v.c);
+        reserve(L, S_DWH, v.vb * v.c), reserve(L, S_DW, v.vr * v.c);
+        reserve(L, S_RED, pos_rows(L, u->emb->T) * q * q * v.c);
+    }
+    L->ws.kept_need = kept_bytes(P);
 }
 
 static const cb_layout_ops OPS = {
@@ -679,6 +645,8 @@ static const cb_layout_ops OPS = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,
+    .plan = plan,
+    .plan_alloc = plan_alloc,
 };
 
 int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
@@ -694,7 +662,7 @@ int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 3-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_cpu(), .save_gathered = 1,
+                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(), .save_gathered = 1,
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = P};
     *out = L;
     return CB_OK;

@@ -7,7 +7,7 @@
 #include "cubist.h"
 #include "model/gpt_internal.h"
 
-static const char *const CONFIG_KEYS[5] = {"n_layer", "d_model", "n_head", "seq_len", "vocab"};
+const char *const cb_gpt_config_keys[5] = {"n_layer", "d_model", "n_head", "seq_len", "vocab"};
 
 static int *config_field(cb_gpt_config *c, int i) {
     int *f[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
@@ -22,7 +22,7 @@ int gpt_save_blocks(const cb_gpt *m, int nb, const float *const *blocks,
     char vals[5][24];
     for (int i = 0; i < 5; i++) {
         snprintf(vals[i], sizeof vals[i], "%d", *config_field((cb_gpt_config *)&m->c, i));
-        meta[2 * i] = CONFIG_KEYS[i];
+        meta[2 * i] = cb_gpt_config_keys[i];
         meta[2 * i + 1] = vals[i];
     }
     meta[10] = "format";
@@ -46,7 +46,7 @@ int gpt_load_block(const cb_gpt *m, float *block, const char *prefix, const cb_s
 
 /* Without metadata (a file from elsewhere), the sizes follow from shapes. */
 static int infer_config(const cb_st_file *f, const char *path, cb_gpt_config *c, cb_err *e) {
-    const cb_st_tensor *wte = cb_st_find(f, "wte.weight"), *wpe = cb_st_find(f, "wpe.weight");
+    const cb_st_tensor *wte = cb_st_find_hf(f, "wte.weight"), *wpe = cb_st_find_hf(f, "wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
         return cb_fail(e, CB_EINPUT,
                        "%s: no wte.weight/wpe.weight tensors; is this a GPT-2 safetensors file?",
@@ -58,7 +58,7 @@ static int infer_config(const cb_st_file *f, const char *path, cb_gpt_config *c,
     char name[64];
     for (;;) {
         snprintf(name, sizeof name, "h.%d.ln_1.weight", c->n_layer);
-        if (!cb_st_find(f, name)) break;
+        if (!cb_st_find_hf(f, name)) break;
         c->n_layer++;
     }
     if (c->n_head < 1)
@@ -72,14 +72,14 @@ int cb_gpt_config_from_file(const char *path, cb_gpt_config *c, cb_err *e) {
     if (rc) return rc;
     int have = 0;
     for (int i = 0; i < 5; i++) {
-        const char *v = cb_st_meta(&f, CONFIG_KEYS[i]);
+        const char *v = cb_st_meta(&f, cb_gpt_config_keys[i]);
         if (!v) continue;
         char *end;
         long x = strtol(v, &end, 10);
         if (*end || x < 1 || x > 1 << 30) {
             cb_st_close(&f);
             return cb_fail(e, CB_EINPUT, "%s: metadata %s=\"%s\" is not a positive integer", path,
-                           CONFIG_KEYS[i], v);
+                           cb_gpt_config_keys[i], v);
         }
         *config_field(c, i) = (int)x;
         have++;

@@ -223,6 +223,7 @@ void cb_gpt_free(cb_gpt *m) {
     if (!m) return;
     if (m->own_layout) cb_layout_free(m->L);
     cb_ptable_free(&m->pt);
+    cb_kernels_params_freed(m->params);
     free(m->params);
     free(m->grads);
     free(m->actblock);

@@ -106,6 +106,8 @@ typedef struct gpt_rc {
  * --recompute-layers (block: >= 0, 0 all; uniform: >= 1, 0 means 1) into
  * rc; CB_EINPUT with one line for an unknown value or a method or layer
  * count given without --recompute block. */
+/* The config's metadata keys in checkpoints: n_layer d_model n_head seq_len vocab. */
+extern const char *const cb_gpt_config_keys[5];
 int gpt_recompute_parse(const char *mode, const char *method, int layers, gpt_rc *rc, cb_err *e);
 
 /* Planned activation floats of m's slots had it been built with rc

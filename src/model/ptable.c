@@ -144,17 +144,19 @@ static int check_tensor(const cb_st_tensor *s, const cb_tensor_info *t, const ch
 
 int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const cb_st_file *f,
                    const char *path, cb_err *e) {
+    cb_kernels_params_written(block, p->nparams);
     for (int i = 0; i < p->n; i++) {
         const cb_tensor_info *t = &p->t[i];
         char name[80];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        const cb_st_tensor *s = cb_st_find(f, name);
+        /* published files: "transformer." names, F16/BF16, buffers (attn.bias) never looked up */
+        const cb_st_tensor *s = cb_st_find_hf(f, name);
         int rc = check_tensor(s, t, name, path, e);
         if (rc) return rc;
-        /* the data section need not be 4-byte aligned: copy, then cut the shard */
-        float *full = malloc(s->nbytes + sizeof(float));
+        /* the data section need not be 4-byte aligned: convert to a copy, then cut the shard */
+        float *full = malloc(cb_ptable_full_numel(p, i) * sizeof(float) + sizeof(float));
         if (!full) return cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
-        memcpy(full, f->data + s->offset, s->nbytes);
+        cb_st_read_f32(f, s, full);
         cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
         cb_shard_extract(&sh, full, block + t->offset);
         free(full);
@@ -163,6 +165,7 @@ int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const c
 }
 
 void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd, uint64_t seed) {
+    cb_kernels_params_written(block, p->nparams);
     cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
     uint64_t key = cb_rng_key(seed, p->t[i].name);
     cb_shard_generate(&sh, init == CB_INIT_ONE, key, init == CB_INIT_NORMAL ? sd : 0.0f,

@@ -46,6 +46,8 @@ void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float 
                    const cb_tensor_info *tensors, int ntensor, float lr) {
     const cb_adamw_config *c = &o->c;
     o->t++;
+    if (ntensor > 0)
+        cb_kernels_params_written(params, tensors[ntensor - 1].offset + tensors[ntensor - 1].numel);
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
     for (int i = 0; i < ntensor; i++) {
         size_t a = tensors[i].offset, b = a + tensors[i].numel;

@@ -1,9 +1,14 @@
 #include "train/check.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "formats/fileio.h"
-#include "train/dp.h"
+#include "dp/dp.h"
+#include "train/ckpt.h"
+#include "train/stop.h"
 
 /* One lower bound: --flag >= min, or > min when strict. */
 typedef struct bound {
@@ -51,6 +56,9 @@ static int check_ranges(const cb_train_opts *o, cb_err *e) {
         {"--pp", o->pp, 0, 0, "0 or 1 = no pipeline"},
         {"--tp", o->tp, 0, 0, "0 or 1 = no tensor parallelism"},
         {"--bucket-mb", o->bucket_mb, 0, 1, "megabytes per fusion bucket"},
+        {"--keep-last", o->keep_last, 0, 0, "0 = keep every checkpoint"},
+        {"--stall-timeout", o->stall_timeout < 0 ? 0 : o->stall_timeout, 0, 0,
+         "seconds; 0 = no watchdog"},
     };
     int rc = check_bounds(b, (int)(sizeof b / sizeof *b), e);
     if (!rc && (a->beta1 >= 1 || a->beta2 >= 1))
@@ -73,6 +81,10 @@ static int check_combinations(const cb_train_opts *o, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--save-every %d needs --save FILE (where to write the "
                                      "checkpoints)",
                        o->save_every);
+    if (o->keep_last > 0 && (!o->save || !cb_ckpt_is_dir(o->save)))
+        return cb_fail(e, CB_EINPUT, "--keep-last %d needs --save DIR/ (a directory: one "
+                                     "checkpoint per save); --save FILE keeps one",
+                       o->keep_last);
     if (o->init && o->resume)
         return cb_fail(e, CB_EINPUT, "--init %s and --resume %s both give the weights; --resume "
                                      "continues a run, --init starts one: drop one of them",
@@ -87,8 +99,10 @@ static int check_words(const cb_train_opts *o, cb_err *e) {
     if (o->zero != 0 && o->zero != 1)
         return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
                        o->zero);
-    int mode;
-    return cb_dp_embed_parse(o->embed_grad, &mode, e);
+    int mode, dtype, signo;
+    if (cb_st_dtype_parse(o->save_dtype, &dtype, e)) return CB_EINPUT;
+    int rc = cb_dp_embed_parse(o->embed_grad, &mode, e);
+    return rc ? rc : cb_stop_parse(o->exit_signal, &signo, e);
 }
 
 int cb_train_check_flags(const cb_train_opts *o, cb_err *e) {
@@ -98,8 +112,22 @@ int cb_train_check_flags(const cb_train_opts *o, cb_err *e) {
     return rc;
 }
 
+/* --save DIR/ must be creatable or writable; --save FILE as any output. */
+static int check_save(const char *path, cb_err *e) {
+    if (!cb_ckpt_is_dir(path)) return fio_check_writable("--save", path, e);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s%sstep-00000000.safetensors", path,
+             path[strlen(path) - 1] == '/' ? "" : "/");
+    struct stat st;
+    if (stat(path, &st) == 0) return fio_check_writable("--save", probe, e);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    snprintf(probe, sizeof probe, "%.*s", (int)n, path);
+    return fio_check_writable("--save", probe, e); /* the directory to be created */
+}
+
 int cb_train_check_paths(const cb_train_opts *o, int world_rank, cb_err *e) {
-    int rc = o->save ? fio_check_writable("--save", o->save, e) : CB_OK;
+    int rc = o->save ? check_save(o->save, e) : CB_OK;
     if (!rc && o->dump_grads) rc = fio_check_writable("--dump-grads", o->dump_grads, e);
     if (!rc && o->log && world_rank == 0) rc = fio_check_writable("--log", o->log, e);
     return rc;
@@ -112,4 +140,48 @@ int cb_train_check_val(const cb_train_opts *o, const cb_tokens *val, cb_err *e) 
                    "--val-data %s: %zu tokens, but one validation batch needs B*T+1 = %zu; use a "
                    "longer validation file (cubist prepare --val-fraction) or lower --batch/--seq-len",
                    o->val_data, val->n, need);
+}
+
+/* ------------------------------------------------------------ pipeline flags */
+
+void cb_pp_opts_defaults(cb_pp_opts *o) {
+    *o = (cb_pp_opts){.micro_batches = CB_PP_UNSET, .virtual_stages = CB_PP_UNSET,
+                      .memory_weight = NAN};
+}
+
+/* The first pipeline-only flag the user gave, or NULL. */
+static const char *pipeline_flag(const cb_pp_opts *o) {
+    if (o->schedule) return "--schedule";
+    if (o->virtual_stages != CB_PP_UNSET) return "--virtual-stages";
+    if (o->partition) return "--partition";
+    if (o->print_partition) return "--print-partition";
+    if (!isnan(o->memory_weight)) return "--partition-memory-weight";
+    if (o->no_profile) return "--no-profile";
+    return NULL;
+}
+
+int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e) {
+    int mb = o->micro_batches;
+    if (mb != CB_PP_UNSET && mb < 1)
+        return cb_fail(e, CB_EINPUT, "--micro-batches %d must be >= 1 (micro-batches per step)", mb);
+    if (o->virtual_stages != CB_PP_UNSET && o->virtual_stages < 1)
+        return cb_fail(e, CB_EINPUT, "--virtual-stages %d must be >= 1 (model chunks per rank)",
+                       o->virtual_stages);
+    if (mb != CB_PP_UNSET && *accum > 1 && *accum != mb)
+        return cb_fail(e, CB_EINPUT,
+                       "--grad-accum %d and --micro-batches %d disagree: the micro-batches are "
+                       "the accumulation steps; give one of them",
+                       *accum, mb);
+    if (mb != CB_PP_UNSET) *accum = mb;
+    const char *f = pp > 1 ? NULL : pipeline_flag(o);
+    if (f)
+        return cb_fail(e, CB_EINPUT, "%s needs --pp > 1 (pipeline parallelism); add --pp N or "
+                                     "drop %s",
+                       f, f);
+    if (!o->schedule) o->schedule = "1f1b";
+    if (!o->partition) o->partition = "auto";
+    if (isnan(o->memory_weight)) o->memory_weight = 0.8;
+    if (!(o->memory_weight >= 0 && o->memory_weight <= 1))
+        return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
+    return CB_OK;
 }

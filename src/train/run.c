@@ -16,8 +16,12 @@
 #include "kernels/peak.h"
 #include "comm/stats.h"
 #include "layout/layout.h"
+#include "graph/graph.h"
 #include "model/gpt_internal.h"
+#include "formats/fileio.h"
 #include "train/check.h"
+#include "train/ckpt.h"
+#include "train/stop.h"
 #include "train/train.h"
 
 char *openblas_get_corename(void);
@@ -85,6 +89,8 @@ typedef struct run_state {
     int rank;               /* world rank: only 0 prints and writes */
     cb_comm_steplog comm;   /* with grid: the step's traffic, every rank's */
     size_t opt_bytes;       /* AdamW m and v on this rank */
+    cb_err log_err;         /* a failed write of the log (world rank 0), agreed after the step */
+    double slowest_ms;      /* the longest step so far: the default stall timeout */
 } run_state;
 
 /* The step's traffic over every group of the grid; with a log, every
@@ -125,6 +131,16 @@ static int agree(cb_comm *w, int rc, cb_err *e) {
     return cb_comm_agree_err(w, e);
 }
 
+/* After a save (result rc, agreed): --save-dtype bf16|f16 rewrites the
+ * weights file in that dtype (export; F.state keeps the fp32 moments). */
+static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, int rc, cb_err *e) {
+    int dtype = CB_ST_F32;
+    cb_st_dtype_parse(o->save_dtype, &dtype, e); /* checked with the flags */
+    if (rc || dtype == CB_ST_F32) return rc;
+    if (!w || w->rank == 0) rc = cb_st_convert(path, dtype, e);
+    return agree(w, rc, e);
+}
+
 /* One step's log object and progress line; extra (may be empty) is appended
  * to the object, e.g. the pipeline's per-stage fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
@@ -144,7 +160,10 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
         log_comm(r);
         if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
         fprintf(r->log, "%s}\n", extra);
-        fflush(r->log);
+        if ((fflush(r->log) || ferror(r->log)) && !r->log_err.code)
+            cb_fail(&r->log_err, CB_ESYS, "--log %s: writing step %d failed: %s; free space or "
+                                          "choose another path, then --resume",
+                    o->log, step, strerror(errno));
     }
     if (o->quiet || r->rank) return;
     double elapsed = omp_get_wtime() - r->t_start;
@@ -159,141 +178,356 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
     if (r->tty && (step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
 }
 
-static int train_loop(cb_trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
-    const cb_train_opts *o = &t->o;
-    r->t_start = omp_get_wtime();
-    r->first_step = t->step;
-    char act[64]; /* planned activation bytes (with --pp: pp_act_bytes per stage) */
-    snprintf(act, sizeof act, ",\"act_bytes\":%.0f", sizeof(float) * (double)t->model->act_floats);
-    int last = o->steps;
-    if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
-    while (t->step < last) {
-        cb_step_stats st;
-        cb_trainer_step(t, &st);
-        comm_delta(r, o);
-        float vl = NAN;
-        if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
-            vl = cb_trainer_eval(t, val, o->eval_batches);
-        report(o, t->step, r, &st, vl, act);
-        if (o->save && o->save_every > 0 && t->step % o->save_every == 0 && t->step < last) {
-            int rc = agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
-            if (rc) return rc;
-        }
+/* ------------------------------------------------------------ the trainer */
+
+/* cubist train's GPT as a graph (cb_model_declare_gpt) on the engine that
+ * runs every model: a step is M micro-batches of --batch B sequences, read
+ * from the loader in order, this data-parallel rank's rows of each. */
+typedef struct trainer {
+    const cb_train_opts *o;
+    cb_dist d;
+    cb_model *m;
+    cb_loader ld;
+    int step;        /* steps done */
+    uint64_t tokens; /* since step 0, every rank and micro-batch */
+    int *ids, *targets; /* M x rows x T */
+    int rows, r0;    /* this rank's rows [r0, r0 + rows) of each micro-batch */
+    int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
+} trainer;
+
+/* The config (n_layer...) travels in every file's metadata, then extra. */
+static int save_file(trainer *t, int nb, const float *const *blocks, const char *const *prefix,
+                     const char *path, const char *const *extra, int nextra, cb_err *e) {
+    const cb_gpt_config *c = &t->o->model;
+    int v[5] = {c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab};
+    char text[5][24];
+    const char *meta[2 * (6 + CB_STATE_NMETA)];
+    for (int i = 0; i < 5; i++) {
+        snprintf(text[i], sizeof text[i], "%d", v[i]);
+        meta[2 * i] = cb_gpt_config_keys[i];
+        meta[2 * i + 1] = text[i];
     }
-    if (!o->save) return CB_OK;
-    return agree(r->grid ? &r->grid->world : NULL, cb_trainer_save(t, o->save, e), e);
+    meta[10] = "format", meta[11] = "pt";
+    for (int i = 0; i < 2 * nextra; i++) meta[12 + i] = extra[i];
+    return cb_graph_save_blocks(t->m, nb, blocks, prefix, path, meta, 6 + nextra, e);
 }
 
-static int open_log(const char *path, FILE **f, cb_err *e);
-
-/* ------------------------------------------------------------ pipeline */
-
-static int pp_save(cb_pp_trainer *pt, const cb_loader *ld, int step, uint64_t tokens,
-                   const char *path, cb_err *e) {
+/* path: the weights and the checkpoint id; path.state: the AdamW moments
+ * (whole tensors, ZeRO shards gathered), step, data position and RNG,
+ * tokens, with the same id. Collective. */
+static int trainer_save(trainer *t, const char *path, cb_err *e) {
     cb_state_text text;
     const char *meta[2 * CB_STATE_NMETA];
-    cb_state_meta(&text, meta, step, pt->opt[0].t, ld, tokens);
-    return cb_pp_trainer_save(pt, path, meta, CB_STATE_NMETA, e);
+    cb_state_meta(&text, meta, t->step, t->m->opt.t, &t->ld, t->tokens);
+    int oom;
+    float *full = cb_graph_full_moments(t->m, &oom);
+    e->code = CB_OK;
+    if (oom) cb_fail(e, CB_ENOMEM, "out of memory gathering the optimizer state for %s", path);
+    int rc = cb_comm_agree_err(cb_comm_world(), e);
+    const float *w = t->m->params;
+    const char *none = "", *prefix[2] = {"m.", "v."};
+    if (!rc) rc = save_file(t, 1, &w, &none, path, meta, CB_WEIGHTS_NMETA, e); /* id, tokenizer */
+    char sp[4200];
+    snprintf(sp, sizeof sp, "%s.state", path);
+    const float *mv[2] = {full, full ? full + t->m->pt.nparams : NULL};
+    if (!rc) rc = save_file(t, 2, mv, prefix, sp, meta, CB_STATE_NMETA, e);
+    free(full);
+    return rc;
 }
 
-/* --resume under a pipeline: weights and moments into every chunk, then the
- * step, AdamW count, data position and tokens from path.state. */
-static int pp_resume(cb_pp_trainer *pt, cb_loader *ld, const char *path, int *step,
-                     uint64_t *tokens, cb_err *e) {
-    int rc = cb_pp_trainer_load(pt, path, 1, e);
-    char sp[4096];
+/* --resume: the weights, then from path.state (its id checked against the
+ * weights') the moments, step, AdamW count, data position and tokens. */
+static int trainer_resume(trainer *t, const char *path, cb_err *e) {
+    int rc = cb_model_load(t->m, path, e), at = 0;
+    if (rc) return rc;
+    char sp[4200];
     snprintf(sp, sizeof sp, "%s.state", path);
     cb_st_file f;
-    if (rc || (rc = cb_st_open(sp, &f, e))) return rc;
-    int at = 0;
-    rc = cb_state_check_pair(path, &f, sp, e);
-    if (!rc) rc = cb_state_read(&f, sp, step, &at, ld, tokens, e);
-    cb_st_close(&f);
-    for (int c = 0; c < pt->pipe.o.v; c++) pt->opt[c].t = at; /* this rank's chunks */
-    return rc;
-}
-
-static int pp_loop(cb_train_opts *o, cb_pp_trainer *pt, cb_loader *ld, const cb_tokens *val,
-                   int step, run_state *r, cb_err *e) {
-    cb_comm *w = &r->grid->world;
-    r->t_start = omp_get_wtime();
-    r->first_step = step;
-    int last = o->steps;
-    if (o->exit_after > 0 && step + o->exit_after < last) last = step + o->exit_after;
-    char extra[2048];
-    while (step < last) {
-        cb_pp_step_stats ps;
-        cb_pp_trainer_step(pt, ld, r->grid->dpg.rank * pt->rows, step, &ps);
-        step++;
-        comm_delta(r, o);
-        /* fwd_ms, bwd_ms: world rank 0's stage (pipeline stage 0) */
-        cb_step_stats st = {.loss = ps.loss, .lr = ps.lr, .grad_norm = ps.grad_norm,
-                            .step_ms = ps.step_ms, .fwd_ms = ps.fwd_ms[0], .bwd_ms = ps.bwd_ms[0],
-                            .opt_ms = ps.opt_ms};
-        float vl = NAN;
-        if (val && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
-            vl = cb_pp_trainer_eval(pt, val, o->eval_batches);
-        cb_pp_log_fields(pt, &ps, extra, sizeof extra);
-        report(o, step, r, &st, vl, extra);
-        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < last) {
-            int rc = agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e);
-            if (rc) return rc;
-        }
-    }
-    return o->save ? agree(w, pp_save(pt, ld, step, (uint64_t)r->tokens, o->save, e), e) : CB_OK;
-}
-
-/* Collective over the pipeline group; world rank 0 prints. */
-static void pp_act_report(const cb_train_opts *o, cb_pp_trainer *pt, int rank) {
-    int p = pt->g->pp;
-    double *v = calloc(2 * (size_t)p, sizeof *v), frac = 0;
-    if (!v) return;
-    cb_pp_act_plan(pt, v, v + p, &frac);
-    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, frac);
-    free(v);
-}
-
-/* `cubist train --pp N`: the pipeline trainer on this rank's stage(s). */
-static int pp_run(cb_train_opts *o, cb_grid *g, cb_layout *L, const cb_tokens *data,
-                  const cb_tokens *val, run_state *r, cb_err *e) {
-    cb_pp_trainer pt;
-    cb_loader ld = {0}; /* no --data (--steps 0): nothing read, position 0 saved */
-    int step = 0;
-    uint64_t tokens = 0;
-    o->opt.steps = o->steps; /* the cosine schedule's length */
-    int rc = cb_pp_trainer_init(&pt, &o->pipe, &o->model, o->B, o->T, o->accum, g, L, &o->opt,
-                                o->seed, o->zero, o->bucket_mb, e);
-    int built = !rc;
-    if (built) o->accum = pt.M; /* tokens per step in the log */
-    pt.dump_grads = o->dump_grads;
-    if (!rc && o->data) rc = cb_loader_init(&ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
-    if (!rc && o->init) rc = cb_pp_trainer_load(&pt, o->init, 0, e);
-    if (!rc && o->resume) rc = pp_resume(&pt, &ld, o->resume, &step, &tokens, e);
-    r->tokens = (long)tokens;
-    if (!rc && r->rank == 0) rc = open_log(o->log, &r->log, e);
-    if (!rc) rc = comm_init(r, e);
-    rc = agree(&g->world, rc, e);
+    rc = cb_st_open(sp, &f, e);
     if (!rc) {
-        if (r->peak <= 0) r->peak = r->rank ? 1 : cb_peak_gflops();
-        r->flops_per_token = cb_gpt_flops_per_token(&o->model, o->T);
-        for (int c = 0; c < pt.pipe.o.v; c++) r->opt_bytes += 2 * sizeof(float) * (pt.opt[c].hi - pt.opt[c].lo);
-        comm_start(r);
-        if (!o->quiet && r->rank == 0)
-            fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
-                            "sequences, tensor %s x %d, data x %d\n",
-                    g->pp, cb_pp_schedule_name(pt.pipe.o.kind), pt.M, o->B, L->ops->name, g->tp,
-                    g->dp);
-        if (!o->quiet) pp_act_report(o, &pt, r->rank);
-        rc = pp_loop(o, &pt, &ld, val, step, r, e);
+        rc = cb_state_check_pair(path, &f, sp, e);
+        if (!rc) rc = cb_state_read(&f, sp, &t->step, &at, &t->ld, &t->tokens, e);
+        if (!rc) rc = cb_graph_load_moments(t->m, &f, sp, e);
+        cb_st_close(&f);
     }
-    if (built) cb_pp_trainer_free(&pt);
+    t->m->opt.t = at;
+    if (!rc) e->code = CB_OK;
+    return cb_comm_agree_err(cb_comm_world(), e);
+}
+
+/* --dump-grads: step 1's gradients, reduced and averaged, before clipping;
+ * test only: a rank that dies mid-step (CUBIST_TEST_EXIT_RANK/_STEP). */
+static void on_grads(cb_model *m, int step, void *ctx) {
+    trainer *t = ctx;
+    if (t->exit_rank >= 0 && step + 1 == t->exit_step && m->d->g.world_rank == t->exit_rank)
+        _exit(3);
+    if (step != 0 || !t->o->dump_grads) return;
+    cb_err e = {0};
+    const float *g = m->grads;
+    const char *none = "";
+    if (save_file(t, 1, &g, &none, t->o->dump_grads, NULL, 0, &e) && m->d->g.world_rank == 0)
+        fprintf(stderr, "cubist: warning: %s\n", e.msg);
+}
+
+/* One optimizer step on the loader's next M micro-batches. */
+static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info) {
+    const cb_train_opts *o = t->o;
+    size_t n = (size_t)t->rows * o->T;
+    for (int a = 0; a < o->accum; a++)
+        cb_loader_next(&t->ld, t->ids + a * n, t->targets + a * n, t->r0, t->rows);
+    float norm = 0;
+    float loss = cb_model_train_step(t->m, t->ids, t->targets, t->step, &norm);
+    cb_model_last_step(t->m, info);
+    *st = (cb_step_stats){.loss = loss, .lr = cb_lr_at(&t->m->opt.c, t->step), .grad_norm = norm,
+                          .step_ms = info->step_ms, .fwd_ms = info->forward_ms,
+                          .bwd_ms = info->backward_ms, .opt_ms = info->update_ms,
+                          .comm_wait_ms = t->d.g.dp > 1 ? t->m->dp.wait_ms : 0};
+    t->step++;
+    t->tokens += (uint64_t)o->B * o->T * o->accum;
+}
+
+/* The mean loss of n sequential batches of val, M at a time. */
+static float trainer_eval(trainer *t, const cb_tokens *val, int n) {
+    const cb_train_opts *o = t->o;
+    cb_loader l;
+    if (cb_loader_init(&l, val, o->B, o->T, 0, 0, "", NULL)) return NAN;
+    size_t sz = (size_t)t->rows * o->T;
+    double sum = 0;
+    for (int i = 0; i < n; i += o->accum) {
+        int k = n - i < o->accum ? n - i : o->accum;
+        for (int a = 0; a < k; a++)
+            cb_loader_next(&l, t->ids + a * sz, t->targets + a * sz, t->r0, t->rows);
+        sum += (double)cb_graph_eval(t->m, t->ids, t->targets, k) * k;
+    }
+    return (float)(sum / n);
+}
+
+/* Test-only failure drill: rank CUBIST_TEST_EXIT_RANK exits in the middle
+ * of step CUBIST_TEST_EXIT_STEP (1-based), as a crashed rank would. */
+static void test_exit_env(trainer *t) {
+    const char *r = getenv("CUBIST_TEST_EXIT_RANK"), *s = getenv("CUBIST_TEST_EXIT_STEP");
+    t->exit_rank = r ? atoi(r) : -1;
+    t->exit_step = s ? atoi(s) : 1;
+}
+
+/* The engine's options from cubist train's flags (resolved and checked by
+ * cb_pp_opts_resolve and cb_train_check_flags). */
+static int dist_opts(trainer *t, cb_err *e) {
+    const cb_train_opts *o = t->o;
+    const cb_pp_opts *po = &o->pipe;
+    cb_dist *d = &t->d;
+    cb_grid *g = &d->g;
+    d->M = o->accum, d->partition = po->partition, d->mem_weight = po->memory_weight;
+    d->print_partition = po->print_partition, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
+    d->block_units = 1, d->profile = !po->no_profile;
+    gpt_rc rc;
+    int r = cb_pp_parse_schedule(po->schedule, &d->sched, e);
+    if (!r) r = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers, &rc, e);
+    if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
+    if (r) return r;
+    d->recompute = rc.mode == GPT_RECOMPUTE_BLOCK       ? RC_BLOCK
+                   : rc.mode == GPT_RECOMPUTE_SELECTIVE ? RC_SELECTIVE
+                                                        : RC_NONE;
+    d->rc_layers = rc.layers;
+    d->rc_uniform = rc.uniform;
+    int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
+            : d->sched == CB_PP_INTERLEAVED   ? 2
+                                              : 1;
+    d->v = v;
+    int p = g->pp, nmod = o->model.n_layer + 2;
+    if (p > 1) r = cb_pp_schedule_check(d->sched, p, v, o->accum, e);
+    if (r || p * v <= nmod) return r;
+    if (v == 1 || p > nmod)
+        return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (--layers + 2); use "
+                                     "--pp between 2 and %d, or more --layers",
+                       p, nmod, nmod);
+    return cb_fail(e, CB_EINPUT, "--pp %d x --virtual-stages %d = %d pipeline stages for a model of "
+                                 "%d modules (--layers + 2); use --virtual-stages between 1 and %d",
+                   p, v, p * v, nmod, nmod / p);
+}
+
+/* Declares and builds the GPT on t's grid and layout (t->d.g, t->d.L);
+ * loads --init or --resume over the seed's values. Collective. */
+static int trainer_init(trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {
+    cb_grid *g = &t->d.g;
+    t->o = o;
+    test_exit_env(t);
+    int rc = dist_opts(t, e);
+    if (!rc && o->B % g->dp)
+        rc = cb_fail(e, CB_EINPUT,
+                     "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
+                     o->B, g->dp, g->dp);
+    const cb_gpt_config *c = &o->model; /* the layout's constraints, heads first */
+    if (!rc) rc = t->d.L->ops->check(t->d.L, o->B / g->dp, o->T, c->d_model, c->n_head, c->vocab, e);
+    if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
+    t->rows = o->B / g->dp;
+    t->r0 = g->at.d * t->rows;
+    cb_adamw_config opt = o->opt;
+    opt.steps = o->steps; /* the cosine schedule's length */
+    t->m = cb_model_new(&t->d, o->B * o->accum, o->T);
+    if (t->m) cb_model_declare_gpt(t->m, &o->model);
+    if ((rc = cb_model_build(t->m, o->seed, &opt, e))) return rc;
+    t->m->on_grads = on_grads;
+    t->m->on_grads_ctx = t;
+    size_t n = (size_t)o->accum * t->rows * o->T;
+    t->ids = malloc(sizeof(int) * 2 * n);
+    if (!t->ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for the batch");
+    else t->targets = t->ids + n;
+    if (!rc && data) rc = cb_loader_init(&t->ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
+    if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
+    if (o->init) rc = cb_model_load(t->m, o->init, e);
+    if (!rc && o->resume) rc = trainer_resume(t, o->resume, e);
     return rc;
 }
 
-static int open_log(const char *path, FILE **f, cb_err *e) {
+static void trainer_free(trainer *t) {
+    cb_model_free(t->m);
+    free(t->ids);
+}
+
+/* The log's activation and pipeline fields: act_bytes without --pp; with
+ * it, per stage (gathered over the pipeline group) forward and backward
+ * compute, their sum, blocked time, bubble and planned activation bytes;
+ * fwd_ms and bwd_ms become stage 0's. */
+enum { PF_FWD, PF_BWD, PF_BUSY, PF_WAIT, PF_BUBBLE, PF_ACT, PF_N };
+static void put_array(char *buf, size_t cap, int *len, const char *key, const double *v, int k,
+                      int p, int prec) {
+    *len += snprintf(buf + *len, cap - *len, ",\"%s\":[", key);
+    for (int i = 0; i < p && *len < (int)cap; i++)
+        *len += snprintf(buf + *len, cap - *len, "%s%.*f", i ? "," : "", prec, v[i * PF_N + k]);
+    if (*len < (int)cap) *len += snprintf(buf + *len, cap - *len, "]");
+}
+
+static void pp_fields(trainer *t, const cb_model_step_info *in, cb_step_stats *st, char *buf,
+                      size_t cap) {
+    int p = t->d.g.pp, len = 0;
+    double mine[PF_N] = {in->forward_ms, in->backward_ms, in->forward_ms + in->backward_ms,
+                         in->wait_ms, in->bubble, (double)cb_model_activation_bytes(t->m)};
+    if (p == 1) {
+        snprintf(buf, cap, ",\"act_bytes\":%.0f", mine[PF_ACT]);
+        return;
+    }
+    double *all = calloc((size_t)PF_N * p, sizeof *all), mean = 0;
+    if (!all) cb_comm_fatal("out of memory for the log's pipeline fields");
+    for (int i = 0; i < PF_N; i++) all[t->d.g.at.p * PF_N + i] = mine[i];
+    cb_comm_allreduce_f64(&t->d.g.ppg, "pp.stats", all, all, (size_t)PF_N * p, CB_COMM_SUM);
+    for (int i = 0; i < p; i++) mean += all[i * PF_N + PF_BUBBLE] / p;
+    st->fwd_ms = all[PF_FWD], st->bwd_ms = all[PF_BWD];
+    const char *keys[PF_N] = {"pp_fwd_ms", "pp_bwd_ms", "pp_busy_ms", "pp_wait_ms", "pp_bubble",
+                              "pp_act_bytes"};
+    int prec[PF_N] = {3, 3, 3, 3, 4, 0};
+    buf[0] = '\0';
+    for (int k = 0; k < PF_N; k++) put_array(buf, cap, &len, keys[k], all, k, p, prec[k]);
+    if (len < (int)cap)
+        snprintf(buf + len, cap - len, ",\"pp_bubble_mean\":%.4f,\"pp_bubble_formula\":%.4f", mean,
+                 cb_pp_bubble_formula(p, t->m->v, t->m->M));
+    free(all);
+}
+
+static cb_comm *world_of(run_state *r) { return r->grid ? &r->grid->world : NULL; }
+
+static int save(run_state *r, const cb_train_opts *o, int step, cb_ckpt_writer wr, void *ctx,
+                char *saved, size_t cap, cb_err *e) {
+    cb_ckpt_opts co = {o->save, o->keep_last, 0};
+    char path[4096] = "";
+    int rc = cb_ckpt_save(world_of(r), &co, step, wr, ctx, path, sizeof path, e);
+    if (saved) snprintf(saved, cap, "%s", path);
+    return export_dtype(world_of(r), o, path, rc, e);
+}
+
+/* The one line of a stop by signal, as the run's result (CB_ESTOPPED). */
+static int stopped(cb_err *e, int sig, int step, const char *saved) {
+    if (saved)
+        return cb_fail(e, CB_ESTOPPED, "stopped by %s after step %d; checkpoint %s saved, continue "
+                                       "with --resume %s", cb_stop_name(sig), step, saved, saved);
+    return cb_fail(e, CB_ESTOPPED, "stopped by %s after step %d; nothing saved (no --save)",
+                   cb_stop_name(sig), step);
+}
+
+/* Hook after every step (and its log line), on every rank: the log's write
+ * errors and a stop signal agreed over the world; the periodic save, or the
+ * save of a stop; the default stall timeout follows the slowest step. */
+static int step_end(run_state *r, const cb_train_opts *o, int step, int last, double step_ms,
+                    cb_ckpt_writer wr, void *ctx, cb_err *e) {
+    cb_comm *w = world_of(r);
+    if (step_ms > r->slowest_ms) r->slowest_ms = step_ms;
+    if (o->stall_timeout < 0) cb_comm_set_stall_timeout(fmax(300, 20 * r->slowest_ms / 1e3));
+    int mine = (r->log_err.code ? 1 << 16 : 0) | cb_stop_pending(), rc = CB_OK;
+    int all = w ? cb_comm_agree_error(w, mine) : mine; /* one all-reduce (max) */
+    if (all >> 16) { /* world rank 0's message to every rank */
+        *e = r->log_err;
+        return w ? cb_comm_agree_err(w, e) : e->code;
+    }
+    int sig = all & 0xffff;
+    int periodic = o->save_every > 0 && step % o->save_every == 0 && step < last;
+    char saved[4096];
+    if (o->save && (sig || periodic)) rc = save(r, o, step, wr, ctx, saved, sizeof saved, e);
+    comm_start(r); /* this hook's traffic is no step's */
+    return !rc && sig ? stopped(e, sig, step, o->save ? saved : NULL) : rc;
+}
+
+static int trainer_writer(void *ctx, const char *path, cb_err *e) {
+    return trainer_save(ctx, path, e);
+}
+
+static int train_loop(trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
+    const cb_train_opts *o = t->o;
+    r->t_start = omp_get_wtime();
+    r->first_step = t->step;
+    int last = o->steps;
+    if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
+    char extra[4096];
+    while (t->step < last) {
+        cb_step_stats st;
+        cb_model_step_info info;
+        trainer_step(t, &st, &info);
+        comm_delta(r, o);
+        pp_fields(t, &info, &st, extra, sizeof extra);
+        float vl = NAN;
+        if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
+            vl = trainer_eval(t, val, o->eval_batches);
+        report(o, t->step, r, &st, vl, extra);
+        int rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
+        if (rc) return rc;
+    }
+    return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
+}
+
+/* The step of a log line ({"step":N,...}), -1 for any other line. */
+static long line_step(const char *line) {
+    const char *key = "{\"step\":";
+    return strncmp(line, key, strlen(key)) ? -1 : strtol(line + strlen(key), NULL, 10);
+}
+
+/* --resume: the log keeps its lines up to step `resumed` (the ones after
+ * it were logged by a run the checkpoint does not hold), rewritten
+ * atomically, then appended to; so the resumed log is the uninterrupted one. */
+static int trim_log(const char *path, int resumed, cb_err *e) {
+    void *map;
+    size_t n, keep = 0;
+    if (access(path, F_OK)) return CB_OK;
+    int rc = fio_map(path, "check the --log path", &map, &n, e);
+    const char *s = map;
+    while (!rc && keep < n) {
+        const char *nl = memchr(s + keep, '\n', n - keep);
+        if (!nl || line_step(s + keep) > resumed) break;
+        keep = (size_t)(nl - s) + 1;
+    }
+    fio_atomic a;
+    if (!rc && keep < n && !(rc = fio_atomic_open(&a, path, e))) {
+        rc = fio_atomic_write(&a, s, keep, e);
+        if (!rc) rc = fio_atomic_commit(&a, e);
+    }
+    fio_unmap(map, n);
+    return rc;
+}
+
+static int open_log(const char *path, int resumed, FILE **f, cb_err *e) {
     *f = NULL;
     if (!path) return CB_OK;
-    *f = fopen(path, "w");
+    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
+    if (rc) return rc;
+    *f = fopen(path, resumed >= 0 ? "a" : "w");
     if (!*f)
         return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
                        path, strerror(errno));
@@ -326,35 +560,61 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     return rc;
 }
 
-static void startup_line(const cb_train_opts *o, const cb_trainer *t, const run_state *r) {
+static void startup_line(const cb_train_opts *o, const trainer *t, const run_state *r) {
     if (o->quiet || r->rank) return;
+    size_t np, adam;
+    cb_model_sizes(t->m, &np, &adam);
+    const cb_grid *g = &t->d.g;
     fprintf(stderr,
             "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s\n",
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
             o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
-            cb_gpt_num_params(t->model), o->B, o->T, o->accum, omp_get_max_threads(),
-            openblas_get_corename(), r->peak);
-    if (t->tpc)
-        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode,
-                t->tpc->size, t->model->L->ops->name);
-    if (!t->dp) return;
-    const cb_dp *d = t->dp;
+            np, o->B, o->T, o->accum, omp_get_max_threads(), openblas_get_corename(), r->peak,
+            cb_kernels_note());
+    if (g->pp > 1)
+        fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
+                        "sequences, tensor %s x %d, data x %d\n",
+                g->pp, cb_pp_schedule_name(t->d.sched), t->m->M, o->B, t->d.L->ops->name, g->tp,
+                g->dp);
+    else if (g->tp > 1)
+        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode, g->tp,
+                t->d.L->ops->name);
+    if (g->dp == 1) return;
+    const cb_dp *d = &t->m->dp;
     fprintf(stderr,
             "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
             "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
-            d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero, 8.0 * (d->hi - d->lo) / 1e6,
-            cb_dp_embed_name(d),
+            d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero,
+            8.0 * (d->hi - d->lo) / 1e6, cb_dp_embed_name(d),
             strcmp(o->embed_grad, "auto") ? "" : " (auto)");
 }
 
-static void act_report(const cb_train_opts *o, const cb_gpt *m) {
-    gpt_rc none = {0};
-    double b = sizeof(float) * (double)m->act_floats;
-    double z = sizeof(float) * (double)gpt_act_floats_with(m, &none);
-    cb_act_report(stderr, &o->pipe, &b, &z, 1, gpt_recompute_flops(m) / gpt_stage_flops(m));
+/* Collective over the pipeline group; world rank 0 prints what the
+ * recompute plans per stage, what none would, and the recompute's share of
+ * the step's FLOPs (all stages). */
+static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
+    const cb_model *m = t->m;
+    int p = t->d.g.pp, me = t->d.g.at.p;
+    double *v = calloc(2 * (size_t)p + 1, sizeof *v);
+    if (!v) cb_comm_fatal("out of memory for the activation report");
+    v[me] = (double)cb_model_activation_bytes(m);
+    v[p + me] = (double)m->act_none_bytes;
+    v[2 * p] = m->rc_flops;
+    cb_comm_allreduce_f64((cb_comm *)&t->d.g.ppg, "report", v, v, 2 * (size_t)p + 1, CB_COMM_SUM);
+    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, v[2 * p] / m->flops);
+    free(v);
 }
 
 /* --comm-report: per group and tag, min and max over the ranks. */
+/* The log's last buffered bytes may fail to land too. */
+static int close_log(run_state *r, const char *path, int rc, cb_err *e) {
+    if (r->log && fclose(r->log) && !rc)
+        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
+                     path, strerror(errno));
+    r->log = NULL;
+    return rc;
+}
+
 static void comm_report(run_state *r) {
     if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
 }
@@ -363,59 +623,51 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_train_opts o = *in;
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
-    int rc = check_opts(&o, e);
+    int rc = check_opts(&o, e), signo = 0;
     if (!rc) rc = cb_pp_opts_resolve(&o.pipe, o.pp, &o.accum, e);
-    if (!rc) rc = cb_train_check_paths(&o, w ? w->rank : 0, e);
-    if (!rc) rc = resolve_config(&o, e);
+    if (!rc) rc = cb_train_check_paths(&o, w->rank, e);
+    if (!rc) rc = cb_stop_parse(o.exit_signal, &signo, e);
     if ((rc = agree(w, rc, e))) return rc;
-    cb_grid g = {0};
-    if ((rc = setup_grid(&o, &g, e))) return rc;
+    cb_stop_install(signo);
+    cb_comm_set_stall_timeout(o.stall_timeout < 0 ? 600 : o.stall_timeout);
+    char ck[4096]; /* --resume DIR: its newest complete checkpoint */
+    if (o.resume && (rc = cb_ckpt_find(w, o.resume, 0, ck, sizeof ck, e))) return rc;
+    if (o.resume) o.resume = ck;
+    rc = resolve_config(&o, e);
+    if ((rc = agree(w, rc, e))) return rc;
+    trainer t = {0}; /* its grid and layout are the run's */
+    cb_grid *g = &t.d.g;
+    if ((rc = setup_grid(&o, g, e))) return rc;
     cb_tokens data = {0}, val = {0};
-    cb_trainer t = {0};
-    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = w ? &g : NULL,
-                   .rank = w ? w->rank : 0};
+    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = g, .rank = w->rank};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
     if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
-    cb_layout *L = NULL;
-    if (!rc && w && (g.tp > 1 || g.pp > 1)) rc = cb_layout_create(&g, &L, e);
-    if (L) L->save_gathered = !strcmp(o.tp3d_save, "gathered");
-    if (w && g.pp > 1) {
-        rc = agree(w, rc, e);
-        if (!rc) rc = pp_run(&o, &g, L, &data, o.val_data ? &val : NULL, &r, e);
-        if (!rc && o.comm_report) comm_report(&r);
-        if (r.log) fclose(r.log);
-        cb_comm_steplog_free(&r.comm);
-        if (L) cb_layout_free(L);
-        if (data.map) cb_tokens_close(&data);
-        if (val.map) cb_tokens_close(&val);
-        cb_grid_free(&g);
-        return rc;
-    }
-    if (!rc)
-        rc = cb_trainer_init_tp(&t, &o, o.data ? &data : NULL, w ? &g.dpg : NULL, L,
-                                w ? &g.tpg : NULL, e);
-    if (!rc && o.resume) rc = cb_trainer_resume(&t, o.resume, e);
-    if (!rc && r.rank == 0) rc = open_log(o.log, &r.log, e);
+    if (!rc) rc = cb_layout_create(g, &t.d.L, e);
+    if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
+    if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, o.data ? &data : NULL, e);
+    if (!rc && r.rank == 0) rc = open_log(o.log, o.resume ? t.step : -1, &r.log, e);
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
         if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
         r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
         r.tokens = (long)t.tokens;
-        r.opt_bytes = 2 * sizeof(float) * (t.opt.hi - t.opt.lo);
+        size_t np;
+        cb_model_sizes(t.m, &np, &r.opt_bytes);
+        r.opt_bytes *= sizeof(float);
         comm_start(&r);
         startup_line(&o, &t, &r);
-        if (!o.quiet && r.rank == 0) act_report(&o, t.model);
+        if (!o.quiet) act_report(&o, &t, r.rank);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
-    if (r.log) fclose(r.log);
+    rc = close_log(&r, o.log, rc, e);
     cb_comm_steplog_free(&r.comm);
-    cb_trainer_free(&t);
-    if (L) cb_layout_free(L);
-    if (data.map) cb_tokens_close(&data);
-    if (val.map) cb_tokens_close(&val);
-    if (w) cb_grid_free(&g);
+    trainer_free(&t);
+    if (t.d.L) cb_layout_free(t.d.L);
+    cb_tokens_close(&data); /* safe when nothing was opened */
+    cb_tokens_close(&val);
+    cb_grid_free(g);
     return rc;
 }

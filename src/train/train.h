@@ -1,17 +1,41 @@
-/* The training loop behind `cubist train` and `cubist bench`: one step is
- * grad_accum micro-batches of forward + backward, global-norm clipping and
- * one AdamW update. */
+/* `cubist train`: its options, the resume metadata of its checkpoints and
+ * the run (run.c: the GPT as a graph on the engine of src/graph, one step
+ * of M micro-batches, global-norm clipping and one AdamW update). */
 #ifndef CB_TRAIN_H
 #define CB_TRAIN_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "cubist.h"
 #include "data/loader.h"
-#include "train/dp.h"
+#include "dp/dp.h"
 #include "optim/adamw.h"
-#include "pipeline/pp_train.h"
+
+/* Pipeline flags of `cubist train` (the engine: src/graph). */
+/* An int flag not given. Flags not given are NULL, NAN or this, so that
+ * pipeline flags without --pp can be refused (cb_pp_opts_resolve). */
+#define CB_PP_UNSET INT_MIN
+
+typedef struct cb_pp_opts {
+    const char *schedule;  /* gpipe | 1f1b | interleaved (NULL: 1f1b) */
+    int micro_batches;     /* M (unset: the --grad-accum value) */
+    int virtual_stages;    /* chunks per rank, interleaved only (unset: 1; interleaved 2) */
+    const char *partition; /* auto, equal or a list of module boundaries (NULL: auto) */
+    double memory_weight;  /* NAN: 0.8 */
+    int no_profile, print_partition;
+    const char *recompute; /* none | block | selective (gpt_rc) */
+    const char *recompute_method; /* block | uniform (NULL: block) */
+    int recompute_layers;  /* block: the first n blocks of each chunk, 0 all; uniform: groups */
+} cb_pp_opts;
+
+void cb_pp_opts_defaults(cb_pp_opts *o);
+/* For --pp pp: --micro-batches and --virtual-stages >= 1 where given;
+ * --micro-batches M becomes *accum (refused when --grad-accum disagrees),
+ * so at pp = 1 it means --grad-accum; the other pipeline flags need
+ * pp > 1; then the defaults of what was not given. CB_EINPUT, one line. */
+int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e);
 
 typedef struct cb_train_opts {
     cb_gpt_config model; /* zero fields: from the checkpoint, else defaults */
@@ -22,6 +46,9 @@ typedef struct cb_train_opts {
     const char *data, *val_data, *init, *save, *resume, *log, *dump_grads;
     int save_every, eval_every, eval_batches;
     int exit_after; /* stop (and save) after this many steps of this run */
+    int keep_last;  /* --save DIR: keep the newest N checkpoints (0: all) */
+    const char *exit_signal; /* besides SIGTERM and SIGINT: stop and save (USR1) */
+    double stall_timeout;    /* seconds; 0 off, < 0 the default (comm.h) */
     double peak_gflops;
     int threads;
     int quiet;
@@ -30,8 +57,9 @@ typedef struct cb_train_opts {
     const char *tp_mode;
     int print_grid, comm_report, zero;
     double bucket_mb;
-    const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/train/dp.h) */
+    const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/dp/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
+    const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
@@ -44,50 +72,17 @@ typedef struct cb_step_stats {
     double comm_wait_ms; /* waiting for gradient buckets after backward */
 } cb_step_stats;
 
-typedef struct cb_trainer {
-    cb_train_opts o;
-    cb_gpt *model;
-    cb_adamw opt;
-    cb_loader loader;
-    int step; /* steps done */
-    uint64_t tokens; /* tokens trained on since step 0 (all ranks, all micro-batches) */
-    int *inp, *targets;
-    int rows, r0;    /* this rank's rows [r0, r0+rows) of each micro-batch */
-    cb_dp *dp;       /* NULL: single process (or a data-parallel group of 1) */
-    cb_comm *tpc;    /* the tensor group when the model is sharded, else NULL */
-    int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
-} cb_trainer;
-
-/* Builds model and optimizer; data may be NULL (the benchmark feeds its own
- * tokens through cb_trainer_step_on). */
-int cb_trainer_init(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e);
-/* The same on a data-parallel group dpc (NULL: single process): o->B is the
- * global micro-batch, each rank's model holds B / dpc->size rows. */
-int cb_trainer_init_dp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
-                       cb_err *e);
-struct cb_layout;
-/* The same with a tensor-parallel layout L over the tensor group tpc (L
- * NULL: serial). */
-int cb_trainer_init_tp(cb_trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_comm *dpc,
-                       struct cb_layout *L, cb_comm *tpc, cb_err *e);
-void cb_trainer_free(cb_trainer *t);
-/* One optimizer step on the next grad_accum micro-batches of the loader. */
-void cb_trainer_step(cb_trainer *t, cb_step_stats *st);
-/* Writes weights to path and optimizer state, step, RNG and data position
- * to path.state. */
-int cb_trainer_save(cb_trainer *t, const char *path, cb_err *e);
-int cb_trainer_resume(cb_trainer *t, const char *path, cb_err *e);
-/* Mean loss over n sequential batches of a token file. */
-float cb_trainer_eval(cb_trainer *t, const cb_tokens *val, int n);
-
 /* The resume metadata of a .state file, as (key, value) pairs in
  * meta[2 * CB_STATE_NMETA]; text holds the values. The first pair is the
  * checkpoint id, a fresh random value per save that the weights file
  * carries too: F and F.state are renamed one after the other, and a crash
- * between the renames leaves a pair whose ids differ. Then step, AdamW
- * update count, data position, data RNG and tokens trained since step 0.
+ * between the renames leaves a pair whose ids differ. Then the data's
+ * tokenizer (what `cubist sample` decodes with), step, AdamW update count,
+ * data position, data RNG and tokens trained since step 0. The weights file
+ * carries the first CB_WEIGHTS_NMETA pairs (the id and the tokenizer).
  * cb_state_read is the inverse. */
-#define CB_STATE_NMETA 6
+#define CB_STATE_NMETA 7
+#define CB_WEIGHTS_NMETA 2
 typedef struct cb_state_text {
     char v[CB_STATE_NMETA][24];
 } cb_state_text;

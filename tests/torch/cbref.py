@@ -269,8 +269,8 @@ def gelu_fused(x):
     return F.gelu(x, approximate="tanh")
 
 
-def gpt2_loss(P, cfg, x, y, gelu_fn=gelu):
-    """x, y (B,T) token ids -> mean cross-entropy over the B*T tokens."""
+def gpt2_logits(P, cfg, x, gelu_fn=gelu):
+    """x (B,T) token ids -> logits (B,T,V) of the next token."""
     B, T = x.shape
     h = P["wte.weight"][x] + P["wpe.weight"][:T]
     for i in range(cfg.n_layer):
@@ -282,7 +282,13 @@ def gpt2_loss(P, cfg, x, y, gelu_fn=gelu):
         m = gelu_fn(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
         h = h + m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
     h = layernorm(h, P["ln_f.weight"], P["ln_f.bias"])
-    logits = h @ P["wte.weight"].t()
+    return h @ P["wte.weight"].t()
+
+
+def gpt2_loss(P, cfg, x, y, gelu_fn=gelu):
+    """x, y (B,T) token ids -> mean cross-entropy over the B*T tokens."""
+    B, T = x.shape
+    logits = gpt2_logits(P, cfg, x, gelu_fn)
     return F.cross_entropy(logits.reshape(B * T, cfg.vocab), y.reshape(B * T))
 
 

@@ -1,0 +1,181 @@
+/* `cubist plan --calibrate`: this machine's rates into a cluster file.
+ * Compute is timed in this process; the collectives by a child job of two
+ * ranks (`mpirun -np 2 cubist plan --calibrate-comm`), like the benchmarks
+ * launch theirs (cli/launch.c). CUBIST_PLAN_FAKE replaces the timer (tests). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "comm/comm.h"
+#include "plan_cli.h"
+
+int plan_cache_path(int threads, char *buf, size_t cap) {
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (x && *x) snprintf(buf, cap, "%s/cubist/cluster-T%d.json", x, threads);
+    else if (h && *h) snprintf(buf, cap, "%s/.cache/cubist/cluster-T%d.json", h, threads);
+    else return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------ the fake timer */
+
+typedef struct fake {
+    double gflops, gbs, attn, knee, alpha, beta;
+} fake;
+
+static double f_gemm(void *ctx, int m, int k, int n) {
+    const fake *f = ctx;
+    double eff = fmin(1, fmin(fmin(m, k), n) / f->knee);
+    return 3 * 2.0 * m * k * n / (f->gflops * 1e9 * eff);
+}
+static double f_memory(void *ctx, int N, int C) { return 3.0 * 72 * C * N / (((fake *)ctx)->gbs * 1e9); }
+static double f_attention(void *ctx, int B, int T, int C, int NH) {
+    const fake *f = ctx;
+    (void)NH;
+    return 3.0 * 4 * T * C * (double)B * T / (f->gflops * 1e9 * f->attn);
+}
+static double f_coll(void *ctx, const char *op, int n) {
+    const fake *f = ctx;
+    return f->alpha + cb_plan_op_sent(op, 2, n) / f->beta;
+}
+
+static int parse_fake(const char *s, fake *f, cb_err *e) {
+    *f = (fake){0, 0, 0, 0, 0, 0};
+    int got = sscanf(s, "gflops=%lf,gbs=%lf,attn=%lf,knee=%lf,alpha=%lf,beta=%lf", &f->gflops,
+                     &f->gbs, &f->attn, &f->knee, &f->alpha, &f->beta);
+    if (got != 6 || f->gflops <= 0 || f->gbs <= 0 || f->attn <= 0 || f->knee <= 0 ||
+        f->alpha <= 0 || f->beta <= 0)
+        return cb_fail(e, CB_EINPUT, "CUBIST_PLAN_FAKE='%s': want gflops=G,gbs=B,attn=A,knee=K,"
+                       "alpha=S,beta=B, all positive", s);
+    return CB_OK;
+}
+
+/* ------------------------------------------------------------ measuring */
+
+static int comm_child(int quick, cb_plan_cluster *c, cb_err *e) {
+    char cmd[2048], out[4096];
+    const char *mr = cli_mpirun_cmd();
+    cli_mpirun_allow_root();
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 timeout 300 %s %s -np 2 '%s' plan --calibrate-comm%s",
+             mr, cli_mpirun_flags(mr), plan_exe(), quick ? " --quick" : "");
+    int st = plan_run(cmd, "plan-comm ", out, sizeof out);
+    c->ncoll = 0;
+    for (char *l = out; *l && c->ncoll < CB_PLAN_MAXCOLL; l = strchr(l, '\n') + 1) {
+        cb_plan_coll *k = &c->coll[c->ncoll];
+        if (sscanf(l, "plan-comm %15s %d %lf %lf", k->op, &k->ranks, &k->alpha, &k->beta) == 4) c->ncoll++;
+        if (!strchr(l, '\n')) break;
+    }
+    if (st || c->ncoll != 5)
+        return cb_fail(e, CB_ESYS, "the collective probe `%s` failed (exit %d); set MPIRUN to the "
+                       "MPI launcher", cmd, st);
+    c->intra = (cb_plan_tier){c->coll[4].beta, c->coll[4].alpha};
+    c->inter = c->intra;
+    return CB_OK;
+}
+
+static void machine(int threads, cb_plan_cluster *c) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES);
+    snprintf(c->name, sizeof c->name, "this machine (calibrated, %d thread%s per rank)", threads,
+             threads > 1 ? "s" : "");
+    c->nodes = 1, c->threads = threads;
+    c->devices_per_node = cores / threads > 0 ? (int)(cores / threads) : 1;
+    c->memory_bytes = (double)pages * sysconf(_SC_PAGESIZE) / c->devices_per_node;
+}
+
+int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e) {
+    const char *fk = getenv("CUBIST_PLAN_FAKE");
+    memset(c, 0, sizeof *c);
+    machine(threads, c);
+    if (fk) {
+        fake f;
+        if (parse_fake(fk, &f, e)) return e->code;
+        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2};
+        cb_plan_calibrate(&pr, quick, c);
+        return CB_OK;
+    }
+    cb_plan_probe pr;
+    int was = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    cb_plan_probe_cpu(&pr);
+    pr.ranks = 1;
+    cb_plan_calibrate(&pr, quick, c);
+    omp_set_num_threads(was);
+    return comm ? comm_child(quick, c, e) : CB_OK;
+}
+
+int plan_calibrate_comm(int quick, cb_err *e) {
+    int ac = 0;
+    char **av = NULL;
+    if (cb_comm_init(&ac, &av, e)) return e->code;
+    omp_set_num_threads(1);
+    cb_plan_probe pr;
+    cb_plan_cluster c;
+    memset(&c, 0, sizeof c);
+    cb_plan_probe_cpu(&pr);
+    if (pr.ranks >= 2) cb_plan_calibrate_comm(&pr, quick, &c);
+    if (cb_comm_world()->rank == 0)
+        for (int i = 0; i < c.ncoll; i++)
+            printf("plan-comm %s %d %.6g %.6g\n", c.coll[i].op, c.coll[i].ranks, c.coll[i].alpha,
+                   c.coll[i].beta);
+    cb_comm_finalize();
+    return pr.ranks >= 2 ? CB_OK : cb_fail(e, CB_EINPUT, "--calibrate-comm needs >= 2 ranks");
+}
+
+static const char SOURCE[] =
+    "cubist plan --calibrate on this machine: GEMM rates of cubist's matmul forward + backward on "
+    "square shapes (peak = the best, efficiency = rate / peak by arithmetic intensity), the "
+    "block's memory-bound kernels, the attention kernel, and MPI collectives of 2 ranks "
+    "(alpha, beta fitted from 64 floats and a large vector); best of 3 repetitions on a shared "
+    "machine. One node: the inter-node tier repeats the intra-node one.";
+
+/* the cache file's directory and its parent ($HOME/.cache may not exist yet) */
+static void cache_mkdir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *s = strrchr(dir, '/');
+    if (!s) return;
+    *s = 0;
+    char *up = strrchr(dir, '/');
+    if (up) *up = 0, mkdir(dir, 0755), *up = '/';
+    mkdir(dir, 0755);
+}
+
+int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e) {
+    char path[4096];
+    cb_err ignore;
+    if (plan_cache_path(threads, path, sizeof path) && access(path, R_OK) == 0 &&
+        cb_plan_cluster_read(path, c, &ignore) == CB_OK)
+        return CB_OK;
+    int rc = plan_measure(threads, 1, 1, c, e);
+    if (!rc && plan_cache_path(threads, path, sizeof path)) {
+        cache_mkdir(path);
+        cb_plan_cluster_write(path, c, SOURCE, &ignore); /* a failed cache costs a re-measure */
+    }
+    return rc;
+}
+
+int plan_calibrate(const plan_opts *o, cb_err *e) {
+    char path[4096];
+    if (o->out) snprintf(path, sizeof path, "%s", o->out);
+    else if (!plan_cache_path(o->threads, path, sizeof path))
+        return cb_fail(e, CB_EINPUT, "--calibrate: no --out and neither XDG_CACHE_HOME nor HOME set");
+    else cache_mkdir(path);
+    cb_plan_cluster c;
+    int rc = plan_measure(o->threads, o->quick, 1, &c, e);
+    if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
+    if (rc) return rc;
+    printf("calibrated %s: peak %.2f GFLOP/s (GEMM efficiency %.2f at intensity %.3g .. %.2f at "
+           "%.3g), memory-bound %.2f GB/s, attention %.2f of peak",
+           c.name, c.peak_flops / 1e9, c.eff[0], c.eff_intensity[0], c.eff[c.neff - 1],
+           c.eff_intensity[c.neff - 1], c.mem_bandwidth / 1e9, c.attn_efficiency);
+    for (int i = 0; i < c.ncoll; i++)
+        printf("%s %s alpha %.2f us beta %.2f GB/s", i ? ";" : "\n  2 ranks:", c.coll[i].op,
+               1e6 * c.coll[i].alpha, c.coll[i].beta / 1e9);
+    printf("\nwrote %s\n", path);
+    return CB_OK;
+}

@@ -1,0 +1,47 @@
+/* `cubist plan`, split by job: the command and the layout list
+ * (cmd_plan.c), calibration (plan_calib.c), validation (plan_validate.c),
+ * the seeds' results (plan_reproduce.c). */
+#ifndef CB_CLI_PLAN_H
+#define CB_CLI_PLAN_H
+
+#include "plan/plan.h"
+
+typedef struct plan_opts {
+    const char *model, *cluster, *out, *plot, *reproduce, *init;
+    int dp, pp, tp;                       /* 0: any */
+    const char *tp_mode, *schedule, *save; /* NULL: any; save: 3-D gathered or shard */
+    int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
+    double max_memory_gb;
+    int json, calibrate, calibrate_comm, validate, quick, threads;
+} plan_opts;
+
+/* A cluster preset by name (clusters/NAME.json, found next to the source
+ * tree the binary was built in or under the current directory) or a path. */
+int plan_find_cluster(const char *name, char *path, size_t cap, cb_err *e);
+/* The cluster this machine calibrated (the cache file), else a quick
+ * calibration now. */
+int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e);
+/* $XDG_CACHE_HOME/cubist/cluster-T<threads>.json */
+int plan_cache_path(int threads, char *buf, size_t cap);
+
+/* The model, cluster and job of the flags. */
+int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_plan_job *j,
+                  cb_err *e);
+/* --plot: best step time and its memory against devices, per tensor mode. */
+int plan_plot(const plan_opts *o, const cb_plan_job *j, cb_err *e);
+int plan_calibrate(const plan_opts *o, cb_err *e);
+/* The child under mpirun: prints "plan-comm OP RANKS ALPHA BETA" lines. */
+int plan_calibrate_comm(int quick, cb_err *e);
+/* Calibrates in this process (compute) and, with comm, through an mpirun
+ * child of 2 ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
+int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e);
+int plan_validate(const plan_opts *o, cb_err *e);
+int plan_reproduce(const plan_opts *o, cb_err *e);
+/* The prediction table of one layout, one line (as `cubist plan` lists). */
+void plan_print_header(void);
+void plan_print_row(int rank, const cb_plan_choice *c);
+/* Runs `exe args` (through sh), keeps stdout lines that start with
+ * `prefix` into buf; returns the exit status. */
+int plan_run(const char *cmd, const char *prefix, char *buf, size_t cap);
+const char *plan_exe(void);
+#endif

@@ -1,0 +1,301 @@
+/* `cubist plan --validate`: predicted against measured on this machine.
+ * Every case is a real `cubist train` job (mpirun for more than one rank)
+ * on random tokens; its log gives the step time (the fastest step after
+ * the first: the machine is shared, and the model predicts an unloaded
+ * step), rank 0's bytes and calls by tag and the planned activation and
+ * optimizer bytes. Layouts with more ranks than cores cannot be timed
+ * honestly: they compare bytes, calls and memory, which the scheduler does
+ * not change, and per-rank compute in thread CPU time (`cubist bench
+ * --tp-step`'s kernel CPU seconds, max over ranks). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "formats/json.h"
+#include "plan_cli.h"
+
+typedef struct vcase {
+    int quick, threads, L, C, H, T, B, dp, pp, tp;
+    const char *mode, *sched;
+    int M;
+} vcase;
+
+/* B is the micro-batch of `cubist train` (--batch); M micro-batches per step. */
+static const vcase CASES[] = {
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
+    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
+    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1},
+    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4},
+    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4},
+    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1},
+    /* more ranks than cores: bytes, calls, memory and thread CPU */
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1},
+    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8},
+};
+#define NCASES (int)(sizeof CASES / sizeof *CASES)
+
+typedef struct measured {
+    double step_ms, bytes, calls, act, opt, kcpu;
+    double cpu_ms; /* one process, one thread: CPU time per step (NAN otherwise) */
+} measured;
+
+static double jd(const json_val *v, const char *k) {
+    const json_val *x = json_get(v, k);
+    return x && (x->type == JSON_INT || x->type == JSON_NUM) ? x->d : NAN;
+}
+
+/* rank 0's bytes and calls over the tags the model predicts: not the
+ * gradient norm ("norm"), nor the pipeline's tie and timing stats */
+static void tags(const json_val *by, measured *m) {
+    static const char *const SKIP[] = {"norm", "pp.tie", "pp.stats"};
+    m->bytes = m->calls = 0;
+    for (int i = 0; by && by->type == JSON_OBJ && i < by->n; i++) {
+        int skip = 0;
+        for (size_t s = 0; s < sizeof SKIP / sizeof *SKIP; s++) skip |= !strcmp(by->k[i], SKIP[s]);
+        if (skip) continue;
+        m->bytes += jd(&by->v[i], "bytes");
+        m->calls += jd(&by->v[i], "calls");
+    }
+}
+
+static int runner(const vcase *c, char *pre, size_t cap) {
+    int ranks = c->dp * c->pp * c->tp;
+    const char *mr = cli_mpirun_cmd();
+    if (ranks == 1) snprintf(pre, cap, "OMP_NUM_THREADS=%d timeout 300", c->threads);
+    else snprintf(pre, cap, "OMP_NUM_THREADS=1 timeout 300 %s %s -np %d", mr, cli_mpirun_flags(mr), ranks);
+    return ranks;
+}
+
+static double children_cpu_s(void) {
+    struct rusage u;
+    getrusage(RUSAGE_CHILDREN, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/* The job of case c for `steps` steps; its CPU seconds (all its processes). */
+static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) {
+    char pre[512], cmd[2048];
+    runner(c, pre, sizeof pre);
+    snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
+             "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+             "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
+             "--grad-accum %d >/dev/null 2>&1",
+             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp,
+             c->pp, c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "",
+             c->M, c->M);
+    double t0 = children_cpu_s();
+    int st = system(cmd);
+    *cpu_s = children_cpu_s() - t0;
+    return st == 0;
+}
+
+/* One process of one thread: CPU seconds of 6 steps less those of 1, per
+ * step. Time slices taken by other processes are not in it, so it shows
+ * the model's error where wall time shows the machine's load. */
+static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
+    double c6, c1;
+    if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
+    if (!train_job(c, dir, 1, &c1) || !train_job(c, dir, 6, &c6)) return NAN;
+    return 1e3 * (c6 - c1) / 5;
+}
+
+static int measure_train(const vcase *c, const char *dir, int quick, measured *m) {
+    char log[600];
+    double cpu;
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    m->cpu_ms = cpu_per_step_ms(c, dir, quick);
+    unlink(log);
+    if (!train_job(c, dir, 6, &cpu)) return 0;
+    FILE *f = fopen(log, "r");
+    char line[65536];
+    m->step_ms = 1e30;
+    for (int s = 0; f && fgets(line, sizeof line, f); s++) {
+        json_val v;
+        json_error je;
+        if (json_parse(line, strlen(line), &v, &je)) continue;
+        if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
+        tags(json_get(&v, "comm_by_tag"), m);
+        m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
+        json_free(&v);
+    }
+    if (f) fclose(f);
+    return m->step_ms < 1e30;
+}
+
+/* tensor layouts past the core count: bench --tp-step's counters and the
+ * kernels' thread CPU seconds (forward + backward, no optimizer) */
+static int measure_tpstep(const vcase *c, measured *m) {
+    char pre[512], cmd[2048], out[65536];
+    runner(c, pre, sizeof pre);
+    snprintf(cmd, sizeof cmd, "%s '%s' bench --tp-step --tp %d --tp-mode %s --layers %d --d-model %d "
+             "--heads %d --vocab 256 --batch %d --seq-len %d --steps 3 2>/dev/null",
+             pre, plan_exe(), c->tp, c->mode, c->L, c->C, c->H, c->B, c->T);
+    json_val v;
+    json_error je;
+    if (plan_run(cmd, "tp-step ", out, sizeof out) || !out[0] ||
+        json_parse(out + 8, strlen(out + 8), &v, &je))
+        return 0;
+    const json_val *mx = json_get(json_get(&v, "max"), "measured");
+    m->bytes = jd(mx, "sent_bytes"), m->calls = jd(mx, "calls"), m->act = jd(mx, "act_bytes");
+    m->kcpu = jd(mx, "kernel_cpu_s"), m->opt = NAN, m->step_ms = NAN;
+    json_free(&v);
+    return 1;
+}
+
+static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
+    cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
+    cb_plan_model m;
+    cb_plan_model_gpt(&g, &m);
+    cb_tp_mode mode;
+    cb_grid_parse_mode(c->mode, &mode, NULL);
+    int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
+    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6};
+    cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1};
+    cb_plan_predict(&j, &l, p);
+}
+
+static int write_tokens(const char *dir, cb_err *e) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tok.bin", dir);
+    FILE *f = fopen(path, "wb");
+    int32_t h[256] = {20240520, 1, 200000};
+    int ok = f && fwrite(h, sizeof h, 1, f) == 1;
+    for (int i = 0; ok && i < 200000; i++) {
+        uint16_t t = (uint16_t)((i * 2654435761u) >> 8 & 255);
+        ok = fwrite(&t, 2, 1, f) == 1;
+    }
+    if (f) ok &= fclose(f) == 0;
+    return ok ? CB_OK : cb_fail(e, CB_ESYS, "cannot write %s", path);
+}
+
+static double rel(double pred, double meas) { return (pred - meas) / meas; }
+
+typedef struct tally {
+    double sum, worst, cpu_sum, cpu_worst;
+    int n, exact, nexact, ncpu;
+    double pred[NCASES], meas[NCASES]; /* seconds per token; NAN: not timed on 2 cores */
+} tally;
+
+static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
+    int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
+    /* the log is rank 0's: the first stage, which of a pipeline longer than
+     * 2 sends only forward, half of a middle stage's (the prediction) */
+    double pp0 = c->pp > 2 ? 0.5 : 1, lb = c->pp > 1 ? (c->pp - 1.0) / c->pp * 4 : 0;
+    double lc = c->pp > 1; /* the loss's broadcast: alike on every stage */
+    double pb = p->tp_bytes + pp0 * (p->pp_bytes - lb) + lb + p->dp_bytes;
+    double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
+    /* train logs the graph engine's planned activations; bench --tp-step
+     * runs src/model's GPT: its activations and the layout's scratch */
+    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes : p->mem_act;
+    if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
+    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
+    t->nexact++, t->exact += eq;
+    printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
+           c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
+    if (!over) {
+        double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
+        t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
+        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = m->step_ms / tok;
+        printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
+        if (!isnan(m->cpu_ms)) {
+            double ec = rel(1e3 * p->step_s, m->cpu_ms);
+            t->cpu_sum += fabs(ec), t->ncpu++, t->cpu_worst = fmax(t->cpu_worst, fabs(ec));
+            printf(" cpu %8.2f %+6.1f%%", m->cpu_ms, 100 * ec);
+        }
+    } else if (!isnan(m->kcpu))
+        printf("cpu  %8.2f %8.2f %+6.1f%%", 1e3 * p->compute_s, 1e3 * m->kcpu,
+               100 * rel(p->compute_s, m->kcpu));
+    else
+        printf("%-32s", "(oversubscribed: counts only)");
+    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
+           c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
+}
+
+/* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
+ * pp 2, tp 2) come out in the measured order of time per token? */
+static void order(const tally *t) {
+    int groups = 0, kept = 0;
+    for (int i = 0; i < NCASES; i++) {
+        int first = 1, ok = 1, n = 0;
+        for (int j = 0; j < i && first; j++)
+            first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
+        if (!first || isnan(t->pred[i])) continue;
+        for (int a = i; a < NCASES; a++)
+            for (int b = a + 1; b < NCASES; b++) {
+                const vcase *x = &CASES[a], *y = &CASES[b];
+                if (isnan(t->pred[a]) || isnan(t->pred[b]) || x->L != CASES[i].L || x->C != CASES[i].C ||
+                    y->L != x->L || y->C != x->C)
+                    continue;
+                n++;
+                ok &= (t->pred[a] < t->pred[b]) == (t->meas[a] < t->meas[b]);
+            }
+        if (n) groups++, kept += ok;
+    }
+    printf("order of layouts on both cores (time per token, same model): predicted order = measured "
+           "in %d of %d models\n", kept, groups);
+}
+
+int plan_validate(const plan_opts *o, cb_err *e) {
+    char dir[] = "/tmp/cubist-validate-XXXXXX";
+    if (!mkdtemp(dir)) return cb_fail(e, CB_ESYS, "cannot make a temporary directory in /tmp");
+    cli_mpirun_allow_root();
+    cb_plan_cluster cl[2];
+    int rc = write_tokens(dir, e);
+    /* collectives once (1 thread per rank, as every multi-rank case runs) */
+    if (!rc) rc = plan_measure(1, o->quick, 1, &cl[0], e);
+    if (!rc) rc = plan_measure(2, o->quick, 0, &cl[1], e);
+    double load[3] = {0};
+    if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
+    if (!rc)
+        printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
+               "are contended when it exceeds the cores); predicted vs measured\n"
+               "  case                                        what  predicted measured  error\n",
+               sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
+    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
+    for (int i = 0; i < NCASES && !rc; i++) {
+        const vcase *c = &CASES[i];
+        if (o->quick && !c->quick) continue;
+        int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2 && c->tp > 1;
+        measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
+        cb_plan_pred p;
+        predict(c, &cl[c->threads - 1], &p);
+        if (!(over ? measure_tpstep(c, &m) : measure_train(c, dir, o->quick, &m))) {
+            printf("  case %d failed to run; skipped\n", i + 1);
+            continue;
+        }
+        row(c, &p, &m, &t);
+        fflush(stdout);
+    }
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    if (system(rm)) {}
+    if (!rc && t.n)
+        printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
+               "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
+               t.nexact);
+    if (!rc && t.ncpu)
+        printf("one process, one thread, against its CPU time per step (what the load does not "
+               "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
+               100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
+    if (!rc && t.n) order(&t);
+    return rc;
+}

@@ -1,0 +1,496 @@
+/* bf16 mixed-precision kernels: the CPU table with its matrix products
+ * replaced by oneDNN bf16 matmuls (operands rounded to bf16, products
+ * accumulated in fp32, results fp32). Everything else, LayerNorm, softmax,
+ * GELU, the loss and AdamW's update, is the CPU table's fp32 code, inherited
+ * by copying it, so a kernel added to the CPU table is here too.
+ *
+ * Activations and weights stay fp32 in memory; each product rounds its
+ * operands into bf16 scratch on the way in (one memory pass). A weight's
+ * bf16 copy is kept until the parameters are next written
+ * (cb_kernels_params_written: AdamW, loading, initialising), so the
+ * forward and backward of a step round each weight once. oneDNN
+ * primitives are created once per shape and kept.
+ * oneDNN is the OpenMP build: a primitive run outside a parallel region
+ * uses the whole team, as OpenBLAS does. */
+#include <cpuid.h>
+#include <dnnl.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "kernels/peak.h"
+
+#define NSCRATCH 4
+
+/* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
+ * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
+ * qkv's interleaved heads need no copies. The key of the primitive cache. */
+typedef struct mm_desc {
+    dnnl_dims_t ad, as, bd, bs, cd, cs;
+    int nd;
+    float alpha;
+    int acc, bias;
+} mm_desc;
+_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 16,
+               "mm_desc is compared with memcmp: it must have no padding");
+
+typedef struct mm_entry {
+    mm_desc d;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, bias;
+} mm_entry;
+
+/* A weight's bf16 copy, valid while gen is the parameters' generation */
+typedef struct wcopy {
+    const float *src;
+    size_t n;
+    unsigned long gen;
+    uint16_t *bf;
+} wcopy;
+
+#define MAXRANGES 16
+
+typedef struct bf16_state {
+    cb_kernels table; /* first: kernels find the state through their k */
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    mm_entry *cache;
+    int ncache, cap;
+    uint16_t *scratch[NSCRATCH];
+    size_t scratch_n[NSCRATCH];
+    char note[160];
+    wcopy *w;
+    int nw, wcap;
+    unsigned long gen;                  /* bumped at every parameter write */
+    const float *lo[MAXRANGES], *hi[MAXRANGES]; /* the parameter blocks seen */
+    int nranges;
+} bf16_state;
+
+static bf16_state S;
+
+static bf16_state *state(const cb_kernels *k) { return (bf16_state *)k; }
+
+/* A failure here is an unsupported shape or no memory in oneDNN, past
+ * any input check: the process cannot go on. */
+static void check(dnnl_status_t s, const char *what) {
+    char msg[96];
+    if (s == dnnl_success) return;
+    snprintf(msg, sizeof msg, "oneDNN %s failed (status %d)", what, (int)s);
+    cb_comm_fatal(msg);
+}
+
+/* scratch slot i with room for n bf16 values */
+static uint16_t *scratch(bf16_state *s, int i, size_t n) {
+    if (s->scratch_n[i] < n) {
+        free(s->scratch[i]);
+        s->scratch[i] = malloc(n * sizeof(uint16_t));
+        if (!s->scratch[i]) cb_comm_fatal("out of memory for bf16 operands");
+        s->scratch_n[i] = n;
+    }
+    return s->scratch[i];
+}
+
+/* Round to nearest even, the rounding of the hardware's vcvtneps2bf16. */
+static inline uint16_t bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* dst (n) = bf16(x (n)) into scratch slot i */
+static const uint16_t *to_bf16(bf16_state *s, int i, const float *x, size_t n) {
+    uint16_t *d = scratch(s, i, n);
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < n; j++) d[j] = bf16_round(x[j]);
+    return d;
+}
+
+static int in_params(const bf16_state *s, const float *w, size_t n) {
+    for (int i = 0; i < s->nranges; i++)
+        if (w >= s->lo[i] && w + n <= s->hi[i]) return 1;
+    return 0;
+}
+
+/* room for one more element in array *p of *cap (doubling) */
+static void grow(void **p, int *cap, int n, size_t size, const char *what) {
+    if (n < *cap) return;
+    int c = *cap ? 2 * *cap : 32;
+    void *q = realloc(*p, size * c);
+    if (!q) cb_comm_fatal(what);
+    *p = q;
+    *cap = c;
+}
+
+static wcopy *wcopy_of(bf16_state *s, const float *w, size_t n) {
+    for (int i = 0; i < s->nw; i++)
+        if (s->w[i].src == w && s->w[i].n == n) return &s->w[i];
+    grow((void **)&s->w, &s->wcap, s->nw, sizeof *s->w, "out of memory for bf16 weight copies");
+    wcopy *c = &s->w[s->nw++];
+    *c = (wcopy){.src = w, .n = n, .gen = s->gen - 1, .bf = malloc(n * sizeof(uint16_t))};
+    if (!c->bf) cb_comm_fatal("out of memory for bf16 weight copies");
+    return c;
+}
+
+/* w (n) in bf16: the kept copy when w lies in a parameter block and the
+ * parameters were not written since it was made. Any other operand (a
+ * layout's received or gathered weight panel reuses its buffer) is
+ * rounded into scratch slot i every call. */
+static const uint16_t *weight_bf16(bf16_state *s, int i, const float *w, size_t n) {
+    if (!in_params(s, w, n)) return to_bf16(s, i, w, n);
+    wcopy *c = wcopy_of(s, w, n);
+    if (c->gen == s->gen) return c->bf;
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < n; j++) c->bf[j] = bf16_round(w[j]);
+    c->gen = s->gen;
+    return c->bf;
+}
+
+void cb_kernels_params_written(const float *block, size_t n) {
+    S.gen++;
+    for (int i = 0; i < S.nranges; i++)
+        if (S.lo[i] == block) {
+            if (block + n > S.hi[i]) S.hi[i] = block + n;
+            return;
+        }
+    if (S.nranges == MAXRANGES) { /* forget the oldest: its weights are rounded every call */
+        memmove(S.lo, S.lo + 1, sizeof S.lo[0] * (MAXRANGES - 1));
+        memmove(S.hi, S.hi + 1, sizeof S.hi[0] * (MAXRANGES - 1));
+        S.nranges--;
+    }
+    S.lo[S.nranges] = block;
+    S.hi[S.nranges++] = block + n;
+}
+
+/* The CPU table's AdamW, then the bf16 copies of the weights it updated
+ * whole are refreshed from the new values, while they are in cache (the
+ * step's next forward then rounds nothing). A copy the update covers only
+ * in part (a ZeRO shard boundary inside the tensor) stays stale and is
+ * rounded again when next used. */
+static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+    bf16_state *s = state(k);
+    const cb_kernels *cpu = cb_kernels_cpu();
+    cpu->adamw(cpu, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+    for (int i = 0; i < s->nw; i++) {
+        wcopy *c = &s->w[i];
+        if (c->src < p || c->src + c->n > p + n) continue;
+#pragma omp parallel for simd schedule(static)
+        for (size_t j = 0; j < c->n; j++) c->bf[j] = bf16_round(c->src[j]);
+        c->gen = s->gen;
+    }
+}
+
+void cb_kernels_params_freed(const float *block) {
+    for (int i = 0; i < S.nranges; i++) {
+        if (S.lo[i] != block) continue;
+        for (int j = S.nw - 1; j >= 0; j--)
+            if (S.w[j].src >= S.lo[i] && S.w[j].src < S.hi[i]) {
+                free(S.w[j].bf);
+                S.w[j] = S.w[--S.nw];
+            }
+        S.lo[i] = S.lo[S.nranges - 1];
+        S.hi[i] = S.hi[--S.nranges];
+        return;
+    }
+}
+
+static dnnl_memory_t memory(bf16_state *s, int nd, const int64_t *dims, const int64_t *str,
+                            dnnl_data_type_t t) {
+    dnnl_memory_desc_t md;
+    dnnl_memory_t m;
+    check(dnnl_memory_desc_init_by_strides(&md, nd, dims, t, str), "memory descriptor");
+    check(dnnl_memory_create(&m, &md, s->eng, DNNL_MEMORY_NONE), "memory");
+    return m;
+}
+
+static const dnnl_memory_desc_t *md_of(dnnl_memory_t m) {
+    const dnnl_memory_desc_t *md;
+    check(dnnl_memory_get_memory_desc(m, &md), "memory query");
+    return md;
+}
+
+static void create(bf16_state *s, mm_entry *e) {
+    const mm_desc *d = &e->d;
+    e->a = memory(s, d->nd, d->ad, d->as, dnnl_bf16);
+    e->b = memory(s, d->nd, d->bd, d->bs, dnnl_bf16);
+    e->c = memory(s, d->nd, d->cd, d->cs, dnnl_f32);
+    dnnl_dims_t bias_d = {1, d->cd[1]}, bias_s = {d->cd[1], 1};
+    e->bias = d->bias ? memory(s, 2, bias_d, bias_s, dnnl_f32) : NULL;
+    dnnl_matmul_desc_t md;
+    check(dnnl_matmul_desc_init(&md, md_of(e->a), md_of(e->b), e->bias ? md_of(e->bias) : NULL,
+                                md_of(e->c)),
+          "matmul descriptor");
+    dnnl_primitive_attr_t attr;
+    dnnl_post_ops_t po;
+    check(dnnl_primitive_attr_create(&attr), "attr");
+    check(dnnl_post_ops_create(&po), "post-ops");
+    if (d->acc) check(dnnl_post_ops_append_sum(po, 1.0f), "sum post-op");
+    check(dnnl_primitive_attr_set_post_ops(attr, po), "post-ops");
+    if (d->alpha != 1.0f) check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &d->alpha), "scale");
+    dnnl_primitive_desc_t pd;
+    check(dnnl_primitive_desc_create(&pd, &md, attr, s->eng, NULL), "matmul primitive descriptor");
+    check(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+}
+
+static mm_entry *lookup(bf16_state *s, const mm_desc *d) {
+    for (int i = 0; i < s->ncache; i++)
+        if (!memcmp(&s->cache[i].d, d, sizeof *d)) return &s->cache[i];
+    grow((void **)&s->cache, &s->cap, s->ncache, sizeof *s->cache,
+         "out of memory for the bf16 primitive cache");
+    mm_entry *e = &s->cache[s->ncache++];
+    memset(e, 0, sizeof *e);
+    e->d = *d;
+    create(s, e);
+    return e;
+}
+
+static void run(bf16_state *s, const mm_desc *d, const uint16_t *a, const uint16_t *b, float *c,
+                const float *bias) {
+    mm_entry *e = lookup(s, d);
+    dnnl_memory_set_data_handle(e->a, (void *)a);
+    dnnl_memory_set_data_handle(e->b, (void *)b);
+    dnnl_memory_set_data_handle(e->c, c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_BIAS, e->bias}};
+    if (e->bias) dnnl_memory_set_data_handle(e->bias, (void *)bias);
+    check(dnnl_primitive_execute(e->prim, s->stream, e->bias ? 4 : 3, args), "matmul");
+    check(dnnl_stream_wait(s->stream), "stream wait");
+}
+
+/* 2-D: c (M,N, row stride ldc) (+)= a (M,K) b (K,N); ta / tb: a or b is
+ * stored transposed, with row stride lda / ldb of the stored matrix. */
+static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, int64_t lda,
+                 const uint16_t *b, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
+                 const float *bias) {
+    mm_desc d = {.nd = 2, .ad = {M, K}, .bd = {K, N}, .cd = {M, N}, .cs = {ldc, 1}, .alpha = 1.0f,
+                 .acc = acc, .bias = bias != NULL};
+    d.as[0] = ta ? 1 : lda, d.as[1] = ta ? lda : 1;
+    d.bs[0] = tb ? 1 : ldb, d.bs[1] = tb ? ldb : 1;
+    run(s, &d, a, b, c, bias);
+}
+
+/* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
+static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int IC, int OC) {
+    bf16_state *s = state(k);
+    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * IC), *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
+    gemm(s, N, OC, IC, x, 0, IC, wb, 0, OC, out, OC, 0, bias);
+}
+
+/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
+static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w, int N, int IC,
+                            int OC) {
+    bf16_state *s = state(k);
+    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * OC);
+    if (dinp) gemm(s, N, IC, OC, d, 0, OC, weight_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
+    gemm(s, IC, OC, N, to_bf16(s, 2, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC, 1, NULL);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
+}
+
+static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
+                                    const float *inp, int N, int IC, int OC, int r0, int r1) {
+    bf16_state *s = state(k);
+    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * OC), *x = to_bf16(s, 2, inp, (size_t)N * IC);
+    gemm(s, r1 - r0, OC, N, x + r0, 1, IC, d, 0, OC, dw + (size_t)r0 * OC, OC, 1, NULL);
+}
+
+/* out (N,V) = inp (N,C) @ w (V,C)^T */
+static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
+                         int C, int V) {
+    bf16_state *s = state(k);
+    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * C), *wb = weight_bf16(s, 1, w, (size_t)V * C);
+    gemm(s, N, V, C, x, 0, C, wb, 1, C, out, V, 0, NULL);
+}
+
+/* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += dout^T @ inp */
+static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
+                          const float *inp, const float *w, int N, int C, int V) {
+    bf16_state *s = state(k);
+    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * V);
+    gemm(s, N, C, V, d, 0, V, weight_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
+    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, inp, (size_t)N * C), 0, C, dw, C, 1, NULL);
+}
+
+/* A (B,NH,rows,cols) view of a (B,T,ld) tensor whose head h's columns
+ * start at h*hs: rows are tokens (or, transposed, the head's features). */
+static void head_view(int64_t *dims, int64_t *str, int B, int NH, int T, int hs, int64_t ld,
+                      int transposed) {
+    int64_t d[4] = {B, NH, transposed ? hs : T, transposed ? T : hs};
+    int64_t st[4] = {(int64_t)T * ld, hs, transposed ? 1 : ld, transposed ? ld : 1};
+    memcpy(dims, d, sizeof d);
+    memcpy(str, st, sizeof st);
+}
+
+/* A (B,NH,T,T) view of dense att, or of its transpose per head */
+static void att_view(int64_t *dims, int64_t *str, int B, int NH, int T, int transposed) {
+    int64_t d[4] = {B, NH, T, T};
+    int64_t st[4] = {(int64_t)NH * T * T, (int64_t)T * T, transposed ? 1 : T, transposed ? T : 1};
+    memcpy(dims, d, sizeof d);
+    memcpy(str, st, sizeof st);
+}
+
+/* qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T). S = Q K^T / sqrt(hs) and
+ * O = P V are two batched bf16 products over every head; the causal
+ * softmax between them is the CPU table's, in fp32. */
+static void attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH) {
+    bf16_state *s = state(k);
+    int hs = C / NH;
+    const uint16_t *x = to_bf16(s, 0, qkv, (size_t)B * T * 3 * C);
+    mm_desc d = {.nd = 4, .alpha = 1.0f / sqrtf((float)hs)};
+    head_view(d.ad, d.as, B, NH, T, hs, 3 * C, 0);
+    head_view(d.bd, d.bs, B, NH, T, hs, 3 * C, 1);
+    att_view(d.cd, d.cs, B, NH, T, 0);
+    run(s, &d, x, x + C, att, NULL);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) cb_cpu_causal_softmax(att + (size_t)bh * T * T, T);
+    const uint16_t *p = to_bf16(s, 1, att, (size_t)B * NH * T * T);
+    mm_desc o = {.nd = 4, .alpha = 1.0f};
+    att_view(o.ad, o.as, B, NH, T, 0);
+    head_view(o.bd, o.bs, B, NH, T, hs, 3 * C, 0);
+    head_view(o.cd, o.cs, B, NH, T, hs, C, 0);
+    run(s, &o, p, x + 2 * C, out, NULL);
+}
+
+/* dqkv (B,T,3C): dV = P^T dY, dP = dY V^T, dS from the softmax backward
+ * (fp32), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
+ * folded into dS, as in the CPU table). */
+static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch_, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+    bf16_state *s = state(k);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    const uint16_t *x = to_bf16(s, 0, qkv, (size_t)B * T * 3 * C);
+    const uint16_t *dy = to_bf16(s, 1, dout, (size_t)B * T * C);
+    const uint16_t *p = to_bf16(s, 2, att, (size_t)B * NH * T * T);
+    mm_desc d = {.nd = 4, .alpha = 1.0f};
+    head_view(d.ad, d.as, B, NH, T, hs, C, 0); /* dP = dY V^T */
+    head_view(d.bd, d.bs, B, NH, T, hs, 3 * C, 1);
+    att_view(d.cd, d.cs, B, NH, T, 0);
+    run(s, &d, dy, x + 2 * C, scratch_, NULL);
+    mm_desc v = {.nd = 4, .alpha = 1.0f}; /* dV = P^T dY */
+    att_view(v.ad, v.as, B, NH, T, 1);
+    head_view(v.bd, v.bs, B, NH, T, hs, C, 0);
+    head_view(v.cd, v.cs, B, NH, T, hs, 3 * C, 0);
+    run(s, &v, p, dy, dqkv + 2 * C, NULL);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++)
+        cb_cpu_softmax_backward(scratch_ + (size_t)bh * T * T, att + (size_t)bh * T * T, T, scale);
+    const uint16_t *ds = to_bf16(s, 3, scratch_, (size_t)B * NH * T * T);
+    mm_desc q = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
+    att_view(q.ad, q.as, B, NH, T, 0);
+    head_view(q.bd, q.bs, B, NH, T, hs, 3 * C, 0);
+    head_view(q.cd, q.cs, B, NH, T, hs, 3 * C, 0);
+    run(s, &q, ds, x + C, dqkv, NULL);
+    att_view(q.ad, q.as, B, NH, T, 1); /* dK = dS^T Q */
+    run(s, &q, ds, x, dqkv + C, NULL);
+}
+
+/* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0
+ * EDX bit 22 (both 0 on a CPU without leaf 7). */
+static void cpu_bf16(int *avx512, int *amx) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    *avx512 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+    a = b = c = d = 0;
+    *amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1);
+}
+
+/* CB_BF16_EMULATE=1 caps oneDNN at AVX-512 without bf16 instructions, as
+ * on a CPU that lacks them: the path such a machine takes, for tests. */
+static void describe(bf16_state *s) {
+    int avx512, amx;
+    cpu_bf16(&avx512, &amx);
+    const char *env = getenv("CB_BF16_EMULATE");
+    int emulate = env && *env && strcmp(env, "0");
+    if (emulate) dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core);
+    if (emulate || (!avx512 && !amx))
+        snprintf(s->note, sizeof s->note,
+                 "bf16 without bf16 instructions%s: oneDNN emulates, expect it to be slow",
+                 emulate ? " (CB_BF16_EMULATE)" : "");
+    else
+        snprintf(s->note, sizeof s->note, "bf16 via oneDNN on %s", amx ? "amx_bf16" : "avx512_bf16");
+}
+
+const char *cb_kernels_bf16_note(void) { return S.note; }
+
+const cb_kernels *cb_kernels_bf16(void) {
+    if (S.eng) return &S.table;
+    describe(&S);
+    if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
+    if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(S.eng);
+        S.eng = NULL;
+        return NULL;
+    }
+    S.table = *cb_kernels_cpu();
+    S.table.name = "bf16";
+    S.table.matmul_forward = matmul_forward;
+    S.table.matmul_backward = matmul_backward;
+    S.table.matmul_backward_dw_rows = matmul_backward_dw_rows;
+    S.table.head_forward = head_forward;
+    S.table.head_backward = head_backward;
+    S.table.attention_forward = attention_forward;
+    S.table.attention_backward = attention_backward;
+    S.table.adamw = adamw;
+    return &S.table;
+}
+
+static cb_precision chosen = CB_PREC_FP32;
+
+int cb_precision_parse(const char *s, cb_precision *p, cb_err *e) {
+    if (!strcmp(s, "fp32")) *p = CB_PREC_FP32;
+    else if (!strcmp(s, "bf16")) *p = CB_PREC_BF16;
+    else return cb_fail(e, CB_EINPUT, "--precision '%s' is unknown; use fp32 or bf16", s);
+    return CB_OK;
+}
+
+int cb_kernels_select(cb_precision p, cb_err *e) {
+    if (p == CB_PREC_BF16 && !cb_kernels_bf16())
+        return cb_fail(e, CB_ESYS, "--precision bf16: oneDNN could not start a CPU engine");
+    chosen = p;
+    return CB_OK;
+}
+
+cb_precision cb_kernels_precision(void) { return chosen; }
+
+const cb_kernels *cb_kernels_default(void) {
+    return chosen == CB_PREC_BF16 ? &S.table : cb_kernels_cpu();
+}
+
+const char *cb_kernels_note(void) { return chosen == CB_PREC_BF16 ? S.note : "fp32"; }
+
+/* The bf16 GEMM peak, measured as cb_peak_measure measures sgemm's: the
+ * CB_PEAK_N^3 product on operands already in bf16 (fp32 result), so the
+ * figure is oneDNN's rate alone, without the kernels' rounding passes. */
+double cb_peak_measure_bf16(void) {
+    bf16_state *s = (bf16_state *)cb_kernels_bf16();
+    const size_t n = CB_PEAK_N, nn = n * n;
+    float *a = malloc(sizeof(float) * nn);
+    if (!s || !a) {
+        free(a);
+        return 0;
+    }
+    for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f;
+    const uint16_t *x = to_bf16(s, 0, a, nn), *y = to_bf16(s, 1, a, nn);
+    const int N = CB_PEAK_N;
+    gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
+    double t0 = omp_get_wtime(), t;
+    int it = 0;
+    do {
+        gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
+        it++;
+        t = omp_get_wtime() - t0;
+    } while (t < CB_PEAK_SECONDS);
+    free(a);
+    return 2.0 * (double)nn * (double)n * it / t / 1e9;
+}

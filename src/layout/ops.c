@@ -1,0 +1,62 @@
+/* The distributed operators that every split layout shares, written once:
+ * each layout hands them the communicators along which it split the data
+ * (layout.h). All arithmetic is in kernels; these move data and reduce. */
+#include "layout/layout.h"
+
+/* One numerics for every layout: the row moments [sum x, sum x^2] in
+ * double, reduced in one all-reduce, variance E[x^2] - mean^2 (the
+ * kernel's comment says why that is exact enough); the backward's two row
+ * sums likewise. */
+void cb_split_norm_forward(cb_layout *L, cb_comm *feat, int slot, const cb_norm *n,
+                           const float *x, float *y, float *mean, float *rstd, int N, int Cl) {
+    double *s = cb_layout_scratch(L, slot, 2 * sizeof(double) * (size_t)N);
+    L->k->layernorm_stats(L->k, s, x, N, Cl);
+    cb_comm_allreduce_f64(feat, "norm.fwd", NULL, s, 2 * (size_t)N, CB_COMM_SUM);
+    L->k->layernorm_apply(L->k, y, mean, rstd, x, n->w, n->b, s, N, Cl, n->C);
+}
+
+/* dx accumulates; the weight and bias gradients are summed over rep (their
+ * copies) while the row sums are reduced over feat */
+void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot, int slot2,
+                            cb_norm *n, const float *x, const float *dy, float *dx,
+                            const float *mean, const float *rstd, int N, int Cl) {
+    float *g = NULL;
+    cb_comm_req rg;
+    if (rep) {
+        g = cb_layout_zeroed(L, slot2, 2 * sizeof(float) * (size_t)Cl);
+        L->k->layernorm_param_grads(L->k, g, g + Cl, dy, x, mean, rstd, N, Cl);
+        cb_comm_iallreduce(rep, "norm.bwd", NULL, g, 2 * (size_t)Cl, CB_COMM_SUM, &rg);
+    } else {
+        L->k->layernorm_param_grads(L->k, n->dw, n->db, dy, x, mean, rstd, N, Cl);
+    }
+    double *s = cb_layout_scratch(L, slot, 2 * sizeof(double) * (size_t)N);
+    L->k->layernorm_backward_stats(L->k, s, dy, x, n->w, mean, rstd, N, Cl);
+    cb_comm_allreduce_f64(feat, "norm.bwd", NULL, s, 2 * (size_t)N, CB_COMM_SUM);
+    L->k->layernorm_backward_apply(L->k, dx, s, dy, x, n->w, mean, rstd, N, Cl, n->C);
+    if (!rep) return;
+    cb_comm_wait(&rg);
+    L->k->residual_forward(L->k, n->dw, n->dw, g, (size_t)Cl);
+    L->k->residual_forward(L->k, n->db, n->db, g + Cl, (size_t)Cl);
+}
+
+void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl) {
+    cb_layout_reserve(L, slot, 2 * sizeof(double) * (size_t)N);
+    cb_layout_reserve(L, slot2, 2 * sizeof(float) * (size_t)Cl);
+}
+
+/* MAX of the row maxima, then SUM of (exp-sum, target logit): two
+ * all-reduces of N and 2N floats; padded columns get probability 0. */
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
+                           const int *targets, int N, int Vl, int v0, int V) {
+    int valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    float *mx = cb_layout_scratch(L, slot, 3 * sizeof(float) * (size_t)N), *st = mx + N;
+    L->k->crossentropy_max(L->k, mx, logits, N, Vl, valid);
+    cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
+    L->k->crossentropy_exp(L->k, st, logits, mx, targets, v0, N, Vl, valid);
+    cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
+    return L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
+}
+
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {
+    cb_layout_reserve(L, slot, 3 * sizeof(float) * (size_t)N);
+}

@@ -1,0 +1,210 @@
+/* Cluster files: plain JSON, one device kind per file (docs/plan.md).
+ *   {"name", "nodes", "devices_per_node", "threads",
+ *    "device": {"peak_flops", "memory_bytes", "mem_bandwidth", "attn_efficiency",
+ *               "gemm_efficiency": [[intensity, efficiency], ...]},
+ *    "links": {"intra": {"bandwidth", "latency"}, "inter": {...}},
+ *    "collectives": [{"op", "ranks", "alpha", "beta"}, ...]   (optional),
+ *    "sources": {"field": "where the figure comes from", ...}}
+ * Every number must be present and positive: a planner fed a zero bandwidth
+ * predicts nonsense silently, so the reader names the field instead. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/fileio.h"
+#include "formats/json.h"
+#include "plan/plan.h"
+
+typedef struct reader {
+    const char *path;
+    cb_err *e;
+} reader;
+
+static int bad(const reader *r, const char *field, const char *what) {
+    return cb_fail(r->e, CB_EINPUT, "cluster file %s: field '%s' %s; give it a positive number "
+                   "(see docs/plan.md, cluster files)", r->path, field, what);
+}
+
+/* v.key as a positive number into *out; `field` names it in errors. */
+static int num(const reader *r, const json_val *v, const char *key, const char *field,
+               double *out) {
+    const json_val *x = json_get(v, key);
+    if (!x) return bad(r, field, "is missing");
+    if (x->type != JSON_INT && x->type != JSON_NUM) return bad(r, field, "is not a number");
+    if (!(x->d > 0) || !isfinite(x->d)) return bad(r, field, x->d < 0 ? "is negative" : "is not positive");
+    *out = x->d;
+    return CB_OK;
+}
+
+static int inum(const reader *r, const json_val *v, const char *key, const char *field, int *out) {
+    double d = 0;
+    int rc = num(r, v, key, field, &d);
+    if (!rc && (d != floor(d) || d > 1e9)) return bad(r, field, "is not a whole number");
+    if (!rc) *out = (int)d;
+    return rc;
+}
+
+static const json_val *obj(const reader *r, const json_val *v, const char *key, int *rc) {
+    const json_val *x = json_get(v, key);
+    if (*rc) return NULL;
+    if (!x || x->type != JSON_OBJ) {
+        *rc = cb_fail(r->e, CB_EINPUT, "cluster file %s: field '%s' is missing or not an object; "
+                      "see docs/plan.md, cluster files", r->path, key);
+        return NULL;
+    }
+    return x;
+}
+
+static int read_tier(const reader *r, const json_val *links, const char *name, cb_plan_tier *t) {
+    int rc = CB_OK;
+    const json_val *v = obj(r, links, name, &rc);
+    char f[64];
+    snprintf(f, sizeof f, "links.%s.bandwidth", name);
+    if (!rc) rc = num(r, v, "bandwidth", f, &t->bandwidth);
+    snprintf(f, sizeof f, "links.%s.latency", name);
+    if (!rc) rc = num(r, v, "latency", f, &t->latency);
+    return rc;
+}
+
+/* [[intensity, efficiency], ...], intensities increasing, efficiencies in (0, 1] */
+static int read_eff(const reader *r, const json_val *dev, cb_plan_cluster *c) {
+    const json_val *a = json_get(dev, "gemm_efficiency");
+    if (!a) return bad(r, "device.gemm_efficiency", "is missing");
+    if (a->type != JSON_ARR || a->n < 1 || a->n > CB_PLAN_MAXEFF)
+        return bad(r, "device.gemm_efficiency", "is not a list of 1 to 16 [intensity, efficiency] pairs");
+    for (int i = 0; i < a->n; i++) {
+        const json_val *p = &a->v[i];
+        int ok = p->type == JSON_ARR && p->n == 2 && p->v[0].type >= JSON_INT &&
+                 p->v[0].type <= JSON_NUM && p->v[1].type >= JSON_INT && p->v[1].type <= JSON_NUM;
+        if (!ok) return bad(r, "device.gemm_efficiency", "has an entry that is not [intensity, efficiency]");
+        c->eff_intensity[i] = p->v[0].d, c->eff[i] = p->v[1].d;
+        if (!(c->eff_intensity[i] > 0) || !(c->eff[i] > 0) || c->eff[i] > 1 ||
+            (i && c->eff_intensity[i] <= c->eff_intensity[i - 1]))
+            return bad(r, "device.gemm_efficiency",
+                       "needs intensities > 0 increasing and efficiencies in (0, 1]");
+    }
+    c->neff = a->n;
+    return CB_OK;
+}
+
+static int read_colls(const reader *r, const json_val *root, cb_plan_cluster *c) {
+    const json_val *a = json_get(root, "collectives");
+    if (!a) return CB_OK;
+    if (a->type != JSON_ARR || a->n > CB_PLAN_MAXCOLL)
+        return bad(r, "collectives", "is not a list of at most 16 entries");
+    int rc = CB_OK;
+    for (int i = 0; i < a->n && !rc; i++) {
+        const json_val *v = &a->v[i], *op = json_get(v, "op");
+        cb_plan_coll *k = &c->coll[i];
+        if (!op || op->type != JSON_STR || op->len >= sizeof k->op)
+            return bad(r, "collectives[].op", "is missing or not a short name");
+        snprintf(k->op, sizeof k->op, "%s", op->s);
+        rc = inum(r, v, "ranks", "collectives[].ranks", &k->ranks);
+        if (!rc) rc = num(r, v, "alpha", "collectives[].alpha", &k->alpha);
+        if (!rc) rc = num(r, v, "beta", "collectives[].beta", &k->beta);
+    }
+    c->ncoll = a->n;
+    return rc;
+}
+
+static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
+    const json_val *name = json_get(v, "name");
+    if (v->type != JSON_OBJ) return cb_fail(r->e, CB_EINPUT, "cluster file %s: not a JSON object; "
+                                            "see docs/plan.md, cluster files", r->path);
+    if (!name || name->type != JSON_STR) return bad(r, "name", "is missing (a string)");
+    snprintf(c->name, sizeof c->name, "%s", name->s);
+    int rc = inum(r, v, "nodes", "nodes", &c->nodes);
+    if (!rc) rc = inum(r, v, "devices_per_node", "devices_per_node", &c->devices_per_node);
+    if (!rc) rc = inum(r, v, "threads", "threads", &c->threads);
+    const json_val *dev = obj(r, v, "device", &rc);
+    if (!rc) rc = num(r, dev, "peak_flops", "device.peak_flops", &c->peak_flops);
+    if (!rc) rc = num(r, dev, "memory_bytes", "device.memory_bytes", &c->memory_bytes);
+    if (!rc) rc = num(r, dev, "mem_bandwidth", "device.mem_bandwidth", &c->mem_bandwidth);
+    if (!rc) rc = num(r, dev, "attn_efficiency", "device.attn_efficiency", &c->attn_efficiency);
+    if (!rc) rc = read_eff(r, dev, c);
+    const json_val *links = obj(r, v, "links", &rc);
+    if (!rc) rc = read_tier(r, links, "intra", &c->intra);
+    if (!rc) rc = read_tier(r, links, "inter", &c->inter);
+    if (!rc) rc = read_colls(r, v, c);
+    return rc;
+}
+
+int cb_plan_cluster_parse(const char *text, size_t len, const char *path, cb_plan_cluster *c,
+                          cb_err *e) {
+    json_val v;
+    json_error je;
+    memset(c, 0, sizeof *c);
+    if (json_parse(text, len, &v, &je))
+        return cb_fail(e, je.nomem ? CB_ENOMEM : CB_EINPUT, "cluster file %s: %s at byte %zu; "
+                       "fix the JSON", path, je.msg, je.off);
+    reader r = {path, e};
+    int rc = read_root(&r, &v, c);
+    json_free(&v);
+    return rc;
+}
+
+int cb_plan_cluster_read(const char *path, cb_plan_cluster *c, cb_err *e) {
+    void *map = NULL;
+    size_t n = 0;
+    int rc = fio_map(path, "give a cluster file (clusters/*.json or `cubist plan --calibrate`)",
+                     &map, &n, e);
+    if (rc) return rc;
+    rc = cb_plan_cluster_parse(map ? map : "", n, path, c, e);
+    fio_unmap(map, n);
+    return rc;
+}
+
+static void put_tier(json_buf *b, const char *name, const cb_plan_tier *t, int last) {
+    jb_printf(b, "    \"%s\": {\"bandwidth\": %.6g, \"latency\": %.6g}%s\n", name, t->bandwidth,
+              t->latency, last ? "" : ",");
+}
+
+static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *source) {
+    jb_puts(b, "{\n  \"name\": ");
+    jb_str(b, c->name);
+    jb_printf(b, ",\n  \"nodes\": %d,\n  \"devices_per_node\": %d,\n  \"threads\": %d,\n", c->nodes,
+              c->devices_per_node, c->threads);
+    jb_printf(b, "  \"device\": {\n    \"peak_flops\": %.6g,\n    \"memory_bytes\": %.6g,\n"
+              "    \"mem_bandwidth\": %.6g,\n    \"attn_efficiency\": %.6g,\n"
+              "    \"gemm_efficiency\": [", c->peak_flops, c->memory_bytes, c->mem_bandwidth,
+              c->attn_efficiency);
+    for (int i = 0; i < c->neff; i++)
+        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->eff_intensity[i], c->eff[i]);
+    jb_puts(b, "]\n  },\n  \"links\": {\n");
+    put_tier(b, "intra", &c->intra, 0);
+    put_tier(b, "inter", &c->inter, 1);
+    jb_puts(b, "  },\n  \"collectives\": [");
+    for (int i = 0; i < c->ncoll; i++)
+        jb_printf(b, "%s\n    {\"op\": \"%s\", \"ranks\": %d, \"alpha\": %.6g, \"beta\": %.6g}",
+                  i ? "," : "", c->coll[i].op, c->coll[i].ranks, c->coll[i].alpha, c->coll[i].beta);
+    jb_puts(b, "\n  ],\n  \"sources\": {\"*\": ");
+    jb_str(b, source);
+    jb_puts(b, "}\n}\n");
+}
+
+int cb_plan_cluster_write(const char *path, const cb_plan_cluster *c, const char *source,
+                          cb_err *e) {
+    json_buf b = {0};
+    put_cluster(&b, c, source);
+    if (b.oom) {
+        jb_free(&b);
+        return cb_fail(e, CB_ENOMEM, "out of memory writing cluster file %s", path);
+    }
+    fio_atomic a;
+    int rc = fio_atomic_open(&a, path, e);
+    if (!rc) rc = fio_atomic_write(&a, b.p, b.len, e);
+    if (!rc) rc = fio_atomic_commit(&a, e);
+    jb_free(&b);
+    return rc;
+}
+
+double cb_plan_gemm_eff(const cb_plan_cluster *c, double x) {
+    if (x <= c->eff_intensity[0]) return c->eff[0];
+    for (int i = 1; i < c->neff; i++)
+        if (x <= c->eff_intensity[i]) {
+            double t = log(x / c->eff_intensity[i - 1]) / log(c->eff_intensity[i] / c->eff_intensity[i - 1]);
+            return c->eff[i - 1] + t * (c->eff[i] - c->eff[i - 1]);
+        }
+    return c->eff[c->neff - 1];
+}

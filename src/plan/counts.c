@@ -1,0 +1,236 @@
+/* The exact per-rank costs of tensor parallelism: bytes sent and
+ * collectives per layer type, parameter and activation bytes, for one
+ * forward + backward of a GPT. They equal the counters of a real run
+ * (tests/test_tp_compare.sh, tests/test_plan.sh); `cubist bench
+ * --tp-compare` prints both, and the planner builds its predictions on them.
+ *
+ * Units: elements unless noted; bytes = 4 x floats, 8 x doubles. Ring
+ * volume per rank as cb_comm counts it: all-reduce 2(p-1)/p n, all-gather
+ * and reduce-scatter (p-1)/p n of the full vector n, broadcast and reduce
+ * (p-1)/p n. N = B T tokens, C = d_model, L layers, T = seq_len, V_p the
+ * padded vocabulary. Per layer the linears are QKV C->3C, proj C->C, fc
+ * C->4C, fc-proj 4C->C: sum of inputs 7C, of outputs 9C, of in x out 12C^2. */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+/* bytes sent per rank by an all-reduce of `bytes` on p ranks */
+double cb_plan_ring_allreduce(double p, double bytes) { return 2 * (p - 1) / p * bytes; }
+
+static double ar(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+/* Floats gpt.c plans for the whole model, one slot: x_in; per block ln1,
+ * res2, ln2, res3 (a0 each), 4 row statistics, qkv, att, atty, fch,
+ * fch_gelu; ln_f output + 2 row statistics; logits (+ losses); backward
+ * scratch d_res, d_small, d_qkv, d_big, d_att, proj. a0 / a1: a C-wide
+ * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1.
+ * This is `cubist bench --tp-step`'s model (src/model). */
+static double plan_floats(double L, double a0, double rows, double a1, double q1, double f1,
+                          double att, double lg) {
+    double block = 4 * a0 + 4 * rows + q1 + att + a1 + 2 * f1;
+    return a0 + L * block + a0 + 2 * rows + lg + a0 + max2(a0, a1) + q1 + f1 + att + a0;
+}
+
+/* The gradient buffers src/graph/build.c (plan_grads) gives the GPT graph
+ * of one chunk holding every node: backward runs loss, ln_f, then per
+ * block add2, fc-proj, gelu, fc, ln2, add1, proj, attn, qkv, ln1 (times 1,
+ * 2, ...); a value's gradient lives from its last reader's backward to its
+ * producer's; the residual stream's gradient is handed from add to add in
+ * one buffer; every other life takes the smallest buffer free before it
+ * starts that holds it, else a new one. The same rule replayed on the
+ * sizes, so the sum is the engine's for any widths (floats). */
+typedef struct life {
+    double size;
+    int start, end, handed; /* handed: takes the residual buffer */
+} life;
+
+static double grad_floats(double L, double a0, double a1, double q1, double f1) {
+    double size[16] = {0}, total = 0;
+    int busy[16] = {0}, nb = 0, res = -1;
+    for (int b = -1; b < (int)L; b++) {
+        int t = 2 + 10 * b;
+        life blk[] = {{a0, t + 1, t + 6, 1}, {a0, t + 1, t + 2, 0}, {f1, t + 2, t + 3, 0},
+                      {f1, t + 3, t + 4, 0}, {a0, t + 4, t + 5, 0}, {a0, t + 6, t + 11, 1},
+                      {a0, t + 6, t + 7, 0}, {a1, t + 7, t + 8, 0}, {q1, t + 8, t + 9, 0},
+                      {a0, t + 9, t + 10, 0}};
+        life head[] = {{a0, 1, 2, 0}, {a0, 2, 3, 1}}; /* ln_f's output, the last block's */
+        life *v = b < 0 ? head : blk;
+        for (int i = 0; i < (b < 0 ? 2 : 10); i++) {
+            int k = -1;
+            if (v[i].handed && res >= 0) k = res;
+            if (k < 0)
+                for (int j = 0; j < nb; j++)
+                    if (busy[j] < v[i].start && size[j] >= v[i].size && (k < 0 || size[j] < size[k]))
+                        k = j;
+            if (k < 0 && nb < 16) k = nb++, size[k] = v[i].size, total += v[i].size;
+            if (k < 0) return total; /* unreachable: a block needs at most 5 buffers */
+            busy[k] = v[i].end;
+            if (v[i].handed) res = k;
+        }
+    }
+    return total;
+}
+
+/* The graph engine's plan (src/graph/build.c) of the GPT of src/graph/gpt.c
+ * in one chunk: a slot of every node's output and kept state (LayerNorm 2
+ * row statistics, attention's probabilities, the head's logits + losses),
+ * per block ln1, qkv, attn, proj, add, ln2, fc, gelu, fc-proj, add; the
+ * gradient buffers (grad_floats); each region one float over. */
+static void graph_act(cb_plan_tp_cost *f, double L, double a0, double rows, double a1, double q1,
+                      double f1, double att, double lg) {
+    double block = 6 * a0 + a1 + q1 + 2 * f1 + 4 * rows + att;
+    f->act_slot_bytes = 4 * (a0 + L * block + a0 + 2 * rows + lg + 1);
+    f->act_grad_bytes = 4 * (grad_floats(L, a0, a1, q1, f1) + 1);
+}
+
+double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
+
+static double pad(double V, double m) { return cb_plan_pad(V, m); }
+
+/* 1-D, P ranks, one group. Parity-0 LayerNorms are replicated: no traffic.
+ *   linear  4L all-reduces of N C (row-parallel forward, column-parallel dX)
+ *           = 8(P-1)/P * 4L N C bytes
+ *   embed   1 all-reduce of N C (vocabulary-parallel lookup)
+ *   head    all-reduce MAX of N, SUM of 2N (cross-entropy), N C (dX)
+ *   params  V_p C/P + T C + L(12C^2/P + 7C/P + 6C) + 2C, V_p = V up to P
+ *   scratch 3N floats (row max, exp-sum, target logit) */
+static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
+    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P);
+    f->sent[CB_PK_LINEAR] = 4 * L * ar(P, 4 * N * C);
+    f->calls[CB_PK_LINEAR] = 4 * L;
+    f->sent[CB_PK_EMBED] = ar(P, 4 * N * C);
+    f->calls[CB_PK_EMBED] = 1;
+    f->sent[CB_PK_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, 4 * N * C);
+    f->calls[CB_PK_HEAD] = 3;
+    f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
+    f->act_model_bytes = 4 * plan_floats(L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
+                                     s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
+    graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
+              s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
+    f->act_scratch_bytes = 4 * 3 * N;
+}
+
+/* 2-D, q x q: row and column groups of q; diag: rank (r, r), whose
+ * embedding block needs no transpose swap.
+ *   linear  per layer 12(q-1)/q^2 (7NC + 12C^2) (SUMMA: forward q
+ *           broadcasts of X and W blocks; backward broadcasts and reduces
+ *           of both) + bias gradients all-reduced over the column,
+ *           72(q-1)C/q^2; calls L(24q + 4)
+ *   norm    (2L+1) x [all-reduces of 2N/q doubles on the row forward (sum
+ *           x, sum x^2) and backward, of 2C/q floats (gamma, beta over the
+ *           column)] = 16(q-1)(4N + C)/q^2 bytes, 3 calls each
+ *   embed   reduce-scatter and all-gather of N C/q on the row
+ *           8(q-1)NC/q^2, wpe (T_p C/q of the column) all-gathered forward
+ *           and its gradient reduce-scattered 8(q-1)T_p C/q^2, T_p = T up to
+ *           q; off the diagonal two swaps of NC/q^2 (isend + irecv each):
+ *           8NC/q^2
+ *   head    SUMMA of x and wte^T forward 4(q-1)(NC + V_p C)/q^2, backward
+ *           twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
+ *           the column) 16(q-1)/q; calls 6q + 3
+ *   params  V_p C/q^2 + T_p C/q^2 + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
+ *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
+ *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2, 4N/q),
+ *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, 3N/q), T3 4C/q */
+static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost *f) {
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
+    f->sent[CB_PK_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
+                                  72 * (q - 1) * C / q2);
+    f->calls[CB_PK_LINEAR] = L * (24 * q + 4);
+    f->sent[CB_PK_NORM] = (2 * L + 1) * 16 * (q - 1) * (4 * N + C) / q2;
+    f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
+    f->sent[CB_PK_EMBED] = 8 * (q - 1) * (N * C + Tp * C) / q2 + (diag ? 0 : 8 * N * C / q2);
+    f->calls[CB_PK_EMBED] = 4 + (diag ? 0 : 4);
+    f->sent[CB_PK_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
+                           16 * (q - 1) / q;
+    f->calls[CB_PK_HEAD] = 6 * q + 3;
+    f->param_bytes = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
+    double a = N * C / q2;
+    f->act_model_bytes = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
+                                     (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
+    graph_act(f, L, a, N / q, a, 3 * a, 4 * a, (s->B / q) * (s->NH / q) * T * T,
+              (N / q) * (Vp / q) + N / q);
+    double t1 = max2(max2(N * C / q, 4 * a), max2(N * Vp / q2, 4 * N / q));
+    double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
+    f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q);
+}
+
+/* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
+ * alike. gathered: X^ and W^ kept from forward (else gathered again).
+ *   linear  per layer 8(q-1)/q^3 (16NC + 12C^2) (= 4(q-1)/q^3 (32NC +
+ *           24C^2) bytes, the paper's (q-1)/q^3 (32Nh + 24h^2) elements; per
+ *           linear gather X over a line, W over WEIGHT, reduce-scatter Y;
+ *           backward gather dY, reduce-scatter dX and dW) + bias gradients
+ *           all-reduced over a plane 72(q^2-1)C/q^3; calls 28 L; re-gathering
+ *           adds 4(q-1)/q^3 (7NC + 12C^2) and 8 calls per layer
+ *   norm    (2L+1) x [64(q-1)N/q^3 (sum x, sum x^2 and the backward pair, in
+ *           double, over a line) + 16(q^2-1)C/q^3 (gamma, beta over a
+ *           plane)], 3 calls each
+ *   embed   8(q-1)(NC + V_p C)/q^3 (wte gathered, one-hot product
+ *           reduce-scattered, and back) + 8(q^2-1)T_p C/q^3 (wpe, T_p C/q of
+ *           the INPUT x WEIGHT plane, all-gathered forward, its gradient
+ *           reduce-scattered; T_p = T up to q^2), 6 calls
+ *   head    8(q-1)(NC + V_p C + N V_p)/q^3 + 24(q-1)N/q^3 (cross-entropy over
+ *           INPUT) + 16(q^2-1)/q^2 (loss, 1 double over a plane); 9 calls,
+ *           re-gathering adds 4(q-1)(NC + V_p C)/q^3 and 2 calls
+ *   params  V_p C/q^3 + T_p C/q^3 + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
+ *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
+ *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
+ *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
+ *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) (the
+ *           statistics' 2 doubles a row, cross-entropy 3N/q^2) and 2C/q. shard: no kept X^ W^; X^ slot 4NC/q^2 and
+ *           the W^ slot max(4C^2, V_p C)/q^2 instead */
+static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_cost *f) {
+    double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
+           q2 = q * q, q3 = q2 * q;
+    f->sent[CB_PK_LINEAR] = L * (8 * (q - 1) / q3 * (16 * N * C + 12 * C * C) +
+                                  72 * (q2 - 1) * C / q3 +
+                                  (gathered ? 0 : 4 * (q - 1) / q3 * (7 * N * C + 12 * C * C)));
+    f->calls[CB_PK_LINEAR] = L * (28 + (gathered ? 0 : 8));
+    f->sent[CB_PK_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
+    f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
+    f->sent[CB_PK_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
+    f->calls[CB_PK_EMBED] = 6;
+    f->sent[CB_PK_HEAD] = 8 * (q - 1) * (N * C + Vp * C + N * Vp) / q3 +
+                           24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
+                           (gathered ? 0 : 4 * (q - 1) * (N * C + Vp * C) / q3);
+    f->calls[CB_PK_HEAD] = 9 + (gathered ? 0 : 2);
+    f->param_bytes = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
+    double a = N * C / q3;
+    f->act_model_bytes = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
+                                     (s->B / q2) * (s->NH / q) * T * T,
+                                     (N / q2) * (Vp / q) + N / q2);
+    graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, (s->B / q2) * (s->NH / q) * T * T,
+              (N / q2) * (Vp / q) + N / q2);
+    double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
+    double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
+                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + 2 * C / q;
+    double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
+                           : 4 * nx + max2(4 * C * C / q2, wv);
+    f->act_scratch_bytes = 4 * (slots + kept);
+}
+
+void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int diag, int gathered,
+                        cb_plan_tp_cost *c) {
+    memset(c, 0, sizeof *c);
+    if (mode == CB_TP_1D) cost_1d(s, tp, c);
+    else if (mode == CB_TP_2D) cost_2d(s, cb_grid_side(tp, mode), diag, c);
+    else cost_3d(s, cb_grid_side(tp, mode), gathered, c);
+    if (tp == 1) /* the serial layout: no traffic, no scratch */
+        memset(c->sent, 0, sizeof c->sent), memset(c->calls, 0, sizeof c->calls),
+            c->act_scratch_bytes = 0;
+}
+
+double cb_plan_tp_sent(const cb_plan_tp_cost *c) {
+    double t = 0;
+    for (int k = 0; k < CB_PK_N; k++) t += c->sent[k];
+    return t;
+}
+
+double cb_plan_tp_calls(const cb_plan_tp_cost *c) {
+    double t = 0;
+    for (int k = 0; k < CB_PK_N; k++) t += c->calls[k];
+    return t;
+}

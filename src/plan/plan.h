@@ -1,0 +1,222 @@
+/* The planner: a performance model of one training step under any layout
+ * (dp x pp x tp with mode 1d/2d/3d), from per-layer costs of the model and a
+ * cluster description (calibrated on this machine or from datasheets).
+ * Private to cubist; the command line (cli/cmd_plan.c) prints, the library
+ * computes. Units: bytes, seconds, FLOPs. See docs/plan.md. */
+#ifndef CB_PLAN_H
+#define CB_PLAN_H
+
+#include "comm/grid.h"
+#include "cubist.h"
+
+/* ------------------------------------------------------------ exact counts */
+
+/* The tensor-parallel traffic of one forward + backward, by the tag prefix
+ * of the collectives (cb_comm counters): linear (+ bias), norm, embed,
+ * head, attn, other. */
+enum { CB_PK_LINEAR, CB_PK_NORM, CB_PK_EMBED, CB_PK_HEAD, CB_PK_ATTN, CB_PK_OTHER, CB_PK_N };
+
+/* A GPT step in doubles: N = B T tokens, C d_model, NH heads, V vocabulary
+ * (unpadded), L layers. */
+typedef struct cb_plan_shape {
+    double N, B, T, C, NH, V, L;
+} cb_plan_shape;
+
+/* Per rank, one step (forward + backward, no optimizer): bytes sent as
+ * cb_comm counts them (ring volume), collective calls, parameter +
+ * gradient bytes (fp32), the activation floats x 4 that `bench --tp-step`'s
+ * model plans (act_model_bytes) and the layout's scratch bytes; and the
+ * graph engine's plan of `cubist train` (src/graph/build.c): one
+ * micro-batch's slot (values and kept state) and the gradient buffers.
+ * These equal the counters of a real run. */
+typedef struct cb_plan_tp_cost {
+    double sent[CB_PK_N], calls[CB_PK_N];
+    double param_bytes, act_model_bytes, act_scratch_bytes;
+    double act_slot_bytes, act_grad_bytes;
+} cb_plan_tp_cost;
+
+/* tp ranks of mode; diag: 2-D rank (r, r); gathered: 3-D keeps X^, W^. */
+void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int diag, int gathered,
+                        cb_plan_tp_cost *c);
+double cb_plan_tp_sent(const cb_plan_tp_cost *c);
+double cb_plan_tp_calls(const cb_plan_tp_cost *c);
+/* bytes sent per rank by a ring all-reduce of `bytes` on p ranks */
+double cb_plan_ring_allreduce(double p, double bytes);
+/* V rounded up to a multiple of m: the padded vocabulary of a layout */
+double cb_plan_pad(double V, double m);
+
+#endif
+
+/* ------------------------------------------------------------ model */
+
+/* One forward GEMM of a layer: (tokens, in) @ (in, out). */
+typedef struct cb_plan_gemm {
+    double in, out;
+} cb_plan_gemm;
+
+/* A kind of layer, repeated `count` times, described per token so that any
+ * model is data: GPT today; an encoder or a decoder with cross-attention
+ * is more rows. Backward costs twice the forward's GEMMs and attention. */
+typedef struct cb_plan_layer {
+    const char *name;
+    int count;
+    int ngemm;
+    cb_plan_gemm gemm[4];
+    double attn_flops;  /* forward attention FLOPs per token (scores and context) */
+    double mem_bytes;   /* forward bytes read + written by memory-bound kernels per
+                           token, split by every tensor layout */
+    double mem_norm;    /* the same for LayerNorm and residuals: replicated under 1-D */
+    double params;      /* parameters (floats) of one layer */
+} cb_plan_layer;
+
+#define CB_PLAN_MAXLAYER 4
+typedef struct cb_plan_model {
+    char name[16];
+    cb_gpt_config gpt; /* the sizes the exact count formulas take */
+    int nlayer;
+    cb_plan_layer layer[CB_PLAN_MAXLAYER]; /* in execution order */
+} cb_plan_model;
+
+/* GPT-2 (tied embedding and head, GELU MLP of 4C). */
+void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m);
+double cb_plan_model_params(const cb_plan_model *m);
+/* Forward FLOPs of one token through the model (GEMMs and attention). */
+double cb_plan_model_flops(const cb_plan_model *m);
+
+/* ------------------------------------------------------------ cluster */
+
+/* A link tier: per-device bandwidth (bytes/s) and latency (s) of one message. */
+typedef struct cb_plan_tier {
+    double bandwidth, latency;
+} cb_plan_tier;
+
+/* A measured collective: time = alpha + sent / beta for `ranks` ranks,
+ * sent = the ring volume per rank that cb_comm counts. */
+typedef struct cb_plan_coll {
+    char op[16];
+    int ranks;
+    double alpha, beta;
+} cb_plan_coll;
+
+#define CB_PLAN_MAXEFF 16
+#define CB_PLAN_MAXCOLL 16
+typedef struct cb_plan_cluster {
+    char name[160];
+    int nodes, devices_per_node, threads; /* threads: OpenMP threads per device (CPU) */
+    double peak_flops;     /* per device, fp32 */
+    double memory_bytes;   /* per device */
+    double mem_bandwidth;  /* per device, bytes/s of memory-bound kernels */
+    double attn_efficiency; /* attention kernels, fraction of peak */
+    int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
+    double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
+    cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
+    int ncoll;
+    cb_plan_coll coll[CB_PLAN_MAXCOLL];
+} cb_plan_cluster;
+
+/* Reads and checks a cluster file: a missing, negative or zero field is
+ * CB_EINPUT naming the field. */
+int cb_plan_cluster_read(const char *path, cb_plan_cluster *c, cb_err *e);
+int cb_plan_cluster_parse(const char *text, size_t len, const char *path, cb_plan_cluster *c,
+                          cb_err *e);
+/* Writes c atomically; `source` names where the figures come from. */
+int cb_plan_cluster_write(const char *path, const cb_plan_cluster *c, const char *source,
+                          cb_err *e);
+/* GEMM efficiency at an arithmetic intensity (log-linear between points). */
+double cb_plan_gemm_eff(const cb_plan_cluster *c, double intensity);
+
+/* ------------------------------------------------------------ prediction */
+
+enum { CB_PLAN_GPIPE, CB_PLAN_1F1B, CB_PLAN_INTERLEAVED };
+const char *cb_plan_schedule_name(int schedule);
+
+typedef struct cb_plan_layout {
+    int dp, pp, tp;
+    cb_tp_mode mode;
+    int schedule, M, v; /* pipeline: schedule, micro-batches per step, virtual stages */
+    int recompute;      /* 1: blocks recomputed in backward (activation checkpointing) */
+    int zero;           /* 1: AdamW state sharded over dp (ZeRO-1) */
+    int gathered;       /* 3-D: X^ and W^ kept for backward */
+} cb_plan_layout;
+
+/* A step: `batch` sequences of T tokens in M micro-batches of batch / M. */
+typedef struct cb_plan_job {
+    const cb_plan_model *model;
+    const cb_plan_cluster *cluster;
+    int batch, T;
+    double bucket_bytes; /* data-parallel fusion bucket (25 MB) */
+} cb_plan_job;
+
+/* Per device (the bottleneck pipeline stage), one optimizer step. Time in
+ * seconds: step = (M + (pp-1)/v) x the micro-batch time of the stage
+ * (compute + recompute + tp + pp) + exposed dp + optimizer. Memory in
+ * bytes. Traffic per rank: bytes sent (ring volume) and calls. */
+typedef struct cb_plan_pred {
+    double step_s, compute_s, recompute_s, tp_s, pp_s, bubble_s, dp_s, dp_exposed_s, opt_s;
+    double mem_params, mem_grads, mem_opt, mem_act, mem_scratch, mem_comm, mem_total;
+    double tp_bytes, tp_calls, pp_bytes, pp_calls, dp_bytes, dp_calls;
+    cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
+} cb_plan_pred;
+
+/* Can the layout run this model and batch (cubist's divisibility rules)?
+ * CB_EINPUT with the reason otherwise. */
+int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e);
+void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p);
+/* Time of `calls` collectives `op` sending `sent` bytes per rank in all, on
+ * a group of `size` ranks `stride` apart in the world (ranks fill nodes in
+ * order): a measured alpha-beta when the cluster has one for (op, size),
+ * else the link tier's, ring or recursive doubling as the MPI would pick. */
+double cb_plan_coll_time(const cb_plan_cluster *c, const char *op, int size, int stride,
+                         double sent, double calls);
+
+/* Every layout of `devices` ranks that passes cb_plan_check and fits
+ * max_mem bytes per device (0: the cluster's), sorted by predicted step
+ * time; out[cap], returns how many (all of them counted even past cap). */
+typedef struct cb_plan_choice {
+    cb_plan_layout l;
+    cb_plan_pred p;
+} cb_plan_choice;
+int cb_plan_enumerate(const cb_plan_job *j, int devices, double max_mem, int fixed_M,
+                      cb_plan_choice *out, int cap);
+/* "dp2 pp1 tp1 1d gpipe M1" */
+void cb_plan_layout_name(const cb_plan_layout *l, char *buf, size_t cap);
+
+/* ------------------------------------------------------------ calibration */
+
+/* What calibration measures, as functions so that a test can feed rates
+ * (a fake timer) instead of timing kernels. Each returns seconds of one
+ * forward + backward: a GEMM (m,k) @ (k,n); the memory-bound kernels of a
+ * block on (N, C) activations; attention on (B, T, C) with NH heads. coll:
+ * one collective `op` of a vector of n floats on the probe's ranks. */
+typedef struct cb_plan_probe {
+    double (*gemm)(void *ctx, int m, int k, int n);
+    double (*memory)(void *ctx, int N, int C);
+    double (*attention)(void *ctx, int B, int T, int C, int NH);
+    double (*coll)(void *ctx, const char *op, int n);
+    void *ctx;
+    int ranks; /* ranks that coll runs on; < 2: no collectives measured */
+} cb_plan_probe;
+
+/* The collectives calibration measures (cb_plan_coll.op). */
+extern const char *const CB_PLAN_OPS[5];
+/* Bytes sent per rank (cb_comm's ring volume) by `op` of n floats on p ranks. */
+double cb_plan_op_sent(const char *op, int p, double n);
+
+/* Fills c's device rates (peak = the best GEMM rate measured, efficiency
+ * curve, memory bandwidth, attention efficiency) and, with ranks >= 2,
+ * its collectives and intra-node tier. quick: fewer, smaller shapes. */
+void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* Only the collectives (and the intra-node tier) of pr->ranks ranks. */
+void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* The probe that times cubist's own CPU kernels (OpenMP threads as set)
+ * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
+void cb_plan_probe_cpu(cb_plan_probe *pr);
+
+/* ------------------------------------------------------------ --layout auto */
+
+/* The fastest layout of `world` ranks for j (j->batch = the step's
+ * sequences, M micro-batches fixed by the caller), without recompute or
+ * ZeRO (the caller's own choices); why: one line saying what it costs and
+ * what came next. CB_EINPUT when no layout fits or divides. */
+int cb_plan_auto(const cb_plan_job *j, int world, int M, cb_plan_layout *best, char *why,
+                 size_t cap, cb_err *e);

@@ -1,0 +1,312 @@
+/* The bf16 kernel table against the fp32 CPU table, kernel by kernel.
+ *
+ * Tolerances. bf16 keeps 8 significant bits, so rounding an fp32 operand
+ * has relative error at most u = 2^-9, and a product of two rounded
+ * operands at most 2u + u^2. Accumulating K such products in fp32 adds at
+ * most K 2^-24 relative to sum |a||b| per order, two orders compared. So
+ * element by element, with A = sum_k |a_ik||b_kj| (computed by the fp32
+ * kernel itself on |inputs|):
+ *   bf16 vs fp32:               |d| <= (2^-8 + 2^-18 + 2K 2^-24) A + 2^-23 |c0|
+ *   bf16 vs bf16-rounded fp32:  |d| <= 2K 2^-24 A + 2^-23 |c0|
+ * (c0: the value an accumulating output starts from). The second is the
+ * reference path: the fp32 kernel on operands rounded to bf16 first forms
+ * the same exact products (8 x 8 bits fit in fp32's 24), so oneDNN and it
+ * differ only in summation order. Each case must also differ from fp32
+ * somewhere, or it did not run in bf16. Attention has its own bounds
+ * below. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cubist.h"
+#include "kernels/kernels.h"
+#include "util/rng.h"
+
+#define MAXIO 4
+#define U 0x1p-9
+
+static int failures, passes;
+static cb_rng rng;
+
+static void report(int ok, const char *what, double worst) {
+    printf("%s %s (worst error / bound %.3g)\n", ok ? "PASS" : "FAIL", what, worst);
+    if (ok) passes++;
+    else failures++;
+}
+
+static float *randn(size_t n, float s) {
+    float *p = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) p[i] = cb_rng_normal(&rng) * s;
+    return p;
+}
+
+static float round_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A product kernel called on inputs in[], writing outputs out[] that start
+ * from c0[] (accumulating outputs) */
+typedef struct gcase {
+    const char *name;
+    int nin, nout, K;
+    size_t in_n[MAXIO], out_n[MAXIO];
+    int acc[MAXIO]; /* output accumulates: starts from random values */
+    int bias_in, bias_out; /* the bias input, the dbias output (+1; 0 none): fp32 on both paths */
+    void (*run)(const cb_kernels *k, float **in, float **out, const int *dims);
+    int dims[4];
+} gcase;
+
+static float **alloc_outs(const gcase *c, float **c0, int absolute) {
+    float **o = calloc(MAXIO, sizeof *o);
+    for (int i = 0; i < c->nout; i++) {
+        o[i] = calloc(c->out_n[i], sizeof(float));
+        if (!c->acc[i]) continue;
+        for (size_t j = 0; j < c->out_n[i]; j++) o[i][j] = absolute ? fabsf(c0[i][j]) : c0[i][j];
+    }
+    return o;
+}
+
+static float keep(float f) { return f; }
+
+/* the inputs through f; a bias keeps its values under rounding */
+static float **transform(const gcase *c, float **in, float (*f)(float)) {
+    float **t = calloc(MAXIO, sizeof *t);
+    for (int i = 0; i < c->nin; i++) {
+        float (*g)(float) = f == round_bf16 && c->bias_in == i + 1 ? keep : f;
+        t[i] = malloc(sizeof(float) * c->in_n[i]);
+        for (size_t j = 0; j < c->in_n[i]; j++) t[i][j] = g(in[i][j]);
+    }
+    return t;
+}
+
+static void free_all(float **p, int n) {
+    for (int i = 0; i < n; i++) free(p[i]);
+    free(p);
+}
+
+/* worst |got - want| / (rel A + 2^-23 |c0|) over the outputs (dbias
+ * left out when skip_dbias: the reference rounded the dout it sums); *differs
+ * says whether any element differs at all */
+static double worst_ratio(const gcase *c, float **got, float **want, float **A, float **c0,
+                          double rel, int skip_dbias, int *differs) {
+    double worst = 0;
+    for (int i = 0; i < c->nout; i++)
+        for (size_t j = 0; j < c->out_n[i] && !(skip_dbias && c->bias_out == i + 1); j++) {
+            double d = fabs((double)got[i][j] - want[i][j]);
+            double b = rel * A[i][j] + (c->acc[i] ? 0x1p-23 * fabs(c0[i][j]) : 0) + 1e-30;
+            if (d > 0) *differs = 1;
+            if (d / b > worst) worst = d / b;
+        }
+    return worst;
+}
+
+static void check_case(const gcase *c, const cb_kernels *bf) {
+    float **in = calloc(MAXIO, sizeof *in), **c0 = calloc(MAXIO, sizeof *c0);
+    for (int i = 0; i < c->nin; i++) in[i] = randn(c->in_n[i], 1.0f);
+    for (int i = 0; i < c->nout; i++) c0[i] = randn(c->out_n[i], 1.0f);
+    const cb_kernels *cpu = cb_kernels_cpu();
+    float **ob = alloc_outs(c, c0, 0), **of = alloc_outs(c, c0, 0), **oa = alloc_outs(c, c0, 1);
+    float **orf = alloc_outs(c, c0, 0);
+    float **ain = transform(c, in, fabsf), **rin = transform(c, in, round_bf16);
+    c->run(bf, in, ob, c->dims);
+    c->run(cpu, in, of, c->dims);
+    c->run(cpu, ain, oa, c->dims);
+    c->run(cpu, rin, orf, c->dims);
+    double sum_order = 2.0 * c->K * 0x1p-24;
+    int differs = 0, dummy = 0;
+    double w = worst_ratio(c, ob, of, oa, c0, 2 * U + U * U + sum_order, 0, &differs);
+    char what[128];
+    snprintf(what, sizeof what, "%s: bf16 vs fp32 within (2^-8 + 2^-18 + 2K 2^-24) A, K=%d", c->name, c->K);
+    report(w <= 1.0, what, w);
+    snprintf(what, sizeof what, "%s: bf16 differs from fp32 (the products ran in bf16)", c->name);
+    report(differs, what, 0);
+    w = worst_ratio(c, ob, orf, oa, c0, sum_order, 1, &dummy);
+    snprintf(what, sizeof what, "%s: oneDNN vs fp32 on bf16-rounded operands within 2K 2^-24 A", c->name);
+    report(w <= 1.0, what, w);
+    free_all(ob, c->nout), free_all(of, c->nout), free_all(oa, c->nout), free_all(orf, c->nout);
+    free_all(ain, c->nin), free_all(rin, c->nin), free_all(in, c->nin), free_all(c0, c->nout);
+}
+
+/* dims: N IC OC */
+static void run_matmul_fwd(const cb_kernels *k, float **in, float **out, const int *d) {
+    k->matmul_forward(k, out[0], in[0], in[1], in[2], d[0], d[1], d[2]);
+}
+static void run_matmul_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
+    k->matmul_backward(k, out[0], out[1], out[2], in[0], in[1], in[2], d[0], d[1], d[2]);
+}
+/* rows [IC/4, 3IC/4) of dw */
+static void run_dw_rows(const cb_kernels *k, float **in, float **out, const int *d) {
+    k->matmul_backward_dw_rows(k, out[0], in[0], in[1], d[0], d[1], d[2], d[1] / 4, 3 * d[1] / 4);
+}
+/* dims: N C V */
+static void run_head_fwd(const cb_kernels *k, float **in, float **out, const int *d) {
+    k->head_forward(k, out[0], in[0], in[1], d[0], d[1], d[2]);
+}
+static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
+    k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2]);
+}
+
+static void gemm_cases(const cb_kernels *bf) {
+    int N = 96, IC = 80, OC = 112, C = 64, V = 200;
+    size_t nic = (size_t)N * IC, noc = (size_t)N * OC, w = (size_t)IC * OC;
+    gcase cases[] = {
+        {"matmul_forward", 3, 1, IC, {nic, w, OC}, {noc}, {0}, 3, 0, run_matmul_fwd, {N, IC, OC}},
+        {"matmul_backward", 3, 3, N > OC ? N : OC, {noc, nic, w}, {nic, w, OC}, {0, 1, 1}, 0, 3,
+         run_matmul_bwd, {N, IC, OC}},
+        {"matmul_backward_dw_rows", 2, 1, N, {noc, nic}, {w}, {1}, 0, 0, run_dw_rows, {N, IC, OC}},
+        {"head_forward", 2, 1, C, {(size_t)N * C, (size_t)V * C}, {(size_t)N * V}, {0}, 0, 0,
+         run_head_fwd, {N, C, V}},
+        {"head_backward", 3, 2, V, {(size_t)N * V, (size_t)N * C, (size_t)V * C},
+         {(size_t)N * C, (size_t)V * C}, {0, 1}, 0, 0, run_head_bwd, {N, C, V}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], bf);
+}
+
+/* Forward reference of the bf16 path in double: S from rounded q, k;
+ * the CPU softmax; O from rounded P and v. */
+static void attention_ref(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            float *s = att + ((size_t)b * NH + h) * T * T;
+            const float *base = qkv + (size_t)b * T * 3 * C + h * hs;
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < T; j++) {
+                    double acc = 0;
+                    for (int d = 0; d < hs; d++)
+                        acc += (double)round_bf16(base[(size_t)t * 3 * C + d]) *
+                               round_bf16(base[(size_t)j * 3 * C + C + d]);
+                    s[(size_t)t * T + j] = (float)acc * scale;
+                }
+            cb_cpu_causal_softmax(s, T);
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0;
+                    for (int j = 0; j < T; j++)
+                        acc += (double)round_bf16(s[(size_t)t * T + j]) *
+                               round_bf16(base[(size_t)j * 3 * C + 2 * C + d]);
+                    out[((size_t)b * T + t) * C + h * hs + d] = (float)acc;
+                }
+        }
+}
+
+static double rel_frobenius(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / den);
+}
+
+/* Forward: oneDNN against the double reference of the same roundings:
+ * S's products are exact, so S differs by fp32 summation (hs 2^-24
+ * relative to sum |q||k|, |S| <= 1.5 x that here), which the softmax
+ * turns into at most 2 max|dS| relative on P, times 2^-8 when P's
+ * rounding flips; O then sums T products of at most 2^-8 + 2T 2^-24
+ * relative error each: bound (2^-8 + 2T 2^-24) sum_j P |v| <= that x max|v|.
+ * Against fp32, the same with 2u per operand in S too: relative Frobenius
+ * within 4 (2u + u^2) + 2T 2^-24, every stage's rounding counted twice
+ * (two products, softmax's gain of 2).
+ * Backward: four products chained through the softmax backward, each
+ * rounding both operands (2u + u^2), the softmax backward doubling what
+ * enters it: relative Frobenius within 8 (2u + u^2) = 2^-5 + 2^-15. */
+static void attention_cases(const cb_kernels *bf) {
+    int B = 2, T = 24, C = 64, NH = 4;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    const cb_kernels *cpu = cb_kernels_cpu();
+    float *qkv = randn(nq, 1.0f), *dout = randn(no, 1.0f);
+    float *ob = calloc(no, 4), *of = calloc(no, 4), *orf = calloc(no, 4);
+    float *ab = calloc(na, 4), *af = calloc(na, 4), *ar = calloc(na, 4);
+    bf->attention_forward(bf, ob, ab, qkv, B, T, C, NH);
+    cpu->attention_forward(cpu, of, af, qkv, B, T, C, NH);
+    attention_ref(orf, ar, qkv, B, T, C, NH);
+    double maxv = 0;
+    for (size_t i = 0; i < nq; i++) maxv = fmax(maxv, fabs(qkv[i]));
+    double worst = 0, bound = (0x1p-8 + 2.0 * T * 0x1p-24) * maxv;
+    for (size_t i = 0; i < no; i++) worst = fmax(worst, fabs((double)ob[i] - orf[i]) / bound);
+    report(worst <= 1.0, "attention_forward: oneDNN vs bf16 reference within (2^-8 + 2T 2^-24) max|v|", worst);
+    double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * T * 0x1p-24;
+    report(r <= tol && r > 0, "attention_forward: bf16 vs fp32 relative Frobenius within 4(2u+u^2)+2T 2^-24, nonzero", r / tol);
+    float *db = calloc(nq, 4), *df = calloc(nq, 4), *sb = calloc(na, 4), *sf = calloc(na, 4);
+    bf->attention_backward(bf, db, sb, dout, qkv, ab, B, T, C, NH);
+    cpu->attention_backward(cpu, df, sf, dout, qkv, af, B, T, C, NH);
+    r = rel_frobenius(db, df, nq), tol = 8 * (2 * U + U * U);
+    report(r <= tol && r > 0, "attention_backward: bf16 vs fp32 relative Frobenius within 8(2u+u^2), nonzero", r / tol);
+    free(qkv), free(dout), free(ob), free(of), free(orf), free(ab), free(af), free(ar);
+    free(db), free(df), free(sb), free(sf);
+}
+
+/* The table copies the CPU table: the non-product kernels are the same
+ * functions, so a kernel added there is inherited. */
+static void inherits(const cb_kernels *bf) {
+    const cb_kernels *cpu = cb_kernels_cpu();
+    int same = bf->layernorm_forward == cpu->layernorm_forward && bf->scale == cpu->scale &&
+               bf->crossentropy_forward == cpu->crossentropy_forward &&
+               bf->gelu_forward == cpu->gelu_forward && bf->matmul_forward != cpu->matmul_forward;
+    report(same, "bf16 table: the CPU table with its products replaced", 0);
+}
+
+/* The bf16 copy of a weight kept between calls: a weight inside a
+ * parameter block is rounded again after cb_kernels_params_written, and a
+ * buffer outside any block (a layout's reused panel) at every call. */
+static void weight_copies(const cb_kernels *bf) {
+    int N = 8, IC = 16, OC = 24;
+    size_t nw = (size_t)IC * OC;
+    float *x = randn((size_t)N * IC, 1.0f), *params = randn(nw + 8, 1.0f), *panel = randn(nw, 1.0f);
+    float *y = calloc((size_t)N * OC, 4), *y2 = calloc((size_t)N * OC, 4);
+    float *w = params + 8;
+    cb_kernels_params_written(params, nw + 8);
+    bf->matmul_forward(bf, y, x, w, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    cb_kernels_params_written(params, nw + 8);
+    bf->matmul_forward(bf, y2, x, w, NULL, N, IC, OC);
+    int ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "weight copy: a parameter written (negated) is rounded again", 0);
+    bf->matmul_forward(bf, y, x, panel, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) panel[i] = -panel[i];
+    bf->matmul_forward(bf, y2, x, panel, NULL, N, IC, OC);
+    ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "weight copy: a buffer outside the parameters is rounded at every call", 0);
+    /* AdamW refreshes the copy of a weight it updates whole */
+    float *g = randn(nw, 1.0f), *m = calloc(nw, 4), *v = calloc(nw, 4), *w2 = malloc(4 * nw);
+    float *m2 = calloc(nw, 4), *v2 = calloc(nw, 4);
+    memcpy(w2, w, 4 * nw);
+    const cb_kernels *cpu = cb_kernels_cpu();
+    cb_kernels_params_written(params, nw + 8);
+    bf->adamw(bf, w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    cpu->adamw(cpu, w2, g, m2, v2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    ok = !memcmp(w, w2, 4 * nw) && !memcmp(m, m2, 4 * nw) && !memcmp(v, v2, 4 * nw);
+    report(ok, "adamw: the CPU table's update, bit for bit", 0);
+    bf->matmul_forward(bf, y, x, w, NULL, N, IC, OC);  /* the refreshed copy */
+    bf->matmul_forward(bf, y2, x, w2, NULL, N, IC, OC); /* rounded now (not a parameter) */
+    report(!memcmp(y, y2, 4 * (size_t)N * OC), "adamw: the weight's bf16 copy holds the updated values", 0);
+    free(g), free(m), free(v), free(w2), free(m2), free(v2);
+    cb_kernels_params_freed(params);
+    free(x), free(params), free(panel), free(y), free(y2);
+}
+
+int main(void) {
+    cb_rng_seed(&rng, 17);
+    const cb_kernels *bf = cb_kernels_bf16();
+    if (!bf) {
+        printf("FAIL oneDNN did not start\n");
+        return 1;
+    }
+    printf("%s\n", cb_kernels_bf16_note());
+    inherits(bf);
+    gemm_cases(bf);
+    attention_cases(bf);
+    weight_copies(bf);
+    printf("%d passed, %d failed\n", passes, failures);
+    return failures != 0;
+}

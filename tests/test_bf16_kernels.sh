@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# tests/test_bf16.c (the bf16 kernels against fp32 and a reference path,
+# bounds in the file) on this CPU's bf16 path, then again with
+# CB_BF16_EMULATE=1, the path of a CPU without bf16 instructions: the same
+# bounds hold there, and the program's first line says it emulates.
+set -u
+. "$(dirname "$0")/launcher.sh"
+"$BUILD/tests/test_bf16"
+native=$?
+out=$(CB_BF16_EMULATE=1 "$BUILD/tests/test_bf16" 2>&1)
+emulated=$?
+sed 's/^\(PASS\|FAIL\) /\1 emulated: /' <<<"$out"
+if head -1 <<<"$out" | grep -q "oneDNN emulates, expect it to be slow"; then
+    echo "PASS emulated: the first line warns: $(head -1 <<<"$out")"
+else
+    echo "FAIL emulated: no warning on the first line: $(head -1 <<<"$out")"
+fi
+[ $native = 0 ] && [ $emulated = 0 ]

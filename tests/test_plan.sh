@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# `cubist plan`'s exact figures equal the counters of real runs, and its
+# inputs are checked:
+# - tensor layouts of tests/test_tp_compare.sh (1d:8, 2d:4, 3d:8 gathered and
+#   shard; a padded vocabulary and position rows): the bytes sent, calls,
+#   parameter + gradient bytes and activation + scratch bytes (of the GPT
+#   that bench --tp-step runs, src/model) the planner predicts equal `bench
+#   --tp-step`'s maximum over ranks, exactly (==);
+# - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
+#   and one rank with --recompute block
+#   under `cubist train`: rank 0's bytes and calls of the groups the model
+#   covers (gradient buckets and loss, tensor tags, pipeline activations and
+#   gradients), the graph engine's planned activations and the AdamW state,
+#   exactly;
+# - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
+#   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
+#   every collective) to 1e-5 (the file keeps 6 significant digits);
+# - a cluster file with a missing, negative or non-numeric field, or bad
+#   JSON: exit 2 and one line naming the field; every preset parses and
+#   names a source for each of its fields;
+# - --reproduce prints the papers' figures beside the predictions; --plot
+#   writes a PNG.
+set -u
+. "$(dirname "$0")/dp_common.sh"
+P() { "$C" plan "$@"; }
+small=(--layers 1 --d-model 128 --heads 8 --batch 16 --seq-len 63 --vocab 250)
+
+# ---------------------------------------------------------------- tensor counts
+tpcase() { # mode P [shard]
+    local mode=$1 np=$2 save=${3:-gathered}
+    local name="tp $1:$2 $save"
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" bench --tp-step --tp "$np" --tp-mode "$mode" \
+            "${small[@]}" --steps 2 --tp3d-save "$save" >"tp.out" 2>"tp.err"; then
+        fail "$name: bench --tp-step failed: $(head -c 300 tp.err)"; return
+    fi
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" --dp 1 --pp 1 --tp "$np" --tp-mode "$mode" \
+        --micro-batches 1 --tp3d-save "$save" "${small[@]}" --top 0 --json >plan.json 2>plan.err \
+        || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+m = json.loads(open("tp.out").read().split("tp-step ", 1)[1])["max"]["measured"]
+ls = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"]]
+p = ls[0]
+pairs = [("sent_bytes", p["tp_bytes"]), ("calls", p["tp_calls"]),
+         ("param_bytes", p["tp_param_bytes"]),
+         ("act_bytes", p["tp_act_model_bytes"] + p["tp_act_scratch_bytes"])]
+bad = [k for k, v in pairs if m[k] != v]
+print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", sys.argv[1],
+      ", ".join("%s %.17g/%.17g" % (k, m[k], v) for k, v in pairs)))
+sys.exit(1 if bad else 0)
+PY
+}
+tpcase 1d 8
+tpcase 2d 4
+tpcase 3d 8
+tpcase 3d 8 shard
+
+# ---------------------------------------------------------------- train counters
+"$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL plan: prepare"; exit 1; }
+tiny=(--layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 257)
+trcase() { # name np M plan-filter... -- train flags...
+    local name=$1 np=$2 M=$3; shift 3
+    local pf=() tf=()
+    while [ "$1" != -- ]; do pf+=("$1"); shift; done; shift; tf=("$@")
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --data train.bin "${tiny[@]}" --batch 8 \
+            --steps 2 --quiet --embed-grad dense --log tr.jsonl "${tf[@]}" 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${tiny[@]}" --batch $((8 * M)) \
+        --micro-batches "$M" "${pf[@]}" --top 0 --json >plan.json 2>plan.err \
+        || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+name = sys.argv[1]
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+zero, rec = "zero" in name, "recompute" in name
+p = [l for l in json.load(open("plan.json"))["layouts"] if l["recompute"] == rec and l["zero"] == zero][0]
+tags = log.get("comm_by_tag", {})
+skip = {"norm", "pp.tie", "pp.stats"}  # not in the model: tiny bookkeeping
+mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
+mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
+pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
+         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+if p["pp"] == 1:
+    pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
+    pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
+bad = [k for k, a, b in pairs if a != b]
+print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", name,
+      ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs)))
+sys.exit(1 if bad else 0)
+PY
+}
+trcase "dp 2"          2 1 --dp 2 -- --dp 2
+trcase "dp 2 zero"     2 1 --dp 2 -- --dp 2 --zero 1
+trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
+trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
+trcase "1 recompute"   1 1 -- --recompute block
+
+# ---------------------------------------------------------------- calibration
+CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \
+    P --calibrate --out fake.json >cal.out 2>cal.err || fail "fake calibration failed: $(head -c 300 cal.err)"
+/usr/bin/python3 - <<'PY' || failed=$((failed + 1))
+import json
+c = json.load(open("fake.json"))
+d = c["device"]
+close = lambda a, b: abs(a - b) <= 1e-5 * abs(b)
+want = [("peak_flops", d["peak_flops"], 100e9), ("mem_bandwidth", d["mem_bandwidth"], 20e9),
+        ("attn_efficiency", d["attn_efficiency"], 0.25)]
+# square n: efficiency min(1, n / knee) at intensity n / 6
+for i, (x, e) in enumerate(d["gemm_efficiency"]):
+    want.append(("gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
+for k in c["collectives"]:
+    want += [(k["op"] + ".alpha", k["alpha"], 2e-6), (k["op"] + ".beta", k["beta"], 3e9)]
+bad = [n for n, a, b in want if not close(a, b)]
+print("%s fake-timer calibration: %d rates as fed%s" % ("FAIL" if bad else "PASS", len(want),
+      (": off " + ", ".join(bad)) if bad else ""))
+raise SystemExit(1 if bad else 0)
+PY
+CUBIST_PLAN_FAKE="gflops=-1" P --calibrate --out x.json >/dev/null 2>bad.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && [ ! -e x.json ] \
+    && pass "bad CUBIST_PLAN_FAKE: exit 2, '$(cat bad.err)'" \
+    || fail "bad CUBIST_PLAN_FAKE: exit $rc, stderr '$(head -c 300 bad.err)'"
+
+# ---------------------------------------------------------------- bad cluster files
+badfile() { # name field python-edit
+    /usr/bin/python3 -c "
+import json; c = json.load(open('fake.json')); $3
+open('bad.json', 'w').write(json.dumps(c))"
+    P --cluster "$PWD/bad.json" --devices 2 "${tiny[@]}" >/dev/null 2>bad.err
+    local rc=$?
+    if [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "'$2'" bad.err; then
+        pass "cluster file $1: exit 2, '$(cat bad.err)'"
+    else
+        fail "cluster file $1: exit $rc (want 2, one line naming '$2'), stderr '$(head -c 300 bad.err)'"
+    fi
+}
+badfile "missing peak" device.peak_flops "del c['device']['peak_flops']"
+badfile "negative inter bandwidth" links.inter.bandwidth "c['links']['inter']['bandwidth'] = -1"
+badfile "zero nodes" nodes "c['nodes'] = 0"
+badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = 'fast'"
+badfile "missing links" links "del c['links']"
+badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
+printf '{"name": "x", "nodes": 1,' >bad.json
+P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && pass "truncated cluster JSON: exit 2, '$(cat bad.err)'" \
+    || fail "truncated cluster JSON: exit $rc, stderr '$(head -c 300 bad.err)'"
+P --cluster "$PWD/none.json" --devices 2 >/dev/null 2>bad.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && pass "missing cluster file: exit 2, '$(cat bad.err)'" \
+    || fail "missing cluster file: exit $rc, stderr '$(head -c 300 bad.err)'"
+
+# ---------------------------------------------------------------- presets
+for f in "$ROOT"/clusters/*.json; do
+    n=$(basename "$f" .json)
+    P --cluster "$f" --devices 8 "${tiny[@]}" --batch 16 >preset.out 2>preset.err \
+        || { fail "preset $n: plan failed: $(head -c 300 preset.err)"; continue; }
+    /usr/bin/python3 - "$f" "$n" <<'PY' || failed=$((failed + 1))
+import json, sys
+c = json.load(open(sys.argv[1]))
+fields = ["nodes", "devices_per_node", "threads"]
+fields += ["device." + k for k in c["device"]] + ["links.%s.%s" % (t, k) for t in c["links"] for k in c["links"][t]]
+missing = [f for f in fields if not c["sources"].get(f)]
+print("%s preset %s: %d fields, each with a source%s" % ("FAIL" if missing else "PASS", sys.argv[2],
+      len(fields), (": none for " + ", ".join(missing)) if missing else ""))
+sys.exit(1 if missing else 0)
+PY
+done
+
+# ---------------------------------------------------------------- reproduce, plot
+P --reproduce bian2021 >r1.out 2>&1 && grep -q "paper 2.32x" r1.out && grep -q "paper 1.57x" r1.out \
+    && pass "reproduce bian2021: $(grep -m1 'predicted 3-D' r1.out)" || fail "reproduce bian2021: $(head -c 300 r1.out)"
+P --reproduce horovod2019 >r2.out 2>&1 && grep -q "paper 91%" r2.out && grep -q "paper 65%" r2.out \
+    && pass "reproduce horovod2019: $(grep -o 'predicted [0-9]*% at [0-9]* (paper [0-9]*%)' r2.out | tr '\n' ' ')" \
+    || fail "reproduce horovod2019: $(head -c 300 r2.out)"
+P --reproduce nope >/dev/null 2>bad.err; rc=$?
+[ $rc = 2 ] && pass "reproduce unknown: exit 2, '$(cat bad.err)'" || fail "reproduce unknown: exit $rc"
+if command -v gnuplot >/dev/null; then
+    P --cluster "$ROOT/clusters/longhorn.json" --devices 64 --layers 4 --d-model 256 --heads 64 \
+        --seq-len 128 --batch 64 --plot plot.png --top 1 >/dev/null 2>plot.err
+    [ "$(head -c 4 plot.png 2>/dev/null | tail -c 3)" = PNG ] && [ ! -e plot.png.tmp ] \
+        && pass "--plot writes a PNG" || fail "--plot: $(head -c 300 plot.err)"
+else
+    fail "--plot: gnuplot is not installed (scripts/deps.sh installs gnuplot-nox)"
+fi
+finish

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `cubist train --layout auto` takes the planner's layout for the launched
+# ranks, says why, and trains the single process's trajectory: the JSONL
+# losses, the final parameters and step 1's gradients match the run without
+# a launcher to 1e-5 relative (tests/dp_compare.py, the tolerance of every
+# equivalence test: sums regrouped across ranks). Cases: 2 ranks on this
+# machine's calibration (a fake-timer one in a private cache) and 4 ranks on
+# the H100 and Longhorn presets. Refusals: --layout with --tp, an unknown
+# value, no calibration: exit 2, one line. Then `cubist plan --validate
+# --quick` runs and prints its mean error and its duration (timings on a
+# shared machine are noise: printed, not asserted).
+set -u
+. "$(dirname "$0")/dp_common.sh"
+export XDG_CACHE_HOME=$d/cache
+"$C" prepare --input text.txt --output train.bin >/dev/null || { echo "FAIL auto: prepare"; exit 1; }
+common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 257 --batch 8
+        --steps 10 --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet
+        --peak-gflops 100 --shuffle 0)
+for acc in 1 4; do
+    "$C" train "${common[@]}" --grad-accum $acc --log ref$acc.jsonl --save ref$acc.st \
+        --dump-grads ref$acc.grads.st || { echo "FAIL auto: single-process reference"; exit 1; }
+done
+
+# refused before calibration: one line naming the fix
+timeout "$TMO" "$C" train "${common[@]}" --layout auto >/dev/null 2>bad.err; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "plan --calibrate" bad.err \
+    && pass "--layout auto uncalibrated: exit 2, '$(cat bad.err)'" \
+    || fail "--layout auto uncalibrated: exit $rc, '$(head -c 300 bad.err)'"
+CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \
+    "$C" plan --calibrate >/dev/null 2>cal.err || fail "fake calibration: $(head -c 300 cal.err)"
+
+auto() { # name np accum [train flags]
+    local name=$1 np=$2 acc=$3; shift 3
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train "${common[@]}" --grad-accum "$acc" \
+            --layout auto --log "$name.jsonl" --save "$name.st" --dump-grads "$name.grads.st" \
+            "$@" >"$name.out" 2>"$name.err"; then
+        fail "$name: run failed: $(head -c 300 "$name.err")"; return
+    fi
+    local why
+    why=$(grep -m1 "^layout auto on $np ranks" "$name.out")
+    [ -n "$why" ] && pass "$name: $why" || fail "$name: no 'layout auto' line: $(head -c 300 "$name.out")"
+    check "$name" ref$acc.jsonl "$name.jsonl" ref$acc.st "$name.st" --grads ref$acc.grads.st
+}
+auto "auto 2 ranks on this machine" 2 1
+auto "auto 4 ranks on h100 accum 4" 4 4 --cluster "$ROOT/clusters/h100.json"
+auto "auto 4 ranks on longhorn" 4 1 --cluster "$ROOT/clusters/longhorn.json"
+
+for bad in "--layout auto --tp 2" "--layout manual"; do
+    timeout "$TMO" "$C" train "${common[@]}" $bad >/dev/null 2>bad.err; rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && pass "$bad: exit 2, '$(cat bad.err)'" \
+        || fail "$bad: exit $rc (want 2, one line), '$(head -c 300 bad.err)'"
+done
+
+# the quick validation: runs and prints the mean error
+unset XDG_CACHE_HOME
+start=$(date +%s)
+timeout "$(tmo 300)" "$C" plan --validate --quick >val.out 2>val.err; rc=$?
+secs=$(( $(date +%s) - start ))
+cat val.out
+# under a minute on a lightly loaded machine (18 s at load average 10); the
+# duration is reported, not asserted, since five other jobs may share the cores
+if [ $rc = 0 ] && grep -q "^mean step-time error" val.out; then
+    pass "plan --validate --quick: ${secs} s (load average $(cut -d' ' -f1 /proc/loadavg)), $(grep '^mean step-time error' val.out)"
+else
+    fail "plan --validate --quick: exit $rc after ${secs} s, $(head -c 300 val.err)"
+fi
+finish
