@@ -293,7 +293,7 @@ static size_t keep_floats(const cb_model *m, const gnode *n) {
         L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
         return 2 * (size_t)rows;
     }
-    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, n->l->heads);
+    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
     if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
     return 0;
 }
@@ -556,8 +556,15 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
     return CB_OK;
 }
 
+static int has_cross_attention(const cb_model *m) {
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].kind == N_ATTN && m->nodes[i].nin > 1) return 1;
+    return 0;
+}
+
 /* Floats of the engine's own scratch: a gradient share (or a tied
- * tensor's received gradient) and attention's backward. */
+ * tensor's received gradient; twice that with cross-attention, whose two
+ * inputs may both accumulate) and attention's backward. */
 static void scratch_floats(const cb_model *m, size_t *tmp, size_t *att) {
     size_t tie = 1;
     *tmp = *att = 1;
@@ -570,12 +577,14 @@ static void scratch_floats(const cb_model *m, size_t *tmp, size_t *att) {
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
     if (tie > *tmp) *tmp = tie;
+    if (has_cross_attention(m)) *tmp *= 2;
 }
 
 static int plan_scratch(cb_model *m, cb_err *e) {
     size_t tmp, att;
     scratch_floats(m, &tmp, &att);
     m->tmp = malloc(sizeof(float) * tmp);
+    if (m->tmp && has_cross_attention(m)) m->tmp2 = m->tmp + tmp / 2;
     m->att_scratch = malloc(sizeof(float) * att);
     return m->tmp && m->att_scratch ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for scratch");
 }

@@ -110,6 +110,7 @@ struct cb_layer {
     cb_norm norm;
     cb_embed emb;
     int C, heads;           /* attention */
+    unsigned attn_flags;    /* CB_ATTN_* */
     float init_sd;          /* normal initial weights */
 };
 
@@ -191,8 +192,10 @@ struct cb_model {
     cb_pp_action *acts_sched;
     int nsched;
     float *tmp;          /* one value's floats: a share added into a gradient */
+    float *tmp2;         /* as many, cross-attention's second input; NULL without one */
     float *att_scratch;  /* attention backward */
     const int *ids, *targets; /* the step's rows */
+    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
