@@ -226,7 +226,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
-        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = m->step_ms / tok;
+        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
@@ -242,25 +242,46 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
            c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
 }
 
+static const char *kind(const vcase *c) {
+    return c->threads > 1 ? "2 threads" : c->dp > 1 ? "dp 2" : c->pp > 1 ? "pp 2" : "tp 2";
+}
+
+/* The group's cases (same model, timed on both cores) in order of x[]. */
+static void print_order(const int *idx, int n, const double *x) {
+    int o[NCASES];
+    for (int i = 0; i < n; i++) o[i] = idx[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[o[j]] < x[o[j - 1]]; j--) {
+            int s = o[j];
+            o[j] = o[j - 1], o[j - 1] = s;
+        }
+    for (int i = 0; i < n; i++) printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
+}
+
 /* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
- * pp 2, tp 2) come out in the measured order of time per token? */
+ * pp 2, tp 2) come out in the measured order of time per token? Each
+ * model's two orders are printed (microseconds per token). */
 static void order(const tally *t) {
     int groups = 0, kept = 0;
     for (int i = 0; i < NCASES; i++) {
-        int first = 1, ok = 1, n = 0;
+        int first = 1, idx[NCASES], n = 0, ok = 1;
         for (int j = 0; j < i && first; j++)
             first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
         for (int a = i; a < NCASES; a++)
-            for (int b = a + 1; b < NCASES; b++) {
-                const vcase *x = &CASES[a], *y = &CASES[b];
-                if (isnan(t->pred[a]) || isnan(t->pred[b]) || x->L != CASES[i].L || x->C != CASES[i].C ||
-                    y->L != x->L || y->C != x->C)
-                    continue;
-                n++;
-                ok &= (t->pred[a] < t->pred[b]) == (t->meas[a] < t->meas[b]);
-            }
-        if (n) groups++, kept += ok;
+            if (!isnan(t->pred[a]) && CASES[a].L == CASES[i].L && CASES[a].C == CASES[i].C) idx[n++] = a;
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++)
+                ok &= (t->pred[idx[a]] < t->pred[idx[b]]) == (t->meas[idx[a]] < t->meas[idx[b]]);
+        if (n < 2) continue;
+        groups++, kept += ok;
+        char lab[32];
+        int w = snprintf(lab, sizeof lab, "L%d C%d:", CASES[i].L, CASES[i].C);
+        printf("  %s predicted ", lab);
+        print_order(idx, n, t->pred);
+        printf("\n  %*s measured  ", w, "");
+        print_order(idx, n, t->meas);
+        printf("  %s\n", ok ? "same order" : "DIFFER");
     }
     printf("order of layouts on both cores (time per token, same model): predicted order = measured "
            "in %d of %d models\n", kept, groups);
