@@ -107,17 +107,14 @@ static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) 
     return st == 0;
 }
 
-/* One process: CPU seconds of 6 steps less those of 1, per step and
- * thread. Time slices taken by other processes are not in it, so it shows
- * the model's error where wall time shows the machine's load. Of two
- * threads, one waiting at a barrier spins (counted) a little, then sleeps
- * (not counted): on idle cores this is the wall time, on a loaded machine
- * it keeps a little of the load. Not for ranks: MPI waits by spinning. */
+/* One process of one thread: CPU seconds of 6 steps less those of 1, per
+ * step. Time slices taken by other processes are not in it, so it shows
+ * the model's error where wall time shows the machine's load. */
 static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
     double c6, c1;
-    if (quick || c->dp * c->pp * c->tp > 1) return NAN;
+    if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
     if (!train_job(c, dir, 1, &c1) || !train_job(c, dir, 6, &c6)) return NAN;
-    return 1e3 * (c6 - c1) / 5 / c->threads;
+    return 1e3 * (c6 - c1) / 5;
 }
 
 static int measure_train(const vcase *c, const char *dir, int quick, measured *m) {
@@ -331,8 +328,8 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
                t.nexact);
     if (!rc && t.ncpu)
-        printf("one process, against its CPU time per step and thread (what the load inflates "
-               "least): mean error %.1f%% (worst %.1f%%) over %d cases\n",
+        printf("one process, one thread, against its CPU time per step (what the load does not "
+               "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
                100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
     if (!rc && t.n) order(&t);
     return rc;
