@@ -6,7 +6,10 @@
 #   parameter + gradient bytes and activation + scratch bytes (of the GPT
 #   that bench --tp-step runs, src/model) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
+# - dp 2 (with and without ZeRO-1; --embed-grad sparse with and without
+#   ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
+#   union of tokens: the prediction is its bound, and the measured bytes
+#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
 #   and one rank with --recompute block
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
