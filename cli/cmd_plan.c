@@ -95,9 +95,14 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                p->mem_total);
         printf("\"tp_bytes\":%.17g,\"tp_calls\":%.17g,\"pp_bytes\":%.17g,\"pp_calls\":%.17g,"
                "\"dp_bytes\":%.17g,\"dp_calls\":%.17g,\"tp_act_model_bytes\":%.17g,"
-               "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g}",
+               "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g",
                p->tp_bytes, p->tp_calls, p->pp_bytes, p->pp_calls, p->dp_bytes, p->dp_calls,
                p->tp.act_model_bytes, p->tp.act_scratch_bytes, p->tp.param_bytes);
+        printf(",\"stage_bound\":[");
+        for (int s = 0; p->nstage && s <= p->nstage; s++) printf("%s%d", s ? "," : "", p->stage_bound[s]);
+        printf("],\"stage_act_bytes\":[");
+        for (int s = 0; s < p->nstage; s++) printf("%s%.17g", s ? "," : "", p->stage_act[s]);
+        printf("]}");
     }
     printf("]}\n");
 }

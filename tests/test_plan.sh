@@ -15,6 +15,9 @@
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
 #   gradients), the graph engine's planned activations and the AdamW state,
 #   exactly;
+# - per pipeline stage, the activations the engine plans (pp 2 and 4,
+#   GPipe and 1F1B, recompute, pp 2 x tp 1d 2), the plan's stage
+#   boundaries given to train (--partition), exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
 #   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
 #   every collective) to 1e-5 (the file keeps 6 significant digits);
@@ -107,6 +110,43 @@ trcase "dp 2 split"    2 1 --dp 2 --embed-grad split -- --dp 2 --embed-grad spli
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
+
+# ---------------------------------------------------------------- pipeline memory per stage
+# the plan's stage boundaries given to train (--partition), so both split
+# alike; every stage's planned activations (the log's pp_act_bytes) ==
+ppcase() { # name np pp tp M schedule recompute
+    local name=$1 np=$2 pp=$3 tp=$4 M=$5 sch=$6 rec=$7
+    local four=(--layers 4 --d-model 32 --heads 4 --seq-len 16 --vocab 257)
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${four[@]}" --batch $((8 * M)) \
+        --micro-batches "$M" --pp "$pp" --tp "$tp" --tp-mode 1d --schedule "$sch" --top 0 --json \
+        >plan.json 2>plan.err || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    local bounds
+    bounds=$(/usr/bin/python3 -c "
+import json; l = [l for l in json.load(open('plan.json'))['layouts'] if l['recompute'] == $rec and not l['zero']][0]
+print(','.join(map(str, l['stage_bound'])))")
+    local rf=(); [ "$rec" = 1 ] && rf=(--recompute block)
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --data train.bin "${four[@]}" --batch 8 \
+            --steps 2 --quiet --embed-grad dense --log tr.jsonl --pp "$pp" --tp "$tp" --schedule "$sch" \
+            --micro-batches "$M" --grad-accum "$M" --partition "$bounds" "${rf[@]}" 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    /usr/bin/python3 - "$name" "$rec" <<'PY' || failed=$((failed + 1))
+import json, sys
+name, rec = sys.argv[1], int(sys.argv[2])
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+p = [l for l in json.load(open("plan.json"))["layouts"] if l["recompute"] == rec and not l["zero"]][0]
+m, q = log["pp_act_bytes"], p["stage_act_bytes"]
+ok = m == q and p["mem_act"] == max(q)
+print("%s %s (stages %s): planned activations per stage measured %s, predicted %s" %
+      ("PASS" if ok else "FAIL", name, p["stage_bound"], m, q))
+sys.exit(0 if ok else 1)
+PY
+}
+ppcase "pp 2 1f1b M4"           2 2 1 4 1f1b 0
+ppcase "pp 2 gpipe M4"          2 2 1 4 gpipe 0
+ppcase "pp 4 1f1b M8"           4 4 1 8 1f1b 0
+ppcase "pp 2 1f1b M4 recompute" 2 2 1 4 1f1b 1
+ppcase "pp 2 x tp 1d 2 1f1b M4" 4 2 2 4 1f1b 0
 
 # ---------------------------------------------------------------- calibration
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \

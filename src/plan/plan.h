@@ -156,6 +156,8 @@ typedef struct cb_plan_job {
     double bucket_bytes; /* data-parallel fusion bucket (25 MB) */
 } cb_plan_job;
 
+#define CB_PLAN_MAXSTAGE 64
+
 /* Seconds by kernel class: GEMMs, attention, memory-bound kernels. */
 typedef struct cb_plan_kparts {
     double gemm_s, attn_s, mem_s;
@@ -170,6 +172,13 @@ typedef struct cb_plan_pred {
     double mem_params, mem_grads, mem_opt, mem_act, mem_scratch, mem_comm, mem_total;
     double tp_bytes, tp_calls, pp_bytes, pp_calls, dp_bytes, dp_calls;
     cb_plan_kparts kern; /* compute_s by kernel class */
+    /* pipeline of one chunk per stage: stage s holds modules [bound[s],
+     * bound[s+1]) (0 the embedding, 1..L the blocks, L+1 the head, as
+     * `cubist train --partition` counts them) and plans stage_act[s]
+     * activation bytes (the log's pp_act_bytes); mem_act is the largest.
+     * nstage 0: not predicted per stage (interleaved, or over 128 blocks) */
+    int nstage, stage_bound[CB_PLAN_MAXSTAGE + 1];
+    double stage_act[CB_PLAN_MAXSTAGE];
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
 

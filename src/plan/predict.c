@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/schedule.h"
 #include "plan/plan.h"
 
 const char *cb_plan_schedule_name(int s) {
@@ -121,6 +122,8 @@ typedef struct stage {
     int blocks, embed, head;
     double fwd_s;
     cb_plan_kparts k; /* fwd_s by kernel class */
+    int nbound;       /* chunk c holds items [bound[c], bound[c+1]); 0: not kept */
+    int bound[CB_PLAN_MAXSTAGE + 1];
 } stage;
 
 /* The contiguous split of n items (forward seconds of the embedding, the
@@ -146,17 +149,20 @@ static stage slowest_stage(const double *item, int n, int parts) {
                 if (m < best[k][i]) best[k][i] = m, cut[k][i] = a;
             }
         }
-    stage w = {0, 0, 0, -1, {0, 0, 0}};
+    stage w = {0, 0, 0, -1, {0, 0, 0}, parts + 1, {0}};
+    int bound[CB_PLAN_MAXSTAGE + 1];
+    bound[parts] = n;
     for (int k = parts, i = n; k >= 1; k--) {
         int a = cut[k][i];
         double s = 0;
         for (int x = a; x < i; x++) s += item[x];
         if (s > w.fwd_s) {
-            w = (stage){0, a == 0, i == n, s, {0, 0, 0}};
+            w.blocks = 0, w.embed = a == 0, w.head = i == n, w.fwd_s = s;
             for (int x = a; x < i; x++) w.blocks += x > 0 && x < n - 1;
         }
-        i = a;
+        bound[k - 1] = i = a;
     }
+    memcpy(w.bound, bound, sizeof(int) * (size_t)(parts + 1));
     return w;
 }
 
@@ -172,7 +178,7 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
     for (int i = 0; i < L; i++) item[1 + i] = layer_fwd_s(j->cluster, blk, l, tok);
     item[L + 1] = layer_fwd_s(j->cluster, head, l, tok);
     stage s = slowest_stage(item, L + 2, parts);
-    if (blk->count > L) s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L;
+    if (blk->count > L) s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L, s.nbound = 0;
     const cb_plan_layer *ly[3] = {emb, blk, head};
     double n[3] = {s.embed, s.blocks, s.head};
     for (int i = 0; i < 3; i++) {
@@ -304,6 +310,48 @@ static double buckets(const cb_plan_job *j, const cb_plan_layout *l, double n) {
     return ceil(n / per);
 }
 
+/* The graph engine's plan of every pipeline stage (src/graph/build.c, one
+ * chunk per stage): the schedule's micro-batches in flight on the stage x
+ * its slot, its blocks' gradient buffers, the shared recompute region and
+ * a message buffer per micro-batch and boundary. A slot holds the received
+ * value and its gradient (stages after the first), the embedding's output,
+ * every block's values and kept state, and the head's (ln_f, logits,
+ * losses); each region one float over. */
+static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows, const stage *w,
+                        int s, double blk) {
+    const cb_gpt_config *g = &j->model->gpt;
+    double act = 4.0 * rows * j->T * g->d_model / (l->mode == CB_TP_1D ? 1 : l->tp);
+    int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
+    for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb};
+    cb_plan_tp_cost mine, none;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
+    sh.L = 0;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &none);
+    double head = none.act_slot_bytes - 4 - act; /* ln_f, logits, losses */
+    double slot = (a == 0 ? act : 0) + nb * blk + (b == n ? head : 0) + (s > 0 ? 2 * act : 0) + 4;
+    double shared = 4;
+    if (l->recompute && nb > 0) slot -= nb * (blk - act), shared += blk - act;
+    int flight = cb_pp_inflight_bound(l->schedule == CB_PLAN_GPIPE ? CB_PP_GPIPE : CB_PP_1F1B,
+                                      l->pp, 1, l->M, s);
+    return flight * slot + mine.act_grad_bytes + shared + l->M * act * ((s > 0) + (s < l->pp - 1));
+}
+
+/* Per stage, when the pipeline has one chunk per stage; mem_act the largest. */
+static void stages_memory(const cb_plan_job *j, const cb_plan_layout *l, int rows, const stage *w,
+                          double blk, cb_plan_pred *p) {
+    if (l->pp == 1 || l->schedule == CB_PLAN_INTERLEAVED || w->nbound != l->pp + 1) return;
+    double most = 0;
+    p->nstage = l->pp;
+    for (int s = 0; s <= l->pp; s++) p->stage_bound[s] = w->bound[s];
+    for (int s = 0; s < l->pp; s++) {
+        p->stage_act[s] = stage_act(j, l, rows, w, s, blk);
+        most = maxf(most, p->stage_act[s]);
+    }
+    p->mem_total += most - p->mem_act;
+    p->mem_act = most;
+}
+
 /* Data parallelism: the gradients of the stage, ring all-reduced in
  * buckets (ZeRO-1: reduce-scatter, the parameters all-gathered after the
  * update: the same volume), overlapped with the last micro-batch's
@@ -368,6 +416,7 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     p->pp_bytes = sends * act * l->M, p->pp_calls = 2 * sends * l->M;
     if (l->pp > 1) p->pp_bytes += (l->pp - 1.0) / l->pp * 4, p->pp_calls += 1;
     memory(j, l, tok, s, block_slot_bytes(j, l, rows), sends * act, p);
+    stages_memory(j, l, rows, &s, block_slot_bytes(j, l, rows), p);
     data_parallel(j, l, 2 * fwd, tok * l->M, p);
     p->opt_s = optimizer_s(c, l, p->mem_params / 4);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
