@@ -90,17 +90,19 @@ static double children_cpu_s(void) {
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-/* The job of case c for `steps` steps; its CPU seconds (all its processes). */
-static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) {
-    char pre[512], cmd[2048];
+/* The job of case c for `steps` steps; its CPU seconds (all its processes).
+ * part: the planner's stage boundaries (--partition), so that the run
+ * splits the pipeline as the prediction does. */
+static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
+    char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
     snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
              "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
              "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
-             "--grad-accum %d >/dev/null 2>&1",
+             "--grad-accum %d%s%s >/dev/null 2>&1",
              pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp,
              c->pp, c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "",
-             c->M, c->M);
+             c->M, c->M, part[0] ? " --partition " : "", part);
     double t0 = children_cpu_s();
     int st = system(cmd);
     *cpu_s = children_cpu_s() - t0;
@@ -111,19 +113,21 @@ static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) 
  * step. Time slices taken by other processes are not in it, so it shows
  * the model's error where wall time shows the machine's load. */
 static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
+    const char *part = "";
     double c6, c1;
     if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
-    if (!train_job(c, dir, 1, &c1) || !train_job(c, dir, 6, &c6)) return NAN;
+    if (!train_job(c, dir, part, 1, &c1) || !train_job(c, dir, part, 6, &c6)) return NAN;
     return 1e3 * (c6 - c1) / 5;
 }
 
-static int measure_train(const vcase *c, const char *dir, int quick, measured *m) {
+static int measure_train(const vcase *c, const char *dir, int quick, const char *part,
+                         measured *m) {
     char log[600];
     double cpu;
     snprintf(log, sizeof log, "%s/log.jsonl", dir);
     m->cpu_ms = cpu_per_step_ms(c, dir, quick);
     unlink(log);
-    if (!train_job(c, dir, 6, &cpu)) return 0;
+    if (!train_job(c, dir, part, 6, &cpu)) return 0;
     FILE *f = fopen(log, "r");
     char line[65536];
     m->step_ms = 1e30;
@@ -134,6 +138,8 @@ static int measure_train(const vcase *c, const char *dir, int quick, measured *m
         if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
         tags(json_get(&v, "comm_by_tag"), m);
         m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
+        const json_val *pa = json_get(&v, "pp_act_bytes"); /* the first stage's: rank 0's */
+        if (pa && pa->type == JSON_ARR && pa->n > 0) m->act = pa->v[0].d;
         json_free(&v);
     }
     if (f) fclose(f);
@@ -162,10 +168,14 @@ static int measure_tpstep(const vcase *c, measured *m) {
 
 /* The case run o->repeat times, each figure the fastest: the model
  * predicts an unloaded machine, and a shared one slows some runs. */
-static int measure(const vcase *c, const char *dir, const plan_opts *o, int over, measured *m) {
+static int measure(const vcase *c, const char *dir, const plan_opts *o, int over,
+                   const cb_plan_pred *p, measured *m) {
+    char part[256] = "";
+    for (int s = 0, n = 0; p->nstage && s <= p->nstage && n < (int)sizeof part; s++)
+        n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
     for (int r = 0; r < o->repeat; r++) {
         measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
-        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, &x))) return 0;
+        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, part, &x))) return 0;
         if (r) x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
                x.kcpu = fmin(x.kcpu, m->kcpu);
         *m = x;
@@ -217,9 +227,10 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
     /* train logs the graph engine's planned activations; bench --tp-step
      * runs src/model's GPT: its activations and the layout's scratch */
-    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes : p->mem_act;
+    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes
+                      : p->nstage ? p->stage_act[0] : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
-    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
+    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
     printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
            c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
@@ -239,7 +250,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     else
         printf("%-32s", "(oversubscribed: counts only)");
     printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
-           c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
+           pa, m->act, eq ? "exact" : "DIFFER");
 }
 
 static const char *kind(const vcase *c) {
@@ -313,7 +324,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
         cb_plan_pred p;
         predict(c, &cl[c->threads - 1], &p);
-        if (!measure(c, dir, o, over, &m)) {
+        if (!measure(c, dir, o, over, &p, &m)) {
             printf("  case %d failed to run; skipped\n", i + 1);
             continue;
         }
