@@ -130,6 +130,11 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     return rc;
 }
 
+static int by_step(const void *a, const void *b) {
+    double x = ((const cb_plan_choice *)a)->p.step_s, y = ((const cb_plan_choice *)b)->p.step_s;
+    return (x > y) - (x < y);
+}
+
 /* Keeps the layouts that match --dp --pp --tp --tp-mode --schedule (3-D
  * re-predicted without kept gathers under --tp3d-save shard; data
  * parallelism alone with the --embed-grad path). */
@@ -148,6 +153,7 @@ static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, in
             ch[k].l.embed = o->embed, cb_plan_predict(j, &ch[k].l, &ch[k].p);
         k++;
     }
+    qsort(ch, k, sizeof *ch, by_step); /* re-predicted ones move */
     return k;
 }
 
@@ -246,10 +252,10 @@ int cmd_plan(int argc, char **argv) {
                      "--dp, --pp, --tp >= 0");
     if (!rc && strcmp(o.save, "gathered") && strcmp(o.save, "shard"))
         rc = cb_fail(&e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", o.save);
-    if (!rc) rc = cb_dp_embed_parse(o.embed_grad, &o.embed, &e);
-    if (!rc && o.embed == CB_DP_EMBED_AUTO)
-        rc = cb_fail(&e, CB_EINPUT, "plan: --embed-grad must be dense, sparse or split (auto is "
-                     "train's choice between them)");
+    cb_err ignore;
+    if (!rc && (cb_dp_embed_parse(o.embed_grad, &o.embed, &ignore) || o.embed == CB_DP_EMBED_AUTO))
+        rc = cb_fail(&e, CB_EINPUT, "plan: --embed-grad '%s': give dense, sparse or split (auto is "
+                     "train's choice between them)", o.embed_grad);
     if (rc) return cli_fail(&e);
     if (o.calibrate_comm) rc = plan_calibrate_comm(o.quick, &e);
     else if (o.calibrate) rc = plan_calibrate(&o, &e);

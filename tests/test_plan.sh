@@ -148,6 +148,14 @@ ppcase "pp 4 1f1b M8"           4 4 1 8 1f1b 0
 ppcase "pp 2 1f1b M4 recompute" 2 2 1 4 1f1b 1
 ppcase "pp 2 x tp 1d 2 1f1b M4" 4 2 2 4 1f1b 0
 
+for bad in bogus auto; do
+    P --cluster "$ROOT/clusters/h100.json" --devices 2 "${tiny[@]}" --embed-grad $bad >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "embed-grad '$bad'" bad.err \
+        && pass "--embed-grad $bad: exit 2, '$(cat bad.err)'" \
+        || fail "--embed-grad $bad: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
 # ---------------------------------------------------------------- calibration
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \
     P --calibrate --out fake.json >cal.out 2>cal.err || fail "fake calibration failed: $(head -c 300 cal.err)"
