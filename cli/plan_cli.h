@@ -14,7 +14,7 @@ typedef struct plan_opts {
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
     double max_memory_gb;
-    int json, calibrate, calibrate_comm, validate, quick, threads, repeat;
+    int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;
 } plan_opts;
 
 /* A cluster preset by name (clusters/NAME.json, found next to the source

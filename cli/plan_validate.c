@@ -183,6 +183,31 @@ static int measure(const vcase *c, const char *dir, const plan_opts *o, int over
     return 1;
 }
 
+/* --profile, one process: `cubist bench`'s per-kernel-class profile of the
+ * same model and step beside the prediction's split (cb_plan_pred.kern and
+ * the update), ms per step: where a miss comes from. Wall time: on a
+ * loaded machine it is inflated like the step. */
+static void profile(const vcase *c, const cb_plan_pred *p) {
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
+             "--heads %d --vocab 256 --ctx %d --seq-lens %d --batch %d --threads %d --no-torch "
+             "--json --steps 3 2>/dev/null", c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T,
+             c->B, c->threads);
+    json_val v;
+    json_error je;
+    if (plan_run(cmd, "{", out, sizeof out) || !out[0] || json_parse(out, strlen(out), &v, &je)) {
+        printf("    (profile failed to run)\n");
+        return;
+    }
+    const json_val *runs = json_get(&v, "runs"), *r = runs && runs->n ? &runs->v[0] : NULL;
+    double mem = jd(r, "layernorm_ms") + jd(r, "elementwise_ms") + jd(r, "loss_ms");
+    printf("    by class, ms predicted/profiled: GEMM %.2f/%.2f attention %.2f/%.2f memory-bound "
+           "%.2f/%.2f update %.2f/%.2f\n", 1e3 * p->kern.gemm_s, jd(r, "gemm_ms"),
+           1e3 * p->kern.attn_s, jd(r, "attention_ms"), 1e3 * p->kern.mem_s, mem, 1e3 * p->opt_s,
+           jd(r, "optimizer_ms"));
+    json_free(&v);
+}
+
 static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
     cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
     cb_plan_model m;
@@ -329,6 +354,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
             continue;
         }
         row(c, &p, &m, &t);
+        if (o->profile && ranks == 1) profile(c, &p);
         fflush(stdout);
     }
     char rm[128];
