@@ -191,14 +191,13 @@ int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     return CB_OK;
 }
 
-int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
-                          cb_err *e) {
+/* A grid of dp x 1 x tp (tp 0: each rank alone) with the defaults. */
+static int dist_new(cb_dist **out, int dp, int tp, cb_tp_mode mode, cb_err *e) {
     cb_dist *d = calloc(1, sizeof *d);
     if (!d) return cb_fail(e, CB_ENOMEM, "out of memory");
-    *d = (cb_dist){.sched = CB_PP_1F1B, .partition = "auto", .mem_weight = 0.8, .zero = zero,
-                   .embed_grad = embed_grad, .bucket_mb = bucket_mb};
-    int size = cb_comm_world()->size;
-    int rc = alone ? cb_grid_create_self(&d->g, e) : cb_grid_create(&d->g, size, 1, 1, CB_TP_1D, e);
+    *d = (cb_dist){.sched = CB_PP_1F1B, .partition = "auto", .mem_weight = 0.8,
+                   .embed_grad = CB_DP_EMBED_AUTO};
+    int rc = tp ? cb_grid_create(&d->g, dp, 1, tp, mode, e) : cb_grid_create_self(&d->g, e);
     if (!rc) rc = cb_layout_create(&d->g, &d->L, e);
     if (rc) {
         if (d->L) cb_layout_free(d->L);
@@ -207,6 +206,18 @@ int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, do
     }
     *out = d;
     return CB_OK;
+}
+
+int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
+                          cb_err *e) {
+    int rc = dist_new(out, cb_comm_world()->size, alone ? 0 : 1, CB_TP_1D, e);
+    if (rc) return rc;
+    (*out)->zero = zero, (*out)->embed_grad = embed_grad, (*out)->bucket_mb = bucket_mb;
+    return CB_OK;
+}
+
+int cb_dist_tensor(cb_dist **out, int tp, cb_tp_mode mode, cb_err *e) {
+    return dist_new(out, 1, tp, mode, e);
 }
 
 int cb_dist_rank(const cb_dist *d) { return d->g.world_rank; }
