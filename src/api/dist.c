@@ -91,22 +91,29 @@ static dist_flags take_flags(int *argc, char **argv) {
     return f;
 }
 
-/* --recompute none | block | selective, and for block Megatron's
- * --recompute-method block|uniform and --recompute-layers n (graph.h). */
-static int parse_recompute(const dist_flags *f, cb_dist *d, cb_err *e) {
+int cb_dist_recompute(cb_dist *d, const char *mode, const char *method, int layers, int given,
+                      cb_err *e) {
     d->recompute = RC_NONE;
-    int rc = int_flag("--recompute-layers", f->recl, 0, INT_MAX, &d->rc_layers, e);
-    if (!rc && f->rec && !strcmp(f->rec, "block")) d->recompute = RC_BLOCK;
-    else if (!rc && f->rec && !strcmp(f->rec, "selective")) d->recompute = RC_SELECTIVE;
-    else if (!rc && f->rec && strcmp(f->rec, "none"))
-        rc = cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none, block or selective", f->rec);
-    if (!rc && f->recm && strcmp(f->recm, "block") && strcmp(f->recm, "uniform"))
-        rc = cb_fail(e, CB_EINPUT, "--recompute-method '%s' is unknown; use block or uniform", f->recm);
-    d->rc_uniform = f->recm && !strcmp(f->recm, "uniform");
-    if (!rc && (f->recm || f->recl) && d->recompute != RC_BLOCK)
-        rc = cb_fail(e, CB_EINPUT, "%s applies to --recompute block; add --recompute block or drop it",
-                     f->recm ? "--recompute-method" : "--recompute-layers");
-    return rc;
+    if (mode && !strcmp(mode, "block")) d->recompute = RC_BLOCK;
+    else if (mode && !strcmp(mode, "selective")) d->recompute = RC_SELECTIVE;
+    else if (mode && strcmp(mode, "none"))
+        return cb_fail(e, CB_EINPUT, "--recompute '%s' is unknown; use none, block or selective", mode);
+    if (method && strcmp(method, "block") && strcmp(method, "uniform"))
+        return cb_fail(e, CB_EINPUT, "--recompute-method '%s' is unknown; use block or uniform", method);
+    if (layers < 0)
+        return cb_fail(e, CB_EINPUT, "--recompute-layers %d must be >= 0 (0: every block)", layers);
+    const char *f = method ? "--recompute-method" : given ? "--recompute-layers" : NULL;
+    if (f && d->recompute != RC_BLOCK)
+        return cb_fail(e, CB_EINPUT, "%s needs --recompute block; add it or drop %s", f, f);
+    d->rc_uniform = method && !strcmp(method, "uniform");
+    d->rc_layers = layers;
+    return CB_OK;
+}
+
+static int parse_recompute(const dist_flags *f, cb_dist *d, cb_err *e) {
+    int layers = 0;
+    int rc = int_flag("--recompute-layers", f->recl, INT_MIN, INT_MAX, &layers, e);
+    return rc ? rc : cb_dist_recompute(d, f->rec, f->recm, layers, f->recl != NULL, e);
 }
 
 /* The pipeline flags need --pp > 1, except --schedule and

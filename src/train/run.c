@@ -320,16 +320,11 @@ static int dist_opts(trainer *t, cb_err *e) {
     d->M = o->accum, d->partition = po->partition, d->mem_weight = po->memory_weight;
     d->print_partition = po->print_partition, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
     d->block_units = 1, d->profile = !po->no_profile;
-    gpt_rc rc;
     int r = cb_pp_parse_schedule(po->schedule, &d->sched, e);
-    if (!r) r = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers, &rc, e);
+    if (!r) r = cb_dist_recompute(d, po->recompute, po->recompute_method, po->recompute_layers,
+                                  po->recompute_layers != 0, e);
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
     if (r) return r;
-    d->recompute = rc.mode == GPT_RECOMPUTE_BLOCK       ? RC_BLOCK
-                   : rc.mode == GPT_RECOMPUTE_SELECTIVE ? RC_SELECTIVE
-                                                        : RC_NONE;
-    d->rc_layers = rc.layers;
-    d->rc_uniform = rc.uniform;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;
