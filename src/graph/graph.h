@@ -227,6 +227,13 @@ void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
 /* Module times of m's partition modules [u[k], u[k+1]) into mod[k].time_ms
  * (profile.c); collective. */
 int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err *e);
+/* The GPT config's metadata keys in weights files (gpt.c): n_layer
+ * d_model n_head seq_len vocab. */
+extern const char *const cb_gpt_config_keys[5];
+/* The pipeline partition's modules of a declared model, before
+ * cb_model_build (FLOPs and bytes per micro-batch, the bytes under d's
+ * recompute): their count (at most cap), -1 on failure. */
+int cb_graph_modules(cb_model *m, cb_pp_module *mod, int cap);
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */

@@ -17,7 +17,6 @@
 #include "comm/stats.h"
 #include "layout/layout.h"
 #include "graph/graph.h"
-#include "model/gpt_internal.h"
 #include "formats/fileio.h"
 #include "train/check.h"
 #include "train/ckpt.h"
