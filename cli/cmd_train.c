@@ -151,6 +151,9 @@ int cmd_train(int argc, char **argv) {
          "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
         {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
                                        "machine's `cubist plan --calibrate`)"},
+        {"max-memory", ARG_STR, &o.max_memory,
+         "bytes a rank may plan (K, M, G: powers of 1024); over it the build ends with one "
+         "line and status 4"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
          "apart) or sparse (all-gather rows, as TF+Horovod)"},
@@ -177,7 +180,9 @@ int cmd_train(int argc, char **argv) {
     if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
         char msg[sizeof e.msg + 8];
         snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
-        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED : 1, msg);
+        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED
+                                          : e.code == CB_ENOMEM  ? 4
+                                                                 : 1, msg);
     }
     cb_comm_finalize();
     return 0;

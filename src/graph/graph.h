@@ -62,6 +62,7 @@
 #ifndef CB_GRAPH_H
 #define CB_GRAPH_H
 
+#include "api/flags.h"
 #include "comm/grid.h"
 #include "cubist.h"
 #include "layout/layout.h"
@@ -208,12 +209,6 @@ struct cb_model {
     double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
-/* --recompute none|block|selective (NULL: none), --recompute-method
- * block|uniform (NULL: block) and --recompute-layers (given: on the
- * command line) into d, checked: one parser for cb_dist_init and cubist
- * train, so both say the same. CB_EINPUT with one line. */
-int cb_dist_recompute(cb_dist *d, const char *mode, const char *method, int layers, int given,
-                      cb_err *e);
 /* A process grid for benchmarks (dist.c): data parallelism over the
  * world, or each rank alone (alone: groups of one, no reduction); serial
  * tensors, one stage, one micro-batch. */

@@ -11,7 +11,7 @@ static void describe(const cb_pp_opts *o, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "--recompute %s", o->recompute ? o->recompute : "none");
     if (o->recompute_method && n < (int)cap)
         n += snprintf(buf + n, cap - n, " --recompute-method %s", o->recompute_method);
-    if (o->recompute_layers && n < (int)cap)
+    if (o->recompute_layers != CB_PP_UNSET && n < (int)cap)
         snprintf(buf + n, cap - n, " --recompute-layers %d", o->recompute_layers);
 }
 

@@ -316,14 +316,11 @@ static int dist_opts(trainer *t, cb_err *e) {
     const cb_pp_opts *po = &o->pipe;
     cb_dist *d = &t->d;
     cb_grid *g = &d->g;
-    d->M = o->accum, d->partition = po->partition, d->mem_weight = po->memory_weight;
-    d->print_partition = po->print_partition, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
-    d->block_units = 1, d->profile = !po->no_profile;
-    int r = cb_pp_parse_schedule(po->schedule, &d->sched, e);
-    if (!r) r = cb_dist_recompute(d, po->recompute, po->recompute_method, po->recompute_layers,
-                                  po->recompute_layers != 0, e);
+    int r = cb_dist_pipeline(d, g->pp, po, e);
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
+    if (!r) r = cb_dist_parse_size(o->max_memory, &d->max_memory, e);
     if (r) return r;
+    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb, d->block_units = 1;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;

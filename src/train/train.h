@@ -11,30 +11,14 @@
 #include "cubist.h"
 #include "data/loader.h"
 #include "dp/dp.h"
+#include "api/flags.h"
 #include "optim/adamw.h"
 
-/* Pipeline flags of `cubist train` (the engine: src/graph). */
-/* An int flag not given. Flags not given are NULL, NAN or this, so that
- * pipeline flags without --pp can be refused (cb_pp_opts_resolve). */
-#define CB_PP_UNSET INT_MIN
-
-typedef struct cb_pp_opts {
-    const char *schedule;  /* gpipe | 1f1b | interleaved (NULL: 1f1b) */
-    int micro_batches;     /* M (unset: the --grad-accum value) */
-    int virtual_stages;    /* chunks per rank, interleaved only (unset: 1; interleaved 2) */
-    const char *partition; /* auto, equal or a list of module boundaries (NULL: auto) */
-    double memory_weight;  /* NAN: 0.8 */
-    int no_profile, print_partition;
-    const char *recompute; /* none | block | selective (gpt_rc) */
-    const char *recompute_method; /* block | uniform (NULL: block) */
-    int recompute_layers;  /* block: the first n blocks of each chunk, 0 all; uniform: groups */
-} cb_pp_opts;
-
-void cb_pp_opts_defaults(cb_pp_opts *o);
-/* For --pp pp: --micro-batches and --virtual-stages >= 1 where given;
- * --micro-batches M becomes *accum (refused when --grad-accum disagrees),
- * so at pp = 1 it means --grad-accum; the other pipeline flags need
- * pp > 1; then the defaults of what was not given. CB_EINPUT, one line. */
+/* For --pp pp: the pipeline and recompute flags checked by the rules
+ * every program shares (cb_dist_pipeline, api/flags.h); --micro-batches M
+ * becomes *accum (refused when --grad-accum disagrees), so at pp = 1 it
+ * means --grad-accum (the engine takes the defaults of what was not
+ * given). CB_EINPUT, one line. */
 int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e);
 
 typedef struct cb_train_opts {
@@ -60,6 +44,7 @@ typedef struct cb_train_opts {
     const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/dp/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
+    const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
