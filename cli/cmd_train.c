@@ -177,7 +177,9 @@ int cmd_train(int argc, char **argv) {
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
     cb_comm *w = cb_comm_world();
-    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
+    cli_train_log log;
+    cb_train_sink sink = cli_train_sink(&log, &o);
+    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e)) {
         char msg[sizeof e.msg + 8];
         snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
         cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED

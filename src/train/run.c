@@ -80,15 +80,15 @@ static long peak_rss_bytes(void) {
 }
 
 typedef struct run_state {
-    FILE *log;
+    const cb_train_sink *sink; /* world rank 0: where the records go; NULL elsewhere */
     double peak, flops_per_token, t_start;
     long tokens;
-    int tty, first_step;
+    int first_step;
     cb_grid *grid;          /* NULL without MPI */
     int rank;               /* world rank: only 0 prints and writes */
     cb_comm_steplog comm;   /* with grid: the step's traffic, every rank's */
     size_t opt_bytes;       /* AdamW m and v on this rank */
-    cb_err log_err;         /* a failed write of the log (world rank 0), agreed after the step */
+    cb_err log_err;         /* a failed record (world rank 0: the log), agreed after the step */
     double slowest_ms;      /* the longest step so far: the default stall timeout */
 } run_state;
 
@@ -109,18 +109,16 @@ static void comm_start(run_state *r) {
     if (r->grid) cb_comm_steplog_mark(&r->comm);
 }
 
-/* The step's communication fields (comm/stats.h); zeros without MPI. */
-static void log_comm(run_state *r) {
-    if (!r->grid) {
-        fprintf(r->log, ",\"comm_bytes\":0,\"comm_bytes_recv\":0,\"comm_calls\":0,\"comm_ms\":0");
-        return;
-    }
-    size_t n = cb_comm_steplog_json(&r->comm, NULL, 0) + 1;
+/* The step's communication fields (comm/stats.h) as ',"key":value'
+ * pairs, allocated; zeros without MPI. */
+static char *comm_fields(run_state *r) {
+    static const char ZERO[] = ",\"comm_bytes\":0,\"comm_bytes_recv\":0,\"comm_calls\":0,\"comm_ms\":0";
+    size_t n = r->grid ? cb_comm_steplog_json(&r->comm, NULL, 0) + 1 : sizeof ZERO;
     char *buf = malloc(n);
     if (!buf) cb_comm_fatal("out of memory for the log's communication fields");
-    cb_comm_steplog_json(&r->comm, buf, n);
-    fputs(buf, r->log);
-    free(buf);
+    if (r->grid) cb_comm_steplog_json(&r->comm, buf, n);
+    else memcpy(buf, ZERO, sizeof ZERO);
+    return buf;
 }
 
 /* Every rank ends with the same status and message (rank order decides). */
@@ -140,41 +138,24 @@ static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, in
     return agree(w, rc, e);
 }
 
-/* One step's log object and progress line; extra (may be empty) is appended
- * to the object, e.g. the pipeline's per-stage fields. */
+/* One step's record to the sink (world rank 0); its failure is kept in
+ * r->log_err, agreed after the step. pp: the pipeline's fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
-                   float val_loss, const char *extra) {
+                   float val_loss, const char *pp) {
     long step_tokens = (long)o->B * o->T * o->accum;
     r->tokens += step_tokens;
+    if (!r->sink) return;
     double tps = step_tokens / (st->step_ms / 1e3);
-    double mfu = tps * r->flops_per_token / (r->peak * 1e9);
-    if (r->log) {
-        fprintf(r->log,
-                "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%ld,"
-                "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
-                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"opt_state_bytes\":%zu,"
-                "\"comm_wait_ms\":%.3f",
-                step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
-                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(), r->opt_bytes, st->comm_wait_ms);
-        log_comm(r);
-        if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
-        fprintf(r->log, "%s}\n", extra);
-        if ((fflush(r->log) || ferror(r->log)) && !r->log_err.code)
-            cb_fail(&r->log_err, CB_ESYS, "--log %s: writing step %d failed: %s; free space or "
-                                          "choose another path, then --resume",
-                    o->log, step, strerror(errno));
-    }
-    if (o->quiet || r->rank) return;
-    double elapsed = omp_get_wtime() - r->t_start;
-    double eta = elapsed / (step - r->first_step) * (o->steps - step);
-    int every = o->steps >= 20 ? o->steps / 20 : 1;
-    if (!r->tty && step % every && step != o->steps && isnan(val_loss)) return;
-    fprintf(stderr, "%sstep %d/%d | loss %.4f", r->tty ? "\r\033[K" : "", step, o->steps,
-            st->loss);
-    if (!isnan(val_loss)) fprintf(stderr, " | val %.4f", val_loss);
-    fprintf(stderr, " | %.0f tok/s | MFU %.1f%% | ETA %.0fs%s", tps, 100 * mfu, eta,
-            r->tty ? "" : "\n");
-    if (r->tty && (step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
+    char *comm = o->log ? comm_fields(r) : NULL;
+    cb_train_record rec = {.step = step, .first_step = r->first_step, .st = *st,
+                           .tokens = (double)r->tokens, .tokens_per_s = tps,
+                           .mfu = tps * r->flops_per_token / (r->peak * 1e9),
+                           .elapsed_s = omp_get_wtime() - r->t_start,
+                           .peak_rss_bytes = peak_rss_bytes(), .opt_state_bytes = r->opt_bytes,
+                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp};
+    cb_err e = {0};
+    if (r->sink->step(r->sink->ctx, &rec, &e) && !r->log_err.code) r->log_err = e;
+    free(comm);
 }
 
 /* ------------------------------------------------------------ the trainer */
@@ -484,47 +465,6 @@ static int train_loop(trainer *t, const cb_tokens *val, run_state *r, cb_err *e)
     return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
 }
 
-/* The step of a log line ({"step":N,...}), -1 for any other line. */
-static long line_step(const char *line) {
-    const char *key = "{\"step\":";
-    return strncmp(line, key, strlen(key)) ? -1 : strtol(line + strlen(key), NULL, 10);
-}
-
-/* --resume: the log keeps its lines up to step `resumed` (the ones after
- * it were logged by a run the checkpoint does not hold), rewritten
- * atomically, then appended to; so the resumed log is the uninterrupted one. */
-static int trim_log(const char *path, int resumed, cb_err *e) {
-    void *map;
-    size_t n, keep = 0;
-    if (access(path, F_OK)) return CB_OK;
-    int rc = fio_map(path, "check the --log path", &map, &n, e);
-    const char *s = map;
-    while (!rc && keep < n) {
-        const char *nl = memchr(s + keep, '\n', n - keep);
-        if (!nl || line_step(s + keep) > resumed) break;
-        keep = (size_t)(nl - s) + 1;
-    }
-    fio_atomic a;
-    if (!rc && keep < n && !(rc = fio_atomic_open(&a, path, e))) {
-        rc = fio_atomic_write(&a, s, keep, e);
-        if (!rc) rc = fio_atomic_commit(&a, e);
-    }
-    fio_unmap(map, n);
-    return rc;
-}
-
-static int open_log(const char *path, int resumed, FILE **f, cb_err *e) {
-    *f = NULL;
-    if (!path) return CB_OK;
-    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
-    if (rc) return rc;
-    *f = fopen(path, resumed >= 0 ? "a" : "w");
-    if (!*f)
-        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
-                       path, strerror(errno));
-    return CB_OK;
-}
-
 /* The process grid of --dp --pp --tp --tp-mode; dp defaults to the world
  * size over pp * tp. Same checks on every rank, so every rank fails alike. */
 static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
@@ -597,20 +537,11 @@ static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
 }
 
 /* --comm-report: per group and tag, min and max over the ranks. */
-/* The log's last buffered bytes may fail to land too. */
-static int close_log(run_state *r, const char *path, int rc, cb_err *e) {
-    if (r->log && fclose(r->log) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
-                     path, strerror(errno));
-    r->log = NULL;
-    return rc;
-}
-
 static void comm_report(run_state *r) {
     if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
 }
 
-int cb_train_run(const cb_train_opts *in, cb_err *e) {
+int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) {
     cb_train_opts o = *in;
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
@@ -630,14 +561,15 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_grid *g = &t.d.g;
     if ((rc = setup_grid(&o, g, e))) return rc;
     cb_tokens data = {0}, val = {0};
-    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = g, .rank = w->rank};
+    run_state r = {.peak = o.peak_gflops, .grid = g, .rank = w->rank};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
     if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
     if (!rc) rc = cb_layout_create(g, &t.d.L, e);
     if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
     if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, o.data ? &data : NULL, e);
-    if (!rc && r.rank == 0) rc = open_log(o.log, o.resume ? t.step : -1, &r.log, e);
+    if (!rc && r.rank == 0 && sink && !(rc = sink->begin(sink->ctx, o.resume ? t.step : -1, e)))
+        r.sink = sink;
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
@@ -653,7 +585,7 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
-    rc = close_log(&r, o.log, rc, e);
+    if (r.sink) rc = r.sink->end(r.sink->ctx, rc, e);
     cb_comm_steplog_free(&r.comm);
     trainer_free(&t);
     if (t.d.L) cb_layout_free(t.d.L);

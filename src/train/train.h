@@ -88,6 +88,33 @@ int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t
 void cb_act_report(FILE *f, const cb_pp_opts *o, const double *bytes, const double *none, int n,
                    double extra_frac);
 
-/* `cubist train` end to end. */
-int cb_train_run(const cb_train_opts *o, cb_err *e);
+/* One step as the command line reports it: the numbers of the progress
+ * line and of the --log object. The communication and pipeline fields
+ * come as ',"key":value' pairs (comm/stats.h builds the first from its
+ * per-group counters; empty strings when none). */
+typedef struct cb_train_record {
+    int step, first_step;   /* this step (1-based); the step this run started after */
+    cb_step_stats st;
+    double tokens;          /* trained on since step 0, every rank */
+    double tokens_per_s, mfu, elapsed_s;
+    long peak_rss_bytes;
+    size_t opt_state_bytes; /* AdamW m and v on this rank */
+    float val_loss;         /* NAN: not evaluated */
+    const char *comm_fields, *pp_fields;
+} cb_train_record;
+
+/* Where a run's records go, on world rank 0 only (cli/train_log.c):
+ * begin before the first step (resumed: the step a --resume continues
+ * from, -1 for a fresh run), step after each, end with the run's status
+ * (returns it, or its own failure). A failure ends the run on every rank
+ * with its message (a log that cannot be written: CB_ESYS). */
+typedef struct cb_train_sink {
+    void *ctx;
+    int (*begin)(void *ctx, int resumed, cb_err *e);
+    int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
+    int (*end)(void *ctx, int rc, cb_err *e);
+} cb_train_sink;
+
+/* `cubist train` end to end; the records to sink. */
+int cb_train_run(const cb_train_opts *o, const cb_train_sink *sink, cb_err *e);
 #endif
