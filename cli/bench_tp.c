@@ -24,10 +24,11 @@
  *                 the point-to-point isend/irecv of the 2-D embedding swap
  *   cpu_s         thread CPU time of the last step (CLOCK_THREAD_CPUTIME_ID,
  *                 one OpenMP thread): it includes MPI's busy polling
- *   kernel_cpu_s  the part of it inside the kernel table, timed by the
- *                 kernel profiler (src/kernels/profile.c) installed in the
- *                 layout's table: every arithmetic loop, no MPI (one
- *                 thread, so its wall time is the thread's CPU time)
+ *   kernel_cpu_s  the part of it inside the kernel table, timed in thread
+ *                 CPU time by the kernel profiler (src/kernels/profile.c)
+ *                 installed in the layout's table: every arithmetic loop
+ *                 (the layouts' own loops included since they became
+ *                 kernels), no MPI
  *   wall_s, comm_s  wall time of the last step; wall time inside MPI calls
  * The counters and timings are those of the last step (--steps, default 2:
  * the first touches every buffer).
@@ -239,6 +240,7 @@ static int tp_step(const tp_bench *b, cb_err *e) {
     cb_layout *L = d->L;
     cb_prof prof;
     cb_prof_init(&prof, L->k);
+    prof.thread_cpu = 1; /* ranks share the cores */
     L->k = cb_prof_kernels(&prof);
     double f[2 * NF] = {0}, *fm = f + NF;
     rc = run_steps(g, m, &prof, b->steps, f, e);
