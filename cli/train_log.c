@@ -1,7 +1,7 @@
-/* `cubist train`'s output on world rank 0: the progress line and the
- * --log file (one JSON object per step), fed by the library's step
- * records (cb_train_sink, src/train/train.h): the library returns numbers,
- * the command line prints them. */
+/* `cubist train`'s output on world rank 0: the startup lines, the
+ * progress line and the --log file (one JSON object per step), fed by the
+ * library's records (cb_train_sink, src/train/train.h): the library
+ * returns numbers, the command line prints them. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,7 +104,71 @@ static int log_end(void *ctx, int rc, cb_err *e) {
     return rc;
 }
 
+/* "--recompute block --recompute-method uniform --recompute-layers 2" */
+static void describe(const cb_pp_opts *o, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "--recompute %s", o->recompute ? o->recompute : "none");
+    if (o->recompute_method && n < (int)cap)
+        n += snprintf(buf + n, cap - n, " --recompute-method %s", o->recompute_method);
+    if (o->recompute_layers != CB_PP_UNSET && n < (int)cap)
+        snprintf(buf + n, cap - n, " --recompute-layers %d", o->recompute_layers);
+}
+
+static void list_mb(const double *x, int n) {
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%.1f", i ? " / " : "", x[i] / 1e6);
+}
+
+/* What the recompute plans per stage, what none would, and the
+ * recompute's share of the step's FLOPs. */
+static void act_report(const cb_train_start *s) {
+    char how[160];
+    double b = 0, z = 0;
+    int n = s->pp;
+    describe(&s->o->pipe, how, sizeof how);
+    for (int i = 0; i < n; i++) b += s->act[i], z += s->act_none[i];
+    fprintf(stderr, "cubist: activation memory planned%s: ", n > 1 ? " per stage" : "");
+    list_mb(s->act, n);
+    fprintf(stderr, " MB with %s", how);
+    if (z > b) {
+        fprintf(stderr, "; ");
+        list_mb(s->act_none, n);
+        fprintf(stderr, " MB with none: %.1f MB saved (x%.3f); the recompute's forwards add "
+                        "%.1f%% to the step's FLOPs",
+                (z - b) / 1e6, b / z, 100 * s->rc_flops_frac);
+    } else if (s->rc_flops_frac > 0) {
+        fprintf(stderr, " (none plans as much); the recompute's forwards add %.1f%% to the step's "
+                        "FLOPs", 100 * s->rc_flops_frac);
+    }
+    fprintf(stderr, "\n");
+}
+
+/* The startup lines: the model and machine, the grid, the activations. */
+static void log_start(void *ctx, const cb_train_start *s) {
+    const cb_train_opts *o = ((cli_train_log *)ctx)->o, *r = s->o;
+    if (o->quiet) return;
+    const cb_gpt_config *c = &r->model;
+    fprintf(stderr,
+            "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
+            c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab, s->params, r->B, r->T,
+            r->accum, s->threads, s->blas, s->peak_gflops, s->kernels);
+    if (s->pp > 1)
+        fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
+                        "sequences, tensor %s x %d, data x %d\n",
+                s->pp, s->schedule, s->M, r->B, s->layout, s->tp, s->dp);
+    else if (s->tp > 1)
+        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", r->tp_mode, s->tp,
+                s->layout);
+    if (s->dp > 1)
+        fprintf(stderr,
+                "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
+                "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
+                s->dp, s->rows, s->buckets, r->bucket_mb, r->zero, s->adam_bytes / 1e6, s->embed,
+                strcmp(r->embed_grad, "auto") ? "" : " (auto)");
+    if (s->act) act_report(s);
+}
+
 cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o) {
     *l = (cli_train_log){.o = o};
-    return (cb_train_sink){.ctx = l, .begin = log_begin, .step = log_step, .end = log_end};
+    return (cb_train_sink){.ctx = l, .begin = log_begin, .start = log_start, .step = log_step,
+                           .end = log_end};
 }

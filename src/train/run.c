@@ -491,39 +491,10 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     return rc;
 }
 
-static void startup_line(const cb_train_opts *o, const trainer *t, const run_state *r) {
-    if (o->quiet || r->rank) return;
-    size_t np, adam;
-    cb_model_sizes(t->m, &np, &adam);
-    const cb_grid *g = &t->d.g;
-    fprintf(stderr,
-            "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
-            o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
-            np, o->B, o->T, o->accum, omp_get_max_threads(), openblas_get_corename(), r->peak,
-            cb_kernels_note());
-    if (g->pp > 1)
-        fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
-                        "sequences, tensor %s x %d, data x %d\n",
-                g->pp, cb_pp_schedule_name(t->d.sched), t->m->M, o->B, t->d.L->ops->name, g->tp,
-                g->dp);
-    else if (g->tp > 1)
-        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode, g->tp,
-                t->d.L->ops->name);
-    if (g->dp == 1) return;
-    const cb_dp *d = &t->m->dp;
-    fprintf(stderr,
-            "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
-            "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
-            d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero,
-            8.0 * (d->hi - d->lo) / 1e6, cb_dp_embed_name(d),
-            strcmp(o->embed_grad, "auto") ? "" : " (auto)");
-}
-
-/* Collective over the pipeline group; world rank 0 prints what the
- * recompute plans per stage, what none would, and the recompute's share of
- * the step's FLOPs (all stages). */
-static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
+/* The activation plan per pipeline stage, with and without recompute, and
+ * the recompute's forward FLOPs over the step's (all stages): v[0, p),
+ * v[p, 2p), v[2p]. Collective over the pipeline group. */
+static double *act_plan(const trainer *t) {
     const cb_model *m = t->m;
     int p = t->d.g.pp, me = t->d.g.at.p;
     double *v = calloc(2 * (size_t)p + 1, sizeof *v);
@@ -532,8 +503,30 @@ static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
     v[p + me] = (double)m->act_none_bytes;
     v[2 * p] = m->rc_flops;
     cb_comm_allreduce_f64((cb_comm *)&t->d.g.ppg, "report", v, v, 2 * (size_t)p + 1, CB_COMM_SUM);
-    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, v[2 * p] / m->flops);
-    free(v);
+    v[2 * p] /= m->flops;
+    return v;
+}
+
+/* The setup to the sink (world rank 0); the activation plan gathered on
+ * every rank unless --quiet. */
+static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r) {
+    const cb_grid *g = &t->d.g;
+    double *act = o->quiet ? NULL : act_plan(t);
+    size_t np, adam;
+    cb_model_sizes(t->m, &np, &adam);
+    const cb_dp *d = &t->m->dp;
+    int dp = g->dp > 1;
+    cb_train_start s = {.o = o, .params = np, .threads = omp_get_max_threads(),
+                        .blas = openblas_get_corename(), .kernels = cb_kernels_note(),
+                        .peak_gflops = r->peak, .dp = g->dp, .pp = g->pp, .tp = g->tp, .M = t->m->M,
+                        .schedule = cb_pp_schedule_name(t->d.sched), .layout = t->d.L->ops->name,
+                        .rows = t->rows, .buckets = dp ? d->nb + d->nsplit : 0,
+                        .adam_bytes = dp ? 8.0 * (double)(d->hi - d->lo) : 0,
+                        .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
+                        .act_none = act ? act + g->pp : NULL,
+                        .rc_flops_frac = act ? act[2 * g->pp] : 0};
+    if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
+    free(act);
 }
 
 /* --comm-report: per group and tag, min and max over the ranks. */
@@ -580,8 +573,7 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
         cb_model_sizes(t.m, &np, &r.opt_bytes);
         r.opt_bytes *= sizeof(float);
         comm_start(&r);
-        startup_line(&o, &t, &r);
-        if (!o.quiet) act_report(&o, &t, r.rank);
+        start_record(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }

@@ -82,11 +82,6 @@ int cb_state_check_pair(const char *weights_path, const cb_st_file *state, const
 /* An unsigned number from a checkpoint's metadata (step, data position...). */
 int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out, cb_err *e);
 
-/* The startup line on activation memory (act_report.c): planned bytes
- * under o's recompute and under none, per stage (n of them; 1 without
- * --pp), and the recompute's extra forward FLOPs over the step's. */
-void cb_act_report(FILE *f, const cb_pp_opts *o, const double *bytes, const double *none, int n,
-                   double extra_frac);
 
 /* One step as the command line reports it: the numbers of the progress
  * line and of the --log object. The communication and pipeline fields
@@ -103,14 +98,34 @@ typedef struct cb_train_record {
     const char *comm_fields, *pp_fields;
 } cb_train_record;
 
+/* The run as the command line reports it before the first step: the
+ * model and batch (o, resolved), this rank's parameters, the machine, the
+ * grid, data parallelism's buckets and the activation plan per pipeline
+ * stage with and without recompute. */
+typedef struct cb_train_start {
+    const cb_train_opts *o;
+    size_t params;           /* floats on this rank */
+    int threads;
+    const char *blas, *kernels;
+    double peak_gflops;
+    int dp, pp, tp, M;
+    const char *schedule, *layout; /* the pipeline's; the tensor layout's name */
+    int rows, buckets;       /* dp > 1: rows per rank, fusion buckets */
+    double adam_bytes;       /* dp > 1: AdamW state per rank */
+    const char *embed;       /* dp > 1: the embedding gradient's path */
+    const double *act, *act_none; /* pp of them, NULL under --quiet */
+    double rc_flops_frac;    /* the recompute's forwards over the step's FLOPs */
+} cb_train_start;
+
 /* Where a run's records go, on world rank 0 only (cli/train_log.c):
- * begin before the first step (resumed: the step a --resume continues
- * from, -1 for a fresh run), step after each, end with the run's status
+ * begin once the model is built (resumed: the step a --resume continues
+ * from, -1 for a fresh run), start with the setup, step after each, end with the run's status
  * (returns it, or its own failure). A failure ends the run on every rank
  * with its message (a log that cannot be written: CB_ESYS). */
 typedef struct cb_train_sink {
     void *ctx;
     int (*begin)(void *ctx, int resumed, cb_err *e);
+    void (*start)(void *ctx, const cb_train_start *s);
     int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
     int (*end)(void *ctx, int rc, cb_err *e);
 } cb_train_sink;
