@@ -185,14 +185,15 @@ static int measure(const vcase *c, const char *dir, const plan_opts *o, int over
 
 /* --profile, one process: `cubist bench`'s per-kernel-class profile of the
  * same model and step beside the prediction's split (cb_plan_pred.kern and
- * the update), ms per step: where a miss comes from. Wall time: on a
- * loaded machine it is inflated like the step. */
+ * the update), ms per step: where a miss comes from. One thread in its CPU
+ * time (the load does not inflate it); two in wall time (inflated on a
+ * loaded machine like the step). */
 static void profile(const vcase *c, const cb_plan_pred *p) {
     char cmd[1024], out[8192];
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
              "--heads %d --vocab 256 --ctx %d --seq-lens %d --batch %d --threads %d --no-torch "
-             "--json --steps 3 2>/dev/null", c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T,
-             c->B, c->threads);
+             "--json --steps 3%s 2>/dev/null", c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T,
+             c->B, c->threads, c->threads == 1 ? " --kernel-cpu" : "");
     json_val v;
     json_error je;
     if (plan_run(cmd, "{", out, sizeof out) || !out[0] || json_parse(out, strlen(out), &v, &je)) {
