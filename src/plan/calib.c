@@ -66,7 +66,8 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_clus
     c->natt = 0;
     for (int hs = 16; hs <= 128; hs *= 2, c->natt++) {
         c->att_hs[c->natt] = hs;
-        c->att_eff[c->natt] = fmin(1, flops / pr->attention(pr->ctx, B, T, C, C / hs) / c->peak_flops);
+        double t = pr->attention(pr->ctx, B, T, C, C / hs);
+        c->att_eff[c->natt] = fmin(1, flops / t / c->peak_flops);
     }
     c->attn_efficiency = c->att_eff[2];
 }

@@ -178,7 +178,8 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
     for (int i = 0; i < L; i++) item[1 + i] = layer_fwd_s(j->cluster, blk, l, tok);
     item[L + 1] = layer_fwd_s(j->cluster, head, l, tok);
     stage s = slowest_stage(item, L + 2, parts);
-    if (blk->count > L) s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L, s.nbound = 0;
+    if (blk->count > L) /* the split is of 128 blocks: no stage boundaries */
+        s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L, s.nbound = 0;
     const cb_plan_layer *ly[3] = {emb, blk, head};
     double n[3] = {s.embed, s.blocks, s.head};
     for (int i = 0; i < 3; i++) {
@@ -302,8 +303,8 @@ static embed_x embed_exchange(const cb_plan_job *j, const cb_plan_layout *l, dou
  * split wte's own, wpe's own and the rest. */
 static double buckets(const cb_plan_job *j, const cb_plan_layout *l, double n) {
     const cb_gpt_config *g = &j->model->gpt;
-    double per = (double)cb_dp_bucket_floats(j->bucket_bytes / 1e6), wte = (double)g->vocab * g->d_model;
-    double wpe = (double)g->seq_len * g->d_model;
+    double per = (double)cb_dp_bucket_floats(j->bucket_bytes / 1e6);
+    double wte = (double)g->vocab * g->d_model, wpe = (double)g->seq_len * g->d_model;
     if (l->embed == CB_DP_EMBED_SPARSE) return ceil((n - wte) / per);
     if (l->embed == CB_DP_EMBED_SPLIT)
         return ceil(wte / per) + ceil(wpe / per) + ceil((n - wte - wpe) / per);
@@ -361,7 +362,8 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
     double n = p->mem_grads / 4, nb = buckets(j, l, n);
-    double wte = l->embed == CB_DP_EMBED_SPARSE ? (double)j->model->gpt.vocab * j->model->gpt.d_model : 0;
+    const cb_gpt_config *g = &j->model->gpt;
+    double wte = l->embed == CB_DP_EMBED_SPARSE ? (double)g->vocab * g->d_model : 0;
     embed_x x = embed_exchange(j, l, S);
     /* ZeRO-1, as cb_comm counts rank 0: the buckets' reduce-scatter sends
      * all but its own shard [0, n/dp) of [wte, n), the parameters'
@@ -371,7 +373,8 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
                           : cb_plan_ring_allreduce(l->dp, 4 * (n - wte));
     p->dp_bytes = ring + x.bytes + cb_plan_ring_allreduce(l->dp, 4);
     p->dp_calls = nb + (l->zero ? 1 : 0) + x.calls + 1;
-    double buckets_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, ring, nb + l->zero);
+    double buckets_s =
+        cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, ring, nb + l->zero);
     p->dp_s = buckets_s + x.s;
     p->dp_exposed_s = maxf(buckets_s / nb, buckets_s - bwd_s) + x.s;
     p->mem_comm += x.buf;
