@@ -201,6 +201,7 @@ badfile "zero nodes" nodes "c['nodes'] = 0"
 badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = 'fast'"
 badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
+badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?
