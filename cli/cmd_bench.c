@@ -35,6 +35,7 @@ typedef struct bench_result {
     int T;
     size_t params; /* cubist's model; PyTorch's must be the same */
     double tokens_per_s, gflops, mfu, step_ms, fwd_ms, bwd_ms, opt_ms, prof[PROF_N];
+    double rnd[CB_RND_N]; /* bf16 rounding passes per step, ms (kernels.h) */
     double torch_tokens_per_s;
     double graph_tokens_per_s; /* --graph */
 } bench_result;
@@ -43,6 +44,7 @@ typedef struct bench_result {
  * PyTorch's under bf16 autocast, beside the fp32 rows */
 typedef struct bench_bf16 {
     double tokens_per_s, gflops, mfu, step_ms, prof[PROF_N], torch_tokens_per_s;
+    double rnd[CB_RND_N];
 } bench_bf16;
 
 
@@ -139,6 +141,8 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     cb_model_step_info in, sum = {0};
     cb_model_train_step(m, ids, ids + n, 0, NULL);
     cb_prof_reset(&prof);
+    double rnd0[CB_RND_N];
+    cb_kernels_bf16_round_ms(rnd0);
     for (int s = 1; s <= b->steps; s++) {
         cb_model_train_step(m, ids, ids + n, s, NULL);
         cb_model_last_step(m, &in);
@@ -155,6 +159,8 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     r->bwd_ms = sum.backward_ms / b->steps;
     r->opt_ms = sum.update_ms / b->steps;
     for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
+    cb_kernels_bf16_round_ms(r->rnd);
+    for (int i = 0; i < CB_RND_N; i++) r->rnd[i] = (r->rnd[i] - rnd0[i]) / b->steps;
     r->tokens_per_s = (double)n / (r->step_ms / 1e3);
     r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&c, T) / 1e9;
     r->mfu = r->gflops / peak;
@@ -176,6 +182,7 @@ static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16
     cb_kernels_select(CB_PREC_FP32, e);
     r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
     memcpy(r->prof, x.prof, sizeof r->prof);
+    memcpy(r->rnd, x.rnd, sizeof r->rnd);
     return rc;
 }
 
@@ -224,7 +231,10 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
            "step %.0f ms (%s)\n           by kernel:",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms, cb_kernels_bf16_note());
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
-    printf(" ms\n  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
+    printf(" ms\n           of which rounding to bf16: activations %.1f, again in backward %.1f, "
+           "gradients %.1f, weights %.1f ms\n",
+           r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD], r->rnd[CB_RND_WEIGHT]);
+    printf("  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
                r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
@@ -257,7 +267,9 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                    "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
                    r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
-            printf("}");
+            printf(",\"round_ms\":{\"act_fwd\":%.2f,\"act_bwd\":%.2f,\"grad\":%.2f,\"weight\":%.2f}}",
+                   r16[i].rnd[CB_RND_ACT_FWD], r16[i].rnd[CB_RND_ACT_BWD], r16[i].rnd[CB_RND_GRAD],
+                   r16[i].rnd[CB_RND_WEIGHT]);
         }
         printf("}");
     }

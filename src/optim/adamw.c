@@ -43,7 +43,7 @@ static int decays(const cb_adamw_config *c, const cb_tensor_info *t) {
 }
 
 void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads,
-                   const cb_tensor_info *tensors, int ntensor, float lr) {
+                   float gs, const cb_tensor_info *tensors, int ntensor, float lr) {
     const cb_adamw_config *c = &o->c;
     o->t++;
     if (ntensor > 0)
@@ -55,7 +55,7 @@ void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float 
         if (b > o->hi) b = o->hi;
         if (a >= b) continue;
         float wd = decays(c, &tensors[i]) ? c->weight_decay : 0.0f;
-        k->adamw(k, params + a, grads + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr,
+        k->adamw(k, params + a, grads + a, gs, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr,
                  c->beta1, c->beta2, c->eps, wd, bc1, bc2);
     }
 }
