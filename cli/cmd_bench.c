@@ -71,7 +71,8 @@ static void torch_line(const char *line, double *tps, double *params, char *last
 }
 
 /* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
- * OpenBLAS's own core detection) on the same model (context ctx, so wpe has
+ * OpenBLAS's own core detection, the fastest of its program variants in
+ * this run: --variant best) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
 static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, double *out,
@@ -80,7 +81,7 @@ static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, do
     snprintf(cmd, sizeof cmd,
              "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
-             "--steps %d%s 2>&1",
+             "--steps %d --variant best%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
              b->threads, b->steps, bf16 ? " --bf16" : "");
     FILE *p = popen(cmd, "r");
@@ -220,8 +221,8 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
                "  ratio    %8.2fx the above\n",
                r->graph_tokens_per_s, r->graph_tokens_per_s / r->tokens_per_s);
     if (!b->no_torch)
-        printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; OMP_WAIT_POLICY=PASSIVE, own BLAS "
-               "detection)\n  ratio    %8.2fx PyTorch\n",
+        printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; fastest variant, "
+               "OMP_WAIT_POLICY=PASSIVE, own BLAS detection)\n  ratio    %8.2fx PyTorch\n",
                r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
@@ -374,7 +375,9 @@ static const char BENCH_EPILOG[] =
     "also written to the cache `cubist train` reads. PyTorch (bench/torch_bench.py)\n"
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
     "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
-    "settings on this machine; if it fails, the benchmark fails (or pass --no-torch).\n"
+    "settings on this machine, each of its program variants in turn (functional,\n"
+    "nn.Module, foreach AdamW, baddbmm attention), the fastest kept; if it fails, the\n"
+    "benchmark fails (or pass --no-torch).\n"
     "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"
     "autocast, with MFU against the bf16 GEMM peak (a %d^3 oneDNN bf16 matmul) measured\n"
     "in the same run; --peak prints both peaks.\n"
