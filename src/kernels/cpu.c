@@ -192,7 +192,9 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
 void cb_cpu_causal_softmax(float *s, int T) {
     for (int t = 0; t < T; t++) {
         float *r = s + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= t; j++) {
             r[j] = exp_approx(r[j] - mx);
             sum += r[j];
@@ -228,6 +230,7 @@ void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale) {
     for (int t = 0; t < T; t++) {
         float *d = dp + (size_t)t * T, dot = 0.0f;
         const float *r = p + (size_t)t * T;
+#pragma omp simd reduction(+ : dot)
         for (int j = 0; j <= t; j++) dot += r[j] * d[j];
         for (int j = 0; j <= t; j++) d[j] = r[j] * (d[j] - dot) * scale;
         for (int j = t + 1; j < T; j++) d[j] = 0.0f;
@@ -293,6 +296,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < V; j++) mx = r[j] > mx ? r[j] : mx;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) {
