@@ -32,12 +32,13 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)N * V; i++) lg[i] = (float)(i % 17) * 0.2f;
         double t0 = omp_get_wtime(), t;
 #pragma omp parallel for schedule(static)
-        for (int bh = 0; bh < BH; bh++) cb_cpu_causal_softmax(s + (size_t)bh * T * T, T);
+        for (int bh = 0; bh < BH; bh++) cb_cpu_masked_softmax(s + (size_t)bh * T * T, T, T, T, T, 1);
         t = ms_since(t0), best[0] = t < best[0] ? t : best[0];
         t0 = omp_get_wtime();
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < BH; bh++)
-            cb_cpu_softmax_backward(d + (size_t)bh * T * T, s + (size_t)bh * T * T, T, 0.125f);
+            cb_cpu_masked_softmax_backward(d + (size_t)bh * T * T, s + (size_t)bh * T * T, T, T, T, T, 1,
+                                           0.125f);
         t = ms_since(t0), best[1] = t < best[1] ? t : best[1];
         t0 = omp_get_wtime();
         k->crossentropy_forward(k, loss, lg, tg, N, V);
