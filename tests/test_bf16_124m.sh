@@ -23,8 +23,8 @@
 # 22, where both gradient norms spike to 335-356; median 1.3e-4), last 20 steps 6.7e-5,
 # validation 2.44698 against 2.44694 (1.9e-5).
 # Cost: 2 x 200 steps of 85M parameters on one thread each, side by side:
-# 6.5 minutes measured under a load average of 20 on the 2 cores; the
-# step rates of a quiet machine put it at 1 to 2 minutes.
+# 106 s of CPU time in all (5.3 minutes of wall time under a load average
+# of 22 on the 2 cores), so about a minute on 2 quiet cores.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 kjv_tokens "bf16 124m"
