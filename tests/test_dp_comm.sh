@@ -9,8 +9,9 @@
 #    no step's figures include them
 #  - cubist bench --dp-step: buckets start inside backward, all but those
 #    overlapping the embeddings (dense) or wpe (split: wte's start after
-#    the head's backward); --allreduce and --embed-grad run and print
-#    their figures
+#    the head's backward); --allreduce and --embed-grad (GPT's tied wte,
+#    and --model ncf's four untied tables) run and print their figures,
+#    each path's measured bytes and buffers equal to its formulas
 #  - a --bucket-mb giving more than 65536 buckets, and bench --dp-step's
 #    --embed-mode bogus and --no-comm with a batch the ranks do not divide:
 #    exit 2, one line
@@ -103,11 +104,22 @@ else
     fail "bench --allreduce: $(head -c 400 ar.out | tr '\n' '|') $(head -c 200 ar.err)"
 fi
 if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --embed-grad "${TINY[@]}" --batch 2 >eg.out 2>eg.err &&
-        [ "$(grep -cE '^ +(2|4|8|16|32|64) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' eg.out)" = 6 ] &&
+        [ "$(grep -cE '^ +(2|4|8|16|32|64)( +[0-9.]+){6}$' eg.out)" = 6 ] &&
         grep -q 'measured at 2 ranks.*formulas match' eg.out; then
-    pass "bench --embed-grad: 6 rows (2..64 ranks), measured exchange at 2 ranks matches"
+    pass "bench --embed-grad: 6 rows (2..64 ranks), measured dense, sparse and split exchanges at 2 ranks match"
 else
     fail "bench --embed-grad: $(head -c 600 eg.out | tr '\n' '|') $(head -c 200 eg.err)"
+fi
+
+# NCF's four untied tables: the same table (the 10^6 x 10^5 shape, formulas only) and
+# the measured exchange of a small NeuMF under each path
+if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --embed-grad --model ncf >egn.out 2>egn.err &&
+        [ "$(grep -cE '^ +(2|4|8|16|32|64)( +[0-9.]+){6}$' egn.out)" = 6 ] &&
+        grep -q "^NCF's 4 embedding tables" egn.out &&
+        grep -q 'measured at 2 ranks (ncf.*formulas match' egn.out; then
+    pass "bench --embed-grad --model ncf: 6 rows, measured dense, sparse and split exchanges at 2 ranks match"
+else
+    fail "bench --embed-grad --model ncf: $(head -c 600 egn.out | tr '\n' '|') $(head -c 200 egn.err)"
 fi
 
 # --- too many buckets: 1e-9 MB is one float per bucket, d 64 has 117k floats

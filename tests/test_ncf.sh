@@ -83,6 +83,20 @@ layout tp1d2 serial 2 --tp 2 --tp-mode 1d
 layout tp2d4 serial 4 --tp 4 --tp-mode 2d
 layout tp3d8 serial 8 --tp 8 --tp-mode 3d
 layout dp2_zero1 serial 2 --dp 2 --zero 1
+# the embedding-gradient paths (--embed-grad, src/dp/dp.h) on NCF's four untied tables; each
+# run's startup line names the path it took, so a run that fell back to dense fails
+layout dp2_sparse serial 2 --dp 2 --embed-grad sparse
+layout dp2_split serial 2 --dp 2 --embed-grad split
+layout dp2_split_zero1 serial 2 --dp 2 --zero 1 --embed-grad split
+layout dp2_sparse_accum4 accum 2 --dp 2 --embed-grad sparse --grad-accum 4
+layout dp2_split_accum4 accum 2 --dp 2 --embed-grad split --grad-accum 4
+for label in dp2_sparse dp2_split dp2_split_zero1 dp2_sparse_accum4 dp2_split_accum4; do
+    want=${label#dp2_}; want=${want%%_*}
+    grep -q "embedding gradient $want\$" "$label.log" && pass "ncf $label: took the $want path" \
+        || fail "ncf $label: the startup line names another path: $(grep '^ncf:' "$label.log")"
+done
+grep -q 'embedding gradient split$' dp2_zero1.log && pass "ncf dp2 auto: split (p x rows x 4 <= each table's rows)" \
+    || fail "ncf dp2 auto: $(grep '^ncf:' dp2_zero1.log)"
 layout pp2_1f1b_m4 accum 2 --pp 2 --schedule 1f1b --micro-batches 4
 layout pp2_tp3d8 accum 16 --pp 2 --tp 8 --tp-mode 3d --schedule 1f1b --micro-batches 4
 # the build-time workspace plan covers NCF's operators: no layout's slot grew during a step
