@@ -38,6 +38,13 @@
  * group and summed into the dense gradient by every rank. Its volume grows
  * with the number of ranks; the dense all-reduce's does not.
  *
+ * Both paths apply to each of a model's lookup tables (cb_dp_model: the
+ * leading tensors, each read by one lookup; NCF has four); an untied table
+ * has no head share: no buckets of its own on the split path, no V dense
+ * slices on the sparse one, only its lookup rows. The rows come from each
+ * lookup's backward (cb_dp_lookup_rows), as it runs: the engine reuses the
+ * gradient buffers of values once their producer's backward is done.
+ *
  * ZeRO-1: rank r owns the parameters [S_r, S_r+1) with S_r = r * n / p; its
  * AdamW moments cover only that range; after the update the parameter shards
  * are all-gathered. */
