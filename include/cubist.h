@@ -282,8 +282,21 @@ cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out);
  * and v of its own heads (GPT-2's attn.c_attn). */
 cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C);
 /* Causal multi-head self-attention of width C on whole sequences; heads
- * divide C (and must divide by tp in 1d, by q in 2d and 3d). No tensors. */
+ * divide C (and must divide by tp in 1d, by q in 2d and 3d). No tensors.
+ * cb_model_attention_flags(..., CB_ATTN_CAUSAL) is the same. */
 cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads);
+/* Attention with a choice of masks: CB_ATTN_CAUSAL (query i sees keys
+ * j <= i; without it, bidirectional), CB_ATTN_PADDED (the lengths of
+ * cb_model_set_lengths mask keys at positions >= the sequence's length;
+ * query rows there are padding: their output is zero and passes no
+ * gradient). Serves self-attention (cb_op_attention) and cross-attention
+ * (cb_op_cross_attention). */
+enum { CB_ATTN_CAUSAL = 1, CB_ATTN_PADDED = 2 };
+cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int heads,
+                                   unsigned flags);
+/* The key-value projection of cross-attention, [C, 2C], sections k | v
+ * split per head like cb_model_linear_qkv's. */
+cb_layer *cb_model_linear_kv(cb_model *m, const char *name, int C);
 cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C);
 /* The standard deviation of a linear's or an embedding's normal initial
  * weights (0.02 unless set; GPT-2 scales its residual projections by
@@ -299,6 +312,10 @@ cb_act *cb_op_linear(cb_layer *linear, const cb_act *x);
 cb_act *cb_op_layernorm(cb_layer *norm, const cb_act *x);
 /* qkv: the output of a cb_model_linear_qkv layer; C features out */
 cb_act *cb_op_attention(cb_layer *attention, const cb_act *qkv);
+/* Cross-attention: queries q (the output of a cb_model_linear of width C)
+ * attend to keys and values kv (a cb_model_linear_kv's output) of the
+ * same sequences; both linears read the residual stream. C features out. */
+cb_act *cb_op_cross_attention(cb_layer *attention, const cb_act *q, const cb_act *kv);
 cb_act *cb_op_gelu(const cb_act *x); /* tanh approximation */
 cb_act *cb_op_add(const cb_act *a, const cb_act *b);
 /* The loss, ending the graph: the embedding's tied LM head on x (parity 0)
@@ -389,6 +406,11 @@ typedef struct cb_model_step_info {
     double step_ms, forward_ms, backward_ms, wait_ms, update_ms, bubble;
 } cb_model_step_info;
 void cb_model_last_step(const cb_model *m, cb_model_step_info *info);
+/* The valid length of each of this rank's rows (count of cb_model_rows,
+ * in [0, seq_len]) for the CB_ATTN_PADDED attention layers of the
+ * following steps, evaluations and probabilities; the array is read, not
+ * copied, at each of them. NULL (the default): every row whole. */
+void cb_model_set_lengths(cb_model *m, const int *lens);
 /* Forward only: the mean loss of the batch, the same on every rank. */
 float cb_model_eval(cb_model *m, const int *ids, const int *targets);
 /* Forward only, without targets: the next-token probabilities of every

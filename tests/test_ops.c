@@ -30,6 +30,7 @@ struct op_case {
     float *dout;              /* same length as t[iout] */
     int iout;                 /* index of the output L is taken over */
     int B, T, C, NH, V, IC, OC;
+    int Tk, causal;           /* general attention: key length (0: self-attention), mask */
     float dloss;
     void (*fwd)(op_case *);
     void (*bwd)(op_case *);
@@ -167,11 +168,38 @@ static void head_bwd(op_case *c) {
 }
 
 static void att_fwd(op_case *c) {
-    K->attention_forward(K, c->t[1], c->t[2], c->t[0], c->B, c->T, c->C, c->NH);
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, 1, NULL);
+    K->attention_forward(K, &a, c->t[1], c->t[2], c->t[0], c->t[0]);
 }
 static void att_bwd(op_case *c) {
-    K->attention_backward(K, c->grad[0], c->work, c->dout, c->t[0], c->t[2], c->B, c->T, c->C,
-                          c->NH);
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, 1, NULL);
+    K->attention_backward(K, &a, c->grad[0], c->grad[0], c->work, c->dout, c->t[0], c->t[0],
+                          c->t[2]);
+}
+
+/* General attention: self-attention on in.qkv with in.lens, or
+ * cross-attention of in.q (B,T,C) over in.kv (B,Tk,2C) with in.qlen,
+ * in.klen; work2 holds the lengths as ints (queries, then keys). */
+static cb_attn att_general(op_case *c) {
+    const int *len = (const int *)c->work2;
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, c->causal, len);
+    if (c->Tk) a.Tk = c->Tk, a.ldq = c->C, a.ldkv = 2 * c->C, a.koff = 0, a.voff = c->C;
+    if (c->Tk) a.klen = len + c->B;
+    int *w = (int *)c->work2, nt = c->Tk ? 2 : 1; /* the length tensors precede out.out */
+    for (int s = 0; s < nt; s++)
+        for (int b = 0; b < c->B; b++) w[s * c->B + b] = (int)c->t[c->iout - nt + s][b];
+    return a;
+}
+static void attg_fwd(op_case *c) {
+    cb_attn a = att_general(c);
+    K->attention_forward(K, &a, c->t[c->iout], c->t[c->iout + 1], c->t[0],
+                         c->Tk ? c->t[1] : c->t[0]);
+}
+static void attg_bwd(op_case *c) {
+    cb_attn a = att_general(c);
+    float *dkv = c->Tk ? c->grad[1] : c->grad[0];
+    K->attention_backward(K, &a, c->grad[0], dkv, c->work, c->dout, c->t[0],
+                          c->Tk ? c->t[1] : c->t[0], c->t[c->iout + 1]);
 }
 
 static void gelu_fwd(op_case *c) { K->gelu_forward(K, c->t[1], c->t[0], c->len[0]); }
@@ -351,6 +379,37 @@ int main(int argc, char **argv) {
     add(&at, "out.att", calloc((size_t)B * NH * T * T, 4), (size_t)B * NH * T * T, 0);
     at.work = calloc((size_t)B * NH * T * T, sizeof(float));
     run(&at, &r, 1e-2f, dir);
+
+    /* bidirectional with padding: a whole sequence, an empty one, a short one */
+    op_case ap = {.name = "attention_padded", .B = 3, .T = T, .C = C, .NH = NH, .fwd = attg_fwd,
+                  .bwd = attg_bwd};
+    float lens[3] = {(float)T, 0, 3};
+    size_t n3 = (size_t)3 * T * C;
+    add(&ap, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
+    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
+    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
+    add(&ap, "out.att", calloc((size_t)3 * NH * T * T, 4), (size_t)3 * NH * T * T, 0);
+    ap.work = calloc((size_t)3 * NH * T * T, sizeof(float));
+    ap.work2 = calloc(3, sizeof(int));
+    run(&ap, &r, 1e-2f, dir);
+    free(ap.work2);
+
+    /* causal cross-attention, 5 queries over 7 keys, padded on both sides */
+    int Tk = 7;
+    op_case ac = {.name = "attention_cross", .B = 3, .T = T, .Tk = Tk, .C = C, .NH = NH,
+                  .causal = 1, .fwd = attg_fwd, .bwd = attg_bwd};
+    float ql[3] = {(float)T, 2, 0}, kl[3] = {(float)Tk, 3, 4};
+    size_t nk = (size_t)3 * Tk * 2 * C, na = (size_t)3 * NH * T * Tk;
+    add(&ac, "in.q", randn(&r, n3, 1), n3, 1);
+    add(&ac, "in.kv", randn(&r, nk, 1), nk, 1);
+    add(&ac, "in.qlen", memcpy(malloc(sizeof ql), ql, sizeof ql), 3, 0);
+    add(&ac, "in.klen", memcpy(malloc(sizeof kl), kl, sizeof kl), 3, 0);
+    ac.iout = add(&ac, "out.out", calloc(n3, 4), n3, 0);
+    add(&ac, "out.att", calloc(na, 4), na, 0);
+    ac.work = calloc(na, sizeof(float));
+    ac.work2 = calloc(6, sizeof(int));
+    run(&ac, &r, 1e-2f, dir);
+    free(ac.work2);
 
     op_case ge = {.name = "gelu", .B = B, .T = T, .C = C, .fwd = gelu_fwd, .bwd = gelu_bwd};
     add(&ge, "in.inp", randn(&r, N * C, 2), N * C, 1);

@@ -316,7 +316,7 @@ static size_t keep_floats(const cb_model *m, const gnode *n) {
         L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
         return 2 * (size_t)rows;
     }
-    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, n->l->heads);
+    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
     if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
     if (n->kind == N_LOGIT) return 2 * (size_t)N; /* every row's logit and loss */
     return 0;
@@ -581,10 +581,10 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
 }
 
 /* Floats of the engine's own scratch: a gradient share (or a tied
- * tensor's received gradient), attention's backward; with the
- * recommendation nodes, a second share (a product's or concatenation's
- * second input), their layout scratch (layout/rec.h) and one id field of a
- * micro-batch (ints). None of them grows during a step. */
+ * tensor's received gradient), attention's backward; a second share for
+ * nodes with two inputs that may both accumulate (a product, a
+ * concatenation, cross-attention); with the recommendation nodes, their
+ * layout scratch (layout/rec.h) and one id field of a micro-batch (ints). None of them grows during a step. */
 typedef struct scratch {
     size_t tmp, att, tmp2, rec, fids;
 } scratch;
@@ -601,7 +601,7 @@ static scratch scratch_floats(const cb_model *m) {
     for (int i = 0; i < m->nnodes; i++) {
         int k = m->nodes[i].kind;
         if (k == N_ATTN && m->nodes[i].keep > s.att) s.att = m->nodes[i].keep;
-        two |= k == N_MUL || k == N_CONCAT;
+        two |= k == N_MUL || k == N_CONCAT || (k == N_ATTN && m->nodes[i].nin > 1);
         rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
     }
     for (int i = 0; i < m->ntie; i++)

@@ -116,9 +116,21 @@ cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C) {
     return linear(m, name, C, 3 * C, 3);
 }
 
+cb_layer *cb_model_linear_kv(cb_model *m, const char *name, int C) {
+    return linear(m, name, C, 2 * C, 2);
+}
+
 cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads) {
+    return cb_model_attention_flags(m, name, C, heads, CB_ATTN_CAUSAL);
+}
+
+cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int heads,
+                                   unsigned flags) {
     cb_layer *l = new_layer(m, G_ATTN, name);
-    if (l) l->C = C, l->heads = heads;
+    if (l) l->C = C, l->heads = heads, l->attn_flags = flags;
+    if (l && (flags & ~(unsigned)(CB_ATTN_CAUSAL | CB_ATTN_PADDED)))
+        declare_fail(m, CB_EINPUT, "attention %s: flags 0x%x are not CB_ATTN_CAUSAL | "
+                                   "CB_ATTN_PADDED; pass those only", name, flags);
     if (l && (heads < 1 || C < 1 || C % heads))
         declare_fail(m, CB_EINPUT, "attention %s: %d heads do not divide its width %d; choose "
                                    "heads that divide the width", name, heads, C);
@@ -242,14 +254,38 @@ cb_act *cb_op_layernorm(cb_layer *l, const cb_act *x) {
     return node(m, N_NORM, l, x, NULL, x->H, x->parity, 1);
 }
 
+/* The layouts hold whole heads and sequences of parity-1 values only:
+ * what a linear makes of the residual stream. */
+static int attn_input(cb_layer *l, const cb_act *x, int parts, const char *what) {
+    if (x->parts == parts && x->H == parts * l->C && x->parity == 1) return 1;
+    declare_fail(l->m, CB_EINPUT, "attention %s reads the output of a %s of width %d (%d x %d "
+                                  "features) applied to the residual stream (parity 0); this one "
+                                  "has %d features in %d sections, parity %d", l->name, what,
+                 l->C, parts, l->C, x->H, x->parts, x->parity);
+    return 0;
+}
+
 cb_act *cb_op_attention(cb_layer *l, const cb_act *qkv) {
     cb_model *m = owner(l, qkv, "cb_op_attention");
     if (!m || !is_kind(l, G_ATTN, "cb_op_attention")) return NULL;
-    if (qkv->parts != 3 || qkv->H != 3 * l->C)
-        declare_fail(m, CB_EINPUT, "attention %s reads the output of a cb_model_linear_qkv of "
-                                   "width %d (3 x %d features)", l->name, l->C, l->C);
+    if (!attn_input(l, qkv, 3, "cb_model_linear_qkv")) return NULL;
     if (l->parity < 0) l->parity = 1;
     return node(m, N_ATTN, l, qkv, NULL, l->C, qkv->parity, 1);
+}
+
+cb_act *cb_op_cross_attention(cb_layer *l, const cb_act *q, const cb_act *kv) {
+    cb_model *m = owner(l, q, "cb_op_cross_attention");
+    if (!m || !owner(l, kv, "cb_op_cross_attention") ||
+        !is_kind(l, G_ATTN, "cb_op_cross_attention"))
+        return NULL;
+    if (!attn_input(l, q, 1, "cb_model_linear") || !attn_input(l, kv, 2, "cb_model_linear_kv"))
+        return NULL;
+    if (l->parity < 0) l->parity = 1;
+    return node(m, N_ATTN, l, q, kv, l->C, 1, 1);
+}
+
+void cb_model_set_lengths(cb_model *m, const int *lens) {
+    if (m) m->lens = lens;
 }
 
 cb_act *cb_op_gelu(const cb_act *x) {

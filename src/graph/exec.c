@@ -75,6 +75,19 @@ static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float
     return 0.0f;
 }
 
+/* Attention node n on micro-batch mb: self-attention reads a QKV output,
+ * cross-attention queries (C) and a KV output (2C); the lengths of the
+ * step's rows mask padded queries and keys when the layer asks. */
+static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
+    const cb_layer *l = n->l;
+    int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
+    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
+                                                                   : NULL;
+    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
+    if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
+    return a;
+}
+
 static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int count_loss) {
     const gnode *n = &m->nodes[i];
     cb_layout *L = m->L;
@@ -88,7 +101,11 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     case N_EMBED: L->ops->embed_forward(L, &l->emb, m->ids + r0, m->Bm, m->T, y); break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
-    case N_ATTN: L->ops->attention_forward(L, x, y, s, m->Bm, m->T, l->C, l->heads); break;
+    case N_ATTN: {
+        cb_attn a = attn_of(m, n, mb);
+        L->ops->attention_forward(L, &a, x, n->nin > 1 ? val(m, ch, slot, n->in[1]) : x, y, s);
+        break;
+    }
     case N_GELU: k->gelu_forward(k, y, x, cb_graph_value_floats(m, n->out)); break;
     case N_ADD:
         k->residual_forward(k, y, x, val(m, ch, slot, n->in[1]), cb_graph_value_floats(m, n->out));
@@ -184,9 +201,18 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         if (!n->acc[0]) memset(dx, 0, sizeof(float) * nx);
         L->ops->norm_backward(L, &l->norm, x, dy, dx, s, s + n->keep / 2, N);
         return;
-    case N_ATTN:
-        L->ops->attention_backward(L, x, s, dy, to, m->att_scratch, m->Bm, m->T, l->C, l->heads);
+    case N_ATTN: {
+        cb_attn a = attn_of(m, n, mb);
+        if (n->nin == 1) {
+            L->ops->attention_backward(L, &a, x, x, s, dy, to, to, m->att_scratch);
+            break;
+        }
+        float *dkv = grad(ch, slot, n->in[1]);
+        L->ops->attention_backward(L, &a, x, val(m, ch, slot, n->in[1]), s, dy, to,
+                                   n->acc[1] ? m->tmp2 : dkv, m->att_scratch);
+        if (n->acc[1]) share(m, dkv, m->tmp2, cb_graph_value_floats(m, n->in[1]), 1);
         break;
+    }
     case N_GELU: k->gelu_backward(k, to, x, dy, nx); break;
     case N_ADD: /* the aliased input's gradient is dy's buffer already */
         if (n->alias != 1) share(m, grad(ch, slot, n->in[1]), dy, ny, n->acc[1]);

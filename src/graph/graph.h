@@ -113,6 +113,7 @@ struct cb_layer {
     cb_norm norm;           /* also the logistic head's weight vector (no bias) */
     cb_embed emb;           /* also a lookup table (no positions) */
     int C, heads;           /* attention */
+    unsigned attn_flags;    /* CB_ATTN_* */
     float init_sd;          /* normal initial weights */
 };
 
@@ -196,11 +197,12 @@ struct cb_model {
     int nsched;
     float *tmp;          /* one value's floats: a share added into a gradient */
     float *att_scratch;  /* attention backward */
-    float *tmp2;         /* a second share (element-wise product, concatenation) */
+    float *tmp2;         /* a second share (product, concatenation, cross-attention) */
     float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
+    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */

@@ -68,15 +68,15 @@ static void p_head_backward(const cb_kernels *k, float *dinp, float *dw, const f
     TIMED(PROF_GEMM, head_backward, dinp, dw, dout, inp, w, N, C, V);
 }
 
-static void p_attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv,
-                                int B, int T, int C, int NH) {
-    TIMED(PROF_ATTENTION, attention_forward, out, att, qkv, B, T, C, NH);
+static void p_attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
+                                const float *q, const float *kv) {
+    TIMED(PROF_ATTENTION, attention_forward, a, out, att, q, kv);
 }
 
-static void p_attention_backward(const cb_kernels *k, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att, int B,
-                                 int T, int C, int NH) {
-    TIMED(PROF_ATTENTION, attention_backward, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+static void p_attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
+                                 float *scratch, const float *dout, const float *q,
+                                 const float *kv, const float *att) {
+    TIMED(PROF_ATTENTION, attention_backward, a, dq, dkv, scratch, dout, q, kv, att);
 }
 
 static void p_gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
