@@ -13,7 +13,8 @@
 #    and --model ncf's four untied tables) run and print their figures,
 #    each path's measured bytes and buffers equal to its formulas
 #  - a --bucket-mb giving more than 65536 buckets, and bench --dp-step's
-#    --embed-mode bogus and --no-comm with a batch the ranks do not divide:
+#    --embed-mode bogus, --no-comm with a batch the ranks do not divide and
+#    a --model other than gpt:
 #    exit 2, one line
 #  - the launcher guard: this build under the other MPI's launcher, and a
 #    singleton inside a fake 2-task srun step: exit 2 naming the variable
@@ -131,7 +132,9 @@ else
     fail "--bucket-mb 1e-9: want exit 2 and one line; got $rc: $(head -c 300 bk.err)"
 fi
 for bad in "--embed-mode bogus|--embed-mode 'bogus' is unknown; use auto" \
-           "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2"; do
+           "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2" \
+           "--model ncf|--model ncf: the data-parallel benchmarks run gpt, and --embed-grad alone also ncf" \
+           "--model bert|--model bert: the data-parallel benchmarks run gpt"; do
     args=${bad%%|*} want=${bad#*|}
     timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" $args >bb.out 2>bb.err
     rc=$?
