@@ -23,8 +23,8 @@ subprocess this way):
   e.g.  OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/torch_bench.py
 The script warns on stderr when either is not so; stdout carries only the JSON.
 
-Variants (--variant NAME; --variants times every one and prints a table, the
-evidence that the default is PyTorch's best here):
+Variants (--variant NAME; --variants times every one in interleaved rounds and
+prints a table):
   functional      the GPT as tensor expressions on a dict of parameters
                   (tests/torch/cbref.py), torch.optim.AdamW (for-loop)
   module          nn.Module: nn.Linear, nn.LayerNorm, nn.GELU('tanh'), the
@@ -39,8 +39,9 @@ evidence that the default is PyTorch's best here):
                   reference is PyTorch's best program in the same run, so no
                   simpler one beats it there ("variants" in the JSON holds
                   each one's tokens/s)
-The default is module-foreach, the configuration the issue names; on a
-shared machine the variants' order changes from run to run, hence best.
+The default is module-foreach, the nn.Module program with the multi-tensor
+AdamW; on a shared machine the variants' order changes from run to run, so
+`cubist bench` asks for best.
 PyTorch 1.13 has no fused CPU AdamW, no scaled_dot_product_attention and no
 torch.compile, so these are its options. --bf16 runs the step under
 torch.autocast("cpu", bfloat16): fp32 weights and AdamW, bf16 matmuls
