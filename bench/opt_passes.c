@@ -33,8 +33,8 @@ static double run(const bufs *b, int way) {
         cb_cpu_adamw(b->p, b->g, 1.0f, b->m, b->v, NULL, b->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                      0.5f, 0.5f);
     } else {
-        cb_cpu_adamw(b->p, b->g, gs, b->m, b->v, way == FUSED16 ? b->bf : NULL, b->n, 1e-4f,
-                     0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f);
+        cb_cpu_adamw(b->p, b->g, gs, b->m, b->v, way == FUSED16 ? b->bf : NULL, b->n, 1e-4f, 0.9f,
+                     0.95f, 1e-8f, 0.1f, 0.5f, 0.5f);
     }
     if (way == SPLIT16) {
 #pragma omp parallel for simd schedule(static)

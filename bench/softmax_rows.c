@@ -28,17 +28,19 @@ int main(int argc, char **argv) {
     const cb_kernels *k = cb_kernels_cpu();
     double best[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < R; r++) {
-        for (size_t i = 0; i < na; i++) s[i] = (float)(i % 13) * 0.1f, d[i] = (float)(i % 7) * 0.01f;
+        for (size_t i = 0; i < na; i++)
+            s[i] = (float)(i % 13) * 0.1f, d[i] = (float)(i % 7) * 0.01f;
         for (size_t i = 0; i < (size_t)N * V; i++) lg[i] = (float)(i % 17) * 0.2f;
         double t0 = omp_get_wtime(), t;
 #pragma omp parallel for schedule(static)
-        for (int bh = 0; bh < BH; bh++) cb_cpu_masked_softmax(s + (size_t)bh * T * T, T, T, T, T, 1);
+        for (int bh = 0; bh < BH; bh++)
+            cb_cpu_masked_softmax(s + (size_t)bh * T * T, T, T, T, T, 1);
         t = ms_since(t0), best[0] = t < best[0] ? t : best[0];
         t0 = omp_get_wtime();
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < BH; bh++)
-            cb_cpu_masked_softmax_backward(d + (size_t)bh * T * T, s + (size_t)bh * T * T, T, T, T, T, 1,
-                                           0.125f);
+            cb_cpu_masked_softmax_backward(d + (size_t)bh * T * T, s + (size_t)bh * T * T, T, T, T,
+                                           T, 1, 0.125f);
         t = ms_since(t0), best[1] = t < best[1] ? t : best[1];
         t0 = omp_get_wtime();
         k->crossentropy_forward(k, loss, lg, tg, N, V);

@@ -234,7 +234,8 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
     printf(" ms\n           of which rounding to bf16: activations %.1f, again in backward %.1f, "
            "gradients %.1f, weights %.1f ms\n",
-           r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD], r->rnd[CB_RND_WEIGHT]);
+           r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD],
+           r->rnd[CB_RND_WEIGHT]);
     printf("  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
@@ -268,9 +269,10 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                    "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
                    r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
-            printf(",\"round_ms\":{\"act_fwd\":%.2f,\"act_bwd\":%.2f,\"grad\":%.2f,\"weight\":%.2f}}",
-                   r16[i].rnd[CB_RND_ACT_FWD], r16[i].rnd[CB_RND_ACT_BWD], r16[i].rnd[CB_RND_GRAD],
-                   r16[i].rnd[CB_RND_WEIGHT]);
+            printf(
+                ",\"round_ms\":{\"act_fwd\":%.2f,\"act_bwd\":%.2f,\"grad\":%.2f,\"weight\":%.2f}}",
+                r16[i].rnd[CB_RND_ACT_FWD], r16[i].rnd[CB_RND_ACT_BWD], r16[i].rnd[CB_RND_GRAD],
+                r16[i].rnd[CB_RND_WEIGHT]);
         }
         printf("}");
     }

@@ -373,8 +373,10 @@ static void adamw_clip_fused(const cb_kernels *bf) {
         cpu->scale(cpu, g2, 0.37f, n);
         cpu->adamw(cpu, p2, g2, 1.0f, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
         int ok = !memcmp(p, p2, 4 * n) && !memcmp(m, m2, 4 * n) && !memcmp(v, v2, 4 * n);
-        report(ok, t ? "adamw gs (bf16 table): the scaled-gradient update, bit for bit"
-                     : "adamw gs (cpu table): the scaled-gradient update, bit for bit", 0);
+        report(ok,
+               t ? "adamw gs (bf16 table): the scaled-gradient update, bit for bit"
+                 : "adamw gs (cpu table): the scaled-gradient update, bit for bit",
+               0);
         free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2);
     }
 }

@@ -287,7 +287,8 @@ static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, 
 static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * IC), *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * IC),
+                   *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
     gemm(s, N, OC, IC, x, 0, IC, wb, 0, OC, out, OC, 0, bias);
 }
 
@@ -298,14 +299,16 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC);
     if (dinp) gemm(s, N, IC, OC, d, 0, OC, weight_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
-    gemm(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC, 1, NULL);
+    gemm(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC,
+         1, NULL);
     if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
                                     const float *inp, int N, int IC, int OC, int r0, int r1) {
     bf16_state *s = state(k);
-    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC), *x = to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC);
+    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC),
+                   *x = to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC);
     gemm(s, r1 - r0, OC, N, x + r0, 1, IC, d, 0, OC, dw + (size_t)r0 * OC, OC, 1, NULL);
 }
 
@@ -313,7 +316,8 @@ static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float 
 static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * C), *wb = weight_bf16(s, 1, w, (size_t)V * C);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * C),
+                   *wb = weight_bf16(s, 1, w, (size_t)V * C);
     gemm(s, N, V, C, x, 0, C, wb, 1, C, out, V, 0, NULL);
 }
 
@@ -323,7 +327,8 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
     gemm(s, N, C, V, d, 0, V, weight_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
-    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), 0, C, dw, C, 1, NULL);
+    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), 0, C, dw, C, 1,
+         NULL);
 }
 
 /* A (B,NH,rows,cols) view of a (B,T,ld) tensor whose head h's columns
@@ -346,8 +351,8 @@ static void att_view(int64_t *dims, int64_t *str, int B, int NH, int Tq, int Tk,
 }
 
 /* q and kv rounded to bf16 (slots iq, ikv; one conversion when q is kv) */
-static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
-                          int iq, int ikv, int cls, const uint16_t **xq, const uint16_t **xkv) {
+static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv, int iq,
+                          int ikv, int cls, const uint16_t **xq, const uint16_t **xkv) {
     *xq = to_bf16(s, iq, cls, q, (size_t)a->B * a->Tq * a->ldq);
     *xkv = kv == q ? *xq : to_bf16(s, ikv, cls, kv, (size_t)a->B * a->Tk * a->ldkv);
 }
@@ -512,7 +517,8 @@ double cb_peak_measure_bf16(void) {
         return 0;
     }
     for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f;
-    const uint16_t *x = to_bf16(s, 0, CB_RND_WEIGHT, a, nn), *y = to_bf16(s, 1, CB_RND_WEIGHT, a, nn);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_WEIGHT, a, nn),
+                   *y = to_bf16(s, 1, CB_RND_WEIGHT, a, nn);
     const int N = CB_PEAK_N;
     gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
     double t0 = omp_get_wtime(), t;

@@ -42,8 +42,8 @@ static int decays(const cb_adamw_config *c, const cb_tensor_info *t) {
     return t->decay || (c->decay_embeddings && t->layer == -1);
 }
 
-void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads,
-                   float gs, const cb_tensor_info *tensors, int ntensor, float lr) {
+void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads, float gs,
+                   const cb_tensor_info *tensors, int ntensor, float lr) {
     const cb_adamw_config *c = &o->c;
     o->t++;
     if (ntensor > 0)
