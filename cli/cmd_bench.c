@@ -425,7 +425,8 @@ int cmd_bench(int argc, char **argv) {
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
                     .torch_script = script, .precision = "fp32", .rounds = 1};
     const cli_flag flags[] = {
-        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
+        {"peak", ARG_BOOL, &b.peak_only,
+         "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"quick", ARG_BOOL, &b.quick, "only T=64"},
         {"threads", ARG_INT, &b.threads, "threads for cubist and PyTorch (2)"},
@@ -438,7 +439,8 @@ int cmd_bench(int argc, char **argv) {
         {"ctx", ARG_INT, &b.ctx, "context: rows of wpe, at least every T (1024)"},
         {"batch", ARG_INT, &b.batch, "sequences B (4)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
-        {"kernel-cpu", ARG_BOOL, &b.kernel_cpu, "per-kernel times in the thread's CPU time (one thread: load-proof)"},
+        {"kernel-cpu", ARG_BOOL, &b.kernel_cpu,
+         "per-kernel times in the thread's CPU time (one thread: load-proof)"},
         {"graph", ARG_BOOL, &b.graph, "also the same GPT declared through the public API"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
         {"rounds", ARG_INT, &b.rounds,

@@ -31,7 +31,8 @@ static double tp_step(const cb_plan_cluster *c, int L, int C, int H, int batch, 
     cb_gpt_config g = {L, C, H, T, 50304};
     cb_plan_model m;
     cb_plan_model_gpt(&g, &m);
-    predict(c, &m, batch, T, (cb_plan_layout){1, 1, 64, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE}, p);
+    predict(c, &m, batch, T,
+            (cb_plan_layout){1, 1, 64, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE}, p);
     return p->step_s - p->opt_s;
 }
 
@@ -93,11 +94,13 @@ static int bian2021(const plan_opts *o, cb_err *e) {
 /* The NMT Transformer-base of the OpenSeq2Seq threads (6 + 6 layers, d 512,
  * vocabulary 32768, 128 sentences of 56 tokens per process), as a 12-block
  * GPT of the same width: the planner's model rows, not the encoder-decoder. */
-static double dp_step_embed(const cb_plan_cluster *c, int dp, int batch, int embed, cb_plan_pred *p) {
+static double dp_step_embed(const cb_plan_cluster *c, int dp, int batch, int embed,
+                            cb_plan_pred *p) {
     cb_gpt_config g = {12, 512, 8, 56, 32768};
     cb_plan_model m;
     cb_plan_model_gpt(&g, &m);
-    predict(c, &m, batch, 56, (cb_plan_layout){dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, embed}, p);
+    predict(c, &m, batch, 56,
+            (cb_plan_layout){dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, embed}, p);
     return p->step_s;
 }
 
@@ -155,8 +158,9 @@ static int horovod2019(const plan_opts *o, cb_err *e) {
            "IndexedSlices; cubist --embed-grad sparse), weak scaling, 128 per process:");
     for (int i = 0; i < 4; i++) {
         double one = dp_step(&c, 1, 128, &p);
-        printf(" %.0f%% at %d%s", 100 * one / dp_step_embed(&c, SP[i], 128 * SP[i], CB_DP_EMBED_SPARSE, &p),
-               SP[i], i < 3 ? "," : "\n");
+        printf(" %.0f%% at %d%s",
+               100 * one / dp_step_embed(&c, SP[i], 128 * SP[i], CB_DP_EMBED_SPARSE, &p), SP[i],
+               i < 3 ? "," : "\n");
     }
     printf("why: the all-reduce volume per rank does not grow with ranks (the densified path), "
            "so weak scaling loses only what the ring's last bucket and latency add after the "

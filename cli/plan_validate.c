@@ -96,13 +96,15 @@ static double children_cpu_s(void) {
 static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
     char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
-    snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
-             "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
-             "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
-             "--grad-accum %d%s%s >/dev/null 2>&1",
-             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp,
-             c->pp, c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "",
-             c->M, c->M, part[0] ? " --partition " : "", part);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
+        "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+        "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
+        "--grad-accum %d%s%s >/dev/null 2>&1",
+        pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp, c->pp,
+        c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M, c->M,
+        part[0] ? " --partition " : "", part);
     double t0 = children_cpu_s();
     int st = system(cmd);
     *cpu_s = children_cpu_s() - t0;
@@ -176,8 +178,9 @@ static int measure(const vcase *c, const char *dir, const plan_opts *o, int over
     for (int r = 0; r < o->repeat; r++) {
         measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
         if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, part, &x))) return 0;
-        if (r) x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
-               x.kcpu = fmin(x.kcpu, m->kcpu);
+        if (r)
+            x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
+            x.kcpu = fmin(x.kcpu, m->kcpu);
         *m = x;
     }
     return 1;
@@ -190,10 +193,12 @@ static int measure(const vcase *c, const char *dir, const plan_opts *o, int over
  * loaded machine like the step). */
 static void profile(const vcase *c, const cb_plan_pred *p) {
     char cmd[1024], out[8192];
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
              "--heads %d --vocab 256 --ctx %d --seq-lens %d --batch %d --threads %d --no-torch "
-             "--json --steps 3%s 2>/dev/null", c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T,
-             c->B, c->threads, c->threads == 1 ? " --kernel-cpu" : "");
+             "--json --steps 3%s 2>/dev/null",
+             c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T, c->B, c->threads,
+             c->threads == 1 ? " --kernel-cpu" : "");
     json_val v;
     json_error je;
     if (plan_run(cmd, "{", out, sizeof out) || !out[0] || json_parse(out, strlen(out), &v, &je)) {
@@ -203,9 +208,9 @@ static void profile(const vcase *c, const cb_plan_pred *p) {
     const json_val *runs = json_get(&v, "runs"), *r = runs && runs->n ? &runs->v[0] : NULL;
     double mem = jd(r, "layernorm_ms") + jd(r, "elementwise_ms") + jd(r, "loss_ms");
     printf("    by class, ms predicted/profiled: GEMM %.2f/%.2f attention %.2f/%.2f memory-bound "
-           "%.2f/%.2f update %.2f/%.2f\n", 1e3 * p->kern.gemm_s, jd(r, "gemm_ms"),
-           1e3 * p->kern.attn_s, jd(r, "attention_ms"), 1e3 * p->kern.mem_s, mem, 1e3 * p->opt_s,
-           jd(r, "optimizer_ms"));
+           "%.2f/%.2f update %.2f/%.2f\n",
+           1e3 * p->kern.gemm_s, jd(r, "gemm_ms"), 1e3 * p->kern.attn_s, jd(r, "attention_ms"),
+           1e3 * p->kern.mem_s, mem, 1e3 * p->opt_s, jd(r, "optimizer_ms"));
     json_free(&v);
 }
 
@@ -253,8 +258,9 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
     /* train logs the graph engine's planned activations; bench --tp-step
      * reports one micro-batch's plan and the layout's planned workspace */
-    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes
-                      : p->nstage ? p->stage_act[0] : p->mem_act;
+    double pa = bench       ? p->tp.act_model_bytes + p->tp.act_scratch_bytes
+                : p->nstage ? p->stage_act[0]
+                            : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
@@ -263,7 +269,8 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
-        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok;
+        if (ranks * c->threads == 2)
+            t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
@@ -275,8 +282,8 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                100 * rel(p->compute_s, m->kcpu));
     else
         printf("%-32s", "(oversubscribed: counts only)");
-    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
-           pa, m->act, eq ? "exact" : "DIFFER");
+    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls, pa,
+           m->act, eq ? "exact" : "DIFFER");
 }
 
 static const char *kind(const vcase *c) {
@@ -292,7 +299,8 @@ static void print_order(const int *idx, int n, const double *x) {
             int s = o[j];
             o[j] = o[j - 1], o[j - 1] = s;
         }
-    for (int i = 0; i < n; i++) printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
+    for (int i = 0; i < n; i++)
+        printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
 }
 
 /* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
@@ -306,7 +314,8 @@ static void order(const tally *t) {
             first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
         for (int a = i; a < NCASES; a++)
-            if (!isnan(t->pred[a]) && CASES[a].L == CASES[i].L && CASES[a].C == CASES[i].C) idx[n++] = a;
+            if (!isnan(t->pred[a]) && CASES[a].L == CASES[i].L && CASES[a].C == CASES[i].C)
+                idx[n++] = a;
         for (int a = 0; a < n; a++)
             for (int b = a + 1; b < n; b++)
                 ok &= (t->pred[idx[a]] < t->pred[idx[b]]) == (t->meas[idx[a]] < t->meas[idx[b]]);

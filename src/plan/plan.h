@@ -7,8 +7,8 @@
 #define CB_PLAN_H
 
 #include "comm/grid.h"
-#include "dp/dp.h"
 #include "cubist.h"
+#include "dp/dp.h"
 
 /* ------------------------------------------------------------ exact counts */
 
@@ -112,7 +112,7 @@ typedef struct cb_plan_cluster {
     double attn_efficiency; /* attention kernels, fraction of peak */
     int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
-    int natt;              /* optional: attention efficiency vs head size (0: attn_efficiency) */
+    int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
     int ncoll;

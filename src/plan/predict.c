@@ -97,9 +97,12 @@ static cb_plan_kparts layer_parts(const cb_plan_cluster *c, const cb_plan_layer 
     cb_plan_kparts k = {0, 0, 0};
     for (int i = 0; i < y->ngemm; i++) {
         double in = y->gemm[i].in, out = y->gemm[i].out;
-        if (l->mode == CB_TP_1D) k.gemm_s += gemm_s(c, tok, in, out / P, 1);
-        else if (l->mode == CB_TP_2D) k.gemm_s += gemm_s(c, tok / q, in / q, out / q, q);
-        else k.gemm_s += gemm_s(c, tok / q, in / q, out / q, 1);
+        if (l->mode == CB_TP_1D)
+            k.gemm_s += gemm_s(c, tok, in, out / P, 1);
+        else if (l->mode == CB_TP_2D)
+            k.gemm_s += gemm_s(c, tok / q, in / q, out / q, q);
+        else
+            k.gemm_s += gemm_s(c, tok / q, in / q, out / q, 1);
     }
     if (y->attn_flops > 0)
         k.attn_s = y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size));
@@ -441,7 +444,8 @@ void cb_plan_layout_name(const cb_plan_layout *l, char *buf, size_t cap) {
     n = strlen(buf);
     if (n < cap) snprintf(buf + n, cap - n, "%s%s", l->recompute ? " recompute" : "", l->zero ? " zero1" : "");
     n = strlen(buf);
-    if (l->embed != CB_DP_EMBED_DENSE && n < cap) snprintf(buf + n, cap - n, " %s", cb_plan_embed_name(l->embed));
+    if (l->embed != CB_DP_EMBED_DENSE && n < cap)
+        snprintf(buf + n, cap - n, " %s", cb_plan_embed_name(l->embed));
 }
 
 /* ------------------------------------------------------------ every layout */
@@ -491,7 +495,8 @@ int cb_plan_enumerate(const cb_plan_job *j, int devices, double max_mem, int fix
             for (int mode = CB_TP_1D; mode <= CB_TP_3D; mode++) {
                 if ((tp == 1 && mode != CB_TP_1D) || cb_grid_side(tp, mode) < 1) continue;
                 if (mode != CB_TP_1D && cb_grid_side(tp, mode) < 2) continue;
-                cb_plan_layout l = {devices / (tp * pp), pp, tp, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, 0};
+                cb_plan_layout l = {
+                    devices / (tp * pp), pp, tp, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, 0};
                 variants(&x, l, fixed_M);
             }
         }

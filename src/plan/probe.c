@@ -98,8 +98,15 @@ static double probe_gemm(void *ctx, int m, int k, int n) {
     (void)ctx;
     size_t mk = (size_t)m * k, kn = (size_t)k * n, mn = (size_t)m * n;
     double set = 4.0 * (mk + 2 * kn);
-    gemm_arg a = {m, k, n, (int)fmin(GEMM_MAX_SETS, fmax(1, ceil(GEMM_SETS_BYTES / set))), 0,
-                  {0}, {0}, filled(mn), filled(mk), {0}, filled(n), filled(n)};
+    int nset = (int)fmin(GEMM_MAX_SETS, fmax(1, ceil(GEMM_SETS_BYTES / set)));
+    gemm_arg a = {.m = m,
+                  .k = k,
+                  .n = n,
+                  .nset = nset,
+                  .y = filled(mn),
+                  .dx = filled(mk),
+                  .b = filled(n),
+                  .db = filled(n)};
     int ok = a.y && a.dx && a.b && a.db;
     for (int i = 0; i < a.nset; i++) {
         a.x[i] = filled(mk), a.w[i] = filled(kn), a.dw[i] = filled(kn);
