@@ -36,8 +36,22 @@ static int check_prepare(const char *input, const char *output, const char *val_
     return rc;
 }
 
+/* --interactions: pairs for recommendation, alone with --output. */
+static int prepare_pairs(const char *tsv, const char *input, const char *output,
+                         const char *val_output, double frac, cb_err *e) {
+    if (input || val_output || frac >= 0 || !output)
+        return cb_fail(e, CB_EINPUT, "--interactions FILE.tsv takes --output FILE only (not "
+                                     "--input, --val-output, --val-fraction)");
+    if (same_file(tsv, output))
+        return cb_fail(e, CB_EINPUT, "--interactions and --output name the same file; name the "
+                                     "output differently");
+    int rc = fio_check_writable("--output", output, e);
+    return rc ? rc : cb_prepare_interactions(tsv, output, e);
+}
+
 int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *output = NULL, *val_output = NULL, *tokenizer = "byte", *bpe_dir = NULL;
+    const char *pairs = NULL;
     double frac = -1;
     const cli_flag flags[] = {
         {"input", ARG_STR, &input, "text file to tokenise"},
@@ -47,12 +61,16 @@ int cmd_prepare(int argc, char **argv) {
          "fraction of the text for validation, needs --val-output (0.05)"},
         {"tokenizer", ARG_STR, &tokenizer, "byte (vocab 256) or gpt2 (GPT-2's BPE, vocab 50257) (byte)"},
         {"bpe-dir", ARG_STR, &bpe_dir, "gpt2: directory of encoder.json and vocab.bpe (" CB_BPE_DIR ")"},
+        {"interactions", ARG_STR, &pairs,
+         "user<TAB>item pairs (recommendation, --model ncf) instead of --input"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
     if (cli_parse("prepare", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
-        cli_usage(stdout, "prepare", "--input TEXT --output TRAIN.bin [--val-output VAL.bin]",
+        cli_usage(stdout, "prepare",
+                  "--input TEXT --output TRAIN.bin [--val-output VAL.bin]\n"
+                  "       cubist prepare --interactions PAIRS.tsv --output PAIRS.bin",
                   flags, n,
                   "--tokenizer byte: token = byte (vocab 256). --tokenizer gpt2: GPT-2's byte-level\n"
                   "BPE (vocab 50257; <|endoftext|> in the text is token 50256), as OpenAI's encoder;\n"
@@ -60,9 +78,14 @@ int cmd_prepare(int argc, char **argv) {
                   "Files are llm.c token files (256 x int32 header, magic 20240520, version 1,\n"
                   "count, tokenizer: 1 byte, 2 gpt2; then uint16 tokens).\n"
                   "With --val-output the last floor(n * fraction) tokens go to the validation\n"
-                  "file and the rest to --output; both are written or neither.\n");
+                  "file and the rest to --output; both are written or neither.\n"
+                  "--interactions: one user<TAB>item per line, ids any strings, mapped to dense\n"
+                  "indices in first-seen order; writes OUT (pairs) and OUT.users, OUT.items\n"
+                  "(line k: the original id of index k), all three or none; a bad line is\n"
+                  "named by file and line number. Input of `cubist train --model ncf`.\n");
         return 0;
     }
+    if (pairs) return prepare_pairs(pairs, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
     if (check_prepare(input, output, val_output, &frac, &e) ||
         cb_prepare_text(input, output, val_output, frac, tokenizer, bpe_dir, &e))
         return cli_fail(&e);

@@ -214,6 +214,14 @@ int cb_prepare_text(const char *text_path, const char *train_path, const char *v
 /* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
 const char *cb_tokenizer_tag_name(int tag);
 
+/* Interactions for recommendation (NCF): one "user<TAB>item" pair per line,
+ * ids any strings, mapped to dense indices in first-seen order; writes the
+ * pair file out (a header, then int32 user, item pairs) and the maps
+ * out.users and out.items beside it (line k: the id of index k), all three
+ * or none. A line that is not two non-empty ids around one tab: CB_EINPUT
+ * naming the file and line. */
+int cb_prepare_interactions(const char *tsv, const char *out, cb_err *e);
+
 /* ---------------------------------------------------------------- your own models */
 /* A model is a graph declared once from cubist's parallel-aware layers:
  * declare the layers (parameters), then the operations that connect them
@@ -322,6 +330,42 @@ void cb_model_end_block(cb_model *m);
  * is cubist train's. */
 void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
 
+/* Recommendation layers (NCF). A row of the batch may carry several ids
+ * (a user and an item): with cb_model_set_id_fields(m, k), called before
+ * the first operation, the ids of cb_model_train_step, cb_model_eval and
+ * cb_model_scores are rows x k (row-major) and targets one per row. */
+void cb_model_set_id_fields(cb_model *m, int fields);
+/* A table [rows, C] looked up by one id field, no positions: tensor
+ * "<name>.weight", row-sharded across the tensor ranks like the vocabulary */
+cb_layer *cb_model_lookup(cb_model *m, const char *name, int rows, int C);
+/* The logistic head: one logit per row, x . w with w [C] ("<name>.weight",
+ * no bias, as NeuMF's h), and the binary cross-entropy against targets in
+ * {0, 1} (sigmoid(logit) is the probability of 1), mean over rows */
+cb_layer *cb_model_logistic(cb_model *m, const char *name, int C);
+cb_act *cb_op_lookup(cb_layer *table, int field); /* C features, parity 0 */
+cb_act *cb_op_mul(const cb_act *a, const cb_act *b);    /* element-wise, one shape */
+cb_act *cb_op_relu(const cb_act *x);
+/* [a | b]: Ha + Hb features, a's parity (b's parity may differ) */
+cb_act *cb_op_concat(const cb_act *a, const cb_act *b);
+/* The loss, ending the graph (instead of cb_op_lm_loss). */
+void cb_op_logistic_loss(cb_layer *head, const cb_act *x);
+
+/* NeuMF (He et al. 2017): GMF (user and item factors of width `factors`,
+ * multiplied element-wise) and an MLP tower (user and item embeddings of
+ * width mlp[0] / 2, concatenated, then ReLU linears to mlp[1], ...,
+ * mlp[n_mlp - 1]), concatenated into the logistic head. Tensors
+ * "gmf.user", "gmf.item", "mlp.user", "mlp.item" (.weight), "mlp.<l>"
+ * (.weight, .bias), "predict.weight". Rows: id fields (user, item), the
+ * target 1 for an observed pair, 0 for a sampled one. */
+typedef struct cb_ncf_config {
+    int users, items, factors;
+    int n_mlp;
+    int mlp[8];
+} cb_ncf_config;
+void cb_model_declare_ncf(cb_model *m, const cb_ncf_config *c);
+/* FLOPs of one row's training step (forward + backward, the linears and
+ * the head; lookups and element-wise work left out) */
+double cb_ncf_flops_per_row(const cb_ncf_config *c);
 /* Mixed precision as a build option: "bf16" runs the products (linears,
  * the LM head, attention's two) in bf16 with fp32 accumulation through
  * oneDNN; weights, AdamW state, activations, LayerNorm, softmax, GELU and
@@ -373,6 +417,11 @@ float cb_model_eval(cb_model *m, const int *ids, const int *targets);
  * position (batch x seq_len x vocab) for sampling. One process, serial
  * layout, one micro-batch; NULL otherwise. Valid until the next call. */
 const float *cb_model_probs(cb_model *m, const int *ids);
+/* Forward only, for a model ending in cb_op_logistic_loss: the logit of
+ * every row of the step (batch x seq_len, over every data-parallel rank,
+ * the same on every rank) into scores; ids as cb_model_train_step's, this
+ * rank's rows. Under any layout. Collective. */
+int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e);
 /* Full tensors, safetensors, "<layer name>.weight" / ".bias"; collective. */
 int cb_model_save(cb_model *m, const char *path, cb_err *e);
 int cb_model_load(cb_model *m, const char *path, cb_err *e);

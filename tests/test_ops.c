@@ -222,6 +222,38 @@ static void xent_bwd(op_case *c) {
     xent_fwd(c);
 }
 
+/* The recommendation kernels (NCF). */
+static void mul_fwd(op_case *c) { K->mul_forward(K, c->t[2], c->t[0], c->t[1], c->len[0]); }
+static void mul_bwd(op_case *c) {
+    K->mul_backward(K, c->grad[0], c->grad[1], c->t[0], c->t[1], c->dout, c->len[0]);
+}
+
+static void relu_fwd(op_case *c) { K->relu_forward(K, c->t[1], c->t[0], c->len[0]); }
+static void relu_bwd(op_case *c) { K->relu_backward(K, c->grad[0], c->t[0], c->dout, c->len[0]); }
+
+static void lookup_fwd(op_case *c) {
+    int *ids = (int *)c->work, N = c->B * c->T;
+    for (int i = 0; i < N; i++) ids[i] = (int)c->t[0][i];
+    K->embedding_rows(K, c->t[2], ids, c->t[1], 0, c->V, N, c->C);
+}
+static void lookup_bwd(op_case *c) {
+    K->embedding_rows_backward(K, c->grad[1], c->dout, (int *)c->work, 0, c->V, c->B * c->T,
+                               c->C);
+}
+
+/* losses of logits against 0/1 labels; L = sum(losses * dloss) */
+static void logistic_fwd(op_case *c) {
+    int *y = (int *)c->work, N = c->B * c->T;
+    for (int i = 0; i < N; i++) y[i] = (int)c->t[1][i];
+    K->logistic_forward(K, c->t[2], c->t[0], y, N);
+}
+static void logistic_bwd(op_case *c) {
+    int N = c->B * c->T;
+    float *d = c->work2;
+    K->logistic_backward(K, d, c->t[0], (int *)c->work, c->dloss, N);
+    for (int i = 0; i < N; i++) c->grad[0][i] += d[i];
+}
+
 /* The split operators' kernels (ops.c) over one shard (Ctot = C, the whole
  * vocabulary): the same LayerNorm and cross-entropy, checked the same way;
  * the layout tests check them split across ranks against the serial layout. */
@@ -390,6 +422,37 @@ int main(int argc, char **argv) {
     op_case xs = {.name = "crossentropy_split", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_split_fwd, .bwd = xent_split_bwd};
     run_xent(xs, &r, 4 * (size_t)N, dir); /* work: targets, mx, 2N stats */
+
+    op_case mu = {.name = "mul", .B = B, .T = T, .C = C, .fwd = mul_fwd, .bwd = mul_bwd};
+    add(&mu, "in.a", randn(&r, N * C, 1), N * C, 1);
+    add(&mu, "in.b", randn(&r, N * C, 1), N * C, 1);
+    mu.iout = add(&mu, "out.out", calloc(N * C, 4), N * C, 0);
+    run(&mu, &r, 1e-2f, dir);
+
+    op_case re = {.name = "relu", .B = B, .T = T, .C = C, .fwd = relu_fwd, .bwd = relu_bwd};
+    float *rx = randn(&r, N * C, 1); /* away from the kink, where differences are one-sided */
+    for (int i = 0; i < N * C; i++) rx[i] += rx[i] >= 0 ? 0.1f : -0.1f;
+    add(&re, "in.inp", rx, N * C, 1);
+    re.iout = add(&re, "out.out", calloc(N * C, 4), N * C, 0);
+    run(&re, &r, 1e-2f, dir);
+
+    op_case lk = {.name = "lookup", .B = B, .T = T, .C = C, .V = V, .fwd = lookup_fwd,
+                  .bwd = lookup_bwd};
+    add(&lk, "in.ids", ids(&r, N, V), N, 0);
+    add(&lk, "in.table", randn(&r, (size_t)V * C, 1), (size_t)V * C, 1);
+    lk.iout = add(&lk, "out.out", calloc(N * C, 4), N * C, 0);
+    lk.work = calloc(N, sizeof(int));
+    run(&lk, &r, 1e-2f, dir);
+
+    op_case lg = {.name = "logistic", .B = B, .T = T, .dloss = 0.29f, .fwd = logistic_fwd,
+                  .bwd = logistic_bwd};
+    add(&lg, "in.logits", randn(&r, N, 3), N, 1);
+    add(&lg, "in.labels", ids(&r, N, 2), N, 0);
+    lg.iout = add(&lg, "out.losses", calloc(N, 4), N, 0);
+    lg.work = calloc(N, sizeof(int));
+    lg.work2 = calloc(N, sizeof(float));
+    run(&lg, &r, 1e-2f, dir);
+    free(lg.work2);
 
     (void)passes;
     return failures != 0;

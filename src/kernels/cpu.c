@@ -625,6 +625,54 @@ static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float
     }
 }
 
+static void mul_forward(const cb_kernels *k, float *out, const float *a, const float *b, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static void mul_backward(const cb_kernels *k, float *da, float *db, const float *a, const float *b,
+                         const float *dout, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i], ai = a[i]; /* da may alias a's gradient, never a itself */
+        da[i] = d * b[i];
+        db[i] = d * ai;
+    }
+}
+
+static void relu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+static void relu_backward(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+static void logistic_forward(const cb_kernels *k, float *losses, const float *logits,
+                             const int *labels, int N) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        float z = logits[i]; /* log(1 + e^z) without overflow */
+        losses[i] = fmaxf(z, 0.0f) + log1pf(expf(-fabsf(z))) - (labels[i] ? z : 0.0f);
+    }
+}
+
+static void logistic_backward(const cb_kernels *k, float *dlogits, const float *logits,
+                              const int *labels, float scale, int N) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        float z = logits[i], s = z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
+        dlogits[i] = (s - (labels[i] ? 1.0f : 0.0f)) * scale;
+    }
+}
+
 static const cb_kernels cpu = {
     .name = "cpu",
     .encoder_forward = encoder_forward,
@@ -663,6 +711,12 @@ static const cb_kernels cpu = {
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,
+    .mul_forward = mul_forward,
+    .mul_backward = mul_backward,
+    .relu_forward = relu_forward,
+    .relu_backward = relu_backward,
+    .logistic_forward = logistic_forward,
+    .logistic_backward = logistic_backward,
 };
 
 const cb_kernels *cb_kernels_cpu(void) { return &cpu; }

@@ -160,6 +160,22 @@ struct cb_kernels {
      * bias corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t */
     void (*adamw)(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
+    /* Recommendation layers (NCF). out (n) = a * b elementwise; backward
+     * da = dout * b, db = dout * a, both overwritten */
+    void (*mul_forward)(const cb_kernels *k, float *out, const float *a, const float *b, size_t n);
+    void (*mul_backward)(const cb_kernels *k, float *da, float *db, const float *a, const float *b,
+                         const float *dout, size_t n);
+    /* out = max(inp, 0) over n; dinp = dout where inp > 0, else 0 */
+    void (*relu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
+    void (*relu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+    /* losses (N) = log(1 + e^z) - y z of logits z and labels y in {0, 1}
+     * (binary cross-entropy on sigmoid(z)); dlogits (N) = (sigmoid(z) - y)
+     * x scale, overwritten */
+    void (*logistic_forward)(const cb_kernels *k, float *losses, const float *logits,
+                             const int *labels, int N);
+    void (*logistic_backward)(const cb_kernels *k, float *dlogits, const float *logits,
+                              const int *labels, float scale, int N);
 };
 
 const cb_kernels *cb_kernels_cpu(void);

@@ -32,6 +32,11 @@ stored flat: they are reshaped from those sizes. The names this script knows, pe
   crossentropy  in.logits (N,V), in.targets (N) -> out.losses (N), [out.probs (N,V)
                 softmax]; grad.logits of sum(losses * dloss): dloss is `dout` (N) or the
                 scalar meta "dloss" (alias "dloss_scale")
+  mul           in.a, in.b -> out.out = a * b; grad.a, grad.b
+  relu          in.inp -> out.out; grad.inp
+  lookup        in.ids (N), in.table (V,C) -> out.out (N,C) = table[ids]; grad.table
+  logistic      in.logits (N), in.labels (N) in {0,1} -> out.losses (N), binary
+                cross-entropy with logits; grad.logits of sum(losses * dloss)
   adamw         in.p, in.g, in.m, in.v, meta lr beta1 beta2 eps wd t -> out.p, out.m,
                 out.v (torch.optim.AdamW step t, 1-based)
 Outputs other than the main one (mean, rstd, att, probs) are compared but receive
@@ -176,11 +181,31 @@ def op_crossentropy(x, meta):
     return {"losses": losses, "probs": logits.softmax(-1)}, "losses", ["logits"]
 
 
+def op_mul(x, meta):
+    return {"out": x["a"] * x["b"]}, "out", ["a", "b"]
+
+
+def op_relu(x, meta):
+    return {"out": torch.relu(x["inp"])}, "out", ["inp"]
+
+
+def op_lookup(x, meta):
+    return {"out": x["table"][x["ids"]]}, "out", ["table"]
+
+
+def op_logistic(x, meta):
+    z, y = x["logits"], x["labels"].to(x["logits"].dtype)
+    losses = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+    return {"losses": losses}, "losses", ["logits"]
+
+
 OPS = {"encoder": op_encoder, "layernorm": op_layernorm, "matmul": op_matmul, "head": op_head,
        "attention": op_attention, "gelu": op_gelu, "residual": op_residual,
-       "crossentropy": op_crossentropy, "attention_padded": op_attention_padded,
+       "crossentropy": op_crossentropy, "mul": op_mul, "relu": op_relu, "lookup": op_lookup,
+       "logistic": op_logistic, "attention_padded": op_attention_padded,
        "attention_cross": op_attention_cross}
-INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",), "lens": ("attention_padded",),
+INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",), "ids": ("lookup",),
+                  "labels": ("logistic",), "lens": ("attention_padded",),
                   "qlen": ("attention_cross",), "klen": ("attention_cross",)}
 # test_ops writes every tensor flat (1-D); the op's shapes come from the sizes in
 # __metadata__. -1 is inferred, so flat and shaped dumps both load.
@@ -192,6 +217,7 @@ SHAPES = {
     "attention": {"qkv": ("B", "T", -1)},
     "attention_padded": {"qkv": ("B", "T", -1)},
     "crossentropy": {"logits": (-1, "V")},
+    "lookup": {"table": (-1, "C")},
 }
 
 
@@ -208,7 +234,7 @@ def upstream(op, arrs, meta, out, dtype):
     for k in ("in.dout", "dout"):
         if k in arrs:
             return torch.from_numpy(arrs[k].astype(np.float64)).to(dtype).reshape(out.shape)
-    if op == "crossentropy" and ("dloss" in meta or "dloss_scale" in meta):
+    if op in ("crossentropy", "logistic") and ("dloss" in meta or "dloss_scale" in meta):
         return meta_float(meta, "dloss", "dloss_scale")
     raise KeyError("no upstream gradient: add an `in.dout` tensor (crossentropy: or meta \"dloss\")")
 
