@@ -80,13 +80,19 @@ struct cb_kernels {
     void (*gelu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
     void (*gelu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
                           size_t n);
+    /* elementwise over n; the exact GELU x Phi(x) (erf) */
+    void (*gelu_erf_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
+    void (*gelu_erf_backward)(const cb_kernels *k, float *dinp, const float *inp,
+                              const float *dout, size_t n);
     /* out = a + b over n (out may alias a) */
     void (*residual_forward)(const cb_kernels *k, float *out, const float *a, const float *b,
                              size_t n);
-    /* logits (N,V) replaced by softmax probabilities; losses (N) = -log p[target] */
+    /* logits (N,V) replaced by softmax probabilities; losses (N) = -log p[target],
+     * 0 where the target is negative (ignored) */
     void (*crossentropy_forward)(const cb_kernels *k, float *losses, float *logits,
                                  const int *targets, int N, int V);
-    /* probs (N,V) replaced by d(sum losses * dloss)/dlogits */
+    /* probs (N,V) replaced by d(sum losses * dloss)/dlogits (zero rows where
+     * the target is negative) */
     void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V);
     /* Pieces of the operators whose rows or vocabulary are split over ranks
