@@ -11,13 +11,15 @@
 
 #include "args.h"
 #include "cli.h"
+#include "data/tokenizer.h"
 #include "graph/graph.h"
 
 enum { SP_PAD, SP_CLS, SP_SEP, SP_MASK, N_SPECIAL }; /* ids special_base + these */
 
 typedef struct bert_opts {
-    const char *model, *data, *log, *save, *init, *dump_grads, *dump_batches;
+    const char *model, *data, *val_data, *log, *save, *init, *dump_grads, *dump_batches;
     int layers, d_model, heads, seq_len, text_vocab, special_base, batch, steps, quiet, threads;
+    int fill;
     float mask_prob;
     uint64_t seed;
     cb_adamw_config opt;
@@ -42,7 +44,9 @@ static const char EPILOG[] =
     "--grad-accum M is --micro-batches M. Lines `step N loss L grad_norm G`;\n"
     "--log JSONL; --dump-batches F writes each step's rows (int32: T ids, T\n"
     "types, T targets (-1: not masked), length) for the PyTorch test;\n"
-    "--dump-grads F step 1's gradients.\n";
+    "--dump-grads F step 1's gradients. --fill N (one process) after training\n"
+    "masks one word in each of N sequences of --val-data and prints the model's\n"
+    "five best guesses for it.\n";
 
 /* splitmix64's finaliser: the counter-based draws of the recipes */
 static uint64_t mix(uint64_t x) {
@@ -57,8 +61,8 @@ static double unif(uint64_t key, uint64_t i) { return (mix(key ^ mix(i)) >> 11) 
 typedef struct run {
     cb_dist *d;
     cb_model *m;
-    cb_tokens tok;
-    int roberta, V, T;
+    cb_tokens tok, val;
+    int roberta, V, T, tokenizer;
     size_t nseq;          /* sequences in one epoch of the stream */
     FILE *log, *dump;
     int *ids, *tg, *lens; /* this rank's rows */
@@ -67,17 +71,19 @@ typedef struct run {
     cb_err dump_err;
 } run;
 
-/* Global row g of the step stream: its tokens (field 0), types (field 1),
- * targets and length. */
-static void make_row(const run *r, const bert_opts *o, uint64_t g, int *ids, int *tg, int *len) {
+/* Row g of the step stream (src: the training tokens; mask 0: no masks,
+ * every sequence whole): its tokens (field 0), types (field 1), targets
+ * and length. */
+static void make_row(const run *r, const bert_opts *o, const cb_tokens *src, int mask,
+                     uint64_t g, int *ids, int *tg, int *len) {
     int T = r->T, base = o->special_base, text = r->roberta ? T - 2 : T - 3;
-    uint64_t seq = g % r->nseq;
+    uint64_t seq = mask ? g % r->nseq : g;
     int L = T;
-    if (!r->roberta && unif(mix(o->seed) ^ 0x1e57, seq) < 0.1)
+    if (mask && !r->roberta && unif(mix(o->seed) ^ 0x1e57, seq) < 0.1)
         L = 8 + (int)(unif(mix(o->seed) ^ 0x1e58, seq) * (T - 8));
     int n = r->roberta ? text : L - 3, na = n / 2;
     int *t = r->row; /* text tokens */
-    cb_tokens_read(&r->tok, seq * text, (size_t)n, t);
+    cb_tokens_read(src, seq * text, (size_t)n, t);
     for (int i = 0; i < T; i++) ids[2 * i] = base + SP_PAD, ids[2 * i + 1] = 0, tg[i] = -1;
     int p = 0;
     ids[2 * p++] = base + SP_CLS;
@@ -91,7 +97,7 @@ static void make_row(const run *r, const bert_opts *o, uint64_t g, int *ids, int
     *len = p;
     /* bert: static masks, one draw per sequence; roberta: per sighting */
     uint64_t key = mix(o->seed ^ 0x3a5c) ^ mix(r->roberta ? g : seq);
-    for (int i = 0; i < p; i++) {
+    for (int i = 0; i < p && mask; i++) {
         int x = ids[2 * i];
         if (x >= base || unif(key, 3 * (uint64_t)i) >= o->mask_prob) continue;
         tg[i] = x;
@@ -108,7 +114,7 @@ static void batch_rows(run *r, const bert_opts *o, int s, int first, int count) 
         int mine = k >= first && k < first + count, j = k - first;
         if (!mine && !r->dump) continue;
         int *ids = row, *tg = row + 2 * T, *len = row + 3 * T;
-        make_row(r, o, (uint64_t)s * o->batch + k, ids, tg, len);
+        make_row(r, o, &r->tok, 1, (uint64_t)s * o->batch + k, ids, tg, len);
         if (mine) {
             memcpy(r->ids + (size_t)j * 2 * T, ids, sizeof(int) * 2 * T);
             memcpy(r->tg + (size_t)j * T, tg, sizeof(int) * T);
@@ -119,6 +125,89 @@ static void batch_rows(run *r, const bert_opts *o, int s, int first, int count) 
             for (int i = 0; i < T; i++) fwrite(&ids[2 * i + f], sizeof(int), 1, r->dump);
         fwrite(tg, sizeof(int), (size_t)T + 1, r->dump);
     }
+}
+
+/* --fill: the first word (a token decoding to a space and 3+ letters)
+ * past the first quarter of row k's text, or -1 */
+static int pick_word(const cb_tokenizer *tk, const int *ids, int len, int base) {
+    uint8_t b[64];
+    for (int i = len / 4; i < len; i++) {
+        if (ids[2 * i] >= base) continue;
+        size_t n = tk->decode(tk, ids[2 * i], b, sizeof b);
+        int letters = 0;
+        for (size_t j = 1; j < n && j < sizeof b; j++) letters += (b[j] | 32) >= 'a' && (b[j] | 32) <= 'z';
+        if (n >= 4 && b[0] == ' ' && letters == (int)n - 1) return i;
+    }
+    return -1;
+}
+
+/* the 5 most probable of the n text ids, best first */
+static void top5(const float *pr, int n, int *best) {
+    for (int j = 0; j < 5; j++) {
+        best[j] = -1;
+        for (int v = 0; v < n; v++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= best[q] == v;
+            if (!taken && (best[j] < 0 || pr[v] > pr[best[j]])) best[j] = v;
+        }
+    }
+}
+
+/* one id's text on one line (line breaks as spaces) */
+static void print_id(const cb_tokenizer *tk, int id) {
+    uint8_t b[64];
+    size_t n = tk->decode(tk, id, b, sizeof b);
+    for (size_t j = 0; j < n && j < sizeof b; j++) putchar(b[j] == '\n' ? ' ' : b[j]);
+}
+
+static void print_ids(const cb_tokenizer *tk, const int *ids, int i0, int i1, int base) {
+    for (int i = i0; i < i1; i++) {
+        if (ids[2 * i] == base + SP_MASK) fputs(" ____", stdout);
+        else if (ids[2 * i] < base) print_id(tk, ids[2 * i]);
+    }
+}
+
+/* After training: one masked word in each of o->fill sequences of the
+ * validation tokens, with the model's five best guesses (one process). */
+static int fill(run *r, const bert_opts *o, cb_err *e) {
+    cb_tokenizer tk;
+    const char *name = cb_tokenizer_tag_name(r->tokenizer);
+    int rc = cb_tokenizer_open(name ? name : "byte", NULL, &tk, e), base = o->special_base;
+    int T = r->T, B = o->batch, *row = r->row + T, len, *tg = row + 2 * T;
+    int *pos = calloc((size_t)B, sizeof(int)), *truth = calloc((size_t)B, sizeof(int));
+    if (!rc && (!pos || !truth)) rc = cb_fail(e, CB_ENOMEM, "out of memory for --fill");
+    size_t text = (size_t)(r->roberta ? T - 2 : T - 3), nval = r->val.n / text;
+    for (int k0 = 0; !rc && k0 < o->fill && (size_t)k0 < nval; k0 += B) {
+        for (int k = 0; k < B; k++) {
+            make_row(r, o, &r->val, 0, (uint64_t)((k0 + k) % nval), row, tg, &len);
+            pos[k] = pick_word(&tk, row, len, base);
+            truth[k] = pos[k] >= 0 ? row[2 * pos[k]] : 0;
+            if (pos[k] >= 0) row[2 * pos[k]] = base + SP_MASK;
+            memcpy(r->ids + (size_t)k * 2 * T, row, sizeof(int) * 2 * T);
+            r->lens[k] = len;
+        }
+        const float *p = cb_model_probs(r->m, r->ids);
+        for (int k = 0; k < B && k0 + k < o->fill && p; k++) {
+            if (pos[k] < 0) continue;
+            const int *ids = r->ids + (size_t)k * 2 * T;
+            const float *pr = p + ((size_t)k * T + pos[k]) * (base + N_SPECIAL);
+            int best[5];
+            top5(pr, base, best);
+            printf("...");
+            print_ids(&tk, ids, pos[k] > 12 ? pos[k] - 12 : 1, pos[k] + 8 < len ? pos[k] + 8 : len, base);
+            printf(" ...\n    answer:");
+            print_id(&tk, truth[k]);
+            printf("   guesses:");
+            for (int j = 0; j < 5; j++) {
+                print_id(&tk, best[j]);
+                printf(" (%.3f)%s", pr[best[j]], j < 4 ? "," : "\n");
+            }
+        }
+        if (!p) rc = cb_fail(e, CB_EINPUT, "--fill needs one process and one micro-batch");
+    }
+    free(pos), free(truth);
+    cb_tokenizer_free(&tk);
+    return rc;
 }
 
 static void on_grads(cb_model *m, int step, void *ctx) {
@@ -151,9 +240,13 @@ static int setup(run *r, bert_opts *o, cb_err *e) {
     int rc = cb_tokens_open(o->data, 1 << 16, &probe, e);
     if (rc) return rc;
     r->V = o->text_vocab > 0 ? o->text_vocab : probe.tokenizer == 2 ? 50257 : 256;
+    r->tokenizer = probe.tokenizer;
     cb_tokens_close(&probe);
     if (o->special_base < 0) o->special_base = r->V;
     if ((rc = check_opts(o, r, e)) || (rc = cb_tokens_open(o->data, r->V, &r->tok, e))) return rc;
+    if (o->fill > 0 && !o->val_data)
+        return cb_fail(e, CB_EINPUT, "--fill needs --val-data TOKENS (held-out text)");
+    if (o->fill > 0 && (rc = cb_tokens_open(o->val_data, r->V, &r->val, e))) return rc;
     size_t text = (size_t)(r->roberta ? r->T - 2 : r->T - 3);
     r->nseq = r->tok.n / text;
     if (r->nseq < 1)
@@ -204,6 +297,7 @@ static int train(run *r, const bert_opts *o, cb_err *e) {
                     cb_lr_at(&r->m->opt.c, s), norm, ms, (double)o->batch * r->T / (ms / 1e3));
     }
     if (!rc && o->save) rc = cb_model_save(r->m, o->save, e);
+    if (!rc && o->fill > 0) rc = fill(r, o, e);
     return rc;
 }
 
@@ -213,6 +307,7 @@ static void run_free(run *r) {
     free(r->ids), free(r->tg), free(r->lens), free(r->row);
     cb_model_free(r->m);
     cb_tokens_close(&r->tok);
+    cb_tokens_close(&r->val);
 }
 
 /* --grad-accum M is --micro-batches M; --tp is refused by the build */
@@ -230,6 +325,8 @@ int cmd_train_bert(int argc, char **argv) {
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "bert or roberta here (gpt: the default trainer)"},
         {"data", ARG_STR, &o.data, "training tokens (a file, glob or comma list, as for gpt)"},
+        {"val-data", ARG_STR, &o.val_data, "held-out tokens for --fill"},
+        {"fill", ARG_INT, &o.fill, "after training, guess a masked word in N held-out sequences (0)"},
         {"layers", ARG_INT, &o.layers, "encoder blocks (2)"},
         {"d-model", ARG_INT, &o.d_model, "hidden width (128)"},
         {"heads", ARG_INT, &o.heads, "attention heads (4)"},
