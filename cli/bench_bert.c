@@ -63,7 +63,8 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, cb_err *
     cb_dist *d;
     if (cb_dist_init(&ac, &av, &d, e)) return e->code;
     cb_model *m = cb_model_new(d, B, T);
-    cb_bert_config c = {b->layers, b->d_model, b->heads, T, b->vocab, 2, !strcmp(b->model, "roberta")};
+    cb_bert_config c = {b->layers, b->d_model, b->heads, T, b->vocab, 2,
+                        !strcmp(b->model, "roberta"), 0.1f};
     cb_model_declare_bert(m, &c);
     cb_adamw_config opt = {.lr = 1e-4f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
                            .eps = 1e-6f, .steps = b->steps + 1};

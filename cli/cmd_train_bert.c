@@ -20,7 +20,7 @@ typedef struct bert_opts {
     const char *model, *data, *val_data, *log, *save, *init, *dump_grads, *dump_batches;
     int layers, d_model, heads, seq_len, text_vocab, special_base, batch, steps, quiet, threads;
     int fill;
-    float mask_prob;
+    float mask_prob, dropout;
     uint64_t seed;
     cb_adamw_config opt;
 } bert_opts;
@@ -219,9 +219,11 @@ static int check_opts(const bert_opts *o, run *r, cb_err *e) {
     if (!o->data)
         return cb_fail(e, CB_EINPUT, "--model %s needs --data TOKENS (`cubist prepare`)", o->model);
     if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || o->batch < 1 || o->steps < 0 ||
-        o->seq_len < 16 || !(o->mask_prob > 0 && o->mask_prob < 1))
+        o->seq_len < 16 || !(o->mask_prob > 0 && o->mask_prob < 1) ||
+        !(o->dropout >= 0 && o->dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch >= 1, --seq-len >= "
-                                     "16, --steps >= 0 and --mask-prob in (0, 1); fix the flag");
+                                     "16, --steps >= 0, --mask-prob in (0, 1) and --dropout in "
+                                     "[0, 1); fix the flag");
     if (o->d_model % o->heads)
         return cb_fail(e, CB_EINPUT, "--heads %d does not divide --d-model %d; choose heads that "
                                      "divide it", o->heads, o->d_model);
@@ -254,7 +256,7 @@ static int setup(run *r, bert_opts *o, cb_err *e) {
                                      "file", o->data, r->tok.n, text);
     r->m = cb_model_new(r->d, o->batch, r->T);
     cb_bert_config c = {o->layers, o->d_model, o->heads, r->T, o->special_base + N_SPECIAL, 2,
-                        r->roberta};
+                        r->roberta, o->dropout};
     cb_model_declare_bert(r->m, &c);
     cb_adamw_config opt = o->opt;
     opt.steps = o->steps;
@@ -319,7 +321,7 @@ static void grad_accum_alias(int argc, char **argv) {
 
 int cmd_train_bert(int argc, char **argv) {
     bert_opts o = {.layers = 2, .d_model = 128, .heads = 4, .seq_len = 64, .special_base = -1,
-                   .batch = 8, .steps = 100, .mask_prob = 0.15f, .seed = 1337,
+                   .batch = 8, .steps = 100, .mask_prob = 0.15f, .dropout = 0.1f, .seed = 1337,
                    .opt = {.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
                            .eps = 1e-6f, .weight_decay = 0.01f, .clip = 1.0f}};
     const cli_flag flags[] = {
@@ -334,6 +336,7 @@ int cmd_train_bert(int argc, char **argv) {
         {"text-vocab", ARG_INT, &o.text_vocab, "the text's vocabulary (default: the file's tokenizer)"},
         {"special-base", ARG_INT, &o.special_base, "first special id, >= the text vocabulary (default: it)"},
         {"mask-prob", ARG_FLOAT, &o.mask_prob, "share of text positions masked (0.15)"},
+        {"dropout", ARG_FLOAT, &o.dropout, "hidden dropout, the same mask under every layout (0.1)"},
         {"batch", ARG_INT, &o.batch, "sequences per step over every data-parallel rank (8)"},
         {"steps", ARG_INT, &o.steps, "optimizer steps (100)"},
         {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (1e-3)"},

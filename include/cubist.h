@@ -340,6 +340,12 @@ void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
  * Token types: cb_model_set_id_fields(m, 2), the embedding reads field 0
  * and a cb_model_lookup table of the types reads field 1. */
 cb_act *cb_op_gelu_erf(const cb_act *x);
+/* Dropout with probability p in training steps (kept elements scaled by
+ * 1/(1-p)), nothing in evaluation: the mask of an element is a function
+ * of (the build's seed, the dropout's declaration index, the step, the
+ * element's index in the step's whole value (global row, feature)), so it
+ * is the same under every layout, micro-batch split and recompute. */
+cb_act *cb_op_dropout(const cb_act *x, float p);
 cb_layer *cb_model_bias(cb_model *m, const char *name, int n);
 void cb_op_mlm_loss(cb_layer *embedding, cb_layer *bias, const cb_act *x);
 
@@ -351,10 +357,13 @@ void cb_op_mlm_loss(cb_layer *embedding, cb_layer *bias, const cb_act *x);
  * that the attention's query, key and value are one fused [C, 3C] linear
  * "<layer>.attention.self.qkv" and linears are stored [in, out]. Rows: 2
  * id fields (token, type); lengths by cb_model_set_lengths; targets the
- * original token at masked positions, -1 elsewhere. LayerNorm eps 1e-5. */
+ * original token at masked positions, -1 elsewhere. LayerNorm eps 1e-5.
+ * No dropout on the attention probabilities (HF's attention_probs_dropout). */
 typedef struct cb_bert_config {
     int n_layer, d_model, n_head, seq_len, vocab, types;
-    int roberta; /* RoBERTa's tensor names */
+    int roberta;   /* RoBERTa's tensor names */
+    float dropout; /* hidden dropout (cb_op_dropout) after the embeddings' LayerNorm and
+                      before each residual add, as HF's hidden_dropout_prob; 0: none */
 } cb_bert_config;
 void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
 

@@ -5,7 +5,9 @@
 #    lengths and token types dumped by cubist): the loss at each of 10 AdamW
 #    steps (warm-up, cosine, clipping active) within 1e-5 relative and every
 #    gradient of step 1 within 1e-4 (||a-b||/||b||): float32 against float64
-#    sums of a few thousand terms (measured ~1e-7 and ~4e-7).
+#    sums of a few thousand terms (measured ~1e-7 and ~4e-7). Dropout 0.1 is
+#    on: the reference draws cubist's counter-based masks; the same reference
+#    without dropout must fail (the masks matter).
 # 2. Layouts: dp 2, dp 2 x ZeRO-1, pp 2 (1f1b, 4 micro-batches against one
 #    process with --grad-accum 4) and pp 2 x dp 2: 30 steps of loss and
 #    gradient norm and the final weights equal the one process to 1e-5
@@ -29,19 +31,25 @@ cd "$d" || exit 1
 # ---------------------------------------------------------------- against PyTorch
 for model in bert roberta; do
     O=(--model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 --d-model 32 --heads 4 --quiet)
-    T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0)
+    T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --seed 1337)
     if "$C" train "${O[@]}" --steps 0 --save "$model.init.st" &&
        "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
            --dump-grads "$model.grads.st" --dump-batches "$model.bin"; then
         out=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 2>&1)
+              --clip 1.0 --dropout 0.1 --seed 1337 2>&1)
         grep '^#' <<<"$out"
         np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
         if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 46 passed" <<<"$out"; then
             pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches)"
         else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+        nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
+              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
+              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
+              --clip 1.0 --dropout 0 2>&1 | grep -c '^FAIL')
+        [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
+            fail "$model: the reference without dropout passes too: the test does not see the masks"
     else fail "$model one-process run for the PyTorch test"; fi
 done
 

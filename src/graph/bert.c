@@ -16,6 +16,10 @@ static const char *nm(names *n, const char *a, int l, const char *b) {
     return n->buf;
 }
 
+static cb_act *drop(cb_act *x, const cb_bert_config *c) {
+    return c->dropout > 0 ? cb_op_dropout(x, c->dropout) : x;
+}
+
 /* x = LN(x + attention(x)); x = LN(x + MLP(x)): one post-LN block */
 static cb_act *block(cb_model *m, names *n, int l, const cb_bert_config *c, cb_act *x) {
     int C = c->d_model;
@@ -25,11 +29,13 @@ static cb_act *block(cb_model *m, names *n, int l, const cb_bert_config *c, cb_a
                                             CB_ATTN_PADDED);
     cb_act *a = cb_op_attention(at, qkv);
     a = cb_op_linear(cb_model_linear(m, nm(n, n->enc, l, "attention.output.dense"), C, C), a);
+    a = drop(a, c);
     x = cb_op_layernorm(cb_model_layernorm(m, nm(n, n->enc, l, "attention.output.LayerNorm"), C),
                         cb_op_add(x, a));
     cb_act *h = cb_op_linear(cb_model_linear(m, nm(n, n->enc, l, "intermediate.dense"), C, 4 * C), x);
     h = cb_op_linear(cb_model_linear(m, nm(n, n->enc, l, "output.dense"), 4 * C, C),
                      cb_op_gelu_erf(h));
+    h = drop(h, c);
     x = cb_op_layernorm(cb_model_layernorm(m, nm(n, n->enc, l, "output.LayerNorm"), C),
                         cb_op_add(x, h));
     cb_model_end_block(m);
@@ -52,6 +58,7 @@ void cb_model_declare_bert(cb_model *m, const cb_bert_config *c) {
                                    c->types, C);
     x = cb_op_add(x, cb_op_lookup(tt, 1));
     x = cb_op_layernorm(cb_model_layernorm(m, nm(&n, n.enc, -1, "embeddings.LayerNorm"), C), x);
+    x = drop(x, c);
     for (int l = 0; l < c->n_layer; l++) x = block(m, &n, l, c, x);
     cb_act *h = cb_op_gelu_erf(cb_op_linear(cb_model_linear(m, n.head, C, C), x));
     h = cb_op_layernorm(cb_model_layernorm(m, n.head_norm, C), h);

@@ -98,7 +98,8 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
         x->flops = 6 * N * l->norm.C, x->param_bytes = f * l->norm.C, x->act_bytes = f * 2 * N;
     }
     static const char *const op[N_KINDS] = {[N_GELU] = "gelu", [N_ADD] = "add", [N_MUL] = "mul",
-                                            [N_RELU] = "relu", [N_CONCAT] = "concat"};
+                                            [N_RELU] = "relu", [N_CONCAT] = "concat",
+                                            [N_DROP] = "dropout"};
     const char *nm = l ? l->name : op[n->kind];
     snprintf(x->name, sizeof x->name, "%.23s", nm);
 }
@@ -660,7 +661,8 @@ static void plan_layout(cb_model *m) {
                                     [N_GELU] = -1,           [N_ADD] = -1,
                                     [N_LOSS] = CB_OP_HEAD,   [N_LOOKUP] = -1,
                                     [N_MUL] = -1,            [N_RELU] = -1,
-                                    [N_CONCAT] = -1,         [N_LOGIT] = -1};
+                                    [N_CONCAT] = -1,         [N_LOGIT] = -1,
+                                    [N_DROP] = -1};
     for (int i = 0; i < m->nnodes; i++) {
         gnode *n = &m->nodes[i];
         if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
@@ -796,6 +798,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
         return cb_comm_agree_err(cb_comm_world(), e);
     }
     defaults(m);
+    m->seed = seed;
     int rc = m->built ? cb_fail(e, CB_EINPUT, "cb_model_build was called twice") : check(m, e);
     if (!rc) rc = partition(m, e);
     if (!rc) rc = make_table(m, e);

@@ -326,6 +326,18 @@ cb_act *cb_op_gelu_erf(const cb_act *x) {
     return y;
 }
 
+cb_act *cb_op_dropout(const cb_act *x, float p) {
+    cb_model *m = owner(NULL, x, "cb_op_dropout");
+    if (!m) return NULL;
+    if (!(p >= 0 && p < 1)) {
+        declare_fail(m, CB_EINPUT, "cb_op_dropout: p %g must be in [0, 1)", p);
+        return NULL;
+    }
+    cb_act *y = node(m, N_DROP, NULL, x, NULL, x->H, x->parity, x->parts);
+    if (y) m->nodes[m->nnodes - 1].p = p, m->nodes[m->nnodes - 1].drop_ix = m->ndrop++;
+    return y;
+}
+
 cb_layer *cb_model_bias(cb_model *m, const char *name, int n) {
     cb_layer *l = new_layer(m, G_BIAS, name);
     if (l) l->lin = (cb_linear){.out = n};

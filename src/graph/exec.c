@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "graph/graph.h"
+#include "util/rng.h"
 #include "layout/rec.h"
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
@@ -125,6 +126,31 @@ static void mlm_count(cb_model *m, int nmb) {
     m->grad_scale = c > 0 ? (float)(dp / c) : 0.0f;
 }
 
+/* Dropout of node n on micro-batch mb (y may be x): each block of the
+ * local piece at the global rows and columns it holds, the mask from
+ * (seed, node, step, global index), so every layout, micro-batch split
+ * and recompute drops the same elements. Outside training: a copy. */
+static void dropout(cb_model *m, const gnode *n, int mb, float *y, const float *x) {
+    cb_layout *L = m->L;
+    const cb_act *a = m->acts[n->out];
+    int N = m->Bm * m->T, first, count;
+    size_t nv = cb_graph_value_floats(m, n->out);
+    if (!m->training || n->p == 0) {
+        if (y != x) memcpy(y, x, sizeof(float) * nv);
+        return;
+    }
+    cb_model_rows(m, &first, &count);
+    cb_shard s = L->ops->act_shard(L, L->tp_rank, N, a->H, a->parity, a->parts);
+    char nm[32];
+    snprintf(nm, sizeof nm, "dropout.%d", n->drop_ix);
+    uint64_t key = cb_rng_subkey(cb_rng_key(m->seed, nm), (uint64_t)m->step);
+    int64_t row0 = ((int64_t)first + (int64_t)mb * m->Bm) * m->T + s.row0;
+    int ld = (int)cb_shard_cols(&s), c = 0;
+    for (int g = 0; g < s.nseg; c += (int)s.ncol[g++])
+        L->k->dropout(L->k, y + c, x + c, (int)s.nrows, (int)s.ncol[g], ld, row0, s.col0[g], a->H,
+                      key, n->p);
+}
+
 static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int count_loss) {
     const gnode *n = &m->nodes[i];
     cb_layout *L = m->L;
@@ -146,6 +172,7 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     case N_GELU:
         (n->erf ? k->gelu_erf_forward : k->gelu_forward)(k, y, x, cb_graph_value_floats(m, n->out));
         break;
+    case N_DROP: dropout(m, n, mb, y, x); break;
     case N_ADD:
         k->residual_forward(k, y, x, val(m, ch, slot, n->in[1]), cb_graph_value_floats(m, n->out));
         break;
@@ -245,6 +272,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         break;
     }
     case N_GELU: (n->erf ? k->gelu_erf_backward : k->gelu_backward)(k, to, x, dy, nx); break;
+    case N_DROP: dropout(m, n, mb, to, dy); break;
     case N_ADD: /* the aliased input's gradient is dy's buffer already */
         if (n->alias != 1) share(m, grad(ch, slot, n->in[1]), dy, ny, n->acc[1]);
         if (n->alias != 0) share(m, dx, dy, ny, n->acc[0]);
@@ -479,6 +507,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    m->step = step, m->training = 1;
     mlm_count(m, m->M);
     memset(m->grads, 0, sizeof(float) * m->pt.nparams);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
@@ -500,6 +529,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     in->step_ms = now_ms() - t0;
     in->bubble = in->step_ms > 0 ? 1 - (in->forward_ms + in->backward_ms) / in->step_ms : 0;
     check_planned(m);
+    m->training = 0; /* evaluation and probabilities drop nothing */
     return loss;
 }
 

@@ -73,7 +73,7 @@
 
 enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN, G_LOOKUP, G_LOGIT, G_BIAS };      /* layer kinds */
 enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS,     /* node kinds */
-       N_LOOKUP, N_MUL, N_RELU, N_CONCAT, N_LOGIT, N_KINDS };
+       N_LOOKUP, N_MUL, N_RELU, N_CONCAT, N_LOGIT, N_DROP, N_KINDS };
 /* the nodes that end the graph: the LM head's cross-entropy, the logistic loss */
 #define IS_LOSS(kind) ((kind) == N_LOSS || (kind) == N_LOGIT)
 enum { RC_NONE, RC_BLOCK, RC_SELECTIVE };                            /* --recompute */
@@ -132,6 +132,8 @@ typedef struct gnode {
     int field;      /* a lookup's id field */
     cb_layer *l2;   /* the MLM loss's decoder bias (cb_op_mlm_loss), else NULL */
     int erf;        /* a GELU: the exact (erf) form */
+    float p;        /* dropout: the probability of dropping */
+    int drop_ix;    /* dropout: its index among the model's dropouts (its key) */
     int out;        /* value written; -1 for the loss */
     int vs, seg;    /* virtual stage; the block it was declared in, -1 none */
     int rseg;       /* block recompute: the unit rerun together (a block, or under
@@ -211,6 +213,9 @@ struct cb_model {
     double loss_scale;   /* the MLM loss: a micro-batch's loss sum to its share of the
                             step's mean over targets >= 0 (micro-batches x dp / count) */
     float grad_scale;    /* its gradient per row: dp / count */
+    uint64_t seed;       /* of cb_model_build: initial weights, dropout masks */
+    int step, training;  /* the step running (dropout's masks), 1 inside cb_model_train_step */
+    int ndrop;           /* dropouts declared */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
     int last_mb;         /* micro-batch of the last backward, for the lookup query */

@@ -349,6 +349,19 @@ static void gelu_erf_backward(const cb_kernels *k, float *dinp, const float *inp
     }
 }
 
+static void dropout(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                    int64_t row0, int64_t col0, int64_t H, uint64_t key, float p) {
+    (void)k;
+    float s = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < ncol; c++) {
+            uint64_t g = (uint64_t)(row0 + i) * (uint64_t)H + (uint64_t)(col0 + c);
+            size_t o = (size_t)i * ld + c;
+            y[o] = cb_rng_uniform_at(key, g) >= p ? x[o] * s : 0.0f;
+        }
+}
+
 static void residual_forward(const cb_kernels *k, float *out, const float *a, const float *b,
                              size_t n) {
     (void)k;
@@ -709,6 +722,7 @@ static const cb_kernels cpu = {
     .gelu_backward = gelu_backward,
     .gelu_erf_forward = gelu_erf_forward,
     .gelu_erf_backward = gelu_erf_backward,
+    .dropout = dropout,
     .residual_forward = residual_forward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,

@@ -42,27 +42,67 @@ def attention(qkv, NH, lens):
     return (p @ v).transpose(1, 2).reshape(B, T, C)
 
 
+# ------------------------------------------------------------------ dropout
+# cubist's counter-based masks (src/util/rng.c, cb_op_dropout): element i of
+# a value (global row x features + feature) of dropout number ix is kept in
+# step s when U(at(key(seed, "dropout.<ix>"), s), i) >= p, U = the top 24
+# bits of splitmix64's finaliser of key + (i + 1) x golden, as a float.
+M64, GOLD = (1 << 64) - 1, 0x9E3779B97F4A7C15
+
+
+def mix(z):  # Python int or numpy uint64 array
+    if isinstance(z, int):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def rng_key(seed, name):
+    h = 0xCBF29CE484222325
+    for ch in name.encode():
+        h = ((h ^ ch) * 0x100000001B3) & M64
+    return mix(seed ^ mix(h))
+
+
+def keep(seed, ix, step, shape, p):
+    key = mix((rng_key(seed, f'dropout.{ix}') + (step + 1) * GOLD) & M64)
+    i = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    u = (mix(np.uint64(key) + (i + np.uint64(1)) * np.uint64(GOLD)) >> np.uint64(40)).astype(np.float32)
+    return torch.from_numpy(u / np.float32(16777216.0) >= np.float32(p)).reshape(shape)
+
+
 def names(model):
     if model == 'bert':
         return 'bert', 'cls.predictions.transform.dense', 'cls.predictions.transform.LayerNorm', 'cls.predictions.bias'
     return 'roberta', 'lm_head.dense', 'lm_head.layer_norm', 'lm_head.bias'
 
 
-def forward(P, a, ids, types, tg, lens):
+def forward(P, a, ids, types, tg, lens, step=0):
     enc, head, head_ln, bias = names(a.model)
     ln = lambda x, n: F.layer_norm(x, x.shape[-1:], P[n + '.weight'], P[n + '.bias'], 1e-5)  # noqa: E731
     lin = lambda x, n: x @ P[n + '.weight'] + P[n + '.bias']  # noqa: E731
     gelu = lambda x: F.gelu(x)  # noqa: E731  (the erf form)
     T = ids.shape[1]
+    ix = [0]
+
+    def drop(x):  # cubist's masks, in declaration order; scale 1/(1-p) in float32 as cubist's
+        if a.dropout == 0:
+            return x
+        k = keep(a.seed, ix[0], step, tuple(x.shape), a.dropout)
+        ix[0] += 1
+        return torch.where(k, x * float(np.float32(1) / (np.float32(1) - np.float32(a.dropout))), 0)
     e = f'{enc}.embeddings.'
     x = P[e + 'word_embeddings.weight'][ids] + P[e + 'position_embeddings.weight'][:T] + \
         P[e + 'token_type_embeddings.weight'][types]
-    x = ln(x, e + 'LayerNorm')
+    x = drop(ln(x, e + 'LayerNorm'))
     for l in range(a.layers):
         p = f'{enc}.encoder.layer.{l}.'
-        h = lin(attention(lin(x, p + 'attention.self.qkv'), a.heads, lens), p + 'attention.output.dense')
+        h = drop(lin(attention(lin(x, p + 'attention.self.qkv'), a.heads, lens), p + 'attention.output.dense'))
         x = ln(x + h, p + 'attention.output.LayerNorm')
-        h = lin(gelu(lin(x, p + 'intermediate.dense')), p + 'output.dense')
+        h = drop(lin(gelu(lin(x, p + 'intermediate.dense')), p + 'output.dense'))
         x = ln(x + h, p + 'output.LayerNorm')
     h = ln(gelu(lin(x, head)), head_ln)
     logits = h @ P[e + 'word_embeddings.weight'].t() + P[bias]
@@ -88,6 +128,8 @@ def main():
     ap.add_argument('--beta2', type=float, default=0.999)
     ap.add_argument('--eps', type=float, default=1e-6)
     ap.add_argument('--clip', type=float, default=1.0)
+    ap.add_argument('--dropout', type=float, default=0.1)
+    ap.add_argument('--seed', type=int, default=1337)
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     ck = Checks()
@@ -109,7 +151,7 @@ def main():
     for s in range(a.steps):
         opt.zero_grad()
         ids, types, tg, lens = r[s, :, :T], r[s, :, T:2 * T], r[s, :, 2 * T:3 * T], r[s, :, 3 * T]
-        loss = forward(P, a, ids, types, tg, lens)
+        loss = forward(P, a, ids, types, tg, lens, s)
         loss.backward()
         ref, got = float(loss), float(log[s]['loss'])
         rel = abs(got - ref) / abs(ref)
