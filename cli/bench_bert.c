@@ -1,5 +1,6 @@
-/* `cubist bench --model bert|roberta`: the MLM training step through the
- * graph engine next to the same model and step in PyTorch
+/* `cubist bench --model bert|roberta`: the MLM training step (hidden
+ * dropout 0.1) through the graph engine next to the same model and step
+ * in PyTorch
  * (bench/torch_bert.py) in the same invocation: tokens/s, model GFLOP/s
  * and MFU. Rows: uniform random text ids, two token types, full length,
  * 15% of positions masked (targets), AdamW on every parameter in both. */
@@ -14,6 +15,7 @@
 #include "cli.h"
 #include "graph/graph.h"
 #include "kernels/peak.h"
+#include "kernels/profile.h"
 #include "util/rng.h"
 
 typedef struct bert_bench {
@@ -56,8 +58,10 @@ static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
     return CB_OK;
 }
 
-/* cubist's tokens/s over b->steps steps after one untimed step */
-static int cubist_run(const bert_bench *b, double *tps, size_t *params, cb_err *e) {
+/* cubist's tokens/s over b->steps steps after one untimed step, and the
+ * milliseconds of each kernel class per step (the profiler's table) */
+static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *prof_ms,
+                      cb_err *e) {
     char *argv0[] = {"bench", NULL}, **av = argv0;
     int ac = 1, B = b->batch, T = b->seq_len, text = b->vocab - 4;
     cb_dist *d;
@@ -75,10 +79,14 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, cb_err *
     cb_rng r;
     cb_rng_seed(&r, 1);
     double t0 = 0;
+    cb_prof prof;
+    const cb_kernels *k0 = m->L->k;
+    cb_prof_init(&prof, k0);
+    m->L->k = cb_prof_kernels(&prof);
     for (int k = 0; !rc && k < B; k++) lens[k] = T;
     cb_model_set_lengths(m, lens);
     for (int s = 0; !rc && s <= b->steps; s++) {
-        if (s == 1) t0 = omp_get_wtime();
+        if (s == 1) t0 = omp_get_wtime(), cb_prof_reset(&prof);
         for (int i = 0; i < B * T; i++) {
             ids[2 * i] = (int)cb_rng_below(&r, (uint64_t)text);
             ids[2 * i + 1] = i % T >= T / 2;
@@ -88,10 +96,12 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, cb_err *
     }
     if (!rc) {
         *tps = (double)B * T * b->steps / (omp_get_wtime() - t0);
+        for (int i = 0; i < PROF_N; i++) prof_ms[i] = cb_prof_ms(&prof, i) / b->steps;
         size_t adam;
         cb_model_sizes(m, params, &adam);
     }
     free(ids), free(tg), free(lens);
+    m->L->k = k0;
     cb_model_free(m);
     cb_dist_finalize(d);
     return rc;
@@ -133,15 +143,18 @@ int cmd_bench_bert(int argc, char **argv) {
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);
-    double tps = 0, ttps = 0, peak = cb_peak_gflops();
+    double tps = 0, ttps = 0, peak = cb_peak_gflops(), prof[PROF_N] = {0};
     size_t params = 0;
-    if (cubist_run(&b, &tps, &params, &e) || (!b.no_torch && torch_run(&b, &ttps, &e)))
+    if (cubist_run(&b, &tps, &params, prof, &e) || (!b.no_torch && torch_run(&b, &ttps, &e)))
         return cli_fail(&e);
     double gf = tps * flops_per_token(&b) / 1e9;
     printf("%s: %d layers, d %d, %d heads, T %d, batch %d, vocab %d, %d threads, %zu parameters\n",
            b.model, b.layers, b.d_model, b.heads, b.seq_len, b.batch, b.vocab, b.threads, params);
     printf("cubist:  %.0f tokens/s, %.2f model GFLOP/s, MFU %.2f%% of %.1f GFLOP/s\n", tps, gf,
            100 * gf / peak, peak);
+    printf("cubist kernels, ms per step:");
+    for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], prof[i]);
+    printf("\n");
     if (!b.no_torch)
         printf("PyTorch: %.0f tokens/s, MFU %.2f%%; cubist / PyTorch = %.2f\n", ttps,
                100 * ttps * flops_per_token(&b) / 1e9 / peak, tps / ttps);
