@@ -601,10 +601,10 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
 }
 
 /* Floats of the engine's own scratch: a gradient share (or a tied
- * tensor's received gradient), attention's backward; with the
- * recommendation nodes and cross-attention, a second share (a product's,
- * concatenation's or cross-attention's second input), their layout scratch (layout/rec.h) and one id field of a
- * micro-batch (ints). None of them grows during a step. */
+ * tensor's received gradient), attention's backward; a second share for
+ * nodes with two inputs that may both accumulate (a product, a
+ * concatenation, cross-attention); with the recommendation nodes, their
+ * layout scratch (layout/rec.h) and one id field of a micro-batch (ints). None of them grows during a step. */
 typedef struct scratch {
     size_t tmp, att, tmp2, rec, fids;
 } scratch;

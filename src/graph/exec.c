@@ -40,19 +40,6 @@ static float *kept(cb_model *m, gchunk *ch, int slot, int i) {
 
 /* ---------------------------------------------------------------- nodes */
 
-/* Attention node n on micro-batch mb: self-attention reads a QKV output,
- * cross-attention queries (C) and a KV output (2C); the lengths of the
- * step's rows mask padded queries and keys when the layer asks. */
-static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
-    const cb_layer *l = n->l;
-    int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
-    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
-                                                                   : NULL;
-    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
-    if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
-    return a;
-}
-
 /* Id field f of micro-batch rows [r0, r0 + N) (each row has m->fields ids). */
 static const int *field_ids(cb_model *m, size_t r0, int N, int f) {
     if (m->fields == 1) return m->ids + r0;
@@ -149,6 +136,19 @@ static void dropout(cb_model *m, const gnode *n, int mb, float *y, const float *
     for (int g = 0; g < s.nseg; c += (int)s.ncol[g++])
         L->k->dropout(L->k, y + c, x + c, (int)s.nrows, (int)s.ncol[g], ld, row0, s.col0[g], a->H,
                       key, n->p);
+}
+
+/* Attention node n on micro-batch mb: self-attention reads a QKV output,
+ * cross-attention queries (C) and a KV output (2C); the lengths of the
+ * step's rows mask padded queries and keys when the layer asks. */
+static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
+    const cb_layer *l = n->l;
+    int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
+    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
+                                                                   : NULL;
+    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
+    if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
+    return a;
 }
 
 static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int count_loss) {

@@ -203,7 +203,7 @@ struct cb_model {
     int nsched;
     float *tmp;          /* one value's floats: a share added into a gradient */
     float *att_scratch;  /* attention backward */
-    float *tmp2;         /* a second share (element-wise product, concatenation, cross-attention) */
+    float *tmp2;         /* a second share (product, concatenation, cross-attention) */
     float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
