@@ -500,10 +500,7 @@ static void check_planned(cb_model *m) {
             m->d->g.world_rank, w->grew, w->unkept);
 }
 
-float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
-                          float *grad_norm) {
-    double t0 = now_ms();
-    m->info = (cb_model_step_info){0};
+float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
@@ -517,9 +514,16 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
         else cb_graph_forward(m, x->chunk, x->mb, 1);
     }
     cb_graph_wait_all(m);
-    double t1 = now_ms();
     tie_grads(m);
-    float loss = step_loss(m, m->M);
+    return step_loss(m, m->M);
+}
+
+float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
+                          float *grad_norm) {
+    double t0 = now_ms();
+    m->info = (cb_model_step_info){0};
+    float loss = cb_graph_grad_step(m, ids, targets);
+    double t1 = now_ms();
     float norm = update(m, step);
     tie_params(m);
     if (m->ntie) cb_kernels_params_written(m->params, m->pt.nparams); /* copies received */
