@@ -504,7 +504,7 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
-    m->step = step, m->training = 1;
+    m->training = 1; /* dropout draws the masks of step m->step */
     mlm_count(m, m->M);
     memset(m->grads, 0, sizeof(float) * m->pt.nparams);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
@@ -515,6 +515,7 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     }
     cb_graph_wait_all(m);
     tie_grads(m);
+    m->training = 0; /* evaluation and probabilities drop nothing */
     return step_loss(m, m->M);
 }
 
@@ -522,6 +523,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
                           float *grad_norm) {
     double t0 = now_ms();
     m->info = (cb_model_step_info){0};
+    m->step = step;
     float loss = cb_graph_grad_step(m, ids, targets);
     double t1 = now_ms();
     float norm = update(m, step);
@@ -533,7 +535,6 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     in->step_ms = now_ms() - t0;
     in->bubble = in->step_ms > 0 ? 1 - (in->forward_ms + in->backward_ms) / in->step_ms : 0;
     check_planned(m);
-    m->training = 0; /* evaluation and probabilities drop nothing */
     return loss;
 }
 
