@@ -4,12 +4,10 @@
  * (bench/torch_bert.py) in the same invocation: tokens/s, model GFLOP/s
  * and MFU. Rows: uniform random text ids, two token types, full length,
  * 15% of positions masked (targets), AdamW on every parameter in both. */
-#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -30,32 +28,14 @@ static double flops_per_token(const bert_bench *b) {
     return 6 * (L * 12 * C * C + C * C + (double)b->vocab * C) + 12 * L * C * b->seq_len;
 }
 
-/* PyTorch's tokens/s from the script's JSON line */
+/* PyTorch's tokens/s (bench/torch_bert.py) */
 static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
-    char exe[PATH_MAX], cmd[PATH_MAX + 512], line[4096], last[400] = "no output";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "
-             "'%s/../bench/torch_bert.py' --model %s --layers %d --d-model %d --heads %d "
-             "--seq-len %d --batch %d --vocab %d --steps %d --threads %d 2>&1",
-             exe, b->model, b->layers, b->d_model, b->heads, b->seq_len, b->batch, b->vocab,
-             b->steps, b->threads);
-    FILE *p = popen(cmd, "r");
-    if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
-    *tps = 0;
-    while (fgets(line, sizeof line, p)) {
-        const char *s = strstr(line, "\"tokens_per_s\":");
-        if (line[0] == '{' && s) *tps = atof(s + 15);
-        else if (line[0] != '\n') snprintf(last, sizeof last, "%.*s", (int)strcspn(line, "\n"), line);
-    }
-    int st = pclose(p);
-    if (st != 0 || !(*tps > 0))
-        return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
-                                   "python3-torch (make deps) or pass --no-torch", st, last);
-    return CB_OK;
+    char args[256];
+    snprintf(args, sizeof args, "--model %s --layers %d --d-model %d --heads %d --seq-len %d "
+             "--batch %d --vocab %d --steps %d --threads %d", b->model, b->layers, b->d_model,
+             b->heads, b->seq_len, b->batch, b->vocab, b->steps, b->threads);
+    const char *key = "tokens_per_s";
+    return cli_torch_bench("torch_bert.py", args, &key, tps, 1, e);
 }
 
 /* cubist's tokens/s over b->steps steps after one untimed step, and the

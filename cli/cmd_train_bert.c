@@ -312,13 +312,6 @@ static void run_free(run *r) {
     cb_tokens_close(&r->val);
 }
 
-/* --grad-accum M is --micro-batches M; --tp is refused by the build */
-static void grad_accum_alias(int argc, char **argv) {
-    static char mb[] = "--micro-batches";
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--grad-accum")) argv[i] = mb;
-}
-
 int cmd_train_bert(int argc, char **argv) {
     bert_opts o = {.layers = 2, .d_model = 128, .heads = 4, .seq_len = 64, .special_base = -1,
                    .batch = 8, .steps = 100, .mask_prob = 0.15f, .dropout = 0.1f, .seed = 1337,
@@ -362,7 +355,7 @@ int cmd_train_bert(int argc, char **argv) {
         cli_usage(stdout, "train", "--model bert|roberta --data TOKENS [flags]", flags, n, EPILOG);
         return 0;
     }
-    grad_accum_alias(argc, argv);
+    cli_grad_accum_alias(argc, argv);
     run r = {0};
     cb_err e = {0};
     int ac = argc + 1; /* argv[-1] is the command's name, where cb_dist_init expects a program */
