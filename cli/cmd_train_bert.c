@@ -17,7 +17,7 @@
 enum { SP_PAD, SP_CLS, SP_SEP, SP_MASK, N_SPECIAL }; /* ids special_base + these */
 
 typedef struct bert_opts {
-    const char *model, *data, *val_data, *log, *save, *init, *dump_grads, *dump_batches;
+    const char *model, *data, *val_data, *bpe_dir, *log, *save, *init, *dump_grads, *dump_batches;
     int layers, d_model, heads, seq_len, text_vocab, special_base, batch, steps, quiet, threads;
     int fill;
     float mask_prob, dropout;
@@ -62,6 +62,7 @@ typedef struct run {
     cb_dist *d;
     cb_model *m;
     cb_tokens tok, val;
+    cb_tokenizer tk;      /* --fill's, opened before training */
     int roberta, V, T, tokenizer;
     size_t nseq;          /* sequences in one epoch of the stream */
     FILE *log, *dump;
@@ -170,9 +171,8 @@ static void print_ids(const cb_tokenizer *tk, const int *ids, int i0, int i1, in
 /* After training: one masked word in each of o->fill sequences of the
  * validation tokens, with the model's five best guesses (one process). */
 static int fill(run *r, const bert_opts *o, cb_err *e) {
-    cb_tokenizer tk;
-    const char *name = cb_tokenizer_tag_name(r->tokenizer);
-    int rc = cb_tokenizer_open(name ? name : "byte", NULL, &tk, e), base = o->special_base;
+    const cb_tokenizer tk = r->tk;
+    int rc = CB_OK, base = o->special_base;
     int T = r->T, B = o->batch, *row = r->row + T, len, *tg = row + 2 * T;
     int *pos = calloc((size_t)B, sizeof(int)), *truth = calloc((size_t)B, sizeof(int));
     if (!rc && (!pos || !truth)) rc = cb_fail(e, CB_ENOMEM, "out of memory for --fill");
@@ -206,7 +206,6 @@ static int fill(run *r, const bert_opts *o, cb_err *e) {
         if (!p) rc = cb_fail(e, CB_EINPUT, "--fill needs one process and one micro-batch");
     }
     free(pos), free(truth);
-    cb_tokenizer_free(&tk);
     return rc;
 }
 
@@ -249,6 +248,9 @@ static int setup(run *r, bert_opts *o, cb_err *e) {
     if (o->fill > 0 && !o->val_data)
         return cb_fail(e, CB_EINPUT, "--fill needs --val-data TOKENS (held-out text)");
     if (o->fill > 0 && (rc = cb_tokens_open(o->val_data, r->V, &r->val, e))) return rc;
+    const char *tkname = cb_tokenizer_tag_name(r->tokenizer);
+    if (o->fill > 0 && (rc = cb_tokenizer_open(tkname ? tkname : "byte", o->bpe_dir, &r->tk, e)))
+        return rc;
     size_t text = (size_t)(r->roberta ? r->T - 2 : r->T - 3);
     r->nseq = r->tok.n / text;
     if (r->nseq < 1)
@@ -310,6 +312,7 @@ static void run_free(run *r) {
     cb_model_free(r->m);
     cb_tokens_close(&r->tok);
     cb_tokens_close(&r->val);
+    cb_tokenizer_free(&r->tk);
 }
 
 int cmd_train_bert(int argc, char **argv) {
@@ -322,6 +325,7 @@ int cmd_train_bert(int argc, char **argv) {
         {"data", ARG_STR, &o.data, "training tokens (a file, glob or comma list, as for gpt)"},
         {"val-data", ARG_STR, &o.val_data, "held-out tokens for --fill"},
         {"fill", ARG_INT, &o.fill, "after training, guess a masked word in N held-out sequences (0)"},
+        {"bpe-dir", ARG_STR, &o.bpe_dir, "GPT-2 tokenizer files for --fill (" CB_BPE_DIR ")"},
         {"layers", ARG_INT, &o.layers, "encoder blocks (2)"},
         {"d-model", ARG_INT, &o.d_model, "hidden width (128)"},
         {"heads", ARG_INT, &o.heads, "attention heads (4)"},

@@ -14,7 +14,8 @@
 #    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
 #    step); recompute block and selective equal none bit for bit.
 # 3. Bad input: special ids that collide with the text vocabulary, --tp
-#    (the MLM head runs on whole tensors), a file shorter than a sequence:
+#    (the MLM head runs on whole tensors), --fill without held-out tokens,
+#    a file shorter than a sequence:
 #    exit 2 with one line, on every rank.
 set -u
 . "$(dirname "$0")/launcher.sh"
@@ -99,6 +100,7 @@ bad "special ids collide with the text vocabulary" 1 "collide with the text voca
 bad "special ids collide (2 ranks)" 2 "collide with the text vocabulary" --model roberta --special-base 255 --dp 2
 bad "--tp 2 refused" 2 "drop --tp" --model bert --tp 2 --tp-mode 1d
 bad "--heads not dividing --d-model" 1 "does not divide" --model bert --heads 5
+bad "--fill without --val-data" 1 "needs --val-data" --model bert --fill 2
 "$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(65, 85)))" > tiny.txt
 "$C" prepare --input tiny.txt --output tiny.bin >/dev/null
 timeout "$(tmo 60)" "$C" train --model bert --data tiny.bin --steps 1 > bad.out 2> bad.err
