@@ -12,7 +12,8 @@
 #    same first-batch loss through a forward written for that layout
 #    (separate query/key/value, [out, in] weights, the decoder's own
 #    tensors) to 1e-12 (both float64; measured equal).
-# 2. Layouts: dp 2, dp 2 x ZeRO-1, pp 2 (1f1b, 4 micro-batches against one
+# 2. Layouts: dp 2, dp 2 x ZeRO-1, dp 2 with the sparse and split
+#    embedding-gradient paths, pp 2 (1f1b, 4 micro-batches against one
 #    process with --grad-accum 4) and pp 2 x dp 2: 30 steps of loss and
 #    gradient norm and the final weights equal the one process to 1e-5
 #    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
@@ -81,6 +82,10 @@ for model in bert roberta; do
     run "$model.ga4" 1 --model "$model" --grad-accum 4 || continue
     run "$model.dp2" 2 --model "$model" --dp 2 && cmp_ "$model dp2" "$model.dp2" "$model.one"
     run "$model.dp2z" 2 --model "$model" --dp 2 --zero 1 && cmp_ "$model dp2 ZeRO-1" "$model.dp2z" "$model.one"
+    for eg in sparse split; do # the word embeddings' lookup rows from id field 0
+        run "$model.dp2_$eg" 2 --model "$model" --dp 2 --embed-grad "$eg" &&
+            cmp_ "$model dp2 --embed-grad $eg" "$model.dp2_$eg" "$model.one"
+    done
     run "$model.pp2" 2 --model "$model" --pp 2 --schedule 1f1b --micro-batches 4 &&
         cmp_ "$model pp2 1f1b M4 (vs --grad-accum 4)" "$model.pp2" "$model.ga4"
     run "$model.pp2dp2" 4 --model "$model" --pp 2 --dp 2 --micro-batches 2 --zero 1 &&

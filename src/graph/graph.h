@@ -218,8 +218,8 @@ struct cb_model {
     int step, training;  /* the step running (dropout's masks), 1 inside cb_model_train_step */
     int ndrop;           /* dropouts declared */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
-    int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
-    int last_mb;         /* micro-batch of the last backward, for the lookup query */
+    int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */
+    int ntables;         /* the leading tensors the sparse and split paths handle (tables) */
     cb_model_step_info info; /* the last step's times */
     /* called in every step after the gradients are reduced and averaged,
      * before clipping (cubist train's --dump-grads); collective */
