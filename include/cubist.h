@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -217,6 +218,9 @@ typedef struct cb_act cb_act;
  * pipeline buffers, workspace) exceed it. Collective; on error every rank
  * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
+/* The --help lines of the flags cb_dist_init takes ("  --name  what"),
+ * into f: for a program's own usage text. */
+void cb_dist_usage(FILE *f);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
 /* The arithmetic of --precision fp32|bf16 (also taken by cb_dist_init),
  * for a startup line: "fp32", or bf16 and the instructions it runs on,

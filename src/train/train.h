@@ -45,6 +45,7 @@ typedef struct cb_train_opts {
     const char *tp3d_save;  /* "gathered" or "shard" */
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
+    const char *precision;  /* --precision fp32|bf16 (cubist train selects the kernels) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
