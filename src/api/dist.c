@@ -49,7 +49,8 @@ static const struct {
     [CB_DF_MODE] = {"tp-mode", 0, "2d", "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
     [CB_DF_SCHED] = {"schedule", 0, "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved"},
     [CB_DF_MB] = {"micro-batches", 0, "8",
-                  "micro-batches per step (default: --grad-accum; without --pp the same as it)"},
+                  "micro-batches per step; without --pp the gradient accumulation (cubist "
+                  "train: --grad-accum)"},
     [CB_DF_VS] = {"virtual-stages", 0, "2", "interleaved: chunks per rank (2)"},
     [CB_DF_PART] = {"partition", 0, "auto", "auto, or module boundaries such as 0,3,7,12"},
     [CB_DF_MW] = {"partition-memory-weight", 0, "0.8",
