@@ -152,6 +152,8 @@ static void act_report(const cb_train_start *s) {
 static void log_start(void *ctx, const cb_train_start *s) {
     const cb_train_opts *o = ((cli_train_log *)ctx)->o, *r = s->o;
     if (s->hosts) cb_grid_print(s->grid, s->hosts, stdout); /* --print-grid, even --quiet */
+    cb_model_print_partition(s->model, stdout);              /* --print-partition, likewise */
+    fflush(stdout);
     if (o->quiet) return;
     const cb_gpt_config *c = &r->model;
     fprintf(stderr,

@@ -344,6 +344,11 @@ int cb_model_set_precision(cb_model *m, const char *precision, cb_err *e);
  * AdamW state and every activation buffer: a step allocates nothing.
  * Collective. */
 int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e);
+/* With --print-partition under --pp (cb_dist_init's flags): the pipeline
+ * stages of the built model (modules, cost, compute, memory, tied
+ * weights) into f, and 1; else 0. The library prints nothing itself:
+ * call it on one rank (cb_dist_rank 0). */
+int cb_model_print_partition(const cb_model *m, FILE *f);
 /* This data-parallel rank's rows [first, first+count) of the batch. */
 void cb_model_rows(const cb_model *m, int *first, int *count);
 /* This rank's floats: its parameter shards (the gradients are as many) and

@@ -528,7 +528,8 @@ static void start_record(const cb_train_opts *o, const trainer *t, const run_sta
                         .adam_bytes = dp ? 8.0 * (double)(d->hi - d->lo) : 0,
                         .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
                         .act_none = act ? act + g->pp : NULL,
-                        .rc_flops_frac = act ? act[2 * g->pp] : 0, .grid = g, .hosts = hosts};
+                        .rc_flops_frac = act ? act[2 * g->pp] : 0, .grid = g, .hosts = hosts,
+                        .model = t->m};
     if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
     free(act);
 }

@@ -120,6 +120,7 @@ typedef struct cb_train_start {
     const double *act, *act_none; /* pp of them, NULL under --quiet */
     double rc_flops_frac;    /* the recompute's forwards over the step's FLOPs */
     const cb_grid *grid;     /* the process grid */
+    const cb_model *model;   /* built (cb_model_print_partition) */
     const char *hosts;       /* --print-grid: every world rank's host (cb_grid_hosts); else NULL */
 } cb_train_start;
 
