@@ -209,7 +209,9 @@ void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal)
     for (int t = 0; t < Tq; t++) {
         float *r = s + (size_t)t * Tk, mx = -INFINITY, sum = 0.0f;
         int lim = t < nq ? seen(t, nk, causal) : 0;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < lim; j++) mx = r[j] > mx ? r[j] : mx;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < lim; j++) {
             r[j] = exp_approx(r[j] - mx);
             sum += r[j];
@@ -270,6 +272,7 @@ void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, i
         float *d = dp + (size_t)t * Tk, dot = 0.0f;
         const float *r = p + (size_t)t * Tk;
         int lim = t < nq ? seen(t, nk, causal) : 0;
+#pragma omp simd reduction(+ : dot)
         for (int j = 0; j < lim; j++) dot += r[j] * d[j];
         for (int j = 0; j < lim; j++) d[j] = r[j] * (d[j] - dot) * scale;
         for (int j = lim; j < Tk; j++) d[j] = 0.0f;
@@ -330,6 +333,38 @@ static void gelu_backward(const cb_kernels *k, float *dinp, const float *inp, co
     }
 }
 
+/* The exact GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (BERT's) */
+static void gelu_erf_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)M_SQRT1_2));
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x) */
+static void gelu_erf_backward(const cb_kernels *k, float *dinp, const float *inp,
+                              const float *dout, size_t n) {
+    (void)k;
+    const float c = 0.3989422804014327f; /* 1 / sqrt(2 pi) */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+        dinp[i] = dout[i] * (cdf + x * c * expf(-0.5f * x * x));
+    }
+}
+
+static void dropout(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                    int64_t row0, int64_t col0, int64_t H, uint64_t key, float p) {
+    (void)k;
+    float s = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < ncol; c++) {
+            uint64_t g = (uint64_t)(row0 + i) * (uint64_t)H + (uint64_t)(col0 + c);
+            size_t o = (size_t)i * ld + c;
+            y[o] = cb_rng_uniform_at(key, g) >= p ? x[o] * s : 0.0f;
+        }
+}
+
 static void residual_forward(const cb_kernels *k, float *out, const float *a, const float *b,
                              size_t n) {
     (void)k;
@@ -344,6 +379,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < V; j++) mx = r[j] > mx ? r[j] : mx;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) {
@@ -352,7 +388,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
         }
         float inv = 1.0f / sum;
         for (int j = 0; j < V; j++) r[j] *= inv;
-        if (targets) losses[i] = -logf(r[targets[i]]);
+        if (targets) losses[i] = targets[i] < 0 ? 0.0f : -logf(r[targets[i]]);
     }
 }
 
@@ -361,9 +397,9 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
     (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *r = probs + (size_t)i * V;
-        for (int j = 0; j < V; j++) r[j] *= dloss;
-        r[targets[i]] -= dloss;
+        float *r = probs + (size_t)i * V, d = targets[i] < 0 ? 0.0f : dloss;
+        for (int j = 0; j < V; j++) r[j] *= d;
+        if (targets[i] >= 0) r[targets[i]] -= dloss;
     }
 }
 
@@ -611,18 +647,41 @@ static void scale(const cb_kernels *k, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+/* One element of AdamW: m, v updated in place, the new parameter returned */
+static inline float adamw_one(float p, float g, float *m, float *v, float lr, float beta1,
+                              float beta2, float eps, float wd, float bc1, float bc2) {
+    float mi = beta1 * *m + (1.0f - beta1) * g;
+    float vi = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    float pi = p - lr * wd * p;
+    return pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
+
+/* The gradient is read as fl(g * gs), the value a separate scaling pass
+ * would have stored, so folding the clip into the update changes no bit
+ * and saves a read and a write of every gradient. bf (n, may be NULL)
+ * receives the new parameters rounded to bf16 in the same pass. */
+void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
-    (void)k;
+    if (!bf) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++)
+            p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
+        return;
+    }
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
-        float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-        m[i] = mi;
-        v[i] = vi;
-        float pi = p[i] - lr * wd * p[i];
-        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
+        bf[i] = cb_bf16_round(p[i]);
     }
+}
+
+static void adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                  float bc2) {
+    (void)k;
+    cb_cpu_adamw(p, g, gs, m, v, NULL, n, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 static void mul_forward(const cb_kernels *k, float *out, const float *a, const float *b, size_t n) {
@@ -688,6 +747,9 @@ static const cb_kernels cpu = {
     .matmul_backward_dw_rows = matmul_backward_dw_rows,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .gelu_erf_forward = gelu_erf_forward,
+    .gelu_erf_backward = gelu_erf_backward,
+    .dropout = dropout,
     .residual_forward = residual_forward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,

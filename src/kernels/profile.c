@@ -88,6 +88,20 @@ static void p_attention_backward(const cb_kernels *k, const cb_attn *a, float *d
     TIMED(PROF_ATTENTION, attention_backward, a, dq, dkv, scratch, dout, q, kv, att);
 }
 
+static void p_gelu_erf_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_erf_forward, out, inp, n);
+}
+
+static void p_gelu_erf_backward(const cb_kernels *k, float *dinp, const float *inp,
+                                const float *dout, size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_erf_backward, dinp, inp, dout, n);
+}
+
+static void p_dropout(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                      int64_t row0, int64_t col0, int64_t H, uint64_t key, float p) {
+    TIMED(PROF_ELEMENTWISE, dropout, y, x, rows, ncol, ld, row0, col0, H, key, p);
+}
+
 static void p_gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
     TIMED(PROF_ELEMENTWISE, gelu_forward, out, inp, n);
 }
@@ -121,9 +135,10 @@ static void p_matmul_backward_dw_rows(const cb_kernels *k, float *dw, const floa
     TIMED(PROF_GEMM, matmul_backward_dw_rows, dw, dout, inp, N, IC, OC, r0, r1);
 }
 
-static void p_adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
-                    float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
-    TIMED(PROF_OPTIMIZER, adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+static void p_adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                    size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                    float bc2) {
+    TIMED(PROF_OPTIMIZER, adamw, p, g, gs, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 static double p_sumsq(const cb_kernels *k, const float *x, size_t n) {
@@ -275,6 +290,9 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .attention_backward = p_attention_backward,
         .gelu_forward = p_gelu_forward,
         .gelu_backward = p_gelu_backward,
+        .gelu_erf_forward = p_gelu_erf_forward,
+        .gelu_erf_backward = p_gelu_erf_backward,
+        .dropout = p_dropout,
         .residual_forward = p_residual_forward,
         .crossentropy_forward = p_crossentropy_forward,
         .crossentropy_backward = p_crossentropy_backward,
