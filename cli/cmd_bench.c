@@ -382,8 +382,12 @@ int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
 int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
 
 int cmd_bench_ncf(int argc, char **argv); /* cli/bench_ncf.c */
+int cmd_bench_bert(int argc, char **argv); /* cli/bench_bert.c */
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 0; i + 1 < argc; i++) /* BERT, RoBERTa: cli/bench_bert.c */
+        if (!strcmp(argv[i], "--model") && (!strcmp(argv[i + 1], "bert") || !strcmp(argv[i + 1], "roberta")))
+            return cmd_bench_bert(argc, argv);
     for (int i = 0; i < argc; i++) /* the data-parallel benchmarks: cli/bench_dp.c */
         if (!strcmp(argv[i], "--allreduce") || !strcmp(argv[i], "--dp-step") ||
             !strcmp(argv[i], "--embed-grad"))
