@@ -13,6 +13,8 @@
 #include "dp/dp.h"
 #include "api/flags.h"
 #include "optim/adamw.h"
+#include "layout/layout.h"
+#include "graph/graph.h"
 
 /* For --pp pp: the pipeline and recompute flags checked by the rules
  * every program shares (cb_dist_pipeline, api/flags.h); --micro-batches M
@@ -129,6 +131,48 @@ typedef struct cb_train_sink {
     int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
     int (*end)(void *ctx, int rc, cb_err *e);
 } cb_train_sink;
+
+/* A named figure of an evaluation (val_loss; val_hr10...). */
+typedef struct cb_train_metric {
+    const char *name;
+    double value;
+} cb_train_metric;
+
+/* A model family as the one training loop (cb_train_run) sees it. The loop
+ * owns the grid, the engine, the step, clipping and AdamW, the log, the
+ * checkpoints (--save DIR/ --keep-last --resume), signals and the stall
+ * watchdog; a task owns its model's layers, its data and its evaluation.
+ * Batches are a function of what a checkpoint restores (the step, and ld
+ * when the task reads a token stream), so a resumed run continues bit for
+ * bit. docs/engine.md, "Training your own model family". */
+typedef struct cb_train_task {
+    void *ctx;
+    cb_loader *ld;          /* the data position a checkpoint keeps; zeros if none */
+    int row_ids, row_targets; /* ints per row of a micro-batch (ids, targets) */
+    int row_tokens;         /* tokens a row counts for (tokens/s, MFU) */
+    double flops_per_token; /* of a training step, for MFU */
+    int modules;            /* pipeline units: --pp x --virtual-stages at most this */
+    const char *modules_what; /* how the user changes it, e.g. "--layers + 2" */
+    /* The layout's constraints for rows per data-parallel rank. */
+    int (*check)(void *ctx, const cb_layout *L, int rows, cb_err *e);
+    void (*declare)(void *ctx, cb_model *m);
+    /* Step step's M micro-batches, rows [r0, r0 + rows) of each:
+     * ids M x rows x row_ids, targets M x rows x row_targets. */
+    void (*batch)(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets);
+    /* Evaluation (collective; ids, targets: the batch buffers as scratch):
+     * up to cap metrics into out, their count; < 0 a failure in e. */
+    int (*eval)(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
+                cb_train_metric *out, int cap, cb_err *e);
+    /* The model's config as (key, value) pairs for every file's metadata:
+     * their count; text holds the values. */
+    int (*meta)(void *ctx, const char **kv, char (*text)[24], int cap);
+    void (*close)(void *ctx);
+} cb_train_task;
+
+/* The GPT of cubist train (task_gpt.c): its token data and validation
+ * opened, its loader at step 0. Collective only in its failures' agreement
+ * (the caller agrees). */
+int cb_train_task_gpt(cb_train_task *t, const cb_train_opts *o, cb_err *e);
 
 /* `cubist train` end to end; the records to sink. */
 int cb_train_run(const cb_train_opts *o, const cb_train_sink *sink, cb_err *e);
