@@ -44,6 +44,15 @@ typedef struct cli_train_log {
     int tty;
 } cli_train_log;
 cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o);
+/* --log's file for a run (resumed >= 0: its lines up to that step kept,
+ * then appended to); NULL path: *f = NULL. */
+int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);
+/* The flags every trainer shares (cli/train_flags.c) into f: their count
+ * (at most 40). */
+struct cli_flag;
+int cli_train_run_flags(cb_train_opts *o, const char **precision, struct cli_flag *f);
+/* A failed cb_train_run: its agreed line once, and its exit status. */
+void cli_train_exit(const cb_err *e);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

@@ -42,18 +42,22 @@ static int trim_log(const char *path, int resumed, cb_err *e) {
     return rc;
 }
 
+int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e) {
+    *f = NULL;
+    if (!path) return CB_OK;
+    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
+    if (rc) return rc;
+    *f = fopen(path, resumed >= 0 ? "a" : "w");
+    if (!*f)
+        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
+                       path, strerror(errno));
+    return CB_OK;
+}
+
 static int log_begin(void *ctx, int resumed, cb_err *e) {
     cli_train_log *l = ctx;
-    l->f = NULL;
     l->tty = isatty(2);
-    if (!l->o->log) return CB_OK;
-    int rc = resumed >= 0 ? trim_log(l->o->log, resumed, e) : CB_OK;
-    if (rc) return rc;
-    l->f = fopen(l->o->log, resumed >= 0 ? "a" : "w");
-    if (!l->f)
-        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
-                       l->o->log, strerror(errno));
-    return CB_OK;
+    return cli_train_log_open(l->o->log, resumed, &l->f, e);
 }
 
 static int write_object(cli_train_log *l, const cb_train_record *r, cb_err *e) {

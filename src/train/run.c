@@ -25,50 +25,6 @@
 
 char *openblas_get_corename(void);
 
-static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
-                                           "--vocab"};
-
-/* A flag given by the user (non-zero) must agree with the checkpoint. */
-static int merge_field(int *dst, int file_val, const char *flag, const char *path, cb_err *e) {
-    if (*dst && *dst != file_val)
-        return cb_fail(e, CB_EINPUT, "%s %d differs from %s, which has %d; drop the flag", flag,
-                       *dst, path, file_val);
-    *dst = file_val;
-    return CB_OK;
-}
-
-/* Fills the model config from --init/--resume or defaults; the training
- * sequence length T must fit the model's context. */
-static int resolve_config(cb_train_opts *o, cb_err *e) {
-    const char *ck = o->resume ? o->resume : o->init;
-    cb_gpt_config *c = &o->model;
-    if (ck) {
-        cb_gpt_config f = {.n_head = c->n_head};
-        int rc = cb_gpt_config_from_file(ck, &f, e);
-        int *dst[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
-        int src[5] = {f.n_layer, f.d_model, f.n_head, f.seq_len, f.vocab};
-        for (int i = 0; !rc && i < 5; i++) {
-            if (i == 3) continue;
-            rc = merge_field(dst[i], src[i], FIELD_FLAGS[i], ck, e);
-        }
-        if (rc) return rc;
-        if (c->seq_len > f.seq_len)
-            return cb_fail(e, CB_EINPUT,
-                           "--seq-len %d is over the context of %s (%d); use --seq-len %d or less",
-                           c->seq_len, ck, f.seq_len, f.seq_len);
-        o->T = c->seq_len ? c->seq_len : f.seq_len;
-        c->seq_len = f.seq_len;
-        return CB_OK;
-    }
-    if (!c->n_layer) c->n_layer = 4;
-    if (!c->d_model) c->d_model = 128;
-    if (!c->n_head) c->n_head = 4;
-    if (!c->seq_len) c->seq_len = 64;
-    if (!c->vocab) c->vocab = 256;
-    o->T = c->seq_len;
-    return cb_gpt_config_check(c, e);
-}
-
 static int check_opts(const cb_train_opts *o, cb_err *e) {
     return cb_train_check_flags(o, e);
 }
@@ -142,7 +98,7 @@ static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, in
 /* One step's record to the sink (world rank 0); its failure is kept in
  * r->log_err, agreed after the step. pp: the pipeline's fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
-                   float val_loss, const char *pp) {
+                   float val_loss, const cb_train_metric *mt, int nmt, const char *pp) {
     long step_tokens = (long)o->B * r->row_tokens * o->accum;
     r->tokens += step_tokens;
     if (!r->sink) return;
@@ -153,7 +109,7 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
                            .mfu = tps * r->flops_per_token / (r->peak * 1e9),
                            .elapsed_s = omp_get_wtime() - r->t_start,
                            .peak_rss_bytes = peak_rss_bytes(), .opt_state_bytes = r->opt_bytes,
-                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp};
+                           .val_loss = val_loss, .metrics = mt, .nmetrics = nmt, .comm_fields = comm ? comm : "", .pp_fields = pp};
     cb_err e = {0};
     if (r->sink->step(r->sink->ctx, &rec, &e) && !r->log_err.code) r->log_err = e;
     free(comm);
@@ -260,15 +216,15 @@ static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info
     t->tokens += (uint64_t)o->B * t->task->row_tokens * o->accum;
 }
 
-/* The task's evaluation; val_loss (NAN: none) for the record, the rest
- * ignored for now (the sink reports val_loss). */
-static int trainer_eval(trainer *t, float *val_loss, cb_err *e) {
-    cb_train_metric mt[8];
-    int n = t->task->eval(t->task->ctx, t->m, t->r0, t->rows, t->ids, t->targets, mt, 8, e);
-    if (n < 0) return e->code;
-    *val_loss = NAN;
-    for (int i = 0; i < n; i++)
+/* The task's evaluation (at most 8 metrics) to the sink; val_loss for
+ * the record (left as it was when the task has none). */
+static int trainer_eval(trainer *t, const cb_train_sink *sink, cb_train_metric *mt, int *n,
+                        float *val_loss, cb_err *e) {
+    *n = t->task->eval(t->task->ctx, t->m, t->r0, t->rows, t->ids, t->targets, mt, 8, e);
+    if (*n < 0) return e->code;
+    for (int i = 0; i < *n; i++)
         if (!strcmp(mt[i].name, "val_loss")) *val_loss = (float)mt[i].value;
+    if (sink && sink->eval && *n) sink->eval(sink->ctx, t->step, mt, *n);
     return CB_OK;
 }
 
@@ -291,14 +247,15 @@ static int dist_opts(trainer *t, cb_err *e) {
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
     if (!r) r = cb_dist_parse_size(o->max_memory, &d->max_memory, e);
     if (r) return r;
-    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb, d->block_units = 1;
+    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
+    d->block_units = t->task->block_units;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;
     d->v = v;
     int p = g->pp, nmod = t->task->modules;
     if (p > 1) r = cb_pp_schedule_check(d->sched, p, v, o->accum, e);
-    if (r || p * v <= nmod) return r;
+    if (r || !nmod || p * v <= nmod) return r;
     if (v == 1 || p > nmod)
         return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (%s); use "
                                      "--pp between 2 and %d, or a larger model",
@@ -431,28 +388,37 @@ static int trainer_writer(void *ctx, const char *path, cb_err *e) {
     return trainer_save(ctx, path, e);
 }
 
-static int train_loop(trainer *t, int eval, run_state *r, cb_err *e) {
+/* Evaluates after step s of --steps n: every --eval-every steps and at the
+ * last; a run of 0 steps, once (step 0). */
+static int eval_due(const cb_train_opts *o, int s) {
+    return (o->eval_every > 0 && s % o->eval_every == 0) || s == o->steps;
+}
+
+static int train_loop(trainer *t, run_state *r, cb_err *e) {
     const cb_train_opts *o = t->o;
     r->t_start = omp_get_wtime();
     r->first_step = t->step;
     int last = o->steps;
     if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
     char extra[4096];
-    while (t->step < last) {
+    cb_train_metric mt[8];
+    int nmt = 0, rc = CB_OK;
+    if (!o->steps) rc = trainer_eval(t, r->sink, mt, &nmt, &(float){0}, e);
+    while (!rc && t->step < last) {
         cb_step_stats st;
         cb_model_step_info info;
         trainer_step(t, &st, &info);
         comm_delta(r, o);
         pp_fields(t, &info, &st, extra, sizeof extra);
         float vl = NAN;
-        int rc = CB_OK;
-        if (eval && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
-            rc = trainer_eval(t, &vl, e);
+        nmt = 0;
+        if (eval_due(o, t->step)) rc = trainer_eval(t, r->sink, mt, &nmt, &vl, e);
         if (rc) return rc;
-        report(o, t->step, r, &st, vl, extra);
+        report(o, t->step, r, &st, vl, mt, nmt, extra);
         rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
         if (rc) return rc;
     }
+    if (rc) return rc;
     return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
 }
 
@@ -501,6 +467,8 @@ static double *act_plan(const trainer *t) {
 /* The setup to the sink (world rank 0); the activation plan gathered on
  * every rank unless --quiet. */
 static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r) {
+    char note[512] = "";
+    if (t->task->note) t->task->note(t->task->ctx, t->m, note, sizeof note);
     const cb_grid *g = &t->d.g;
     double *act = o->quiet ? NULL : act_plan(t);
     size_t np, adam;
@@ -515,7 +483,7 @@ static void start_record(const cb_train_opts *o, const trainer *t, const run_sta
                         .adam_bytes = dp ? 8.0 * (double)(d->hi - d->lo) : 0,
                         .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
                         .act_none = act ? act + g->pp : NULL,
-                        .rc_flops_frac = act ? act[2 * g->pp] : 0};
+                        .rc_flops_frac = act ? act[2 * g->pp] : 0, .note = note};
     if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
     free(act);
 }
@@ -539,14 +507,15 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     char ck[4096]; /* --resume DIR: its newest complete checkpoint */
     if (o.resume && (rc = cb_ckpt_find(w, o.resume, 0, ck, sizeof ck, e))) return rc;
     if (o.resume) o.resume = ck;
-    rc = resolve_config(&o, e);
+    const cb_train_family *fam = o.family ? o.family : &cb_train_gpt;
+    rc = fam->prepare(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     trainer t = {0}; /* its grid and layout are the run's */
     cb_grid *g = &t.d.g;
     if ((rc = setup_grid(&o, g, e))) return rc;
     cb_train_task task = {0};
     run_state r = {.peak = o.peak_gflops, .grid = g, .rank = w->rank};
-    rc = cb_train_task_gpt(&task, &o, e);
+    rc = fam->open(&task, &o, e);
     if (!rc) rc = cb_layout_create(g, &t.d.L, e);
     if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
     if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, &task, e);
@@ -564,7 +533,7 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
         r.opt_bytes *= sizeof(float);
         comm_start(&r);
         start_record(&o, &t, &r);
-        rc = train_loop(&t, o.val_data != NULL, &r, e);
+        rc = train_loop(&t, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
     if (r.sink) rc = r.sink->end(r.sink->ctx, rc, e);

@@ -8,6 +8,50 @@
 #include "train/check.h"
 #include "train/train.h"
 
+static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
+                                           "--vocab"};
+
+/* A flag given by the user (non-zero) must agree with the checkpoint. */
+static int merge_field(int *dst, int file_val, const char *flag, const char *path, cb_err *e) {
+    if (*dst && *dst != file_val)
+        return cb_fail(e, CB_EINPUT, "%s %d differs from %s, which has %d; drop the flag", flag,
+                       *dst, path, file_val);
+    *dst = file_val;
+    return CB_OK;
+}
+
+/* Fills the model config from --init/--resume or defaults; the training
+ * sequence length T must fit the model's context. */
+static int resolve_config(cb_train_opts *o, cb_err *e) {
+    const char *ck = o->resume ? o->resume : o->init;
+    cb_gpt_config *c = &o->model;
+    if (ck) {
+        cb_gpt_config f = {.n_head = c->n_head};
+        int rc = cb_gpt_config_from_file(ck, &f, e);
+        int *dst[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
+        int src[5] = {f.n_layer, f.d_model, f.n_head, f.seq_len, f.vocab};
+        for (int i = 0; !rc && i < 5; i++) {
+            if (i == 3) continue;
+            rc = merge_field(dst[i], src[i], FIELD_FLAGS[i], ck, e);
+        }
+        if (rc) return rc;
+        if (c->seq_len > f.seq_len)
+            return cb_fail(e, CB_EINPUT,
+                           "--seq-len %d is over the context of %s (%d); use --seq-len %d or less",
+                           c->seq_len, ck, f.seq_len, f.seq_len);
+        o->T = c->seq_len ? c->seq_len : f.seq_len;
+        c->seq_len = f.seq_len;
+        return CB_OK;
+    }
+    if (!c->n_layer) c->n_layer = 4;
+    if (!c->d_model) c->d_model = 128;
+    if (!c->n_head) c->n_head = 4;
+    if (!c->seq_len) c->seq_len = 64;
+    if (!c->vocab) c->vocab = 256;
+    o->T = c->seq_len;
+    return cb_gpt_config_check(c, e);
+}
+
 typedef struct gpt_task {
     const cb_train_opts *o;
     cb_tokens data, val;
@@ -83,7 +127,7 @@ int cb_train_task_gpt(cb_train_task *t, const cb_train_opts *o, cb_err *e) {
     g->o = o;
     *t = (cb_train_task){.ctx = g, .ld = &g->ld, .row_ids = o->T, .row_targets = o->T,
                          .row_tokens = o->T, .flops_per_token = cb_gpt_flops_per_token(&o->model, o->T),
-                         .modules = o->model.n_layer + 2, .modules_what = "--layers + 2",
+                         .modules = o->model.n_layer + 2, .modules_what = "--layers + 2", .block_units = 1,
                          .check = gpt_check, .declare = gpt_declare, .batch = gpt_batch,
                          .eval = gpt_eval, .meta = gpt_meta, .close = gpt_close};
     int rc = CB_OK;
@@ -94,3 +138,5 @@ int cb_train_task_gpt(cb_train_task *t, const cb_train_opts *o, cb_err *e) {
         rc = cb_loader_init(&g->ld, &g->data, o->B, o->T, o->shuffle, o->seed, o->data, e);
     return rc;
 }
+
+const cb_train_family cb_train_gpt = {"gpt", 0, resolve_config, cb_train_task_gpt};

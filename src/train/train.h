@@ -48,6 +48,9 @@ typedef struct cb_train_opts {
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
+    /* The model family (NULL: the GPT) and its own options (task_*.c). */
+    const struct cb_train_family *family;
+    const void *family_opts;
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);
@@ -97,6 +100,8 @@ typedef struct cb_train_record {
     long peak_rss_bytes;
     size_t opt_state_bytes; /* AdamW m and v on this rank */
     float val_loss;         /* NAN: not evaluated */
+    const struct cb_train_metric *metrics; /* this step's evaluation, nmetrics of them */
+    int nmetrics;
     const char *comm_fields, *pp_fields;
 } cb_train_record;
 
@@ -117,6 +122,7 @@ typedef struct cb_train_start {
     const char *embed;       /* dp > 1: the embedding gradient's path */
     const double *act, *act_none; /* pp of them, NULL under --quiet */
     double rc_flops_frac;    /* the recompute's forwards over the step's FLOPs */
+    const char *note;        /* the task's own startup text ("" if none) */
 } cb_train_start;
 
 /* Where a run's records go, on world rank 0 only (cli/train_log.c):
@@ -129,6 +135,9 @@ typedef struct cb_train_sink {
     int (*begin)(void *ctx, int resumed, cb_err *e);
     void (*start)(void *ctx, const cb_train_start *s);
     int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
+    /* optional: every evaluation, before its step's record (step 0: the
+     * evaluation of a run of --steps 0) */
+    void (*eval)(void *ctx, int step, const struct cb_train_metric *m, int n);
     int (*end)(void *ctx, int rc, cb_err *e);
 } cb_train_sink;
 
@@ -151,7 +160,9 @@ typedef struct cb_train_task {
     int row_ids, row_targets; /* ints per row of a micro-batch (ids, targets) */
     int row_tokens;         /* tokens a row counts for (tokens/s, MFU) */
     double flops_per_token; /* of a training step, for MFU */
-    int modules;            /* pipeline units: --pp x --virtual-stages at most this */
+    int modules;            /* pipeline units: --pp x --virtual-stages at most this (0: the
+                               engine's partition decides) */
+    int block_units;        /* partition whole declared blocks (cb_dist.block_units) */
     const char *modules_what; /* how the user changes it, e.g. "--layers + 2" */
     /* The layout's constraints for rows per data-parallel rank. */
     int (*check)(void *ctx, const cb_layout *L, int rows, cb_err *e);
@@ -166,8 +177,30 @@ typedef struct cb_train_task {
     /* The model's config as (key, value) pairs for every file's metadata:
      * their count; text holds the values. */
     int (*meta)(void *ctx, const char **kv, char (*text)[24], int cap);
+    /* optional: startup text once the model is built (world rank 0 prints it) */
+    void (*note)(void *ctx, const cb_model *m, char *buf, size_t cap);
     void (*close)(void *ctx);
 } cb_train_task;
+
+/* A model family: prepare checks its flags and resolves its config before
+ * the grid (GPT: sizes from the checkpoint); open makes the task on every
+ * rank. own_eval: it evaluates on its own data (no --val-data), at the
+ * last step when --eval-every is 0. */
+typedef struct cb_train_family {
+    const char *name;
+    int own_eval;
+    int (*prepare)(cb_train_opts *o, cb_err *e);
+    int (*open)(cb_train_task *t, const cb_train_opts *o, cb_err *e);
+} cb_train_family;
+extern const cb_train_family cb_train_gpt, cb_train_ncf;
+
+/* --model ncf's options besides cb_train_opts (task_ncf.c); o->B is the
+ * step's rows over its micro-batches. */
+typedef struct cb_ncf_task_opts {
+    cb_ncf_config c; /* mlp from --mlp, factors; users and items from the data */
+    int negatives, eval_users, eval_neg;
+    const char *dump_batches;
+} cb_ncf_task_opts;
 
 /* The GPT of cubist train (task_gpt.c): its token data and validation
  * opened, its loader at step 0. Collective only in its failures' agreement
