@@ -44,6 +44,16 @@ typedef struct cli_train_log {
     int tty;
 } cli_train_log;
 cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o);
+/* The graph models' output (NCF, BERT): the task's startup note, `eval
+ * step N name value...` and `step N loss L grad_norm G` on stdout; --log:
+ * step loss lr grad_norm step_ms, the rate (tokens or rows per second)
+ * under the key rate, the evaluation's metrics. */
+typedef struct cli_train_lines {
+    const cb_train_opts *o;
+    const char *rate;
+    FILE *f;
+} cli_train_lines;
+cb_train_sink cli_train_lines_sink(cli_train_lines *l, const cb_train_opts *o, const char *rate);
 /* --log's file for a run (resumed >= 0: its lines up to that step kept,
  * then appended to); NULL path: *f = NULL. */
 int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);

@@ -69,53 +69,6 @@ static int check_opts(const char *model, const cb_train_opts *o, int batch,
     return cb_train_check_flags(o, e);
 }
 
-/* What the NCF run prints (world rank 0): its startup line, the eval and
- * step lines on stdout, the JSONL log. */
-typedef struct ncf_sink {
-    const cb_train_opts *o;
-    FILE *f;
-} ncf_sink;
-
-static int ncf_begin(void *ctx, int resumed, cb_err *e) {
-    ncf_sink *s = ctx;
-    return cli_train_log_open(s->o->log, resumed, &s->f, e);
-}
-
-static void ncf_start(void *ctx, const cb_train_start *st) {
-    if (!((ncf_sink *)ctx)->o->quiet) printf("%s\n", st->note);
-}
-
-static void ncf_eval(void *ctx, int step, const cb_train_metric *m, int n) {
-    if (((ncf_sink *)ctx)->o->quiet || n < 5) return;
-    printf("eval step %d val_hr10 %.6f val_ndcg10 %.6f pop_hr10 %.6f pop_ndcg10 %.6f users %d\n",
-           step, m[0].value, m[1].value, m[2].value, m[3].value, (int)m[4].value);
-}
-
-static int ncf_step(void *ctx, const cb_train_record *r, cb_err *e) {
-    ncf_sink *s = ctx;
-    const cb_step_stats *st = &r->st;
-    if (!s->o->quiet) printf("step %d loss %.9g grad_norm %.9g\n", r->step, st->loss, st->grad_norm);
-    if (!s->f) return CB_OK;
-    fprintf(s->f, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
-                  "\"samples_per_s\":%.1f", r->step, st->loss, st->lr, st->grad_norm, st->step_ms,
-            r->tokens_per_s);
-    for (int i = 0; i < r->nmetrics && i < 4; i++)
-        fprintf(s->f, ",\"%s\":%.6f", r->metrics[i].name, r->metrics[i].value);
-    fprintf(s->f, "}\n");
-    if (!fflush(s->f) && !ferror(s->f)) return CB_OK;
-    return cb_fail(e, CB_ESYS, "--log %s: writing step %d failed; free space or choose another "
-                               "path, then --resume", s->o->log, r->step);
-}
-
-static int ncf_end(void *ctx, int rc, cb_err *e) {
-    ncf_sink *s = ctx;
-    if (s->f && fclose(s->f) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed; free space or choose another path",
-                     s->o->log);
-    s->f = NULL;
-    return rc;
-}
-
 int cmd_train_ncf(int argc, char **argv) {
     cb_train_opts o;
     cb_train_defaults(&o);
@@ -172,9 +125,8 @@ int cmd_train_ncf(int argc, char **argv) {
     if (rc) return cli_fail(&e);
     o.B = batch / (o.pipe.micro_batches != CB_PP_UNSET ? o.pipe.micro_batches : 1);
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    ncf_sink s = {.o = &o};
-    cb_train_sink sink = {.ctx = &s, .begin = ncf_begin, .start = ncf_start, .step = ncf_step,
-                          .eval = ncf_eval, .end = ncf_end};
+    cli_train_lines lines;
+    cb_train_sink sink = cli_train_lines_sink(&lines, &o, "samples_per_s");
     if (cb_train_run(&o, &sink, &e)) cli_train_exit(&e);
     cb_comm_finalize();
     return 0;

@@ -176,3 +176,53 @@ cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o) {
     return (cb_train_sink){.ctx = l, .begin = log_begin, .start = log_start, .step = log_step,
                            .end = log_end};
 }
+
+/* ------------------------------------------- the graph models' lines */
+
+static int lines_begin(void *ctx, int resumed, cb_err *e) {
+    cli_train_lines *s = ctx;
+    return cli_train_log_open(s->o->log, resumed, &s->f, e);
+}
+
+static void lines_start(void *ctx, const cb_train_start *st) {
+    if (!((cli_train_lines *)ctx)->o->quiet && st->note[0]) printf("%s\n", st->note);
+}
+
+static void lines_eval(void *ctx, int step, const cb_train_metric *m, int n) {
+    if (((cli_train_lines *)ctx)->o->quiet) return;
+    printf("eval step %d", step);
+    for (int i = 0; i < n; i++) printf(m[i].count ? " %s %.0f" : " %s %.6f", m[i].name, m[i].value);
+    printf("\n");
+}
+
+static int lines_step(void *ctx, const cb_train_record *r, cb_err *e) {
+    cli_train_lines *s = ctx;
+    const cb_step_stats *st = &r->st;
+    if (!s->o->quiet) printf("step %d loss %.9g grad_norm %.9g\n", r->step, st->loss, st->grad_norm);
+    if (!s->f) return CB_OK;
+    fprintf(s->f, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
+                  "\"%s\":%.1f", r->step, st->loss, st->lr, st->grad_norm, st->step_ms, s->rate,
+            r->tokens_per_s);
+    for (int i = 0; i < r->nmetrics; i++)
+        if (!r->metrics[i].count)
+            fprintf(s->f, ",\"%s\":%.6f", r->metrics[i].name, r->metrics[i].value);
+    fprintf(s->f, "}\n");
+    if (!fflush(s->f) && !ferror(s->f)) return CB_OK;
+    return cb_fail(e, CB_ESYS, "--log %s: writing step %d failed: %s; free space or choose "
+                               "another path, then --resume", s->o->log, r->step, strerror(errno));
+}
+
+static int lines_end(void *ctx, int rc, cb_err *e) {
+    cli_train_lines *s = ctx;
+    if (s->f && fclose(s->f) && !rc)
+        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
+                     s->o->log, strerror(errno));
+    s->f = NULL;
+    return rc;
+}
+
+cb_train_sink cli_train_lines_sink(cli_train_lines *l, const cb_train_opts *o, const char *rate) {
+    *l = (cli_train_lines){.o = o, .rate = rate};
+    return (cb_train_sink){.ctx = l, .begin = lines_begin, .start = lines_start,
+                           .step = lines_step, .eval = lines_eval, .end = lines_end};
+}

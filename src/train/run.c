@@ -419,7 +419,9 @@ static int train_loop(trainer *t, run_state *r, cb_err *e) {
         if (rc) return rc;
     }
     if (rc) return rc;
-    return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
+    rc = o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
+    if (!rc && t->task->finish) rc = agree(world_of(r), t->task->finish(t->task->ctx, t->m, t->ids, e), e);
+    return rc;
 }
 
 /* The process grid of --dp --pp --tp --tp-mode; dp defaults to the world

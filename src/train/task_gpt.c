@@ -95,7 +95,7 @@ static int gpt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
         for (int a = 0; a < k; a++) cb_loader_next(&l, ids + a * sz, targets + a * sz, r0, rows);
         sum += (double)cb_graph_eval(m, ids, targets, k) * k;
     }
-    out[0] = (cb_train_metric){"val_loss", (float)(sum / n)};
+    out[0] = (cb_train_metric){"val_loss", (float)(sum / n), 0};
     return 1;
 }
 

@@ -110,7 +110,7 @@ static void ncf_batch(void *ctx, int s, int M, int r0, int rows, int *ids, int *
     }
 }
 
-/* val_hr10, val_ndcg10, pop_hr10, pop_ndcg10, eval_users. */
+/* val_hr10, val_ndcg10, pop_hr10, pop_ndcg10 and the users ranked. */
 static int ncf_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
                     cb_train_metric *out, int cap, cb_err *e) {
     ncf_task *t = ctx;
@@ -119,11 +119,11 @@ static int ncf_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
     if (cap < 5) return 0;
     if (eval_scores(m, &t->ev, t->o->B * t->o->accum, ids, t->out, e)) return -1;
     metrics(&t->ev, t->ev.score, &hr, &ndcg);
-    out[0] = (cb_train_metric){"val_hr10", hr};
-    out[1] = (cb_train_metric){"val_ndcg10", ndcg};
-    out[2] = (cb_train_metric){"pop_hr10", t->ev.pop_hr};
-    out[3] = (cb_train_metric){"pop_ndcg10", t->ev.pop_ndcg};
-    out[4] = (cb_train_metric){"eval_users", t->ev.n};
+    out[0] = (cb_train_metric){"val_hr10", hr, 0};
+    out[1] = (cb_train_metric){"val_ndcg10", ndcg, 0};
+    out[2] = (cb_train_metric){"pop_hr10", t->ev.pop_hr, 0};
+    out[3] = (cb_train_metric){"pop_ndcg10", t->ev.pop_ndcg, 0};
+    out[4] = (cb_train_metric){"users", t->ev.n, 1};
     return 5;
 }
 

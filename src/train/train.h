@@ -145,6 +145,7 @@ typedef struct cb_train_sink {
 typedef struct cb_train_metric {
     const char *name;
     double value;
+    int count; /* a count (eval_users): on the eval line, not in the log */
 } cb_train_metric;
 
 /* A model family as the one training loop (cb_train_run) sees it. The loop
@@ -179,6 +180,8 @@ typedef struct cb_train_task {
     int (*meta)(void *ctx, const char **kv, char (*text)[24], int cap);
     /* optional: startup text once the model is built (world rank 0 prints it) */
     void (*note)(void *ctx, const cb_model *m, char *buf, size_t cap);
+    /* optional: after the run and its save (BERT's --fill) */
+    int (*finish)(void *ctx, cb_model *m, int *ids, cb_err *e);
     void (*close)(void *ctx);
 } cb_train_task;
 
@@ -192,7 +195,7 @@ typedef struct cb_train_family {
     int (*prepare)(cb_train_opts *o, cb_err *e);
     int (*open)(cb_train_task *t, const cb_train_opts *o, cb_err *e);
 } cb_train_family;
-extern const cb_train_family cb_train_gpt, cb_train_ncf;
+extern const cb_train_family cb_train_gpt, cb_train_ncf, cb_train_bert;
 
 /* --model ncf's options besides cb_train_opts (task_ncf.c); o->B is the
  * step's rows over its micro-batches. */
@@ -201,6 +204,16 @@ typedef struct cb_ncf_task_opts {
     int negatives, eval_users, eval_neg;
     const char *dump_batches;
 } cb_ncf_task_opts;
+
+/* --model bert|roberta's options (task_bert.c); V and tokenizer are
+ * filled by its prepare from the token file. */
+typedef struct cb_bert_task_opts {
+    int roberta, layers, d_model, heads, seq_len, text_vocab, special_base, fill;
+    float mask_prob, dropout;
+    const char *bpe_dir, *dump_batches;
+    FILE *fill_out; /* --fill's guesses are written here */
+    int V, tokenizer;
+} cb_bert_task_opts;
 
 /* The GPT of cubist train (task_gpt.c): its token data and validation
  * opened, its loader at step 0. Collective only in its failures' agreement
