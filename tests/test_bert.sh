@@ -7,8 +7,13 @@
 #    gradient of step 1 within 1e-4 (||a-b||/||b||): float32 against float64
 #    sums of a few thousand terms (measured ~1e-7 and ~4e-7). Dropout 0.1 is
 #    on: the reference draws cubist's counter-based masks; the same reference
-#    without dropout must fail (the masks matter).
-# 2. Layouts: dp 2, dp 2 x ZeRO-1, pp 2 (1f1b, 4 micro-batches against one
+#    without dropout must fail (the masks matter). scripts/bert_to_hf.py's
+#    conversion of the initial weights into Hugging Face's layout gives the
+#    same first-batch loss through a forward written for that layout
+#    (separate query/key/value, [out, in] weights, the decoder's own
+#    tensors) to 1e-12 (both float64; measured equal).
+# 2. Layouts: dp 2, dp 2 x ZeRO-1, dp 2 with the sparse and split
+#    embedding-gradient paths, pp 2 (1f1b, 4 micro-batches against one
 #    process with --grad-accum 4) and pp 2 x dp 2: 30 steps of loss and
 #    gradient norm and the final weights equal the one process to 1e-5
 #    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
@@ -35,15 +40,17 @@ for model in bert roberta; do
     T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --seed 1337)
     if "$C" train "${O[@]}" --steps 0 --save "$model.init.st" &&
        "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
-           --dump-grads "$model.grads.st" --dump-batches "$model.bin"; then
+           --dump-grads "$model.grads.st" --dump-batches "$model.bin" &&
+       "$PY" "$ROOT/scripts/bert_to_hf.py" "$model.init.st" "$model.hf.st"; then
         out=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
+              --hf "$model.hf.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
               --clip 1.0 --dropout 0.1 --seed 1337 2>&1)
         grep '^#' <<<"$out"
         np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
-        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 46 passed" <<<"$out"; then
-            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches)"
+        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 47 passed" <<<"$out"; then
+            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, the Hugging Face layout's loss)"
         else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
         nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
@@ -75,6 +82,10 @@ for model in bert roberta; do
     run "$model.ga4" 1 --model "$model" --grad-accum 4 || continue
     run "$model.dp2" 2 --model "$model" --dp 2 && cmp_ "$model dp2" "$model.dp2" "$model.one"
     run "$model.dp2z" 2 --model "$model" --dp 2 --zero 1 && cmp_ "$model dp2 ZeRO-1" "$model.dp2z" "$model.one"
+    for eg in sparse split; do # the word embeddings' lookup rows from id field 0
+        run "$model.dp2_$eg" 2 --model "$model" --dp 2 --embed-grad "$eg" &&
+            cmp_ "$model dp2 --embed-grad $eg" "$model.dp2_$eg" "$model.one"
+    done
     run "$model.pp2" 2 --model "$model" --pp 2 --schedule 1f1b --micro-batches 4 &&
         cmp_ "$model pp2 1f1b M4 (vs --grad-accum 4)" "$model.pp2" "$model.ga4"
     run "$model.pp2dp2" 4 --model "$model" --pp 2 --dp 2 --micro-batches 2 --zero 1 &&

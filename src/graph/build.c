@@ -789,7 +789,7 @@ static int lookup_tables(const cb_model *m, int *tied) {
 }
 
 static int init_dp(cb_model *m, cb_err *e) {
-    int tied, ntab = lookup_tables(m, &tied);
+    int tied, ntab = m->ntables = lookup_tables(m, &tied);
     cb_dp_model src = {.ctx = m, .ntables = ntab, .tied = tied, .split_ok = ntab > 0,
                        .exclude_lookup = exclude_lookup};
     return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,

@@ -204,6 +204,12 @@ static void share2(cb_model *m, gchunk *ch, int slot, const gnode *n) {
 }
 
 /* A table's lookup rows to the sparse and split embedding paths (dp.h). */
+/* The split path adds the lookup rows of its tables itself; a lookup of
+ * another table (BERT's token types) keeps its own backward. */
+static int skip_rows(const cb_model *m, const gnode *n) {
+    return m->no_lookup && n->l->t[0] >= 0 && n->l->t[0] < m->ntables;
+}
+
 static void lookup_rows(cb_model *m, const gnode *n, const int *ids, const float *dy) {
     if (m->d->g.dp > 1 && (m->dp.sparse || m->dp.split))
         cb_dp_lookup_rows(&m->dp, n->l->t[0], ids, dy, (size_t)m->Bm * m->T);
@@ -219,7 +225,7 @@ static int rec_backward(cb_model *m, gchunk *ch, int slot, const gnode *n, float
     switch (n->kind) {
     case N_LOOKUP: {
         const int *ids = field_ids(m, r0, N, n->field);
-        if (!m->no_lookup) cb_rec_lookup_backward(L, &n->l->emb, ids, N, dy, m->rec_scratch);
+        if (!skip_rows(m, n)) cb_rec_lookup_backward(L, &n->l->emb, ids, N, dy, m->rec_scratch);
         lookup_rows(m, n, ids, dy);
         return 0;
     }
@@ -259,7 +265,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     switch (n->kind) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
-        if (m->no_lookup) em.dwte = NULL;
+        if (skip_rows(m, n)) em.dwte = NULL;
         const int *ids = field_ids(m, r0, N, 0);
         L->ops->embed_backward(L, &em, ids, m->Bm, m->T, dy);
         lookup_rows(m, n, ids, dy);
@@ -489,8 +495,7 @@ static float update(cb_model *m, int step) {
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(m->opt.c.clip, norm);
-    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
-    cb_adamw_step(&m->opt, k, m->params, m->grads, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
+    cb_adamw_step(&m->opt, k, m->params, m->grads, s, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
     if (g->dp > 1) cb_dp_sync_params(&m->dp);
     return (float)norm;
 }

@@ -219,6 +219,7 @@ struct cb_model {
     int ndrop;           /* dropouts declared */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */
+    int ntables;         /* the leading tensors the sparse and split paths handle (tables) */
     cb_model_step_info info; /* the last step's times */
     /* called in every step after the gradients are reduced and averaged,
      * before clipping (cubist train's --dump-grads); collective */

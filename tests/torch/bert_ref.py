@@ -111,6 +111,50 @@ def forward(P, a, ids, types, tg, lens, step=0):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tg.reshape(-1), ignore_index=-1)
 
 
+def hf_forward(H, a, ids, types, tg, lens):
+    """The same network read from Hugging Face's layout (scripts/bert_to_hf.py's output):
+    separate query, key, value, nn.Linear weights [out, in], the decoder's own tensors,
+    RoBERTa's positions from row 2. No dropout (an evaluation)."""
+    enc, head, head_ln, _ = names(a.model)
+    dec = 'lm_head.decoder' if a.model == 'roberta' else 'cls.predictions.decoder'
+    ln = lambda x, n: F.layer_norm(x, x.shape[-1:], H[n + '.weight'], H[n + '.bias'], 1e-5)  # noqa: E731
+    lin = lambda x, n: x @ H[n + '.weight'].t() + H[n + '.bias']  # noqa: E731
+    B, T = ids.shape
+    e, off = f'{enc}.embeddings.', 2 if a.model == 'roberta' else 0
+    x = H[e + 'word_embeddings.weight'][ids] + H[e + 'position_embeddings.weight'][off:off + T] + \
+        H[e + 'token_type_embeddings.weight'][types]
+    x = ln(x, e + 'LayerNorm')
+    for l in range(a.layers):
+        p = f'{enc}.encoder.layer.{l}.'
+        q, k, v = (lin(x, p + 'attention.self.' + n) for n in ('query', 'key', 'value'))
+        C = q.shape[-1]
+        hs = C // a.heads
+        sp = lambda t: t.reshape(B, T, a.heads, hs).permute(0, 2, 1, 3)  # noqa: E731
+        s = sp(q) @ sp(k).transpose(-1, -2) / math.sqrt(hs)
+        keymask = (torch.arange(T)[None, :] < lens[:, None])[:, None, None, :]
+        att = torch.softmax(s.masked_fill(~keymask, float('-inf')), -1)
+        o = (att @ sp(v)).permute(0, 2, 1, 3).reshape(B, T, C)
+        o = o * (torch.arange(T)[None, :] < lens[:, None])[..., None]  # padded queries: zero
+        x = ln(x + lin(o, p + 'attention.output.dense'), p + 'attention.output.LayerNorm')
+        x = ln(x + lin(F.gelu(lin(x, p + 'intermediate.dense')), p + 'output.dense'), p + 'output.LayerNorm')
+    h = ln(F.gelu(lin(x, head)), head_ln)
+    logits = h @ H[dec + '.weight'].t() + H[dec + '.bias']
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tg.reshape(-1), ignore_index=-1)
+
+
+def check_hf(a, ck, P, r, T):
+    """--hf FILE: the converted weights give the loss of cubist's layout on the first batch."""
+    H = {k: torch.tensor(np.asarray(v), dtype=torch.float64) for k, v in read_safetensors(a.hf)[0].items()}
+    ids, types, tg, lens = r[0, :, :T], r[0, :, T:2 * T], r[0, :, 2 * T:3 * T], r[0, :, 3 * T]
+    drop, a.dropout = a.dropout, 0.0
+    with torch.no_grad():
+        want, got = float(forward(P, a, ids, types, tg, lens)), float(hf_forward(H, a, ids, types, tg, lens))
+    a.dropout = drop
+    rel = abs(got - want) / abs(want)
+    ck.check(rel <= 1e-12, f'{a.model} Hugging Face layout (scripts/bert_to_hf.py)',
+             f'loss {got:.15g} vs cubist layout {want:.15g}, rel {rel:.1e} tol 1e-12; {len(H)} tensors')
+
+
 def decays(name):  # cubist's: weights and embeddings, not biases or LayerNorm
     return name.endswith('.weight') and 'LayerNorm' not in name and 'layer_norm' not in name
 
@@ -132,6 +176,7 @@ def main():
     ap.add_argument('--clip', type=float, default=1.0)
     ap.add_argument('--dropout', type=float, default=0.1)
     ap.add_argument('--seed', type=int, default=1337)
+    ap.add_argument('--hf', help='also check this scripts/bert_to_hf.py conversion of --init')
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     ck = Checks()
@@ -150,6 +195,8 @@ def main():
     r = torch.tensor(rows.astype(np.int64))
     print(f'# {a.model}: {a.steps} steps of {a.batch} rows, {int((r[:, :, 2 * T:3 * T] >= 0).sum())} '
           f'masked positions, lengths {int(r[:, :, 3 * T].min())}..{int(r[:, :, 3 * T].max())}', flush=True)
+    if a.hf:
+        check_hf(a, ck, P, r, T)
     for s in range(a.steps):
         opt.zero_grad()
         ids, types, tg, lens = r[s, :, :T], r[s, :, T:2 * T], r[s, :, 2 * T:3 * T], r[s, :, 3 * T]
