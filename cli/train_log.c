@@ -99,13 +99,17 @@ static int log_step(void *ctx, const cb_train_record *r, cb_err *e) {
 }
 
 /* The log's last buffered bytes may fail to land too. */
+static int close_log(FILE **f, const char *path, int rc, cb_err *e) {
+    if (*f && fclose(*f) && !rc)
+        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
+                     path, strerror(errno));
+    *f = NULL;
+    return rc;
+}
+
 static int log_end(void *ctx, int rc, cb_err *e) {
     cli_train_log *l = ctx;
-    if (l->f && fclose(l->f) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
-                     l->o->log, strerror(errno));
-    l->f = NULL;
-    return rc;
+    return close_log(&l->f, l->o->log, rc, e);
 }
 
 /* "--recompute block --recompute-method uniform --recompute-layers 2" */
@@ -214,11 +218,7 @@ static int lines_step(void *ctx, const cb_train_record *r, cb_err *e) {
 
 static int lines_end(void *ctx, int rc, cb_err *e) {
     cli_train_lines *s = ctx;
-    if (s->f && fclose(s->f) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
-                     s->o->log, strerror(errno));
-    s->f = NULL;
-    return rc;
+    return close_log(&s->f, s->o->log, rc, e);
 }
 
 cb_train_sink cli_train_lines_sink(cli_train_lines *l, const cb_train_opts *o, const char *rate) {

@@ -159,7 +159,7 @@ bad "--mlp" 'give 2 to 8 widths' 1 "$C" train --model ncf --data deps.bin --mlp 
 bad "--model" 'is not a model' 1 "$C" train --model transformer-xl --data deps.bin
 
 # ---------------------------------------------------------------- kill, signal, resume
-loop_checks ncf 300 --model ncf --data deps.bin --batch 64 --factors 16 --mlp 64,32,16 \
+loop_checks ncf 1500 --model ncf --data deps.bin --batch 64 --factors 16 --mlp 64,32,16 \
     --eval-users 20 --eval-every 50 --lr 3e-3 --warmup 5 --weight-decay 0.01 --seed 7
 
 echo "# test_ncf: $failed failed"

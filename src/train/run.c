@@ -249,6 +249,7 @@ static int dist_opts(trainer *t, cb_err *e) {
     if (r) return r;
     d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
     d->block_units = t->task->block_units;
+    if (!t->task->profile) d->profile = 0;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;
@@ -420,7 +421,8 @@ static int train_loop(trainer *t, run_state *r, cb_err *e) {
     }
     if (rc) return rc;
     rc = o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
-    if (!rc && t->task->finish) rc = agree(world_of(r), t->task->finish(t->task->ctx, t->m, t->ids, e), e);
+    if (!rc && t->task->finish)
+        rc = agree(world_of(r), t->task->finish(t->task->ctx, t->m, t->ids, e), e);
     return rc;
 }
 

@@ -126,10 +126,12 @@ int cb_train_task_gpt(cb_train_task *t, const cb_train_opts *o, cb_err *e) {
     if (!g) return cb_fail(e, CB_ENOMEM, "out of memory for the GPT task");
     g->o = o;
     *t = (cb_train_task){.ctx = g, .ld = &g->ld, .row_ids = o->T, .row_targets = o->T,
-                         .row_tokens = o->T, .flops_per_token = cb_gpt_flops_per_token(&o->model, o->T),
-                         .modules = o->model.n_layer + 2, .modules_what = "--layers + 2", .block_units = 1,
-                         .check = gpt_check, .declare = gpt_declare, .batch = gpt_batch,
-                         .eval = gpt_eval, .meta = gpt_meta, .close = gpt_close};
+                         .row_tokens = o->T,
+                         .flops_per_token = cb_gpt_flops_per_token(&o->model, o->T),
+                         .modules = o->model.n_layer + 2, .modules_what = "--layers + 2",
+                         .block_units = 1, .profile = 1, .check = gpt_check,
+                         .declare = gpt_declare, .batch = gpt_batch, .eval = gpt_eval,
+                         .meta = gpt_meta, .close = gpt_close};
     int rc = CB_OK;
     if (o->data) rc = cb_tokens_open(o->data, o->model.vocab, &g->data, e);
     if (!rc && o->val_data) rc = cb_tokens_open(o->val_data, o->model.vocab, &g->val, e);

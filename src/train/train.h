@@ -164,6 +164,8 @@ typedef struct cb_train_task {
     int modules;            /* pipeline units: --pp x --virtual-stages at most this (0: the
                                engine's partition decides) */
     int block_units;        /* partition whole declared blocks (cb_dist.block_units) */
+    int profile;            /* the automatic partition may time the modules (else FLOP
+                               counts, as for a user's program) */
     const char *modules_what; /* how the user changes it, e.g. "--layers + 2" */
     /* The layout's constraints for rows per data-parallel rank. */
     int (*check)(void *ctx, const cb_layout *L, int rows, cb_err *e);
