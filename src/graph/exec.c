@@ -676,12 +676,6 @@ int cb_model_save(cb_model *m, const char *path, cb_err *e) {
     return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
 }
 
-int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e) {
-    const float *blocks[1] = {m->grads};
-    const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
-    return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
-}
-
 /* The moments of the whole parameter block on data-parallel rank 0 (NULL
  * elsewhere): a ZeRO shard's gathered, else this rank's own. */
 float *cb_graph_full_moments(cb_model *m, int *oom) {

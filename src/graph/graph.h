@@ -269,10 +269,6 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets);
  * loss, the same on every rank (cb_model_eval: all M). Collective. */
 float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
-/* The last step's gradients (averaged over data-parallel ranks, clipped),
- * as cb_model_save writes weights: one process or no ZeRO (a ZeRO shard
- * holds only its range). Collective. */
-int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:
  * nb parameter-shaped blocks under prefixes into one safetensors file (the
  * one-process file whatever the layout; collective); the AdamW moments as
