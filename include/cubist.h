@@ -211,6 +211,15 @@ int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
  * (val_path may be NULL for no split). */
 int cb_prepare_text(const char *text_path, const char *train_path, const char *val_path,
                     double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
+/* Translation pairs: each line of pairs_path (and val_pairs, may be NULL)
+ * is `source<TAB>target`; both sides are tokenised and written as a pair
+ * file (src/data/pairs.h) to out_path (and val_out), both or neither. A
+ * line without one tab, an empty side, or a side of more than context - 1
+ * tokens is CB_EINPUT naming the file and line. npairs (2): pairs written
+ * to each, or NULL. */
+int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *val_pairs,
+                     const char *val_out, int context, const char *tokenizer, const char *bpe_dir,
+                     size_t *npairs, cb_err *e);
 /* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
 const char *cb_tokenizer_tag_name(int tag);
 
