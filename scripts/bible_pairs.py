@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 
-RANGE = "Genesis 1:1-Revelation 22:21"
 # The 66 books as diatheke names them; a line opening with one of these and
 # "C:V: " starts a verse, any other line continues the one before (poetry
 # runs over several lines, some after a blank line).
@@ -34,35 +33,70 @@ BOOKS = ["Genesis", "Exodus", "Leviticus", "Numbers", "Deuteronomy", "Joshua", "
          "Revelation of John"]
 VERSE = re.compile(r"^\s*(" + "|".join(sorted(map(re.escape, BOOKS), key=len, reverse=True)) +
                    r") (\d+):(\d+):\s?(.*)$")
-MARKUP = re.compile(r"<[^>]*>")  # Strong's numbers (<G5547>) and OSIS tags leaking into plain text
+# Footnotes are asked for (-o f) and cut here: left out by diatheke, they
+# take the space between two words with them ("Yahweh's[note] word").
+NOTE = re.compile(r"\[\d+:\d+[^\]]*\]")
+# OSIS titles and tags leaking into plain text, and Strong's numbers (<G5547>)
+MARKUP = re.compile(r"<title[^>]*>.*?</title>|<[^>]*>")
 # Verses whose two sides differ more than this in length are misalignments
 # or carry appended matter (the WEB's glossary follows Revelation 22:21).
 MAX_RATIO = 3.0
 
 
 def clean(text):
-    return " ".join(MARKUP.sub(" ", text).split())
+    return " ".join(MARKUP.sub(" ", NOTE.sub(" ", text)).split())
 
 
-def verses(module):
-    """{(book, chapter, verse): text} of one SWORD module through diatheke."""
+def diatheke(module, key):
     try:
-        out = subprocess.run(["diatheke", "-b", module, "-f", "plain", "-k", RANGE],
-                             check=True, capture_output=True, text=True).stdout
+        return subprocess.run(["diatheke", "-b", module, "-f", "plain", "-o", "f", "-k", key],
+                              check=True, capture_output=True, text=True).stdout
     except FileNotFoundError:
         sys.exit("bible_pairs: diatheke is not installed; run `make deps` (Debian diatheke)")
     except subprocess.CalledProcessError as err:
         sys.exit(f"bible_pairs: diatheke -b {module} failed ({err.returncode}); run `make deps` "
                  f"(Debian sword-text-web, sword-text-sparv)")
-    got, key, parts = {}, None, []
-    for line in out.splitlines():
+
+
+def titles(lines):
+    """Psalm titles: diatheke prints a psalm's title again before each of its
+    verses, after a blank line. A line found there twice in one chapter is a
+    title (a poem's refrain never follows a blank line)."""
+    seen, found = {}, set()
+    for i, line in enumerate(lines):
         m = VERSE.match(line)
+        if m and i >= 2 and not lines[i - 2].strip() and lines[i - 1].strip():
+            k = (m.group(1), m.group(2), clean(lines[i - 1]))
+            seen[k] = seen.get(k, 0) + 1
+            if seen[k] == 2: found.add(k)
+    return found
+
+
+def book_verses(module, book, got):
+    """Adds {(book, chapter, verse): text} of one book to got. One call a
+    book: over a longer range diatheke repeats the last psalm title after
+    every later verse."""
+    lines = diatheke(module, book).splitlines()
+    drop = titles(lines)
+    key, parts = None, []
+    for i, line in enumerate(lines):
+        m = VERSE.match(line)
+        nxt = VERSE.match(lines[i + 1]) if i + 1 < len(lines) else None
         if m:
             if key: got[key] = clean(" ".join(parts))
             key, parts = (m.group(1), int(m.group(2)), int(m.group(3))), [m.group(4)]
+        elif nxt and (nxt.group(1), nxt.group(2), clean(line)) in drop:
+            continue
         elif key and line.strip() != f"({module})":
             parts.append(line)
     if key: got[key] = clean(" ".join(parts))
+
+
+def verses(module):
+    """{(book, chapter, verse): text} of one SWORD module through diatheke."""
+    got = {}
+    for book in BOOKS:
+        book_verses(module, book, got)
     if len(got) < 30000:
         sys.exit(f"bible_pairs: {module} gave only {len(got)} verses; is the module complete? "
                  f"(diatheke -b system -k modulelist)")
