@@ -291,6 +291,10 @@ cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C);
  * 1/sqrt(2 x layers)). Values are drawn per element from (seed, tensor
  * name), so they are the same under every layout. */
 void cb_layer_set_init_std(cb_layer *l, float sd);
+/* An embedding's position table fixed to the sinusoids of Vaswani et al.
+ * (sin(t / 10000^(2i/C)) in column 2i, cos in 2i + 1), never trained: it
+ * gets no gradient and no weight decay. */
+void cb_layer_set_sinusoidal(cb_layer *embedding);
 
 /* The graph. Each operation returns its output (NULL after a declaration
  * error, which cb_model_build reports; operations on NULL are ignored). */

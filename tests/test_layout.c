@@ -337,19 +337,21 @@ static void case_overlap(const sizes *z) {
 
 /* Initial values: each rank generates only its shard (cb_shard_generate),
  * and it must equal the same cut of the full tensor generated whole, for
- * every kind of tensor, padding rows zero; the draws are standard normal. */
+ * every kind of tensor (the sinusoidal position table too), padding rows
+ * zero; the draws are standard normal. */
 static void case_init(const sizes *z) {
-    struct { const char *name; cb_param_kind kind; int64_t R, C; int parts, parity; } t[] = {
-        {"wte", CB_P_EMBED, z->V, z->C, 1, 0},           {"wpe", CB_P_POS, z->T, z->C, 1, 0},
-        {"qkv", CB_P_LINEAR_W, z->C, 3 * z->C, 3, 0},    {"qkv bias", CB_P_LINEAR_B, 1, 3 * z->C, 3, 0},
-        {"fc2", CB_P_LINEAR_W, 4 * z->C, z->C, 1, 1},    {"ln", CB_P_NORM, 1, z->C, 1, 1}};
+    struct { const char *name; cb_param_kind kind; int64_t R, C; int parts, parity, sin; } t[] = {
+        {"wte", CB_P_EMBED, z->V, z->C, 1, 0, 0},        {"wpe", CB_P_POS, z->T, z->C, 1, 0, 0},
+        {"wpe sinusoid", CB_P_POS, z->T, z->C, 1, 0, 1},
+        {"qkv", CB_P_LINEAR_W, z->C, 3 * z->C, 3, 0, 0}, {"qkv bias", CB_P_LINEAR_B, 1, 3 * z->C, 3, 0, 0},
+        {"fc2", CB_P_LINEAR_W, 4 * z->C, z->C, 1, 1, 0}, {"ln", CB_P_NORM, 1, z->C, 1, 1, 0}};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         uint64_t key = cb_rng_key(99, t[i].name);
         cb_shard whole = S->ops->shard(S, 0, t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
         cb_shard mine = pshard(t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
         float *full = zeros(cb_shard_numel(&whole)), *l = zeros(cb_shard_numel(&mine));
-        cb_shard_generate(&whole, 0.0f, key, 0.02f, full);
-        cb_shard_generate(&mine, 0.0f, key, 0.02f, l);
+        cb_shard_generate(&whole, 0.0f, key, 0.02f, t[i].sin, full);
+        cb_shard_generate(&mine, 0.0f, key, 0.02f, t[i].sin, l);
         float *want = cut(&mine, full);
         double same = memcmp(l, want, sizeof(float) * cb_shard_numel(&mine)) == 0;
         cb_comm_allreduce_f64(W, "test", &same, &same, 1, CB_COMM_MIN);
@@ -363,7 +365,7 @@ static void case_init(const sizes *z) {
     size_t n = 1 << 16; /* moments of the standard normal: mean 0, var 1, E z^4 = 3 */
     cb_shard s = {.R = 1, .C = (int64_t)n, .rows_pad = 1, .nrows = 1, .nseg = 1, .ncol = {(int64_t)n}};
     float *x = zeros(n);
-    cb_shard_generate(&s, 0.0f, cb_rng_key(1, "moments"), 1.0f, x);
+    cb_shard_generate(&s, 0.0f, cb_rng_key(1, "moments"), 1.0f, 0, x);
     double m1 = 0, m2 = 0, m4 = 0;
     for (size_t i = 0; i < n; i++) m1 += x[i] / n, m2 += (double)x[i] * x[i] / n, m4 += pow(x[i], 4) / n;
     int ok = fabs(m1) < 0.02 && fabs(m2 - 1) < 0.03 && fabs(m4 - 3) < 0.15;

@@ -212,6 +212,10 @@ static int is_kind(cb_layer *l, int kind, const char *op) {
     return 0;
 }
 
+void cb_layer_set_sinusoidal(cb_layer *l) {
+    if (l && is_kind(l, G_EMBED, "cb_layer_set_sinusoidal")) l->sinusoid = 1;
+}
+
 cb_act *cb_op_embedding(cb_layer *emb) {
     cb_model *m = owner(emb, NULL, NULL);
     if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding")) return NULL;

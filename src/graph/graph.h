@@ -111,6 +111,7 @@ struct cb_layer {
     cb_embed emb;
     int C, heads;           /* attention */
     float init_sd;          /* normal initial weights */
+    int sinusoid;           /* embedding: fixed sinusoidal positions */
 };
 
 struct cb_act {

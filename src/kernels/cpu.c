@@ -56,8 +56,10 @@ static void encoder_backward(const cb_kernels *k, float *dwte, float *dwpe, cons
     (void)k;
     for (int bt = 0; bt < B * T; bt++) {
         const float *d = dout + (size_t)bt * C;
-        float *pe = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) pe[c] += d[c];
+        if (dwpe) {
+            float *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = 0; c < C; c++) pe[c] += d[c];
+        }
         if (!dwte) continue;
         float *we = dwte + (size_t)inp[bt] * C;
         for (int c = 0; c < C; c++) we[c] += d[c];
@@ -533,6 +535,15 @@ static void fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key,
     for (size_t i = 0; i < n; i++) out[i] = sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + i) : value;
 }
 
+static void fill_sinusoid(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C) {
+    (void)k;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t e = e0 + i, t = e / (uint64_t)C, j = e % (uint64_t)C;
+        double a = (double)t / pow(10000.0, (double)(j - j % 2) / C);
+        out[i] = (float)(j % 2 ? cos(a) : sin(a));
+    }
+}
+
 /* Each thread sums a fixed static range; the partials are added in thread
  * order, so the result depends only on the thread count. */
 static double sumsq(const cb_kernels *k, const float *x, size_t n) {
@@ -608,6 +619,7 @@ static const cb_kernels cpu = {
     .bias_add = bias_add,
     .bias_backward = bias_backward_k,
     .fill_normal = fill_normal,
+    .fill_sinusoid = fill_sinusoid,
     .sum = sum_ordered,
     .sumsq = sumsq,
     .scale = scale,

@@ -129,6 +129,10 @@ struct cb_kernels {
      * a run of a generated tensor (initial weights), the same on any thread count */
     void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
                         float sd, float value);
+    /* out (n) = elements e0 .. e0 + n of the sinusoidal position table (T,C)
+     * of Vaswani et al.: element e = t C + j is sin(t / 10000^(2i/C)) for
+     * j = 2i, cos of the same for j = 2i + 1 (computed in double) */
+    void (*fill_sinusoid)(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C);
     /* sum of x (n) in double, in index order: the same on every run and rank */
     double (*sum)(const cb_kernels *k, const float *x, size_t n);
     /* sum of squares, in double, reproducible for a fixed thread count */

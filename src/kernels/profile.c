@@ -218,6 +218,10 @@ static void p_fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t ke
     TIMED(PROF_OPTIMIZER, fill_normal, out, n, key, e0, sd, value);
 }
 
+static void p_fill_sinusoid(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C) {
+    TIMED(PROF_OPTIMIZER, fill_sinusoid, out, n, e0, C);
+}
+
 void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
     p->inner = inner;
     cb_prof_reset(p);
@@ -258,6 +262,7 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .bias_add = p_bias_add,
         .bias_backward = p_bias_backward,
         .fill_normal = p_fill_normal,
+        .fill_sinusoid = p_fill_sinusoid,
         .sum = p_sum,
     };
 }

@@ -77,8 +77,10 @@ void cb_shard_extract(const cb_shard *s, const float *full, float *local);
 void cb_shard_place(const cb_shard *s, const float *local, float *full);
 /* local <- this shard of a generated tensor: element (row, col) of the full
  * tensor is sd x cb_rng_normal_at(key, row * C + col), or `value` when sd is
- * 0; padding rows zero. Costs the shard, never the full tensor. */
-void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local);
+ * 0, or with sinusoid the sinusoidal position table's (fill_sinusoid);
+ * padding rows zero. Costs the shard, never the full tensor. */
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, int sinusoid,
+                       float *local);
 
 /* Parameter state handed to the operators: local shards (the model owns the
  * memory) and their gradients. */

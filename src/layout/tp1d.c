@@ -130,7 +130,7 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     int C = e->C, Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    L->k->position_backward(L->k, e->dwpe, dx, 0, T, B * T, C);
+    if (e->dwpe) L->k->position_backward(L->k, e->dwpe, dx, 0, T, B * T, C);
     L->k->embedding_rows_backward(L->k, e->dwte, dx, ids, v0, Vl, B * T, C);
 }
 

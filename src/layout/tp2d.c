@@ -261,6 +261,7 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     transpose_swap(L, "embed.bwd", dx, full + (size_t)c * n * cq, (size_t)n * cq);
     cb_comm_allgather(rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
     L->k->embedding_rows_backward(L->k, e->dwte, full, ids, c * Vq, Vq, N, cq);
+    if (!e->dwpe) return; /* fixed positions */
     int tq = (e->T + q - 1) / q;
     float *dpe = cb_layout_zeroed(L, S_T2, sizeof(float) * tq * q * cq);
     L->k->position_backward(L->k, dpe, dx, r * n, T, n, cq);

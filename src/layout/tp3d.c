@@ -500,12 +500,14 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     cb_comm_req rq[2];
     cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
     size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
-    float *dpe = zeroed(L, S_RED, tr * q * q * v.c);
-    L->k->position_backward(L->k, dpe, dx, (int)t0, T, (int)nb, (int)v.c);
-    cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
-    cb_comm_waitall(rq, 2);
+    float *dpe = e->dwpe ? zeroed(L, S_RED, tr * q * q * v.c) : NULL; /* NULL: fixed positions */
+    if (dpe) {
+        L->k->position_backward(L->k, dpe, dx, (int)t0, T, (int)nb, (int)v.c);
+        cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
+    }
+    cb_comm_waitall(rq, dpe ? 2 : 1);
     add(L, e->dwte, dwl, v.vr * v.c);
-    add(L, e->dwpe, dpe, tr * v.c);
+    if (dpe) add(L, e->dwpe, dpe, tr * v.c);
 }
 
 /* ------------------------------------------------------------ LM head */
