@@ -178,14 +178,15 @@ static void k_hd_b(const cb_kernels *self, float *dx, float *dw, const float *dy
     (void)self;
     KTIMED(k_inner->head_backward(k_inner, dx, dw, dy, x, w, N, C, V));
 }
-static void k_at_f(const cb_kernels *self, float *o, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void k_at_f(const cb_kernels *self, const cb_attn *a, float *o, float *att, const float *q,
+                   const float *kv) {
     (void)self;
-    KTIMED(k_inner->attention_forward(k_inner, o, att, qkv, B, T, C, NH));
+    KTIMED(k_inner->attention_forward(k_inner, a, o, att, q, kv));
 }
-static void k_at_b(const cb_kernels *self, float *dqkv, float *sc, const float *dy, const float *qkv, const float *att,
-                   int B, int T, int C, int NH) {
+static void k_at_b(const cb_kernels *self, const cb_attn *a, float *dq, float *dkv, float *sc,
+                   const float *dy, const float *q, const float *kv, const float *att) {
     (void)self;
-    KTIMED(k_inner->attention_backward(k_inner, dqkv, sc, dy, qkv, att, B, T, C, NH));
+    KTIMED(k_inner->attention_backward(k_inner, a, dq, dkv, sc, dy, q, kv, att));
 }
 static void k_ge_f(const cb_kernels *self, float *o, const float *x, size_t n) {
     (void)self;

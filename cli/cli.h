@@ -4,6 +4,10 @@
 #include "cubist.h"
 
 int cmd_train(int argc, char **argv);
+/* cubist train --model ncf (cli/cmd_train_ncf.c) */
+int cmd_train_ncf(int argc, char **argv);
+/* NCF's --mlp "256,128,64" into c->mlp, c->n_mlp; CB_EINPUT naming the flag */
+int cli_ncf_mlp(const char *s, cb_ncf_config *c, cb_err *e);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -36,6 +36,19 @@ static int check_prepare(const char *input, const char *output, const char *val_
     return rc;
 }
 
+/* --interactions: pairs for recommendation, alone with --output. */
+static int prepare_interactions(const char *tsv, const char *input, const char *output,
+                         const char *val_output, double frac, cb_err *e) {
+    if (input || val_output || frac >= 0 || !output)
+        return cb_fail(e, CB_EINPUT, "--interactions FILE.tsv takes --output FILE only (not "
+                                     "--input, --val-output, --val-fraction)");
+    if (same_file(tsv, output))
+        return cb_fail(e, CB_EINPUT, "--interactions and --output name the same file; name the "
+                                     "output differently");
+    int rc = fio_check_writable("--output", output, e);
+    return rc ? rc : cb_prepare_interactions(tsv, output, e);
+}
+
 /* --pairs: the TSVs in, pair files out; everything refused before reading. */
 static int check_pairs(const char *pairs, const char *val_pairs, const char *input, const char *output,
                        const char *val_output, double frac, int context, cb_err *e) {
@@ -71,7 +84,7 @@ static int run_pairs(const char *pairs, const char *val_pairs, const char *outpu
 
 int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *output = NULL, *val_output = NULL, *tokenizer = "byte", *bpe_dir = NULL;
-    const char *pairs = NULL, *val_pairs = NULL;
+    const char *interactions = NULL, *pairs = NULL, *val_pairs = NULL;
     double frac = -1;
     int context = 512;
     const cli_flag flags[] = {
@@ -82,6 +95,8 @@ int cmd_prepare(int argc, char **argv) {
          "fraction of the text for validation, needs --val-output (0.05)"},
         {"tokenizer", ARG_STR, &tokenizer, "byte (vocab 256) or gpt2 (GPT-2's BPE, vocab 50257) (byte)"},
         {"bpe-dir", ARG_STR, &bpe_dir, "gpt2: directory of encoder.json and vocab.bpe (" CB_BPE_DIR ")"},
+        {"interactions", ARG_STR, &interactions,
+         "user<TAB>item pairs (recommendation, --model ncf) instead of --input"},
         {"pairs", ARG_STR, &pairs, "translation pairs, `source<TAB>target` a line, instead of --input"},
         {"val-pairs", ARG_STR, &val_pairs, "held-out pairs for validation, with --pairs and --val-output"},
         {"context", ARG_INT, &context, "--pairs: most tokens of a side with its end token (512)"},
@@ -90,7 +105,9 @@ int cmd_prepare(int argc, char **argv) {
     cb_err e = {0};
     if (cli_parse("prepare", argc, argv, flags, n, &help, &e)) return cli_fail(&e);
     if (help) {
-        cli_usage(stdout, "prepare", "--input TEXT --output TRAIN.bin [--val-output VAL.bin]\n"
+        cli_usage(stdout, "prepare",
+                  "--input TEXT --output TRAIN.bin [--val-output VAL.bin]\n"
+                  "       cubist prepare --interactions PAIRS.tsv --output PAIRS.bin\n"
                   "       cubist prepare --pairs TRAIN.tsv --output TRAIN.bin [--val-pairs VAL.tsv "
                   "--val-output VAL.bin]",
                   flags, n,
@@ -101,12 +118,18 @@ int cmd_prepare(int argc, char **argv) {
                   "count, tokenizer: 1 byte, 2 gpt2; then uint16 tokens).\n"
                   "With --val-output the last floor(n * fraction) tokens go to the validation\n"
                   "file and the rest to --output; both are written or neither.\n"
-                  "--pairs: pair files for `train --model nmt` (docs/nmt.md): each side then its end\n"
-                  "token, header word 4 = 1 and word 5 = the tokenizer's vocab V; ids V, V+1, V+2 are\n"
+                  "--interactions: one user<TAB>item per line, ids any strings, mapped to dense\n"
+                  "indices in first-seen order; writes OUT (pairs) and OUT.users, OUT.items\n"
+                  "(line k: the original id of index k), all three or none; a bad line is\n"
+                  "named by file and line number. Input of `cubist train --model ncf`.\n"
+                  "--pairs: translation pair files (docs/nmt.md): each side then its end token,\n"
+                  "header word 4 = 1 and word 5 = the tokenizer's vocab V; ids V, V+1, V+2 are\n"
                   "padding, start and end. A line without one tab, an empty side or a side longer\n"
                   "than --context is refused, naming the file and line, and nothing is written.\n");
         return 0;
     }
+    if (interactions)
+        return prepare_interactions(interactions, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
     if (pairs || val_pairs) {
         if (check_pairs(pairs, val_pairs, input, output, val_output, frac, context, &e) ||
             run_pairs(pairs, val_pairs, output, val_output, context, tokenizer, bpe_dir, &e))

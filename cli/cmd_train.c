@@ -1,5 +1,6 @@
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "args.h"
 #include "cli.h"
@@ -71,13 +72,23 @@ static int model_flags(cb_gpt_config *c, cb_err *e) {
     return CB_OK;
 }
 
+/* The value of --model (NULL: not given). */
+static const char *model_arg(int argc, char **argv) {
+    for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model")) return argv[i + 1];
+    return NULL;
+}
+
 int cmd_train(int argc, char **argv) {
+    const char *model = model_arg(argc, argv);
+    if (model && !strcmp(model, "ncf")) return cmd_train_ncf(argc, argv);
     cb_train_opts o;
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     const char *precision = "fp32";
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
+        {"model", ARG_STR, &model, "gpt (default) or ncf (see --model ncf --help)"},
         {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
          "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
         {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
@@ -164,6 +175,8 @@ int cmd_train(int argc, char **argv) {
     }
     /* What the flags alone decide fails before MPI starts: at once, on every
      * rank alike (each parses the same argv), printed by rank 0 only. */
+    if (!rc && model && strcmp(model, "gpt"))
+        rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt or ncf", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
     if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);

@@ -20,7 +20,17 @@
  * One block, activations (parity): x (0) -> ln_1 -> h (0) -> c_attn ->
  * qkv (1, 3C) -> attention -> a (1) -> attn.c_proj -> x2 = x + . (0) ->
  * ln_2 -> h2 (0) -> c_fc -> u (1, 4C) -> gelu -> g (1) -> mlp.c_proj ->
- * x + . = the next block's x. */
+ * x + . = the next block's x.
+ *
+ * --masked declares the general attention instead (not GPT-2): each
+ * block's self-attention is bidirectional with padding masks, and a
+ * causal, padded cross-attention follows it, whose queries come from the
+ * block and whose keys and values from the normalised embedding output
+ * (a value read by every block: under the pipeline it travels to each
+ * stage). Every step gives each sequence a length in [0, T] (0 and T
+ * included) through cb_model_set_lengths. Its QKV layers are named
+ * h.<l>.attn.qkv, so that tests/compare.py holds their biases' key thirds
+ * to the tolerance of every tensor (it exempts GPT-2's c_attn.bias). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +45,33 @@ static const char *nm(char *buf, int l, const char *what) {
     return buf;
 }
 
+static int masked; /* --masked */
+
+/* --masked: x + the causal, padded cross-attention of x's queries over
+ * the keys and values of enc */
+static cb_act *cross(cb_model *m, int l, cb_act *x, cb_act *enc) {
+    char s[48];
+    cb_act *h = cb_op_layernorm(cb_model_layernorm(m, nm(s, l, "ln_x"), C), x);
+    cb_act *q = cb_op_linear(cb_model_linear(m, nm(s, l, "xattn.q"), C, C), h);
+    cb_act *kv = cb_op_linear(cb_model_linear_kv(m, nm(s, l, "xattn.kv"), C), enc);
+    cb_layer *at = cb_model_attention_flags(m, nm(s, l, "xattn"), C, NH,
+                                            CB_ATTN_CAUSAL | CB_ATTN_PADDED);
+    cb_act *a = cb_op_cross_attention(at, q, kv);
+    return cb_op_add(x, cb_op_linear(cb_model_linear(m, nm(s, l, "xattn.c_proj"), C, C), a));
+}
+
 /* One pre-LN block on the residual stream x; returns the next x. */
-static cb_act *block(cb_model *m, int l, cb_act *x) {
+static cb_act *block(cb_model *m, int l, cb_act *x, cb_act *enc) {
     char s[48];
     cb_model_begin_block(m);
     cb_act *h = cb_op_layernorm(cb_model_layernorm(m, nm(s, l, "ln_1"), C), x);
-    cb_act *qkv = cb_op_linear(cb_model_linear_qkv(m, nm(s, l, "attn.c_attn"), C), h);
-    cb_act *a = cb_op_attention(cb_model_attention(m, nm(s, l, "attn"), C, NH), qkv);
+    cb_layer *lq = cb_model_linear_qkv(m, nm(s, l, masked ? "attn.qkv" : "attn.c_attn"), C);
+    cb_act *qkv = cb_op_linear(lq, h);
+    cb_layer *at = masked ? cb_model_attention_flags(m, nm(s, l, "attn"), C, NH, CB_ATTN_PADDED)
+                          : cb_model_attention(m, nm(s, l, "attn"), C, NH);
+    cb_act *a = cb_op_attention(at, qkv);
     x = cb_op_add(x, cb_op_linear(cb_model_linear(m, nm(s, l, "attn.c_proj"), C, C), a));
+    if (masked) x = cross(m, l, x, enc);
     h = cb_op_layernorm(cb_model_layernorm(m, nm(s, l, "ln_2"), C), x);
     cb_act *u = cb_op_gelu(cb_op_linear(cb_model_linear(m, nm(s, l, "mlp.c_fc"), C, 4 * C), h));
     x = cb_op_add(x, cb_op_linear(cb_model_linear(m, nm(s, l, "mlp.c_proj"), 4 * C, C), u));
@@ -53,7 +82,8 @@ static cb_act *block(cb_model *m, int l, cb_act *x) {
 static void declare(cb_model *m) {
     cb_layer *emb = cb_model_embedding_named(m, "wte", "wpe", V, C);
     cb_act *x = cb_op_embedding(emb);
-    for (int l = 0; l < NLAYER; l++) x = block(m, l, x);
+    cb_act *enc = masked ? cb_op_layernorm(cb_model_layernorm(m, "ln_enc", C), x) : NULL;
+    for (int l = 0; l < NLAYER; l++) x = block(m, l, x, enc);
     cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", C), x));
 }
 
@@ -84,6 +114,7 @@ int main(int argc, char **argv) {
     cb_model *m = cb_model_new(d, B, T);
     int builtin = 0; /* --builtin: the library's declaration of the same GPT */
     for (int i = 1; i < argc; i++) builtin |= !strcmp(argv[i], "--builtin");
+    for (int i = 1; i < argc; i++) masked |= !strcmp(argv[i], "--masked");
     cb_gpt_config gc = {NLAYER, C, NH, T, V};
     if (builtin) cb_model_declare_gpt(m, &gc);
     else declare(m);
@@ -108,11 +139,14 @@ int main(int argc, char **argv) {
     int s0 = 0, stop = stop_s ? atoi(stop_s) : (int)steps;
     if (resume && cb_model_load_checkpoint(m, resume, &s0, &e)) cb_dist_exit(d, &e);
     int *ids = malloc(sizeof(int) * count * T), *tg = malloc(sizeof(int) * count * T);
+    int *lens = malloc(sizeof(int) * count);
+    if (masked) cb_model_set_lengths(m, lens);
     size_t run = (size_t)B * T + 1, nruns = tok.n / run;
     for (int s = s0; s < steps && s < stop; s++) {
         size_t base = (s % nruns) * run + (size_t)first * T; /* the stream may be several shards */
         cb_tokens_read(&tok, base, (size_t)count * T, ids);
         cb_tokens_read(&tok, base + 1, (size_t)count * T, tg);
+        for (int b = 0; b < count; b++) lens[b] = ((first + b) * 5 + s) % (T + 1);
         float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);
     }
@@ -127,6 +161,7 @@ int main(int argc, char **argv) {
     if (ckpt && cb_model_save_checkpoint(m, ckpt, done, &e)) cb_dist_exit(d, &e);
     free(ids);
     free(tg);
+    free(lens);
     cb_model_free(m);
     cb_tokens_close(&tok);
     cb_dist_finalize(d);

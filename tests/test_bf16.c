@@ -185,7 +185,7 @@ static void attention_ref(float *out, float *att, const float *qkv, int B, int T
                                round_bf16(base[(size_t)j * 3 * C + C + d]);
                     s[(size_t)t * T + j] = (float)acc * scale;
                 }
-            cb_cpu_causal_softmax(s, T);
+            cb_cpu_masked_softmax(s, T, T, T, T, 1);
             for (int t = 0; t < T; t++)
                 for (int d = 0; d < hs; d++) {
                     double acc = 0;
@@ -225,8 +225,9 @@ static void attention_cases(const cb_kernels *bf) {
     float *qkv = randn(nq, 1.0f), *dout = randn(no, 1.0f);
     float *ob = calloc(no, 4), *of = calloc(no, 4), *orf = calloc(no, 4);
     float *ab = calloc(na, 4), *af = calloc(na, 4), *ar = calloc(na, 4);
-    bf->attention_forward(bf, ob, ab, qkv, B, T, C, NH);
-    cpu->attention_forward(cpu, of, af, qkv, B, T, C, NH);
+    cb_attn a = cb_attn_self(B, T, C, NH, 1, NULL);
+    bf->attention_forward(bf, &a, ob, ab, qkv, qkv);
+    cpu->attention_forward(cpu, &a, of, af, qkv, qkv);
     attention_ref(orf, ar, qkv, B, T, C, NH);
     double maxv = 0;
     for (size_t i = 0; i < nq; i++) maxv = fmax(maxv, fabs(qkv[i]));
@@ -236,12 +237,74 @@ static void attention_cases(const cb_kernels *bf) {
     double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * T * 0x1p-24;
     report(r <= tol && r > 0, "attention_forward: bf16 vs fp32 relative Frobenius within 4(2u+u^2)+2T 2^-24, nonzero", r / tol);
     float *db = calloc(nq, 4), *df = calloc(nq, 4), *sb = calloc(na, 4), *sf = calloc(na, 4);
-    bf->attention_backward(bf, db, sb, dout, qkv, ab, B, T, C, NH);
-    cpu->attention_backward(cpu, df, sf, dout, qkv, af, B, T, C, NH);
+    bf->attention_backward(bf, &a, db, db, sb, dout, qkv, qkv, ab);
+    cpu->attention_backward(cpu, &a, df, df, sf, dout, qkv, qkv, af);
     r = rel_frobenius(db, df, nq), tol = 8 * (2 * U + U * U);
     report(r <= tol && r > 0, "attention_backward: bf16 vs fp32 relative Frobenius within 8(2u+u^2), nonzero", r / tol);
     free(qkv), free(dout), free(ob), free(of), free(orf), free(ab), free(af), free(ar);
     free(db), free(df), free(sb), free(sf);
+}
+
+/* The general attention (cb_attn) in bf16 against fp32: causal
+ * cross-attention of Tq = 20 queries over Tk = 28 keys with padded
+ * queries and keys (a sequence without keys among them), and the
+ * bidirectional padded self-attention. The same bounds as the causal case
+ * (masking only removes terms); padding rows must come out exactly zero
+ * in the output and in every gradient. */
+static void attention_general_cases(const cb_kernels *bf) {
+    const cb_kernels *cpu = cb_kernels_cpu();
+    int B = 3, C = 64, NH = 4, lens[6] = {20, 7, 0, 28, 0, 11};
+    for (int cross = 0; cross < 2; cross++) {
+        int Tq = 20, Tk = cross ? 28 : 20;
+        cb_attn a = cb_attn_self(B, Tq, C, NH, cross, lens);
+        if (cross) a.Tk = Tk, a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C, a.klen = lens + 3;
+        size_t nq = (size_t)B * Tq * a.ldq, nkv = (size_t)B * Tk * a.ldkv, no = (size_t)B * Tq * C;
+        size_t na = (size_t)B * NH * Tq * Tk;
+        float *q = randn(nq, 1.0f), *kv = cross ? randn(nkv, 1.0f) : q, *dout = randn(no, 1.0f);
+        float *ob = calloc(no, 4), *of = calloc(no, 4), *ab = calloc(na, 4), *af = calloc(na, 4);
+        float *sb = calloc(na, 4), *sf = calloc(na, 4);
+        float *dqb = calloc(nq, 4), *dqf = calloc(nq, 4);
+        float *dkb = cross ? calloc(nkv, 4) : dqb, *dkf = cross ? calloc(nkv, 4) : dqf;
+        bf->attention_forward(bf, &a, ob, ab, q, kv);
+        cpu->attention_forward(cpu, &a, of, af, q, kv);
+        bf->attention_backward(bf, &a, dqb, dkb, sb, dout, q, kv, ab);
+        cpu->attention_backward(cpu, &a, dqf, dkf, sf, dout, q, kv, af);
+        const char *nm = cross ? "cross causal padded" : "self padded";
+        char what[160];
+        double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * Tk * 0x1p-24;
+        snprintf(what, sizeof what,
+                 "attention %s forward: bf16 vs fp32 within 4(2u+u^2)+2Tk 2^-24, nonzero", nm);
+        report(r <= tol && r > 0, what, r / tol);
+        double rq = rel_frobenius(dqb, dqf, nq), rk = cross ? rel_frobenius(dkb, dkf, nkv) : 0;
+        tol = 8 * (2 * U + U * U);
+        snprintf(what, sizeof what,
+                 "attention %s backward: bf16 vs fp32 within 8(2u+u^2), nonzero", nm);
+        report(fmax(rq, rk) <= tol && rq > 0, what, fmax(rq, rk) / tol);
+        /* padding rows: output rows of queries past qlen, gradients of queries past qlen
+         * and of keys and values past klen (q's columns [0, C), kv's k and v) */
+        double bad = 0;
+        for (int b = 0; b < B; b++) {
+            int ql = a.qlen[b], kl = a.klen[b];
+            for (int i = 0; i < Tq; i++)
+                for (int c = 0; c < C; c++) {
+                    int padq = i >= ql || !kl;
+                    size_t o = ((size_t)b * Tq + i) * C + c, g = ((size_t)b * Tq + i) * a.ldq + c;
+                    if (padq) bad += fabs(ob[o]) + fabs(dqb[g]);
+                }
+            for (int j = 0; j < Tk; j++)
+                for (int c = 0; c < C; c++) {
+                    size_t g = ((size_t)b * Tk + j) * a.ldkv;
+                    if (j >= kl || !ql)
+                        bad += fabs(dkb[g + a.koff + c]) + fabs(dkb[g + a.voff + c]);
+                }
+        }
+        snprintf(what, sizeof what,
+                 "attention %s: padding rows zero in bf16 (output, dq, dk, dv)", nm);
+        report(bad == 0, what, bad);
+        free(q), free(dout), free(ob), free(of), free(ab), free(af), free(sb), free(sf);
+        free(dqb), free(dqf);
+        if (cross) free(kv), free(dkb), free(dkf);
+    }
 }
 
 /* The table copies the CPU table: the non-product kernels are the same
@@ -306,6 +369,7 @@ int main(void) {
     inherits(bf);
     gemm_cases(bf);
     attention_cases(bf);
+    attention_general_cases(bf);
     weight_copies(bf);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;

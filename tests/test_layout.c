@@ -206,25 +206,53 @@ static void case_norm(const sizes *z, int parity, cb_rng *r) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 
-static void case_attention(const sizes *z, cb_rng *r) {
-    int N = z->N, C = z->C;
-    float *qkv = randn(r, (size_t)N * 3 * C), *dy = randn(r, (size_t)N * C);
-    float *y = zeros((size_t)N * C), *dqkv = zeros((size_t)N * 3 * C);
-    size_t an = S->ops->att_numel(S, z->B, z->T, z->NH);
+/* One attention variant: self (q = kv = a QKV output) or cross (q of C
+ * features, kv of 2C in sections k | v), causal or not, lens NULL or one
+ * length per sequence (0 and T among them). */
+static void attention_variant(const sizes *z, cb_rng *r, int cross, int causal, const int *lens,
+                              const char *tag) {
+    int N = z->N, C = z->C, wq = cross ? C : 3 * C, wkv = cross ? 2 * C : 3 * C;
+    cb_attn a = cb_attn_self(z->B, z->T, C, z->NH, causal, lens);
+    if (cross) a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C;
+    float *q = randn(r, (size_t)N * wq), *kv = cross ? randn(r, (size_t)N * wkv) : q;
+    float *dy = randn(r, (size_t)N * C), *y = zeros((size_t)N * C);
+    float *dq = zeros((size_t)N * wq), *dkv = cross ? zeros((size_t)N * wkv) : dq;
+    size_t an = S->ops->att_numel(S, z->B, z->T, z->T, z->NH);
     float *att = zeros(an), *scr = zeros(an);
-    S->ops->attention_forward(S, qkv, y, att, z->B, z->T, C, z->NH);
-    S->ops->attention_backward(S, qkv, att, dy, dqkv, scr, z->B, z->T, C, z->NH);
+    S->ops->attention_forward(S, &a, q, kv, y, att);
+    S->ops->attention_backward(S, &a, q, kv, att, dy, dq, dkv, scr);
 
-    cb_shard sq = ashard(N, 3 * C, 1, 3), sy = ashard(N, C, 1, 1);
-    size_t lan = P->ops->att_numel(P, z->B, z->T, z->NH);
-    float *lq = cut(&sq, qkv), *ldy = cut(&sy, dy), *ly = zeros(cb_shard_numel(&sy));
-    float *ldq = zeros(cb_shard_numel(&sq)), *latt = zeros(lan), *lscr = zeros(lan);
-    P->ops->attention_forward(P, lq, ly, latt, z->B, z->T, C, z->NH);
-    P->ops->attention_backward(P, lq, latt, ldy, ldq, lscr, z->B, z->T, C, z->NH);
-    expect("attention y", &sy, ly, y);
-    expect("attention dqkv", &sq, ldq, dqkv);
-    float *all[] = {qkv, dy, y, dqkv, att, scr, lq, ldy, ly, ldq, latt, lscr};
+    cb_shard sq = ashard(N, wq, 1, cross ? 1 : 3), skv = ashard(N, wkv, 1, cross ? 2 : 3);
+    cb_shard sy = ashard(N, C, 1, 1);
+    size_t lan = P->ops->att_numel(P, z->B, z->T, z->T, z->NH);
+    float *lq = cut(&sq, q), *lkv = cross ? cut(&skv, kv) : lq, *ldy = cut(&sy, dy);
+    float *ly = zeros(cb_shard_numel(&sy)), *ldq = zeros(cb_shard_numel(&sq));
+    float *ldkv = cross ? zeros(cb_shard_numel(&skv)) : ldq, *latt = zeros(lan), *lscr = zeros(lan);
+    P->ops->attention_forward(P, &a, lq, lkv, ly, latt);
+    P->ops->attention_backward(P, &a, lq, lkv, latt, ldy, ldq, ldkv, lscr);
+    char what[96];
+    snprintf(what, sizeof what, "attention %s y", tag);
+    expect(what, &sy, ly, y);
+    snprintf(what, sizeof what, "attention %s %s", tag, cross ? "dq" : "dqkv");
+    expect(what, &sq, ldq, dq);
+    if (cross) {
+        snprintf(what, sizeof what, "attention %s dkv", tag);
+        expect(what, &skv, ldkv, dkv);
+    }
+    float *all[] = {q, dy, y, dq, att, scr, lq, ldy, ly, ldq, latt, lscr};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    if (cross) free(kv), free(dkv), free(lkv), free(ldkv);
+}
+
+static void case_attention(const sizes *z, cb_rng *r) {
+    int *lens = malloc(sizeof(int) * z->B);
+    for (int b = 0; b < z->B; b++) lens[b] = b == 0 ? z->T : b == 1 ? 0 : 1 + b % z->T;
+    attention_variant(z, r, 0, 1, NULL, "causal");
+    attention_variant(z, r, 0, 0, lens, "padded");
+    attention_variant(z, r, 0, 1, lens, "causal padded");
+    attention_variant(z, r, 1, 0, lens, "cross padded");
+    attention_variant(z, r, 1, 1, NULL, "cross causal");
+    free(lens);
 }
 
 /* Embedding forward/backward, then the tied head and the loss on the same

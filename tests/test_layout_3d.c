@@ -201,23 +201,50 @@ static void test_norm(int N, int C, int parity) {
     for (size_t i = 0; i < sizeof fr / sizeof *fr; i++) free(fr[i]);
 }
 
-static void test_attention(int B, int T, int C, int NH) {
-    int N = B * T;
-    float *qkv = rnd((size_t)N * 3 * C, 1.0f), *dy = rnd((size_t)N * C, 1.0f);
-    float *y = zeros((size_t)N * C), *att = zeros(S->ops->att_numel(S, B, T, NH)),
-          *sc = zeros(S->ops->att_numel(S, B, T, NH)), *dq = zeros((size_t)N * 3 * C);
-    cb_shard sq = act(N, 3 * C, 1, 3), sy = act(N, C, 1, 1);
-    size_t an = L->ops->att_numel(L, B, T, NH);
-    float *ql = cut(&sq, qkv), *dyl = cut(&sy, dy), *yl = zeros(cb_shard_numel(&sy)),
-          *al = zeros(an), *scl = zeros(an), *dql = zeros(cb_shard_numel(&sq));
-    S->ops->attention_forward(S, qkv, y, att, B, T, C, NH);
-    S->ops->attention_backward(S, qkv, att, dy, dq, sc, B, T, C, NH);
-    L->ops->attention_forward(L, ql, yl, al, B, T, C, NH);
-    L->ops->attention_backward(L, ql, al, dyl, dql, scl, B, T, C, NH);
-    expect("attention.y", &sy, y, yl);
-    expect("attention.dqkv", &sq, dq, dql);
-    float *fr[] = {qkv, dy, y, att, sc, dq, ql, dyl, yl, al, scl, dql};
+/* One attention variant against the serial one (see test_layout.c) */
+static void attention_variant(int B, int T, int C, int NH, int cross, int causal, const int *lens,
+                              const char *tag) {
+    int N = B * T, wq = cross ? C : 3 * C, wkv = cross ? 2 * C : 3 * C;
+    cb_attn a = cb_attn_self(B, T, C, NH, causal, lens);
+    if (cross) a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C;
+    float *q = rnd((size_t)N * wq, 1.0f), *kv = cross ? rnd((size_t)N * wkv, 1.0f) : q;
+    float *dy = rnd((size_t)N * C, 1.0f), *y = zeros((size_t)N * C);
+    size_t sn = S->ops->att_numel(S, B, T, T, NH);
+    float *att = zeros(sn), *sc = zeros(sn);
+    float *dq = zeros((size_t)N * wq), *dkv = cross ? zeros((size_t)N * wkv) : dq;
+    cb_shard sq = act(N, wq, 1, cross ? 1 : 3), skv = act(N, wkv, 1, cross ? 2 : 3),
+             sy = act(N, C, 1, 1);
+    size_t an = L->ops->att_numel(L, B, T, T, NH);
+    float *ql = cut(&sq, q), *kvl = cross ? cut(&skv, kv) : ql, *dyl = cut(&sy, dy);
+    float *yl = zeros(cb_shard_numel(&sy)), *al = zeros(an), *scl = zeros(an);
+    float *dql = zeros(cb_shard_numel(&sq)), *dkvl = cross ? zeros(cb_shard_numel(&skv)) : dql;
+    S->ops->attention_forward(S, &a, q, kv, y, att);
+    S->ops->attention_backward(S, &a, q, kv, att, dy, dq, dkv, sc);
+    L->ops->attention_forward(L, &a, ql, kvl, yl, al);
+    L->ops->attention_backward(L, &a, ql, kvl, al, dyl, dql, dkvl, scl);
+    char what[96];
+    snprintf(what, sizeof what, "attention.%s.y", tag);
+    expect(what, &sy, y, yl);
+    snprintf(what, sizeof what, "attention.%s.%s", tag, cross ? "dq" : "dqkv");
+    expect(what, &sq, dq, dql);
+    if (cross) {
+        snprintf(what, sizeof what, "attention.%s.dkv", tag);
+        expect(what, &skv, dkv, dkvl);
+    }
+    float *fr[] = {q, dy, y, att, sc, dq, ql, dyl, yl, al, scl, dql};
     for (size_t i = 0; i < sizeof fr / sizeof *fr; i++) free(fr[i]);
+    if (cross) free(kv), free(dkv), free(kvl), free(dkvl);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    int *lens = malloc(sizeof(int) * B);
+    for (int b = 0; b < B; b++) lens[b] = b == 0 ? T : b == 1 ? 0 : 1 + b % T;
+    attention_variant(B, T, C, NH, 0, 1, NULL, "causal");
+    attention_variant(B, T, C, NH, 0, 0, lens, "padded");
+    attention_variant(B, T, C, NH, 0, 1, lens, "causal_padded");
+    attention_variant(B, T, C, NH, 1, 0, lens, "cross_padded");
+    attention_variant(B, T, C, NH, 1, 1, NULL, "cross_causal");
+    free(lens);
 }
 
 /* Embedding, then the tied head and cross-entropy on a separate input, on

@@ -30,6 +30,7 @@ struct op_case {
     float *dout;              /* same length as t[iout] */
     int iout;                 /* index of the output L is taken over */
     int B, T, C, NH, V, IC, OC;
+    int Tk, causal;           /* general attention: key length (0: self-attention), mask */
     float dloss;
     void (*fwd)(op_case *);
     void (*bwd)(op_case *);
@@ -167,11 +168,38 @@ static void head_bwd(op_case *c) {
 }
 
 static void att_fwd(op_case *c) {
-    K->attention_forward(K, c->t[1], c->t[2], c->t[0], c->B, c->T, c->C, c->NH);
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, 1, NULL);
+    K->attention_forward(K, &a, c->t[1], c->t[2], c->t[0], c->t[0]);
 }
 static void att_bwd(op_case *c) {
-    K->attention_backward(K, c->grad[0], c->work, c->dout, c->t[0], c->t[2], c->B, c->T, c->C,
-                          c->NH);
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, 1, NULL);
+    K->attention_backward(K, &a, c->grad[0], c->grad[0], c->work, c->dout, c->t[0], c->t[0],
+                          c->t[2]);
+}
+
+/* General attention: self-attention on in.qkv with in.lens, or
+ * cross-attention of in.q (B,T,C) over in.kv (B,Tk,2C) with in.qlen,
+ * in.klen; work2 holds the lengths as ints (queries, then keys). */
+static cb_attn att_general(op_case *c) {
+    const int *len = (const int *)c->work2;
+    cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, c->causal, len);
+    if (c->Tk) a.Tk = c->Tk, a.ldq = c->C, a.ldkv = 2 * c->C, a.koff = 0, a.voff = c->C;
+    if (c->Tk) a.klen = len + c->B;
+    int *w = (int *)c->work2, nt = c->Tk ? 2 : 1; /* the length tensors precede out.out */
+    for (int s = 0; s < nt; s++)
+        for (int b = 0; b < c->B; b++) w[s * c->B + b] = (int)c->t[c->iout - nt + s][b];
+    return a;
+}
+static void attg_fwd(op_case *c) {
+    cb_attn a = att_general(c);
+    K->attention_forward(K, &a, c->t[c->iout], c->t[c->iout + 1], c->t[0],
+                         c->Tk ? c->t[1] : c->t[0]);
+}
+static void attg_bwd(op_case *c) {
+    cb_attn a = att_general(c);
+    float *dkv = c->Tk ? c->grad[1] : c->grad[0];
+    K->attention_backward(K, &a, c->grad[0], dkv, c->work, c->dout, c->t[0],
+                          c->Tk ? c->t[1] : c->t[0], c->t[c->iout + 1]);
 }
 
 static void gelu_fwd(op_case *c) { K->gelu_forward(K, c->t[1], c->t[0], c->len[0]); }
@@ -192,6 +220,38 @@ static void xent_bwd(op_case *c) {
     K->crossentropy_backward(K, c->t[3], (int *)c->work, c->dloss, N, c->V);
     for (size_t i = 0; i < c->len[0]; i++) c->grad[0][i] += c->t[3][i];
     xent_fwd(c);
+}
+
+/* The recommendation kernels (NCF). */
+static void mul_fwd(op_case *c) { K->mul_forward(K, c->t[2], c->t[0], c->t[1], c->len[0]); }
+static void mul_bwd(op_case *c) {
+    K->mul_backward(K, c->grad[0], c->grad[1], c->t[0], c->t[1], c->dout, c->len[0]);
+}
+
+static void relu_fwd(op_case *c) { K->relu_forward(K, c->t[1], c->t[0], c->len[0]); }
+static void relu_bwd(op_case *c) { K->relu_backward(K, c->grad[0], c->t[0], c->dout, c->len[0]); }
+
+static void lookup_fwd(op_case *c) {
+    int *ids = (int *)c->work, N = c->B * c->T;
+    for (int i = 0; i < N; i++) ids[i] = (int)c->t[0][i];
+    K->embedding_rows(K, c->t[2], ids, c->t[1], 0, c->V, N, c->C);
+}
+static void lookup_bwd(op_case *c) {
+    K->embedding_rows_backward(K, c->grad[1], c->dout, (int *)c->work, 0, c->V, c->B * c->T,
+                               c->C);
+}
+
+/* losses of logits against 0/1 labels; L = sum(losses * dloss) */
+static void logistic_fwd(op_case *c) {
+    int *y = (int *)c->work, N = c->B * c->T;
+    for (int i = 0; i < N; i++) y[i] = (int)c->t[1][i];
+    K->logistic_forward(K, c->t[2], c->t[0], y, N);
+}
+static void logistic_bwd(op_case *c) {
+    int N = c->B * c->T;
+    float *d = c->work2;
+    K->logistic_backward(K, d, c->t[0], (int *)c->work, c->dloss, N);
+    for (int i = 0; i < N; i++) c->grad[0][i] += d[i];
 }
 
 /* The split operators' kernels (ops.c) over one shard (Ctot = C, the whole
@@ -320,6 +380,37 @@ int main(int argc, char **argv) {
     at.work = calloc((size_t)B * NH * T * T, sizeof(float));
     run(&at, &r, 1e-2f, dir);
 
+    /* bidirectional with padding: a whole sequence, an empty one, a short one */
+    op_case ap = {.name = "attention_padded", .B = 3, .T = T, .C = C, .NH = NH, .fwd = attg_fwd,
+                  .bwd = attg_bwd};
+    float lens[3] = {(float)T, 0, 3};
+    size_t n3 = (size_t)3 * T * C;
+    add(&ap, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
+    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
+    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
+    add(&ap, "out.att", calloc((size_t)3 * NH * T * T, 4), (size_t)3 * NH * T * T, 0);
+    ap.work = calloc((size_t)3 * NH * T * T, sizeof(float));
+    ap.work2 = calloc(3, sizeof(int));
+    run(&ap, &r, 1e-2f, dir);
+    free(ap.work2);
+
+    /* causal cross-attention, 5 queries over 7 keys, padded on both sides */
+    int Tk = 7;
+    op_case ac = {.name = "attention_cross", .B = 3, .T = T, .Tk = Tk, .C = C, .NH = NH,
+                  .causal = 1, .fwd = attg_fwd, .bwd = attg_bwd};
+    float ql[3] = {(float)T, 2, 0}, kl[3] = {(float)Tk, 3, 4};
+    size_t nk = (size_t)3 * Tk * 2 * C, na = (size_t)3 * NH * T * Tk;
+    add(&ac, "in.q", randn(&r, n3, 1), n3, 1);
+    add(&ac, "in.kv", randn(&r, nk, 1), nk, 1);
+    add(&ac, "in.qlen", memcpy(malloc(sizeof ql), ql, sizeof ql), 3, 0);
+    add(&ac, "in.klen", memcpy(malloc(sizeof kl), kl, sizeof kl), 3, 0);
+    ac.iout = add(&ac, "out.out", calloc(n3, 4), n3, 0);
+    add(&ac, "out.att", calloc(na, 4), na, 0);
+    ac.work = calloc(na, sizeof(float));
+    ac.work2 = calloc(6, sizeof(int));
+    run(&ac, &r, 1e-2f, dir);
+    free(ac.work2);
+
     op_case ge = {.name = "gelu", .B = B, .T = T, .C = C, .fwd = gelu_fwd, .bwd = gelu_bwd};
     add(&ge, "in.inp", randn(&r, N * C, 2), N * C, 1);
     ge.iout = add(&ge, "out.out", calloc(N * C, 4), N * C, 0);
@@ -331,6 +422,37 @@ int main(int argc, char **argv) {
     op_case xs = {.name = "crossentropy_split", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_split_fwd, .bwd = xent_split_bwd};
     run_xent(xs, &r, 4 * (size_t)N, dir); /* work: targets, mx, 2N stats */
+
+    op_case mu = {.name = "mul", .B = B, .T = T, .C = C, .fwd = mul_fwd, .bwd = mul_bwd};
+    add(&mu, "in.a", randn(&r, N * C, 1), N * C, 1);
+    add(&mu, "in.b", randn(&r, N * C, 1), N * C, 1);
+    mu.iout = add(&mu, "out.out", calloc(N * C, 4), N * C, 0);
+    run(&mu, &r, 1e-2f, dir);
+
+    op_case re = {.name = "relu", .B = B, .T = T, .C = C, .fwd = relu_fwd, .bwd = relu_bwd};
+    float *rx = randn(&r, N * C, 1); /* away from the kink, where differences are one-sided */
+    for (int i = 0; i < N * C; i++) rx[i] += rx[i] >= 0 ? 0.1f : -0.1f;
+    add(&re, "in.inp", rx, N * C, 1);
+    re.iout = add(&re, "out.out", calloc(N * C, 4), N * C, 0);
+    run(&re, &r, 1e-2f, dir);
+
+    op_case lk = {.name = "lookup", .B = B, .T = T, .C = C, .V = V, .fwd = lookup_fwd,
+                  .bwd = lookup_bwd};
+    add(&lk, "in.ids", ids(&r, N, V), N, 0);
+    add(&lk, "in.table", randn(&r, (size_t)V * C, 1), (size_t)V * C, 1);
+    lk.iout = add(&lk, "out.out", calloc(N * C, 4), N * C, 0);
+    lk.work = calloc(N, sizeof(int));
+    run(&lk, &r, 1e-2f, dir);
+
+    op_case lg = {.name = "logistic", .B = B, .T = T, .dloss = 0.29f, .fwd = logistic_fwd,
+                  .bwd = logistic_bwd};
+    add(&lg, "in.logits", randn(&r, N, 3), N, 1);
+    add(&lg, "in.labels", ids(&r, N, 2), N, 0);
+    lg.iout = add(&lg, "out.losses", calloc(N, 4), N, 0);
+    lg.work = calloc(N, sizeof(int));
+    lg.work2 = calloc(N, sizeof(float));
+    run(&lg, &r, 1e-2f, dir);
+    free(lg.work2);
 
     (void)passes;
     return failures != 0;

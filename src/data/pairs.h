@@ -1,11 +1,9 @@
-/* Translation pairs: `cubist prepare --pairs` turns a `source<TAB>target`
- * file into a pair file, and training reads it back in batches of about
- * equal length. Private.
- *
- * A pair file is an llm.c token file (tokens.c) whose header word 4 is
- * CB_PAIRS_KIND and word 5 the tokenizer's vocabulary V; its stream is
- * source, EOS, target, EOS for every pair. Three ids follow the
- * tokenizer's: PAD = V, BOS = V + 1, EOS = V + 2 (vocab V + 3). */
+/* Interaction pair files (recommendation data): what `cubist prepare
+ * --interactions` writes and `cubist train --model ncf` reads.
+ * Layout: "CBPAIRS1", int32 users, int32 items, int64 n, then n pairs of
+ * int32 (user, item), dense indices in first-seen order, little-endian. The
+ * original ids are in PATH.users and PATH.items, one per line: line k is
+ * index k. */
 #ifndef CB_DATA_PAIRS_H
 #define CB_DATA_PAIRS_H
 
@@ -14,40 +12,16 @@
 
 #include "cubist.h"
 
-enum { CB_PAIRS_KIND = 1, CB_PAIRS_SPECIALS = 3 };
-
 typedef struct cb_pairs {
-    cb_tokens tok;
-    int base;          /* V: pad = V, bos = V + 1, eos = V + 2 */
-    size_t n;          /* pairs */
-    size_t *src;       /* (n) stream position of each source */
-    uint16_t *slen;    /* (n) source tokens, without EOS */
-    uint16_t *tlen;    /* (n) target tokens, without EOS */
-    int max_len;       /* longest side of any pair, + 1 (its EOS or BOS) */
+    int users, items;
+    size_t n;
+    const int32_t *p; /* n x (user, item) */
+    void *map;
+    size_t maplen;
 } cb_pairs;
 
-/* Opens a pair file and indexes its pairs. Not a pair file, or a stream
- * that does not alternate source and target: CB_EINPUT. */
+/* Opens and validates (magic, size, every index in range). */
 int cb_pairs_open(const char *path, cb_pairs *p, cb_err *e);
-void cb_pairs_close(cb_pairs *p); /* safe on a zeroed cb_pairs */
+void cb_pairs_close(cb_pairs *p);
 
-/* Batches by token count over length-bucketed pairs: the pairs are sorted
- * by length (longer side, ties in random order), cut into runs of at most
- * max_rows pairs whose padded size rows x (longest + 1) stays within
- * max_tokens, and the runs shuffled. order (n) holds pair indices, batch b
- * being order[start[b] .. start[b + 1]). */
-typedef struct cb_pair_batches {
-    size_t nb;
-    size_t *start; /* (nb + 1) */
-    size_t *order; /* (n) */
-} cb_pair_batches;
-int cb_pairs_batch(const cb_pairs *p, size_t max_tokens, int max_rows, uint64_t seed,
-                   cb_pair_batches *b, cb_err *e);
-void cb_pair_batches_free(cb_pair_batches *b);
-
-/* One padded batch of `rows` pairs idx: src (rows, Ts) = source, EOS, PAD...;
- * dec (rows, Tt) = BOS, target, PAD...; tgt (rows, Tt) = target, EOS, PAD...
- * Ts and Tt must hold the longest pair (+1). */
-void cb_pairs_fill(const cb_pairs *p, const size_t *idx, int rows, int Ts, int Tt, int *src,
-                   int *dec, int *tgt);
 #endif

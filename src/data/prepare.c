@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "cubist.h"
-#include "data/pairs.h"
+#include "data/bitext.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "formats/fileio.h"
@@ -155,7 +155,7 @@ int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *v
     if (!rc)
         rc = write_both((const char *const[2]){out_path, val_pairs ? val_out : NULL},
                         (const uint16_t *const[2]){c[0].ids, c[1].ids}, (const size_t[2]){c[0].n, c[1].n},
-                        (const int32_t[3]){cb_tokenizer_tag(tk.name), CB_PAIRS_KIND, tk.vocab}, e);
+                        (const int32_t[3]){cb_tokenizer_tag(tk.name), CB_BITEXT_KIND, tk.vocab}, e);
     if (!rc && npairs) npairs[0] = c[0].npairs, npairs[1] = c[1].npairs;
     free(c[0].ids);
     free(c[1].ids);

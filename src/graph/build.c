@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/graph.h"
+#include "layout/rec.h"
 #include "pipeline/partition.h"
 
 #define BUCKET_MB 25.0 /* gradient fusion buckets, as cubist train's --bucket-mb default */
@@ -16,14 +17,15 @@
 
 static int uses_tensor(const gnode *n, int k) {
     if (!n->l || n->l->kind == G_ATTN) return 0;
-    return n->kind == N_LOSS ? k == 0 : 1;
+    return n->kind == N_LOSS || n->kind == N_LOOKUP || n->kind == N_LOGIT ? k == 0 : 1;
 }
 
 static int check_layer(cb_model *m, const cb_layer *l, cb_err *e) {
     cb_layout *L = m->L;
-    int V = l->kind == G_EMBED ? l->emb.V : 0, NH = l->kind == G_ATTN ? l->heads : 0;
-    int C = l->kind == G_EMBED  ? l->emb.C
-            : l->kind == G_NORM ? l->norm.C
+    int tab = l->kind == G_EMBED || l->kind == G_LOOKUP;
+    int V = tab ? l->emb.V : 0, NH = l->kind == G_ATTN ? l->heads : 0;
+    int C = tab                                           ? l->emb.C
+            : l->kind == G_NORM || l->kind == G_LOGIT ? l->norm.C
             : l->kind == G_ATTN ? l->C
                                 : l->lin.in;
     int rc = L->ops->check(L, m->Bm, m->T, C, NH, V, e);
@@ -35,7 +37,8 @@ static int check_layer(cb_model *m, const cb_layer *l, cb_err *e) {
 static int check(cb_model *m, cb_err *e) {
     if (m->err.code) return cb_fail(e, m->err.code, "%s", m->err.msg);
     if (m->loss_node < 0)
-        return cb_fail(e, CB_EINPUT, "the model declares no loss; end the graph with cb_op_lm_loss");
+        return cb_fail(e, CB_EINPUT, "the model declares no loss; end the graph with cb_op_lm_loss or "
+                                     "cb_op_logistic_loss");
     if (m->B % m->d->g.dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not divide over --dp %d; use a multiple of %d",
                        m->B, m->d->g.dp, m->d->g.dp);
@@ -79,8 +82,14 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
     } else if (n->kind == N_LOSS) {
         x->flops = 6 * N * l->emb.C * l->emb.V, x->param_bytes = f * (double)l->emb.V * l->emb.C;
         x->act_bytes = f * N * (l->emb.V + 1);
+    } else if (n->kind == N_LOOKUP) {
+        x->param_bytes = f * (double)l->emb.V * l->emb.C;
+    } else if (n->kind == N_LOGIT) {
+        x->flops = 6 * N * l->norm.C, x->param_bytes = f * l->norm.C, x->act_bytes = f * 2 * N;
     }
-    const char *nm = l ? l->name : n->kind == N_GELU ? "gelu" : "add";
+    static const char *const op[N_KINDS] = {[N_GELU] = "gelu", [N_ADD] = "add", [N_MUL] = "mul",
+                                            [N_RELU] = "relu", [N_CONCAT] = "concat"};
+    const char *nm = l ? l->name : op[n->kind];
     snprintf(x->name, sizeof x->name, "%.23s", nm);
 }
 
@@ -154,7 +163,18 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     else snprintf(name, cap, "%s.%s", l->name, suffix);
     *d1 = 0;
     *decay = 0;
-    if (l->kind == G_EMBED) {
+    if (l->kind == G_LOOKUP) { /* one tensor, row-sharded like the vocabulary */
+        *d0 = l->emb.V;
+        *d1 = l->emb.C;
+        *decay = 1; /* NCF's factors are regularised (He et al.: L2 on the embeddings) */
+        *kind = CB_P_EMBED;
+        *init = CB_INIT_NORMAL;
+    } else if (l->kind == G_LOGIT) { /* one weight vector, sharded like x's features */
+        *d0 = l->norm.C;
+        *decay = 1;
+        *kind = CB_P_NORM;
+        *init = CB_INIT_NORMAL;
+    } else if (l->kind == G_EMBED) {
         *d0 = k == 0 ? l->emb.V : l->emb.T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
@@ -257,11 +277,14 @@ static void bind(cb_model *m, cb_layer *l) {
     } else if (l->kind == G_NORM) {
         l->norm.parity = l->parity;
         l->norm.w = p[0], l->norm.b = p[1], l->norm.dw = g[0], l->norm.db = g[1];
-    } else if (l->kind == G_EMBED) {
+    } else if (l->kind == G_EMBED || l->kind == G_LOOKUP) {
         /* a sinusoidal table gets no gradient (dwpe NULL): it stays zero, and
          * AdamW without decay leaves the table as it was drawn */
         l->emb.wte = p[0], l->emb.wpe = p[1], l->emb.dwte = g[0];
         l->emb.dwpe = l->sinusoid ? NULL : g[1];
+    } else if (l->kind == G_LOGIT) {
+        l->norm.parity = l->parity;
+        l->norm.w = p[0], l->norm.dw = g[0];
     }
 }
 
@@ -298,8 +321,9 @@ static size_t keep_floats(const cb_model *m, const gnode *n) {
         L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
         return 2 * (size_t)rows;
     }
-    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, n->l->heads);
+    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
     if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
+    if (n->kind == N_LOGIT) return 2 * (size_t)N; /* every row's logit and loss */
     return 0;
 }
 
@@ -334,7 +358,7 @@ static void recompute_flags(cb_model *m, const gchunk *ch, int i, int *o, int *k
     *o = *k = 0;
     n->recompute = 0;
     int rc = m->d->recompute;
-    if (rc == RC_BLOCK && n->rseg >= 0 && n->kind != N_LOSS) {
+    if (rc == RC_BLOCK && n->rseg >= 0 && !IS_LOSS(n->kind)) {
         n->recompute = *k = 1;
         *o = n->out >= 0;
         for (int j = i + 1; *o && j < m->nnodes; j++) { /* every reader in the block, here */
@@ -562,27 +586,53 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
 }
 
 /* Floats of the engine's own scratch: a gradient share (or a tied
- * tensor's received gradient) and attention's backward. */
-static void scratch_floats(const cb_model *m, size_t *tmp, size_t *att) {
-    size_t tie = 1;
-    *tmp = *att = 1;
+ * tensor's received gradient), attention's backward; a second share for
+ * nodes with two inputs that may both accumulate (a product, a
+ * concatenation, cross-attention); with the recommendation nodes, their
+ * layout scratch (layout/rec.h) and one id field of a micro-batch (ints). None of them grows during a step. */
+typedef struct scratch {
+    size_t tmp, att, tmp2, rec, fids;
+} scratch;
+
+static scratch scratch_floats(const cb_model *m) {
+    size_t tie = 1, H = 1, N = (size_t)m->Bm * m->T;
+    scratch s = {.tmp = 1, .att = 1};
+    int two = 0, rec = 0;
     for (int v = 0; v < m->nacts; v++) {
         size_t n = cb_graph_value_floats(m, v);
-        if (n > *tmp) *tmp = n;
+        if (n > s.tmp) s.tmp = n;
+        if ((size_t)m->acts[v]->H > H) H = (size_t)m->acts[v]->H;
     }
-    for (int i = 0; i < m->nnodes; i++)
-        if (m->nodes[i].kind == N_ATTN && m->nodes[i].keep > *att) *att = m->nodes[i].keep;
+    for (int i = 0; i < m->nnodes; i++) {
+        int k = m->nodes[i].kind;
+        if (k == N_ATTN && m->nodes[i].keep > s.att) s.att = m->nodes[i].keep;
+        two |= k == N_MUL || k == N_CONCAT || (k == N_ATTN && m->nodes[i].nin > 1);
+        rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
+    }
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
-    if (tie > *tmp) *tmp = tie;
+    if (tie > s.tmp) s.tmp = tie;
+    s.tmp2 = two ? s.tmp : 0;
+    s.rec = rec ? cb_rec_scratch_floats((int)N, (int)H) : 0;
+    s.fids = m->fields > 1 ? N : 0;
+    return s;
+}
+
+static size_t scratch_bytes(scratch s) {
+    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec) + sizeof(int) * s.fids;
 }
 
 static int plan_scratch(cb_model *m, cb_err *e) {
-    size_t tmp, att;
-    scratch_floats(m, &tmp, &att);
-    m->tmp = malloc(sizeof(float) * tmp);
-    m->att_scratch = malloc(sizeof(float) * att);
-    return m->tmp && m->att_scratch ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+    scratch s = scratch_floats(m);
+    m->tmp = malloc(sizeof(float) * s.tmp);
+    m->att_scratch = malloc(sizeof(float) * s.att);
+    m->tmp2 = s.tmp2 ? malloc(sizeof(float) * s.tmp2) : NULL;
+    m->rec_scratch = s.rec ? malloc(sizeof(float) * s.rec) : NULL;
+    m->fids = s.fids ? malloc(sizeof(int) * s.fids) : NULL;
+    if (!m->tmp || !m->att_scratch || (s.tmp2 && !m->tmp2) || (s.rec && !m->rec_scratch) ||
+        (s.fids && !m->fids))
+        return cb_fail(e, CB_ENOMEM, "out of memory for scratch");
+    return CB_OK;
 }
 
 /* Every operator of this rank declares its workspace for the shapes it
@@ -594,7 +644,9 @@ static void plan_layout(cb_model *m) {
     static const int op[N_KINDS] = {[N_EMBED] = CB_OP_EMBED, [N_LINEAR] = CB_OP_LINEAR,
                                     [N_NORM] = CB_OP_NORM,   [N_ATTN] = CB_OP_ATTN,
                                     [N_GELU] = -1,           [N_ADD] = -1,
-                                    [N_LOSS] = CB_OP_HEAD};
+                                    [N_LOSS] = CB_OP_HEAD,   [N_LOOKUP] = -1,
+                                    [N_MUL] = -1,            [N_RELU] = -1,
+                                    [N_CONCAT] = -1,         [N_LOGIT] = -1};
     for (int i = 0; i < m->nnodes; i++) {
         gnode *n = &m->nodes[i];
         if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
@@ -640,9 +692,7 @@ static int check_memory(cb_model *m, cb_err *e) {
     double lim = m->d->max_memory, f = sizeof(float), np = (double)m->pt.nparams;
     int dp = m->d->g.dp > 1, zero = dp && m->d->zero;
     double opt = 2 * f * (zero ? np / m->d->g.dp : np), act = (double)cb_model_activation_bytes(m);
-    size_t tmp, att;
-    scratch_floats(m, &tmp, &att);
-    double ws = (double)cb_layout_workspace_bytes(m->L) + f * (double)(tmp + att);
+    double ws = (double)cb_layout_workspace_bytes(m->L) + (double)scratch_bytes(scratch_floats(m));
     double need = 2 * f * np + opt + act + ws;
     if (lim <= 0 || need <= lim) return CB_OK;
     return cb_fail(e, CB_ENOMEM,
@@ -791,6 +841,7 @@ void cb_model_free(cb_model *m) {
     cb_ptable_free(&m->pt);
     free(m->layers), free(m->acts), free(m->nodes), free(m->edges), free(m->ch);
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
+    free(m->tmp2), free(m->rec_scratch), free(m->fids);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
     cb_kernels_params_freed(m->params);
     free(m->params), free(m->grads);

@@ -43,6 +43,7 @@ cb_model *cb_model_new(cb_dist *d, int batch, int seq_len) {
     m->me = d->g.at.p;
     m->seg = -1;
     m->loss_node = -1;
+    m->fields = 1;
     m->pt.L = d->L;
     if (batch < 1 || seq_len < 1)
         declare_fail(m, CB_EINPUT, "cb_model_new: batch %d and seq_len %d must be >= 1", batch,
@@ -115,9 +116,21 @@ cb_layer *cb_model_linear_qkv(cb_model *m, const char *name, int C) {
     return linear(m, name, C, 3 * C, 3);
 }
 
+cb_layer *cb_model_linear_kv(cb_model *m, const char *name, int C) {
+    return linear(m, name, C, 2 * C, 2);
+}
+
 cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads) {
+    return cb_model_attention_flags(m, name, C, heads, CB_ATTN_CAUSAL);
+}
+
+cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int heads,
+                                   unsigned flags) {
     cb_layer *l = new_layer(m, G_ATTN, name);
-    if (l) l->C = C, l->heads = heads;
+    if (l) l->C = C, l->heads = heads, l->attn_flags = flags;
+    if (l && (flags & ~(unsigned)(CB_ATTN_CAUSAL | CB_ATTN_PADDED)))
+        declare_fail(m, CB_EINPUT, "attention %s: flags 0x%x are not CB_ATTN_CAUSAL | "
+                                   "CB_ATTN_PADDED; pass those only", name, flags);
     if (l && (heads < 1 || C < 1 || C % heads))
         declare_fail(m, CB_EINPUT, "attention %s: %d heads do not divide its width %d; choose "
                                    "heads that divide the width", name, heads, C);
@@ -219,6 +232,9 @@ void cb_layer_set_sinusoidal(cb_layer *l) {
 cb_act *cb_op_embedding(cb_layer *emb) {
     cb_model *m = owner(emb, NULL, NULL);
     if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding")) return NULL;
+    if (m->fields != 1)
+        declare_fail(m, CB_EINPUT, "cb_op_embedding reads one token id per position; the model "
+                                   "has %d id fields per row: use cb_op_lookup", m->fields);
     if (emb->parity < 0) emb->parity = 0;
     return node(m, N_EMBED, emb, NULL, NULL, emb->emb.C, 0, 1);
 }
@@ -242,14 +258,38 @@ cb_act *cb_op_layernorm(cb_layer *l, const cb_act *x) {
     return node(m, N_NORM, l, x, NULL, x->H, x->parity, 1);
 }
 
+/* The layouts hold whole heads and sequences of parity-1 values only:
+ * what a linear makes of the residual stream. */
+static int attn_input(cb_layer *l, const cb_act *x, int parts, const char *what) {
+    if (x->parts == parts && x->H == parts * l->C && x->parity == 1) return 1;
+    declare_fail(l->m, CB_EINPUT, "attention %s reads the output of a %s of width %d (%d x %d "
+                                  "features) applied to the residual stream (parity 0); this one "
+                                  "has %d features in %d sections, parity %d", l->name, what,
+                 l->C, parts, l->C, x->H, x->parts, x->parity);
+    return 0;
+}
+
 cb_act *cb_op_attention(cb_layer *l, const cb_act *qkv) {
     cb_model *m = owner(l, qkv, "cb_op_attention");
     if (!m || !is_kind(l, G_ATTN, "cb_op_attention")) return NULL;
-    if (qkv->parts != 3 || qkv->H != 3 * l->C)
-        declare_fail(m, CB_EINPUT, "attention %s reads the output of a cb_model_linear_qkv of "
-                                   "width %d (3 x %d features)", l->name, l->C, l->C);
+    if (!attn_input(l, qkv, 3, "cb_model_linear_qkv")) return NULL;
     if (l->parity < 0) l->parity = 1;
     return node(m, N_ATTN, l, qkv, NULL, l->C, qkv->parity, 1);
+}
+
+cb_act *cb_op_cross_attention(cb_layer *l, const cb_act *q, const cb_act *kv) {
+    cb_model *m = owner(l, q, "cb_op_cross_attention");
+    if (!m || !owner(l, kv, "cb_op_cross_attention") ||
+        !is_kind(l, G_ATTN, "cb_op_cross_attention"))
+        return NULL;
+    if (!attn_input(l, q, 1, "cb_model_linear") || !attn_input(l, kv, 2, "cb_model_linear_kv"))
+        return NULL;
+    if (l->parity < 0) l->parity = 1;
+    return node(m, N_ATTN, l, q, kv, l->C, 1, 1);
+}
+
+void cb_model_set_lengths(cb_model *m, const int *lens) {
+    if (m) m->lens = lens;
 }
 
 cb_act *cb_op_gelu(const cb_act *x) {
@@ -276,7 +316,87 @@ void cb_op_lm_loss(cb_layer *emb, const cb_act *x) {
         declare_fail(m, CB_EINPUT, "cb_op_lm_loss: the head of %s reads %d features on the residual "
                                    "stream (parity 0); its input has %d, parity %d",
                      emb->name, emb->emb.C, x->H, x->parity);
-    if (m->loss_node >= 0) declare_fail(m, CB_EINPUT, "a model has one loss; cb_op_lm_loss was called twice");
+    if (m->loss_node >= 0) declare_fail(m, CB_EINPUT, "a model has one loss; a second loss was declared");
     m->loss_node = m->nnodes;
     node(m, N_LOSS, emb, x, NULL, 0, 0, 1);
+}
+
+/* ---------------------------------------------------------------- recommendation layers */
+
+void cb_model_set_id_fields(cb_model *m, int fields) {
+    if (!m) return;
+    if (fields < 1 || m->nnodes)
+        declare_fail(m, CB_EINPUT, "cb_model_set_id_fields(%d): give >= 1 fields, before the "
+                                   "first operation", fields);
+    else m->fields = fields;
+}
+
+cb_layer *cb_model_lookup(cb_model *m, const char *name, int rows, int C) {
+    cb_layer *l = new_layer(m, G_LOOKUP, name);
+    if (l) l->emb = (cb_embed){.V = rows, .C = C, .T = m->T};
+    if (l && (rows < 1 || C < 1))
+        declare_fail(m, CB_EINPUT, "lookup %s: rows %d and width %d must be >= 1", name, rows, C);
+    return l;
+}
+
+cb_layer *cb_model_logistic(cb_model *m, const char *name, int C) {
+    cb_layer *l = new_layer(m, G_LOGIT, name);
+    if (l) l->norm = (cb_norm){.C = C};
+    if (l && C < 1) declare_fail(m, CB_EINPUT, "logistic head %s: width %d must be >= 1", name, C);
+    return l;
+}
+
+cb_act *cb_op_lookup(cb_layer *table, int field) {
+    cb_model *m = owner(table, NULL, NULL);
+    if (!m || !is_kind(table, G_LOOKUP, "cb_op_lookup")) return NULL;
+    if (field < 0 || field >= m->fields)
+        declare_fail(m, CB_EINPUT, "cb_op_lookup of %s reads id field %d; the rows have %d "
+                                   "(cb_model_set_id_fields)", table->name, field, m->fields);
+    if (table->parity < 0) table->parity = 0;
+    cb_act *y = node(m, N_LOOKUP, table, NULL, NULL, table->emb.C, 0, 1);
+    if (y) m->nodes[m->nnodes - 1].field = field;
+    return y;
+}
+
+/* Two activations of one width, parts 1 (element-wise operations). */
+static cb_model *pair(const cb_act *a, const cb_act *b, const char *op, int same_width) {
+    cb_model *m = owner(NULL, a, op);
+    if (!m || !owner(NULL, b, op)) return NULL;
+    if (a->m != b->m || a->parts != 1 || b->parts != 1 ||
+        (same_width && (a->H != b->H || a->parity != b->parity))) {
+        declare_fail(m, CB_EINPUT, "%s: the activations have %d and %d features, parity %d and "
+                                   "%d, sections %d and %d; use activations of one model%s, one "
+                                   "section each", op, a->H, b->H, a->parity, b->parity, a->parts,
+                     b->parts, same_width ? " and one shape" : "");
+        return NULL;
+    }
+    return m;
+}
+
+cb_act *cb_op_mul(const cb_act *a, const cb_act *b) {
+    cb_model *m = pair(a, b, "cb_op_mul", 1);
+    return m ? node(m, N_MUL, NULL, a, b, a->H, a->parity, 1) : NULL;
+}
+
+cb_act *cb_op_relu(const cb_act *x) {
+    cb_model *m = owner(NULL, x, "cb_op_relu");
+    return m ? node(m, N_RELU, NULL, x, NULL, x->H, x->parity, x->parts) : NULL;
+}
+
+cb_act *cb_op_concat(const cb_act *a, const cb_act *b) {
+    cb_model *m = pair(a, b, "cb_op_concat", 0);
+    return m ? node(m, N_CONCAT, NULL, a, b, a->H + b->H, a->parity, 1) : NULL;
+}
+
+void cb_op_logistic_loss(cb_layer *head, const cb_act *x) {
+    cb_model *m = owner(head, x, "cb_op_logistic_loss");
+    if (!m || !is_kind(head, G_LOGIT, "cb_op_logistic_loss") || !bind_parity(head, x)) return;
+    if (x->H != head->norm.C || x->parts != 1)
+        declare_fail(m, CB_EINPUT, "cb_op_logistic_loss: %s reads %d features of one section; "
+                                   "its input has %d in %d sections", head->name, head->norm.C,
+                     x->H, x->parts);
+    if (m->loss_node >= 0)
+        declare_fail(m, CB_EINPUT, "a model has one loss; a second loss was declared");
+    m->loss_node = m->nnodes;
+    node(m, N_LOGIT, head, x, NULL, 0, x->parity, 1);
 }

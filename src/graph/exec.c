@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "graph/graph.h"
+#include "layout/rec.h"
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
 
@@ -38,6 +39,55 @@ static float *kept(cb_model *m, gchunk *ch, int slot, int i) {
 
 /* ---------------------------------------------------------------- nodes */
 
+/* Id field f of micro-batch rows [r0, r0 + N) (each row has m->fields ids). */
+static const int *field_ids(cb_model *m, size_t r0, int N, int f) {
+    if (m->fields == 1) return m->ids + r0;
+    const int *src = m->ids + r0 * m->fields + f;
+    for (int i = 0; i < N; i++) m->fids[i] = src[(size_t)i * m->fields];
+    return m->fids;
+}
+
+static void concat_parities(const cb_model *m, const gnode *n, int *par) {
+    par[0] = m->acts[n->in[0]]->parity, par[1] = m->acts[n->in[1]]->parity;
+    par[2] = m->acts[n->out]->parity;
+}
+
+/* The recommendation nodes (layout/rec.h); the loss is returned. */
+static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float *y, float *s,
+                         size_t r0) {
+    cb_layout *L = m->L;
+    int N = m->Bm * m->T, par[3];
+    size_t ny = n->out >= 0 ? cb_graph_value_floats(m, n->out) : 0;
+    switch (n->kind) {
+    case N_LOOKUP:
+        cb_rec_lookup_forward(L, &n->l->emb, field_ids(m, r0, N, n->field), N, y, m->rec_scratch);
+        break;
+    case N_MUL: L->k->mul_forward(L->k, y, x, x2, ny); break;
+    case N_RELU: L->k->relu_forward(L->k, y, x, ny); break;
+    case N_CONCAT:
+        concat_parities(m, n, par);
+        cb_rec_concat_forward(L, x, m->acts[n->in[0]]->H, x2, m->acts[n->in[1]]->H, par, N, y,
+                              m->rec_scratch);
+        break;
+    case N_LOGIT:
+        return cb_rec_logistic_forward(L, &n->l->norm, x, m->targets ? m->targets + r0 : NULL, s, N);
+    }
+    return 0.0f;
+}
+
+/* Attention node n on micro-batch mb: self-attention reads a QKV output,
+ * cross-attention queries (C) and a KV output (2C); the lengths of the
+ * step's rows mask padded queries and keys when the layer asks. */
+static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
+    const cb_layer *l = n->l;
+    int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
+    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
+                                                                   : NULL;
+    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
+    if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
+    return a;
+}
+
 static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int count_loss) {
     const gnode *n = &m->nodes[i];
     cb_layout *L = m->L;
@@ -51,7 +101,11 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     case N_EMBED: L->ops->embed_forward(L, &l->emb, m->ids + r0, m->Bm, m->T, y); break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
-    case N_ATTN: L->ops->attention_forward(L, x, y, s, m->Bm, m->T, l->C, l->heads); break;
+    case N_ATTN: {
+        cb_attn a = attn_of(m, n, mb);
+        L->ops->attention_forward(L, &a, x, n->nin > 1 ? val(m, ch, slot, n->in[1]) : x, y, s);
+        break;
+    }
     case N_GELU: k->gelu_forward(k, y, x, cb_graph_value_floats(m, n->out)); break;
     case N_ADD:
         k->residual_forward(k, y, x, val(m, ch, slot, n->in[1]), cb_graph_value_floats(m, n->out));
@@ -61,6 +115,10 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
         if (count_loss) m->loss_sum += loss;
         break;
     }
+    default: {
+        float loss = rec_forward(m, n, x, n->nin > 1 ? val(m, ch, slot, n->in[1]) : NULL, y, s, r0);
+        if (count_loss && n->kind == N_LOGIT) m->loss_sum += loss;
+    }
     }
 }
 
@@ -68,6 +126,43 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
 static void share(cb_model *m, float *dst, const float *src, size_t n, int acc) {
     if (acc) m->L->k->residual_forward(m->L->k, dst, dst, src, n);
     else memcpy(dst, src, sizeof(float) * n);
+}
+
+/* Backward of a node with two inputs whose shares were written to m->tmp
+ * and m->tmp2. */
+static void share2(cb_model *m, gchunk *ch, int slot, const gnode *n) {
+    share(m, grad(ch, slot, n->in[0]), m->tmp, cb_graph_value_floats(m, n->in[0]), n->acc[0]);
+    share(m, grad(ch, slot, n->in[1]), m->tmp2, cb_graph_value_floats(m, n->in[1]), n->acc[1]);
+}
+
+/* The recommendation nodes' backward; 1 when the gradient of input 0 is
+ * still to be added from `to` (as the node_backward cases that break). */
+static int rec_backward(cb_model *m, gchunk *ch, int slot, const gnode *n, float *x, float *dy,
+                        float *to, float *s, size_t r0) {
+    cb_layout *L = m->L;
+    int N = m->Bm * m->T, par[3];
+    size_t ny = n->out >= 0 ? cb_graph_value_floats(m, n->out) : 0;
+    switch (n->kind) {
+    case N_LOOKUP:
+        cb_rec_lookup_backward(L, &n->l->emb, field_ids(m, r0, N, n->field), N, dy, m->rec_scratch);
+        return 0;
+    case N_MUL:
+        L->k->mul_backward(L->k, m->tmp, m->tmp2, x, val(m, ch, slot, n->in[1]), dy, ny);
+        share2(m, ch, slot, n);
+        return 0;
+    case N_RELU: L->k->relu_backward(L->k, to, x, dy, ny); return 1;
+    case N_CONCAT:
+        concat_parities(m, n, par);
+        cb_rec_concat_backward(L, dy, m->acts[n->in[0]]->H, m->acts[n->in[1]]->H, par, N, m->tmp,
+                               m->tmp2, m->rec_scratch);
+        share2(m, ch, slot, n);
+        return 0;
+    case N_LOGIT:
+        cb_rec_logistic_backward(L, &n->l->norm, x, m->targets + r0, s, 1.0f / m->M, to, N,
+                                 m->rec_scratch);
+        return 1;
+    }
+    return 0;
 }
 
 static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
@@ -96,9 +191,18 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         if (!n->acc[0]) memset(dx, 0, sizeof(float) * nx);
         L->ops->norm_backward(L, &l->norm, x, dy, dx, s, s + n->keep / 2, N);
         return;
-    case N_ATTN:
-        L->ops->attention_backward(L, x, s, dy, to, m->att_scratch, m->Bm, m->T, l->C, l->heads);
+    case N_ATTN: {
+        cb_attn a = attn_of(m, n, mb);
+        if (n->nin == 1) {
+            L->ops->attention_backward(L, &a, x, x, s, dy, to, to, m->att_scratch);
+            break;
+        }
+        float *dkv = grad(ch, slot, n->in[1]);
+        L->ops->attention_backward(L, &a, x, val(m, ch, slot, n->in[1]), s, dy, to,
+                                   n->acc[1] ? m->tmp2 : dkv, m->att_scratch);
+        if (n->acc[1]) share(m, dkv, m->tmp2, cb_graph_value_floats(m, n->in[1]), 1);
         break;
+    }
     case N_GELU: k->gelu_backward(k, to, x, dy, nx); break;
     case N_ADD: /* the aliased input's gradient is dy's buffer already */
         if (n->alias != 1) share(m, grad(ch, slot, n->in[1]), dy, ny, n->acc[1]);
@@ -107,6 +211,8 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     case N_LOSS:
         L->ops->head_backward(L, &l->emb, x, m->targets + r0, s, 1.0f / m->M, to, N);
         break;
+    default:
+        if (!rec_backward(m, ch, slot, n, x, dy, to, s, r0)) return;
     }
     if (n->acc[0]) share(m, dx, m->tmp, nx, 1);
 }
@@ -372,13 +478,41 @@ float cb_model_eval(cb_model *m, const int *ids, const int *targets) {
 }
 
 const float *cb_model_probs(cb_model *m, const int *ids) {
-    if (!m->built || m->P > 1 || m->v > 1 || m->M > 1 || !(m->L->caps & CB_LAYOUT_SAMPLES))
+    if (!m->built || m->P > 1 || m->v > 1 || m->M > 1 || !(m->L->caps & CB_LAYOUT_SAMPLES) ||
+        m->nodes[m->loss_node].kind != N_LOSS)
         return NULL;
     m->ids = ids;
     m->targets = NULL;
     cb_graph_forward(m, 0, 0, 0);
     cb_graph_wait_all(m);
     return kept(m, &m->ch[0], m->ch[0].slot_of[0], m->loss_node);
+}
+
+int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e) {
+    if (!m->built || m->nodes[m->loss_node].kind != N_LOGIT)
+        return cb_fail(e, CB_EINPUT, "cb_model_scores needs a built model that ends in "
+                                     "cb_op_logistic_loss");
+    const gnode *ln = &m->nodes[m->loss_node];
+    cb_grid *g = &m->d->g;
+    size_t N = (size_t)m->Bm * m->T, mine = (size_t)m->Bl * m->T;
+    int lc = ln->vs / m->P, here = RANK(m, ln->vs) == m->me;
+    float *part = malloc(sizeof(float) * mine);
+    if (!part) return cb_fail(e, CB_ENOMEM, "out of memory for a batch's scores");
+    m->ids = ids;
+    m->targets = NULL;
+    for (int mb = 0; mb < m->M; mb++)
+        for (int c = 0; c < m->v; c++) {
+            cb_graph_forward(m, c, mb, 0);
+            if (here && c == lc)
+                memcpy(part + mb * N, kept(m, &m->ch[c], m->ch[c].slot_of[mb], m->loss_node),
+                       sizeof(float) * N);
+        }
+    cb_graph_wait_all(m);
+    if (m->P > 1) cb_comm_bcast(&g->ppg, "scores", part, mine, RANK(m, ln->vs));
+    if (g->dp > 1) cb_comm_allgather(&g->dpg, "scores", part, scores, mine);
+    else memcpy(scores, part, sizeof(float) * mine);
+    free(part);
+    return CB_OK;
 }
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -445,6 +579,12 @@ int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks, const 
 
 int cb_model_save(cb_model *m, const char *path, cb_err *e) {
     const float *blocks[1] = {m->params};
+    const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
+    return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
+}
+
+int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e) {
+    const float *blocks[1] = {m->grads};
     const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
     return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
 }

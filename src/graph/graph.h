@@ -71,8 +71,11 @@
 #include "pipeline/schedule.h"
 #include "dp/dp.h"
 
-enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN };                          /* layer kinds */
-enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS, N_KINDS }; /* node kinds */
+enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN, G_LOOKUP, G_LOGIT };      /* layer kinds */
+enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS,     /* node kinds */
+       N_LOOKUP, N_MUL, N_RELU, N_CONCAT, N_LOGIT, N_KINDS };
+/* the nodes that end the graph: the LM head's cross-entropy, the logistic loss */
+#define IS_LOSS(kind) ((kind) == N_LOSS || (kind) == N_LOGIT)
 enum { RC_NONE, RC_BLOCK, RC_SELECTIVE };                            /* --recompute */
 
 struct cb_dist {
@@ -107,9 +110,10 @@ struct cb_layer {
     int t[2];               /* this rank's table index of each tensor, -1 not held */
     int owner_vs[2];        /* lowest virtual stage using each tensor, -1 unused */
     cb_linear lin;
-    cb_norm norm;
-    cb_embed emb;
+    cb_norm norm;           /* also the logistic head's weight vector (no bias) */
+    cb_embed emb;           /* also a lookup table (no positions) */
     int C, heads;           /* attention */
+    unsigned attn_flags;    /* CB_ATTN_* */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
 };
@@ -124,6 +128,7 @@ typedef struct gnode {
     int kind;
     cb_layer *l;
     int in[2], nin; /* values read */
+    int field;      /* a lookup's id field */
     int out;        /* value written; -1 for the loss */
     int vs, seg;    /* virtual stage; the block it was declared in, -1 none */
     int rseg;       /* block recompute: the unit rerun together (a block, or under
@@ -193,7 +198,12 @@ struct cb_model {
     int nsched;
     float *tmp;          /* one value's floats: a share added into a gradient */
     float *att_scratch;  /* attention backward */
+    float *tmp2;         /* a second share (product, concatenation, cross-attention) */
+    float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
+    int *fids;           /* one id field of a micro-batch's rows */
+    int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
+    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
@@ -228,6 +238,10 @@ void cb_graph_wait_all(cb_model *m);
  * loss, the same on every rank (cb_model_eval: all M). Collective. */
 float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
+/* The last step's gradients (averaged over data-parallel ranks, clipped),
+ * as cb_model_save writes weights: one process or no ZeRO (a ZeRO shard
+ * holds only its range). Collective. */
+int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:
  * nb parameter-shaped blocks under prefixes into one safetensors file (the
  * one-process file whatever the layout; collective); the AdamW moments as

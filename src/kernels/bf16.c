@@ -25,7 +25,7 @@
 #include "kernels/kernels.h"
 #include "kernels/peak.h"
 
-#define NSCRATCH 4
+#define NSCRATCH 5
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
  * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
@@ -331,69 +331,95 @@ static void head_view(int64_t *dims, int64_t *str, int B, int NH, int T, int hs,
     memcpy(str, st, sizeof st);
 }
 
-/* A (B,NH,T,T) view of dense att, or of its transpose per head */
-static void att_view(int64_t *dims, int64_t *str, int B, int NH, int T, int transposed) {
-    int64_t d[4] = {B, NH, T, T};
-    int64_t st[4] = {(int64_t)NH * T * T, (int64_t)T * T, transposed ? 1 : T, transposed ? T : 1};
+/* A (B,NH,Tq,Tk) view of dense att, or (B,NH,Tk,Tq) of its transpose per head */
+static void att_view(int64_t *dims, int64_t *str, int B, int NH, int Tq, int Tk, int transposed) {
+    int64_t d[4] = {B, NH, transposed ? Tk : Tq, transposed ? Tq : Tk};
+    int64_t st[4] = {(int64_t)NH * Tq * Tk, (int64_t)Tq * Tk, transposed ? 1 : Tk,
+                     transposed ? Tk : 1};
     memcpy(dims, d, sizeof d);
     memcpy(str, st, sizeof st);
 }
 
-/* qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T). S = Q K^T / sqrt(hs) and
- * O = P V are two batched bf16 products over every head; the causal
- * softmax between them is the CPU table's, in fp32. */
-static void attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH) {
-    bf16_state *s = state(k);
-    int hs = C / NH;
-    const uint16_t *x = to_bf16(s, 0, qkv, (size_t)B * T * 3 * C);
-    mm_desc d = {.nd = 4, .alpha = 1.0f / sqrtf((float)hs)};
-    head_view(d.ad, d.as, B, NH, T, hs, 3 * C, 0);
-    head_view(d.bd, d.bs, B, NH, T, hs, 3 * C, 1);
-    att_view(d.cd, d.cs, B, NH, T, 0);
-    run(s, &d, x, x + C, att, NULL);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) cb_cpu_causal_softmax(att + (size_t)bh * T * T, T);
-    const uint16_t *p = to_bf16(s, 1, att, (size_t)B * NH * T * T);
-    mm_desc o = {.nd = 4, .alpha = 1.0f};
-    att_view(o.ad, o.as, B, NH, T, 0);
-    head_view(o.bd, o.bs, B, NH, T, hs, 3 * C, 0);
-    head_view(o.cd, o.cs, B, NH, T, hs, C, 0);
-    run(s, &o, p, x + 2 * C, out, NULL);
+/* q and kv rounded to bf16 (slots iq, ikv; one conversion when q is kv) */
+static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
+                          int iq, int ikv, const uint16_t **xq, const uint16_t **xkv) {
+    *xq = to_bf16(s, iq, q, (size_t)a->B * a->Tq * a->ldq);
+    *xkv = kv == q ? *xq : to_bf16(s, ikv, kv, (size_t)a->B * a->Tk * a->ldkv);
 }
 
-/* dqkv (B,T,3C): dV = P^T dY, dP = dY V^T, dS from the softmax backward
- * (fp32), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
- * folded into dS, as in the CPU table). */
-static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch_, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH) {
-    bf16_state *s = state(k);
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    const uint16_t *x = to_bf16(s, 0, qkv, (size_t)B * T * 3 * C);
-    const uint16_t *dy = to_bf16(s, 1, dout, (size_t)B * T * C);
-    const uint16_t *p = to_bf16(s, 2, att, (size_t)B * NH * T * T);
-    mm_desc d = {.nd = 4, .alpha = 1.0f};
-    head_view(d.ad, d.as, B, NH, T, hs, C, 0); /* dP = dY V^T */
-    head_view(d.bd, d.bs, B, NH, T, hs, 3 * C, 1);
-    att_view(d.cd, d.cs, B, NH, T, 0);
-    run(s, &d, dy, x + 2 * C, scratch_, NULL);
-    mm_desc v = {.nd = 4, .alpha = 1.0f}; /* dV = P^T dY */
-    att_view(v.ad, v.as, B, NH, T, 1);
-    head_view(v.bd, v.bs, B, NH, T, hs, C, 0);
-    head_view(v.cd, v.cs, B, NH, T, hs, 3 * C, 0);
-    run(s, &v, p, dy, dqkv + 2 * C, NULL);
+/* The masked softmax (or its backward) of every (b,h) pair, fp32 */
+static void attn_softmax(const cb_attn *a, float *sc, const float *att, float scale) {
+    size_t TT = (size_t)a->Tq * a->Tk;
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++)
-        cb_cpu_softmax_backward(scratch_ + (size_t)bh * T * T, att + (size_t)bh * T * T, T, scale);
-    const uint16_t *ds = to_bf16(s, 3, scratch_, (size_t)B * NH * T * T);
-    mm_desc q = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
-    att_view(q.ad, q.as, B, NH, T, 0);
-    head_view(q.bd, q.bs, B, NH, T, hs, 3 * C, 0);
-    head_view(q.cd, q.cs, B, NH, T, hs, 3 * C, 0);
-    run(s, &q, ds, x + C, dqkv, NULL);
-    att_view(q.ad, q.as, B, NH, T, 1); /* dK = dS^T Q */
-    run(s, &q, ds, x, dqkv + C, NULL);
+    for (int bh = 0; bh < a->B * a->NH; bh++) {
+        int nq, nk;
+        cb_attn_rows(a, bh / a->NH, &nq, &nk);
+        if (att)
+            cb_cpu_masked_softmax_backward(sc + bh * TT, att + bh * TT, a->Tq, a->Tk, nq, nk,
+                                           a->causal, scale);
+        else
+            cb_cpu_masked_softmax(sc + bh * TT, a->Tq, a->Tk, nq, nk, a->causal);
+    }
+}
+
+/* out (B,Tq,C), att (B,NH,Tq,Tk). S = Q K^T / sqrt(hs) and O = P V are two
+ * batched bf16 products over every head and row; the masked softmax
+ * between them is the CPU table's, in fp32, and leaves masked
+ * probabilities (padding rows whole) zero, so O's padding rows are zero. */
+static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
+                              const float *q, const float *kv) {
+    bf16_state *s = state(k);
+    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
+    const uint16_t *xq, *xkv;
+    attn_operands(s, a, q, kv, 0, 2, &xq, &xkv);
+    mm_desc d = {.nd = 4, .alpha = 1.0f / sqrtf((float)hs)};
+    head_view(d.ad, d.as, B, NH, Tq, hs, a->ldq, 0);
+    head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
+    att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
+    run(s, &d, xq, xkv + a->koff, att, NULL);
+    attn_softmax(a, att, NULL, 0);
+    const uint16_t *p = to_bf16(s, 1, att, (size_t)B * NH * Tq * Tk);
+    mm_desc o = {.nd = 4, .alpha = 1.0f};
+    att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
+    head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
+    head_view(o.cd, o.cs, B, NH, Tq, hs, a->C, 0);
+    run(s, &o, p, xkv + a->voff, out, NULL);
+}
+
+/* dV = P^T dY, dP = dY V^T, dS from the softmax backward (fp32, zero where
+ * masked), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
+ * folded into dS, as in the CPU table): padding rows come out zero. */
+static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
+                               float *scratch_, const float *dout, const float *q,
+                               const float *kv, const float *att) {
+    bf16_state *s = state(k);
+    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
+    const uint16_t *xq, *xkv;
+    attn_operands(s, a, q, kv, 0, 4, &xq, &xkv);
+    const uint16_t *dy = to_bf16(s, 1, dout, (size_t)B * Tq * a->C);
+    const uint16_t *p = to_bf16(s, 2, att, (size_t)B * NH * Tq * Tk);
+    mm_desc d = {.nd = 4, .alpha = 1.0f};
+    head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
+    head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
+    att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
+    run(s, &d, dy, xkv + a->voff, scratch_, NULL);
+    mm_desc v = {.nd = 4, .alpha = 1.0f}; /* dV = P^T dY */
+    att_view(v.ad, v.as, B, NH, Tq, Tk, 1);
+    head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
+    head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
+    run(s, &v, p, dy, dkv + a->voff, NULL);
+    attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
+    const uint16_t *ds = to_bf16(s, 3, scratch_, (size_t)B * NH * Tq * Tk);
+    mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
+    att_view(g.ad, g.as, B, NH, Tq, Tk, 0);
+    head_view(g.bd, g.bs, B, NH, Tk, hs, a->ldkv, 0);
+    head_view(g.cd, g.cs, B, NH, Tq, hs, a->ldq, 0);
+    run(s, &g, ds, xkv + a->koff, dq, NULL);
+    mm_desc t = {.nd = 4, .alpha = 1.0f}; /* dK = dS^T Q */
+    att_view(t.ad, t.as, B, NH, Tq, Tk, 1);
+    head_view(t.bd, t.bs, B, NH, Tq, hs, a->ldq, 0);
+    head_view(t.cd, t.cs, B, NH, Tk, hs, a->ldkv, 0);
+    run(s, &t, ds, xq, dkv + a->koff, NULL);
 }
 
 /* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0

@@ -189,74 +189,125 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
                 C);
 }
 
-/* Causal softmax in place over the rows of s (T,T): row t keeps j <= t,
- * zeros above the diagonal. */
-void cb_cpu_causal_softmax(float *s, int T) {
-    for (int t = 0; t < T; t++) {
-        float *r = s + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
-        for (int j = 0; j <= t; j++) {
+cb_attn cb_attn_self(int B, int T, int C, int NH, int causal, const int *lens) {
+    return (cb_attn){.B = B, .Tq = T, .Tk = T, .C = C, .NH = NH, .ldq = 3 * C, .ldkv = 3 * C,
+                     .koff = C, .voff = 2 * C, .causal = causal, .qlen = lens, .klen = lens};
+}
+
+static int clamp_len(const int *len, int b, int T) {
+    if (!len) return T;
+    return len[b] < 0 ? 0 : len[b] > T ? T : len[b];
+}
+
+void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk) {
+    *nq = clamp_len(a->qlen, b, a->Tq);
+    *nk = clamp_len(a->klen, b, a->Tk);
+}
+
+/* keys row i sees: [0, lim) */
+static int seen(int i, int nk, int causal) { return causal && i + 1 < nk ? i + 1 : nk; }
+
+void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal) {
+    for (int t = 0; t < Tq; t++) {
+        float *r = s + (size_t)t * Tk, mx = -INFINITY, sum = 0.0f;
+        int lim = t < nq ? seen(t, nk, causal) : 0;
+        for (int j = 0; j < lim; j++) mx = r[j] > mx ? r[j] : mx;
+        for (int j = 0; j < lim; j++) {
             r[j] = exp_approx(r[j] - mx);
             sum += r[j];
         }
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= t; j++) r[j] *= inv;
-        for (int j = t + 1; j < T; j++) r[j] = 0.0f;
+        float inv = lim ? 1.0f / sum : 0.0f;
+        for (int j = 0; j < lim; j++) r[j] *= inv;
+        for (int j = lim; j < Tk; j++) r[j] = 0.0f;
     }
 }
 
-/* qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T). One (b,h) pair per task; each
- * GEMM runs on its calling thread. */
-static void attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH) {
+/* rows [r0, r1) of hs columns at p (row stride ld) set to zero */
+static void zero_rows(float *p, int r0, int r1, int hs, int ld) {
+    for (int r = r0; r < r1; r++) memset(p + (size_t)r * ld, 0, sizeof(float) * hs);
+}
+
+/* The (b,h) pair's operands in a's layout */
+typedef struct attn_ptrs {
+    size_t q, k, v, o; /* offsets of the head's first query, key, value, output */
+    int nq, nk;
+} attn_ptrs;
+
+static attn_ptrs attn_at(const cb_attn *a, int b, int h) {
+    int hs = a->C / a->NH;
+    attn_ptrs p = {.q = (size_t)b * a->Tq * a->ldq + h * hs,
+                   .k = (size_t)b * a->Tk * a->ldkv + a->koff + h * hs,
+                   .v = (size_t)b * a->Tk * a->ldkv + a->voff + h * hs,
+                   .o = (size_t)b * a->Tq * a->C + h * hs};
+    cb_attn_rows(a, b, &p.nq, &p.nk);
+    return p;
+}
+
+/* out (B,Tq,C), att (B,NH,Tq,Tk): S = Q K^T / sqrt(hs) and O = P V over
+ * the valid rows only (GPT's case, every row, is the whole product). One
+ * (b,h) pair per task; each GEMM runs on its calling thread. */
+static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
+                              const float *q, const float *kv) {
     (void)k;
-    int hs = C / NH;
+    int hs = a->C / a->NH, Tq = a->Tq, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
-        float *s = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
-                    0.0f, s, T);
-        cb_cpu_causal_softmax(s, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, 3 * C, 0.0f,
-                    out + (size_t)b * T * C + h * hs, C);
+    for (int bh = 0; bh < a->B * a->NH; bh++) {
+        attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
+        float *s = att + (size_t)bh * Tq * Tk, *o = out + p.o;
+        if (p.nq && p.nk)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p.nq, p.nk, hs, scale, q + p.q,
+                        a->ldq, kv + p.k, a->ldkv, 0.0f, s, Tk);
+        cb_cpu_masked_softmax(s, Tq, Tk, p.nq, p.nk, a->causal);
+        if (p.nq && p.nk)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.nq, hs, p.nk, 1.0f, s, Tk,
+                        kv + p.v, a->ldkv, 0.0f, o, a->C);
+        zero_rows(o, p.nk ? p.nq : 0, Tq, hs, a->C);
     }
 }
 
-/* dp (T,T) holds dL/dP on entry and dL/dS (pre-softmax, scaled) on exit */
-void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale) {
-    for (int t = 0; t < T; t++) {
-        float *d = dp + (size_t)t * T, dot = 0.0f;
-        const float *r = p + (size_t)t * T;
-        for (int j = 0; j <= t; j++) dot += r[j] * d[j];
-        for (int j = 0; j <= t; j++) d[j] = r[j] * (d[j] - dot) * scale;
-        for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, int nq, int nk,
+                                    int causal, float scale) {
+    for (int t = 0; t < Tq; t++) {
+        float *d = dp + (size_t)t * Tk, dot = 0.0f;
+        const float *r = p + (size_t)t * Tk;
+        int lim = t < nq ? seen(t, nk, causal) : 0;
+        for (int j = 0; j < lim; j++) dot += r[j] * d[j];
+        for (int j = 0; j < lim; j++) d[j] = r[j] * (d[j] - dot) * scale;
+        for (int j = lim; j < Tk; j++) d[j] = 0.0f;
     }
 }
 
-static void attention_backward(const cb_kernels *k, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+/* dV = P^T dY, dP = dY V^T, dS by the softmax backward (scale folded in),
+ * dQ = dS K, dK = dS^T Q, each over the valid rows; padding rows zero */
+static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
+                               float *scratch, const float *dout, const float *q, const float *kv,
+                               const float *att) {
     (void)k;
-    int hs = C / NH;
+    int hs = a->C / a->NH, Tq = a->Tq, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t off = (size_t)b * T * 3 * C + h * hs;
-        const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *p = att + (size_t)bh * T * T;
-        const float *dy = dout + (size_t)b * T * C + h * hs;
-        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C, *ds = scratch + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f,
-                    ds, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
-                    3 * C);
-        cb_cpu_softmax_backward(ds, p, T, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, 3 * C,
-                    0.0f, dq, 3 * C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, 3 * C, 0.0f,
-                    dk, 3 * C);
+    for (int bh = 0; bh < a->B * a->NH; bh++) {
+        attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
+        const float *pr = att + (size_t)bh * Tq * Tk, *dy = dout + p.o;
+        float *ds = scratch + (size_t)bh * Tq * Tk;
+        int nq = p.nk ? p.nq : 0, nk = p.nq ? p.nk : 0;
+        if (nq) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy, a->C,
+                        kv + p.v, a->ldkv, 0.0f, ds, Tk);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, pr, Tk, dy,
+                        a->C, 0.0f, dkv + p.v, a->ldkv);
+        }
+        cb_cpu_masked_softmax_backward(ds, pr, Tq, Tk, nq, nk, a->causal, scale);
+        if (nq) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, ds, Tk,
+                        kv + p.k, a->ldkv, 0.0f, dq + p.q, a->ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, ds, Tk, q + p.q,
+                        a->ldq, 0.0f, dkv + p.k, a->ldkv);
+        }
+        zero_rows(dq + p.q, nq, Tq, hs, a->ldq);
+        zero_rows(dkv + p.k, nk, Tk, hs, a->ldkv);
+        zero_rows(dkv + p.v, nk, Tk, hs, a->ldkv);
     }
 }
 
@@ -585,6 +636,54 @@ static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float
     }
 }
 
+static void mul_forward(const cb_kernels *k, float *out, const float *a, const float *b, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static void mul_backward(const cb_kernels *k, float *da, float *db, const float *a, const float *b,
+                         const float *dout, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i], ai = a[i]; /* da may alias a's gradient, never a itself */
+        da[i] = d * b[i];
+        db[i] = d * ai;
+    }
+}
+
+static void relu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+static void relu_backward(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+static void logistic_forward(const cb_kernels *k, float *losses, const float *logits,
+                             const int *labels, int N) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        float z = logits[i]; /* log(1 + e^z) without overflow */
+        losses[i] = fmaxf(z, 0.0f) + log1pf(expf(-fabsf(z))) - (labels[i] ? z : 0.0f);
+    }
+}
+
+static void logistic_backward(const cb_kernels *k, float *dlogits, const float *logits,
+                              const int *labels, float scale, int N) {
+    (void)k;
+    for (int i = 0; i < N; i++) {
+        float z = logits[i], s = z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
+        dlogits[i] = (s - (labels[i] ? 1.0f : 0.0f)) * scale;
+    }
+}
+
 static const cb_kernels cpu = {
     .name = "cpu",
     .encoder_forward = encoder_forward,
@@ -624,6 +723,12 @@ static const cb_kernels cpu = {
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,
+    .mul_forward = mul_forward,
+    .mul_backward = mul_backward,
+    .relu_forward = relu_forward,
+    .relu_backward = relu_backward,
+    .logistic_forward = logistic_forward,
+    .logistic_backward = logistic_backward,
 };
 
 const cb_kernels *cb_kernels_cpu(void) { return &cpu; }

@@ -15,6 +15,23 @@
 #include "cubist.h"
 
 typedef struct cb_kernels cb_kernels;
+
+/* One attention call: B sequences, NH heads of hs = C/NH features. Query
+ * i of sequence b is row b*Tq + i of q (row stride ldq, head h at column
+ * h*hs); key and value j are row b*Tk + j of kv (stride ldkv, head h at
+ * koff + h*hs and voff + h*hs). Query i sees key j when j < klen[b] and,
+ * causal, j <= i; rows i >= qlen[b] are padding: their output,
+ * probabilities and gradients are zero. qlen, klen NULL: every row.
+ * Self-attention reads q = kv = qkv (B,T,3C) (cb_attn_self). */
+typedef struct cb_attn {
+    int B, Tq, Tk, C, NH;
+    int ldq, ldkv, koff, voff;
+    int causal;
+    const int *qlen, *klen;
+} cb_attn;
+/* self-attention over qkv (B,T,3C) = [q | k | v], lens (B) or NULL for
+ * both queries and keys */
+cb_attn cb_attn_self(int B, int T, int C, int NH, int causal, const int *lens);
 struct cb_kernels {
     const char *name;
     /* out (B,T,C) = wte[inp (B,T)] + wpe[t] */
@@ -48,12 +65,17 @@ struct cb_kernels {
     /* dinp overwritten, dw accumulates */
     void (*head_backward)(const cb_kernels *k, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, int N, int C, int V);
-    /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) causal softmax probabilities */
-    void (*attention_forward)(const cb_kernels *k, float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH);
-    /* dqkv (B,T,3C) overwritten; scratch (B,NH,T,T) */
-    void (*attention_backward)(const cb_kernels *k, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+    /* out (B,Tq,C) = attention of a's queries in q over its keys and values
+     * in kv (cb_attn); att (B,NH,Tq,Tk) the softmax probabilities, zero
+     * where masked */
+    void (*attention_forward)(const cb_kernels *k, const cb_attn *a, float *out, float *att,
+                              const float *q, const float *kv);
+    /* dq, dkv overwritten in the columns attention reads (rows of ldq and
+     * ldkv; dq may be dkv: self-attention's dqkv), zero on padding rows;
+     * scratch (B,NH,Tq,Tk) */
+    void (*attention_backward)(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
+                               float *scratch, const float *dout, const float *q, const float *kv,
+                               const float *att);
     /* elementwise over n; tanh approximation */
     void (*gelu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
     void (*gelu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
@@ -142,6 +164,22 @@ struct cb_kernels {
      * bias corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t */
     void (*adamw)(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
+    /* Recommendation layers (NCF). out (n) = a * b elementwise; backward
+     * da = dout * b, db = dout * a, both overwritten */
+    void (*mul_forward)(const cb_kernels *k, float *out, const float *a, const float *b, size_t n);
+    void (*mul_backward)(const cb_kernels *k, float *da, float *db, const float *a, const float *b,
+                         const float *dout, size_t n);
+    /* out = max(inp, 0) over n; dinp = dout where inp > 0, else 0 */
+    void (*relu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
+    void (*relu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+    /* losses (N) = log(1 + e^z) - y z of logits z and labels y in {0, 1}
+     * (binary cross-entropy on sigmoid(z)); dlogits (N) = (sigmoid(z) - y)
+     * x scale, overwritten */
+    void (*logistic_forward)(const cb_kernels *k, float *losses, const float *logits,
+                             const int *labels, int N);
+    void (*logistic_backward)(const cb_kernels *k, float *dlogits, const float *logits,
+                              const int *labels, float scale, int N);
 };
 
 const cb_kernels *cb_kernels_cpu(void);
@@ -173,7 +211,13 @@ void cb_kernels_params_freed(const float *block);
 
 /* CPU pieces the bf16 table reuses around its products */
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
-void cb_cpu_causal_softmax(float *s, int T);                                /* s (T,T) in place */
-void cb_cpu_softmax_backward(float *dp, const float *p, int T, float scale); /* dp (T,T): dL/dP in, dL/dS out */
+/* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
+ * sees (j < nk and, causal, j <= i), zero elsewhere */
+void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal);
+/* dp (Tq,Tk): dL/dP in, dL/dS (scaled) out, zero where masked */
+void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, int nq, int nk,
+                                    int causal, float scale);
+/* valid query and key rows of sequence b of a (qlen, klen clamped) */
+void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
 
 #endif

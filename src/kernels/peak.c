@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "formats/fileio.h"
 
 char *openblas_get_corename(void);
+
+enum { CB_PEAK_MAX_AGE_S = 24 * 3600 };
 
 double cb_peak_measure(void) {
     const size_t n = CB_PEAK_N, nn = n * n;
@@ -45,7 +48,15 @@ static int cache_dir(char *dir, size_t cap) {
 int cb_peak_cache_path(char *buf, size_t cap) {
     char dir[4096];
     if (!cache_dir(dir, sizeof dir)) return 0;
-    int n = snprintf(buf, cap, "%s/peak-%s-%d", dir, openblas_get_corename(),
+    /* the host's name is in the key: a home directory shared between
+     * machines (or a session moved to another host) must not hand one
+     * machine's peak to another */
+    char host[256] = "host";
+    if (gethostname(host, sizeof host - 1)) strcpy(host, "host");
+    host[sizeof host - 1] = 0;
+    for (char *h = host; *h; h++)
+        if (*h == '/') *h = '_';
+    int n = snprintf(buf, cap, "%s/peak-%s-%s-%d", dir, host, openblas_get_corename(),
                      omp_get_max_threads());
     return n > 0 && (size_t)n < cap;
 }
@@ -53,6 +64,10 @@ int cb_peak_cache_path(char *buf, size_t cap) {
 double cb_peak_cached(void) {
     char path[4200];
     if (!cb_peak_cache_path(path, sizeof path)) return 0;
+    /* a figure older than a day is measured again: a peak taken while the
+     * machine was busy would otherwise inflate every MFU printed after it */
+    struct stat st;
+    if (stat(path, &st) || time(NULL) - st.st_mtime > CB_PEAK_MAX_AGE_S) return 0;
     FILE *f = fopen(path, "r");
     double p = 0;
     if (!f) return 0;

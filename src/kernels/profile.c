@@ -68,15 +68,15 @@ static void p_head_backward(const cb_kernels *k, float *dinp, float *dw, const f
     TIMED(PROF_GEMM, head_backward, dinp, dw, dout, inp, w, N, C, V);
 }
 
-static void p_attention_forward(const cb_kernels *k, float *out, float *att, const float *qkv,
-                                int B, int T, int C, int NH) {
-    TIMED(PROF_ATTENTION, attention_forward, out, att, qkv, B, T, C, NH);
+static void p_attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
+                                const float *q, const float *kv) {
+    TIMED(PROF_ATTENTION, attention_forward, a, out, att, q, kv);
 }
 
-static void p_attention_backward(const cb_kernels *k, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att, int B,
-                                 int T, int C, int NH) {
-    TIMED(PROF_ATTENTION, attention_backward, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+static void p_attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
+                                 float *scratch, const float *dout, const float *q,
+                                 const float *kv, const float *att) {
+    TIMED(PROF_ATTENTION, attention_backward, a, dq, dkv, scratch, dout, q, kv, att);
 }
 
 static void p_gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
@@ -122,6 +122,35 @@ static double p_sumsq(const cb_kernels *k, const float *x, size_t n) {
     double t0 = omp_get_wtime(), s = p->inner->sumsq(p->inner, x, n);
     p->ms[PROF_OPTIMIZER] += (omp_get_wtime() - t0) * 1e3;
     return s;
+}
+
+static void p_mul_forward(const cb_kernels *k, float *out, const float *a, const float *b,
+                          size_t n) {
+    TIMED(PROF_ELEMENTWISE, mul_forward, out, a, b, n);
+}
+
+static void p_mul_backward(const cb_kernels *k, float *da, float *db, const float *a,
+                           const float *b, const float *dout, size_t n) {
+    TIMED(PROF_ELEMENTWISE, mul_backward, da, db, a, b, dout, n);
+}
+
+static void p_relu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    TIMED(PROF_ELEMENTWISE, relu_forward, out, inp, n);
+}
+
+static void p_relu_backward(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
+                            size_t n) {
+    TIMED(PROF_ELEMENTWISE, relu_backward, dinp, inp, dout, n);
+}
+
+static void p_logistic_forward(const cb_kernels *k, float *losses, const float *logits,
+                               const int *labels, int N) {
+    TIMED(PROF_LOSS, logistic_forward, losses, logits, labels, N);
+}
+
+static void p_logistic_backward(const cb_kernels *k, float *dlogits, const float *logits,
+                                const int *labels, float scale, int N) {
+    TIMED(PROF_LOSS, logistic_backward, dlogits, logits, labels, scale, N);
 }
 
 static void p_layernorm_stats(const cb_kernels *k, double *stats, const float *inp, int N, int C) {
@@ -246,6 +275,12 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .scale = p_scale,
         .adamw = p_adamw,
         .sumsq = p_sumsq,
+        .mul_forward = p_mul_forward,
+        .mul_backward = p_mul_backward,
+        .relu_forward = p_relu_forward,
+        .relu_backward = p_relu_backward,
+        .logistic_forward = p_logistic_forward,
+        .logistic_backward = p_logistic_backward,
         .layernorm_stats = p_layernorm_stats,
         .layernorm_apply = p_layernorm_apply,
         .layernorm_backward_stats = p_layernorm_backward_stats,

@@ -127,7 +127,7 @@ typedef struct cb_layout_ops {
      * parts 3); for tests and for gathering activations */
     cb_shard (*act_shard)(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts);
     /* floats of the saved attention probabilities and of the local logits */
-    size_t (*att_numel)(const cb_layout *L, int B, int T, int NH);
+    size_t (*att_numel)(const cb_layout *L, int B, int Tq, int Tk, int NH);
     size_t (*logits_numel)(const cb_layout *L, int N, int V);
     /* the shard of tensor group rank tp_rank; parts as in the linear */
     cb_shard (*shard)(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
@@ -153,11 +153,15 @@ typedef struct cb_layout_ops {
      * forwards may serve a backward on x. 3-D drops its gathered X^ of x;
      * the others keep nothing (cb_layout_nothing_kept). */
     void (*input_rewritten)(cb_layout *L, const float *x);
-    /* qkv: the parity-1 output of the QKV linear; y parity 1 of width C */
-    void (*attention_forward)(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
-                              int C, int NH);
-    void (*attention_backward)(cb_layout *L, const float *qkv, const float *att, const float *dy,
-                               float *dqkv, float *scratch, int B, int T, int C, int NH);
+    /* a: the attention of the micro-batch's B sequences (cb_attn; its
+     * lengths index those B); q, kv the local parity-1 pieces of its
+     * queries and keys/values (a QKV output: q = kv), y parity 1 of width
+     * C; backward overwrites dq, dkv (cb_split_attention_*) */
+    void (*attention_forward)(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                              float *y, float *att);
+    void (*attention_backward)(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                               const float *att, const float *dy, float *dq, float *dkv,
+                               float *scratch);
     /* tied LM head and vocabulary-parallel cross-entropy of x (parity 0):
      * returns the mean loss over the N tokens of this data-parallel rank;
      * logits (logits_numel floats) are kept for backward. targets NULL
@@ -290,6 +294,15 @@ void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl);
 double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
                            const int *targets, int N, int Vl, int v0, int V);
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N);
+
+/* Attention in every layout: the kernel on this rank's sequences and
+ * heads (no communication), and the floats of its probabilities. */
+void cb_split_attention_forward(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                                float *y, float *att);
+void cb_split_attention_backward(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                                 const float *att, const float *dy, float *dq, float *dkv,
+                                 float *scratch);
+size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH);
 
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);

@@ -60,3 +60,38 @@ double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {
     cb_layout_reserve(L, slot, 3 * sizeof(float) * (size_t)N);
 }
+
+/* Attention needs no communication in any layout: a rank's parity-1
+ * pieces hold whole sequences (a token block) and whole heads (a feature
+ * block of each section). a is the micro-batch's; this rank's part is
+ * read off the shard of a's output, and its lengths start at the block's
+ * first sequence. */
+static cb_attn local_attn(const cb_layout *L, const cb_attn *a) {
+    cb_shard s = L->ops->act_shard(L, L->tp_rank, a->B * a->Tq, a->C, 1, 1);
+    int f = a->C / (int)cb_shard_cols(&s), b0 = (int)(s.row0 / a->Tq);
+    cb_attn l = *a;
+    l.B = (int)(s.nrows / a->Tq), l.C = a->C / f, l.NH = a->NH / f;
+    l.ldq = a->ldq / f, l.ldkv = a->ldkv / f, l.koff = a->koff / f, l.voff = a->voff / f;
+    if (a->qlen) l.qlen = a->qlen + b0;
+    if (a->klen) l.klen = a->klen + b0;
+    return l;
+}
+
+void cb_split_attention_forward(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                                float *y, float *att) {
+    cb_attn l = local_attn(L, a);
+    L->k->attention_forward(L->k, &l, y, att, q, kv);
+}
+
+void cb_split_attention_backward(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
+                                 const float *att, const float *dy, float *dq, float *dkv,
+                                 float *scratch) {
+    cb_attn l = local_attn(L, a);
+    L->k->attention_backward(L->k, &l, dq, dkv, scratch, dy, q, kv, att);
+}
+
+size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH) {
+    cb_attn a = {.B = B, .Tq = Tq, .Tk = Tk, .C = NH, .NH = NH};
+    cb_attn l = local_attn(L, &a);
+    return (size_t)l.B * l.NH * Tq * Tk;
+}

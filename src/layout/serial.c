@@ -22,11 +22,6 @@ static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int par
                       .col0 = {0}, .ncol = {H}, .owner = 1};
 }
 
-static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
-    (void)L;
-    return (size_t)B * NH * T * T;
-}
-
 /* the logits, then the per-token losses */
 static size_t logits_numel(const cb_layout *L, int N, int V) {
     (void)L;
@@ -69,16 +64,6 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
 }
 
-static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
-                              int C, int NH) {
-    L->k->attention_forward(L->k, y, att, qkv, B, T, C, NH);
-}
-
-static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
-                               float *dqkv, float *scratch, int B, int T, int C, int NH) {
-    L->k->attention_backward(L->k, dqkv, scratch, dy, qkv, att, B, T, C, NH);
-}
-
 static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N) {
     float *losses = logits + (size_t)N * e->V;
@@ -101,7 +86,7 @@ static const cb_layout_ops OPS = {
     .check = check,
     .act_shape = act_shape,
     .act_shard = act_shard,
-    .att_numel = att_numel,
+    .att_numel = cb_split_att_numel,
     .logits_numel = logits_numel,
     .shard = shard,
     .embed_forward = embed_forward,
@@ -111,8 +96,8 @@ static const cb_layout_ops OPS = {
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .input_rewritten = cb_layout_nothing_kept,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = cb_split_attention_forward,
+    .attention_backward = cb_split_attention_backward,
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,

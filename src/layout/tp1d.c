@@ -77,10 +77,6 @@ static cb_shard act_shard(const cb_layout *L, int t, int N, int H, int parity, i
     return s;
 }
 
-static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
-    return (size_t)B * (NH / L->tp) * T * T;
-}
-
 /* the local logits N x V_pad/P, then the per-token losses */
 static size_t logits_numel(const cb_layout *L, int N, int V) {
     return (size_t)N * vocab_local(L, V) + N;
@@ -181,19 +177,6 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     }
 }
 
-/* ---------------------------------------------------------------- attention */
-
-/* qkv (B,T,3C/P) = [q | k | v] of this rank's NH/P heads: the plain kernel. */
-static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
-                              int C, int NH) {
-    L->k->attention_forward(L->k, y, att, qkv, B, T, C / L->tp, NH / L->tp);
-}
-
-static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
-                               float *dqkv, float *scratch, int B, int T, int C, int NH) {
-    L->k->attention_backward(L->k, dqkv, scratch, dy, qkv, att, B, T, C / L->tp, NH / L->tp);
-}
-
 /* ---------------------------------------------------------------- head */
 
 /* Tied head and vocabulary-parallel cross-entropy (ops.c): x (N,C)
@@ -232,7 +215,7 @@ static const cb_layout_ops OPS = {
     .check = check,
     .act_shape = act_shape,
     .act_shard = act_shard,
-    .att_numel = att_numel,
+    .att_numel = cb_split_att_numel,
     .logits_numel = logits_numel,
     .shard = shard,
     .embed_forward = embed_forward,
@@ -242,8 +225,8 @@ static const cb_layout_ops OPS = {
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .input_rewritten = cb_layout_nothing_kept,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = cb_split_attention_forward,
+    .attention_backward = cb_split_attention_backward,
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,

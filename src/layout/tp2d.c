@@ -168,10 +168,6 @@ static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int par
     return s;
 }
 
-static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
-    return (size_t)(B / L->q) * (NH / L->q) * T * T;
-}
-
 /* the local logits (tokens r x vocabulary block c), then the per-token losses */
 static size_t logits_numel(const cb_layout *L, int N, int V) {
     size_t n = (size_t)N / L->q;
@@ -331,21 +327,6 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     reduce_add(L, colg(L), "linear.bwd", g, l->db, b);
 }
 
-/* ------------------------------------------------------------ attention */
-
-/* B/q whole sequences x NH/q whole heads: the plain kernel, no traffic */
-static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
-                              int C, int NH) {
-    int q = L->q;
-    L->k->attention_forward(L->k, y, att, qkv, B / q, T, C / q, NH / q);
-}
-
-static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
-                               float *dqkv, float *scratch_, int B, int T, int C, int NH) {
-    int q = L->q;
-    L->k->attention_backward(L->k, dqkv, scratch_, dy, qkv, att, B / q, T, C / q, NH / q);
-}
-
 /* ------------------------------------------------------------ LM head */
 
 /* logits[r,c] (N/q, V_pad/q) = sum_t x[r,t] wte(t,c)^T, SUMMA with wte^T
@@ -453,7 +434,7 @@ static const cb_layout_ops OPS = {
     .check = check,
     .act_shape = act_shape,
     .act_shard = act_shard,
-    .att_numel = att_numel,
+    .att_numel = cb_split_att_numel,
     .logits_numel = logits_numel,
     .shard = shard,
     .embed_forward = embed_forward,
@@ -463,8 +444,8 @@ static const cb_layout_ops OPS = {
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .input_rewritten = cb_layout_nothing_kept,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = cb_split_attention_forward,
+    .attention_backward = cb_split_attention_backward,
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,

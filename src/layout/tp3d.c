@@ -270,11 +270,6 @@ static cb_shard act_shard(const cb_layout *L, int tp_rank, int N, int H, int par
     return s;
 }
 
-static size_t att_numel(const cb_layout *L, int B, int T, int NH) {
-    int q = L->q;
-    return (size_t)(B / (q * q)) * (NH / q) * T * T;
-}
-
 /* the local logits (tokens i*q+k, vocabulary block j), then their losses */
 static size_t logits_numel(const cb_layout *L, int N, int V) {
     int q = L->q;
@@ -421,22 +416,6 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
     int q = L->q;
     cb_split_norm_backward(L, r.lb, r.pb, S_RED, S_RED2, n, x, dy, dx, mean, rstd, N / (q * q),
                            n->C / q);
-}
-
-/* ------------------------------------------------------------ attention */
-
-/* qkv (B/q^2, T, 3C/q) = [q|k|v] of heads block j: whole sequences and whole
- * heads, so the plain kernel on the local batch and heads */
-static void attention_forward(cb_layout *L, const float *qkv, float *y, float *att, int B, int T,
-                              int C, int NH) {
-    int q = L->q;
-    L->k->attention_forward(L->k, y, att, qkv, B / (q * q), T, C / q, NH / q);
-}
-
-static void attention_backward(cb_layout *L, const float *qkv, const float *att, const float *dy,
-                               float *dqkv, float *scratch_, int B, int T, int C, int NH) {
-    int q = L->q;
-    L->k->attention_backward(L->k, dqkv, scratch_, dy, qkv, att, B / (q * q), T, C / q, NH / q);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -632,7 +611,7 @@ static const cb_layout_ops OPS = {
     .check = check,
     .act_shape = act_shape,
     .act_shard = act_shard,
-    .att_numel = att_numel,
+    .att_numel = cb_split_att_numel,
     .logits_numel = logits_numel,
     .shard = shard,
     .embed_forward = embed_forward,
@@ -642,8 +621,8 @@ static const cb_layout_ops OPS = {
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .input_rewritten = input_rewritten,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = cb_split_attention_forward,
+    .attention_backward = cb_split_attention_backward,
     .head_forward = head_forward,
     .head_backward = head_backward,
     .free = layout_free,

@@ -94,7 +94,8 @@ static void plan_block(cb_gpt *m, gpt_layer_acts *a, const gpt_layer_acts *sel, 
                        size_t *off) {
     int C = m->c.d_model, rows;
     size_t a0 = act(m, C, 0, &rows), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
-    size_t f1 = act(m, 4 * C, 1, NULL), att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
+    size_t f1 = act(m, 4 * C, 1, NULL),
+           att = m->L->ops->att_numel(m->L, m->B, m->T, m->T, m->c.n_head);
     a->ln1 = carve(base, off, a0);
     a->ln1_mean = carve(base, off, rows);
     a->ln1_rstd = carve(base, off, rows);
@@ -161,7 +162,7 @@ static size_t plan_activations(cb_gpt *m, float *base) {
     int C = m->c.d_model;
     size_t a0 = act(m, C, 0, NULL), q1 = act(m, 3 * C, 1, NULL), a1 = act(m, C, 1, NULL);
     size_t f1 = act(m, 4 * C, 1, NULL), off = 0;
-    size_t att = m->L->ops->att_numel(m->L, m->B, m->T, m->c.n_head);
+    size_t att = m->L->ops->att_numel(m->L, m->B, m->T, m->T, m->c.n_head);
     gpt_layer_acts shared = {0}, *sel = NULL;
     if (m->recompute == GPT_RECOMPUTE_SELECTIVE && m->nblk) {
         sel = &shared;
@@ -460,7 +461,8 @@ static void block_forward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, i
     int N = B * T, C = m->c.d_model;
     o->norm_forward(L, &k->ln1, x, a->ln1, a->ln1_mean, a->ln1_rstd, N);
     o->linear_forward(L, &k->qkv, a->ln1, a->qkv, N);
-    o->attention_forward(L, a->qkv, a->atty, a->att, B, T, C, m->c.n_head);
+    cb_attn at = cb_attn_self(B, T, C, m->c.n_head, 1, NULL);
+    o->attention_forward(L, &at, a->qkv, a->qkv, a->atty, a->att);
     o->linear_forward(L, &k->proj, a->atty, m->proj, N);
     L->k->residual_forward(L->k, a->res2, x, m->proj, cur(m, C, 0));
     o->norm_forward(L, &k->ln2, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, N);
@@ -547,9 +549,10 @@ static void block_backward(cb_gpt *m, int b, gpt_layer_acts *a, const float *x, 
     o->norm_backward(L, &k->ln2, a->res2, m->d_small, m->d_res, a->ln2_mean, a->ln2_rstd, N);
     o->linear_backward(L, &k->proj, a->atty, m->d_res, m->d_small, N);
     progress(m);
-    if (sel) o->attention_forward(L, a->qkv, m->d_big, a->att, B, T, C, m->c.n_head);
-    o->attention_backward(L, a->qkv, a->att, m->d_small, m->d_qkv, m->d_att, B, T, C,
-                          m->c.n_head);
+    cb_attn at = cb_attn_self(B, T, C, m->c.n_head, 1, NULL);
+    if (sel) o->attention_forward(L, &at, a->qkv, a->qkv, m->d_big, a->att);
+    o->attention_backward(L, &at, a->qkv, a->qkv, a->att, m->d_small, m->d_qkv, m->d_qkv,
+                          m->d_att);
     progress(m);
     o->linear_backward(L, &k->qkv, a->ln1, m->d_qkv, m->d_small, N);
     o->norm_backward(L, &k->ln1, x, m->d_small, m->d_res, a->ln1_mean, a->ln1_rstd, N);

@@ -111,8 +111,9 @@ typedef struct att_arg {
 static void att_body(void *p) {
     att_arg *a = p;
     const cb_kernels *k = cb_kernels_cpu();
-    k->attention_forward(k, a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH);
-    k->attention_backward(k, a->dqkv, a->sc, a->out, a->qkv, a->att, a->B, a->T, a->C, a->NH);
+    cb_attn d = cb_attn_self(a->B, a->T, a->C, a->NH, 1, NULL);
+    k->attention_forward(k, &d, a->out, a->att, a->qkv, a->qkv);
+    k->attention_backward(k, &d, a->dqkv, a->dqkv, a->sc, a->out, a->qkv, a->qkv, a->att);
 }
 
 static double probe_attention(void *ctx, int B, int T, int C, int NH) {

@@ -23,11 +23,20 @@ stored flat: they are reshaped from those sizes. The names this script knows, pe
   head          in.inp (N,C), in.w (V,C) -> out.out (N,V) = inp @ w^T; grad.inp, grad.w
   attention     in.qkv (B,T,3C), meta NH -> out.out (B,T,C), [out.att (B,NH,T,T)];
                 grad.qkv
+  attention_padded  bidirectional: in.qkv (B,T,3C), in.lens (B) -> out.out, out.att;
+                grad.qkv (rows at or past a sequence's length masked and zero)
+  attention_cross   causal: in.q (B,Tq,C), in.kv (B,Tk,2C) = [k | v], in.qlen, in.klen (B)
+                -> out.out (B,Tq,C), out.att (B,NH,Tq,Tk); grad.q, grad.kv
   gelu          in.inp -> out.out (tanh approximation); grad.inp
   residual      in.a, in.b -> out.out; grad.a, grad.b
   crossentropy  in.logits (N,V), in.targets (N) -> out.losses (N), [out.probs (N,V)
                 softmax]; grad.logits of sum(losses * dloss): dloss is `dout` (N) or the
                 scalar meta "dloss" (alias "dloss_scale")
+  mul           in.a, in.b -> out.out = a * b; grad.a, grad.b
+  relu          in.inp -> out.out; grad.inp
+  lookup        in.ids (N), in.table (V,C) -> out.out (N,C) = table[ids]; grad.table
+  logistic      in.logits (N), in.labels (N) in {0,1} -> out.losses (N), binary
+                cross-entropy with logits; grad.logits of sum(losses * dloss)
   adamw         in.p, in.g, in.m, in.v, meta lr beta1 beta2 eps wd t -> out.p, out.m,
                 out.v (torch.optim.AdamW step t, 1-based)
 Outputs other than the main one (mean, rstd, att, probs) are compared but receive
@@ -119,6 +128,45 @@ def op_attention(x, meta):
     return {"out": out, "att": attention_probs(x["qkv"], NH)}, "out", ["qkv"]
 
 
+def masked_attention(q, k, v, NH, causal, qlen, klen):
+    """q (B,Tq,C), k, v (B,Tk,C): query i of sequence b sees key j < klen[b] (and j <= i
+    when causal); rows i >= qlen[b] (and rows that see no key) are zero. Returns the
+    output (B,Tq,C) and the probabilities (B,NH,Tq,Tk), zero where masked."""
+    B, Tq, C = q.shape
+    Tk, hs = k.shape[1], C // NH
+    heads = lambda x, T: x.reshape(B, T, NH, hs).transpose(1, 2)  # noqa: E731
+    s = heads(q, Tq) @ heads(k, Tk).transpose(-2, -1) / math.sqrt(hs)
+    i, j = torch.arange(Tq)[:, None], torch.arange(Tk)[None, :]
+    mask = (j < klen[:, None, None]) & (i < qlen[:, None, None])
+    if causal:
+        mask = mask & (j <= i)
+    mask = mask[:, None]
+    # a finite fill, so a row with no key is a uniform softmax that the where zeroes
+    # (its gradient too), where -inf would give NaN
+    p = torch.where(mask, s.masked_fill(~mask, -1e30).softmax(-1), torch.zeros_like(s))
+    return (p @ heads(v, Tk)).transpose(1, 2).reshape(B, Tq, C), p
+
+
+def op_attention_padded(x, meta):
+    """Bidirectional self-attention on in.qkv (B,T,3C) with key and query lengths in.lens."""
+    NH = meta_int(meta, "NH")
+    qkv = x["qkv"]
+    C = qkv.shape[-1] // 3
+    q, k, v = qkv.split(C, dim=-1)
+    out, p = masked_attention(q, k, v, NH, False, x["lens"], x["lens"])
+    return {"out": out, "att": p}, "out", ["qkv"]
+
+
+def op_attention_cross(x, meta):
+    """Causal cross-attention of in.q (B,Tq,C) over in.kv (B,Tk,2C) = [k | v], lengths
+    in.qlen and in.klen."""
+    NH, B, C = meta_int(meta, "NH"), meta_int(meta, "B"), meta_int(meta, "C")
+    q, kv = x["q"].reshape(B, -1, C), x["kv"].reshape(B, -1, 2 * C)
+    k, v = kv.split(C, dim=-1)
+    out, p = masked_attention(q, k, v, NH, True, x["qlen"], x["klen"])
+    return {"out": out, "att": p}, "out", ["q", "kv"]
+
+
 def op_gelu(x, meta):
     return {"out": cbref.gelu(x["inp"])}, "out", ["inp"]
 
@@ -133,10 +181,32 @@ def op_crossentropy(x, meta):
     return {"losses": losses, "probs": logits.softmax(-1)}, "losses", ["logits"]
 
 
+def op_mul(x, meta):
+    return {"out": x["a"] * x["b"]}, "out", ["a", "b"]
+
+
+def op_relu(x, meta):
+    return {"out": torch.relu(x["inp"])}, "out", ["inp"]
+
+
+def op_lookup(x, meta):
+    return {"out": x["table"][x["ids"]]}, "out", ["table"]
+
+
+def op_logistic(x, meta):
+    z, y = x["logits"], x["labels"].to(x["logits"].dtype)
+    losses = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+    return {"losses": losses}, "losses", ["logits"]
+
+
 OPS = {"encoder": op_encoder, "layernorm": op_layernorm, "matmul": op_matmul, "head": op_head,
        "attention": op_attention, "gelu": op_gelu, "residual": op_residual,
-       "crossentropy": op_crossentropy}
-INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",)}
+       "crossentropy": op_crossentropy, "mul": op_mul, "relu": op_relu, "lookup": op_lookup,
+       "logistic": op_logistic, "attention_padded": op_attention_padded,
+       "attention_cross": op_attention_cross}
+INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",), "ids": ("lookup",),
+                  "labels": ("logistic",), "lens": ("attention_padded",),
+                  "qlen": ("attention_cross",), "klen": ("attention_cross",)}
 # test_ops writes every tensor flat (1-D); the op's shapes come from the sizes in
 # __metadata__. -1 is inferred, so flat and shaped dumps both load.
 SHAPES = {
@@ -145,7 +215,9 @@ SHAPES = {
     "matmul": {"inp": (-1, "IC"), "w": ("IC", "OC")},
     "head": {"inp": (-1, "C"), "w": (-1, "C")},
     "attention": {"qkv": ("B", "T", -1)},
+    "attention_padded": {"qkv": ("B", "T", -1)},
     "crossentropy": {"logits": (-1, "V")},
+    "lookup": {"table": (-1, "C")},
 }
 
 
@@ -162,7 +234,7 @@ def upstream(op, arrs, meta, out, dtype):
     for k in ("in.dout", "dout"):
         if k in arrs:
             return torch.from_numpy(arrs[k].astype(np.float64)).to(dtype).reshape(out.shape)
-    if op == "crossentropy" and ("dloss" in meta or "dloss_scale" in meta):
+    if op in ("crossentropy", "logistic") and ("dloss" in meta or "dloss_scale" in meta):
         return meta_float(meta, "dloss", "dloss_scale")
     raise KeyError("no upstream gradient: add an `in.dout` tensor (crossentropy: or meta \"dloss\")")
 

@@ -1,4 +1,4 @@
-/* Translation pairs (src/data/pairs.c): `prepare --pairs` written and read
+/* Translation pairs (src/data/bitext.c): `prepare --pairs` written and read
  * back token for token, batches by token count over length buckets (every
  * pair once, within the budget, length ranges of batches not overlapping,
  * shuffled by the seed), padded batches, and a plain token file refused. */
@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include "cubist.h"
-#include "data/pairs.h"
+#include "data/bitext.h"
 #include "util/rng.h"
 
 enum { NP = 600, MAXLEN = 120 };
 
 static int nfail;
-static char dir[] = "/tmp/cubist_test_pairs_XXXXXX";
+static char dir[] = "/tmp/cubist_test_bitext_XXXXXX";
 static char src_txt[NP][MAXLEN + 1], tgt_txt[NP][MAXLEN + 1];
 
 static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -72,11 +72,11 @@ static int row_is(const int *row, int T, int pre, const char *text, int post, in
     return 1;
 }
 
-static void test_roundtrip(const cb_pairs *p) {
+static void test_roundtrip(const cb_bitext *p) {
     int T = p->max_len, bad = 0;
     int *s = malloc(sizeof(int) * T), *d = malloc(sizeof(int) * T), *t = malloc(sizeof(int) * T);
     for (size_t i = 0; i < p->n; i++) {
-        cb_pairs_fill(p, &i, 1, T, T, s, d, t);
+        cb_bitext_fill(p, &i, 1, T, T, s, d, t);
         bad += !row_is(s, T, -1, src_txt[i], 258, 256) || !row_is(d, T, 257, tgt_txt[i], -1, 256) ||
                !row_is(t, T, -1, tgt_txt[i], 258, 256);
     }
@@ -86,14 +86,14 @@ static void test_roundtrip(const cb_pairs *p) {
     free(s), free(d), free(t);
 }
 
-static int plen(const cb_pairs *p, size_t i) { return (p->slen[i] > p->tlen[i] ? p->slen[i] : p->tlen[i]) + 1; }
+static int plen(const cb_bitext *p, size_t i) { return (p->slen[i] > p->tlen[i] ? p->slen[i] : p->tlen[i]) + 1; }
 
 /* Every pair once; each batch within rows and tokens; batches are runs of
  * the length order, so their [min, max] length ranges do not overlap. */
-static void test_batches(const cb_pairs *p, size_t budget, int rows) {
-    cb_pair_batches b;
+static void test_batches(const cb_bitext *p, size_t budget, int rows) {
+    cb_bitext_batches b;
     cb_err e = {0};
-    if (cb_pairs_batch(p, budget, rows, 11, &b, &e)) { check(0, "batches", "%s", e.msg); return; }
+    if (cb_bitext_batch(p, budget, rows, 11, &b, &e)) { check(0, "batches", "%s", e.msg); return; }
     int *seen = calloc(p->n, sizeof *seen), over = 0, overlap = 0, dup = 0;
     size_t padded = 0, real = 0;
     for (size_t k = 0; k < b.nb; k++) {
@@ -115,9 +115,9 @@ static void test_batches(const cb_pairs *p, size_t budget, int rows) {
     }
     int missing = 0;
     for (size_t i = 0; i < p->n; i++) missing += !seen[i];
-    cb_pair_batches b2, b3;
-    cb_pairs_batch(p, budget, rows, 11, &b2, &e);
-    cb_pairs_batch(p, budget, rows, 12, &b3, &e);
+    cb_bitext_batches b2, b3;
+    cb_bitext_batch(p, budget, rows, 11, &b2, &e);
+    cb_bitext_batch(p, budget, rows, 12, &b3, &e);
     int same = !memcmp(b.order, b2.order, p->n * sizeof *b.order),
         differ = memcmp(b.order, b3.order, p->n * sizeof *b.order) != 0;
     check(!dup && !missing && !over && !overlap && same && differ, "batches by token count",
@@ -126,21 +126,21 @@ static void test_batches(const cb_pairs *p, size_t budget, int rows) {
           "padding %.1f%% of the padded tokens", b.nb, rows, budget, dup, missing, over, overlap,
           same, differ, 100.0 * (double)(padded - real) / (double)padded);
     free(seen);
-    cb_pair_batches_free(&b), cb_pair_batches_free(&b2), cb_pair_batches_free(&b3);
+    cb_bitext_batches_free(&b), cb_bitext_batches_free(&b2), cb_bitext_batches_free(&b3);
 }
 
-static void test_refused(const cb_pairs *p) {
+static void test_refused(const cb_bitext *p) {
     cb_err e = {0};
     FILE *f = fopen(fx("plain.txt"), "w");
     fprintf(f, "plain text, not pairs\n");
     fclose(f);
-    cb_pairs q;
+    cb_bitext q;
     int rc = cb_prepare_text(fx("plain.txt"), fx("plain.bin"), NULL, 0, "byte", NULL, &e);
-    if (!rc) rc = cb_pairs_open(fx("plain.bin"), &q, &e) == CB_EINPUT ? 0 : -1;
+    if (!rc) rc = cb_bitext_open(fx("plain.bin"), &q, &e) == CB_EINPUT ? 0 : -1;
     check(!rc && strstr(e.msg, "not of translation pairs"), "plain token file refused", "%s", e.msg);
-    cb_pair_batches b;
+    cb_bitext_batches b;
     e = (cb_err){0};
-    rc = cb_pairs_batch(p, (size_t)p->max_len - 1, 4, 1, &b, &e);
+    rc = cb_bitext_batch(p, (size_t)p->max_len - 1, 4, 1, &b, &e);
     check(rc == CB_EINPUT && strstr(e.msg, "cannot hold the longest pair"), "budget below the longest pair",
           "%s", e.msg);
 }
@@ -150,9 +150,9 @@ int main(void) {
     cb_err e = {0};
     size_t n[2];
     write_tsv(fx("p.tsv"));
-    cb_pairs p;
+    cb_bitext p;
     if (cb_prepare_pairs(fx("p.tsv"), fx("p.bin"), NULL, NULL, MAXLEN + 1, "byte", NULL, n, &e) ||
-        cb_pairs_open(fx("p.bin"), &p, &e)) {
+        cb_bitext_open(fx("p.bin"), &p, &e)) {
         printf("FAIL pairs: %s\n", e.msg);
         return 1;
     }
@@ -160,7 +160,7 @@ int main(void) {
     test_batches(&p, 2048, 64);
     test_batches(&p, 600, 8);
     test_refused(&p);
-    cb_pairs_close(&p);
+    cb_bitext_close(&p);
     const char *rm[] = {"p.tsv", "p.bin", "plain.txt", "plain.bin"};
     for (size_t i = 0; i < sizeof rm / sizeof *rm; i++) unlink(fx(rm[i]));
     rmdir(dir);

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# NCF (cubist train --model ncf) end to end on the Debian dependency graph
+# (scripts/debian_deps.py: the first 300 packages with two or more
+# dependencies, from apt's lists on this machine):
+# 1. prepare --interactions: the maps beside the output, one id per line.
+# 2. One process against tests/torch/ncf_ref.py (PyTorch NeuMF, float64) on
+#    cubist's initial weights and rows (negatives included): the loss of
+#    each of 10 AdamW steps within 1e-5 relative, every step-1 gradient
+#    within 1e-4 (||a - b|| / ||b||).
+# 3. tp 1d2, 2d4, 3d8 and dp 2 x ZeRO-1 against the one-process run, pp 2
+#    (1F1B, 4 micro-batches) and pp 2 x 3d 8 against the one-process run
+#    with --grad-accum 4: 30 steps of loss and gradient norm and the final
+#    weights within 1e-5 relative (fp32 sums regrouped across ranks; the
+#    layers exchange whole tensors, so measured ~1e-7).
+# 4. Bad input, one line and exit 2 (on every rank under mpirun): a pair
+#    file line that is not user<TAB>item (named by file and line, nothing
+#    written), --negatives over the item count, a file that is not a pair
+#    file, a bad --mlp, an unknown --model.
+set -u
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+PY=/usr/bin/python3
+failed=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+cd "$d" || exit 1
+
+# ---------------------------------------------------------------- data
+if ! "$PY" "$ROOT/scripts/debian_deps.py" --users 300 > deps.tsv 2> deps.err; then
+    fail "ncf data: $(cat deps.err)"; exit 1
+fi
+"$C" prepare --interactions deps.tsv --output deps.bin || { fail "ncf prepare"; exit 1; }
+nu=$(cut -f1 deps.tsv | awk '!s[$0]++' | wc -l); ni=$(cut -f2 deps.tsv | awk '!s[$0]++' | wc -l)
+if cmp -s <(cut -f1 deps.tsv | awk '!s[$0]++') deps.bin.users &&
+   cmp -s <(cut -f2 deps.tsv | awk '!s[$0]++') deps.bin.items &&
+   [ "$(stat -c %s deps.bin)" = $((24 + 8 * $(wc -l < deps.tsv))) ]; then
+    pass "ncf prepare: $(wc -l < deps.tsv) pairs, $nu users, $ni items; maps in first-seen order"
+else
+    fail "ncf prepare: maps or pair file size differ from the tsv"
+fi
+
+# ---------------------------------------------------------------- against PyTorch
+O=(--model ncf --data deps.bin --batch 64 --factors 16 --mlp 64,32,16 --eval-users 20 --quiet)
+T=(--lr 3e-3 --min-lr 3e-4 --warmup 2 --weight-decay 0.01)
+if "$C" train "${O[@]}" --steps 0 --save init.st && "$C" train "${O[@]}" "${T[@]}" --steps 10 \
+        --init init.st --log t.jsonl --dump-grads g.st --dump-batches b.bin; then
+    out=$("$PY" "$ROOT/tests/torch/ncf_ref.py" train --init init.st --batches b.bin --log t.jsonl \
+          --grads g.st --batch 64 --steps 10 --mlp 64,32,16 --lr 3e-3 --min-lr 3e-4 --warmup 2 \
+          --weight-decay 0.01 2>&1)
+    echo "$out" | grep -v '^PASS' | grep -v '^# ncf against'
+    np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
+    [ "$nf" = 0 ] && grep -q '^# ncf against PyTorch: 20 passed' <<<"$out" \
+        && pass "ncf against PyTorch: $np checks (10 losses, 9 step-1 gradients, batches)" \
+        || { fail "ncf against PyTorch: $nf failed"; echo "$out" | grep '^FAIL\|Error'; }
+else
+    fail "ncf one-process training for the PyTorch test"
+fi
+
+# ---------------------------------------------------------------- layouts
+S=(--model ncf --data deps.bin --batch 64 --factors 16 --mlp 64,32,16 --eval-users 20 --steps 30
+   --lr 3e-3 --weight-decay 0.01 --seed 7)
+cmp_() { # LABEL GOT REF: loss, grad norm and weights
+    local out
+    out=$("$PY" "$ROOT/tests/compare.py" logs "$2.log" "$3.log" --label "ncf $1 loss" 2>&1
+          "$PY" "$ROOT/tests/compare.py" st "$2.st" "$3.st" --label "ncf $1 weights" 2>&1)
+    grep '^PASS\|^FAIL' <<<"$out"
+    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    [ "$(grep -c '^PASS' <<<"$out")" = 2 ] || { [ "$(grep -c '^FAIL' <<<"$out")" != 0 ] || fail "ncf $1: $out"; }
+}
+"$C" train "${S[@]}" --save serial.st > serial.log 2>&1 || fail "ncf serial: $(tail -n 2 serial.log)"
+"$C" train "${S[@]}" --grad-accum 4 --save accum.st > accum.log 2>&1 || fail "ncf --grad-accum 4"
+layout() { # LABEL REF NP flags...
+    local label=$1 ref=$2 np=$3; shift 3
+    if timeout "$(tmo 240)" "${launch[@]}" -np "$np" "$C" train "${S[@]}" --save "$label.st" "$@" \
+            > "$label.log" 2>&1; then
+        cmp_ "$label" "$label" "$ref"
+    else
+        fail "ncf $label: $(tail -n 2 "$label.log" | tr '\n' ' ')"
+    fi
+}
+layout tp1d2 serial 2 --tp 2 --tp-mode 1d
+layout tp2d4 serial 4 --tp 4 --tp-mode 2d
+layout tp3d8 serial 8 --tp 8 --tp-mode 3d
+layout dp2_zero1 serial 2 --dp 2 --zero 1
+layout pp2_1f1b_m4 accum 2 --pp 2 --schedule 1f1b --micro-batches 4
+layout pp2_tp3d8 accum 16 --pp 2 --tp 8 --tp-mode 3d --schedule 1f1b --micro-batches 4
+# the build-time workspace plan covers NCF's operators: no layout's slot grew during a step
+missed=$(grep -l 'workspace plan missed' ./*.log)
+[ -z "$missed" ] && pass "ncf workspace planned at build under every layout (no slot grew)" \
+    || fail "ncf workspace plan missed a use: $missed"
+# the evaluation is the same under a layout (scores gathered from the logistic head)
+ev() { grep '^eval' "$1.log" | sed 's/ users.*//'; }
+[ -n "$(ev serial)" ] && [ "$(ev serial)" = "$(ev tp3d8)" ] && [ "$(ev accum)" = "$(ev pp2_tp3d8)" ] \
+    && pass "ncf evaluation under 3d8 and pp2 x 3d8 equals one process: $(ev serial)" \
+    || fail "ncf evaluation differs: '$(ev serial)' / '$(ev tp3d8)'"
+
+# ---------------------------------------------------------------- bad input
+bad() { # LABEL PATTERN NP cmd...: exit 2, one line on stderr matching PATTERN
+    local label=$1 pat=$2 np=$3; shift 3
+    local pre=(); [ "$np" -gt 1 ] && pre=(timeout "$(tmo 60)" "${launch[@]}" -np "$np")
+    "${pre[@]}" "$@" > bad.out 2> bad.err
+    local rc=$? n
+    n=$(grep -c . bad.err)
+    [ $rc = 2 ] && [ "$n" = 1 ] && grep -q -- "$pat" bad.err \
+        && pass "ncf bad input, $label: exit 2, one line: $(cat bad.err)" \
+        || fail "ncf bad input, $label: exit $rc, $n lines: $(head -c 300 bad.err)"
+}
+printf 'a\tb\nc d\n' > bad.tsv
+bad "pair line without a tab" 'bad.tsv:2: expected user<TAB>item' 1 \
+    "$C" prepare --interactions bad.tsv --output bad.bin
+ls bad.bin* >/dev/null 2>&1 && fail "ncf bad input: prepare left a file behind" \
+    || pass "ncf bad input: the refused prepare wrote nothing"
+printf 'a\tb\tc\n' > bad3.tsv
+bad "three fields" 'bad3.tsv:1:' 1 "$C" prepare --interactions bad3.tsv --output bad.bin
+bad "--negatives over the items" "--negatives $((ni + 1))" 2 \
+    "$C" train --model ncf --data deps.bin --negatives $((ni + 1)) --steps 1 --dp 2
+bad "not a pair file" 'is not a pair file' 2 "$C" train --model ncf --data deps.tsv --steps 1 --dp 2
+bad "--mlp" 'give 2 to 8 widths' 1 "$C" train --model ncf --data deps.bin --mlp 64,x
+bad "--model" 'is not a model' 1 "$C" train --model bert --data deps.bin
+
+echo "# test_ncf: $failed failed"
+[ "$failed" = 0 ]
