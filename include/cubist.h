@@ -424,6 +424,14 @@ void cb_model_last_step(const cb_model *m, cb_model_step_info *info);
  * following steps, evaluations and probabilities; the array is read, not
  * copied, at each of them. NULL (the default): every row whole. */
 void cb_model_set_lengths(cb_model *m, const int *lens);
+/* Several length sets, for models whose sequences have two lengths (an
+ * encoder-decoder's source and target): set 0 is cb_model_set_lengths's.
+ * cb_layer_use_lengths(attention, q, k): that CB_ATTN_PADDED layer masks
+ * query rows by set q and keys by set k (cross-attention: the target's
+ * queries over the source's keys); by default both are set 0. */
+enum { CB_LENGTH_SETS = 4 };
+void cb_model_set_lengths_set(cb_model *m, int set, const int *lens);
+void cb_layer_use_lengths(cb_layer *attention, int query_set, int key_set);
 /* Forward only: the mean loss of the batch, the same on every rank. */
 float cb_model_eval(cb_model *m, const int *ids, const int *targets);
 /* Forward only, without targets: the next-token probabilities of every

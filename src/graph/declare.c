@@ -289,7 +289,23 @@ cb_act *cb_op_cross_attention(cb_layer *l, const cb_act *q, const cb_act *kv) {
 }
 
 void cb_model_set_lengths(cb_model *m, const int *lens) {
-    if (m) m->lens = lens;
+    cb_model_set_lengths_set(m, 0, lens);
+}
+
+void cb_model_set_lengths_set(cb_model *m, int set, const int *lens) {
+    if (m && set >= 0 && set < CB_LENGTH_SETS) m->lens[set] = lens;
+    else if (m) declare_fail(m, CB_EINPUT, "length set %d is outside [0, %d); use a set below %d",
+                             set, CB_LENGTH_SETS, CB_LENGTH_SETS);
+}
+
+void cb_layer_use_lengths(cb_layer *l, int query_set, int key_set) {
+    if (!l || !is_kind(l, G_ATTN, "cb_layer_use_lengths")) return;
+    if (!(l->attn_flags & CB_ATTN_PADDED) || query_set < 0 || key_set < 0 ||
+        query_set >= CB_LENGTH_SETS || key_set >= CB_LENGTH_SETS)
+        declare_fail(l->m, CB_EINPUT, "attention %s: length sets %d, %d need CB_ATTN_PADDED and sets in "
+                     "[0, %d); declare it padded and pass sets below %d", l->name, query_set, key_set,
+                     CB_LENGTH_SETS, CB_LENGTH_SETS);
+    else l->len_set[0] = query_set, l->len_set[1] = key_set;
 }
 
 cb_act *cb_op_gelu(const cb_act *x) {

@@ -78,12 +78,16 @@ static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float
 /* Attention node n on micro-batch mb: self-attention reads a QKV output,
  * cross-attention queries (C) and a KV output (2C); the lengths of the
  * step's rows mask padded queries and keys when the layer asks. */
+static const int *lens_of(const cb_model *m, const cb_layer *l, int which, int mb) {
+    const int *lens = m->lens[l->len_set[which]];
+    return lens && (l->attn_flags & CB_ATTN_PADDED) ? lens + (size_t)mb * m->Bm : NULL;
+}
+
 static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
     const cb_layer *l = n->l;
     int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
-    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
-                                                                   : NULL;
-    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
+    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens_of(m, l, 0, mb));
+    a.klen = lens_of(m, l, 1, mb);
     if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
     return a;
 }

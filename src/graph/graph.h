@@ -114,6 +114,7 @@ struct cb_layer {
     cb_embed emb;           /* also a lookup table (no positions) */
     int C, heads;           /* attention */
     unsigned attn_flags;    /* CB_ATTN_* */
+    int len_set[2];         /* padded attention: length sets of queries, keys */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
 };
@@ -203,7 +204,7 @@ struct cb_model {
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
-    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
+    const int *lens[CB_LENGTH_SETS]; /* cb_model_set_lengths (set 0) and _set: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */

@@ -1,0 +1,111 @@
+/* Two length sets (cb_model_set_lengths_set, cb_layer_use_lengths), for
+ * tests/test_lengths.sh: a toy encoder-decoder on one token stream. The
+ * "encoder" is bidirectional self-attention padded by set 0 (the source
+ * lengths), the "decoder" causal self-attention padded by set 1 (the target
+ * lengths), and the cross-attention queries by set 1 over keys by set 0.
+ *
+ *   test_lengths --data train.bin --steps 30 --save out.st [layout flags]
+ *
+ * prints "step N loss L grad_norm G" lines; lengths change every step:
+ * row r of step s has source length (5r + s) % (T + 1) and target length
+ * (3r + 2s + 1) % (T + 1), 0 and T included. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cubist.h"
+
+enum { B = 8, T = 16, C = 32, NH = 4, V = 256, SRC = 0, TGT = 1 };
+/* initial weights of the attention inputs and the embedding: large enough
+ * that the masks move the loss visibly (0.02 moves it by 1e-4) */
+#define SD 0.3f
+
+/* x + proj(attention of ln(x)) with the given masks and length sets */
+static cb_act *self_block(cb_model *m, const char *p, cb_act *x, unsigned flags, int set) {
+    char s[48];
+    snprintf(s, sizeof s, "%s.ln", p);
+    cb_act *h = cb_op_layernorm(cb_model_layernorm(m, s, C), x);
+    snprintf(s, sizeof s, "%s.qkv", p);
+    cb_layer *lq = cb_model_linear_qkv(m, s, C);
+    cb_layer_set_init_std(lq, SD);
+    cb_act *qkv = cb_op_linear(lq, h);
+    snprintf(s, sizeof s, "%s.attn", p);
+    cb_layer *at = cb_model_attention_flags(m, s, C, NH, flags | CB_ATTN_PADDED);
+    cb_layer_use_lengths(at, set, set);
+    snprintf(s, sizeof s, "%s.proj", p);
+    return cb_op_add(x, cb_op_linear(cb_model_linear(m, s, C, C), cb_op_attention(at, qkv)));
+}
+
+static void declare(cb_model *m) {
+    cb_layer *emb = cb_model_embedding(m, "emb", V, C);
+    cb_layer_set_init_std(emb, SD);
+    cb_act *x = cb_op_embedding(emb);
+    cb_model_begin_block(m);
+    cb_act *enc = self_block(m, "enc", x, 0, SRC);
+    cb_model_end_block(m);
+    cb_model_begin_block(m);
+    cb_act *y = self_block(m, "dec", x, CB_ATTN_CAUSAL, TGT);
+    cb_act *h = cb_op_layernorm(cb_model_layernorm(m, "x.ln", C), y);
+    cb_layer *lq = cb_model_linear(m, "x.q", C, C), *lkv = cb_model_linear_kv(m, "x.kv", C);
+    cb_layer_set_init_std(lq, SD);
+    cb_layer_set_init_std(lkv, SD);
+    cb_act *q = cb_op_linear(lq, h), *kv = cb_op_linear(lkv, enc);
+    cb_layer *at = cb_model_attention_flags(m, "x.attn", C, NH, CB_ATTN_PADDED);
+    cb_layer_use_lengths(at, TGT, SRC);
+    y = cb_op_add(y, cb_op_linear(cb_model_linear(m, "x.proj", C, C), cb_op_cross_attention(at, q, kv)));
+    cb_model_end_block(m);
+    cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", C), y));
+}
+
+static const char *arg_str(int argc, char **argv, const char *name) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return argv[i + 1];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    cb_dist *d;
+    cb_err e = {0};
+    if (cb_dist_init(&argc, &argv, &d, &e)) cb_dist_exit(NULL, &e);
+    const char *data = arg_str(argc, argv, "--data"), *save = arg_str(argc, argv, "--save");
+    const char *steps_s = arg_str(argc, argv, "--steps");
+    int steps = steps_s ? atoi(steps_s) : 30;
+    cb_tokens tok = {0};
+    if (!data) cb_fail(&e, CB_EINPUT, "pass --data FILE");
+    else cb_tokens_open(data, V, &tok, &e);
+    if (e.code) cb_dist_exit(d, &e);
+    cb_model *m = cb_model_new(d, B, T);
+    declare(m);
+    /* eps 1e-3: the key biases' gradient is zero in exact arithmetic (softmax
+     * ignores a constant added to a row of scores), so what they get is
+     * rounding noise (~1e-9) that depends on each layout's order of sums;
+     * Adam with a small eps turns that noise into steps of lr and the layouts'
+     * key biases apart, eps 1e-3 into steps of ~1e-6 lr */
+    cb_adamw_config opt = {.lr = 3e-3f, .min_lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-3f,
+                           .weight_decay = 0.1f, .clip = 1.0f, .warmup = 3, .steps = steps};
+    if (cb_model_build(m, 1337, &opt, &e)) cb_dist_exit(d, &e);
+    int first, count;
+    cb_model_rows(m, &first, &count);
+    int *ids = malloc(sizeof(int) * count * T), *tg = malloc(sizeof(int) * count * T);
+    int *src = malloc(sizeof(int) * count), *tgt = malloc(sizeof(int) * count);
+    cb_model_set_lengths_set(m, SRC, src);
+    cb_model_set_lengths_set(m, TGT, tgt);
+    size_t run = (size_t)B * T + 1, nruns = tok.n / run;
+    for (int s = 0; s < steps; s++) {
+        size_t base = (s % nruns) * run + (size_t)first * T;
+        cb_tokens_read(&tok, base, (size_t)count * T, ids);
+        cb_tokens_read(&tok, base + 1, (size_t)count * T, tg);
+        for (int b = 0; b < count; b++) {
+            src[b] = (5 * (first + b) + s) % (T + 1);
+            tgt[b] = (3 * (first + b) + 2 * s + 1) % (T + 1);
+        }
+        float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
+        if (cb_dist_rank(d) == 0) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);
+    }
+    if (save && cb_model_save(m, save, &e)) cb_dist_exit(d, &e);
+    free(ids), free(tg), free(src), free(tgt);
+    cb_model_free(m);
+    cb_tokens_close(&tok);
+    cb_dist_finalize(d);
+    return 0;
+}
