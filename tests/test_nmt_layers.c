@@ -1,24 +1,47 @@
-/* Two length sets (cb_model_set_lengths_set, cb_layer_use_lengths), for
- * tests/test_lengths.sh: a toy encoder-decoder on one token stream. The
+/* Issue 13's layers through the graph engine, for tests/test_nmt_layers.sh:
+ *
+ *   test_nmt_layers --model sinusoid|lengths --data train.bin --steps 30 --save out.st [layout flags]
+ *
+ * --model sinusoid: fixed sinusoidal positions (cb_layer_set_sinusoidal)
+ * in an MLP language model (no attention).
+ * --model lengths: two length sets (cb_model_set_lengths_set,
+ * cb_layer_use_lengths) in a toy encoder-decoder on one token stream: the
  * "encoder" is bidirectional self-attention padded by set 0 (the source
  * lengths), the "decoder" causal self-attention padded by set 1 (the target
  * lengths), and the cross-attention queries by set 1 over keys by set 0.
+ * Row r of step s has source length (5r + s) % (T + 1) and target length
+ * (3r + 2s + 1) % (T + 1), 0 and T included.
  *
- *   test_lengths --data train.bin --steps 30 --save out.st [layout flags]
- *
- * prints "step N loss L grad_norm G" lines; lengths change every step:
- * row r of step s has source length (5r + s) % (T + 1) and target length
- * (3r + 2s + 1) % (T + 1), 0 and T included. */
+ * Both train with the user's loop on sequential batches and print
+ * "step N loss L grad_norm G" lines (tests/compare.py logs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cubist.h"
 
-enum { B = 8, T = 16, C = 32, NH = 4, V = 256, SRC = 0, TGT = 1 };
-/* initial weights of the attention inputs and the embedding: large enough
- * that the masks move the loss visibly (0.02 moves it by 1e-4) */
+enum { B = 8, T = 16, C = 32, NH = 4, V = 256, SRC = 0, TGT = 1, NBLOCK = 2 };
+/* initial weights of the attention inputs and the embedding (lengths):
+ * large enough that the masks move the loss visibly (0.02 moves it by 1e-4) */
 #define SD 0.3f
+
+static void declare_sinusoid(cb_model *m) {
+    char s[48];
+    cb_layer *emb = cb_model_embedding(m, "emb", V, C);
+    cb_layer_set_sinusoidal(emb);
+    cb_act *x = cb_op_embedding(emb);
+    for (int l = 0; l < NBLOCK; l++) {
+        cb_model_begin_block(m);
+        snprintf(s, sizeof s, "b.%d.ln", l);
+        cb_act *h = cb_op_layernorm(cb_model_layernorm(m, s, C), x);
+        snprintf(s, sizeof s, "b.%d.fc", l);
+        cb_act *u = cb_op_gelu(cb_op_linear(cb_model_linear(m, s, C, 4 * C), h));
+        snprintf(s, sizeof s, "b.%d.proj", l);
+        x = cb_op_add(x, cb_op_linear(cb_model_linear(m, s, 4 * C, C), u));
+        cb_model_end_block(m);
+    }
+    cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", C), x));
+}
 
 /* x + proj(attention of ln(x)) with the given masks and length sets */
 static cb_act *self_block(cb_model *m, const char *p, cb_act *x, unsigned flags, int set) {
@@ -36,7 +59,7 @@ static cb_act *self_block(cb_model *m, const char *p, cb_act *x, unsigned flags,
     return cb_op_add(x, cb_op_linear(cb_model_linear(m, s, C, C), cb_op_attention(at, qkv)));
 }
 
-static void declare(cb_model *m) {
+static void declare_lengths(cb_model *m) {
     cb_layer *emb = cb_model_embedding(m, "emb", V, C);
     cb_layer_set_init_std(emb, SD);
     cb_act *x = cb_op_embedding(emb);
@@ -74,15 +97,23 @@ int main(int argc, char **argv) {
     if (!data) cb_fail(&e, CB_EINPUT, "pass --data FILE");
     else cb_tokens_open(data, V, &tok, &e);
     if (e.code) cb_dist_exit(d, &e);
+    const char *model = arg_str(argc, argv, "--model");
+    int sinusoid = model && !strcmp(model, "sinusoid");
+    if (!sinusoid && !(model && !strcmp(model, "lengths")))
+        cb_fail(&e, CB_EINPUT, "pass --model sinusoid or --model lengths");
+    if (e.code) cb_dist_exit(d, &e);
     cb_model *m = cb_model_new(d, B, T);
-    declare(m);
+    if (sinusoid) declare_sinusoid(m);
+    else declare_lengths(m);
     /* eps 1e-3: the key biases' gradient is zero in exact arithmetic (softmax
      * ignores a constant added to a row of scores), so what they get is
      * rounding noise (~1e-9) that depends on each layout's order of sums;
      * Adam with a small eps turns that noise into steps of lr and the layouts'
-     * key biases apart, eps 1e-3 into steps of ~1e-6 lr */
+     * key biases apart, eps 1e-3 into steps of ~1e-6 lr. Decay on embeddings:
+     * the fixed sinusoidal table must be exempt */
     cb_adamw_config opt = {.lr = 3e-3f, .min_lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-3f,
-                           .weight_decay = 0.1f, .clip = 1.0f, .warmup = 3, .steps = steps};
+                           .weight_decay = 0.1f, .clip = 1.0f, .warmup = 3, .steps = steps,
+                           .decay_embeddings = 1};
     if (cb_model_build(m, 1337, &opt, &e)) cb_dist_exit(d, &e);
     int first, count;
     cb_model_rows(m, &first, &count);
