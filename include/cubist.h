@@ -316,6 +316,13 @@ void cb_layer_set_init_std(cb_layer *l, float sd);
  * (sin(t / 10000^(2i/C)) in column 2i, cos in 2i + 1), never trained: it
  * gets no gradient and no weight decay. */
 void cb_layer_set_sinusoidal(cb_layer *embedding);
+/* The loss of cb_op_lm_loss on this embedding: label smoothing eps in
+ * [0, 1) (the target gets 1 - eps of the probability mass, every id of the
+ * vocabulary eps / V), and targets equal to ignore_target (-1: none; the
+ * padding id) left out: the loss is the mean over the real targets of the
+ * whole step, on every layout. As PyTorch's cross_entropy(label_smoothing,
+ * ignore_index). */
+void cb_layer_set_loss(cb_layer *embedding, float label_smoothing, int ignore_target);
 
 /* The graph. Each operation returns its output (NULL after a declaration
  * error, which cb_model_build reports; operations on NULL are ignored). */

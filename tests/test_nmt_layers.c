@@ -4,6 +4,9 @@
  *
  * --model sinusoid: fixed sinusoidal positions (cb_layer_set_sinusoidal)
  * in an MLP language model (no attention).
+ * --model smooth: the same with label smoothing 0.1 and padding targets
+ * (0) left out of the loss (cb_layer_set_loss): row r of step s ends in
+ * (r + s) % 8 of them.
  * --model lengths: two length sets (cb_model_set_lengths_set,
  * cb_layer_use_lengths) in a toy encoder-decoder on one token stream: the
  * "encoder" is bidirectional self-attention padded by set 0 (the source
@@ -21,14 +24,16 @@
 #include "cubist.h"
 
 enum { B = 8, T = 16, C = 32, NH = 4, V = 256, SRC = 0, TGT = 1, NBLOCK = 2 };
+enum { IGNORE = 0 }; /* --model smooth: the padding target, left out */
 /* initial weights of the attention inputs and the embedding (lengths):
  * large enough that the masks move the loss visibly (0.02 moves it by 1e-4) */
 #define SD 0.3f
 
-static void declare_sinusoid(cb_model *m) {
+static void declare_sinusoid(cb_model *m, int smooth) {
     char s[48];
     cb_layer *emb = cb_model_embedding(m, "emb", V, C);
     cb_layer_set_sinusoidal(emb);
+    if (smooth) cb_layer_set_loss(emb, 0.1f, IGNORE);
     cb_act *x = cb_op_embedding(emb);
     for (int l = 0; l < NBLOCK; l++) {
         cb_model_begin_block(m);
@@ -98,12 +103,12 @@ int main(int argc, char **argv) {
     else cb_tokens_open(data, V, &tok, &e);
     if (e.code) cb_dist_exit(d, &e);
     const char *model = arg_str(argc, argv, "--model");
-    int sinusoid = model && !strcmp(model, "sinusoid");
-    if (!sinusoid && !(model && !strcmp(model, "lengths")))
-        cb_fail(&e, CB_EINPUT, "pass --model sinusoid or --model lengths");
+    int sinusoid = model && !strcmp(model, "sinusoid"), smooth = model && !strcmp(model, "smooth");
+    if (!sinusoid && !smooth && !(model && !strcmp(model, "lengths")))
+        cb_fail(&e, CB_EINPUT, "pass --model sinusoid, smooth or lengths");
     if (e.code) cb_dist_exit(d, &e);
     cb_model *m = cb_model_new(d, B, T);
-    if (sinusoid) declare_sinusoid(m);
+    if (sinusoid || smooth) declare_sinusoid(m, smooth);
     else declare_lengths(m);
     /* eps 1e-3: the key biases' gradient is zero in exact arithmetic (softmax
      * ignores a constant added to a row of scores), so what they get is
@@ -130,6 +135,8 @@ int main(int argc, char **argv) {
             src[b] = (5 * (first + b) + s) % (T + 1);
             tgt[b] = (3 * (first + b) + 2 * s + 1) % (T + 1);
         }
+        for (int b = 0; smooth && b < count; b++)
+            for (int t = T - (first + b + s) % 8; t < T; t++) tg[b * T + t] = IGNORE;
         float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);
     }

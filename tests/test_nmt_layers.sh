@@ -6,6 +6,12 @@
 # saved file equals PyTorch's sinusoids of Vaswani et al.; 30 AdamW steps
 # leave it exactly as drawn while the token embedding trains.
 #
+# --model smooth: the same with label smoothing 0.1 and padding targets
+# left out (cb_layer_set_loss): the step-1 loss against PyTorch's
+# cross_entropy(label_smoothing, ignore_index) in fp64; under dp 2 each rank
+# holds a different number of real targets, so the mean over the step's
+# real targets is checked too.
+#
 # --model lengths: two length sets (cb_model_set_lengths_set,
 # cb_layer_use_lengths) in a toy encoder-decoder whose encoder
 # self-attention is padded by the source lengths (set 0), the decoder's
@@ -23,7 +29,7 @@ set -u
 P="$BUILD/tests/test_nmt_layers"
 PY=/usr/bin/python3
 "$C" prepare --input text.txt --output train.bin >/dev/null || { fail "prepare"; finish; exit; }
-for model in sinusoid lengths; do
+for model in sinusoid smooth lengths; do
     "$P" --model $model --data train.bin --steps 0 --save $model.init.st >/dev/null &&
         "$P" --model $model --data train.bin --steps 30 --save $model.serial.st > $model.serial.log 2>&1 ||
         { fail "$model serial runs: $(tail -n 2 $model.serial.log)"; finish; exit; }
@@ -113,6 +119,41 @@ PY
 [[ $out == OK* ]] && pass "two length sets vs PyTorch: $out" || fail "two length sets vs PyTorch: $out"
 
 
+# ---------------------------------------------------------------- label smoothing against PyTorch
+# the step-1 loss of --model smooth (smoothing 0.1, row r ending in r % 8
+# padding targets 0) against PyTorch's cross_entropy(label_smoothing=0.1,
+# ignore_index=0) in fp64 on the same weights and batch; the plain mean
+# must differ from it
+out=$("$PY" - smooth.init.st train.bin smooth.serial.log <<'PY' 2>&1
+import json, struct, sys, torch
+F = torch.nn.functional
+def read(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: torch.frombuffer(bytearray(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]),
+            dtype=torch.float32).reshape(v["shape"]).double() for k, v in h.items() if k != "__metadata__"}
+b = open(sys.argv[2], "rb").read(); cnt = struct.unpack("<3i", b[:12])[2]
+tok = torch.tensor(struct.unpack(f"<{cnt}H", b[1024:1024 + 2 * cnt]), dtype=torch.long)
+W, B, T, C = read(sys.argv[1]), 8, 16, 32
+ids, tg = tok[:B * T].view(B, T), tok[1:B * T + 1].view(B, T).clone()
+for r in range(B):
+    tg[r, T - r % 8:] = 0
+ln = lambda x, p: F.layer_norm(x, (C,), W[p + ".weight"], W[p + ".bias"], 1e-5)
+lin = lambda x, p: x @ W[p + ".weight"] + W[p + ".bias"]
+x = W["emb.weight"][ids] + W["emb.pos"][:T]
+for l in range(2):
+    x = x + lin(F.gelu(lin(ln(x, f"b.{l}.ln"), f"b.{l}.fc"), approximate="tanh"), f"b.{l}.proj")
+logits = (ln(x, "ln_f") @ W["emb.weight"].T).view(-1, 256)
+want = F.cross_entropy(logits, tg.view(-1), label_smoothing=0.1, ignore_index=0).item()
+plain = F.cross_entropy(logits, tg.view(-1)).item()
+got = float(open(sys.argv[3]).read().split("\n")[0].split()[3])
+rel = abs(got - want) / want
+ok = rel <= 1e-5 and abs(plain - want) / want > 1e-3 and (tg == 0).any()
+print(("OK" if ok else "BAD") + f" step-1 loss {got:.9g}, PyTorch fp64 {want:.9g}: rel {rel:.2g} (tol 1e-5); "
+      f"{int((tg == 0).sum())} of {B * T} targets left out; the plain mean would be {plain:.9g}")
+PY
+)
+[[ $out == OK* ]] && pass "label smoothing and ignored targets vs PyTorch: $out" || fail "label smoothing vs PyTorch: $out"
+
 # ---------------------------------------------------------------- layouts against one process
 cmp_() { # compare.py's lines
     local out; out=$("$PY" "$HERE/compare.py" "$@" 2>&1)
@@ -126,12 +167,12 @@ run() { # MODEL LABEL NP flags...
             --save "$model.$label.st" "$@" > "$model.$label.log" 2>&1; then
         cmp_ logs "$model.$label.log" $model.serial.log --label "$model $label loss"
         cmp_ st "$model.$label.st" $model.serial.st --label "$model $label weights"
-        [ $model = sinusoid ] && table "sinusoid $label table" "$model.$label.st"
+        [ $model = lengths ] || table "$model $label table" "$model.$label.st"
     else
         fail "$model $label: $(tail -n 2 "$model.$label.log" | tr '\n' ' ')"
     fi
 }
-for model in sinusoid lengths; do
+for model in sinusoid smooth lengths; do
     run $model dp2 2 --dp 2
     run $model dp2_zero 2 --dp 2 --zero 1
     run $model tp1d2 2 --tp 2 --tp-mode 1d

@@ -225,6 +225,17 @@ static int is_kind(cb_layer *l, int kind, const char *op) {
     return 0;
 }
 
+void cb_layer_set_loss(cb_layer *l, float label_smoothing, int ignore_target) {
+    if (!l || !is_kind(l, G_EMBED, "cb_layer_set_loss")) return;
+    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f) || ignore_target < -1 ||
+        ignore_target >= l->emb.V)
+        declare_fail(l->m, CB_EINPUT, "embedding %s: label smoothing %g and ignored target %d; "
+                     "pass a smoothing in [0, 1) and -1 (none) or an id below %d", l->name,
+                     (double)label_smoothing, ignore_target, l->emb.V);
+    else l->emb.smooth = label_smoothing, l->emb.ignore = ignore_target,
+         l->emb.has_ignore = ignore_target >= 0;
+}
+
 void cb_layer_set_sinusoidal(cb_layer *l) {
     if (l && is_kind(l, G_EMBED, "cb_layer_set_sinusoidal")) l->sinusoid = 1;
 }

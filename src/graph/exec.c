@@ -434,6 +434,22 @@ static void check_planned(cb_model *m) {
             m->d->g.world_rank, w->grew, w->unkept);
 }
 
+/* Ignored targets (cb_layer_set_loss): the loss is the mean over the real
+ * targets of the whole step on every data-parallel rank, so a real row
+ * weighs rows / real rows in the mean over rows that the engine takes. */
+static void loss_weights(cb_model *m, const int *targets, int nmb) {
+    const gnode *n = &m->nodes[m->loss_node];
+    if (n->kind != N_LOSS) return;
+    cb_embed *e = &n->l->emb;
+    e->loss_scale = 1.0f;
+    if (!e->has_ignore || !targets) return;
+    size_t rows = (size_t)nmb * m->Bm * m->T;
+    double c[2] = {0.0, (double)rows};
+    for (size_t i = 0; i < rows; i++) c[0] += targets[i] != e->ignore;
+    if (m->d->g.dp > 1) cb_comm_allreduce_f64(&m->d->g.dpg, "loss", NULL, c, 2, CB_COMM_SUM);
+    e->loss_scale = c[0] > 0 ? (float)(c[1] / c[0]) : 0.0f;
+}
+
 float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
                           float *grad_norm) {
     double t0 = now_ms();
@@ -441,6 +457,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    loss_weights(m, targets, m->M);
     memset(m->grads, 0, sizeof(float) * m->pt.nparams);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
     for (int a = 0; a < m->nsched; a++) {
@@ -471,6 +488,7 @@ float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    loss_weights(m, targets, nmb);
     for (int mb = 0; mb < nmb; mb++)
         for (int c = 0; c < m->v; c++) cb_graph_forward(m, c, mb, 0);
     cb_graph_wait_all(m);
