@@ -363,6 +363,11 @@ cb_layer *cb_model_lookup(cb_model *m, const char *name, int rows, int C);
  * {0, 1} (sigmoid(logit) is the probability of 1), mean over rows */
 cb_layer *cb_model_logistic(cb_model *m, const char *name, int C);
 cb_act *cb_op_lookup(cb_layer *table, int field); /* C features, parity 0 */
+/* cb_op_embedding of id field `field` of each position (the step's ids hold
+ * cb_model_set_id_fields ids per position, interleaved): an encoder-decoder
+ * looks up the source (field 0) and the decoder's input (field 1) in one
+ * shared table, which cb_op_lm_loss also uses as the output projection. */
+cb_act *cb_op_embedding_field(cb_layer *embedding, int field);
 cb_act *cb_op_mul(const cb_act *a, const cb_act *b);    /* element-wise, one shape */
 cb_act *cb_op_relu(const cb_act *x);
 /* [a | b]: Ha + Hb features, a's parity (b's parity may differ) */

@@ -15,7 +15,13 @@
  * Row r of step s has source length (5r + s) % (T + 1) and target length
  * (3r + 2s + 1) % (T + 1), 0 and T included.
  *
- * Both train with the user's loop on sequential batches and print
+ * --model shared: the encoder-decoder of those pieces: two id fields a
+ * position (source, decoder input; cb_op_embedding_field) looked up in one
+ * table with fixed sinusoids that is also the output projection, the
+ * encoder padded by the source lengths, the decoder by the target lengths,
+ * cross-attention, label smoothing 0.1 and padding targets left out.
+ *
+ * All train with the user's loop on sequential batches and print
  * "step N loss L grad_norm G" lines (tests/compare.py logs). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,15 +70,8 @@ static cb_act *self_block(cb_model *m, const char *p, cb_act *x, unsigned flags,
     return cb_op_add(x, cb_op_linear(cb_model_linear(m, s, C, C), cb_op_attention(at, qkv)));
 }
 
-static void declare_lengths(cb_model *m) {
-    cb_layer *emb = cb_model_embedding(m, "emb", V, C);
-    cb_layer_set_init_std(emb, SD);
-    cb_act *x = cb_op_embedding(emb);
-    cb_model_begin_block(m);
-    cb_act *enc = self_block(m, "enc", x, 0, SRC);
-    cb_model_end_block(m);
-    cb_model_begin_block(m);
-    cb_act *y = self_block(m, "dec", x, CB_ATTN_CAUSAL, TGT);
+/* y + proj(cross-attention of ln(y)'s target queries over enc's source keys) */
+static cb_act *cross_block(cb_model *m, cb_act *y, cb_act *enc) {
     cb_act *h = cb_op_layernorm(cb_model_layernorm(m, "x.ln", C), y);
     cb_layer *lq = cb_model_linear(m, "x.q", C, C), *lkv = cb_model_linear_kv(m, "x.kv", C);
     cb_layer_set_init_std(lq, SD);
@@ -80,9 +79,51 @@ static void declare_lengths(cb_model *m) {
     cb_act *q = cb_op_linear(lq, h), *kv = cb_op_linear(lkv, enc);
     cb_layer *at = cb_model_attention_flags(m, "x.attn", C, NH, CB_ATTN_PADDED);
     cb_layer_use_lengths(at, TGT, SRC);
-    y = cb_op_add(y, cb_op_linear(cb_model_linear(m, "x.proj", C, C), cb_op_cross_attention(at, q, kv)));
+    return cb_op_add(y, cb_op_linear(cb_model_linear(m, "x.proj", C, C), cb_op_cross_attention(at, q, kv)));
+}
+
+/* encoder block on xs, decoder block on xt with cross-attention, the tied head */
+static void enc_dec(cb_model *m, cb_layer *emb, cb_act *xs, cb_act *xt) {
+    cb_model_begin_block(m);
+    cb_act *enc = self_block(m, "enc", xs, 0, SRC);
+    cb_model_end_block(m);
+    cb_model_begin_block(m);
+    cb_act *y = cross_block(m, self_block(m, "dec", xt, CB_ATTN_CAUSAL, TGT), enc);
     cb_model_end_block(m);
     cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", C), y));
+}
+
+static void declare_lengths(cb_model *m) {
+    cb_layer *emb = cb_model_embedding(m, "emb", V, C);
+    cb_layer_set_init_std(emb, SD);
+    cb_act *x = cb_op_embedding(emb);
+    enc_dec(m, emb, x, x);
+}
+
+/* The encoder-decoder: two id fields a position (source, decoder input)
+ * looked up in one table with fixed sinusoids, which is also the output
+ * projection; smoothed loss, padding targets left out. */
+static void declare_shared(cb_model *m) {
+    cb_model_set_id_fields(m, 2);
+    cb_layer *emb = cb_model_embedding(m, "emb", V, C);
+    cb_layer_set_init_std(emb, SD);
+    cb_layer_set_sinusoidal(emb);
+    cb_layer_set_loss(emb, 0.1f, IGNORE);
+    cb_act *xs = cb_op_embedding_field(emb, 0);
+    enc_dec(m, emb, xs, cb_op_embedding_field(emb, 1));
+}
+
+/* --model shared's batch rows: field 0 the source run[t], field 1 the
+ * decoder's input run[t + 1], target run[t + 2], each padded past its
+ * length (run: count * T + 2 tokens of this rank's rows) */
+static void shared_rows(const int *run, int count, const int *src, const int *tgt, int *ids, int *tg) {
+    for (int b = 0; b < count; b++)
+        for (int t = 0; t < T; t++) {
+            const int *r = run + b * T + t;
+            ids[2 * (b * T + t)] = t < src[b] ? r[0] : IGNORE;
+            ids[2 * (b * T + t) + 1] = t < tgt[b] ? r[1] : IGNORE;
+            tg[b * T + t] = t < tgt[b] ? r[2] : IGNORE;
+        }
 }
 
 static const char *arg_str(int argc, char **argv, const char *name) {
@@ -104,11 +145,13 @@ int main(int argc, char **argv) {
     if (e.code) cb_dist_exit(d, &e);
     const char *model = arg_str(argc, argv, "--model");
     int sinusoid = model && !strcmp(model, "sinusoid"), smooth = model && !strcmp(model, "smooth");
-    if (!sinusoid && !smooth && !(model && !strcmp(model, "lengths")))
-        cb_fail(&e, CB_EINPUT, "pass --model sinusoid, smooth or lengths");
+    int shared = model && !strcmp(model, "shared");
+    if (!sinusoid && !smooth && !shared && !(model && !strcmp(model, "lengths")))
+        cb_fail(&e, CB_EINPUT, "pass --model sinusoid, smooth, lengths or shared");
     if (e.code) cb_dist_exit(d, &e);
     cb_model *m = cb_model_new(d, B, T);
     if (sinusoid || smooth) declare_sinusoid(m, smooth);
+    else if (shared) declare_shared(m);
     else declare_lengths(m);
     /* eps 1e-3: the key biases' gradient is zero in exact arithmetic (softmax
      * ignores a constant added to a row of scores), so what they get is
@@ -122,11 +165,12 @@ int main(int argc, char **argv) {
     if (cb_model_build(m, 1337, &opt, &e)) cb_dist_exit(d, &e);
     int first, count;
     cb_model_rows(m, &first, &count);
-    int *ids = malloc(sizeof(int) * count * T), *tg = malloc(sizeof(int) * count * T);
+    int *ids = malloc(sizeof(int) * count * T * 2), *tg = malloc(sizeof(int) * count * T);
     int *src = malloc(sizeof(int) * count), *tgt = malloc(sizeof(int) * count);
+    int *rows = malloc(sizeof(int) * (count * T + 2));
     cb_model_set_lengths_set(m, SRC, src);
     cb_model_set_lengths_set(m, TGT, tgt);
-    size_t run = (size_t)B * T + 1, nruns = tok.n / run;
+    size_t run = (size_t)B * T + 1, nruns = (tok.n - 1) / run;
     for (int s = 0; s < steps; s++) {
         size_t base = (s % nruns) * run + (size_t)first * T;
         cb_tokens_read(&tok, base, (size_t)count * T, ids);
@@ -135,13 +179,15 @@ int main(int argc, char **argv) {
             src[b] = (5 * (first + b) + s) % (T + 1);
             tgt[b] = (3 * (first + b) + 2 * s + 1) % (T + 1);
         }
+        if (shared) cb_tokens_read(&tok, base, (size_t)count * T + 2, rows);
+        if (shared) shared_rows(rows, count, src, tgt, ids, tg);
         for (int b = 0; smooth && b < count; b++)
             for (int t = T - (first + b + s) % 8; t < T; t++) tg[b * T + t] = IGNORE;
         float norm, loss = cb_model_train_step(m, ids, tg, s, &norm);
         if (cb_dist_rank(d) == 0) printf("step %d loss %.9g grad_norm %.9g\n", s + 1, loss, norm);
     }
     if (save && cb_model_save(m, save, &e)) cb_dist_exit(d, &e);
-    free(ids), free(tg), free(src), free(tgt);
+    free(ids), free(tg), free(src), free(tgt), free(rows);
     cb_model_free(m);
     cb_tokens_close(&tok);
     cb_dist_finalize(d);

@@ -717,11 +717,15 @@ static size_t lookup(void *ctx, const int **ids, const float **rows) {
 static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
 
 /* Node 0 is the lookup of the first layer, an embedding whose tensor 0 is
- * this rank's first, whole, and whose tied head runs here too. */
+ * this rank's first, whole, and whose tied head runs here too; its only
+ * lookup (an encoder-decoder's second one, of another id field, is not
+ * reported to data parallelism's split and sparse paths yet). */
 static int lookup_here(const cb_model *m) {
     const cb_layer *l = m->layers[0];
+    int uses = 0;
+    for (int i = 0; i < m->nnodes; i++) uses += m->nodes[i].kind == N_EMBED && m->nodes[i].l == l;
     return m->P == 1 && (m->L->caps & CB_LAYOUT_WHOLE) && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
-           m->nodes[m->loss_node].l == l && l->t[0] == 0;
+           m->nodes[m->loss_node].l == l && l->t[0] == 0 && uses == 1 && m->fields == 1;
 }
 
 static int init_dp(cb_model *m, cb_err *e) {

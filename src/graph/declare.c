@@ -373,6 +373,18 @@ cb_layer *cb_model_logistic(cb_model *m, const char *name, int C) {
     return l;
 }
 
+cb_act *cb_op_embedding_field(cb_layer *emb, int field) {
+    cb_model *m = owner(emb, NULL, NULL);
+    if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding_field")) return NULL;
+    if (field < 0 || field >= m->fields)
+        declare_fail(m, CB_EINPUT, "cb_op_embedding_field of %s reads id field %d; the rows have %d "
+                                   "(cb_model_set_id_fields)", emb->name, field, m->fields);
+    if (emb->parity < 0) emb->parity = 0;
+    cb_act *y = node(m, N_EMBED, emb, NULL, NULL, emb->emb.C, 0, 1);
+    if (y) m->nodes[m->nnodes - 1].field = field;
+    return y;
+}
+
 cb_act *cb_op_lookup(cb_layer *table, int field) {
     cb_model *m = owner(table, NULL, NULL);
     if (!m || !is_kind(table, G_LOOKUP, "cb_op_lookup")) return NULL;

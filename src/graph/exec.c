@@ -102,7 +102,9 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     float *y = n->out >= 0 ? val(m, ch, slot, n->out) : NULL, *s = kept(m, ch, slot, i);
     cb_layer *l = n->l;
     switch (n->kind) {
-    case N_EMBED: L->ops->embed_forward(L, &l->emb, m->ids + r0, m->Bm, m->T, y); break;
+    case N_EMBED:
+        L->ops->embed_forward(L, &l->emb, field_ids(m, r0, N, n->field), m->Bm, m->T, y);
+        break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
     case N_ATTN: {
@@ -187,7 +189,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
         if (m->no_lookup) em.dwte = NULL;
-        L->ops->embed_backward(L, &em, m->ids + r0, m->Bm, m->T, dy);
+        L->ops->embed_backward(L, &em, field_ids(m, r0, N, n->field), m->Bm, m->T, dy);
         return;
     }
     case N_LINEAR: L->ops->linear_backward(L, &l->lin, x, dy, to, N); break;

@@ -129,7 +129,7 @@ typedef struct gnode {
     int kind;
     cb_layer *l;
     int in[2], nin; /* values read */
-    int field;      /* a lookup's id field */
+    int field;      /* a lookup's or an embedding's id field */
     int out;        /* value written; -1 for the loss */
     int vs, seg;    /* virtual stage; the block it was declared in, -1 none */
     int rseg;       /* block recompute: the unit rerun together (a block, or under
