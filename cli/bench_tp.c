@@ -6,28 +6,32 @@
  *
  * The parent spawns one MPI job per configuration:
  *   $MPIRUN -q --oversubscribe -np P cubist bench --tp-step --tp P --tp-mode M
- * and reads one "tp-step {json}" line from rank 0. The child counts, per rank:
+ * and reads one "tp-step {json}" line from rank 0. The child builds the
+ * GPT graph (cb_model_declare_gpt, the engine of `cubist train`) on the
+ * layout and runs forward + backward of the whole batch as one
+ * micro-batch (cb_graph_grad_step). It counts, per rank:
  *   param_bytes   local parameter shards + their gradients, fp32: 8 bytes per
- *                 local float (m->pt.nparams); AdamW would add 8 more
- *   act_bytes     model activations (m->act_floats, planned once) + the
- *                 layout's own buffers (L->scratch_bytes: scratch and kept
- *                 gathers, grown on demand and never shrunk, so their peak),
- *                 counted where they are allocated rather than read from the
- *                 heap, so the figure holds under ASan too
+ *                 local float; AdamW would add 8 more
+ *   act_bytes     the engine's activation plan (cb_model_activation_bytes:
+ *                 one micro-batch's values and kept state, the gradient
+ *                 buffers) + the layout's workspace planned at build
+ *                 (cb_layout_workspace_bytes: scratch slots and kept
+ *                 gathers), counted where they are planned rather than read
+ *                 from the heap, so the figure holds under ASan too
  *   sent, calls   cb_comm counters summed over every communicator of the
  *                 grid and every tag, split by tag prefix into linear (+
  *                 bias), norm, embed, head, attn; calls count collectives and
  *                 the point-to-point isend/irecv of the 2-D embedding swap
  *   cpu_s         thread CPU time of the last step (CLOCK_THREAD_CPUTIME_ID,
  *                 one OpenMP thread): it includes MPI's busy polling
- *   kernel_cpu_s  the part of it inside the compute kernels (GEMMs,
- *                 attention, LayerNorm, GELU, residual), timed by a kernel
- *                 table wrapped around the layout's: no MPI, but also not the
- *                 layouts' own loops (embedding copies, cross-entropy, bias
- *                 and statistics sums)
+ *   kernel_cpu_s  the part of it inside the kernel table, timed in thread
+ *                 CPU time by the kernel profiler (src/kernels/profile.c)
+ *                 installed in the layout's table: every arithmetic loop
+ *                 (the layouts' own loops included since they became
+ *                 kernels), no MPI
  *   wall_s, comm_s  wall time of the last step; wall time inside MPI calls
  * The counters and timings are those of the last step (--steps, default 2:
- * the first touches every buffer); the heap growth spans all steps.
+ * the first touches every buffer).
  *
  * Formulas (elements unless noted; bytes = 4 x floats, 8 x doubles; ring
  * volume per rank as cb_comm counts it: all-reduce 2(p-1)/p n, all-gather
@@ -51,7 +55,8 @@
 #include "cli.h"
 #include "comm/grid.h"
 #include "formats/json.h"
-#include "model/gpt_internal.h"
+#include "graph/graph.h"
+#include "kernels/profile.h"
 #include "plan/plan.h"
 
 enum { K_LINEAR, K_NORM, K_EMBED, K_HEAD, K_ATTN, K_OTHER, NKIND };
@@ -133,112 +138,30 @@ static double clock_s(clockid_t id) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* ------------------------------------------------------------ kernel CPU time */
-
-static const cb_kernels *k_inner;
-static double k_cpu;
-
-#define KTIMED(call)                                                                               \
-    do {                                                                                           \
-        double t0_ = clock_s(CLOCK_THREAD_CPUTIME_ID);                                             \
-        call;                                                                                      \
-        k_cpu += clock_s(CLOCK_THREAD_CPUTIME_ID) - t0_;                                           \
-    } while (0)
-
-static void k_ln_f(const cb_kernels *self, float *o, float *m, float *r, const float *x, const float *w, const float *b,
-                   int N, int C) {
-    (void)self;
-    KTIMED(k_inner->layernorm_forward(k_inner, o, m, r, x, w, b, N, C));
-}
-static void k_ln_b(const cb_kernels *self, float *dx, float *dw, float *db, const float *dy, const float *x,
-                   const float *w, const float *m, const float *r, int N, int C) {
-    (void)self;
-    KTIMED(k_inner->layernorm_backward(k_inner, dx, dw, db, dy, x, w, m, r, N, C));
-}
-static void k_mm_f(const cb_kernels *self, float *o, const float *x, const float *w, const float *b, int N, int I, int O) {
-    (void)self;
-    KTIMED(k_inner->matmul_forward(k_inner, o, x, w, b, N, I, O));
-}
-static void k_mm_b(const cb_kernels *self, float *dx, float *dw, float *db, const float *dy, const float *x,
-                   const float *w, int N, int I, int O) {
-    (void)self;
-    KTIMED(k_inner->matmul_backward(k_inner, dx, dw, db, dy, x, w, N, I, O));
-}
-static void k_mm_rows(const cb_kernels *self, float *dw, const float *dy, const float *x, int N,
-                      int I, int O, int r0, int r1) {
-    (void)self;
-    KTIMED(k_inner->matmul_backward_dw_rows(k_inner, dw, dy, x, N, I, O, r0, r1));
-}
-static void k_hd_f(const cb_kernels *self, float *o, const float *x, const float *w, int N, int C, int V) {
-    (void)self;
-    KTIMED(k_inner->head_forward(k_inner, o, x, w, N, C, V));
-}
-static void k_hd_b(const cb_kernels *self, float *dx, float *dw, const float *dy, const float *x, const float *w, int N,
-                   int C, int V) {
-    (void)self;
-    KTIMED(k_inner->head_backward(k_inner, dx, dw, dy, x, w, N, C, V));
-}
-static void k_at_f(const cb_kernels *self, const cb_attn *a, float *o, float *att, const float *q,
-                   const float *kv) {
-    (void)self;
-    KTIMED(k_inner->attention_forward(k_inner, a, o, att, q, kv));
-}
-static void k_at_b(const cb_kernels *self, const cb_attn *a, float *dq, float *dkv, float *sc,
-                   const float *dy, const float *q, const float *kv, const float *att) {
-    (void)self;
-    KTIMED(k_inner->attention_backward(k_inner, a, dq, dkv, sc, dy, q, kv, att));
-}
-static void k_ge_f(const cb_kernels *self, float *o, const float *x, size_t n) {
-    (void)self;
-    KTIMED(k_inner->gelu_forward(k_inner, o, x, n)); }
-static void k_ge_b(const cb_kernels *self, float *dx, const float *x, const float *dy, size_t n) {
-    (void)self;
-    KTIMED(k_inner->gelu_backward(k_inner, dx, x, dy, n));
-}
-static void k_res(const cb_kernels *self, float *o, const float *a, const float *b, size_t n) {
-    (void)self;
-    KTIMED(k_inner->residual_forward(k_inner, o, a, b, n));
-}
-
-/* inner with its compute kernels timed into k_cpu (one table per process) */
-static const cb_kernels *timed_kernels(const cb_kernels *inner) {
-    static cb_kernels t;
-    k_inner = inner;
-    t = *inner;
-    t.layernorm_forward = k_ln_f, t.layernorm_backward = k_ln_b;
-    t.matmul_forward = k_mm_f, t.matmul_backward = k_mm_b, t.matmul_backward_dw_rows = k_mm_rows;
-    t.head_forward = k_hd_f, t.head_backward = k_hd_b;
-    t.attention_forward = k_at_f, t.attention_backward = k_at_b;
-    t.gelu_forward = k_ge_f, t.gelu_backward = k_ge_b;
-    t.residual_forward = k_res;
-    return &t;
-}
-
-/* steps forward + backward on deterministic tokens (B,T); the counters and
- * timings of the last one, the heap growth of all */
-static void run_steps(cb_grid *g, cb_gpt *m, int B, int T, int V, int steps, double *f) {
-    int N = B * T;
+/* steps forward + backward (cb_graph_grad_step: no update) on
+ * deterministic tokens; the counters and timings of the last one */
+static int run_steps(cb_grid *g, cb_model *m, cb_prof *prof, int steps, double *f, cb_err *e) {
+    int N = m->B * m->T, V = m->layers[0]->emb.V;
     int *ids = malloc(sizeof(int) * 2 * (size_t)N), *tg = ids + N;
-    if (!ids) cb_comm_fatal("out of memory for benchmark tokens");
+    if (!ids) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
     for (int i = 0; i < N; i++) ids[i] = (i * 7 + 3) % V, tg[i] = (i * 13 + 5) % V;
     double cpu = 0, wall = 0;
     for (int s = 0; s < steps; s++) {
         reset_comm(g);
+        cb_prof_reset(prof);
         MPI_Barrier(g->world.comm);
         double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = MPI_Wtime();
-        k_cpu = 0;
-        cb_gpt_zero_grad(m);
-        cb_gpt_forward(m, ids, tg, B, T);
-        cb_gpt_backward(m, 1.0f);
+        memset(m->grads, 0, sizeof(float) * m->pt.nparams);
+        cb_graph_grad_step(m, ids, tg);
         cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
         wall = MPI_Wtime() - w0;
     }
-    f[F_ACT_SCRATCH] = (double)m->L->scratch_bytes;
     f[F_CPU] = cpu;
-    f[F_KCPU] = k_cpu;
+    for (int k = 0; k < PROF_N; k++) f[F_KCPU] += cb_prof_ms(prof, k) / 1e3;
     f[F_WALL] = wall;
     count_comm(g, f);
     free(ids);
+    return CB_OK;
 }
 
 static double rss_bytes(void) {
@@ -288,43 +211,56 @@ static void report(const tp_bench *b, const cb_grid *g, const double *all, doubl
     fflush(stdout);
 }
 
-static int tp_step(const tp_bench *b, cb_err *e) {
+/* The GPT graph on tp ranks of mode: the layout's options set before
+ * the build, so its workspace is planned for them. */
+static int build(const tp_bench *b, cb_dist **d, cb_model **m, cb_err *e) {
     cb_tp_mode mode;
     int rc = cb_grid_parse_mode(b->mode, &mode, e);
-    cb_grid g;
-    if (!rc) rc = cb_grid_create(&g, 1, 1, b->tp, mode, e);
-    if (rc) return rc;
-    cb_layout *L = NULL;
-    cb_gpt *m = NULL;
-    rc = cb_layout_create(&g, &L, e);
-    if (!rc) {
-        L->save_gathered = strcmp(b->save, "shard") != 0;
-        L->overlap_chunks = b->chunks;
-        cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
-        rc = gpt_create(&c, b->batch, b->seq_len, L, NULL, &m, e);
+    if (!rc) rc = cb_dist_tensor(d, b->tp, mode, e);
+    if (rc) return cb_comm_agree_err(cb_comm_world(), e);
+    (*d)->L->save_gathered = strcmp(b->save, "shard") != 0;
+    (*d)->L->overlap_chunks = b->chunks;
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->vocab};
+    cb_adamw_config opt = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .steps = 1};
+    *m = cb_model_new(*d, b->batch, b->seq_len);
+    if (*m) cb_model_declare_gpt(*m, &c);
+    return cb_model_build(*m, 1337, &opt, e);
+}
+
+static int tp_step(const tp_bench *b, cb_err *e) {
+    cb_dist *d = NULL;
+    cb_model *m = NULL;
+    int rc = build(b, &d, &m, e);
+    if (rc) {
+        cb_model_free(m);
+        if (d) cb_dist_free(d);
+        return rc;
     }
-    rc = cb_comm_agree_err(&g.world, e);
-    if (rc) return rc;
-    cb_gpt_init_random(m, 1337);
-    L->k = timed_kernels(L->k);
+    cb_grid *g = &d->g;
+    cb_layout *L = d->L;
+    cb_prof prof;
+    cb_prof_init(&prof, L->k);
+    prof.thread_cpu = 1; /* ranks share the cores */
+    L->k = cb_prof_kernels(&prof);
     double f[2 * NF] = {0}, *fm = f + NF;
-    run_steps(&g, m, b->batch, b->seq_len, b->vocab, b->steps, f);
+    rc = run_steps(g, m, &prof, b->steps, f, e);
     f[F_PARAM] = 8.0 * (double)m->pt.nparams;
-    f[F_ACT_MODEL] = 4.0 * (double)m->act_floats;
+    f[F_ACT_MODEL] = (double)cb_model_activation_bytes(m);
+    f[F_ACT_SCRATCH] = (double)cb_layout_workspace_bytes(L);
     f[F_RSS] = rss_bytes();
     totals(f);
     cb_plan_shape s = {(double)b->batch * b->seq_len, b->batch, b->seq_len, b->d_model, b->heads,
                b->vocab, b->layers};
-    formula(&s, &g, L->save_gathered, fm);
-    double *all = g.world_rank == 0 ? malloc(sizeof(double) * 2 * NF * g.world_size) : NULL;
-    MPI_Gather(f, 2 * NF, MPI_DOUBLE, all, 2 * NF, MPI_DOUBLE, 0, g.world.comm);
-    double q = mode == CB_TP_1D ? b->tp : mode == CB_TP_2D ? g.q : (double)g.q * g.q;
-    if (all) report(b, &g, all, cb_plan_pad(b->vocab, q));
+    formula(&s, g, L->save_gathered, fm);
+    double *all = g->world_rank == 0 ? malloc(sizeof(double) * 2 * NF * g->world_size) : NULL;
+    MPI_Gather(f, 2 * NF, MPI_DOUBLE, all, 2 * NF, MPI_DOUBLE, 0, g->world.comm);
+    double q = g->mode == CB_TP_1D ? b->tp : g->mode == CB_TP_2D ? g->q : (double)g->q * g->q;
+    if (all) report(b, g, all, cb_plan_pad(b->vocab, q));
     free(all);
-    cb_gpt_free(m);
-    cb_layout_free(L);
-    cb_grid_free(&g);
-    return CB_OK;
+    L->k = prof.inner;
+    cb_model_free(m);
+    cb_dist_free(d);
+    return rc;
 }
 
 /* ------------------------------------------------------------ the comparison (parent) */

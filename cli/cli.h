@@ -38,6 +38,15 @@ void cli_mpirun_allow_root(void);
 struct cb_train_opts;
 int cli_train_check_auto(const struct cb_train_opts *o, const char *layout, cb_err *e);
 int cli_train_auto(struct cb_train_opts *o, const char *cluster, int world, int rank, cb_err *e);
+/* `cubist train`'s progress line and --log file (cli/train_log.c): the sink
+ * cb_train_run hands its step records to on world rank 0. */
+#include "train/train.h"
+typedef struct cli_train_log {
+    const cb_train_opts *o;
+    FILE *f;
+    int tty;
+} cli_train_log;
+cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

@@ -162,6 +162,9 @@ int cmd_train(int argc, char **argv) {
          "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
         {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
                                        "machine's `cubist plan --calibrate`)"},
+        {"max-memory", ARG_STR, &o.max_memory,
+         "bytes a rank may plan (K, M, G: powers of 1024); over it the build ends with one "
+         "line and status 4"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
          "apart) or sparse (all-gather rows, as TF+Horovod)"},
@@ -187,10 +190,14 @@ int cmd_train(int argc, char **argv) {
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
     cb_comm *w = cb_comm_world();
-    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &e)) {
+    cli_train_log log;
+    cb_train_sink sink = cli_train_sink(&log, &o);
+    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e)) {
         char msg[sizeof e.msg + 8];
         snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
-        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED : 1, msg);
+        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED
+                                          : e.code == CB_ENOMEM  ? 4
+                                                                 : 1, msg);
     }
     cb_comm_finalize();
     return 0;

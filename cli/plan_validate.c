@@ -203,7 +203,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     double pb = p->tp_bytes + pp0 * (p->pp_bytes - lb) + lb + p->dp_bytes;
     double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
     /* train logs the graph engine's planned activations; bench --tp-step
-     * runs src/model's GPT: its activations and the layout's scratch */
+     * reports one micro-batch's plan and the layout's planned workspace */
     double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);

@@ -59,56 +59,17 @@ typedef struct cb_tensor_info {
                       replicated shard has one owner among its copies) */
 } cb_tensor_info;
 
-typedef struct cb_gpt cb_gpt;
-
-/* Builds a model for micro-batches of at most B x T tokens (T <= seq_len).
- * Parameters are zero until cb_gpt_init_random or a load. */
-int cb_gpt_create(const cb_gpt_config *c, int B, int T, cb_gpt **out, cb_err *e);
-void cb_gpt_free(cb_gpt *m);
-const cb_gpt_config *cb_gpt_get_config(const cb_gpt *m);
-
-/* GPT-2 initialisation: N(0, 0.02), residual projections scaled by
- * 1/sqrt(2L), biases zero, LayerNorm weight one. Deterministic in seed. */
-void cb_gpt_init_random(cb_gpt *m, uint64_t seed);
-
-size_t cb_gpt_num_params(const cb_gpt *m);
-int cb_gpt_num_tensors(const cb_gpt *m);
-const cb_tensor_info *cb_gpt_tensor(const cb_gpt *m, int i);
-float *cb_gpt_params(cb_gpt *m);
-float *cb_gpt_grads(cb_gpt *m);
-
-/* Forward on inp (B,T) token ids. With targets, returns the mean
- * cross-entropy over the B*T tokens; without (NULL), returns 0 and leaves the
- * probabilities of the next token readable through cb_gpt_probs. */
-float cb_gpt_forward(cb_gpt *m, const int *inp, const int *targets, int B, int T);
-/* Probabilities (B,T,V) of the last forward without targets. */
-const float *cb_gpt_probs(const cb_gpt *m);
-void cb_gpt_zero_grad(cb_gpt *m);
-/* Backward of the last forward; the loss gradient is scaled by dloss_scale
- * (1/grad_accum for accumulation). Parameter gradients accumulate. */
-void cb_gpt_backward(cb_gpt *m, float dloss_scale);
-
-/* Called during backward as soon as the gradients of tensors [first, last]
- * (indices into the tensor table) are final for this micro-batch; data
- * parallelism starts its reductions from here. Also called with
- * first > last between operators (nothing new is final): a chance to
- * progress communication in flight. */
-typedef void (*cb_grad_ready_fn)(void *ctx, int first, int last);
-void cb_gpt_set_grad_hook(cb_gpt *m, cb_grad_ready_fn fn, void *ctx);
-
 /* FLOPs per token of one training step (forward + backward):
  * 6 * N_params + 12 * L * C * T (attention scores and context, no causal
  * discount). */
 double cb_gpt_flops_per_token(const cb_gpt_config *c, int T);
 
-/* Checkpoints: safetensors with Hugging Face GPT-2 names and shapes; the
- * config travels in __metadata__ (n_layer, d_model, n_head, seq_len, vocab). */
-int cb_gpt_save(cb_gpt *m, const char *path, cb_err *e);
-/* Reads the config of a weights file: from its metadata, or inferred from
- * the shapes (then n_head must be given: pass the caller's value in c). */
+/* Weights files are safetensors with Hugging Face GPT-2 names and shapes
+ * (cb_model_save of the GPT of cb_model_declare_gpt); the config travels
+ * in __metadata__ (n_layer, d_model, n_head, seq_len, vocab). Reads the
+ * config of such a file: from its metadata, or inferred from the shapes
+ * (then n_head must be given: pass the caller's value in c). */
 int cb_gpt_config_from_file(const char *path, cb_gpt_config *c, cb_err *e);
-/* Loads weights; every tensor must be present with the model's shape. */
-int cb_gpt_load(cb_gpt *m, const char *path, cb_err *e);
 
 /* ---------------------------------------------------------------- optimizer */
 typedef struct cb_adamw_config {

@@ -129,7 +129,7 @@ else
     fail "mlp_lm --shared-skip serial run: $(tail -n 2 "$d/skip.serial.log")"
 fi
 
-# tiny_gpt: its initial weights, the built-in GPT trained from them (the
+# tiny_gpt: its initial weights, cubist train's GPT trained from them (the
 # reference's step-1 gradients for the key-bias check), its serial run
 gpt=(--data "$d/train.bin" --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 256 --batch 8
      --steps 30 --shuffle 0 --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 1 --eps 1e-6

@@ -1,10 +1,10 @@
-/* Loads a published (Hugging Face shaped) GPT-2 file through both model
- * paths and writes the next-token probabilities of one sequence, for
- * tests/torch/hf_gpt2.py to compare with PyTorch:
+/* Loads a published (Hugging Face shaped) GPT-2 file into the GPT graph
+ * (cb_model_declare_gpt + cb_model_load: what cubist train --init and
+ * cubist sample run) and writes the next-token probabilities of one
+ * sequence, for tests/torch/hf_gpt2.py to compare with PyTorch:
  *   test_hf_load FILE HEADS OUT.safetensors ID,ID,...
- * OUT holds "gpt" (the built-in model: cubist train --init, cubist sample)
- * and "graph" (cb_model_declare_gpt + cb_model_load), each (T, V). The
- * graph model's context is T, so T must be the file's seq_len. */
+ * OUT holds "graph", (T, V). The model's context is T, so T must be the
+ * file's seq_len. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +15,6 @@ static int parse_ids(const char *s, int *ids, int cap) {
     int n = 0;
     for (char *end; *s && n < cap; s = *end ? end + 1 : end) ids[n++] = (int)strtol(s, &end, 10);
     return n;
-}
-
-static int builtin_probs(const char *path, cb_gpt_config *c, const int *ids, int T, float *out, cb_err *e) {
-    cb_gpt *m = NULL;
-    int rc = cb_gpt_config_from_file(path, c, e);
-    if (!rc) rc = cb_gpt_create(c, 1, T, &m, e);
-    if (!rc) rc = cb_gpt_load(m, path, e);
-    if (!rc) {
-        cb_gpt_forward(m, ids, NULL, 1, T);
-        memcpy(out, cb_gpt_probs(m), sizeof(float) * T * c->vocab);
-    }
-    cb_gpt_free(m);
-    return rc;
 }
 
 static int graph_probs(cb_dist *d, const char *path, const cb_gpt_config *c, const int *ids, int T, float *out,
@@ -54,12 +41,12 @@ int main(int argc, char **argv) {
     }
     int ids[1024], T = parse_ids(argv[4], ids, 1024);
     cb_gpt_config c = {.n_head = atoi(argv[2])};
-    float *p = NULL, *g = NULL;
-    int rc = builtin_probs(argv[1], &c, ids, T, (p = malloc(sizeof(float) * T * 65536)), &e);
+    float *g = NULL;
+    int rc = cb_gpt_config_from_file(argv[1], &c, &e);
     if (!rc) rc = graph_probs(d, argv[1], &c, ids, T, (g = malloc(sizeof(float) * T * c.vocab)), &e);
-    cb_st_entry t[2] = {{"gpt", 2, {T, c.vocab}, p}, {"graph", 2, {T, c.vocab}, g}};
-    if (!rc) rc = cb_st_write(argv[3], t, 2, NULL, 0, &e);
-    free(p), free(g);
+    cb_st_entry t[1] = {{"graph", 2, {T, c.vocab}, g}};
+    if (!rc) rc = cb_st_write(argv[3], t, 1, NULL, 0, &e);
+    free(g);
     if (rc) cb_dist_exit(d, &e);
     cb_dist_finalize(d);
     return 0;

@@ -5,19 +5,17 @@
  * of a replicated one) with the serial result, to 1e-5 relative. Also
  * measures the traffic of one layer's four linears against
  * (q-1)/q^3 (32 N h + 24 h^2) elements in 24 collectives. Then the GPT
- * built on the layout against the serial GPT (no trainer): SGD steps of two
- * accumulated micro-batches; every loss, the first step's gradients and the
- * final parameters.
+ * graph (cb_model_declare_gpt) built on the 3-D layout against the serial
+ * one (no trainer, tests/gpt_pair.h): SGD steps of two accumulated
+ * micro-batches; every loss, the first step's gradients and the final
+ * parameters.
  * Alone (one process) it prints a note and checks nothing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-#include "comm/grid.h"
-#include "layout/layout.h"
-#include "model/gpt_internal.h"
+#include "gpt_pair.h"
 #include "util/rng.h"
 
 #define TOL 1e-5
@@ -353,35 +351,9 @@ static void test_traffic(int N, int C) {
                (unsigned long long)mx[0], (unsigned long long)mx[1], want, want_calls);
 }
 
-/* Worst relative error (max |diff| / max |ref| per tensor) of a
- * parameter-shaped block of m against the same block of the serial s;
- * every tensor gathered to tensor rank 0. */
-static double gpt_diff(cb_gpt *s, cb_gpt *m, const float *sb, const float *mb, int *worst) {
-    double w = 0.0;
-    for (int i = 0; i < m->pt.n; i++) {
-        const cb_tensor_info *t = &m->pt.t[i];
-        const cb_tensor_split *sp = &m->pt.split[i];
-        int two = t->ndim == 2;
-        size_t n = cb_ptable_full_numel(&m->pt, i);
-        float *full = zeros(n);
-        cb_layout_gather(L, sp->kind, two ? t->shape[0] : 1, two ? t->shape[1] : t->shape[0],
-                         sp->parts, sp->parity, mb + t->offset, full);
-        const float *ref = sb + s->pt.t[i].offset;
-        double d = 0.0, mx = 0.0;
-        for (size_t k = 0; k < n; k++) {
-            d = fmax(d, fabs((double)full[k] - ref[k]));
-            mx = fmax(mx, fabs(ref[k]));
-        }
-        if (L->tp_rank == 0 && d / fmax(mx, 1e-30) > w) w = d / fmax(mx, 1e-30), *worst = i;
-        free(full);
-    }
-    cb_comm_allreduce_f64(&G.tpg, "test", NULL, &w, 1, CB_COMM_MAX);
-    return w;
-}
-
 /* every element of every tensor owned by exactly one tensor rank: the
  * owned shard sizes add up to the (padded) full size */
-static void test_owners(cb_gpt *m) {
+static void test_owners(cb_model *m) {
     int bad = 0;
     for (int i = 0; i < m->pt.n; i++) {
         cb_shard sh = cb_ptable_shard(&m->pt, i, L->tp_rank);
@@ -395,44 +367,42 @@ static void test_owners(cb_gpt *m) {
                bad ? "FAIL" : "PASS", L->q, m->pt.n);
 }
 
-static void gpt_step(cb_gpt *m, const int *ids, int B, int T, float *loss) {
-    cb_gpt_zero_grad(m);
-    *loss = 0.0f;
-    for (int k = 0; k < 2; k++) {
-        *loss += 0.5f * cb_gpt_forward(m, ids + 2 * k * B * T, ids + (2 * k + 1) * B * T, B, T);
-        cb_gpt_backward(m, 0.5f);
-    }
+/* The GPT graph on a 3-D layout (X^ kept as L's) and serially. */
+static int gpt_pair(const cb_gpt_config *c, int B, cb_dist **ds, cb_dist **d, cb_model **s,
+                    cb_model **m, cb_err *e) {
+    int rc = cb_dist_tensor(d, G.world_size, CB_TP_3D, e);
+    if (!rc) rc = cb_dist_tensor(ds, 0, CB_TP_1D, e);
+    if (rc) return rc;
+    (*d)->L->save_gathered = L->save_gathered;
+    *s = pair_build(*ds, c, B, 2, 11, e);
+    *m = *s ? pair_build(*d, c, B, 2, 11, e) : NULL;
+    return *m ? CB_OK : e->code;
 }
 
 /* the GPT on the 3-D layout against the serial GPT for `steps` SGD steps */
 static void test_gpt(int layers, int C, int NH, int B, int T, int V, int steps) {
     cb_gpt_config c = {.n_layer = layers, .d_model = C, .n_head = NH, .seq_len = T, .vocab = V};
-    cb_gpt *s = NULL, *m = NULL;
+    cb_dist *ds = NULL, *d = NULL;
+    cb_model *s = NULL, *m = NULL;
     cb_err e = {0};
-    if (cb_gpt_create(&c, B, T, &s, &e) || gpt_create(&c, B, T, L, NULL, &m, &e)) {
+    if (gpt_pair(&c, B, &ds, &d, &s, &m, &e)) {
         failed++;
         if (G.world_rank == 0) printf("FAIL gpt: %s\n", e.msg);
         return;
     }
-    cb_gpt_init_random(s, 11);
-    cb_gpt_init_random(m, 11);
     if (L->save_gathered) test_owners(m);
-    int *ids = malloc(sizeof(int) * 4 * B * T), wi = 0;
+    int N = B * T, *ids = malloc(sizeof(int) * 4 * N), wi = 0;
     double wl = 0.0, wg = 0.0;
     for (int step = 0; step < steps; step++) {
-        for (int k = 0; k < 4 * B * T; k++) ids[k] = (int)cb_rng_below(&R, (uint64_t)V);
-        float ls, lm;
-        gpt_step(s, ids, B, T, &ls);
-        gpt_step(m, ids, B, T, &lm);
+        for (int k = 0; k < 4 * N; k++) ids[k] = (int)cb_rng_below(&R, (uint64_t)V);
+        float ls = pair_grads(s, ids, ids + 2 * N), lm = pair_grads(m, ids, ids + 2 * N);
         wl = fmax(wl, fabs((double)ls - lm) / fabs((double)ls));
-        if (step == 0) wg = gpt_diff(s, m, s->grads, m->grads, &wi);
-        float *ps = cb_gpt_params(s), *pm = cb_gpt_params(m);
-        const float *gs = cb_gpt_grads(s), *gm = cb_gpt_grads(m);
-        for (size_t k = 0; k < s->pt.nparams; k++) ps[k] -= 0.3f * gs[k];
-        for (size_t k = 0; k < m->pt.nparams; k++) pm[k] -= 0.3f * gm[k];
+        if (step == 0) wg = pair_diff(s, m, s->grads, m->grads, &wi);
+        pair_sgd(s, 0.3f);
+        pair_sgd(m, 0.3f);
     }
     int wp = 0;
-    double dp = gpt_diff(s, m, s->params, m->params, &wp);
+    double dp = pair_diff(s, m, s->params, m->params, &wp);
     const char *st = L->save_gathered ? "gathered" : "shard";
     int ok[3] = {wl <= TOL, wg <= TOL, dp <= TOL};
     for (int k = 0; k < 3; k++) failed += !ok[k];
@@ -445,8 +415,10 @@ static void test_gpt(int layers, int C, int NH, int B, int T, int V, int steps) 
                L->q, st, dp, m->pt.t[wp].name);
     }
     free(ids);
-    cb_gpt_free(s);
-    cb_gpt_free(m);
+    cb_model_free(s);
+    cb_model_free(m);
+    cb_dist_free(ds);
+    cb_dist_free(d);
 }
 
 static void test_check(int B, int T, int C, int NH, int V) {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gpt_internal.h"
+#include "graph/graph.h"
 #include "pipeline/partition.h"
 
 static int fails;
@@ -22,6 +22,31 @@ static int fails;
 static void check(int ok, const char *name, const char *detail) {
     if (!ok) fails++;
     printf("%s %s: %s\n", ok ? "PASS" : "FAIL", name, detail);
+}
+
+/* The GPT graph's partition modules (the embedding, each block, the
+ * head: cubist train's units) for micro-batches of B x T, with the block
+ * memory of recompute rec (NULL none; method, layers as the flags) on nvs
+ * pipeline stages. */
+static void gpt_modules(cb_gpt_config g, int B, int T, const char *rec, const char *method,
+                        int layers, int nvs, cb_pp_module *mod) {
+    cb_dist *d = NULL;
+    cb_err e = {0};
+    if (cb_dist_tensor(&d, 0, CB_TP_1D, &e) || cb_dist_recompute(d, rec, method, layers, layers != 0, &e)) {
+        printf("FAIL modules: %s\n", e.msg);
+        exit(1);
+    }
+    d->block_units = 1, d->M = 1;
+    g.seq_len = T;
+    cb_model *m = cb_model_new(d, B, T);
+    cb_model_declare_gpt(m, &g);
+    m->P = nvs; /* the stages block recompute's first-n share spreads over */
+    if (cb_graph_modules(m, mod, g.n_layer + 2) != g.n_layer + 2) {
+        printf("FAIL modules of the GPT graph\n");
+        exit(1);
+    }
+    cb_model_free(m);
+    cb_dist_free(d);
 }
 
 /* Smallest maximum over every placement of p-1 cuts among n-1 gaps. */
@@ -77,7 +102,7 @@ static void unequal(void) {
     cb_gpt_config g = {8, 64, 4, 32, 8192};
     cb_pp_module m[10];
     double cost[10];
-    cb_pp_gpt_modules(&g, 4, 32, NULL, 4, m);
+    gpt_modules(g, 4, 32, NULL, NULL, 0, 4, m);
     cb_pp_module_costs(m, 10, 0.8, cost);
     cb_pp_partition_auto(cost, 10, 4, &a, &e);
     cb_pp_partition_equal(cost, 10, 4, &q, &e);
@@ -107,7 +132,7 @@ static void memory_weight(void) {
      * compute, so weighting memory shrinks the embedding's stage */
     cb_gpt_config g = {12, 64, 4, 64, 4096};
     cb_pp_module m[14];
-    cb_pp_gpt_modules(&g, 4, 64, NULL, 2, m);
+    gpt_modules(g, 4, 64, NULL, NULL, 0, 2, m);
     cb_pp_module_costs(m, 14, 0.2, lo);
     cb_pp_module_costs(m, 14, 0.8, hi);
     cb_pp_partition_auto(lo, 14, 2, &a, &e);
@@ -192,7 +217,7 @@ static void interleaved(void) {
     cb_gpt_config g = {12, 768, 12, 64, 50304};
     cb_pp_module m[14];
     double cost[14];
-    cb_pp_gpt_modules(&g, 1, 64, NULL, 8, m);
+    gpt_modules(g, 1, 64, NULL, NULL, 0, 8, m);
     const double ws[2] = {0.0, 0.8};
     for (int i = 0; i < 2; i++) {
         cb_pp_module_costs(m, 14, ws[i], cost);
@@ -218,12 +243,13 @@ static void recompute_costs(void) {
     cb_gpt_config g = {12, 64, 4, 256, 256};
     int B = 4, T = 256, nvs = 4;
     double N = (double)B * T, in = 4 * N * 64;
-    gpt_rc rcs[5] = {{0}, {GPT_RECOMPUTE_BLOCK, 0, 0}, {GPT_RECOMPUTE_BLOCK, 2, 1},
-                     {GPT_RECOMPUTE_SELECTIVE, 0, 0}, {GPT_RECOMPUTE_BLOCK, 2, 0}};
+    struct { const char *rec, *method; int layers; } rcs[5] = {
+        {NULL, NULL, 0}, {"block", NULL, 0}, {"block", "uniform", 2}, {"selective", NULL, 0},
+        {"block", NULL, 2}};
     double a[5];
     cb_pp_module m[14];
     for (int i = 0; i < 5; i++) {
-        cb_pp_gpt_modules(&g, B, T, &rcs[i], nvs, m);
+        gpt_modules(g, B, T, rcs[i].rec, rcs[i].method, rcs[i].layers, nvs, m);
         a[i] = m[1].act_bytes;
     }
     double full = a[0], part = 2.0 / 3 * in + 1.0 / 3 * full; /* 2 of ~3 blocks per stage rerun */
@@ -236,47 +262,16 @@ static void recompute_costs(void) {
     cb_pp_partition pn, pb;
     cb_err e;
     g = (cb_gpt_config){12, 64, 4, 64, 4096}, T = 64;
-    cb_pp_gpt_modules(&g, B, T, NULL, nvs, m);
+    gpt_modules(g, B, T, NULL, NULL, 0, nvs, m);
     cb_pp_module_costs(m, 14, 0.8, cn);
     cb_pp_partition_auto(cn, 14, nvs, &pn, &e);
-    cb_pp_gpt_modules(&g, B, T, &rcs[1], nvs, m);
+    gpt_modules(g, B, T, "block", NULL, 0, nvs, m);
     cb_pp_module_costs(m, 14, 0.8, cb);
     cb_pp_partition_auto(cb, 14, nvs, &pb, &e);
     snprintf(d, sizeof d, "L=12 V=4096 T=64 p=4 w=0.8: first stage [0,%d) with none, [0,%d) with "
              "block recompute (blocks weigh less against the embedding's wte)", pn.bound[1],
              pb.bound[1]);
     check(pb.bound[1] < pn.bound[1], "the partition follows --recompute", d);
-}
-
-/* The profiling pass times every module itself: a timer that reports
- * module i as i + 1 ms must come back as exactly that (a block's time
- * copied to every block would not), and the real pass on a small GPT
- * gives every module a positive time (no timing is compared: the machine
- * may be loaded). */
-static int fake_timer(void *ctx, int mod, double *ms, cb_err *e) {
-    (void)ctx, (void)e;
-    *ms = mod + 1;
-    return CB_OK;
-}
-
-static void profiling(void) {
-    cb_pp_module m[10];
-    memset(m, 0, sizeof m);
-    cb_err e;
-    int ok = !cb_pp_profile_modules(m, 10, fake_timer, NULL, &e);
-    for (int i = 0; i < 10; i++) ok &= m[i].time_ms == i + 1;
-    check(ok, "profiling: each module timed on its own", "fake timer: module i -> i + 1 ms, all 10 kept");
-    cb_gpt_config g = {4, 64, 4, 32, 4096};
-    cb_pp_module r[6];
-    cb_pp_gpt_modules(&g, 2, 32, NULL, 2, r);
-    ok = !cb_pp_gpt_profile(&g, 2, 32, 2, r, &e);
-    char d[200];
-    int n = snprintf(d, sizeof d, "L=4 d64 V=4096 B=2 T=32, ms:");
-    for (int i = 0; i < 6; i++) {
-        ok &= r[i].time_ms > 1e-6;
-        n += snprintf(d + n, sizeof d - n, " %s %.3f", r[i].name, r[i].time_ms);
-    }
-    check(ok, "profiling: the real pass times every module", d);
 }
 
 static void parse(void) {
@@ -297,13 +292,15 @@ static void parse(void) {
     check(bad, "more stages than modules refused", e.msg);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    cb_err e = {0};
+    if (cb_comm_init(&argc, &argv, &e)) return 1;
     optimality();
     unequal();
     memory_weight();
     interleaved();
     recompute_costs();
-    profiling();
     parse();
+    cb_comm_finalize();
     return fails != 0;
 }

@@ -3,8 +3,8 @@
 # inputs are checked:
 # - tensor layouts of tests/test_tp_compare.sh (1d:8, 2d:4, 3d:8 gathered and
 #   shard; a padded vocabulary and position rows): the bytes sent, calls,
-#   parameter + gradient bytes and activation + scratch bytes (of the GPT
-#   that bench --tp-step runs, src/model) the planner predicts equal `bench
+#   parameter + gradient bytes and activation + workspace bytes (of the GPT
+#   graph that bench --tp-step runs) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
 # - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
 #   and one rank with --recompute block

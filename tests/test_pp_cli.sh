@@ -168,7 +168,7 @@ refuse() { # label np pattern flags...
 refuse "--recompute-layers without block" 2 'needs --recompute block' --pp 2 --recompute-layers 1
 refuse "--recompute-method without block, pp2" 2 'needs --recompute block' --pp 2 --recompute-method uniform
 refuse "--recompute-method without block, pp1" 1 'needs --recompute block' --recompute selective --recompute-method uniform
-refuse "--recompute-method unknown" 1 'use uniform or block' --recompute block --recompute-method every
+refuse "--recompute-method unknown" 1 'use block or uniform' --recompute block --recompute-method every
 # a schedule that cannot run: one line, exit 2 on every rank
 timeout "$(tmo 60)" "${launch[@]}" -np 4 "$C" train "${A[@]}" --pp 4 --schedule 1f1b --virtual-stages 2 >bad.txt 2>&1
 rc=$?

@@ -5,11 +5,14 @@
 # rank: --virtual-stages without --schedule interleaved, interleaved or
 # --partition at --pp 1, --recompute-layers / --recompute-method without
 # --recompute block, unknown values. --no-profile (the partition comes
-# from FLOP counts) is accepted and changes nothing: the same 10-step
-# losses as without it. --max-memory: a model over the limit ends every
-# rank with status 4 (out of memory, not bad input) and one line naming
-# the bytes and the limit, before anything is allocated; under it, the run
-# is the same.
+# from FLOP counts) is accepted under --pp and changes nothing: the same
+# 10-step losses as without it. --max-memory: a model over the limit ends
+# every rank with status 4 (out of memory, not bad input) and one line
+# naming the bytes and the limit, before anything is allocated; under it,
+# the run is the same; `cubist train --max-memory` likewise. One parser's
+# rules (src/api/dist.c, api/flags.h): the user's program and `cubist
+# train` refuse the same bad layout, pipeline, recompute, ZeRO and memory
+# flags with the same line.
 set -u
 . "$(dirname "$0")/launcher.sh"
 root=$ROOT
@@ -28,10 +31,10 @@ refuse() { # label pattern flags...
     else echo "FAIL user model refuses $label: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
 }
 refuse "--virtual-stages 2 with 1f1b" "needs --schedule interleaved" --pp 2 --virtual-stages 2
-refuse "--schedule interleaved at --pp 1" "needs --pp 2 or more" --schedule interleaved
-refuse "--partition at --pp 1" "needs --pp 2 or more" --partition 0,3,13
-refuse "--recompute-layers 1 without block" "applies to --recompute block" --pp 2 --recompute-layers 1
-refuse "--recompute-method uniform with selective" "applies to --recompute block" --pp 2 --recompute selective --recompute-method uniform
+refuse "--schedule interleaved at --pp 1" "needs --pp > 1" --schedule interleaved
+refuse "--partition at --pp 1" "needs --pp > 1" --partition 0,3,13
+refuse "--recompute-layers 1 without block" "needs --recompute block" --pp 2 --recompute-layers 1
+refuse "--recompute-method uniform with selective" "needs --recompute block" --pp 2 --recompute selective --recompute-method uniform
 refuse "--recompute-method zigzag" "use block or uniform" --pp 2 --recompute block --recompute-method zigzag
 refuse "--max-memory 12Q" "takes a size in bytes" --max-memory 12Q
 refuse "--recompute everything" "use none, block or selective" --pp 2 --recompute everything
@@ -60,3 +63,47 @@ if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$EX" --data train.bin --steps 10 -
     /usr/bin/python3 "$root/tests/compare.py" logs c.log a.log --tol 0 \
         --label "user model under --max-memory 2G: the same losses"
 else echo "FAIL user model under --max-memory 2G: $(tail -c 300 c.log)"; fi
+
+"$BUILD/cubist" train --data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 257 \
+    --steps 2 --quiet --max-memory 64K >out.txt 2>&1
+rc=$? n=$(wc -l <out.txt)
+if [ "$rc" = 4 ] && [ "$n" -eq 1 ] && grep -q "needs [0-9]* bytes on world rank 0 (.*), over --max-memory 65536; spread it" out.txt; then
+    echo "PASS cubist train over --max-memory: exit 4, $(cat out.txt)"
+else echo "FAIL cubist train over --max-memory: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
+timeout "$(tmo 120)" "${launch[@]}" -np 2 "$BUILD/cubist" train --data train.bin --layers 2 --d-model 32 \
+    --heads 4 --seq-len 16 --vocab 257 --steps 2 --quiet --pp 2 --max-memory 64K >out.txt 2>&1
+rc=$? n=$(wc -l <out.txt)
+if [ "$rc" = 4 ] && [ "$n" -eq 1 ] && grep -q "over --max-memory 65536" out.txt; then
+    echo "PASS cubist train --pp 2 over --max-memory: exit 4 on every rank, one line"
+else echo "FAIL cubist train --pp 2 over --max-memory: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
+
+# the same bad flags, the same line from both programs (their prefixes aside)
+same() { # flags...
+    "$EX" --data train.bin --steps 2 "$@" >u.txt 2>&1
+    local ru=$?
+    "$BUILD/cubist" train --data train.bin --steps 2 --quiet "$@" >t.txt 2>&1
+    local rt=$?
+    local mu mt
+    mu=$(sed 's/^cubist: \(error: \)\{0,1\}//' u.txt) mt=$(sed 's/^cubist: \(error: \)\{0,1\}//' t.txt)
+    if [ "$ru" = 2 ] && [ "$rt" = 2 ] && [ "$mu" = "$mt" ] && [ "$(wc -l <u.txt)" -eq 1 ]; then
+        echo "PASS one parser: $* refused alike: $mu"
+    else echo "FAIL one parser: $*: user exit $ru '$(head -c 200 u.txt)', train exit $rt '$(head -c 200 t.txt)'"; fi
+}
+same --schedule gpipe
+same --partition equal
+same --no-profile
+same --virtual-stages 0
+same --micro-batches 0
+same --pp 2 --virtual-stages 2
+same --pp 2 --partition-memory-weight 2
+same --recompute all
+same --recompute block --recompute-method zigzag
+same --recompute-layers 2
+same --recompute selective --recompute-method uniform
+same --recompute block --recompute-layers -1
+same --zero 2
+same --dp -1
+same --tp-mode 4d
+same --embed-grad bogus
+same --precision fp8
+same --max-memory 12Q

@@ -105,15 +105,54 @@ static int module_starts(const cb_model *m, int *u) {
     return k;
 }
 
-/* Module k's figures: the sums of its nodes'. */
-static void module_of(const cb_model *m, const int *u, int k, const int *uses, cb_pp_module *x) {
+/* Bytes a node keeps per micro-batch that --recompute selective drops:
+ * the attention probabilities and the GELU output. */
+static double dropped(const cb_model *m, const gnode *n) {
+    double N = (double)m->Bm * m->T, f = sizeof(float);
+    if (n->kind == N_ATTN) return f * N * n->l->heads * m->T;
+    return n->kind == N_GELU ? f * N * m->acts[n->out]->H : 0;
+}
+
+/* A declared block's bytes per micro-batch under block recompute: its
+ * input; uniform groups of k keep every k-th input; the block method's
+ * first n blocks of each of nvs chunks (about nblk / nvs blocks each)
+ * keep their input, the others everything. */
+static double block_kept(const cb_model *m, const gnode *first, double full, int nblk) {
+    const cb_dist *d = m->d;
+    double input = sizeof(float) * (double)m->Bm * m->T * m->acts[first->in[0]]->H;
+    if (d->rc_uniform) return input / (d->rc_layers > 0 ? d->rc_layers : 1);
+    double per = (double)nblk / (m->P * m->v);
+    double share = d->rc_layers == 0 || d->rc_layers >= per ? 1 : d->rc_layers / per;
+    return share * input + (1 - share) * full;
+}
+
+/* Module k's figures: the sums of its nodes', the bytes kept under the
+ * recompute (a block module is a declared block). */
+static void module_of(const cb_model *m, const int *u, int k, const int *uses, int nblk,
+                      cb_pp_module *x) {
     node_module(m, u[k], uses, x);
+    double drop = dropped(m, &m->nodes[u[k]]);
     for (int i = u[k] + 1; i < u[k + 1]; i++) {
         cb_pp_module y;
         node_module(m, i, uses, &y);
         x->flops += y.flops, x->param_bytes += y.param_bytes, x->act_bytes += y.act_bytes;
         if (x->tie < 0) x->tie = y.tie;
+        drop += dropped(m, &m->nodes[i]);
     }
+    const gnode *first = &m->nodes[u[k]];
+    if (m->d->recompute == RC_SELECTIVE) x->act_bytes -= drop;
+    if (m->d->recompute == RC_BLOCK && m->d->block_units && first->seg >= 0 && first->nin)
+        x->act_bytes = block_kept(m, first, x->act_bytes, nblk);
+}
+
+/* The partition's modules of a declared (not yet built) model. */
+static int modules(cb_model *m, int *uses, int *u, cb_pp_module *mod) {
+    int n = module_starts(m, u), nblk = 0;
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
+    for (int k = 0; k < n; k++) nblk += m->nodes[u[k]].seg >= 0;
+    for (int k = 0; k < n; k++) module_of(m, u, k, uses, nblk, &mod[k]);
+    return n;
 }
 
 static int partition(cb_model *m, cb_err *e) {
@@ -124,10 +163,7 @@ static int partition(cb_model *m, cb_err *e) {
     double *cost = calloc((size_t)m->nnodes + 1, sizeof *cost);
     cb_pp_partition pt;
     int rc = uses && u && mod && cost ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory partitioning");
-    int n = rc ? 0 : module_starts(m, u);
-    for (int i = 0; !rc && i < m->nnodes; i++)
-        if (m->nodes[i].l) uses[m->nodes[i].l->idx]++;
-    for (int k = 0; !rc && k < n; k++) module_of(m, u, k, uses, &mod[k]);
+    int n = rc ? 0 : modules(m, uses, u, mod);
     if (!rc && nvs > 1 && d->profile && !strcmp(d->partition, "auto"))
         rc = cb_graph_profile(m, u, n, mod, e);
     if (!rc) cb_pp_module_costs(mod, n, d->mem_weight, cost);
@@ -771,6 +807,17 @@ static int plan_without_recompute(cb_model *m, cb_err *e) {
     }
     m->act_none_bytes = n * sizeof(float);
     return rc;
+}
+
+int cb_graph_modules(cb_model *m, cb_pp_module *mod, int cap) {
+    defaults(m);
+    int *uses = calloc((size_t)m->nlayers + 1, sizeof(int)), *u = calloc((size_t)m->nnodes + 1, sizeof(int));
+    cb_pp_module *all = calloc((size_t)m->nnodes + 1, sizeof *all);
+    int n = uses && u && all ? modules(m, uses, u, all) : -1;
+    if (n > cap) n = -1;
+    if (n > 0) memcpy(mod, all, sizeof *mod * n);
+    free(uses), free(u), free(all);
+    return n;
 }
 
 static int clear_err(cb_err *e) {

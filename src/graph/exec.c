@@ -452,10 +452,7 @@ static void loss_weights(cb_model *m, const int *targets, int nmb) {
     e->loss_scale = c[0] > 0 ? (float)(c[1] / c[0]) : 0.0f;
 }
 
-float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
-                          float *grad_norm) {
-    double t0 = now_ms();
-    m->info = (cb_model_step_info){0};
+float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
@@ -468,9 +465,16 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
         else cb_graph_forward(m, x->chunk, x->mb, 1);
     }
     cb_graph_wait_all(m);
-    double t1 = now_ms();
     tie_grads(m);
-    float loss = step_loss(m, m->M);
+    return step_loss(m, m->M);
+}
+
+float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int step,
+                          float *grad_norm) {
+    double t0 = now_ms();
+    m->info = (cb_model_step_info){0};
+    float loss = cb_graph_grad_step(m, ids, targets);
+    double t1 = now_ms();
     float norm = update(m, step);
     tie_params(m);
     if (m->ntie) cb_kernels_params_written(m->params, m->pt.nparams); /* copies received */

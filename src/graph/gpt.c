@@ -1,10 +1,11 @@
 /* GPT-2 declared from the public layers, with Hugging Face GPT-2's tensor
  * names: the built-in model as a graph, run by the same engine as any
  * user's model. Pre-LN blocks, each a recompute block; GPT-2's
- * initialisation (residual projections at 0.02/sqrt(2L)), so a seed gives
- * cb_gpt_init_random's values. */
+ * initialisation (residual projections at 0.02/sqrt(2L)). Also the
+ * config's checks, its FLOPs and its keys in a weights file's metadata. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "graph/graph.h"
 
@@ -40,4 +41,83 @@ void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c) {
     float resid_sd = 0.02f / sqrtf(2.0f * c->n_layer); /* GPT-2's residual projections */
     for (int l = 0; l < c->n_layer; l++) x = block(m, l, c->d_model, c->n_head, resid_sd, x);
     cb_op_lm_loss(emb, cb_op_layernorm(cb_model_layernorm(m, "ln_f", c->d_model), x));
+}
+
+int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e) {
+    if (c->n_layer < 1 || c->d_model < 1 || c->n_head < 1 || c->seq_len < 1 || c->vocab < 2)
+        return cb_fail(e, CB_EINPUT,
+                       "model size must be positive (layers %d, d-model %d, heads %d, seq-len %d, "
+                       "vocab %d); set --layers --d-model --heads --seq-len --vocab",
+                       c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab);
+    if (c->d_model % c->n_head) {
+        int h = c->n_head;
+        while (c->d_model % h) h--;
+        return cb_fail(e, CB_EINPUT,
+                       "--heads %d does not divide --d-model %d; choose heads that divide d-model "
+                       "(e.g. --heads %d)",
+                       c->n_head, c->d_model, h);
+    }
+    if (c->vocab > 65536)
+        return cb_fail(e, CB_EINPUT, "--vocab %d exceeds 65536, the limit of uint16 token files",
+                       c->vocab);
+    return CB_OK;
+}
+
+double cb_gpt_flops_per_token(const cb_gpt_config *c, int T) {
+    double C = c->d_model, L = c->n_layer;
+    double n = (double)c->vocab * C + (double)c->seq_len * C + 2 * C +
+               L * (12 * C * C + 13 * C);
+    return 6.0 * n + 12.0 * L * C * T;
+}
+
+const char *const cb_gpt_config_keys[5] = {"n_layer", "d_model", "n_head", "seq_len", "vocab"};
+
+static int *config_field(cb_gpt_config *c, int i) {
+    int *f[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
+    return f[i];
+}
+
+/* Without metadata (a file from elsewhere), the sizes follow from shapes. */
+static int infer_config(const cb_st_file *f, const char *path, cb_gpt_config *c, cb_err *e) {
+    const cb_st_tensor *wte = cb_st_find_hf(f, "wte.weight"), *wpe = cb_st_find_hf(f, "wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
+        return cb_fail(e, CB_EINPUT,
+                       "%s: no wte.weight/wpe.weight tensors; is this a GPT-2 safetensors file?",
+                       path);
+    c->vocab = (int)wte->shape[0];
+    c->d_model = (int)wte->shape[1];
+    c->seq_len = (int)wpe->shape[0];
+    c->n_layer = 0;
+    char name[64];
+    for (;;) {
+        snprintf(name, sizeof name, "h.%d.ln_1.weight", c->n_layer);
+        if (!cb_st_find_hf(f, name)) break;
+        c->n_layer++;
+    }
+    if (c->n_head < 1)
+        return cb_fail(e, CB_EINPUT, "%s: no n_head in its metadata; pass --heads", path);
+    return CB_OK;
+}
+
+int cb_gpt_config_from_file(const char *path, cb_gpt_config *c, cb_err *e) {
+    cb_st_file f;
+    int rc = cb_st_open(path, &f, e);
+    if (rc) return rc;
+    int have = 0;
+    for (int i = 0; i < 5; i++) {
+        const char *v = cb_st_meta(&f, cb_gpt_config_keys[i]);
+        if (!v) continue;
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (*end || x < 1 || x > 1 << 30) {
+            cb_st_close(&f);
+            return cb_fail(e, CB_EINPUT, "%s: metadata %s=\"%s\" is not a positive integer", path,
+                           cb_gpt_config_keys[i], v);
+        }
+        *config_field(c, i) = (int)x;
+        have++;
+    }
+    rc = have == 5 ? CB_OK : infer_config(&f, path, c, e);
+    cb_st_close(&f);
+    return rc ? rc : cb_gpt_config_check(c, e);
 }

@@ -62,6 +62,7 @@
 #ifndef CB_GRAPH_H
 #define CB_GRAPH_H
 
+#include "api/flags.h"
 #include "comm/grid.h"
 #include "cubist.h"
 #include "layout/layout.h"
@@ -225,16 +226,33 @@ struct cb_model {
  * tensors, one stage, one micro-batch. */
 int cb_dist_data_parallel(cb_dist **out, int alone, int zero, int embed_grad, double bucket_mb,
                           cb_err *e);
+/* Tensor parallelism alone: tp ranks of mode (tp 0: this rank alone,
+ * serial), one stage, one micro-batch; for tests and benchmarks that set
+ * the layout's options or compare layouts in one process. */
+int cb_dist_tensor(cb_dist **out, int tp, cb_tp_mode mode, cb_err *e);
 void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
 /* Module times of m's partition modules [u[k], u[k+1]) into mod[k].time_ms
  * (profile.c); collective. */
 int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err *e);
+/* The GPT config's metadata keys in weights files (gpt.c): n_layer
+ * d_model n_head seq_len vocab. */
+extern const char *const cb_gpt_config_keys[5];
+/* The pipeline partition's modules of a declared model, before
+ * cb_model_build (FLOPs and bytes per micro-batch, the bytes under d's
+ * recompute): their count (at most cap), -1 on failure. */
+int cb_graph_modules(cb_model *m, cb_pp_module *mod, int cap);
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */
 void cb_graph_forward(cb_model *m, int c, int mb, int train);
 void cb_graph_backward(cb_model *m, int c, int mb);
 void cb_graph_wait_all(cb_model *m);
+/* Forward and backward of every micro-batch of ids in the schedule's
+ * order, the copies of shared tensors added on their owners: the step's
+ * gradients (summed over this rank's micro-batches, not reduced over the
+ * data-parallel ranks) and its mean loss, the same on every rank; no
+ * update. Collective. */
+float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets);
 /* Forward only of the first nmb (<= M) micro-batches of ids: their mean
  * loss, the same on every rank (cb_model_eval: all M). Collective. */
 float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);

@@ -13,6 +13,9 @@ typedef struct cb_prof {
     cb_kernels table; /* first: a kernel called through it gets &table, i.e. the profiler */
     const cb_kernels *inner;
     double ms[PROF_N]; /* milliseconds per class since init or reset */
+    int thread_cpu;    /* 1: the calling thread's CPU time instead of wall time, for ranks
+                          that share cores (one OpenMP thread each): a kernel descheduled
+                          while another rank runs is not charged for it; 0 after init */
 } cb_prof;
 
 /* Wraps inner; cb_prof_kernels(p) is the table to install (valid while p lives). */

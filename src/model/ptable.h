@@ -1,6 +1,6 @@
 /* The parameter table: every tensor of a model with its full shape, how the
  * layout splits it, and where this rank's shard sits in the flat parameter
- * block. Shared by the built-in GPT and by users' models (src/api). */
+ * block. Every model's (src/graph). */
 #ifndef CB_PTABLE_H
 #define CB_PTABLE_H
 

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "layout/layout.h"
-#include "model/gpt_internal.h"
 
 static double mem_of(const cb_pp_module *m) { return 3.0 * m->param_bytes + m->act_bytes; }
 
@@ -305,105 +304,4 @@ void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_modul
                     m[j].name, sj,
                     si == sj ? ", one copy" : ": a copy on each, gradients summed every step");
         }
-}
-
-/* Bytes a block keeps per micro-batch under rc: everything (16 N C + 4 N
- * floats and the attention probabilities), selective without the
- * probabilities and the GELU output, block recompute its input (uniform
- * groups of k: every k-th input). The block method's first `layers`
- * blocks of each stage: a stage holds about L / nvs blocks, so that share
- * of the blocks keeps only its input. The activation sets rerun blocks
- * share are per stage, not per micro-batch, and not counted here. */
-static double block_act_bytes(const cb_gpt_config *c, double B, int T, const gpt_rc *rc,
-                              int nvs) {
-    double C = c->d_model, N = B * T, f = sizeof(float);
-    double full = f * (N * (16 * C + 4) + B * c->n_head * T * T), input = f * N * C;
-    if (!rc || rc->mode == GPT_RECOMPUTE_NONE) return full;
-    if (rc->mode == GPT_RECOMPUTE_SELECTIVE) return f * N * (12 * C + 4);
-    if (rc->uniform) return input / rc->layers;
-    double per_stage = (double)c->n_layer / (nvs > 0 ? nvs : 1);
-    double share = rc->layers == 0 || rc->layers >= per_stage ? 1 : rc->layers / per_stage;
-    return share * input + (1 - share) * full;
-}
-
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const gpt_rc *rc, int nvs,
-                       cb_pp_module *m) {
-    double C = c->d_model, V = c->vocab, N = (double)B * T, L = c->n_layer, f = sizeof(float);
-    m[0] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_EMBED),
-                          .param_bytes = f * (V + c->seq_len) * C, .act_bytes = f * N * C,
-                          .tie = 0};
-    snprintf(m[0].name, sizeof m[0].name, "embed");
-    for (int l = 1; l <= L; l++) {
-        m[l] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_BLOCK),
-                              .param_bytes = f * (12 * C * C + 13 * C),
-                              .act_bytes = block_act_bytes(c, B, T, rc, nvs), .tie = -1};
-        snprintf(m[l].name, sizeof m[l].name, "h.%d", l - 1);
-    }
-    m[c->n_layer + 1] = (cb_pp_module){.flops = gpt_module_flops(c, N, T, GPT_MOD_HEAD),
-                                       .param_bytes = f * (V * C + 2 * C),
-                                       .act_bytes = f * (N * (C + 2) + N * V), .tie = 0};
-    snprintf(m[c->n_layer + 1].name, sizeof m[0].name, "head");
-}
-
-/* Deterministic values of the size of GPT-2's initialisation (|x| <= 0.02)
- * for a profiling model: timing needs no particular weights, and drawing
- * the real ones walks the whole model's random stream for every module. */
-static void fill(float *x, size_t n, uint64_t salt) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t h = (i + salt) * 0x9E3779B97F4A7C15ull;
-        x[i] = (float)((int)(h >> 40 & 4095) - 2048) * (0.02f / 2048);
-    }
-}
-
-typedef struct gpt_prof {
-    const cb_gpt_config *c;
-    int B, T, reps;
-} gpt_prof;
-
-/* Best of reps forward + backward times of module `mod` alone, as a
- * one-stage model on the serial layout, in milliseconds (a first run warms
- * caches up); the stage's input and output gradient are filler values. */
-static int time_module(void *ctx, int mod, double *ms, cb_err *e) {
-    const gpt_prof *P = ctx;
-    gpt_stage_opts st = {mod, mod + 1, 1, {0}};
-    cb_gpt *g;
-    int rc = gpt_create_serial(P->c, P->B, P->T, &st, &g, e), N = P->B * P->T;
-    if (rc) return rc;
-    size_t C = P->c->d_model;
-    int *ids = malloc(sizeof(int) * 2 * (size_t)N);
-    float *dy = malloc(sizeof(float) * (size_t)N * C);
-    if (!ids || !dy) rc = cb_fail(e, CB_ENOMEM, "out of memory profiling");
-    for (int i = 0; !rc && i < 2 * N; i++) ids[i] = (int)(((unsigned)i * 7919u) % P->c->vocab);
-    if (!rc) {
-        fill(g->params, g->pt.nparams, 1);
-        fill(gpt_stage_input(g, 0), (size_t)N * C, 2);
-        fill(dy, (size_t)N * C, 3);
-    }
-    *ms = DBL_MAX;
-    for (int r = 0; !rc && r < P->reps + 1; r++) {
-        double t0 = omp_get_wtime();
-        gpt_stage_forward(g, 0, ids, ids + N, P->B, P->T);
-        gpt_stage_backward(g, 0, 1.0f, dy);
-        double t = (omp_get_wtime() - t0) * 1e3;
-        if (r && t < *ms) *ms = t;
-    }
-    free(ids);
-    free(dy);
-    cb_gpt_free(g);
-    return rc;
-}
-
-int cb_pp_profile_modules(cb_pp_module *m, int n, cb_pp_time_fn fn, void *ctx, cb_err *e) {
-    for (int i = 0; i < n; i++) {
-        double ms = 0;
-        int rc = fn(ctx, i, &ms, e);
-        if (rc) return rc;
-        m[i].time_ms = ms > 1e-6 ? ms : 1e-6;
-    }
-    return CB_OK;
-}
-
-int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e) {
-    gpt_prof P = {c, B, T, reps};
-    return cb_pp_profile_modules(m, c->n_layer + 2, time_module, &P, e);
 }

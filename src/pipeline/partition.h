@@ -74,21 +74,4 @@ void cb_pp_partition_score(cb_pp_partition *pt, const double *cost);
 void cb_pp_partition_print(FILE *f, const cb_pp_partition *pt, const cb_pp_module *m, double w,
                            int nranks);
 
-/* The GPT's L+2 modules (0 embedding, 1..L blocks, L+1 head with its copy
- * of wte) for micro-batches of B x T tokens: FLOPs and bytes from the
- * shapes, serial layout; the blocks' activation bytes are what they keep
- * under recompute rc (NULL: none) on nvs stages (partition.c). */
-struct gpt_rc;
-void cb_pp_gpt_modules(const cb_gpt_config *c, int B, int T, const struct gpt_rc *rc, int nvs,
-                       cb_pp_module *m);
-/* Sets m[i].time_ms (at least 1e-6) of each of n modules from fn, which
- * times module i alone. */
-typedef int (*cb_pp_time_fn)(void *ctx, int module, double *ms, cb_err *e);
-int cb_pp_profile_modules(cb_pp_module *m, int n, cb_pp_time_fn fn, void *ctx, cb_err *e);
-/* The profiling pass of --partition auto: every module of the GPT (the
- * embedding, each block, the head) alone as a one-module stage on this
- * process, serial layout, micro-batches of B x T, filler weights; forward
- * + backward timed reps times after a warm-up run, the best kept. */
-int cb_pp_gpt_profile(const cb_gpt_config *c, int B, int T, int reps, cb_pp_module *m, cb_err *e);
-
 #endif

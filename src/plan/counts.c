@@ -22,18 +22,6 @@ static double ar(double p, double bytes) { return cb_plan_ring_allreduce(p, byte
 
 static double max2(double a, double b) { return a > b ? a : b; }
 
-/* Floats gpt.c plans for the whole model, one slot: x_in; per block ln1,
- * res2, ln2, res3 (a0 each), 4 row statistics, qkv, att, atty, fch,
- * fch_gelu; ln_f output + 2 row statistics; logits (+ losses); backward
- * scratch d_res, d_small, d_qkv, d_big, d_att, proj. a0 / a1: a C-wide
- * activation of parity 0 / 1, q1 and f1: 3C and 4C wide of parity 1.
- * This is `cubist bench --tp-step`'s model (src/model). */
-static double plan_floats(double L, double a0, double rows, double a1, double q1, double f1,
-                          double att, double lg) {
-    double block = 4 * a0 + 4 * rows + q1 + att + a1 + 2 * f1;
-    return a0 + L * block + a0 + 2 * rows + lg + a0 + max2(a0, a1) + q1 + f1 + att + a0;
-}
-
 /* The gradient buffers src/graph/build.c (plan_grads) gives the GPT graph
  * of one chunk holding every node: backward runs loss, ln_f, then per
  * block add2, fc-proj, gelu, fc, ln2, add1, proj, attn, qkv, ln1 (times 1,
@@ -84,6 +72,7 @@ static void graph_act(cb_plan_tp_cost *f, double L, double a0, double rows, doub
     double block = 6 * a0 + a1 + q1 + 2 * f1 + 4 * rows + att;
     f->act_slot_bytes = 4 * (a0 + L * block + a0 + 2 * rows + lg + 1);
     f->act_grad_bytes = 4 * (grad_floats(L, a0, a1, q1, f1) + 1);
+    f->act_model_bytes = f->act_slot_bytes + f->act_grad_bytes + 4; /* + the empty recompute block */
 }
 
 double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
@@ -106,8 +95,6 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
     f->sent[CB_PK_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, 4 * N * C);
     f->calls[CB_PK_HEAD] = 3;
     f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
-    f->act_model_bytes = 4 * plan_floats(L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
-                                     s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
     graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
               s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
     f->act_scratch_bytes = 4 * 3 * N;
@@ -133,7 +120,10 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
  *   params  V_p C/q^2 + T_p C/q^2 + L(12C^2/q^2 + 13C/q) + 2C/q, V_p = V up to q
  *   scratch two X blocks 2 max(4NC, NC)/q^2, two W blocks
  *           2 max(4C^2, V_p C)/q^2, T1 max(NC/q, 4NC/q^2, N V_p/q^2, 4N/q),
- *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, 3N/q), T3 4C/q */
+ *           T2 max(NC/q^2, T_p C/q, 4C^2/q^2, V_p C/q^2, 3N/q), T3 4C/q,
+ *           and the copies of in-place reduces on the row max(4NC, NC)/q^2
+ *           and the column max(4C^2, V_p C)/q^2 (the workspace the layout
+ *           plans at build) */
 static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
     f->sent[CB_PK_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
@@ -148,13 +138,13 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
     f->calls[CB_PK_HEAD] = 6 * q + 3;
     f->param_bytes = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
     double a = N * C / q2;
-    f->act_model_bytes = 4 * plan_floats(L, a, N / q, a, 3 * a, 4 * a,
-                                     (s->B / q) * (s->NH / q) * T * T, (N / q) * (Vp / q) + N / q);
     graph_act(f, L, a, N / q, a, 3 * a, 4 * a, (s->B / q) * (s->NH / q) * T * T,
               (N / q) * (Vp / q) + N / q);
     double t1 = max2(max2(N * C / q, 4 * a), max2(N * Vp / q2, 4 * N / q));
     double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
-    f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q);
+    double reduces = 4 * a + max2(4 * C * C, Vp * C) / q2; /* cb_comm_reserve's copies */
+    f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q +
+                                reduces);
 }
 
 /* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
@@ -176,12 +166,12 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
  *           INPUT) + 16(q^2-1)/q^2 (loss, 1 double over a plane); 9 calls,
  *           re-gathering adds 4(q-1)(NC + V_p C)/q^3 and 2 calls
  *   params  V_p C/q^3 + T_p C/q^3 + L(12C^2/q^3 + 13C/q) + 2C/q, V_p = V up to q^2
- *   scratch gathered: per layer X^ 7NC/q^2 + W^ 12C^2/q^2, head X^ NC/q^2 +
- *           wte^ V_p C/q^2, plus slots: wte^ of the embedding V_p C/q^2; Z, dY^
- *           max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2, V_p C)/q^2;
- *           dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2, T_p C/q) (the
- *           statistics' 2 doubles a row, cross-entropy 3N/q^2) and 2C/q. shard: no kept X^ W^; X^ slot 4NC/q^2 and
- *           the W^ slot max(4C^2, V_p C)/q^2 instead */
+ *   scratch the slots planned at build: X^ 4NC/q^2, W^ max(4C^2, V_p C)/q^2;
+ *           Z, dY^ max(4NC, N V_p)/q^2 each; dX^ 4NC/q^2; dW^ max(4C^2,
+ *           V_p C)/q^2; dW max(4C^2, V_p C)/q^3; reductions max(4C/q, 4N/q^2,
+ *           T_p C/q) (the statistics' 2 doubles a row, cross-entropy 3N/q^2)
+ *           and 2C/q; gathered adds the kept inputs: per layer X^ 7NC/q^2 +
+ *           W^ 12C^2/q^2, head X^ NC/q^2 + wte^ V_p C/q^2 */
 static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
            q2 = q * q, q3 = q2 * q;
@@ -199,16 +189,13 @@ static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_c
     f->calls[CB_PK_HEAD] = 9 + (gathered ? 0 : 2);
     f->param_bytes = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
     double a = N * C / q3;
-    f->act_model_bytes = 4 * plan_floats(L, a, N / q2, a, 3 * a, 4 * a,
-                                     (s->B / q2) * (s->NH / q) * T * T,
-                                     (N / q2) * (Vp / q) + N / q2);
     graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, (s->B / q2) * (s->NH / q) * T * T,
               (N / q2) * (Vp / q) + N / q2);
     double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
     double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +
-                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + 2 * C / q;
-    double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv + wv
-                           : 4 * nx + max2(4 * C * C / q2, wv);
+                   max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + 2 * C / q +
+                   4 * nx + max2(4 * C * C / q2, wv); /* the X^ and W^ slots */
+    double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv : 0;
     f->act_scratch_bytes = 4 * (slots + kept);
 }
 

@@ -24,11 +24,12 @@ typedef struct cb_plan_shape {
 
 /* Per rank, one step (forward + backward, no optimizer): bytes sent as
  * cb_comm counts them (ring volume), collective calls, parameter +
- * gradient bytes (fp32), the activation floats x 4 that `bench --tp-step`'s
- * model plans (act_model_bytes) and the layout's scratch bytes; and the
- * graph engine's plan of `cubist train` (src/graph/build.c): one
- * micro-batch's slot (values and kept state) and the gradient buffers.
- * These equal the counters of a real run. */
+ * gradient bytes (fp32); the graph engine's activation plan of the GPT
+ * (src/graph/build.c) in one chunk: one micro-batch's slot (values and
+ * kept state), the gradient buffers, and their sum for one micro-batch
+ * in flight (act_model_bytes, what `bench --tp-step` measures); and the
+ * layout's workspace planned at build (act_scratch_bytes). These equal
+ * the counters of a real run. */
 typedef struct cb_plan_tp_cost {
     double sent[CB_PK_N], calls[CB_PK_N];
     double param_bytes, act_model_bytes, act_scratch_bytes;

@@ -7,6 +7,7 @@
 
 #include "formats/fileio.h"
 #include "dp/dp.h"
+#include "graph/graph.h"
 #include "train/ckpt.h"
 #include "train/stop.h"
 
@@ -52,15 +53,13 @@ static int check_ranges(const cb_train_opts *o, cb_err *e) {
         {"--eval-batches", o->eval_batches, 1, 0, "batches per validation"},
         {"--peak-gflops", o->peak_gflops, 0, 0, "0 = the measured sgemm peak"},
         {"--threads", o->threads, 0, 0, "0 = OMP_NUM_THREADS or all cores"},
-        {"--dp", o->dp, 0, 0, "0 = processes / (pp*tp)"},
-        {"--pp", o->pp, 0, 0, "0 or 1 = no pipeline"},
-        {"--tp", o->tp, 0, 0, "0 or 1 = no tensor parallelism"},
         {"--bucket-mb", o->bucket_mb, 0, 1, "megabytes per fusion bucket"},
         {"--keep-last", o->keep_last, 0, 0, "0 = keep every checkpoint"},
         {"--stall-timeout", o->stall_timeout < 0 ? 0 : o->stall_timeout, 0, 0,
          "seconds; 0 = no watchdog"},
     };
     int rc = check_bounds(b, (int)(sizeof b / sizeof *b), e);
+    if (!rc) rc = cb_dist_check_sizes(o->dp, o->pp, o->tp, e);
     if (!rc && (a->beta1 >= 1 || a->beta2 >= 1))
         rc = cb_fail(e, CB_EINPUT, "--beta1 %g / --beta2 %g must be below 1; use e.g. 0.9 and 0.95",
                      a->beta1, a->beta2);
@@ -96,9 +95,9 @@ static int check_combinations(const cb_train_opts *o, cb_err *e) {
 }
 
 static int check_words(const cb_train_opts *o, cb_err *e) {
-    if (o->zero != 0 && o->zero != 1)
-        return cb_fail(e, CB_EINPUT, "--zero %d is unknown; use 0 (off) or 1 (shard AdamW state)",
-                       o->zero);
+    double bytes;
+    if (cb_dist_check_zero(o->zero, e) || cb_dist_parse_size(o->max_memory, &bytes, e))
+        return CB_EINPUT;
     int mode, dtype, signo;
     if (cb_st_dtype_parse(o->save_dtype, &dtype, e)) return CB_EINPUT;
     int rc = cb_dp_embed_parse(o->embed_grad, &mode, e);
@@ -144,44 +143,15 @@ int cb_train_check_val(const cb_train_opts *o, const cb_tokens *val, cb_err *e) 
 
 /* ------------------------------------------------------------ pipeline flags */
 
-void cb_pp_opts_defaults(cb_pp_opts *o) {
-    *o = (cb_pp_opts){.micro_batches = CB_PP_UNSET, .virtual_stages = CB_PP_UNSET,
-                      .memory_weight = NAN};
-}
-
-/* The first pipeline-only flag the user gave, or NULL. */
-static const char *pipeline_flag(const cb_pp_opts *o) {
-    if (o->schedule) return "--schedule";
-    if (o->virtual_stages != CB_PP_UNSET) return "--virtual-stages";
-    if (o->partition) return "--partition";
-    if (o->print_partition) return "--print-partition";
-    if (!isnan(o->memory_weight)) return "--partition-memory-weight";
-    if (o->no_profile) return "--no-profile";
-    return NULL;
-}
-
 int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e) {
-    int mb = o->micro_batches;
-    if (mb != CB_PP_UNSET && mb < 1)
-        return cb_fail(e, CB_EINPUT, "--micro-batches %d must be >= 1 (micro-batches per step)", mb);
-    if (o->virtual_stages != CB_PP_UNSET && o->virtual_stages < 1)
-        return cb_fail(e, CB_EINPUT, "--virtual-stages %d must be >= 1 (model chunks per rank)",
-                       o->virtual_stages);
+    cb_dist d = {0}; /* the rules' verdict only; the run fills its own (run.c) */
+    int rc = cb_dist_pipeline(&d, pp, o, e), mb = o->micro_batches;
+    if (rc) return rc;
     if (mb != CB_PP_UNSET && *accum > 1 && *accum != mb)
         return cb_fail(e, CB_EINPUT,
                        "--grad-accum %d and --micro-batches %d disagree: the micro-batches are "
                        "the accumulation steps; give one of them",
                        *accum, mb);
     if (mb != CB_PP_UNSET) *accum = mb;
-    const char *f = pp > 1 ? NULL : pipeline_flag(o);
-    if (f)
-        return cb_fail(e, CB_EINPUT, "%s needs --pp > 1 (pipeline parallelism); add --pp N or "
-                                     "drop %s",
-                       f, f);
-    if (!o->schedule) o->schedule = "1f1b";
-    if (!o->partition) o->partition = "auto";
-    if (isnan(o->memory_weight)) o->memory_weight = 0.8;
-    if (!(o->memory_weight >= 0 && o->memory_weight <= 1))
-        return cb_fail(e, CB_EINPUT, "--partition-memory-weight must be in [0, 1] (0.8 default)");
     return CB_OK;
 }

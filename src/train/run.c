@@ -17,7 +17,6 @@
 #include "comm/stats.h"
 #include "layout/layout.h"
 #include "graph/graph.h"
-#include "model/gpt_internal.h"
 #include "formats/fileio.h"
 #include "train/check.h"
 #include "train/ckpt.h"
@@ -81,15 +80,15 @@ static long peak_rss_bytes(void) {
 }
 
 typedef struct run_state {
-    FILE *log;
+    const cb_train_sink *sink; /* world rank 0: where the records go; NULL elsewhere */
     double peak, flops_per_token, t_start;
     long tokens;
-    int tty, first_step;
+    int first_step;
     cb_grid *grid;          /* NULL without MPI */
     int rank;               /* world rank: only 0 prints and writes */
     cb_comm_steplog comm;   /* with grid: the step's traffic, every rank's */
     size_t opt_bytes;       /* AdamW m and v on this rank */
-    cb_err log_err;         /* a failed write of the log (world rank 0), agreed after the step */
+    cb_err log_err;         /* a failed record (world rank 0: the log), agreed after the step */
     double slowest_ms;      /* the longest step so far: the default stall timeout */
 } run_state;
 
@@ -110,18 +109,16 @@ static void comm_start(run_state *r) {
     if (r->grid) cb_comm_steplog_mark(&r->comm);
 }
 
-/* The step's communication fields (comm/stats.h); zeros without MPI. */
-static void log_comm(run_state *r) {
-    if (!r->grid) {
-        fprintf(r->log, ",\"comm_bytes\":0,\"comm_bytes_recv\":0,\"comm_calls\":0,\"comm_ms\":0");
-        return;
-    }
-    size_t n = cb_comm_steplog_json(&r->comm, NULL, 0) + 1;
+/* The step's communication fields (comm/stats.h) as ',"key":value'
+ * pairs, allocated; zeros without MPI. */
+static char *comm_fields(run_state *r) {
+    static const char ZERO[] = ",\"comm_bytes\":0,\"comm_bytes_recv\":0,\"comm_calls\":0,\"comm_ms\":0";
+    size_t n = r->grid ? cb_comm_steplog_json(&r->comm, NULL, 0) + 1 : sizeof ZERO;
     char *buf = malloc(n);
     if (!buf) cb_comm_fatal("out of memory for the log's communication fields");
-    cb_comm_steplog_json(&r->comm, buf, n);
-    fputs(buf, r->log);
-    free(buf);
+    if (r->grid) cb_comm_steplog_json(&r->comm, buf, n);
+    else memcpy(buf, ZERO, sizeof ZERO);
+    return buf;
 }
 
 /* Every rank ends with the same status and message (rank order decides). */
@@ -141,41 +138,24 @@ static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, in
     return agree(w, rc, e);
 }
 
-/* One step's log object and progress line; extra (may be empty) is appended
- * to the object, e.g. the pipeline's per-stage fields. */
+/* One step's record to the sink (world rank 0); its failure is kept in
+ * r->log_err, agreed after the step. pp: the pipeline's fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
-                   float val_loss, const char *extra) {
+                   float val_loss, const char *pp) {
     long step_tokens = (long)o->B * o->T * o->accum;
     r->tokens += step_tokens;
+    if (!r->sink) return;
     double tps = step_tokens / (st->step_ms / 1e3);
-    double mfu = tps * r->flops_per_token / (r->peak * 1e9);
-    if (r->log) {
-        fprintf(r->log,
-                "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%ld,"
-                "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
-                "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"opt_state_bytes\":%zu,"
-                "\"comm_wait_ms\":%.3f",
-                step, st->loss, st->lr, st->grad_norm, r->tokens, tps, st->step_ms, st->fwd_ms,
-                st->bwd_ms, st->opt_ms, mfu, peak_rss_bytes(), r->opt_bytes, st->comm_wait_ms);
-        log_comm(r);
-        if (!isnan(val_loss)) fprintf(r->log, ",\"val_loss\":%.9g", val_loss);
-        fprintf(r->log, "%s}\n", extra);
-        if ((fflush(r->log) || ferror(r->log)) && !r->log_err.code)
-            cb_fail(&r->log_err, CB_ESYS, "--log %s: writing step %d failed: %s; free space or "
-                                          "choose another path, then --resume",
-                    o->log, step, strerror(errno));
-    }
-    if (o->quiet || r->rank) return;
-    double elapsed = omp_get_wtime() - r->t_start;
-    double eta = elapsed / (step - r->first_step) * (o->steps - step);
-    int every = o->steps >= 20 ? o->steps / 20 : 1;
-    if (!r->tty && step % every && step != o->steps && isnan(val_loss)) return;
-    fprintf(stderr, "%sstep %d/%d | loss %.4f", r->tty ? "\r\033[K" : "", step, o->steps,
-            st->loss);
-    if (!isnan(val_loss)) fprintf(stderr, " | val %.4f", val_loss);
-    fprintf(stderr, " | %.0f tok/s | MFU %.1f%% | ETA %.0fs%s", tps, 100 * mfu, eta,
-            r->tty ? "" : "\n");
-    if (r->tty && (step == o->steps || !isnan(val_loss))) fprintf(stderr, "\n");
+    char *comm = o->log ? comm_fields(r) : NULL;
+    cb_train_record rec = {.step = step, .first_step = r->first_step, .st = *st,
+                           .tokens = (double)r->tokens, .tokens_per_s = tps,
+                           .mfu = tps * r->flops_per_token / (r->peak * 1e9),
+                           .elapsed_s = omp_get_wtime() - r->t_start,
+                           .peak_rss_bytes = peak_rss_bytes(), .opt_state_bytes = r->opt_bytes,
+                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp};
+    cb_err e = {0};
+    if (r->sink->step(r->sink->ctx, &rec, &e) && !r->log_err.code) r->log_err = e;
+    free(comm);
 }
 
 /* ------------------------------------------------------------ the trainer */
@@ -317,19 +297,11 @@ static int dist_opts(trainer *t, cb_err *e) {
     const cb_pp_opts *po = &o->pipe;
     cb_dist *d = &t->d;
     cb_grid *g = &d->g;
-    d->M = o->accum, d->partition = po->partition, d->mem_weight = po->memory_weight;
-    d->print_partition = po->print_partition, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
-    d->block_units = 1, d->profile = !po->no_profile;
-    gpt_rc rc;
-    int r = cb_pp_parse_schedule(po->schedule, &d->sched, e);
-    if (!r) r = gpt_recompute_parse(po->recompute, po->recompute_method, po->recompute_layers, &rc, e);
+    int r = cb_dist_pipeline(d, g->pp, po, e);
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
+    if (!r) r = cb_dist_parse_size(o->max_memory, &d->max_memory, e);
     if (r) return r;
-    d->recompute = rc.mode == GPT_RECOMPUTE_BLOCK       ? RC_BLOCK
-                   : rc.mode == GPT_RECOMPUTE_SELECTIVE ? RC_SELECTIVE
-                                                        : RC_NONE;
-    d->rc_layers = rc.layers;
-    d->rc_uniform = rc.uniform;
+    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb, d->block_units = 1;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;
@@ -493,47 +465,6 @@ static int train_loop(trainer *t, const cb_tokens *val, run_state *r, cb_err *e)
     return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
 }
 
-/* The step of a log line ({"step":N,...}), -1 for any other line. */
-static long line_step(const char *line) {
-    const char *key = "{\"step\":";
-    return strncmp(line, key, strlen(key)) ? -1 : strtol(line + strlen(key), NULL, 10);
-}
-
-/* --resume: the log keeps its lines up to step `resumed` (the ones after
- * it were logged by a run the checkpoint does not hold), rewritten
- * atomically, then appended to; so the resumed log is the uninterrupted one. */
-static int trim_log(const char *path, int resumed, cb_err *e) {
-    void *map;
-    size_t n, keep = 0;
-    if (access(path, F_OK)) return CB_OK;
-    int rc = fio_map(path, "check the --log path", &map, &n, e);
-    const char *s = map;
-    while (!rc && keep < n) {
-        const char *nl = memchr(s + keep, '\n', n - keep);
-        if (!nl || line_step(s + keep) > resumed) break;
-        keep = (size_t)(nl - s) + 1;
-    }
-    fio_atomic a;
-    if (!rc && keep < n && !(rc = fio_atomic_open(&a, path, e))) {
-        rc = fio_atomic_write(&a, s, keep, e);
-        if (!rc) rc = fio_atomic_commit(&a, e);
-    }
-    fio_unmap(map, n);
-    return rc;
-}
-
-static int open_log(const char *path, int resumed, FILE **f, cb_err *e) {
-    *f = NULL;
-    if (!path) return CB_OK;
-    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
-    if (rc) return rc;
-    *f = fopen(path, resumed >= 0 ? "a" : "w");
-    if (!*f)
-        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
-                       path, strerror(errno));
-    return CB_OK;
-}
-
 /* The process grid of --dp --pp --tp --tp-mode; dp defaults to the world
  * size over pp * tp. Same checks on every rank, so every rank fails alike. */
 static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
@@ -560,39 +491,10 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     return rc;
 }
 
-static void startup_line(const cb_train_opts *o, const trainer *t, const run_state *r) {
-    if (o->quiet || r->rank) return;
-    size_t np, adam;
-    cb_model_sizes(t->m, &np, &adam);
-    const cb_grid *g = &t->d.g;
-    fprintf(stderr,
-            "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
-            o->model.n_layer, o->model.d_model, o->model.n_head, o->model.seq_len, o->model.vocab,
-            np, o->B, o->T, o->accum, omp_get_max_threads(), openblas_get_corename(), r->peak,
-            cb_kernels_note());
-    if (g->pp > 1)
-        fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
-                        "sequences, tensor %s x %d, data x %d\n",
-                g->pp, cb_pp_schedule_name(t->d.sched), t->m->M, o->B, t->d.L->ops->name, g->tp,
-                g->dp);
-    else if (g->tp > 1)
-        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", o->tp_mode, g->tp,
-                t->d.L->ops->name);
-    if (g->dp == 1) return;
-    const cb_dp *d = &t->m->dp;
-    fprintf(stderr,
-            "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
-            "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
-            d->c->size, t->rows, d->nb + d->nsplit, o->bucket_mb, o->zero,
-            8.0 * (d->hi - d->lo) / 1e6, cb_dp_embed_name(d),
-            strcmp(o->embed_grad, "auto") ? "" : " (auto)");
-}
-
-/* Collective over the pipeline group; world rank 0 prints what the
- * recompute plans per stage, what none would, and the recompute's share of
- * the step's FLOPs (all stages). */
-static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
+/* The activation plan per pipeline stage, with and without recompute, and
+ * the recompute's forward FLOPs over the step's (all stages): v[0, p),
+ * v[p, 2p), v[2p]. Collective over the pipeline group. */
+static double *act_plan(const trainer *t) {
     const cb_model *m = t->m;
     int p = t->d.g.pp, me = t->d.g.at.p;
     double *v = calloc(2 * (size_t)p + 1, sizeof *v);
@@ -601,25 +503,38 @@ static void act_report(const cb_train_opts *o, const trainer *t, int rank) {
     v[p + me] = (double)m->act_none_bytes;
     v[2 * p] = m->rc_flops;
     cb_comm_allreduce_f64((cb_comm *)&t->d.g.ppg, "report", v, v, 2 * (size_t)p + 1, CB_COMM_SUM);
-    if (rank == 0) cb_act_report(stderr, &o->pipe, v, v + p, p, v[2 * p] / m->flops);
-    free(v);
+    v[2 * p] /= m->flops;
+    return v;
+}
+
+/* The setup to the sink (world rank 0); the activation plan gathered on
+ * every rank unless --quiet. */
+static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r) {
+    const cb_grid *g = &t->d.g;
+    double *act = o->quiet ? NULL : act_plan(t);
+    size_t np, adam;
+    cb_model_sizes(t->m, &np, &adam);
+    const cb_dp *d = &t->m->dp;
+    int dp = g->dp > 1;
+    cb_train_start s = {.o = o, .params = np, .threads = omp_get_max_threads(),
+                        .blas = openblas_get_corename(), .kernels = cb_kernels_note(),
+                        .peak_gflops = r->peak, .dp = g->dp, .pp = g->pp, .tp = g->tp, .M = t->m->M,
+                        .schedule = cb_pp_schedule_name(t->d.sched), .layout = t->d.L->ops->name,
+                        .rows = t->rows, .buckets = dp ? d->nb + d->nsplit : 0,
+                        .adam_bytes = dp ? 8.0 * (double)(d->hi - d->lo) : 0,
+                        .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
+                        .act_none = act ? act + g->pp : NULL,
+                        .rc_flops_frac = act ? act[2 * g->pp] : 0};
+    if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
+    free(act);
 }
 
 /* --comm-report: per group and tag, min and max over the ranks. */
-/* The log's last buffered bytes may fail to land too. */
-static int close_log(run_state *r, const char *path, int rc, cb_err *e) {
-    if (r->log && fclose(r->log) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
-                     path, strerror(errno));
-    r->log = NULL;
-    return rc;
-}
-
 static void comm_report(run_state *r) {
     if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
 }
 
-int cb_train_run(const cb_train_opts *in, cb_err *e) {
+int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) {
     cb_train_opts o = *in;
     if (o.threads > 0) omp_set_num_threads(o.threads);
     cb_comm *w = cb_comm_world();
@@ -639,14 +554,15 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
     cb_grid *g = &t.d.g;
     if ((rc = setup_grid(&o, g, e))) return rc;
     cb_tokens data = {0}, val = {0};
-    run_state r = {.peak = o.peak_gflops, .tty = isatty(2), .grid = g, .rank = w->rank};
+    run_state r = {.peak = o.peak_gflops, .grid = g, .rank = w->rank};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
     if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
     if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
     if (!rc) rc = cb_layout_create(g, &t.d.L, e);
     if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
     if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, o.data ? &data : NULL, e);
-    if (!rc && r.rank == 0) rc = open_log(o.log, o.resume ? t.step : -1, &r.log, e);
+    if (!rc && r.rank == 0 && sink && !(rc = sink->begin(sink->ctx, o.resume ? t.step : -1, e)))
+        r.sink = sink;
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
@@ -657,12 +573,11 @@ int cb_train_run(const cb_train_opts *in, cb_err *e) {
         cb_model_sizes(t.m, &np, &r.opt_bytes);
         r.opt_bytes *= sizeof(float);
         comm_start(&r);
-        startup_line(&o, &t, &r);
-        if (!o.quiet) act_report(&o, &t, r.rank);
+        start_record(&o, &t, &r);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
-    rc = close_log(&r, o.log, rc, e);
+    if (r.sink) rc = r.sink->end(r.sink->ctx, rc, e);
     cb_comm_steplog_free(&r.comm);
     trainer_free(&t);
     if (t.d.L) cb_layout_free(t.d.L);

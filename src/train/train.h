@@ -11,30 +11,14 @@
 #include "cubist.h"
 #include "data/loader.h"
 #include "dp/dp.h"
+#include "api/flags.h"
 #include "optim/adamw.h"
 
-/* Pipeline flags of `cubist train` (the engine: src/graph). */
-/* An int flag not given. Flags not given are NULL, NAN or this, so that
- * pipeline flags without --pp can be refused (cb_pp_opts_resolve). */
-#define CB_PP_UNSET INT_MIN
-
-typedef struct cb_pp_opts {
-    const char *schedule;  /* gpipe | 1f1b | interleaved (NULL: 1f1b) */
-    int micro_batches;     /* M (unset: the --grad-accum value) */
-    int virtual_stages;    /* chunks per rank, interleaved only (unset: 1; interleaved 2) */
-    const char *partition; /* auto, equal or a list of module boundaries (NULL: auto) */
-    double memory_weight;  /* NAN: 0.8 */
-    int no_profile, print_partition;
-    const char *recompute; /* none | block | selective (gpt_rc) */
-    const char *recompute_method; /* block | uniform (NULL: block) */
-    int recompute_layers;  /* block: the first n blocks of each chunk, 0 all; uniform: groups */
-} cb_pp_opts;
-
-void cb_pp_opts_defaults(cb_pp_opts *o);
-/* For --pp pp: --micro-batches and --virtual-stages >= 1 where given;
- * --micro-batches M becomes *accum (refused when --grad-accum disagrees),
- * so at pp = 1 it means --grad-accum; the other pipeline flags need
- * pp > 1; then the defaults of what was not given. CB_EINPUT, one line. */
+/* For --pp pp: the pipeline and recompute flags checked by the rules
+ * every program shares (cb_dist_pipeline, api/flags.h); --micro-batches M
+ * becomes *accum (refused when --grad-accum disagrees), so at pp = 1 it
+ * means --grad-accum (the engine takes the defaults of what was not
+ * given). CB_EINPUT, one line. */
 int cb_pp_opts_resolve(cb_pp_opts *o, int pp, int *accum, cb_err *e);
 
 typedef struct cb_train_opts {
@@ -60,6 +44,7 @@ typedef struct cb_train_opts {
     const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/dp/dp.h) */
     const char *tp3d_save;  /* "gathered" or "shard" */
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
+    const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
@@ -97,12 +82,54 @@ int cb_state_check_pair(const char *weights_path, const cb_st_file *state, const
 /* An unsigned number from a checkpoint's metadata (step, data position...). */
 int cb_meta_u64(const cb_st_file *f, const char *key, const char *path, uint64_t *out, cb_err *e);
 
-/* The startup line on activation memory (act_report.c): planned bytes
- * under o's recompute and under none, per stage (n of them; 1 without
- * --pp), and the recompute's extra forward FLOPs over the step's. */
-void cb_act_report(FILE *f, const cb_pp_opts *o, const double *bytes, const double *none, int n,
-                   double extra_frac);
 
-/* `cubist train` end to end. */
-int cb_train_run(const cb_train_opts *o, cb_err *e);
+/* One step as the command line reports it: the numbers of the progress
+ * line and of the --log object. The communication and pipeline fields
+ * come as ',"key":value' pairs (comm/stats.h builds the first from its
+ * per-group counters; empty strings when none). */
+typedef struct cb_train_record {
+    int step, first_step;   /* this step (1-based); the step this run started after */
+    cb_step_stats st;
+    double tokens;          /* trained on since step 0, every rank */
+    double tokens_per_s, mfu, elapsed_s;
+    long peak_rss_bytes;
+    size_t opt_state_bytes; /* AdamW m and v on this rank */
+    float val_loss;         /* NAN: not evaluated */
+    const char *comm_fields, *pp_fields;
+} cb_train_record;
+
+/* The run as the command line reports it before the first step: the
+ * model and batch (o, resolved), this rank's parameters, the machine, the
+ * grid, data parallelism's buckets and the activation plan per pipeline
+ * stage with and without recompute. */
+typedef struct cb_train_start {
+    const cb_train_opts *o;
+    size_t params;           /* floats on this rank */
+    int threads;
+    const char *blas, *kernels;
+    double peak_gflops;
+    int dp, pp, tp, M;
+    const char *schedule, *layout; /* the pipeline's; the tensor layout's name */
+    int rows, buckets;       /* dp > 1: rows per rank, fusion buckets */
+    double adam_bytes;       /* dp > 1: AdamW state per rank */
+    const char *embed;       /* dp > 1: the embedding gradient's path */
+    const double *act, *act_none; /* pp of them, NULL under --quiet */
+    double rc_flops_frac;    /* the recompute's forwards over the step's FLOPs */
+} cb_train_start;
+
+/* Where a run's records go, on world rank 0 only (cli/train_log.c):
+ * begin once the model is built (resumed: the step a --resume continues
+ * from, -1 for a fresh run), start with the setup, step after each, end with the run's status
+ * (returns it, or its own failure). A failure ends the run on every rank
+ * with its message (a log that cannot be written: CB_ESYS). */
+typedef struct cb_train_sink {
+    void *ctx;
+    int (*begin)(void *ctx, int resumed, cb_err *e);
+    void (*start)(void *ctx, const cb_train_start *s);
+    int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
+    int (*end)(void *ctx, int rc, cb_err *e);
+} cb_train_sink;
+
+/* `cubist train` end to end; the records to sink. */
+int cb_train_run(const cb_train_opts *o, const cb_train_sink *sink, cb_err *e);
 #endif

@@ -13,8 +13,8 @@ parameter is random, LayerNorm gains and biases too, so none is a no-op, and
 wte has std 0.3 so that logits spread over several units as a trained
 model's do (at 0.02 they would all sit within 0.2 of each other).
 
-cubist (build/tests/test_hf_load: the built-in model behind `cubist train
---init` and `cubist sample`, and the graph engine's cb_model_load) writes the
+cubist (build/tests/test_hf_load: the GPT graph behind `cubist train
+--init` and `cubist sample`, loaded with cb_model_load) writes the
 next-token probabilities of a 32-token sequence (the full context). Softmax
 discards each row's shift of the logits, so we compare centred logits:
 log-probabilities minus their row mean (= logits minus their row mean,
@@ -135,7 +135,7 @@ def main():
         got, _ = cbref.read_safetensors(out)
         with torch.no_grad():
             ref = centred(torch.log_softmax(cbref.gpt2_logits(rounded(P, dtype), cfg, ids)[0].double(), dim=-1).numpy())
-        for path_name in ("gpt", "graph"):
+        for path_name in ("graph",):
             lp = centred(np.log(got[path_name].astype(np.float64)))
             chk.rel_max(f"hf {dtype} {path_name}:", "logits vs torch on the file's weights", lp, ref, EXACT)
             if dtype != "fp32":

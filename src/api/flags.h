@@ -1,0 +1,53 @@
+/* The distribution flags' rules, one copy for both parsers: cb_dist_init
+ * (a user's program: flags taken out of argv as text) and `cubist train`
+ * (its own flag table, typed values). Each parser reads the syntax its own
+ * way; what the values mean, when they are refused and with which line is
+ * decided here (dist.c). Errors: CB_EINPUT, one line naming the flag and
+ * the fix. */
+#ifndef CB_API_FLAGS_H
+#define CB_API_FLAGS_H
+
+#include <limits.h>
+
+#include "cubist.h"
+
+typedef struct cb_dist cb_dist;
+
+/* An int flag not given. Flags not given are NULL, NAN or this, so that
+ * pipeline flags without --pp can be refused. */
+#define CB_PP_UNSET INT_MIN
+
+/* The pipeline and recompute flags as given. */
+typedef struct cb_pp_opts {
+    const char *schedule;  /* gpipe | 1f1b | interleaved (NULL: 1f1b) */
+    int micro_batches;     /* M (unset: the default; at --pp 1 gradient accumulation) */
+    int virtual_stages;    /* chunks per rank, interleaved only (unset: 2 when interleaved) */
+    const char *partition; /* auto, equal or a list of module boundaries (NULL: auto) */
+    double memory_weight;  /* NAN: 0.8 */
+    int no_profile, print_partition;
+    const char *recompute; /* none | block | selective (NULL: none) */
+    const char *recompute_method; /* block | uniform (NULL: block) */
+    int recompute_layers;  /* block: the first n blocks of each chunk, 0 all; uniform: groups;
+                              CB_PP_UNSET: not given */
+} cb_pp_opts;
+
+void cb_pp_opts_defaults(cb_pp_opts *o);
+/* --dp, --pp, --tp >= 0 (0: dp = processes / (pp*tp); pp, tp 1). */
+int cb_dist_check_sizes(int dp, int pp, int tp, cb_err *e);
+/* --zero 0 or 1. */
+int cb_dist_check_zero(int zero, cb_err *e);
+/* --max-memory SIZE: bytes, or with K, M, G (powers of 1024); NULL: 0. */
+int cb_dist_parse_size(const char *s, double *bytes, cb_err *e);
+/* The pipeline and recompute flags of o under --pp pp (< 2: none) into d
+ * (its M, v, sched, partition, mem_weight, print_partition, profile and
+ * recompute fields): --micro-batches and --virtual-stages >= 1, the other
+ * pipeline flags only with --pp > 1, --virtual-stages only interleaved,
+ * the memory weight in [0, 1], then the recompute rules. */
+int cb_dist_pipeline(cb_dist *d, int pp, const cb_pp_opts *o, cb_err *e);
+/* --recompute none|block|selective (NULL: none), --recompute-method
+ * block|uniform (NULL: block), --recompute-layers (given: on the command
+ * line) into d. */
+int cb_dist_recompute(cb_dist *d, const char *mode, const char *method, int layers, int given,
+                      cb_err *e);
+
+#endif
