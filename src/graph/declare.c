@@ -373,28 +373,25 @@ cb_layer *cb_model_logistic(cb_model *m, const char *name, int C) {
     return l;
 }
 
-cb_act *cb_op_embedding_field(cb_layer *emb, int field) {
-    cb_model *m = owner(emb, NULL, NULL);
-    if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding_field")) return NULL;
+/* A lookup of id field `field`: an embedding (with positions) or a table. */
+static cb_act *field_node(cb_layer *l, int gkind, int nkind, int field, const char *op) {
+    cb_model *m = owner(l, NULL, NULL);
+    if (!m || !is_kind(l, gkind, op)) return NULL;
     if (field < 0 || field >= m->fields)
-        declare_fail(m, CB_EINPUT, "cb_op_embedding_field of %s reads id field %d; the rows have %d "
-                                   "(cb_model_set_id_fields)", emb->name, field, m->fields);
-    if (emb->parity < 0) emb->parity = 0;
-    cb_act *y = node(m, N_EMBED, emb, NULL, NULL, emb->emb.C, 0, 1);
+        declare_fail(m, CB_EINPUT, "%s of %s reads id field %d; the rows have %d "
+                                   "(cb_model_set_id_fields)", op, l->name, field, m->fields);
+    if (l->parity < 0) l->parity = 0;
+    cb_act *y = node(m, nkind, l, NULL, NULL, l->emb.C, 0, 1);
     if (y) m->nodes[m->nnodes - 1].field = field;
     return y;
 }
 
+cb_act *cb_op_embedding_field(cb_layer *emb, int field) {
+    return field_node(emb, G_EMBED, N_EMBED, field, "cb_op_embedding_field");
+}
+
 cb_act *cb_op_lookup(cb_layer *table, int field) {
-    cb_model *m = owner(table, NULL, NULL);
-    if (!m || !is_kind(table, G_LOOKUP, "cb_op_lookup")) return NULL;
-    if (field < 0 || field >= m->fields)
-        declare_fail(m, CB_EINPUT, "cb_op_lookup of %s reads id field %d; the rows have %d "
-                                   "(cb_model_set_id_fields)", table->name, field, m->fields);
-    if (table->parity < 0) table->parity = 0;
-    cb_act *y = node(m, N_LOOKUP, table, NULL, NULL, table->emb.C, 0, 1);
-    if (y) m->nodes[m->nnodes - 1].field = field;
-    return y;
+    return field_node(table, G_LOOKUP, N_LOOKUP, field, "cb_op_lookup");
 }
 
 /* Two activations of one width, parts 1 (element-wise operations). */
