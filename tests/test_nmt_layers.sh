@@ -23,7 +23,8 @@
 # Both under dp 2 (and ZeRO-1), 1-D 2, 2-D 4, 3-D 8 and pp 2 (1F1B, 4
 # micro-batches) against one process over 30 steps (loss, gradient norm
 # and final weights to 1e-5 relative: sums regroup across ranks); the
-# sinusoid table unchanged under each, 1-D 4 (padded vocabulary) too.
+# sinusoid table unchanged under each, 1-D 4 (padded vocabulary) too; the
+# encoder-decoder also under pp 4 (1F1B and interleaved) and pp 2 x 2-D 4.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 P="$BUILD/tests/test_nmt_layers"
@@ -75,6 +76,10 @@ for model in sinusoid smooth lengths shared; do
     run $model pp2_1f1b 2 --pp 2 --schedule 1f1b --micro-batches 4
 done
 run sinusoid tp1d4 4 --tp 4 --tp-mode 1d
+# the encoder-decoder under the issue's other pipeline layouts
+run shared pp4_1f1b 4 --pp 4 --schedule 1f1b --micro-batches 4
+run shared pp4_interleaved 4 --pp 4 --schedule interleaved --micro-batches 4
+run shared pp2_tp2d4 8 --pp 2 --tp 4 --tp-mode 2d --micro-batches 2
 # the shared table's two lookups are not reported to the split and sparse
 # embedding-gradient paths yet: refused, one line, status 2
 for eg in split sparse; do
