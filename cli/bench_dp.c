@@ -31,7 +31,8 @@ typedef struct dp_bench {
     int allreduce, dp_step, embed, no_comm;
     int layers, d_model, heads, vocab, batch, seq_len, steps, reps, threads, zero;
     double bucket_mb;
-    const char *embed_mode;
+    const char *embed_mode, *model, *mlp;
+    int users, items, factors;
 } dp_bench;
 
 static double max_over_ranks(cb_comm *w, double x) {
@@ -200,58 +201,153 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
     return CB_OK;
 }
 
-/* One data-parallel step of a small model with the sparse path, and one
- * dense all-reduce of its embedding gradient: the counters and buffers
- * against the formulas at this job's rank count. */
-static int embed_measured(cb_comm *w, cb_err *e) {
-    const int V = 512, C = 64, B = 2, T = 32;
-    cb_gpt_config c = {1, C, 4, T, V};
-    dp_model x;
-    int rc = dp_model_init(&x, &c, B * w->size, T, 0, 0, CB_DP_EMBED_SPARSE, 25, 1, e);
-    if (rc) {
-        dp_model_free(&x);
-        return rc;
+/* --embed-grad: the lookup tables of the model (GPT: the tied wte; NCF:
+ * NeuMF's four untied tables) and the lookup rows per rank and step. */
+typedef struct emb_tab {
+    size_t V, C;
+    int tied;
+} emb_tab;
+
+static int ncf_tables(const cb_ncf_config *c, emb_tab *t) {
+    size_t F = (size_t)c->factors, E = (size_t)c->mlp[0] / 2;
+    t[0] = (emb_tab){(size_t)c->users, F, 0}, t[1] = (emb_tab){(size_t)c->items, F, 0};
+    t[2] = (emb_tab){(size_t)c->users, E, 0}, t[3] = (emb_tab){(size_t)c->items, E, 0};
+    return 4;
+}
+
+static const int PATHS[3] = {CB_DP_EMBED_DENSE, CB_DP_EMBED_SPARSE, CB_DP_EMBED_SPLIT};
+
+/* Bytes sent per rank and step (buf = 0) or peak buffer bytes (buf = 1)
+ * of a path over the tables at p ranks; split's unions at their largest,
+ * min(p x tok, V) (every rank's rows distinct), unless U gives them. */
+static double tables_bytes(const emb_tab *t, int nt, int path, int p, size_t tok, int buf,
+                           const size_t *U) {
+    double s = 0;
+    for (int k = 0; k < nt; k++) {
+        size_t u = U ? U[k] : (size_t)p * tok < t[k].V ? (size_t)p * tok : t[k].V;
+        s += buf ? cb_dp_embed_buffer_bytes(path, p, t[k].V, t[k].C, tok, t[k].tied)
+                 : cb_dp_embed_bytes_moved(path, p, t[k].V, t[k].C, tok, t[k].tied, u);
     }
-    cb_model *m = x.m;
-    cb_comm *dpg = &m->d->g.dpg;
-    cb_comm_stats_reset(dpg);
-    cb_model_train_step(m, x.ids, x.targets, 0, NULL);
-    const cb_comm_stat *sp = cb_comm_stats_find(dpg, "embed.sparse");
-    double ms = sp ? (double)sp->bytes_sent : -1;
-    cb_comm_allreduce(dpg, "embed.dense", NULL, m->grads, (size_t)V * C, CB_COMM_SUM);
-    const cb_comm_stat *dn = cb_comm_stats_find(dpg, "embed.dense");
-    int p = w->size;
-    double fs = cb_dp_embed_bytes_moved(0, p, V, C, B * T), fd = cb_dp_embed_bytes_moved(1, p, V, C, B * T);
-    double md = dn ? (double)dn->bytes_sent : -1;
-    /* the sparse buffers as allocated, plus the dense gradient they sum into */
-    double bs = (double)m->dp.buf_bytes + sizeof(float) * (double)m->pt.t[0].numel;
-    double fbs = cb_dp_embed_buffer_bytes(0, p, V, C, B * T);
-    int ok = fabs(ms - fs) < 1 && fabs(md - fd) < 1 && fabs(bs - fbs) < 1;
-    if (w->rank == 0)
-        printf("measured at %d ranks (V=%d C=%d, %d tokens per rank): sparse sent %.0f B "
-               "(formula %.0f), buffers %.0f B (formula %.0f); dense sent %.0f B (formula "
-               "%.0f): %s\n",
-               p, V, C, B * T, ms, fs, bs, fbs, md, fd, ok ? "formulas match" : "MISMATCH");
-    dp_model_free(&x);
+    return s;
+}
+
+/* A small NCF on data parallelism over the world, under an embedding
+ * path, B rows per rank of (user, item) pairs (a hash of the position and
+ * the rank, repeats included) and 0/1 labels. */
+static int ncf_model_init(dp_model *x, const cb_ncf_config *c, int B, int embed, cb_err *e) {
+    memset(x, 0, sizeof *x);
+    cb_adamw_config opt = {.lr = 1e-3f, .min_lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+                           .eps = 1e-8f, .steps = 1};
+    int p = cb_comm_world()->size, r = cb_comm_world()->rank;
+    int rc = cb_dist_data_parallel(&x->d, 0, 0, embed, 25, e);
+    if (!rc) {
+        x->m = cb_model_new(x->d, B * p, 1);
+        if (x->m) cb_model_declare_ncf(x->m, c);
+        rc = cb_model_build(x->m, 1, &opt, e);
+    }
+    if (rc) return rc;
+    x->ids = malloc(sizeof(int) * 3 * (size_t)B + 1);
+    if (!x->ids) return cb_fail(e, CB_ENOMEM, "out of memory for benchmark rows");
+    x->targets = x->ids + 2 * B;
+    for (int i = 0; i < B; i++) {
+        x->ids[2 * i] = (i * 7 + r * 13) % c->users;
+        x->ids[2 * i + 1] = (i * 5 + r * 3) % c->items;
+        x->targets[i] = i % 2;
+    }
+    return CB_OK;
+}
+
+/* One data-parallel step of a small model of the kind under each path:
+ * the bytes the code handed to MPI under the path's tags and the buffers
+ * it allocated, against the formulas at this job's rank count. Dense: one
+ * all-reduce of the tables' gradient. Split: its unions as they came out
+ * (their size depends on the ids); a tied table's head share travels in
+ * the gradient buckets, not counted here. */
+static int embed_measured(cb_comm *w, int ncf, cb_err *e) {
+    const int V = 512, C = 64, B = 2, T = 32;
+    cb_gpt_config g = {1, C, 4, T, V};
+    cb_ncf_config n = {.users = 300, .items = 200, .factors = 16, .n_mlp = 2, .mlp = {32, 16}};
+    emb_tab t[4] = {{V, C, 1}};
+    int nt = ncf ? ncf_tables(&n, t) : 1, p = w->size, ok = 1, rc = CB_OK;
+    size_t tok = ncf ? 64 : (size_t)B * T, U[4];
+    char line[1024];
+    int len = snprintf(line, sizeof line, "measured at %d ranks (%s, %zu lookup rows per rank):", p,
+                       ncf ? "ncf" : "gpt", tok);
+    for (int i = 0; i < 3 && !rc; i++) {
+        dp_model x;
+        rc = ncf ? ncf_model_init(&x, &n, (int)tok, PATHS[i], e)
+                 : dp_model_init(&x, &g, B * p, T, 0, 0, PATHS[i], 25, 1, e);
+        cb_model *m = x.m;
+        cb_comm *dpg = rc ? NULL : &m->d->g.dpg;
+        if (!rc) {
+            cb_comm_stats_reset(dpg);
+            cb_model_train_step(m, x.ids, x.targets, 0, NULL);
+            for (int k = 0; k < m->dp.ntab; k++) U[k] = m->dp.tab[k].nunion;
+            size_t dn = 0;
+            for (int k = 0; k < nt; k++) dn += t[k].V * t[k].C;
+            if (i == 0) /* the dense exchange of the tables (first in the block), alone */
+                cb_comm_allreduce(dpg, "embed.dense", NULL, m->grads, dn, CB_COMM_SUM);
+            const char *tag[3] = {"embed.dense", "embed.sparse", "embed.split"};
+            const cb_comm_stat *st = cb_comm_stats_find(dpg, tag[i]);
+            double sent = st ? (double)st->bytes_sent : -1, fsent = 0, grads = 0;
+            for (int k = 0; k < nt; k++) {
+                size_t u = i == 2 ? U[k] : 0;
+                emb_tab q = t[k];
+                q.tied = i == 2 ? 0 : q.tied; /* the head share's buckets are not counted */
+                fsent += tables_bytes(&q, 1, PATHS[i], p, tok, 0, &u);
+                grads += sizeof(float) * (double)t[k].V * t[k].C;
+            }
+            double held = (double)m->dp.buf_bytes + grads, fheld = tables_bytes(t, nt, PATHS[i], p, tok, 1, NULL);
+            int good = fabs(sent - fsent) < 1 && fabs(held - fheld) < 1;
+            ok &= good;
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s sent %.0f B (formula %.0f), "
+                            "buffers %.0f B (formula %.0f);", cb_dp_embed_name(&m->dp), sent, fsent,
+                            held, fheld);
+        }
+        dp_model_free(&x);
+    }
+    if (rc) return rc;
+    if (w->rank == 0) printf("%s %s\n", line, ok ? "formulas match" : "MISMATCH");
     return ok ? CB_OK : cb_fail(e, CB_EINTERNAL, "embedding exchange counters differ from the formulas");
 }
 
-static void embed_table(const dp_bench *b, int rank) {
+static void embed_table(const emb_tab *t, int nt, size_t tok, const char *what, int rank) {
     if (rank) return;
-    size_t V = (size_t)b->vocab, C = (size_t)b->d_model, tok = (size_t)b->batch * b->seq_len;
-    printf("tied embedding gradient, V=%zu C=%zu, %zu tokens per rank per step (weak scaling):\n"
-           "%6s %16s %16s %8s %18s %18s\n",
-           V, C, tok, "ranks", "dense MB/rank", "sparse MB/rank", "ratio", "dense buffer MB",
-           "sparse buffer MB");
+    printf("%s, %zu lookup rows per rank per step (weak scaling):\n"
+           "%6s %12s %12s %12s %12s %12s %12s\n", what, tok, "ranks", "dense MB", "sparse MB",
+           "split MB", "dense buf MB", "sparse buf MB", "split buf MB");
     for (int p = 2; p <= 64; p *= 2) {
-        double d = cb_dp_embed_bytes_moved(1, p, V, C, tok), s = cb_dp_embed_bytes_moved(0, p, V, C, tok);
-        printf("%6d %16.1f %16.1f %8.2f %18.1f %18.1f\n", p, d / 1e6, s / 1e6, s / d,
-               cb_dp_embed_buffer_bytes(1, p, V, C, tok) / 1e6,
-               cb_dp_embed_buffer_bytes(0, p, V, C, tok) / 1e6);
+        printf("%6d", p);
+        for (int buf = 0; buf < 2; buf++)
+            for (int i = 0; i < 3; i++) printf(" %12.1f", tables_bytes(t, nt, PATHS[i], p, tok, buf, NULL) / 1e6);
+        printf("\n");
     }
-    printf("dense: all-reduce, 2(p-1)/p x 4VC bytes sent per rank, the gradient reduced in place;\n"
-           "sparse: all-gather of (p-1) x (tokens + V) (index, row) slices of 4(C+1) bytes, buffers\n"
-           "the dense result + local slices + p gathered slices.\n");
+    printf("MB sent per rank per step, and the peak MB its exchange holds (the tables' dense gradient\n"
+           "included), summed over the tables; per table of V rows x C (4-byte floats and ids),\n"
+           "S = rows (+ V if tied to the head), u = min(rows, V), U = min(p x rows, V), the union at\n"
+           "its largest (every rank's rows distinct):\n"
+           "  dense:  all-reduce 2(p-1)/p x 4VC; buffers 4VC (reduced in place)\n"
+           "  sparse: all-gather (p-1) x S x 4(C+1); buffers 4VC + (p+1) x S x 4(C+1)\n"
+           "  split:  all-gather (p-1) x 4u ids + all-reduce 2(p-1)/p x 4UC (+ 2(p-1)/p x 4VC tied);\n"
+           "          buffers 4VC + 4(2V + (p+1)u) + 4(u + min(pu, V))C\n");
+}
+
+/* --embed-grad: the formulas' table for the model's tables at 2..64
+ * ranks, then (under mpirun) one measured exchange per path. */
+static int bench_embed(const dp_bench *b, cb_comm *w, cb_err *e) {
+    int ncf = !strcmp(b->model, "ncf"), rc = CB_OK;
+    emb_tab t[4] = {{(size_t)b->vocab, (size_t)b->d_model, 1}};
+    cb_ncf_config nc = {.users = b->users, .items = b->items, .factors = b->factors};
+    if (ncf && (b->users < 1 || b->items < 1 || b->factors < 1))
+        return cb_fail(e, CB_EINPUT, "--users, --items and --factors must be >= 1");
+    if (ncf && (rc = cli_ncf_mlp(b->mlp, &nc, e))) return rc;
+    char what[200];
+    if (ncf) snprintf(what, sizeof what, "NCF's 4 embedding tables (GMF and MLP: users %d, items %d, "
+                      "widths %d and %d)", b->users, b->items, nc.factors, nc.mlp[0] / 2);
+    else snprintf(what, sizeof what, "tied embedding gradient, V=%d C=%d", b->vocab, b->d_model);
+    embed_table(t, ncf ? ncf_tables(&nc, t) : 1, (size_t)b->batch * (ncf ? 1 : b->seq_len), what,
+                w->rank);
+    return w->size > 1 ? embed_measured(w, ncf, e) : CB_OK;
 }
 
 static const char DP_EPILOG[] =
@@ -259,11 +355,13 @@ static const char DP_EPILOG[] =
     "  mpirun -np 2 cubist bench --allreduce\n"
     "  mpirun -np 2 cubist bench --dp-step --threads 1    (scripts/bench_dp.sh: 1x1, 1x2, 2x1)\n"
     "  mpirun -np 2 cubist bench --embed-grad\n"
+    "  mpirun -np 2 cubist bench --embed-grad --model ncf\n"
     "--batch is the global micro-batch of --dp-step and the per-rank sequences of\n"
-    "--embed-grad's table.\n";
+    "--embed-grad's table (--model ncf: its rows per rank).\n";
 
 int cmd_bench_dp(int argc, char **argv) {
-    dp_bench b = {0, 0, 0, 0, 12, 768, 12, 50304, 4, 256, 2, 5, 1, 0, 25, "auto"};
+    dp_bench b = {0, 0, 0, 0, 12, 768, 12, 50304, 0, 256, 2, 5, 1, 0, 25, "auto", "gpt",
+                  "256,128,64", 1000000, 100000, 64};
     const cli_flag flags[] = {
         {"allreduce", ARG_BOOL, &b.allreduce, "fused buckets vs raw MPI_Allreduce"},
         {"dp-step", ARG_BOOL, &b.dp_step, "data-parallel training steps"},
@@ -281,8 +379,13 @@ int cmd_bench_dp(int argc, char **argv) {
         {"d-model", ARG_INT, &b.d_model, "(768)"},
         {"heads", ARG_INT, &b.heads, "(12)"},
         {"vocab", ARG_INT, &b.vocab, "(50304)"},
-        {"batch", ARG_INT, &b.batch, "sequences (4)"},
+        {"batch", ARG_INT, &b.batch, "sequences (4); --model ncf: rows per rank (2048)"},
         {"seq-len", ARG_INT, &b.seq_len, "T (256; --embed-grad: tokens per rank = batch x T)"},
+        {"model", ARG_STR, &b.model, "--embed-grad's model: gpt (its tied wte) or ncf (NeuMF's 4 tables) (gpt)"},
+        {"users", ARG_INT, &b.users, "--model ncf: user rows (1000000)"},
+        {"items", ARG_INT, &b.items, "--model ncf: item rows (100000)"},
+        {"factors", ARG_INT, &b.factors, "--model ncf: GMF width (64)"},
+        {"mlp", ARG_STR, &b.mlp, "--model ncf: MLP widths, the tables mlp[0]/2 wide (256,128,64)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
@@ -296,19 +399,22 @@ int cmd_bench_dp(int argc, char **argv) {
     cb_comm *w = cb_comm_world();
     omp_set_num_threads(b.threads);
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.seq_len, b.vocab};
+    if (!b.batch) b.batch = strcmp(b.model, "ncf") ? 4 : 2048;
     if (!rc && (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.reps < 1))
         rc = cb_fail(&e, CB_EINPUT, "--threads, --steps, --reps and --batch must be >= 1");
     int mode;
     if (!rc && cb_dp_embed_parse(b.embed_mode, &mode, &e))
         rc = cb_fail(&e, CB_EINPUT, "--embed-mode '%s' is unknown; use auto, dense, split or sparse",
                      b.embed_mode);
+    if (!rc && strcmp(b.model, "gpt") && (strcmp(b.model, "ncf") || b.allreduce || b.dp_step))
+        rc = cb_fail(&e, CB_EINPUT, "--model %s: the data-parallel benchmarks run gpt, and "
+                                    "--embed-grad alone also ncf", b.model);
     if (!rc) rc = cb_gpt_config_check(&c, &e);
     if (!rc && b.allreduce && w->size < 2)
         rc = cb_fail(&e, CB_EINPUT, "--allreduce needs at least 2 ranks; run `mpirun -np 2 cubist bench --allreduce`");
     if (!rc && b.allreduce) rc = bench_allreduce(&b, w, &e);
     if (!rc && b.dp_step) rc = bench_dp_step(&b, w, &e);
-    if (!rc && b.embed) embed_table(&b, w->rank);
-    if (!rc && b.embed && w->size > 1) rc = embed_measured(w, &e);
+    if (!rc && b.embed) rc = bench_embed(&b, w, &e);
     rc = cb_comm_agree_err(w, &e);
     if (rc) {
         char msg[sizeof e.msg + 8];

@@ -384,12 +384,12 @@ int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
 int cmd_bench_ncf(int argc, char **argv); /* cli/bench_ncf.c */
 
 int cmd_bench(int argc, char **argv) {
-    for (int i = 0; i + 1 < argc; i++) /* NeuMF: cli/bench_ncf.c */
-        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "ncf")) return cmd_bench_ncf(argc, argv);
     for (int i = 0; i < argc; i++) /* the data-parallel benchmarks: cli/bench_dp.c */
         if (!strcmp(argv[i], "--allreduce") || !strcmp(argv[i], "--dp-step") ||
             !strcmp(argv[i], "--embed-grad"))
             return cmd_bench_dp(argc, argv);
+    for (int i = 0; i + 1 < argc; i++) /* NeuMF's step: cli/bench_ncf.c */
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "ncf")) return cmd_bench_ncf(argc, argv);
     for (int i = 0; i < argc; i++) /* the tensor-parallel comparison: cli/bench_tp.c */
         if (!strcmp(argv[i], "--tp-compare") || !strcmp(argv[i], "--tp-compare-only") ||
             !strcmp(argv[i], "--tp-step"))

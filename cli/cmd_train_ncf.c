@@ -199,6 +199,10 @@ static int setup(run *r, const ncf_opts *o, cb_ncf_config *c, cb_err *e) {
     r->m->on_grads_ctx = r;
     int first, count, root = cb_dist_rank(r->d) == 0;
     cb_model_rows(r->m, &first, &count);
+    if (root && !o->quiet)
+        printf("ncf: %d users, %d items, %zu training pairs, data parallelism %d, embedding gradient %s\n",
+               c->users, c->items, r->data.ntrain, r->m->d->g.dp,
+               r->m->d->g.dp > 1 ? cb_dp_embed_name(&r->m->dp) : "local");
     r->ids = malloc(sizeof(int) * 2 * count);
     r->tg = malloc(sizeof(int) * count);
     r->eids = malloc(sizeof(int) * 2 * count);

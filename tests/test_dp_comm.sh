@@ -9,10 +9,12 @@
 #    no step's figures include them
 #  - cubist bench --dp-step: buckets start inside backward, all but those
 #    overlapping the embeddings (dense) or wpe (split: wte's start after
-#    the head's backward); --allreduce and --embed-grad run and print
-#    their figures
+#    the head's backward); --allreduce and --embed-grad (GPT's tied wte,
+#    and --model ncf's four untied tables) run and print their figures,
+#    each path's measured bytes and buffers equal to its formulas
 #  - a --bucket-mb giving more than 65536 buckets, and bench --dp-step's
-#    --embed-mode bogus and --no-comm with a batch the ranks do not divide:
+#    --embed-mode bogus, --no-comm with a batch the ranks do not divide and
+#    a --model other than gpt:
 #    exit 2, one line
 #  - the launcher guard: this build under the other MPI's launcher, and a
 #    singleton inside a fake 2-task srun step: exit 2 naming the variable
@@ -103,11 +105,22 @@ else
     fail "bench --allreduce: $(head -c 400 ar.out | tr '\n' '|') $(head -c 200 ar.err)"
 fi
 if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --embed-grad "${TINY[@]}" --batch 2 >eg.out 2>eg.err &&
-        [ "$(grep -cE '^ +(2|4|8|16|32|64) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' eg.out)" = 6 ] &&
+        [ "$(grep -cE '^ +(2|4|8|16|32|64)( +[0-9.]+){6}$' eg.out)" = 6 ] &&
         grep -q 'measured at 2 ranks.*formulas match' eg.out; then
-    pass "bench --embed-grad: 6 rows (2..64 ranks), measured exchange at 2 ranks matches"
+    pass "bench --embed-grad: 6 rows (2..64 ranks), measured dense, sparse and split exchanges at 2 ranks match"
 else
     fail "bench --embed-grad: $(head -c 600 eg.out | tr '\n' '|') $(head -c 200 eg.err)"
+fi
+
+# NCF's four untied tables: the same table (the 10^6 x 10^5 shape, formulas only) and
+# the measured exchange of a small NeuMF under each path
+if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --embed-grad --model ncf >egn.out 2>egn.err &&
+        [ "$(grep -cE '^ +(2|4|8|16|32|64)( +[0-9.]+){6}$' egn.out)" = 6 ] &&
+        grep -q "^NCF's 4 embedding tables" egn.out &&
+        grep -q 'measured at 2 ranks (ncf.*formulas match' egn.out; then
+    pass "bench --embed-grad --model ncf: 6 rows, measured dense, sparse and split exchanges at 2 ranks match"
+else
+    fail "bench --embed-grad --model ncf: $(head -c 600 egn.out | tr '\n' '|') $(head -c 200 egn.err)"
 fi
 
 # --- too many buckets: 1e-9 MB is one float per bucket, d 64 has 117k floats
@@ -119,7 +132,9 @@ else
     fail "--bucket-mb 1e-9: want exit 2 and one line; got $rc: $(head -c 300 bk.err)"
 fi
 for bad in "--embed-mode bogus|--embed-mode 'bogus' is unknown; use auto" \
-           "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2"; do
+           "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2" \
+           "--model ncf|--model ncf: the data-parallel benchmarks run gpt, and --embed-grad alone also ncf" \
+           "--model bert|--model bert: the data-parallel benchmarks run gpt"; do
     args=${bad%%|*} want=${bad#*|}
     timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" $args >bb.out 2>bb.err
     rc=$?

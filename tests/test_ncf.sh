@@ -83,8 +83,43 @@ layout tp1d2 serial 2 --tp 2 --tp-mode 1d
 layout tp2d4 serial 4 --tp 4 --tp-mode 2d
 layout tp3d8 serial 8 --tp 8 --tp-mode 3d
 layout dp2_zero1 serial 2 --dp 2 --zero 1
+# the embedding-gradient paths (--embed-grad, src/dp/dp.h) on NCF's four untied tables; each
+# run's startup line names the path it took, so a run that fell back to dense fails
+layout dp2_sparse serial 2 --dp 2 --embed-grad sparse
+layout dp2_split serial 2 --dp 2 --embed-grad split
+layout dp2_split_zero1 serial 2 --dp 2 --zero 1 --embed-grad split
+layout dp2_sparse_accum4 accum 2 --dp 2 --embed-grad sparse --grad-accum 4
+layout dp2_split_accum4 accum 2 --dp 2 --embed-grad split --grad-accum 4
+for label in dp2_sparse dp2_split dp2_split_zero1 dp2_sparse_accum4 dp2_split_accum4; do
+    want=${label#dp2_}; want=${want%%_*}
+    grep -q "embedding gradient $want\$" "$label.log" && pass "ncf $label: took the $want path" \
+        || fail "ncf $label: the startup line names another path: $(grep '^ncf:' "$label.log")"
+done
+grep -q 'embedding gradient split$' dp2_zero1.log && pass "ncf dp2 auto: split (p x rows x 4 <= each table's rows)" \
+    || fail "ncf dp2 auto: $(grep '^ncf:' dp2_zero1.log)"
 layout pp2_1f1b_m4 accum 2 --pp 2 --schedule 1f1b --micro-batches 4
 layout pp2_tp3d8 accum 16 --pp 2 --tp 8 --tp-mode 3d --schedule 1f1b --micro-batches 4
+# --precision bf16: the bf16 kernel table (products in bf16 with fp32 accumulation; NCF's
+# element-wise kernels are its copies of the CPU ones) under tp 1d2 and dp 2 (split) against
+# the one-process bf16 run: loss and grad norm within 2e-4, test_bf16_layouts' tolerance and
+# reasons (sums regrouped, an operand near a bf16 rounding boundary rounds the other way);
+# the fp32 run must fall outside it, so the runs did take the bf16 table
+B16=(--precision bf16 --steps 10)
+"$C" train "${S[@]}" "${B16[@]}" > bf16.log 2>&1 || fail "ncf bf16: $(tail -n 2 bf16.log)"
+"$C" train "${S[@]}" --steps 10 > fp32_10.log 2>&1 || fail "ncf fp32 10 steps"
+for v in "tp1d2 2 --tp 2 --tp-mode 1d" "dp2 2 --dp 2 --embed-grad split"; do
+    set -- $v; label=bf16_$1 np=$2; shift 2
+    if timeout "$(tmo 240)" "${launch[@]}" -np "$np" "$C" train "${S[@]}" "${B16[@]}" "$@" > "$label.log" 2>&1; then
+        out=$("$PY" "$ROOT/tests/compare.py" logs "$label.log" bf16.log --tol 2e-4 --label "ncf $label" 2>&1)
+        grep '^PASS\|^FAIL' <<<"$out"; failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+        grep -q '^PASS' <<<"$out" || grep -q '^FAIL' <<<"$out" || fail "ncf $label: $out"
+    else
+        fail "ncf $label: $(tail -n 2 "$label.log" | tr '\n' ' ')"
+    fi
+done
+out=$("$PY" "$ROOT/tests/compare.py" logs fp32_10.log bf16.log --tol 2e-4 --label x 2>&1)
+grep -q '^FAIL' <<<"$out" && pass "ncf bf16 differs from fp32 beyond 2e-4: $(sed 's/^FAIL x //' <<<"$out" | head -c 120)" \
+    || fail "ncf bf16 run equals fp32 within 2e-4: did it use the bf16 table? $out"
 # the build-time workspace plan covers NCF's operators: no layout's slot grew during a step
 missed=$(grep -l 'workspace plan missed' ./*.log)
 [ -z "$missed" ] && pass "ncf workspace planned at build under every layout (no slot grew)" \

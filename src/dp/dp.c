@@ -154,16 +154,14 @@ static void *counted_alloc(cb_dp *d, size_t bytes) {
     return malloc(bytes);
 }
 
-static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
-    if (!d->nt || d->t[0].offset != 0)
-        return cb_fail(e, CB_EINTERNAL, "--embed-grad sparse expects the embedding first in the block");
-    d->max_tok = max_tokens;
-    size_t s = max_tokens + d->vocab, p = (size_t)d->c->size;
-    d->idx = counted_alloc(d, sizeof(int32_t) * s);
-    d->gidx = counted_alloc(d, sizeof(int32_t) * s * p);
-    d->rows = counted_alloc(d, sizeof(float) * s * d->chan);
-    d->grows = counted_alloc(d, sizeof(float) * s * d->chan * p);
-    if (!d->idx || !d->gidx || !d->rows || !d->grows)
+static int init_sparse(cb_dp *d, cb_dp_table *t, size_t max_tokens, cb_err *e) {
+    t->max_tok = max_tokens;
+    size_t n = max_tokens + (t->tied ? t->vocab : 0), p = (size_t)d->c->size;
+    t->idx = counted_alloc(d, sizeof(int32_t) * n);
+    t->gidx = counted_alloc(d, sizeof(int32_t) * n * p);
+    t->rows = counted_alloc(d, sizeof(float) * n * t->chan);
+    t->grows = counted_alloc(d, sizeof(float) * n * t->chan * p);
+    if (!t->idx || !t->gidx || !t->rows || !t->grows)
         return cb_fail(e, CB_ENOMEM,
                        "out of memory for the sparse embedding exchange (%.0f MB); use "
                        "--embed-grad dense",
@@ -172,21 +170,21 @@ static int init_sparse(cb_dp *d, size_t max_tokens, cb_err *e) {
 }
 
 /* Split path: the compact lookup rows of one rank (at most min(tokens,
- * V)), every rank's token list and the union's rows. */
-static int init_split(cb_dp *d, size_t max_tokens, cb_err *e) {
-    d->ucap = max_tokens < d->vocab ? max_tokens : d->vocab;
-    size_t p = (size_t)d->c->size, un = p * d->ucap < d->vocab ? p * d->ucap : d->vocab;
-    d->slot = malloc(sizeof(int32_t) * d->vocab);
-    d->upos = malloc(sizeof(int32_t) * d->vocab);
-    d->uid = malloc(sizeof(int32_t) * d->ucap);
-    d->gid = malloc(sizeof(int32_t) * d->ucap * p);
-    d->urows = malloc(sizeof(float) * d->ucap * d->chan);
-    d->ubuf = malloc(sizeof(float) * un * d->chan);
-    if (!d->slot || !d->upos || !d->uid || !d->gid || !d->urows || !d->ubuf)
+ * V)), every rank's id list and the union's rows. */
+static int init_split(cb_dp *d, cb_dp_table *t, size_t max_tokens, cb_err *e) {
+    size_t V = t->vocab, C = t->chan;
+    t->ucap = max_tokens < V ? max_tokens : V;
+    size_t p = (size_t)d->c->size, un = p * t->ucap < V ? p * t->ucap : V;
+    t->slot = counted_alloc(d, sizeof(int32_t) * V);
+    t->upos = counted_alloc(d, sizeof(int32_t) * V);
+    t->uid = counted_alloc(d, sizeof(int32_t) * t->ucap);
+    t->gid = counted_alloc(d, sizeof(int32_t) * t->ucap * p);
+    t->urows = counted_alloc(d, sizeof(float) * t->ucap * C);
+    t->ubuf = counted_alloc(d, sizeof(float) * un * C);
+    if (!t->slot || !t->upos || !t->uid || !t->gid || !t->urows || !t->ubuf)
         return cb_fail(e, CB_ENOMEM, "out of memory for the split embedding rows (%.0f MB); use "
-                       "--embed-grad dense", (double)(d->ucap + un) * d->chan * sizeof(float) / 1e6);
-    for (size_t v = 0; v < d->vocab; v++) d->slot[v] = d->upos[v] = -1;
-    d->src.exclude_lookup(d->src.ctx);
+                       "--embed-grad dense", d->buf_bytes / 1e6);
+    for (size_t v = 0; v < V; v++) t->slot[v] = t->upos[v] = -1;
     return CB_OK;
 }
 
@@ -225,58 +223,79 @@ const char *cb_dp_embed_name(const cb_dp *d) {
     return embed_names[d->split ? CB_DP_EMBED_SPLIT : d->sparse ? CB_DP_EMBED_SPARSE : CB_DP_EMBED_DENSE];
 }
 
-/* Rows of the embedding (tensor 0): the local vocabulary, padding included. */
-static size_t wte_rows(const cb_tensor_info *w) {
+/* Rows of a table: its local vocabulary, padding included. */
+static size_t table_rows(const cb_tensor_info *w) {
     return w->numel / (size_t)(w->shape[1] > 0 ? w->shape[1] : 1);
+}
+
+/* auto: split when p x (local rows of a step) <= V/4 for every table, so
+ * each union is at most a quarter of its table. */
+static int split_pays(const cb_tensor_info *t, int ntab, int p, size_t max_tokens) {
+    int ok = ntab > 0 && p > 1;
+    for (int k = 0; k < ntab; k++) ok &= (size_t)p * max_tokens * 4 <= table_rows(&t[k]);
+    return ok;
+}
+
+static int init_tables(cb_dp *d, const cb_dp_model *src, const cb_tensor_info *t,
+                       size_t max_tokens, cb_err *e) {
+    d->tab = calloc((size_t)src->ntables, sizeof *d->tab);
+    if (!d->tab) return cb_fail(e, CB_ENOMEM, "out of memory for the embedding tables");
+    d->ntab = src->ntables;
+    int rc = CB_OK;
+    for (int k = 0; k < d->ntab && !rc; k++) {
+        cb_dp_table *x = &d->tab[k];
+        x->vocab = table_rows(&t[k]);
+        x->chan = (size_t)t[k].shape[1];
+        x->off = t[k].offset;
+        x->tied = k == 0 && src->tied;
+        rc = d->sparse ? init_sparse(d, x, max_tokens, e) : init_split(d, x, max_tokens, e);
+    }
+    if (!rc && d->split) src->exclude_lookup(src->ctx);
+    return rc;
 }
 
 int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params, float *grads,
                      const cb_tensor_info *t, int nt, size_t n, int zero, int embed,
                      double bucket_mb, size_t max_tokens, cb_err *e) {
-    int split_ok = src->split_ok && nt > 0 && t[0].offset == 0;
+    int ntab = src->ntables > 0 && src->ntables <= nt && t[0].offset == 0 ? src->ntables : 0;
+    int split_ok = src->split_ok && ntab > 0;
     if (embed == CB_DP_EMBED_AUTO)
-        embed = split_ok && c->size > 1 && (size_t)c->size * max_tokens * 4 <= wte_rows(&t[0])
-                    ? CB_DP_EMBED_SPLIT : CB_DP_EMBED_DENSE;
+        embed = split_ok && split_pays(t, ntab, c->size, max_tokens) ? CB_DP_EMBED_SPLIT
+                                                                     : CB_DP_EMBED_DENSE;
     if (embed == CB_DP_EMBED_SPLIT && !split_ok)
         return cb_fail(e, CB_EINPUT, "--embed-grad split needs the whole embedding and the head on "
-                       "every rank, and one lookup of it; use it with --tp 1 --pp 1 on a model that "
-                       "looks its embedding up once, or --embed-grad dense");
-    if (embed == CB_DP_EMBED_SPARSE && !src->lookup)
+                       "every rank, each table read by one lookup; use it with --tp 1 --pp 1 on a "
+                       "model that looks each table up once, or --embed-grad dense");
+    if (embed == CB_DP_EMBED_SPARSE && !ntab)
         return cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the model's embedding lookups; use "
                        "--embed-grad dense");
     int sparse = embed == CB_DP_EMBED_SPARSE, split = embed == CB_DP_EMBED_SPLIT;
-    size_t wte = nt ? t[0].numel : 0;
-    int rc = init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, sparse || split ? wte : 0,
-                        split ? wte : 0, e);
+    /* the tables leave the buckets; a tied table 0's head share gets split buckets */
+    size_t end = ntab ? t[ntab - 1].offset + t[ntab - 1].numel : 0;
+    size_t head = split && src->tied ? t[0].numel : 0;
+    int rc = init_block(d, c, params, grads, t, nt, n, zero, bucket_mb, sparse || split ? end : 0,
+                        head, e);
     d->src = *src;
     d->sparse = sparse;
     d->split = split;
-    if (sparse || split) {
-        d->vocab = wte_rows(&t[0]);
-        d->chan = (size_t)t[0].shape[1];
-    }
-    if (!rc && sparse) rc = init_sparse(d, max_tokens, e);
-    if (!rc && split) rc = init_split(d, max_tokens, e);
+    if (!rc && (sparse || split)) rc = init_tables(d, src, t, max_tokens, e);
     return rc;
+}
+
+static void free_table(cb_dp_table *t) {
+    free(t->idx), free(t->gidx), free(t->rows), free(t->grows);
+    free(t->slot), free(t->upos), free(t->uid), free(t->gid), free(t->urows), free(t->ubuf);
 }
 
 void cb_dp_free(cb_dp *d) {
     if (d->src.detach) d->src.detach(d->src.ctx);
     for (int i = 0; d->b && i < d->nb + d->nsplit; i++) free(d->b[i].counts);
-    free(d->slot);
-    free(d->upos);
-    free(d->uid);
-    free(d->gid);
-    free(d->urows);
-    free(d->ubuf);
+    for (int k = 0; d->tab && k < d->ntab; k++) free_table(&d->tab[k]);
+    free(d->tab);
     free(d->b);
     free(d->ready);
     free(d->shard_n);
     free(d->shard_off);
-    free(d->idx);
-    free(d->gidx);
-    free(d->rows);
-    free(d->grows);
     memset(d, 0, sizeof *d);
 }
 
@@ -290,111 +309,109 @@ void cb_dp_begin_backward(cb_dp *d, int last) {
     for (int i = 0; i < d->nb + d->nsplit; i++) d->b[i].started = d->b[i].done = 0;
 }
 
-/* Split path: this micro-batch's lookup rows summed per token into the
- * compact rows, in token order. */
-static void split_record(cb_dp *d) {
-    const int *inp;
-    const float *rows;
-    size_t nt = d->src.lookup(d->src.ctx, &inp, &rows), C = d->chan;
-    for (size_t i = 0; i < nt; i++) {
-        int32_t v = inp[i], s = d->slot[v];
+/* Split path: one micro-batch's lookup rows summed per id into the
+ * compact rows, in row order. */
+static void split_record(cb_dp_table *t, const int *ids, const float *rows, size_t n) {
+    size_t C = t->chan;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = ids[i], s = t->slot[v];
         if (s < 0) {
-            if (d->nuniq == d->ucap) cb_comm_fatal("split embedding: more token rows than planned (internal error)");
-            s = d->slot[v] = (int32_t)d->nuniq;
-            d->uid[d->nuniq++] = v;
-            memset(d->urows + (size_t)s * C, 0, sizeof(float) * C);
+            if (t->nuniq == t->ucap) cb_comm_fatal("split embedding: more token rows than planned (internal error)");
+            s = t->slot[v] = (int32_t)t->nuniq;
+            t->uid[t->nuniq++] = v;
+            memset(t->urows + (size_t)s * C, 0, sizeof(float) * C);
         }
-        float *r = d->urows + (size_t)s * C;
+        float *r = t->urows + (size_t)s * C;
         const float *x = rows + i * C;
         for (size_t j = 0; j < C; j++) r[j] += x[j];
     }
 }
 
-/* Records this micro-batch's lookup rows: token ids[i] gets row rows[i]. */
-void cb_dp_end_backward(cb_dp *d) {
-    if (d->split) split_record(d);
+void cb_dp_lookup_rows(cb_dp *d, int k, const int *ids, const float *rows, size_t n) {
+    if (k < 0 || k >= d->ntab) return;
+    cb_dp_table *t = &d->tab[k];
+    if (d->split) split_record(t, ids, rows, n);
     if (!d->sparse) return;
-    const int *ids;
-    const float *rows;
-    size_t nt = d->src.lookup(d->src.ctx, &ids, &rows);
-    if (d->ntok + nt > d->max_tok) cb_comm_fatal("sparse embedding: more token rows than planned (internal error)");
-    for (size_t i = 0; i < nt; i++) d->idx[d->ntok + i] = ids[i];
-    memcpy(d->rows + d->ntok * d->chan, rows, sizeof(float) * nt * d->chan);
-    d->ntok += nt;
+    if (t->ntok + n > t->max_tok) cb_comm_fatal("sparse embedding: more token rows than planned (internal error)");
+    for (size_t i = 0; i < n; i++) t->idx[t->ntok + i] = ids[i];
+    memcpy(t->rows + t->ntok * t->chan, rows, sizeof(float) * n * t->chan);
+    t->ntok += n;
 }
 
-/* The head's share of wte's gradient: the accumulated dense gradient less
- * the recorded lookup rows, as V (row, row index) slices after them. */
-static void head_slices(cb_dp *d) {
-    size_t C = d->chan, s0 = d->ntok;
-    float *head = d->rows + s0 * C, *g = d->grads;
-    memcpy(head, g, sizeof(float) * d->vocab * C);
+/* The head's share of a tied table's gradient: the accumulated dense
+ * gradient g less the recorded lookup rows, as V (row, row index) slices
+ * after them. */
+static void head_slices(cb_dp_table *t, const float *g) {
+    size_t C = t->chan, s0 = t->ntok;
+    float *head = t->rows + s0 * C;
+    memcpy(head, g, sizeof(float) * t->vocab * C);
     for (size_t i = 0; i < s0; i++) {
-        float *h = head + (size_t)d->idx[i] * C;
-        const float *r = d->rows + i * C;
+        float *h = head + (size_t)t->idx[i] * C;
+        const float *r = t->rows + i * C;
         for (size_t j = 0; j < C; j++) h[j] -= r[j];
     }
-    for (size_t v = 0; v < d->vocab; v++) d->idx[s0 + v] = (int32_t)v;
+    for (size_t v = 0; v < t->vocab; v++) t->idx[s0 + v] = (int32_t)v;
 }
 
-/* Every rank's slices (fixed count: all ranks have the same local tokens)
- * gathered, then summed into the dense wte gradient in rank order. */
-static void sparse_exchange(cb_dp *d) {
-    size_t C = d->chan, s = d->ntok + d->vocab, p = (size_t)d->c->size;
-    head_slices(d);
-    cb_comm_allgather_i32(d->c, "embed.sparse", d->idx, d->gidx, s);
-    cb_comm_allgather(d->c, "embed.sparse", d->rows, d->grows, s * C);
-    float *g = d->grads;
-    memset(g, 0, sizeof(float) * d->vocab * C);
+/* Every rank's slices of a table (fixed count: all ranks have the same
+ * local rows) gathered, then summed into its dense gradient in rank order. */
+static void sparse_exchange(cb_dp *d, cb_dp_table *t) {
+    size_t C = t->chan, s = t->ntok + (t->tied ? t->vocab : 0), p = (size_t)d->c->size;
+    float *g = d->grads + t->off;
+    if (t->tied) head_slices(t, g);
+    cb_comm_allgather_i32(d->c, "embed.sparse", t->idx, t->gidx, s);
+    cb_comm_allgather(d->c, "embed.sparse", t->rows, t->grows, s * C);
+    memset(g, 0, sizeof(float) * t->vocab * C);
     for (size_t i = 0; i < s * p; i++) {
-        float *dst = g + (size_t)d->gidx[i] * C;
-        const float *r = d->grows + i * C;
+        float *dst = g + (size_t)t->gidx[i] * C;
+        const float *r = t->grows + i * C;
         for (size_t j = 0; j < C; j++) dst[j] += r[j];
     }
-    d->ntok = 0;
+    t->ntok = 0;
 }
 
-/* Split path, after backward: the union of the group's tokens (every
- * rank's list gathered, padded with -1, then marked and read in token
- * order), this rank's compact rows placed at their union rows and the
- * union all-reduced. */
-static void split_exchange(cb_dp *d) {
-    size_t C = d->chan, p = (size_t)d->c->size, U = 0;
-    for (size_t j = d->nuniq; j < d->ucap; j++) d->uid[j] = -1;
-    cb_comm_allgather_i32(d->c, "embed.split", d->uid, d->gid, d->ucap);
-    for (size_t j = 0; j < p * d->ucap; j++)
-        if (d->gid[j] >= 0) d->upos[d->gid[j]] = 0;
-    for (size_t v = 0; v < d->vocab; v++)
-        if (d->upos[v] >= 0) d->upos[v] = (int32_t)U++;
-    memset(d->ubuf, 0, sizeof(float) * U * C);
-    for (size_t j = 0; j < d->nuniq; j++)
-        memcpy(d->ubuf + (size_t)d->upos[d->uid[j]] * C, d->urows + j * C, sizeof(float) * C);
-    cb_comm_allreduce(d->c, "embed.split", NULL, d->ubuf, U * C, CB_COMM_SUM);
+/* Split path, after backward: the union of the group's ids (every rank's
+ * list gathered, padded with -1, then marked and read in id order), this
+ * rank's compact rows placed at their union rows and the union
+ * all-reduced. */
+static void split_exchange(cb_dp *d, cb_dp_table *t) {
+    size_t C = t->chan, p = (size_t)d->c->size, U = 0;
+    for (size_t j = t->nuniq; j < t->ucap; j++) t->uid[j] = -1;
+    cb_comm_allgather_i32(d->c, "embed.split", t->uid, t->gid, t->ucap);
+    for (size_t j = 0; j < p * t->ucap; j++)
+        if (t->gid[j] >= 0) t->upos[t->gid[j]] = 0;
+    for (size_t v = 0; v < t->vocab; v++)
+        if (t->upos[v] >= 0) t->upos[v] = (int32_t)U++;
+    memset(t->ubuf, 0, sizeof(float) * U * C);
+    for (size_t j = 0; j < t->nuniq; j++)
+        memcpy(t->ubuf + (size_t)t->upos[t->uid[j]] * C, t->urows + j * C, sizeof(float) * C);
+    cb_comm_allreduce(d->c, "embed.split", NULL, t->ubuf, U * C, CB_COMM_SUM);
+    t->nunion = U;
 }
 
-/* Split path, once wte's buckets are in: the union's rows added into this
+/* Split path, once the buckets are in: the union's rows added into this
  * rank's range of the reduced gradient; the per-step tables cleared. */
-static void split_add(cb_dp *d) {
-    size_t C = d->chan;
-    for (size_t v = 0; v < d->vocab; v++) {
-        if (d->upos[v] < 0) continue;
-        size_t a = v * C, z = a + C;
+static void split_add(cb_dp *d, cb_dp_table *t) {
+    size_t C = t->chan;
+    for (size_t v = 0; v < t->vocab; v++) {
+        if (t->upos[v] < 0) continue;
+        size_t a = t->off + v * C, z = a + C, row = a;
         if (a < d->lo) a = d->lo;
         if (z > d->hi) z = d->hi;
-        const float *r = d->ubuf + (size_t)d->upos[v] * C;
-        for (size_t i = a; i < z; i++) d->grads[i] += r[i - v * C];
-        d->upos[v] = -1;
+        const float *r = t->ubuf + (size_t)t->upos[v] * C;
+        for (size_t i = a; i < z; i++) d->grads[i] += r[i - row];
+        t->upos[v] = -1;
     }
-    for (size_t j = 0; j < d->nuniq; j++) d->slot[d->uid[j]] = -1;
-    d->nuniq = 0;
+    for (size_t j = 0; j < t->nuniq; j++) t->slot[t->uid[j]] = -1;
+    t->nuniq = 0;
 }
 
 void cb_dp_reduce(cb_dp *d) {
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
     if (d->split && !d->split_started) start_split(d);
-    if (d->sparse) sparse_exchange(d);
+    for (int k = 0; d->sparse && k < d->ntab; k++) sparse_exchange(d, &d->tab[k]);
     double t0 = now_ms();
-    if (d->split) split_exchange(d);
+    for (int k = 0; d->split && k < d->ntab; k++) split_exchange(d, &d->tab[k]);
     float *g = d->grads;
     int r = d->c->rank;
     for (int i = 0; i < d->nb + d->nsplit; i++) {
@@ -405,7 +422,7 @@ void cb_dp_reduce(cb_dp *d) {
         size_t at = (size_t)d->shard_off[r] > b->lo ? (size_t)d->shard_off[r] : b->lo;
         memmove(g + at, g + b->lo, sizeof(float) * (size_t)b->counts[r]);
     }
-    if (d->split) split_add(d);
+    for (int k = 0; d->split && k < d->ntab; k++) split_add(d, &d->tab[k]);
     d->wait_ms = now_ms() - t0;
     d->armed = 0;
 }
@@ -444,13 +461,22 @@ void cb_dp_gather(cb_dp *d, const float *shard, float *full) {
     cb_comm_gatherv(d->c, "checkpoint", shard, full, d->shard_n, d->shard_off, 0);
 }
 
-double cb_dp_embed_bytes_moved(int dense, int p, size_t V, size_t C, size_t tokens) {
-    if (dense) return 2.0 * (p - 1) / p * (double)V * C * sizeof(float);
-    return (double)(p - 1) * (double)(tokens + V) * (sizeof(int32_t) + C * sizeof(float));
+double cb_dp_embed_bytes_moved(int path, int p, size_t V, size_t C, size_t tokens, int tied,
+                               size_t U) {
+    double row = sizeof(int32_t) + C * sizeof(float), ring = 2.0 * (p - 1) / p;
+    double dense = ring * (double)V * C * sizeof(float);
+    if (path == CB_DP_EMBED_SPARSE) return (double)(p - 1) * (double)(tokens + (tied ? V : 0)) * row;
+    if (path != CB_DP_EMBED_SPLIT) return dense;
+    double ucap = (double)(tokens < V ? tokens : V);
+    return (double)(p - 1) * ucap * sizeof(int32_t) + ring * (double)U * C * sizeof(float) +
+           (tied ? dense : 0);
 }
 
-double cb_dp_embed_buffer_bytes(int dense, int p, size_t V, size_t C, size_t tokens) {
-    double grad = (double)V * C * sizeof(float);
-    if (dense) return grad;
-    return grad + (double)(p + 1) * (double)(tokens + V) * (sizeof(int32_t) + C * sizeof(float));
+double cb_dp_embed_buffer_bytes(int path, int p, size_t V, size_t C, size_t tokens, int tied) {
+    double grad = (double)V * C * sizeof(float), row = sizeof(int32_t) + C * sizeof(float);
+    if (path == CB_DP_EMBED_SPARSE) return grad + (double)(p + 1) * (double)(tokens + (tied ? V : 0)) * row;
+    if (path != CB_DP_EMBED_SPLIT) return grad;
+    size_t ucap = tokens < V ? tokens : V, un = (size_t)p * ucap < V ? (size_t)p * ucap : V;
+    return grad + sizeof(int32_t) * (2.0 * V + (double)ucap * (p + 1)) +
+           sizeof(float) * (double)(ucap + un) * C;
 }

@@ -38,6 +38,13 @@
  * group and summed into the dense gradient by every rank. Its volume grows
  * with the number of ranks; the dense all-reduce's does not.
  *
+ * Both paths apply to each of a model's lookup tables (cb_dp_model: the
+ * leading tensors, each read by one lookup; NCF has four); an untied table
+ * has no head share: no buckets of its own on the split path, no V dense
+ * slices on the sparse one, only its lookup rows. The rows come from each
+ * lookup's backward (cb_dp_lookup_rows), as it runs: the engine reuses the
+ * gradient buffers of values once their producer's backward is done.
+ *
  * ZeRO-1: rank r owns the parameters [S_r, S_r+1) with S_r = r * n / p; its
  * AdamW moments cover only that range; after the update the parameter shards
  * are all-gathered. */
@@ -60,14 +67,18 @@ typedef struct cb_dp_bucket {
  * model's fields. */
 typedef struct cb_dp_model {
     void *ctx;
-    /* tensor 0 is the whole tied embedding (rows not sharded, offset 0) and
-     * both its lookup and its head run on this rank: split can apply */
+    /* tensors [0, ntables) are the model's lookup tables (rows x width,
+     * whole on this rank, contiguous from offset 0, each read by one
+     * lookup), whose backward hands its rows to cb_dp_lookup_rows; 0: none
+     * (the dense path only) */
+    int ntables;
+    /* table 0 is also the tied head's weight (GPT's wte): its gradient has
+     * a dense share on every row besides the lookup rows */
+    int tied;
+    /* the tables whole here, and the tied head too: split can apply */
     int split_ok;
-    /* the last micro-batch's lookup: its n token ids and the n x C rows of
-     * the gradient of the embedding's output */
-    size_t (*lookup)(void *ctx, const int **ids, const float **rows);
-    /* from now on backward leaves the lookup's rows out of tensor 0's
-     * gradient (the split path adds them itself) */
+    /* from now on backward leaves the lookup rows out of the tables'
+     * gradients (the split path adds them itself) */
     void (*exclude_lookup)(void *ctx);
     /* the model forgets this cb_dp (its hook, the exclusion); may be NULL */
     void (*detach)(void *ctx);
@@ -75,6 +86,23 @@ typedef struct cb_dp_model {
      * table order */
     double (*grad_sumsq)(void *ctx);
 } cb_dp_model;
+
+/* One lookup table of the sparse and split paths. */
+typedef struct cb_dp_table {
+    size_t vocab, chan, off; /* rows, width, offset of its gradient in the block */
+    int tied;                /* the head's dense share too (cb_dp_model.tied) */
+    /* sparse path */
+    size_t max_tok, ntok;    /* lookup rows capacity, used */
+    int32_t *idx, *gidx;
+    float *rows, *grows;
+    /* split path */
+    size_t ucap, nuniq;      /* compact rows: capacity, used */
+    int32_t *slot;           /* vocab: id -> compact row this step, -1 */
+    int32_t *uid, *gid;      /* ids of the compact rows; every rank's (p x ucap) */
+    int32_t *upos;           /* vocab: id -> row of the union, -1 */
+    float *urows, *ubuf;     /* local compact rows; union rows (min(p x ucap, vocab)) */
+    size_t nunion;           /* rows of the last union */
+} cb_dp_table;
 
 typedef struct cb_dp {
     cb_comm *c;
@@ -92,21 +120,12 @@ typedef struct cb_dp {
     double wait_ms;       /* last step: waiting for buckets after backward */
     int early;            /* last step: buckets started while backward still had
                              tensors to finish (all but the embeddings' ones) */
-    /* split path: buckets [nb, nb + nsplit) cover wte */
+    /* split path: buckets [nb, nb + nsplit) cover a tied table 0 */
     int split, nsplit, split_started;
-    size_t ucap, nuniq;   /* compact rows: capacity, used */
-    int32_t *slot;        /* V: token -> compact row this step, -1 */
-    int32_t *uid, *gid;   /* tokens of the compact rows; every rank's (p x ucap) */
-    int *ucount, *uoff;   /* p: compact rows per rank, offsets into gid */
-    int32_t *upos;        /* V: token -> row of the union, -1 */
-    float *urows, *ubuf;  /* local compact rows; union rows (min(p x ucap, V)) */
-    /* sparse and split paths: wte's rows V and width C */
-    size_t vocab, chan;
-    /* sparse path */
-    size_t max_tok, ntok; /* token rows capacity, used */
-    int32_t *idx, *gidx;
-    float *rows, *grows;
-    size_t buf_bytes;     /* bytes of the sparse exchange buffers, as allocated */
+    /* sparse and split paths: the lookup tables */
+    cb_dp_table *tab;
+    int ntab;
+    size_t buf_bytes;     /* bytes of the sparse or split buffers, as allocated */
 } cb_dp;
 
 #define CB_DP_MAX_BUCKETS 65536 /* a smaller --bucket-mb is refused */
@@ -131,8 +150,8 @@ const char *cb_dp_embed_name(const cb_dp *d);
  * token rows of one step (grad_accum * B/dp * T), for the sparse and split
  * paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT on a
  * model whose src says it cannot is CB_EINPUT). The model calls
- * cb_dp_ready as tensors finish and cb_dp_end_backward after each
- * micro-batch's backward. */
+ * cb_dp_ready as tensors finish and cb_dp_lookup_rows from its lookups'
+ * backward. */
 int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params, float *grads,
                      const cb_tensor_info *t, int nt, size_t n, int zero, int embed,
                      double bucket_mb, size_t max_tokens, cb_err *e);
@@ -149,8 +168,10 @@ void cb_dp_free(cb_dp *d);
 void cb_dp_ready(cb_dp *d, int first, int last);
 /* Before each micro-batch's backward; last = 1 on the step's last one. */
 void cb_dp_begin_backward(cb_dp *d, int last);
-/* After each micro-batch's backward (records the sparse or split lookup rows). */
-void cb_dp_end_backward(cb_dp *d);
+/* From the backward of table k's lookup, each micro-batch: row i of the
+ * gradient of its output (n rows x the table's width) belongs to row
+ * ids[i] of the table. Recorded for the sparse and split paths. */
+void cb_dp_lookup_rows(cb_dp *d, int k, const int *ids, const float *rows, size_t n);
 /* After the last backward: finishes every reduction. Then the gradient is
  * the group's sum on [lo, hi) (the whole block without ZeRO). */
 void cb_dp_reduce(cb_dp *d);
@@ -164,10 +185,18 @@ double cb_dp_mean(cb_dp *d, double x);
 /* Gathers a shard-sized block (hi - lo floats) into full (n floats) on group
  * rank 0; full is unused elsewhere. */
 void cb_dp_gather(cb_dp *d, const float *shard, float *full);
-/* Peak bytes the exchange of the embedding gradient holds: dense, the
- * gradient reduced in place (V*C floats); sparse, the dense result plus the
- * local and the gathered (index, row) slices. Formulas for p ranks, S local
- * slices = local tokens of a step + V, and the measured value. */
-double cb_dp_embed_bytes_moved(int dense, int p, size_t V, size_t C, size_t tokens);
-double cb_dp_embed_buffer_bytes(int dense, int p, size_t V, size_t C, size_t tokens);
+/* One lookup table's gradient (V rows x C, `tokens` lookup rows per rank
+ * per step, tied: the head's dense share too) at p ranks under a path
+ * (cb_dp_embed: dense, sparse, split): the bytes a rank sends per step
+ * (messages times the ring share, as comm.h counts them) and the peak
+ * bytes its exchange holds (the table's dense gradient included). dense:
+ * one all-reduce of V x C, reduced in place. sparse: an all-gather of
+ * S = tokens (+ V tied) (index, row) slices, buffers for the local and p
+ * gathered slices. split: an all-gather of min(tokens, V) ids and an
+ * all-reduce of the union's U rows (U <= min(p x tokens, V), data
+ * dependent), tied plus the dense all-reduce of the head's share; buffers
+ * two V maps, the ids, the compact and the union rows. */
+double cb_dp_embed_bytes_moved(int path, int p, size_t V, size_t C, size_t tokens, int tied,
+                               size_t U);
+double cb_dp_embed_buffer_bytes(int path, int p, size_t V, size_t C, size_t tokens, int tied);
 #endif

@@ -739,34 +739,42 @@ static int check_memory(cb_model *m, cb_err *e) {
                    need, m->d->g.world_rank, 2 * f * np, opt, act, ws, lim);
 }
 
-/* The embedding paths' query (dp.h): the last backward's ids and the
- * gradient of the embedding's output. */
-static size_t lookup(void *ctx, const int **ids, const float **rows) {
-    cb_model *m = ctx;
-    const gnode *n = &m->nodes[0];
-    size_t N = (size_t)m->Bm * m->T;
-    *ids = m->ids + (size_t)m->last_mb * N;
-    *rows = m->ch[0].grad + m->ch[0].grad_off[n->out];
-    return N;
-}
-
 static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
 
-/* Node 0 is the lookup of the first layer, an embedding whose tensor 0 is
- * this rank's first, whole, and whose tied head runs here too; its only
- * lookup (an encoder-decoder's second one, of another id field, is not
- * reported to data parallelism's split and sparse paths yet). */
-static int lookup_here(const cb_model *m) {
-    const cb_layer *l = m->layers[0];
-    int uses = 0;
-    for (int i = 0; i < m->nnodes; i++) uses += m->nodes[i].kind == N_EMBED && m->nodes[i].l == l;
-    return m->P == 1 && (m->L->caps & CB_LAYOUT_WHOLE) && m->nodes[0].kind == N_EMBED && m->nodes[0].l == l &&
-           m->nodes[m->loss_node].l == l && l->t[0] == 0 && uses == 1 && m->fields == 1;
+/* The layer whose table is tensor k, if it is an embedding's or a lookup's
+ * table read by one node; NULL otherwise. */
+static const cb_layer *table_layer(const cb_model *m, int k) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const cb_layer *l = m->layers[i];
+        if ((l->kind != G_EMBED && l->kind != G_LOOKUP) || l->t[0] != k) continue;
+        int reads = 0;
+        for (int j = 0; j < m->nnodes; j++)
+            reads += (m->nodes[j].kind == N_EMBED || m->nodes[j].kind == N_LOOKUP) &&
+                     m->nodes[j].l == l;
+        return reads == 1 ? l : NULL;
+    }
+    return NULL;
+}
+
+/* The sparse and split paths' tables (dp.h): the leading tensors that are
+ * lookup tables, whole on this one stage, contiguous from offset 0; only
+ * table 0 may be the tied head's (*tied). */
+static int lookup_tables(const cb_model *m, int *tied) {
+    const cb_layer *head = m->nodes[m->loss_node].kind == N_LOSS ? m->nodes[m->loss_node].l : NULL;
+    int k = 0;
+    *tied = 0;
+    if (m->P != 1 || !(m->L->caps & CB_LAYOUT_WHOLE)) return 0;
+    for (size_t off = 0; k < m->pt.n && m->pt.t[k].offset == off; off += m->pt.t[k++].numel) {
+        const cb_layer *l = table_layer(m, k);
+        if (!l || (l == head && k > 0)) break;
+        if (l == head) *tied = 1;
+    }
+    return k;
 }
 
 static int init_dp(cb_model *m, cb_err *e) {
-    int here = lookup_here(m);
-    cb_dp_model src = {.ctx = m, .split_ok = here, .lookup = here ? lookup : NULL,
+    int tied, ntab = lookup_tables(m, &tied);
+    cb_dp_model src = {.ctx = m, .ntables = ntab, .tied = tied, .split_ok = ntab > 0,
                        .exclude_lookup = exclude_lookup};
     return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
                             m->pt.nparams, m->d->zero, m->d->embed_grad,

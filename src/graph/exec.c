@@ -141,6 +141,12 @@ static void share2(cb_model *m, gchunk *ch, int slot, const gnode *n) {
     share(m, grad(ch, slot, n->in[1]), m->tmp2, cb_graph_value_floats(m, n->in[1]), n->acc[1]);
 }
 
+/* A table's lookup rows to the sparse and split embedding paths (dp.h). */
+static void lookup_rows(cb_model *m, const gnode *n, const int *ids, const float *dy) {
+    if (m->d->g.dp > 1 && (m->dp.sparse || m->dp.split))
+        cb_dp_lookup_rows(&m->dp, n->l->t[0], ids, dy, (size_t)m->Bm * m->T);
+}
+
 /* The recommendation nodes' backward; 1 when the gradient of input 0 is
  * still to be added from `to` (as the node_backward cases that break). */
 static int rec_backward(cb_model *m, gchunk *ch, int slot, const gnode *n, float *x, float *dy,
@@ -149,9 +155,12 @@ static int rec_backward(cb_model *m, gchunk *ch, int slot, const gnode *n, float
     int N = m->Bm * m->T, par[3];
     size_t ny = n->out >= 0 ? cb_graph_value_floats(m, n->out) : 0;
     switch (n->kind) {
-    case N_LOOKUP:
-        cb_rec_lookup_backward(L, &n->l->emb, field_ids(m, r0, N, n->field), N, dy, m->rec_scratch);
+    case N_LOOKUP: {
+        const int *ids = field_ids(m, r0, N, n->field);
+        if (!m->no_lookup) cb_rec_lookup_backward(L, &n->l->emb, ids, N, dy, m->rec_scratch);
+        lookup_rows(m, n, ids, dy);
         return 0;
+    }
     case N_MUL:
         L->k->mul_backward(L->k, m->tmp, m->tmp2, x, val(m, ch, slot, n->in[1]), dy, ny);
         share2(m, ch, slot, n);
@@ -189,7 +198,9 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
         if (m->no_lookup) em.dwte = NULL;
-        L->ops->embed_backward(L, &em, field_ids(m, r0, N, n->field), m->Bm, m->T, dy);
+        const int *ids = field_ids(m, r0, N, n->field);
+        L->ops->embed_backward(L, &em, ids, m->Bm, m->T, dy);
+        lookup_rows(m, n, ids, dy);
         return;
     }
     case N_LINEAR: L->ops->linear_backward(L, &l->lin, x, dy, to, N); break;
@@ -317,7 +328,6 @@ void cb_graph_backward(cb_model *m, int c, int mb) {
     double t1 = now_ms();
     m->info.wait_ms += t1 - t0;
     if (dp && m->v == 1) cb_dp_begin_backward(&m->dp, last); /* buckets start on the last */
-    m->last_mb = mb;
     for (int i = ch->n1 - 1; i >= ch->n0; i--) {
         recompute_before(m, ch, slot, mb, i);
         double s = m->node_ms ? now_ms() : 0;
@@ -332,7 +342,6 @@ void cb_graph_backward(cb_model *m, int c, int mb) {
         send(m, ch, ch->ein[x], mb, grad(ch, slot, g->v), cb_graph_value_floats(m, g->v),
              RANK(m, g->from), "pp.grad", 1);
     }
-    if (dp && ch->n0 == 0) cb_dp_end_backward(&m->dp); /* the embedding paths' lookup rows */
     slot_release(ch, mb);
     m->info.backward_ms += now_ms() - t1;
 }

@@ -208,8 +208,7 @@ struct cb_model {
     const int *lens[CB_LENGTH_SETS]; /* cb_model_set_lengths (set 0) and _set: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
-    int no_lookup;       /* the embedding's backward leaves wte's lookup rows out (split path) */
-    int last_mb;         /* micro-batch of the last backward, for the lookup query */
+    int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */
     cb_model_step_info info; /* the last step's times */
     /* called in every step after the gradients are reduced and averaged,
      * before clipping (cubist train's --dump-grads); collective */
