@@ -46,9 +46,10 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
 
 .PHONY: all deps test check test-slurm demo asan bench clean fuzz
-all: $(BUILD)/cubist $(TESTS) $(EXAMPLES)
+all: $(BUILD)/cubist $(TESTS) $(EXAMPLES) $(BENCHES)
 
 $(BUILD)/%.o: %.c $(MPI_STAMP)
 	@mkdir -p $(dir $@)
@@ -65,6 +66,11 @@ $(BUILD)/cubist: $(CLI_OBJ) $(BUILD)/libcubist.a
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  LINK  $@"
+	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	@$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcubist.a $(LDLIBS)

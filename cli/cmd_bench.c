@@ -35,6 +35,7 @@ typedef struct bench_result {
     int T;
     size_t params; /* cubist's model; PyTorch's must be the same */
     double tokens_per_s, gflops, mfu, step_ms, fwd_ms, bwd_ms, opt_ms, prof[PROF_N];
+    double rnd[CB_RND_N]; /* bf16 rounding passes per step, ms (kernels.h) */
     double torch_tokens_per_s;
     double graph_tokens_per_s; /* --graph */
 } bench_result;
@@ -43,6 +44,7 @@ typedef struct bench_result {
  * PyTorch's under bf16 autocast, beside the fp32 rows */
 typedef struct bench_bf16 {
     double tokens_per_s, gflops, mfu, step_ms, prof[PROF_N], torch_tokens_per_s;
+    double rnd[CB_RND_N];
 } bench_bf16;
 
 
@@ -69,7 +71,8 @@ static void torch_line(const char *line, double *tps, double *params, char *last
 }
 
 /* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
- * OpenBLAS's own core detection) on the same model (context ctx, so wpe has
+ * OpenBLAS's own core detection, the fastest of its program variants in
+ * this run: --variant best) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
 static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, double *out,
@@ -78,7 +81,7 @@ static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, do
     snprintf(cmd, sizeof cmd,
              "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
-             "--steps %d%s 2>&1",
+             "--steps %d --variant best%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
              b->threads, b->steps, bf16 ? " --bf16" : "");
     FILE *p = popen(cmd, "r");
@@ -139,6 +142,8 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     cb_model_step_info in, sum = {0};
     cb_model_train_step(m, ids, ids + n, 0, NULL);
     cb_prof_reset(&prof);
+    double rnd0[CB_RND_N];
+    cb_kernels_bf16_round_ms(rnd0);
     for (int s = 1; s <= b->steps; s++) {
         cb_model_train_step(m, ids, ids + n, s, NULL);
         cb_model_last_step(m, &in);
@@ -155,6 +160,8 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     r->bwd_ms = sum.backward_ms / b->steps;
     r->opt_ms = sum.update_ms / b->steps;
     for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
+    cb_kernels_bf16_round_ms(r->rnd);
+    for (int i = 0; i < CB_RND_N; i++) r->rnd[i] = (r->rnd[i] - rnd0[i]) / b->steps;
     r->tokens_per_s = (double)n / (r->step_ms / 1e3);
     r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&c, T) / 1e9;
     r->mfu = r->gflops / peak;
@@ -176,6 +183,7 @@ static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16
     cb_kernels_select(CB_PREC_FP32, e);
     r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
     memcpy(r->prof, x.prof, sizeof r->prof);
+    memcpy(r->rnd, x.rnd, sizeof r->rnd);
     return rc;
 }
 
@@ -213,8 +221,8 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
                "  ratio    %8.2fx the above\n",
                r->graph_tokens_per_s, r->graph_tokens_per_s / r->tokens_per_s);
     if (!b->no_torch)
-        printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; OMP_WAIT_POLICY=PASSIVE, own BLAS "
-               "detection)\n  ratio    %8.2fx PyTorch\n",
+        printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; fastest variant, "
+               "OMP_WAIT_POLICY=PASSIVE, own BLAS detection)\n  ratio    %8.2fx PyTorch\n",
                r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
@@ -224,7 +232,11 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
            "step %.0f ms (%s)\n           by kernel:",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms, cb_kernels_bf16_note());
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
-    printf(" ms\n  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
+    printf(" ms\n           of which rounding to bf16: activations %.1f, again in backward %.1f, "
+           "gradients %.1f, weights %.1f ms\n",
+           r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD],
+           r->rnd[CB_RND_WEIGHT]);
+    printf("  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
                r->torch_tokens_per_s, r->tokens_per_s / r->torch_tokens_per_s);
@@ -257,7 +269,10 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                    "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
                    r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
-            printf("}");
+            printf(
+                ",\"round_ms\":{\"act_fwd\":%.2f,\"act_bwd\":%.2f,\"grad\":%.2f,\"weight\":%.2f}}",
+                r16[i].rnd[CB_RND_ACT_FWD], r16[i].rnd[CB_RND_ACT_BWD], r16[i].rnd[CB_RND_GRAD],
+                r16[i].rnd[CB_RND_WEIGHT]);
         }
         printf("}");
     }
@@ -362,10 +377,13 @@ static const char BENCH_EPILOG[] =
     "also written to the cache `cubist train` reads. PyTorch (bench/torch_bench.py)\n"
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
     "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
-    "settings on this machine; if it fails, the benchmark fails (or pass --no-torch).\n"
+    "settings on this machine, each of its program variants in turn (functional,\n"
+    "nn.Module, foreach AdamW, baddbmm attention), the fastest kept; if it fails, the\n"
+    "benchmark fails (or pass --no-torch).\n"
     "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"
     "autocast, with MFU against the bf16 GEMM peak (a %d^3 oneDNN bf16 matmul) measured\n"
-    "in the same run; --peak prints both peaks.\n"
+    "in the same run, and the time of the bf16 step's rounding passes by what they\n"
+    "round; --peak prints both peaks.\n"
     "\n"
     "Other modes, each with its own --help:\n"
     "  mpirun -np 2 cubist bench --allreduce   fused buckets vs a raw MPI_Allreduce\n"

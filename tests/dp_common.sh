@@ -29,3 +29,11 @@ cd "$d"
 # near zero into visible steps, so the margin under 1e-5 depends on the data
 /usr/bin/python3 -c "import base64, random; random.seed(${TEST_DP_SEED:-1}); print(base64.encodebytes(bytes(random.getrandbits(8) for _ in range(225000))).decode())" > text.txt
 echo "# $C ($flavour), launcher: ${launch[*]}, timeout ${TMO}s"
+# kjv_tokens NAME: the KJV demo corpus as byte tokens, train.bin and val.bin
+# (the last 2%), or a FAIL line naming the test and exit
+kjv_tokens() {
+    command -v bible >/dev/null || { echo "FAIL $1: the bible command (bible-kjv, make deps) is missing"; exit 1; }
+    bible gen1:1-rev22:21 > kjv.txt
+    "$C" prepare --input kjv.txt --output train.bin --val-output val.bin --val-fraction 0.02 >/dev/null ||
+        { echo "FAIL $1: prepare"; exit 1; }
+}

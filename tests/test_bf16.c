@@ -346,8 +346,8 @@ static void weight_copies(const cb_kernels *bf) {
     memcpy(w2, w, 4 * nw);
     const cb_kernels *cpu = cb_kernels_cpu();
     cb_kernels_params_written(params, nw + 8);
-    bf->adamw(bf, w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
-    cpu->adamw(cpu, w2, g, m2, v2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    bf->adamw(bf, w, g, 1.0f, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    cpu->adamw(cpu, w2, g, 1.0f, m2, v2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
     ok = !memcmp(w, w2, 4 * nw) && !memcmp(m, m2, 4 * nw) && !memcmp(v, v2, 4 * nw);
     report(ok, "adamw: the CPU table's update, bit for bit", 0);
     bf->matmul_forward(bf, y, x, w, NULL, N, IC, OC);  /* the refreshed copy */
@@ -356,6 +356,29 @@ static void weight_copies(const cb_kernels *bf) {
     free(g), free(m), free(v), free(w2), free(m2), free(v2);
     cb_kernels_params_freed(params);
     free(x), free(params), free(panel), free(y), free(y2);
+}
+
+/* AdamW reads the gradient as g * gs: the same bits as scaling the
+ * gradient first (the clip's separate pass before) and updating with 1,
+ * in both tables */
+static void adamw_clip_fused(const cb_kernels *bf) {
+    size_t n = 1003; /* not a multiple of the vector width */
+    const cb_kernels *cpu = cb_kernels_cpu();
+    const cb_kernels *tab[2] = {cpu, bf};
+    for (int t = 0; t < 2; t++) {
+        float *p = randn(n, 1.0f), *g = randn(n, 3.0f), *m = randn(n, 0.1f), *v = calloc(n, 4);
+        float *p2 = malloc(4 * n), *g2 = malloc(4 * n), *m2 = malloc(4 * n), *v2 = calloc(n, 4);
+        memcpy(p2, p, 4 * n), memcpy(g2, g, 4 * n), memcpy(m2, m, 4 * n);
+        tab[t]->adamw(tab[t], p, g, 0.37f, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+        cpu->scale(cpu, g2, 0.37f, n);
+        cpu->adamw(cpu, p2, g2, 1.0f, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+        int ok = !memcmp(p, p2, 4 * n) && !memcmp(m, m2, 4 * n) && !memcmp(v, v2, 4 * n);
+        report(ok,
+               t ? "adamw gs (bf16 table): the scaled-gradient update, bit for bit"
+                 : "adamw gs (cpu table): the scaled-gradient update, bit for bit",
+               0);
+        free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2);
+    }
 }
 
 int main(void) {
@@ -371,6 +394,7 @@ int main(void) {
     attention_cases(bf);
     attention_general_cases(bf);
     weight_copies(bf);
+    adamw_clip_fused(bf);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

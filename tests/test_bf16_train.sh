@@ -18,10 +18,7 @@
 #  - --precision fp16: one line naming the choices, exit 2
 set -u
 . "$(dirname "$0")/dp_common.sh"
-command -v bible >/dev/null || { echo "FAIL bf16 train: the bible command (bible-kjv, make deps) is missing"; exit 1; }
-bible gen1:1-rev22:21 > kjv.txt
-"$C" prepare --input kjv.txt --output train.bin --val-output val.bin --val-fraction 0.02 >/dev/null ||
-    { echo "FAIL bf16 train: prepare"; exit 1; }
+kjv_tokens "bf16 train"
 common=(--data train.bin --val-data val.bin --layers 2 --d-model 64 --heads 4 --seq-len 64
         --batch 8 --steps 200 --lr 2e-3 --min-lr 1e-4 --warmup 20 --eval-every 200 --peak-gflops 100)
 for p in fp32 bf16; do

@@ -425,8 +425,7 @@ static float update(cb_model *m, int step) {
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);
     double norm = sqrt(ss);
     float s = cb_clip_scale(m->opt.c.clip, norm);
-    if (s < 1.0f) k->scale(k, m->grads + lo, s, hi - lo);
-    cb_adamw_step(&m->opt, k, m->params, m->grads, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
+    cb_adamw_step(&m->opt, k, m->params, m->grads, s, m->pt.t, m->pt.n, cb_lr_at(&m->opt.c, step));
     if (g->dp > 1) cb_dp_sync_params(&m->dp);
     return (float)norm;
 }

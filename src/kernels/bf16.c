@@ -69,6 +69,7 @@ typedef struct bf16_state {
     unsigned long gen;                  /* bumped at every parameter write */
     const float *lo[MAXRANGES], *hi[MAXRANGES]; /* the parameter blocks seen */
     int nranges;
+    double round_ms[CB_RND_N]; /* time in rounding passes, by class */
 } bf16_state;
 
 static bf16_state S;
@@ -95,21 +96,18 @@ static uint16_t *scratch(bf16_state *s, int i, size_t n) {
     return s->scratch[i];
 }
 
-/* Round to nearest even, the rounding of the hardware's vcvtneps2bf16. */
-static inline uint16_t bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* dst (n) = bf16(x (n)) into scratch slot i */
-static const uint16_t *to_bf16(bf16_state *s, int i, const float *x, size_t n) {
+/* dst (n) = bf16(x (n)) into scratch slot i; the pass's time counts to
+ * class cls (cb_kernels_bf16_round_ms) */
+static const uint16_t *to_bf16(bf16_state *s, int i, int cls, const float *x, size_t n) {
     uint16_t *d = scratch(s, i, n);
+    double t0 = omp_get_wtime();
 #pragma omp parallel for simd schedule(static)
-    for (size_t j = 0; j < n; j++) d[j] = bf16_round(x[j]);
+    for (size_t j = 0; j < n; j++) d[j] = cb_bf16_round(x[j]);
+    s->round_ms[cls] += (omp_get_wtime() - t0) * 1e3;
     return d;
 }
+
+void cb_kernels_bf16_round_ms(double ms[CB_RND_N]) { memcpy(ms, S.round_ms, sizeof S.round_ms); }
 
 static int in_params(const bf16_state *s, const float *w, size_t n) {
     for (int i = 0; i < s->nranges; i++)
@@ -142,11 +140,13 @@ static wcopy *wcopy_of(bf16_state *s, const float *w, size_t n) {
  * layout's received or gathered weight panel reuses its buffer) is
  * rounded into scratch slot i every call. */
 static const uint16_t *weight_bf16(bf16_state *s, int i, const float *w, size_t n) {
-    if (!in_params(s, w, n)) return to_bf16(s, i, w, n);
+    if (!in_params(s, w, n)) return to_bf16(s, i, CB_RND_WEIGHT, w, n);
     wcopy *c = wcopy_of(s, w, n);
     if (c->gen == s->gen) return c->bf;
+    double t0 = omp_get_wtime();
 #pragma omp parallel for simd schedule(static)
-    for (size_t j = 0; j < n; j++) c->bf[j] = bf16_round(w[j]);
+    for (size_t j = 0; j < n; j++) c->bf[j] = cb_bf16_round(w[j]);
+    s->round_ms[CB_RND_WEIGHT] += (omp_get_wtime() - t0) * 1e3;
     c->gen = s->gen;
     return c->bf;
 }
@@ -167,21 +167,26 @@ void cb_kernels_params_written(const float *block, size_t n) {
     S.hi[S.nranges++] = block + n;
 }
 
-/* The CPU table's AdamW, then the bf16 copies of the weights it updated
- * whole are refreshed from the new values, while they are in cache (the
- * step's next forward then rounds nothing). A copy the update covers only
- * in part (a ZeRO shard boundary inside the tensor) stays stale and is
- * rounded again when next used. */
-static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+/* The CPU table's AdamW, writing the bf16 copy of the tensor it updates
+ * in the same pass (the step's next forward then rounds no weight). Other
+ * copies the update covers whole are refreshed after it; a copy it covers
+ * only in part (a ZeRO shard boundary inside the tensor) stays stale and
+ * is rounded again when next used. */
+static void adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                  float bc2) {
     bf16_state *s = state(k);
-    const cb_kernels *cpu = cb_kernels_cpu();
-    cpu->adamw(cpu, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+    wcopy *same = NULL;
+    for (int i = 0; i < s->nw && !same; i++)
+        if (s->w[i].src == p && s->w[i].n == n) same = &s->w[i];
+    cb_cpu_adamw(p, g, gs, m, v, same ? same->bf : NULL, n, lr, beta1, beta2, eps, wd, bc1, bc2);
     for (int i = 0; i < s->nw; i++) {
         wcopy *c = &s->w[i];
         if (c->src < p || c->src + c->n > p + n) continue;
+        if (c != same) {
 #pragma omp parallel for simd schedule(static)
-        for (size_t j = 0; j < c->n; j++) c->bf[j] = bf16_round(c->src[j]);
+            for (size_t j = 0; j < c->n; j++) c->bf[j] = cb_bf16_round(c->src[j]);
+        }
         c->gen = s->gen;
     }
 }
@@ -282,7 +287,8 @@ static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, 
 static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * IC), *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * IC),
+                   *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
     gemm(s, N, OC, IC, x, 0, IC, wb, 0, OC, out, OC, 0, bias);
 }
 
@@ -291,16 +297,18 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                             const float *dout, const float *inp, const float *w, int N, int IC,
                             int OC) {
     bf16_state *s = state(k);
-    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * OC);
+    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC);
     if (dinp) gemm(s, N, IC, OC, d, 0, OC, weight_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
-    gemm(s, IC, OC, N, to_bf16(s, 2, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC, 1, NULL);
+    gemm(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC,
+         1, NULL);
     if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
                                     const float *inp, int N, int IC, int OC, int r0, int r1) {
     bf16_state *s = state(k);
-    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * OC), *x = to_bf16(s, 2, inp, (size_t)N * IC);
+    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC),
+                   *x = to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC);
     gemm(s, r1 - r0, OC, N, x + r0, 1, IC, d, 0, OC, dw + (size_t)r0 * OC, OC, 1, NULL);
 }
 
@@ -308,7 +316,8 @@ static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float 
 static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, inp, (size_t)N * C), *wb = weight_bf16(s, 1, w, (size_t)V * C);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * C),
+                   *wb = weight_bf16(s, 1, w, (size_t)V * C);
     gemm(s, N, V, C, x, 0, C, wb, 1, C, out, V, 0, NULL);
 }
 
@@ -316,9 +325,10 @@ static void head_forward(const cb_kernels *k, float *out, const float *inp, cons
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, int N, int C, int V) {
     bf16_state *s = state(k);
-    const uint16_t *d = to_bf16(s, 0, dout, (size_t)N * V);
+    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
     gemm(s, N, C, V, d, 0, V, weight_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
-    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, inp, (size_t)N * C), 0, C, dw, C, 1, NULL);
+    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), 0, C, dw, C, 1,
+         NULL);
 }
 
 /* A (B,NH,rows,cols) view of a (B,T,ld) tensor whose head h's columns
@@ -341,10 +351,10 @@ static void att_view(int64_t *dims, int64_t *str, int B, int NH, int Tq, int Tk,
 }
 
 /* q and kv rounded to bf16 (slots iq, ikv; one conversion when q is kv) */
-static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
-                          int iq, int ikv, const uint16_t **xq, const uint16_t **xkv) {
-    *xq = to_bf16(s, iq, q, (size_t)a->B * a->Tq * a->ldq);
-    *xkv = kv == q ? *xq : to_bf16(s, ikv, kv, (size_t)a->B * a->Tk * a->ldkv);
+static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv, int iq,
+                          int ikv, int cls, const uint16_t **xq, const uint16_t **xkv) {
+    *xq = to_bf16(s, iq, cls, q, (size_t)a->B * a->Tq * a->ldq);
+    *xkv = kv == q ? *xq : to_bf16(s, ikv, cls, kv, (size_t)a->B * a->Tk * a->ldkv);
 }
 
 /* The masked softmax (or its backward) of every (b,h) pair, fp32 */
@@ -371,14 +381,14 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     bf16_state *s = state(k);
     int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
     const uint16_t *xq, *xkv;
-    attn_operands(s, a, q, kv, 0, 2, &xq, &xkv);
+    attn_operands(s, a, q, kv, 0, 2, CB_RND_ACT_FWD, &xq, &xkv);
     mm_desc d = {.nd = 4, .alpha = 1.0f / sqrtf((float)hs)};
     head_view(d.ad, d.as, B, NH, Tq, hs, a->ldq, 0);
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, xq, xkv + a->koff, att, NULL);
     attn_softmax(a, att, NULL, 0);
-    const uint16_t *p = to_bf16(s, 1, att, (size_t)B * NH * Tq * Tk);
+    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, att, (size_t)B * NH * Tq * Tk);
     mm_desc o = {.nd = 4, .alpha = 1.0f};
     att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
     head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -395,9 +405,9 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     bf16_state *s = state(k);
     int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
     const uint16_t *xq, *xkv;
-    attn_operands(s, a, q, kv, 0, 4, &xq, &xkv);
-    const uint16_t *dy = to_bf16(s, 1, dout, (size_t)B * Tq * a->C);
-    const uint16_t *p = to_bf16(s, 2, att, (size_t)B * NH * Tq * Tk);
+    attn_operands(s, a, q, kv, 0, 4, CB_RND_ACT_BWD, &xq, &xkv);
+    const uint16_t *dy = to_bf16(s, 1, CB_RND_GRAD, dout, (size_t)B * Tq * a->C);
+    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, att, (size_t)B * NH * Tq * Tk);
     mm_desc d = {.nd = 4, .alpha = 1.0f};
     head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
@@ -409,7 +419,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
     run(s, &v, p, dy, dkv + a->voff, NULL);
     attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
-    const uint16_t *ds = to_bf16(s, 3, scratch_, (size_t)B * NH * Tq * Tk);
+    const uint16_t *ds = to_bf16(s, 3, CB_RND_GRAD, scratch_, (size_t)B * NH * Tq * Tk);
     mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
     att_view(g.ad, g.as, B, NH, Tq, Tk, 0);
     head_view(g.bd, g.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -507,7 +517,8 @@ double cb_peak_measure_bf16(void) {
         return 0;
     }
     for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f;
-    const uint16_t *x = to_bf16(s, 0, a, nn), *y = to_bf16(s, 1, a, nn);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_WEIGHT, a, nn),
+                   *y = to_bf16(s, 1, CB_RND_WEIGHT, a, nn);
     const int N = CB_PEAK_N;
     gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
     double t0 = omp_get_wtime(), t;

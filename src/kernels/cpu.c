@@ -211,7 +211,9 @@ void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal)
     for (int t = 0; t < Tq; t++) {
         float *r = s + (size_t)t * Tk, mx = -INFINITY, sum = 0.0f;
         int lim = t < nq ? seen(t, nk, causal) : 0;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < lim; j++) mx = r[j] > mx ? r[j] : mx;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < lim; j++) {
             r[j] = exp_approx(r[j] - mx);
             sum += r[j];
@@ -272,6 +274,7 @@ void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, i
         float *d = dp + (size_t)t * Tk, dot = 0.0f;
         const float *r = p + (size_t)t * Tk;
         int lim = t < nq ? seen(t, nk, causal) : 0;
+#pragma omp simd reduction(+ : dot)
         for (int j = 0; j < lim; j++) dot += r[j] * d[j];
         for (int j = 0; j < lim; j++) d[j] = r[j] * (d[j] - dot) * scale;
         for (int j = lim; j < Tk; j++) d[j] = 0.0f;
@@ -346,6 +349,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < V; j++) mx = r[j] > mx ? r[j] : mx;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) {
@@ -664,18 +668,41 @@ static void scale(const cb_kernels *k, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
+/* One element of AdamW: m, v updated in place, the new parameter returned */
+static inline float adamw_one(float p, float g, float *m, float *v, float lr, float beta1,
+                              float beta2, float eps, float wd, float bc1, float bc2) {
+    float mi = beta1 * *m + (1.0f - beta1) * g;
+    float vi = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    float pi = p - lr * wd * p;
+    return pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
+
+/* The gradient is read as fl(g * gs), the value a separate scaling pass
+ * would have stored, so folding the clip into the update changes no bit
+ * and saves a read and a write of every gradient. bf (n, may be NULL)
+ * receives the new parameters rounded to bf16 in the same pass. */
+void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
-    (void)k;
+    if (!bf) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++)
+            p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
+        return;
+    }
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
-        float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-        m[i] = mi;
-        v[i] = vi;
-        float pi = p[i] - lr * wd * p[i];
-        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
+        bf[i] = cb_bf16_round(p[i]);
     }
+}
+
+static void adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                  float bc2) {
+    (void)k;
+    cb_cpu_adamw(p, g, gs, m, v, NULL, n, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 static void mul_forward(const cb_kernels *k, float *out, const float *a, const float *b, size_t n) {

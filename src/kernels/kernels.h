@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cubist.h"
 
@@ -177,10 +178,12 @@ struct cb_kernels {
     /* sum of squares, in double, reproducible for a fixed thread count */
     double (*sumsq)(const cb_kernels *k, const float *x, size_t n);
     void (*scale)(const cb_kernels *k, float *x, float s, size_t n);
-    /* one AdamW step on n parameters: p -= lr*(wd*p + mhat/(sqrt(vhat)+eps)) with
+    /* one AdamW step on n parameters from the gradient g * gs (gs: the clip
+     * factor, 1 for none): p -= lr*(wd*p + mhat/(sqrt(vhat)+eps)) with
      * bias corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t */
-    void (*adamw)(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
+    void (*adamw)(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                  float bc2);
     /* Recommendation layers (NCF). out (n) = a * b elementwise; backward
      * da = dout * b, db = dout * a, both overwritten */
     void (*mul_forward)(const cb_kernels *k, float *out, const float *a, const float *b, size_t n);
@@ -207,6 +210,13 @@ const cb_kernels *cb_kernels_cpu(void);
  * or that there are none and it will be slow (startup lines print it). */
 const cb_kernels *cb_kernels_bf16(void);
 const char *cb_kernels_bf16_note(void);
+/* Milliseconds the bf16 table spent in its rounding passes since the
+ * process began, by what was rounded: activations for a forward product,
+ * the same activations again for a backward product (both would go with
+ * activations stored in bf16), gradients, weights (the kept copies
+ * refreshed outside AdamW, and panels outside the parameters) */
+enum { CB_RND_ACT_FWD, CB_RND_ACT_BWD, CB_RND_GRAD, CB_RND_WEIGHT, CB_RND_N };
+void cb_kernels_bf16_round_ms(double ms[CB_RND_N]);
 
 /* --precision fp32|bf16: the table every layout built afterwards installs
  * (cb_kernels_default), chosen once per process before the model. */
@@ -226,7 +236,18 @@ void cb_kernels_params_written(const float *block, size_t n);
  * address is not taken for parameters */
 void cb_kernels_params_freed(const float *block);
 
+/* Round to nearest even, the rounding of the hardware's vcvtneps2bf16 */
+static inline uint16_t cb_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 /* CPU pieces the bf16 table reuses around its products */
+/* the table's AdamW on p, g, m, v (n); bf (n, may be NULL) also gets the new p in bf16 */
+void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
 /* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
  * sees (j < nk and, causal, j <= i), zero elsewhere */

@@ -121,9 +121,10 @@ static void p_matmul_backward_dw_rows(const cb_kernels *k, float *dw, const floa
     TIMED(PROF_GEMM, matmul_backward_dw_rows, dw, dout, inp, N, IC, OC, r0, r1);
 }
 
-static void p_adamw(const cb_kernels *k, float *p, const float *g, float *m, float *v, size_t n,
-                    float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
-    TIMED(PROF_OPTIMIZER, adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+static void p_adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
+                    size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                    float bc2) {
+    TIMED(PROF_OPTIMIZER, adamw, p, g, gs, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 static double p_sumsq(const cb_kernels *k, const float *x, size_t n) {

@@ -42,7 +42,7 @@ static int decays(const cb_adamw_config *c, const cb_tensor_info *t) {
     return t->decay || (c->decay_embeddings && t->layer == -1);
 }
 
-void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads,
+void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads, float gs,
                    const cb_tensor_info *tensors, int ntensor, float lr) {
     const cb_adamw_config *c = &o->c;
     o->t++;
@@ -55,7 +55,7 @@ void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float 
         if (b > o->hi) b = o->hi;
         if (a >= b) continue;
         float wd = decays(c, &tensors[i]) ? c->weight_decay : 0.0f;
-        k->adamw(k, params + a, grads + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr,
+        k->adamw(k, params + a, grads + a, gs, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr,
                  c->beta1, c->beta2, c->eps, wd, bc1, bc2);
     }
 }

@@ -16,9 +16,9 @@ typedef struct cb_adamw {
 
 int cb_adamw_init(cb_adamw *o, const cb_adamw_config *c, size_t lo, size_t hi, cb_err *e);
 void cb_adamw_free(cb_adamw *o);
-/* One update of params[lo,hi) from grads[lo,hi) at learning rate lr; the
- * tensor table decides which elements decay. */
-void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads,
+/* One update of params[lo,hi) from grads[lo,hi) times gs (the clip
+ * factor) at learning rate lr; the tensor table decides which elements decay. */
+void cb_adamw_step(cb_adamw *o, const cb_kernels *k, float *params, const float *grads, float gs,
                    const cb_tensor_info *tensors, int ntensor, float lr);
 /* min(1, clip / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_, 1 when clip <= 0 */
 float cb_clip_scale(float clip, double norm);
