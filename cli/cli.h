@@ -14,6 +14,11 @@ int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+/* bleu: corpus BLEU of two line files (cli/cmd_bleu.c); cli_bleu_files adds
+ * hyp's lines against ref's to b (struct cb_bleu, src/eval/bleu.h). */
+int cmd_bleu(int argc, char **argv);
+struct cb_bleu;
+int cli_bleu_files(const char *hyp, const char *ref, struct cb_bleu *b, cb_err *e);
 /* plan: the performance model (cli/cmd_plan.c) */
 int cmd_plan(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */

@@ -117,7 +117,9 @@ struct cb_layer {
     cb_embed emb;           /* also a lookup table (no positions) */
     int C, heads;           /* attention */
     unsigned attn_flags;    /* CB_ATTN_* */
+    int len_set[2];         /* padded attention: length sets of queries, keys */
     float init_sd;          /* normal initial weights */
+    int sinusoid;           /* embedding: fixed sinusoidal positions */
 };
 
 struct cb_act {
@@ -130,7 +132,7 @@ typedef struct gnode {
     int kind;
     cb_layer *l;
     int in[2], nin; /* values read */
-    int field;      /* a lookup's id field */
+    int field;      /* a lookup's or an embedding's id field */
     cb_layer *l2;   /* the MLM loss's decoder bias (cb_op_mlm_loss), else NULL */
     int erf;        /* a GELU: the exact (erf) form */
     float p;        /* dropout: the probability of dropping */
@@ -211,7 +213,7 @@ struct cb_model {
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
-    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
+    const int *lens[CB_LENGTH_SETS]; /* cb_model_set_lengths (set 0) and _set: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     double loss_scale;   /* the MLM loss: a micro-batch's loss sum to its share of the
                             step's mean over targets >= 0 (micro-batches x dp / count) */
