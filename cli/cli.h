@@ -10,6 +10,8 @@ int cmd_train_ncf(int argc, char **argv);
 int cli_ncf_mlp(const char *s, cb_ncf_config *c, cb_err *e);
 /* cubist train --model bert|roberta (cli/cmd_train_bert.c) */
 int cmd_train_bert(int argc, char **argv);
+/* cubist train --model nmt (cli/cmd_train_nmt.c) */
+int cmd_train_nmt(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

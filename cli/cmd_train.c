@@ -84,12 +84,13 @@ int cmd_train(int argc, char **argv) {
     if (model && !strcmp(model, "ncf")) return cmd_train_ncf(argc, argv);
     if (model && (!strcmp(model, "bert") || !strcmp(model, "roberta")))
         return cmd_train_bert(argc, argv);
+    if (model && !strcmp(model, "nmt")) return cmd_train_nmt(argc, argv);
     cb_train_opts o;
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     cli_flag flags[80] = {
-        {"model", ARG_STR, &model, "gpt (default), ncf, bert or roberta (see --model M --help)"},
+        {"model", ARG_STR, &model, "gpt (default), ncf, bert, roberta or nmt (see --model M --help)"},
         {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
          "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
         {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
@@ -133,7 +134,7 @@ int cmd_train(int argc, char **argv) {
     /* What the flags alone decide fails before MPI starts: at once, on every
      * rank alike (each parses the same argv), printed by rank 0 only. */
     if (!rc && model && strcmp(model, "gpt"))
-        rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt, ncf, bert or roberta", model);
+        rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt, ncf, bert, roberta or nmt", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
     if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);

@@ -352,6 +352,26 @@ typedef struct cb_bert_config {
 } cb_bert_config;
 void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
 
+/* The Transformer encoder-decoder for translation (Vaswani et al.): one
+ * embedding "emb" (fixed sinusoidal positions "emb.pos") looks up the
+ * source (id field 0) and the decoder's input (field 1) and is the output
+ * projection; enc_layers blocks of bidirectional self-attention padded by
+ * length set 0 (the source's) and a ReLU FFN, dec_layers blocks of causal
+ * self-attention padded by set 1 (the target's), cross-attention of set-1
+ * queries over set-0 keys and the FFN; post-LN (LN(x + f(x)), the paper's)
+ * or pre-LN (x + f(LN(x)), with a final LN on each stack); label-smoothed
+ * cross-entropy, targets equal to pad left out. Tensor names
+ * "enc.L.{attn.qkv,attn.proj,ln1,fc1,fc2,ln2}", "dec.L.{attn.qkv,attn.proj,
+ * ln1,xattn.q,xattn.kv,xattn.proj,ln2,fc1,fc2,ln3}", "enc.ln_f", "dec.ln_f".
+ * The caller sets both length sets (cb_model_set_lengths_set). */
+typedef struct cb_nmt_config {
+    int enc_layers, dec_layers, d_model, n_head, d_ff, vocab;
+    float smoothing; /* label smoothing (0.1) */
+    int pad;         /* the padding id: targets equal to it count nothing */
+    int pre_ln;
+} cb_nmt_config;
+void cb_model_declare_nmt(cb_model *m, const cb_nmt_config *c);
+
 /* Recommendation layers (NCF). A row of the batch may carry several ids
  * (a user and an item): with cb_model_set_id_fields(m, k), called before
  * the first operation, the ids of cb_model_train_step, cb_model_eval and

@@ -206,7 +206,7 @@ typedef struct cb_train_family {
     int (*prepare)(cb_train_opts *o, cb_err *e);
     int (*open)(cb_train_task *t, const cb_train_opts *o, cb_err *e);
 } cb_train_family;
-extern const cb_train_family cb_train_gpt, cb_train_ncf, cb_train_bert;
+extern const cb_train_family cb_train_gpt, cb_train_ncf, cb_train_bert, cb_train_nmt;
 
 /* --model ncf's options besides cb_train_opts (task_ncf.c); o->B is the
  * step's rows over its micro-batches. */
@@ -225,6 +225,15 @@ typedef struct cb_bert_task_opts {
     FILE *fill_out; /* --fill's guesses are written here */
     int V, tokenizer;
 } cb_bert_task_opts;
+
+/* --model nmt's options (task_nmt.c); vocab, pad and T are filled by its
+ * prepare from the pair files. */
+typedef struct cb_nmt_task_opts {
+    cb_nmt_config c;
+    int seq_len;          /* T: positions a side (0: the files' longest + 1) */
+    int max_tokens;       /* padded tokens a step (0: rows x T) */
+    const char *dump_batches;
+} cb_nmt_task_opts;
 
 /* The GPT of cubist train (task_gpt.c): its token data and validation
  * opened, its loader at step 0. Collective only in its failures' agreement
