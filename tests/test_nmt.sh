@@ -8,8 +8,9 @@
 #    dumped, post-LN and --pre-ln: the loss at each of 10 AdamW steps
 #    (warm-up, cosine, clipping) within 1e-5 relative and every gradient of
 #    step 1 within 1e-4 (||a-b||/||b||): float32 against float64 sums of a
-#    few hundred terms (measured ~5e-8 and ~1e-6).
-# 2. Layouts: dp 2 and tp 2 (1-D) against one process over 30 steps: loss,
+#    few hundred terms (measured at most 5e-8 and 6e-7).
+# 2. Layouts: dp 2 and tp 2 (1-D) against one process, pp 2 (1F1B, 2
+#    micro-batches) against --grad-accum 2, over 30 steps: loss,
 #    gradient norm, val_loss and the final weights to 1e-5 relative
 #    (tests/compare.py; the sums regroup across ranks). AdamW eps 1e-3: the
 #    key biases' gradient is zero in exact arithmetic (docs/nmt.md), and a
@@ -89,6 +90,8 @@ sys.exit(not (len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(y) for x, y
 if run one 1; then
     run dp2 2 --dp 2 && cmp_ "nmt dp2" dp2 one
     run tp2 2 --tp 2 --tp-mode 1d && cmp_ "nmt tp 1d2" tp2 one
+    run ga2 1 --grad-accum 2 &&
+        run pp2 2 --pp 2 --schedule 1f1b --micro-batches 2 && cmp_ "nmt pp2 1f1b M2 (vs --grad-accum 2)" pp2 ga2
 fi
 
 # ---------------------------------------------------------------- bad input
