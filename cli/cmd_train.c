@@ -168,6 +168,9 @@ int cmd_train(int argc, char **argv) {
         {"embed-grad", ARG_STR, &o.embed_grad,
          "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
          "apart) or sparse (all-gather rows, as TF+Horovod)"},
+        {"comm-dtype", ARG_STR, &o.comm_dtype,
+         "fp32 (default) or bf16: the data-parallel gradient buckets travel in bf16, half the "
+         "bytes, summed in fp32 (data parallelism only; tensor-parallel traffic stays fp32)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};

@@ -66,7 +66,7 @@ static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, c
 /* The flags cb_dist_init takes out of argv. */
 typedef struct dist_flags {
     const char *dp, *tp, *pp, *mb, *mode, *part, *mw, *zero, *missing;
-    const char *sched, *vs, *rec, *recl, *recm, *embed, *maxmem, *prec;
+    const char *sched, *vs, *rec, *recl, *recm, *embed, *maxmem, *prec, *cdt;
     int print, noprof;
 } dist_flags;
 
@@ -88,6 +88,7 @@ static dist_flags take_flags(int *argc, char **argv) {
     f.embed = take_flag(argc, argv, "--embed-grad", &f.missing);
     f.maxmem = take_flag(argc, argv, "--max-memory", &f.missing);
     f.prec = take_flag(argc, argv, "--precision", &f.missing);
+    f.cdt = take_flag(argc, argv, "--comm-dtype", &f.missing);
     f.print = take_bool(argc, argv, "--print-partition");
     f.noprof = take_bool(argc, argv, "--no-profile");
     return f;
@@ -240,6 +241,7 @@ static int parse_flags(const dist_flags *f, cb_dist *d, int *dp, int *pp, int *t
     d->embed_grad = CB_DP_EMBED_AUTO;
     if (!rc && f->embed) rc = cb_dp_embed_parse(f->embed, &d->embed_grad, e);
     if (!rc) rc = cb_dist_parse_size(f->maxmem, &d->max_memory, e);
+    if (!rc && f->cdt) rc = cb_dp_comm_dtype_parse(f->cdt, &d->comm_bf16, e);
     cb_precision prec = CB_PREC_FP32;
     if (!rc && f->prec) rc = cb_precision_parse(f->prec, &prec, e);
     if (!rc) rc = cb_kernels_select(prec, e);

@@ -243,14 +243,19 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
 
 /* Data parallelism: the gradients of the stage, ring all-reduced in
  * buckets (ZeRO-1: reduce-scatter + all-gather, the same volume), overlapped
- * with the last micro-batch's backward except the last bucket. */
+ * with the last micro-batch's backward except the last bucket. With
+ * --comm-dtype bf16 the gradient travels in half the bytes (all-reduce, or
+ * ZeRO's reduce-scatter); ZeRO's parameter all-gather stays fp32. Buckets
+ * are counted in floats, so the calls do not change. */
 static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s,
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
     double grad = p->mem_grads, calls = ceil(grad / j->bucket_bytes);
     /* + the step's loss, one float all-reduced (src/graph/exec.c); ZeRO-1
      * takes two collectives per bucket (reduce-scatter, all-gather) */
-    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 4);
+    double wire = j->comm_bf16 ? grad / 2 : grad; /* the bytes of the gradient as sent */
+    double moved = l->zero ? (wire + grad) / 2 : wire; /* ZeRO: reduce-scatter + fp32 all-gather */
+    p->dp_bytes = cb_plan_ring_allreduce(l->dp, moved) + cb_plan_ring_allreduce(l->dp, 4);
     p->dp_calls = calls * (l->zero ? 2 : 1) + 1;
     p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, p->dp_calls);
     p->dp_exposed_s = maxf(p->dp_s / p->dp_calls, p->dp_s - bwd_s);
