@@ -99,8 +99,10 @@ echo "$out"
 grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
 if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --allreduce "${TINY[@]}" --bucket-mb 0.01 --reps 2 >ar.out 2>ar.err &&
         grep -qE '^  fused buckets \(15 x 0.01 MB, non-blocking\) +[0-9.]+ ms +bus +[0-9.]+ GB/s' ar.out &&
+        grep -qE '^  fused buckets, --comm-dtype bf16 +[0-9.]+ ms +bus +[0-9.]+ GB/s \(half the bytes\)' ar.out &&
+        grep -qE '^  time bf16 / fp32 \(fused\) +[0-9.]+$' ar.out &&
         grep -qE '^  raw MPI_Allreduce +[0-9.]+ ms' ar.out && grep -qE '^  ratio fused / raw +[0-9.]+$' ar.out; then
-    pass "bench --allreduce: fused and raw times, ratio $(grep ratio ar.out | tr -s ' ')"
+    pass "bench --allreduce: fused fp32, fused bf16 and raw times, ratio $(grep ratio ar.out | tr -s ' ')"
 else
     fail "bench --allreduce: $(head -c 400 ar.out | tr '\n' '|') $(head -c 200 ar.err)"
 fi

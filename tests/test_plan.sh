@@ -6,7 +6,7 @@
 #   parameter + gradient bytes and activation + workspace bytes (of the GPT
 #   graph that bench --tp-step runs) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
+# - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
 #   and one rank with --recompute block
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
@@ -92,6 +92,8 @@ PY
 }
 trcase "dp 2"          2 1 --dp 2 -- --dp 2
 trcase "dp 2 zero"     2 1 --dp 2 -- --dp 2 --zero 1
+trcase "dp 2 bf16"     2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --comm-dtype bf16
+trcase "dp 2 zero bf16" 2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --zero 1 --comm-dtype bf16
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
