@@ -1,10 +1,12 @@
 #include "args.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Numbers must be all of the value and finite; --flag for a 0/1 switch takes
  * only 0 or 1, and an unsigned flag no sign ("-1" would wrap to 2^64-1). */
@@ -86,4 +88,40 @@ void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_flag *f
         fprintf(f, "  %-22s %s\n", name, flags[i].help);
     }
     if (epilog) fprintf(f, "\n%s", epilog);
+}
+
+void cli_grad_accum_alias(int argc, char **argv) {
+    static char mb[] = "--micro-batches";
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--grad-accum")) argv[i] = mb;
+}
+
+int cli_torch_bench(const char *script, const char *args, const char *const *keys,
+                    double *values, int n, cb_err *e) {
+    char exe[PATH_MAX], cmd[PATH_MAX + 1024], line[4096], last[400] = "no output", pat[64];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "
+                              "'%s/../bench/%s' %s 2>&1", exe, script, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
+    values[0] = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (line[0] != '{') {
+            if (line[0] != '\n') snprintf(last, sizeof last, "%.*s", (int)strcspn(line, "\n"), line);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            snprintf(pat, sizeof pat, "\"%s\":", keys[i]);
+            const char *s = strstr(line, pat);
+            values[i] = s ? atof(s + strlen(pat)) : 0;
+        }
+    }
+    int st = pclose(p);
+    if (st != 0 || !(values[0] > 0))
+        return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
+                                   "python3-torch (make deps) or pass --no-torch", st, last);
+    return CB_OK;
 }

@@ -22,4 +22,14 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_flag *flags, int
               cb_err *e);
 void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_flag *flags, int n,
                const char *epilog);
+/* The graph models' trainers: --grad-accum M is --micro-batches M (one
+ * stage accumulates micro-batches); renames the flag in argv. */
+void cli_grad_accum_alias(int argc, char **argv);
+/* Runs bench/<script> (beside the cubist binary's directory) with args
+ * under /usr/bin/python3, in the environment PyTorch benchmarks need, and
+ * reads the numbers after "keys[i]": in its JSON output line into
+ * values[i] (n of them); CB_ESYS with the script's last line when it fails
+ * or values[0] is not positive. */
+int cli_torch_bench(const char *script, const char *args, const char *const *keys,
+                    double *values, int n, cb_err *e);
 #endif

@@ -21,31 +21,17 @@ typedef struct ncf_bench {
     const char *mlp;
 } ncf_bench;
 
-/* PyTorch's samples/s and parameter count from the script's JSON line. */
+/* PyTorch's samples/s and parameter count (bench/torch_ncf.py) */
 static int torch_run(const ncf_bench *b, double *sps, double *params, cb_err *e) {
-    char exe[PATH_MAX], cmd[PATH_MAX + 512], line[4096], last[400] = "no output";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "
-             "'%s/../bench/torch_ncf.py' --users %d --items %d --factors %d --mlp %s --batch %d "
-             "--steps %d --threads %d 2>&1",
-             exe, b->users, b->items, b->factors, b->mlp, b->batch, b->steps, b->threads);
-    FILE *p = popen(cmd, "r");
-    if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
-    *sps = 0;
-    while (fgets(line, sizeof line, p)) {
-        const char *s = strstr(line, "\"samples_per_s\":"), *q = strstr(line, "\"params\":");
-        if (line[0] == '{' && s && q) *sps = atof(s + 16), *params = atof(q + 9);
-        else if (line[0] != '\n') snprintf(last, sizeof last, "%.*s", (int)strcspn(line, "\n"), line);
-    }
-    int st = pclose(p);
-    if (st != 0 || !(*sps > 0))
-        return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
-                                   "python3-torch (make deps) or pass --no-torch", st, last);
-    return CB_OK;
+    char args[256];
+    snprintf(args, sizeof args, "--users %d --items %d --factors %d --mlp %s --batch %d "
+             "--steps %d --threads %d", b->users, b->items, b->factors, b->mlp, b->batch,
+             b->steps, b->threads);
+    const char *keys[2] = {"samples_per_s", "params"};
+    double v[2];
+    int rc = cli_torch_bench("torch_ncf.py", args, keys, v, 2, e);
+    *sps = v[0], *params = v[1];
+    return rc;
 }
 
 /* cubist's samples/s over b->steps steps after one untimed step. */

@@ -8,6 +8,8 @@ int cmd_train(int argc, char **argv);
 int cmd_train_ncf(int argc, char **argv);
 /* NCF's --mlp "256,128,64" into c->mlp, c->n_mlp; CB_EINPUT naming the flag */
 int cli_ncf_mlp(const char *s, cb_ncf_config *c, cb_err *e);
+/* cubist train --model bert|roberta (cli/cmd_train_bert.c) */
+int cmd_train_bert(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -82,13 +82,15 @@ static const char *model_arg(int argc, char **argv) {
 int cmd_train(int argc, char **argv) {
     const char *model = model_arg(argc, argv);
     if (model && !strcmp(model, "ncf")) return cmd_train_ncf(argc, argv);
+    if (model && (!strcmp(model, "bert") || !strcmp(model, "roberta")))
+        return cmd_train_bert(argc, argv);
     cb_train_opts o;
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     const char *precision = "fp32";
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
-        {"model", ARG_STR, &model, "gpt (default) or ncf (see --model ncf --help)"},
+        {"model", ARG_STR, &model, "gpt (default), ncf, bert or roberta (see --model M --help)"},
         {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
          "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
         {"val-data", ARG_STR, &o.val_data, "validation tokens (file, glob or comma list)"},
@@ -182,7 +184,7 @@ int cmd_train(int argc, char **argv) {
     /* What the flags alone decide fails before MPI starts: at once, on every
      * rank alike (each parses the same argv), printed by rank 0 only. */
     if (!rc && model && strcmp(model, "gpt"))
-        rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt or ncf", model);
+        rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt, ncf, bert or roberta", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
     if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);

@@ -244,13 +244,6 @@ static int train(run *r, const ncf_opts *o, cb_err *e) {
     return rc;
 }
 
-/* --grad-accum M is --micro-batches M (one stage accumulates micro-batches). */
-static void grad_accum_alias(int argc, char **argv) {
-    static char mb[] = "--micro-batches";
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--grad-accum")) argv[i] = mb;
-}
-
 int cmd_train_ncf(int argc, char **argv) {
     ncf_opts o = {.negatives = 4, .factors = 64, .batch = 256, .steps = 1000, .eval_users = 1000,
                   .eval_neg = 99, .seed = 1337, .mlp = "256,128,64",
@@ -290,7 +283,7 @@ int cmd_train_ncf(int argc, char **argv) {
         cli_usage(stdout, "train", "--model ncf --data PAIRS [flags]", flags, n, EPILOG);
         return 0;
     }
-    grad_accum_alias(argc, argv);
+    cli_grad_accum_alias(argc, argv);
     run r = {0};
     cb_err e = {0};
     int ac = argc + 1; /* argv[-1] is the command's name, where cb_dist_init expects a program */

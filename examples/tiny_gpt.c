@@ -27,8 +27,9 @@
  * causal, padded cross-attention follows it, whose queries come from the
  * block and whose keys and values from the normalised embedding output
  * (a value read by every block: under the pipeline it travels to each
- * stage). Every step gives each sequence a length in [0, T] (0 and T
- * included) through cb_model_set_lengths. Its QKV layers are named
+ * stage), whose output passes dropout 0.1 (on the residual stream's
+ * layout, the same mask everywhere). Every step gives each sequence a
+ * length in [0, T] (0 and T included) through cb_model_set_lengths. Its QKV layers are named
  * h.<l>.attn.qkv, so that tests/compare.py holds their biases' key thirds
  * to the tolerance of every tensor (it exempts GPT-2's c_attn.bias). */
 #include <stdio.h>
@@ -57,7 +58,8 @@ static cb_act *cross(cb_model *m, int l, cb_act *x, cb_act *enc) {
     cb_layer *at = cb_model_attention_flags(m, nm(s, l, "xattn"), C, NH,
                                             CB_ATTN_CAUSAL | CB_ATTN_PADDED);
     cb_act *a = cb_op_cross_attention(at, q, kv);
-    return cb_op_add(x, cb_op_linear(cb_model_linear(m, nm(s, l, "xattn.c_proj"), C, C), a));
+    a = cb_op_linear(cb_model_linear(m, nm(s, l, "xattn.c_proj"), C, C), a);
+    return cb_op_add(x, cb_op_dropout(a, 0.1f));
 }
 
 /* One pre-LN block on the residual stream x; returns the next x. */

@@ -292,6 +292,43 @@ void cb_model_end_block(cb_model *m);
  * is cubist train's. */
 void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
 
+/* BERT's pieces. cb_op_gelu_erf: the exact GELU x Phi(x). A bias vector
+ * [n] ("<name>.bias", zero at start) for the MLM decoder. The MLM loss,
+ * ending the graph: logits = x wte^T + bias (the decoder tied to the
+ * embedding's word table plus its own bias), cross-entropy over the rows
+ * whose target is >= 0 (a negative target is ignored: no loss, no
+ * gradient), mean over those rows of the whole step (every micro-batch
+ * and data-parallel rank). Whole tensors: --tp 1 (dp and pp run it).
+ * Token types: cb_model_set_id_fields(m, 2), the embedding reads field 0
+ * and a cb_model_lookup table of the types reads field 1. */
+cb_act *cb_op_gelu_erf(const cb_act *x);
+/* Dropout with probability p in training steps (kept elements scaled by
+ * 1/(1-p)), nothing in evaluation: the mask of an element is a function
+ * of (the build's seed, the dropout's declaration index, the step, the
+ * element's index in the step's whole value (global row, feature)), so it
+ * is the same under every layout, micro-batch split and recompute. */
+cb_act *cb_op_dropout(const cb_act *x, float p);
+cb_layer *cb_model_bias(cb_model *m, const char *name, int n);
+void cb_op_mlm_loss(cb_layer *embedding, cb_layer *bias, const cb_act *x);
+
+/* BERT (Hugging Face BertForMaskedLM's architecture: learned positions,
+ * token types, post-LN blocks of bidirectional padded attention and an
+ * erf-GELU MLP, the MLM head dense + GELU + LayerNorm + tied decoder with
+ * its own bias) with HF's tensor names ("bert.embeddings.word_embeddings",
+ * ..., "cls.predictions.bias"; roberta: "roberta.*", "lm_head.*"), except
+ * that the attention's query, key and value are one fused [C, 3C] linear
+ * "<layer>.attention.self.qkv" and linears are stored [in, out]. Rows: 2
+ * id fields (token, type); lengths by cb_model_set_lengths; targets the
+ * original token at masked positions, -1 elsewhere. LayerNorm eps 1e-5.
+ * No dropout on the attention probabilities (HF's attention_probs_dropout). */
+typedef struct cb_bert_config {
+    int n_layer, d_model, n_head, seq_len, vocab, types;
+    int roberta;   /* RoBERTa's tensor names */
+    float dropout; /* hidden dropout (cb_op_dropout) after the embeddings' LayerNorm and
+                      before each residual add, as HF's hidden_dropout_prob; 0: none */
+} cb_bert_config;
+void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
+
 /* Recommendation layers (NCF). A row of the batch may carry several ids
  * (a user and an item): with cb_model_set_id_fields(m, k), called before
  * the first operation, the ids of cb_model_train_step, cb_model_eval and

@@ -6,7 +6,9 @@
 set -eu
 # make demo MODEL=ncf: the recommendation demo instead
 [ "${MODEL:-gpt}" = ncf ] && exec "$(dirname "$0")/demo_ncf.sh"
-[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt or MODEL=ncf" >&2; exit 2; }
+# make demo MODEL=bert | roberta: masked-word guessing instead
+case ${MODEL:-gpt} in bert | roberta) exec "$(dirname "$0")/demo_bert.sh" ;; esac
+[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt, ncf, bert or roberta" >&2; exit 2; }
 BUILD=${BUILD:-build}
 C=$BUILD/cubist
 mkdir -p data out

@@ -2,7 +2,8 @@
 # The general attention (bidirectional and causal, padding masks, cross-
 # attention) through the graph engine under every layout: examples/tiny_gpt
 # --masked (padded bidirectional self-attention and a causal padded cross-
-# attention in each block, sequence lengths 0..T that change every step)
+# attention in each block, sequence lengths 0..T that change every step,
+# dropout 0.1 on the cross-attention's output: the counter-based masks)
 # under dp 2 (and ZeRO-1), 1-D 2, 2-D 4, 3-D 8, pp 2 (1f1b, 4 micro-batches),
 # pp 2 x 3-D 8 and recompute block and selective, each against its serial
 # run: 30 steps' loss and gradient norm and the final weights to 1e-5

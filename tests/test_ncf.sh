@@ -152,7 +152,7 @@ bad "--negatives over the items" "--negatives $((ni + 1))" 2 \
     "$C" train --model ncf --data deps.bin --negatives $((ni + 1)) --steps 1 --dp 2
 bad "not a pair file" 'is not a pair file' 2 "$C" train --model ncf --data deps.tsv --steps 1 --dp 2
 bad "--mlp" 'give 2 to 8 widths' 1 "$C" train --model ncf --data deps.bin --mlp 64,x
-bad "--model" 'is not a model' 1 "$C" train --model bert --data deps.bin
+bad "--model" 'is not a model' 1 "$C" train --model transformer-xl --data deps.bin
 
 echo "# test_ncf: $failed failed"
 [ "$failed" = 0 ]

@@ -20,8 +20,14 @@ static int uses_tensor(const gnode *n, int k) {
     return n->kind == N_LOSS || n->kind == N_LOOKUP || n->kind == N_LOGIT ? k == 0 : 1;
 }
 
+/* node n uses tensor k of layer l (the MLM loss: its decoder bias too) */
+static int node_uses(const gnode *n, const cb_layer *l, int k) {
+    return (n->l == l && uses_tensor(n, k)) || (n->l2 == l && k == 0);
+}
+
 static int check_layer(cb_model *m, const cb_layer *l, cb_err *e) {
     cb_layout *L = m->L;
+    if (l->kind == G_BIAS) return CB_OK;
     int tab = l->kind == G_EMBED || l->kind == G_LOOKUP;
     int V = tab ? l->emb.V : 0, NH = l->kind == G_ATTN ? l->heads : 0;
     int C = tab                                           ? l->emb.C
@@ -39,6 +45,10 @@ static int check(cb_model *m, cb_err *e) {
     if (m->loss_node < 0)
         return cb_fail(e, CB_EINPUT, "the model declares no loss; end the graph with cb_op_lm_loss or "
                                      "cb_op_logistic_loss");
+    if (m->nodes[m->loss_node].l2 && !(m->L->caps & CB_LAYOUT_WHOLE))
+        return cb_fail(e, CB_EINPUT, "cb_op_mlm_loss (the MLM head of BERT and RoBERTa) runs on "
+                                     "whole tensors: its decoder bias is not split over tensor "
+                                     "ranks; drop --tp (use --dp and --pp)");
     if (m->B % m->d->g.dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not divide over --dp %d; use a multiple of %d",
                        m->B, m->d->g.dp, m->d->g.dp);
@@ -88,7 +98,8 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
         x->flops = 6 * N * l->norm.C, x->param_bytes = f * l->norm.C, x->act_bytes = f * 2 * N;
     }
     static const char *const op[N_KINDS] = {[N_GELU] = "gelu", [N_ADD] = "add", [N_MUL] = "mul",
-                                            [N_RELU] = "relu", [N_CONCAT] = "concat"};
+                                            [N_RELU] = "relu", [N_CONCAT] = "concat",
+                                            [N_DROP] = "dropout"};
     const char *nm = l ? l->name : op[n->kind];
     snprintf(x->name, sizeof x->name, "%.23s", nm);
 }
@@ -215,6 +226,11 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
         *init = CB_INIT_NORMAL;
+    } else if (l->kind == G_BIAS) { /* one vector, "<name>.bias" */
+        snprintf(name, cap, "%s.bias", l->name);
+        *d0 = l->lin.out;
+        *kind = CB_P_LINEAR_B;
+        *init = CB_INIT_ZERO;
     } else if (l->kind == G_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
         if (k == 0) *d1 = l->lin.out;
@@ -235,7 +251,7 @@ static uint64_t holders(const cb_model *m, const cb_layer *l, int k, int *owner_
     *owner_vs = -1;
     for (int i = 0; i < m->nnodes; i++) {
         const gnode *n = &m->nodes[i];
-        if (n->l != l || !uses_tensor(n, k)) continue;
+        if (!node_uses(n, l, k)) continue;
         h |= 1ull << (n->vs % m->P % 64);
         if (*owner_vs < 0 || n->vs < *owner_vs) *owner_vs = n->vs;
     }
@@ -257,7 +273,7 @@ static int make_table(cb_model *m, cb_err *e) {
             uint64_t h = holders(m, l, k, &ovs);
             l->owner_vs[k] = ovs;
             if (!(h >> (m->me % 64) & 1)) continue;
-            char name[64];
+            char name[80];
             int64_t d0, d1;
             int decay, init;
             cb_param_kind kind;
@@ -294,6 +310,8 @@ static void mark_final(cb_model *m) {
             for (int x = 0; x < m->ntie; x++) earlier |= m->tie_t[x] == t;
             if (!earlier) n->fin[k] = t;
         }
+        if (n->l2 && n->l2->t[0] >= 0) n->fin[1] = n->l2->t[0]; /* its only user; fin[1]: the
+                                                                    embedding's pos is not used */
     }
 }
 
@@ -316,6 +334,8 @@ static void bind(cb_model *m, cb_layer *l) {
     } else if (l->kind == G_LOGIT) {
         l->norm.parity = l->parity;
         l->norm.w = p[0], l->norm.dw = g[0];
+    } else if (l->kind == G_BIAS) {
+        l->lin.b = p[0], l->lin.db = g[0];
     }
 }
 
@@ -326,7 +346,7 @@ static void fill(cb_model *m, uint64_t seed) {
         const cb_layer *l = m->layers[i];
         for (int k = 0; k < 2; k++) {
             if (l->t[k] < 0) continue;
-            char name[64];
+            char name[80];
             int64_t d0, d1;
             int decay, init;
             cb_param_kind kind;
@@ -677,7 +697,8 @@ static void plan_layout(cb_model *m) {
                                     [N_GELU] = -1,           [N_ADD] = -1,
                                     [N_LOSS] = CB_OP_HEAD,   [N_LOOKUP] = -1,
                                     [N_MUL] = -1,            [N_RELU] = -1,
-                                    [N_CONCAT] = -1,         [N_LOGIT] = -1};
+                                    [N_CONCAT] = -1,         [N_LOGIT] = -1,
+                                    [N_DROP] = -1};
     for (int i = 0; i < m->nnodes; i++) {
         gnode *n = &m->nodes[i];
         if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
@@ -768,7 +789,7 @@ static int lookup_tables(const cb_model *m, int *tied) {
 }
 
 static int init_dp(cb_model *m, cb_err *e) {
-    int tied, ntab = lookup_tables(m, &tied);
+    int tied, ntab = m->ntables = lookup_tables(m, &tied);
     cb_dp_model src = {.ctx = m, .ntables = ntab, .tied = tied, .split_ok = ntab > 0,
                        .exclude_lookup = exclude_lookup};
     int rc = cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
@@ -837,6 +858,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
         return cb_comm_agree_err(cb_comm_world(), e);
     }
     defaults(m);
+    m->seed = seed;
     int rc = m->built ? cb_fail(e, CB_EINPUT, "cb_model_build was called twice") : check(m, e);
     if (!rc) rc = partition(m, e);
     if (!rc) rc = make_table(m, e);

@@ -77,6 +77,9 @@ static cb_layer *new_layer(cb_model *m, int kind, const char *name) {
     l->owner_vs[0] = l->owner_vs[1] = -1;
     l->init_sd = 0.02f;
     snprintf(l->name, sizeof l->name, "%s", name);
+    if (strlen(name) > CB_LAYER_NAME_MAX) /* its tensors' names fit cb_tensor_info's */
+        declare_fail(m, CB_EINPUT, "layer name %s is longer than %d characters; shorten it", name,
+                     CB_LAYER_NAME_MAX);
     for (int i = 0; i < m->nlayers; i++)
         if (!strcmp(m->layers[i]->name, l->name))
             declare_fail(m, CB_EINPUT, "two layers are named %s; give each layer its own name", name);
@@ -96,6 +99,9 @@ cb_layer *cb_model_embedding_named(cb_model *m, const char *tok, const char *pos
                                    int C) {
     cb_layer *l = cb_model_embedding(m, tok, vocab, C);
     if (l) snprintf(l->pos, sizeof l->pos, "%s", pos);
+    if (l && strlen(pos) > CB_LAYER_NAME_MAX)
+        declare_fail(m, CB_EINPUT, "position tensor name %s is longer than %d characters; "
+                                   "shorten it", pos, CB_LAYER_NAME_MAX);
     return l;
 }
 
@@ -228,10 +234,7 @@ static int is_kind(cb_layer *l, int kind, const char *op) {
 cb_act *cb_op_embedding(cb_layer *emb) {
     cb_model *m = owner(emb, NULL, NULL);
     if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding")) return NULL;
-    if (m->fields != 1)
-        declare_fail(m, CB_EINPUT, "cb_op_embedding reads one token id per position; the model "
-                                   "has %d id fields per row: use cb_op_lookup", m->fields);
-    if (emb->parity < 0) emb->parity = 0;
+    if (emb->parity < 0) emb->parity = 0; /* with several id fields it reads field 0 */
     return node(m, N_EMBED, emb, NULL, NULL, emb->emb.C, 0, 1);
 }
 
@@ -315,6 +318,50 @@ void cb_op_lm_loss(cb_layer *emb, const cb_act *x) {
     if (m->loss_node >= 0) declare_fail(m, CB_EINPUT, "a model has one loss; a second loss was declared");
     m->loss_node = m->nnodes;
     node(m, N_LOSS, emb, x, NULL, 0, 0, 1);
+}
+
+cb_act *cb_op_gelu_erf(const cb_act *x) {
+    cb_act *y = cb_op_gelu(x);
+    if (y) x->m->nodes[x->m->nnodes - 1].erf = 1;
+    return y;
+}
+
+cb_act *cb_op_dropout(const cb_act *x, float p) {
+    cb_model *m = owner(NULL, x, "cb_op_dropout");
+    if (!m) return NULL;
+    if (!(p >= 0 && p < 1)) {
+        declare_fail(m, CB_EINPUT, "cb_op_dropout: p %g must be in [0, 1)", p);
+        return NULL;
+    }
+    cb_act *y = node(m, N_DROP, NULL, x, NULL, x->H, x->parity, x->parts);
+    if (y) m->nodes[m->nnodes - 1].p = p, m->nodes[m->nnodes - 1].drop_ix = m->ndrop++;
+    return y;
+}
+
+cb_layer *cb_model_bias(cb_model *m, const char *name, int n) {
+    cb_layer *l = new_layer(m, G_BIAS, name);
+    if (l) l->lin = (cb_linear){.out = n};
+    if (l && n < 1) declare_fail(m, CB_EINPUT, "bias %s: length %d must be >= 1", name, n);
+    return l;
+}
+
+void cb_op_mlm_loss(cb_layer *emb, cb_layer *bias, const cb_act *x) {
+    cb_model *m = owner(emb, x, "cb_op_mlm_loss");
+    if (!m || !owner(bias, x, "cb_op_mlm_loss") || !is_kind(bias, G_BIAS, "cb_op_mlm_loss"))
+        return;
+    if (bias->lin.out != emb->emb.V)
+        declare_fail(m, CB_EINPUT, "cb_op_mlm_loss: the decoder bias %s has %d entries, the "
+                                   "vocabulary of %s %d; declare it with %d", bias->name,
+                     bias->lin.out, emb->name, emb->emb.V, emb->emb.V);
+    if (x->H != emb->emb.C)
+        declare_fail(m, CB_EINPUT, "cb_op_mlm_loss: the decoder of %s reads %d features; its "
+                                   "input has %d", emb->name, emb->emb.C, x->H);
+    if (m->loss_node >= 0) declare_fail(m, CB_EINPUT, "a model has one loss; a second loss was declared");
+    /* any parity: the MLM head runs on whole tensors (cb_model_build refuses --tp) */
+    m->loss_node = m->nnodes;
+    node(m, N_LOSS, emb, x, NULL, 0, 0, 1);
+    m->nodes[m->loss_node].l2 = bias;
+    bias->parity = 0;
 }
 
 /* ---------------------------------------------------------------- recommendation layers */

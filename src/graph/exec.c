@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "graph/graph.h"
+#include "util/rng.h"
 #include "layout/rec.h"
 
 static double now_ms(void) { return omp_get_wtime() * 1e3; }
@@ -75,6 +76,68 @@ static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float
     return 0.0f;
 }
 
+/* The MLM loss (cb_op_mlm_loss, whole tensors): logits s (N,V) = x wte^T
+ * + bias, probabilities in place, losses after them (N), 0 where the
+ * target is negative; returns the micro-batch's share of the step's mean
+ * (m->loss_scale, set by mlm_count). */
+static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
+                         int N) {
+    const cb_kernels *k = m->L->k;
+    const cb_embed *e = &n->l->emb;
+    float *losses = s + (size_t)N * e->V;
+    k->head_forward(k, s, x, e->wte, N, e->C, e->V);
+    k->bias_add(k, s, n->l2->lin.b, N, e->V);
+    k->crossentropy_forward(k, losses, s, tg, N, e->V);
+    return tg ? (float)(k->sum(k, losses, (size_t)N) * m->loss_scale) : 0.0f;
+}
+
+static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
+                         float *dx, int N) {
+    const cb_kernels *k = m->L->k;
+    cb_embed *e = &n->l->emb;
+    k->crossentropy_backward(k, s, tg, m->grad_scale, N, e->V);
+    k->bias_backward(k, n->l2->lin.db, s, N, e->V);
+    k->head_backward(k, dx, e->dwte, s, x, e->wte, N, e->C, e->V);
+}
+
+/* The MLM loss is the mean over the targets >= 0 of the first nmb
+ * micro-batches of every data-parallel rank: counted here, before any
+ * micro-batch, so each one knows its share. Collective over dp. */
+static void mlm_count(cb_model *m, int nmb) {
+    if (m->loss_node < 0 || !m->nodes[m->loss_node].l2 || !m->targets) return;
+    double c = 0;
+    for (size_t i = 0; i < (size_t)nmb * m->Bm * m->T; i++) c += m->targets[i] >= 0;
+    int dp = m->d->g.dp;
+    if (dp > 1) cb_comm_allreduce_f64(&m->d->g.dpg, "mlm.count", &c, &c, 1, CB_COMM_SUM);
+    m->loss_scale = c > 0 ? (double)nmb * dp / c : 0.0;
+    m->grad_scale = c > 0 ? (float)(dp / c) : 0.0f;
+}
+
+/* Dropout of node n on micro-batch mb (y may be x): each block of the
+ * local piece at the global rows and columns it holds, the mask from
+ * (seed, node, step, global index), so every layout, micro-batch split
+ * and recompute drops the same elements. Outside training: a copy. */
+static void dropout(cb_model *m, const gnode *n, int mb, float *y, const float *x) {
+    cb_layout *L = m->L;
+    const cb_act *a = m->acts[n->out];
+    int N = m->Bm * m->T, first, count;
+    size_t nv = cb_graph_value_floats(m, n->out);
+    if (!m->training || n->p == 0) {
+        if (y != x) memcpy(y, x, sizeof(float) * nv);
+        return;
+    }
+    cb_model_rows(m, &first, &count);
+    cb_shard s = L->ops->act_shard(L, L->tp_rank, N, a->H, a->parity, a->parts);
+    char nm[32];
+    snprintf(nm, sizeof nm, "dropout.%d", n->drop_ix);
+    uint64_t key = cb_rng_subkey(cb_rng_key(m->seed, nm), (uint64_t)m->step);
+    int64_t row0 = ((int64_t)first + (int64_t)mb * m->Bm) * m->T + s.row0;
+    int ld = (int)cb_shard_cols(&s), c = 0;
+    for (int g = 0; g < s.nseg; c += (int)s.ncol[g++])
+        L->k->dropout(L->k, y + c, x + c, (int)s.nrows, (int)s.ncol[g], ld, row0, s.col0[g], a->H,
+                      key, n->p);
+}
+
 /* Attention node n on micro-batch mb: self-attention reads a QKV output,
  * cross-attention queries (C) and a KV output (2C); the lengths of the
  * step's rows mask padded queries and keys when the layer asks. */
@@ -98,7 +161,7 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     float *y = n->out >= 0 ? val(m, ch, slot, n->out) : NULL, *s = kept(m, ch, slot, i);
     cb_layer *l = n->l;
     switch (n->kind) {
-    case N_EMBED: L->ops->embed_forward(L, &l->emb, m->ids + r0, m->Bm, m->T, y); break;
+    case N_EMBED: L->ops->embed_forward(L, &l->emb, field_ids(m, r0, N, 0), m->Bm, m->T, y); break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
     case N_ATTN: {
@@ -106,12 +169,17 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
         L->ops->attention_forward(L, &a, x, n->nin > 1 ? val(m, ch, slot, n->in[1]) : x, y, s);
         break;
     }
-    case N_GELU: k->gelu_forward(k, y, x, cb_graph_value_floats(m, n->out)); break;
+    case N_GELU:
+        (n->erf ? k->gelu_erf_forward : k->gelu_forward)(k, y, x, cb_graph_value_floats(m, n->out));
+        break;
+    case N_DROP: dropout(m, n, mb, y, x); break;
     case N_ADD:
         k->residual_forward(k, y, x, val(m, ch, slot, n->in[1]), cb_graph_value_floats(m, n->out));
         break;
     case N_LOSS: { /* no targets: probabilities for sampling (cb_model_probs) */
-        float loss = L->ops->head_forward(L, &l->emb, x, m->targets ? m->targets + r0 : NULL, s, N);
+        const int *tg = m->targets ? m->targets + r0 : NULL;
+        float loss = n->l2 ? mlm_forward(m, n, x, tg, s, N)
+                           : L->ops->head_forward(L, &l->emb, x, tg, s, N);
         if (count_loss) m->loss_sum += loss;
         break;
     }
@@ -136,6 +204,12 @@ static void share2(cb_model *m, gchunk *ch, int slot, const gnode *n) {
 }
 
 /* A table's lookup rows to the sparse and split embedding paths (dp.h). */
+/* The split path adds the lookup rows of its tables itself; a lookup of
+ * another table (BERT's token types) keeps its own backward. */
+static int skip_rows(const cb_model *m, const gnode *n) {
+    return m->no_lookup && n->l->t[0] >= 0 && n->l->t[0] < m->ntables;
+}
+
 static void lookup_rows(cb_model *m, const gnode *n, const int *ids, const float *dy) {
     if (m->d->g.dp > 1 && (m->dp.sparse || m->dp.split))
         cb_dp_lookup_rows(&m->dp, n->l->t[0], ids, dy, (size_t)m->Bm * m->T);
@@ -151,7 +225,7 @@ static int rec_backward(cb_model *m, gchunk *ch, int slot, const gnode *n, float
     switch (n->kind) {
     case N_LOOKUP: {
         const int *ids = field_ids(m, r0, N, n->field);
-        if (!m->no_lookup) cb_rec_lookup_backward(L, &n->l->emb, ids, N, dy, m->rec_scratch);
+        if (!skip_rows(m, n)) cb_rec_lookup_backward(L, &n->l->emb, ids, N, dy, m->rec_scratch);
         lookup_rows(m, n, ids, dy);
         return 0;
     }
@@ -191,9 +265,10 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     switch (n->kind) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
-        if (m->no_lookup) em.dwte = NULL;
-        L->ops->embed_backward(L, &em, m->ids + r0, m->Bm, m->T, dy);
-        lookup_rows(m, n, m->ids + r0, dy);
+        if (skip_rows(m, n)) em.dwte = NULL;
+        const int *ids = field_ids(m, r0, N, 0);
+        L->ops->embed_backward(L, &em, ids, m->Bm, m->T, dy);
+        lookup_rows(m, n, ids, dy);
         return;
     }
     case N_LINEAR: L->ops->linear_backward(L, &l->lin, x, dy, to, N); break;
@@ -213,13 +288,15 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         if (n->acc[1]) share(m, dkv, m->tmp2, cb_graph_value_floats(m, n->in[1]), 1);
         break;
     }
-    case N_GELU: k->gelu_backward(k, to, x, dy, nx); break;
+    case N_GELU: (n->erf ? k->gelu_erf_backward : k->gelu_backward)(k, to, x, dy, nx); break;
+    case N_DROP: dropout(m, n, mb, to, dy); break;
     case N_ADD: /* the aliased input's gradient is dy's buffer already */
         if (n->alias != 1) share(m, grad(ch, slot, n->in[1]), dy, ny, n->acc[1]);
         if (n->alias != 0) share(m, dx, dy, ny, n->acc[0]);
         return;
     case N_LOSS:
-        L->ops->head_backward(L, &l->emb, x, m->targets + r0, s, 1.0f / m->M, to, N);
+        if (n->l2) mlm_backward(m, n, x, m->targets + r0, s, to, N);
+        else L->ops->head_backward(L, &l->emb, x, m->targets + r0, s, 1.0f / m->M, to, N);
         break;
     default:
         if (!rec_backward(m, ch, slot, n, x, dy, to, s, r0)) return;
@@ -441,6 +518,8 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    m->training = 1; /* dropout draws the masks of step m->step */
+    mlm_count(m, m->M);
     memset(m->grads, 0, sizeof(float) * m->pt.nparams);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
     for (int a = 0; a < m->nsched; a++) {
@@ -450,6 +529,7 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     }
     cb_graph_wait_all(m);
     tie_grads(m);
+    m->training = 0; /* evaluation and probabilities drop nothing */
     return step_loss(m, m->M);
 }
 
@@ -457,6 +537,7 @@ float cb_model_train_step(cb_model *m, const int *ids, const int *targets, int s
                           float *grad_norm) {
     double t0 = now_ms();
     m->info = (cb_model_step_info){0};
+    m->step = step;
     float loss = cb_graph_grad_step(m, ids, targets);
     double t1 = now_ms();
     float norm = update(m, step);
@@ -478,6 +559,7 @@ float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    mlm_count(m, nmb);
     for (int mb = 0; mb < nmb; mb++)
         for (int c = 0; c < m->v; c++) cb_graph_forward(m, c, mb, 0);
     cb_graph_wait_all(m);

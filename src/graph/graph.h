@@ -72,9 +72,9 @@
 #include "pipeline/schedule.h"
 #include "dp/dp.h"
 
-enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN, G_LOOKUP, G_LOGIT };      /* layer kinds */
+enum { G_EMBED, G_LINEAR, G_NORM, G_ATTN, G_LOOKUP, G_LOGIT, G_BIAS };      /* layer kinds */
 enum { N_EMBED, N_LINEAR, N_NORM, N_ATTN, N_GELU, N_ADD, N_LOSS,     /* node kinds */
-       N_LOOKUP, N_MUL, N_RELU, N_CONCAT, N_LOGIT, N_KINDS };
+       N_LOOKUP, N_MUL, N_RELU, N_CONCAT, N_LOGIT, N_DROP, N_KINDS };
 /* the nodes that end the graph: the LM head's cross-entropy, the logistic loss */
 #define IS_LOSS(kind) ((kind) == N_LOSS || (kind) == N_LOGIT)
 enum { RC_NONE, RC_BLOCK, RC_SELECTIVE };                            /* --recompute */
@@ -103,10 +103,12 @@ struct cb_dist {
     int profile;           /* --partition auto: time each module before partitioning */
 };
 
+#define CB_LAYER_NAME_MAX 55 /* + ".weight" within cb_tensor_info's 64 */
+
 struct cb_layer {
     cb_model *m;
     int kind, idx;
-    char name[48], pos[48]; /* pos: an embedding's position tensor name, "" for <name>.pos */
+    char name[64], pos[64]; /* pos: an embedding's position tensor name, "" for <name>.pos */
     int parity;             /* of the input it is applied to; -1 until first used */
     int parts;              /* a linear's output sections (QKV: 3) */
     int t[2];               /* this rank's table index of each tensor, -1 not held */
@@ -130,6 +132,10 @@ typedef struct gnode {
     cb_layer *l;
     int in[2], nin; /* values read */
     int field;      /* a lookup's id field */
+    cb_layer *l2;   /* the MLM loss's decoder bias (cb_op_mlm_loss), else NULL */
+    int erf;        /* a GELU: the exact (erf) form */
+    float p;        /* dropout: the probability of dropping */
+    int drop_ix;    /* dropout: its index among the model's dropouts (its key) */
     int out;        /* value written; -1 for the loss */
     int vs, seg;    /* virtual stage; the block it was declared in, -1 none */
     int rseg;       /* block recompute: the unit rerun together (a block, or under
@@ -206,8 +212,15 @@ struct cb_model {
     const int *ids, *targets; /* the step's rows */
     const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
+    double loss_scale;   /* the MLM loss: a micro-batch's loss sum to its share of the
+                            step's mean over targets >= 0 (micro-batches x dp / count) */
+    float grad_scale;    /* its gradient per row: dp / count */
+    uint64_t seed;       /* of cb_model_build: initial weights, dropout masks */
+    int step, training;  /* the step running (dropout's masks), 1 inside cb_model_train_step */
+    int ndrop;           /* dropouts declared */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
     int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */
+    int ntables;         /* the leading tensors the sparse and split paths handle (tables) */
     cb_model_step_info info; /* the last step's times */
     /* called in every step after the gradients are reduced and averaged,
      * before clipping (cubist train's --dump-grads); collective */

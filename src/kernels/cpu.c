@@ -333,6 +333,38 @@ static void gelu_backward(const cb_kernels *k, float *dinp, const float *inp, co
     }
 }
 
+/* The exact GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (BERT's) */
+static void gelu_erf_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)M_SQRT1_2));
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x) */
+static void gelu_erf_backward(const cb_kernels *k, float *dinp, const float *inp,
+                              const float *dout, size_t n) {
+    (void)k;
+    const float c = 0.3989422804014327f; /* 1 / sqrt(2 pi) */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+        dinp[i] = dout[i] * (cdf + x * c * expf(-0.5f * x * x));
+    }
+}
+
+static void dropout(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                    int64_t row0, int64_t col0, int64_t H, uint64_t key, float p) {
+    (void)k;
+    float s = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < ncol; c++) {
+            uint64_t g = (uint64_t)(row0 + i) * (uint64_t)H + (uint64_t)(col0 + c);
+            size_t o = (size_t)i * ld + c;
+            y[o] = cb_rng_uniform_at(key, g) >= p ? x[o] * s : 0.0f;
+        }
+}
+
 static void residual_forward(const cb_kernels *k, float *out, const float *a, const float *b,
                              size_t n) {
     (void)k;
@@ -356,7 +388,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
         }
         float inv = 1.0f / sum;
         for (int j = 0; j < V; j++) r[j] *= inv;
-        if (targets) losses[i] = -logf(r[targets[i]]);
+        if (targets) losses[i] = targets[i] < 0 ? 0.0f : -logf(r[targets[i]]);
     }
 }
 
@@ -365,9 +397,9 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
     (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *r = probs + (size_t)i * V;
-        for (int j = 0; j < V; j++) r[j] *= dloss;
-        r[targets[i]] -= dloss;
+        float *r = probs + (size_t)i * V, d = targets[i] < 0 ? 0.0f : dloss;
+        for (int j = 0; j < V; j++) r[j] *= d;
+        if (targets[i] >= 0) r[targets[i]] -= dloss;
     }
 }
 
@@ -715,6 +747,9 @@ static const cb_kernels cpu = {
     .matmul_backward_dw_rows = matmul_backward_dw_rows,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .gelu_erf_forward = gelu_erf_forward,
+    .gelu_erf_backward = gelu_erf_backward,
+    .dropout = dropout,
     .residual_forward = residual_forward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,

@@ -81,13 +81,27 @@ struct cb_kernels {
     void (*gelu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
     void (*gelu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
                           size_t n);
+    /* elementwise over n; the exact GELU x Phi(x) (erf) */
+    void (*gelu_erf_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
+    void (*gelu_erf_backward)(const cb_kernels *k, float *dinp, const float *inp,
+                              const float *dout, size_t n);
+    /* Dropout of a block of a value of H features: rows x ncol floats at x
+     * and y (row stride ld, y may be x) hold the value's rows row0.. and
+     * columns col0..; element (r, c) is kept, scaled by 1/(1-p), when
+     * cb_rng_uniform_at(key, r * H + c) >= p, else zeroed: a function of
+     * the global index, so every layout drops the same elements. The
+     * backward is the same call on the gradient. */
+    void (*dropout)(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                    int64_t row0, int64_t col0, int64_t H, uint64_t key, float p);
     /* out = a + b over n (out may alias a) */
     void (*residual_forward)(const cb_kernels *k, float *out, const float *a, const float *b,
                              size_t n);
-    /* logits (N,V) replaced by softmax probabilities; losses (N) = -log p[target] */
+    /* logits (N,V) replaced by softmax probabilities; losses (N) = -log p[target],
+     * 0 where the target is negative (ignored) */
     void (*crossentropy_forward)(const cb_kernels *k, float *losses, float *logits,
                                  const int *targets, int N, int V);
-    /* probs (N,V) replaced by d(sum losses * dloss)/dlogits */
+    /* probs (N,V) replaced by d(sum losses * dloss)/dlogits (zero rows where
+     * the target is negative) */
     void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V);
     /* Pieces of the operators whose rows or vocabulary are split over ranks

@@ -88,6 +88,20 @@ static void p_attention_backward(const cb_kernels *k, const cb_attn *a, float *d
     TIMED(PROF_ATTENTION, attention_backward, a, dq, dkv, scratch, dout, q, kv, att);
 }
 
+static void p_gelu_erf_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_erf_forward, out, inp, n);
+}
+
+static void p_gelu_erf_backward(const cb_kernels *k, float *dinp, const float *inp,
+                                const float *dout, size_t n) {
+    TIMED(PROF_ELEMENTWISE, gelu_erf_backward, dinp, inp, dout, n);
+}
+
+static void p_dropout(const cb_kernels *k, float *y, const float *x, int rows, int ncol, int ld,
+                      int64_t row0, int64_t col0, int64_t H, uint64_t key, float p) {
+    TIMED(PROF_ELEMENTWISE, dropout, y, x, rows, ncol, ld, row0, col0, H, key, p);
+}
+
 static void p_gelu_forward(const cb_kernels *k, float *out, const float *inp, size_t n) {
     TIMED(PROF_ELEMENTWISE, gelu_forward, out, inp, n);
 }
@@ -276,6 +290,9 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .attention_backward = p_attention_backward,
         .gelu_forward = p_gelu_forward,
         .gelu_backward = p_gelu_backward,
+        .gelu_erf_forward = p_gelu_erf_forward,
+        .gelu_erf_backward = p_gelu_erf_backward,
+        .dropout = p_dropout,
         .residual_forward = p_residual_forward,
         .crossentropy_forward = p_crossentropy_forward,
         .crossentropy_backward = p_crossentropy_backward,

@@ -35,6 +35,12 @@ static uint64_t at(uint64_t key, uint64_t counter) {
     return mix(key + (counter + 1) * 0x9E3779B97F4A7C15ull);
 }
 
+float cb_rng_uniform_at(uint64_t key, uint64_t i) {
+    return (float)(at(key, i) >> 40) / 16777216.0f;
+}
+
+uint64_t cb_rng_subkey(uint64_t key, uint64_t stream) { return at(key, stream); }
+
 float cb_rng_normal_at(uint64_t key, uint64_t i) {
     uint64_t p = i & ~(uint64_t)1;
     double u1 = ((at(key, p) >> 11) + 1.0) / 9007199254740993.0;

@@ -25,4 +25,9 @@ float cb_rng_normal(cb_rng *r);
  * ratio; even i takes r cos(2 pi u2), odd i r sin(2 pi u2). */
 uint64_t cb_rng_key(uint64_t seed, const char *name);
 float cb_rng_normal_at(uint64_t key, uint64_t i);
+/* uniform in [0, 1) with 24 bits: (U(key, i) >> 40) / 2^24 */
+float cb_rng_uniform_at(uint64_t key, uint64_t i);
+/* the key of draw stream `stream` of key (dropout: a node's key per step):
+ * U(key, stream) */
+uint64_t cb_rng_subkey(uint64_t key, uint64_t stream);
 #endif

@@ -1,0 +1,142 @@
+/* `cubist bench --model bert|roberta`: the MLM training step (hidden
+ * dropout 0.1) through the graph engine next to the same model and step
+ * in PyTorch
+ * (bench/torch_bert.py) in the same invocation: tokens/s, model GFLOP/s
+ * and MFU. Rows: uniform random text ids, two token types, full length,
+ * 15% of positions masked (targets), AdamW on every parameter in both. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "cli.h"
+#include "graph/graph.h"
+#include "kernels/peak.h"
+#include "kernels/profile.h"
+#include "util/rng.h"
+
+typedef struct bert_bench {
+    int layers, d_model, heads, seq_len, batch, vocab, steps, threads, no_torch;
+    const char *model;
+} bert_bench;
+
+/* FLOPs per token of a step: 6 x the multiply-adds of the linears and the
+ * tied decoder, plus attention's two products (12 L C T, as GPT's count) */
+static double flops_per_token(const bert_bench *b) {
+    double C = b->d_model, L = b->layers;
+    return 6 * (L * 12 * C * C + C * C + (double)b->vocab * C) + 12 * L * C * b->seq_len;
+}
+
+/* PyTorch's tokens/s (bench/torch_bert.py) */
+static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
+    char args[256];
+    snprintf(args, sizeof args, "--model %s --layers %d --d-model %d --heads %d --seq-len %d "
+             "--batch %d --vocab %d --steps %d --threads %d", b->model, b->layers, b->d_model,
+             b->heads, b->seq_len, b->batch, b->vocab, b->steps, b->threads);
+    const char *key = "tokens_per_s";
+    return cli_torch_bench("torch_bert.py", args, &key, tps, 1, e);
+}
+
+/* cubist's tokens/s over b->steps steps after one untimed step, and the
+ * milliseconds of each kernel class per step (the profiler's table) */
+static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *prof_ms,
+                      cb_err *e) {
+    char *argv0[] = {"bench", NULL}, **av = argv0;
+    int ac = 1, B = b->batch, T = b->seq_len, text = b->vocab - 4;
+    cb_dist *d;
+    if (cb_dist_init(&ac, &av, &d, e)) return e->code;
+    cb_model *m = cb_model_new(d, B, T);
+    cb_bert_config c = {b->layers, b->d_model, b->heads, T, b->vocab, 2,
+                        !strcmp(b->model, "roberta"), 0.1f};
+    cb_model_declare_bert(m, &c);
+    cb_adamw_config opt = {.lr = 1e-4f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
+                           .eps = 1e-6f, .steps = b->steps + 1};
+    int rc = cb_model_build(m, 1, &opt, e);
+    int *ids = malloc(sizeof(int) * 2 * B * T), *tg = malloc(sizeof(int) * B * T);
+    int *lens = malloc(sizeof(int) * B);
+    if (!rc && (!ids || !tg || !lens)) rc = cb_fail(e, CB_ENOMEM, "out of memory for a batch");
+    cb_rng r;
+    cb_rng_seed(&r, 1);
+    double t0 = 0;
+    cb_prof prof;
+    const cb_kernels *k0 = m->L->k;
+    cb_prof_init(&prof, k0);
+    m->L->k = cb_prof_kernels(&prof);
+    for (int k = 0; !rc && k < B; k++) lens[k] = T;
+    cb_model_set_lengths(m, lens);
+    for (int s = 0; !rc && s <= b->steps; s++) {
+        if (s == 1) t0 = omp_get_wtime(), cb_prof_reset(&prof);
+        for (int i = 0; i < B * T; i++) {
+            ids[2 * i] = (int)cb_rng_below(&r, (uint64_t)text);
+            ids[2 * i + 1] = i % T >= T / 2;
+            tg[i] = cb_rng_uniform(&r) < 0.15f ? ids[2 * i] : -1;
+        }
+        cb_model_train_step(m, ids, tg, s, NULL);
+    }
+    if (!rc) {
+        *tps = (double)B * T * b->steps / (omp_get_wtime() - t0);
+        for (int i = 0; i < PROF_N; i++) prof_ms[i] = cb_prof_ms(&prof, i) / b->steps;
+        size_t adam;
+        cb_model_sizes(m, params, &adam);
+    }
+    free(ids), free(tg), free(lens);
+    m->L->k = k0;
+    cb_model_free(m);
+    cb_dist_finalize(d);
+    return rc;
+}
+
+int cmd_bench_bert(int argc, char **argv) {
+    bert_bench b = {.layers = 12, .d_model = 768, .heads = 12, .seq_len = 128, .batch = 8,
+                    .vocab = 30522, .steps = 3, .model = "bert"};
+    const cli_flag flags[] = {
+        {"model", ARG_STR, &b.model, "bert or roberta (the same network)"},
+        {"layers", ARG_INT, &b.layers, "encoder blocks (12: BERT-base)"},
+        {"d-model", ARG_INT, &b.d_model, "hidden width (768)"},
+        {"heads", ARG_INT, &b.heads, "attention heads (12)"},
+        {"seq-len", ARG_INT, &b.seq_len, "tokens per sequence (128)"},
+        {"batch", ARG_INT, &b.batch, "sequences per step (8)"},
+        {"vocab", ARG_INT, &b.vocab, "vocabulary, special ids included (30522)"},
+        {"steps", ARG_INT, &b.steps, "timed steps after one warm-up (3)"},
+        {"threads", ARG_INT, &b.threads, "threads of both (default: all cores)"},
+        {"no-torch", ARG_BOOL, &b.no_torch, "cubist only"},
+    };
+    int n = (int)(sizeof flags / sizeof *flags), help = 0;
+    cb_err e = {0};
+    int rc = cli_parse("bench", argc, argv, flags, n, &help, &e);
+    if (help && !rc) {
+        cli_usage(stdout, "bench", "--model bert|roberta [flags]", flags, n,
+                  "BERT's masked-language-model training step (forward, backward, AdamW on every\n"
+                  "parameter) on random rows (15% of positions masked), cubist's graph engine\n"
+                  "and PyTorch (bench/torch_bert.py, the network of tests/torch/bert_ref.py in\n"
+                  "float32) on one process each, the same thread count. MFU = tokens/s x FLOPs\n"
+                  "per token / the sgemm peak (`cubist bench --peak`); FLOPs per token = 6 x\n"
+                  "(the linears' and the tied decoder's multiply-adds) + 12 L C T.\n");
+        return 0;
+    }
+    if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads ||
+                b.seq_len < 2 || b.batch < 1 || b.vocab < 8 || b.steps < 1 ||
+                (strcmp(b.model, "bert") && strcmp(b.model, "roberta"))))
+        rc = cb_fail(&e, CB_EINPUT, "--layers, --heads (dividing --d-model), --batch, --steps >= "
+                                    "1, --seq-len >= 2, --vocab >= 8, --model bert or roberta");
+    if (rc) return cli_fail(&e);
+    if (b.threads < 1) b.threads = omp_get_max_threads();
+    omp_set_num_threads(b.threads);
+    double tps = 0, ttps = 0, peak = cb_peak_gflops(), prof[PROF_N] = {0};
+    size_t params = 0;
+    if (cubist_run(&b, &tps, &params, prof, &e) || (!b.no_torch && torch_run(&b, &ttps, &e)))
+        return cli_fail(&e);
+    double gf = tps * flops_per_token(&b) / 1e9;
+    printf("%s: %d layers, d %d, %d heads, T %d, batch %d, vocab %d, %d threads, %zu parameters\n",
+           b.model, b.layers, b.d_model, b.heads, b.seq_len, b.batch, b.vocab, b.threads, params);
+    printf("cubist:  %.0f tokens/s, %.2f model GFLOP/s, MFU %.2f%% of %.1f GFLOP/s\n", tps, gf,
+           100 * gf / peak, peak);
+    printf("cubist kernels, ms per step:");
+    for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], prof[i]);
+    printf("\n");
+    if (!b.no_torch)
+        printf("PyTorch: %.0f tokens/s, MFU %.2f%%; cubist / PyTorch = %.2f\n", ttps,
+               100 * ttps * flops_per_token(&b) / 1e9 / peak, tps / ttps);
+    return 0;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# BERT and RoBERTa (`cubist train --model bert|roberta`):
+# 1. One process against tests/torch/bert_ref.py (the same network in
+#    PyTorch, float64) from the same initial weights on the same rows (masks,
+#    lengths and token types dumped by cubist): the loss at each of 10 AdamW
+#    steps (warm-up, cosine, clipping active) within 1e-5 relative and every
+#    gradient of step 1 within 1e-4 (||a-b||/||b||): float32 against float64
+#    sums of a few thousand terms (measured ~1e-7 and ~4e-7). Dropout 0.1 is
+#    on: the reference draws cubist's counter-based masks; the same reference
+#    without dropout must fail (the masks matter). scripts/bert_to_hf.py's
+#    conversion of the initial weights into Hugging Face's layout gives the
+#    same first-batch loss through a forward written for that layout
+#    (separate query/key/value, [out, in] weights, the decoder's own
+#    tensors) to 1e-12 (both float64; measured equal).
+# 2. Layouts: dp 2, dp 2 x ZeRO-1, dp 2 with the sparse and split
+#    embedding-gradient paths, pp 2 (1f1b, 4 micro-batches against one
+#    process with --grad-accum 4) and pp 2 x dp 2: 30 steps of loss and
+#    gradient norm and the final weights equal the one process to 1e-5
+#    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
+#    step); recompute block and selective equal none bit for bit.
+# 3. Bad input: special ids that collide with the text vocabulary, --tp
+#    (the MLM head runs on whole tensors), --fill without held-out tokens,
+#    a file shorter than a sequence:
+#    exit 2 with one line, on every rank.
+set -u
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+PY=/usr/bin/python3
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+failed=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+cd "$d" || exit 1
+"$PY" "$ROOT/tests/gen_text.py" 160000 > text.txt
+"$C" prepare --input text.txt --output train.bin >/dev/null || { fail "prepare"; exit 1; }
+
+# ---------------------------------------------------------------- against PyTorch
+for model in bert roberta; do
+    O=(--model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 --d-model 32 --heads 4 --quiet)
+    T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --seed 1337)
+    if "$C" train "${O[@]}" --steps 0 --save "$model.init.st" &&
+       "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
+           --dump-grads "$model.grads.st" --dump-batches "$model.bin" &&
+       "$PY" "$ROOT/scripts/bert_to_hf.py" "$model.init.st" "$model.hf.st"; then
+        out=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
+              --hf "$model.hf.st" \
+              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
+              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
+              --clip 1.0 --dropout 0.1 --seed 1337 2>&1)
+        grep '^#' <<<"$out"
+        np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
+        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 47 passed" <<<"$out"; then
+            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, the Hugging Face layout's loss)"
+        else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+        nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
+              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
+              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
+              --clip 1.0 --dropout 0 2>&1 | grep -c '^FAIL')
+        [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
+            fail "$model: the reference without dropout passes too: the test does not see the masks"
+    else fail "$model one-process run for the PyTorch test"; fi
+done
+
+# ---------------------------------------------------------------- layouts
+S=(--data train.bin --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --steps 30
+   --lr 2e-3 --warmup 3 --seed 7)
+cmp_() { # LABEL GOT REF [compare.py flags]: loss, grad norm and weights
+    local out label=$1 got=$2 ref=$3; shift 3
+    out=$("$PY" "$ROOT/tests/compare.py" logs "$got.log" "$ref.log" --label "$label loss" "$@" 2>&1
+          "$PY" "$ROOT/tests/compare.py" st "$got.st" "$ref.st" --label "$label weights" "$@" 2>&1)
+    grep '^PASS\|^FAIL' <<<"$out"
+    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    [ "$(grep -c '^PASS' <<<"$out")" = 2 ] || [ "$(grep -c '^FAIL' <<<"$out")" != 0 ] || fail "$label: $out"
+}
+run() { # NAME NP flags...
+    local name=$1 np=$2; shift 2
+    timeout "$(tmo 300)" "${launch[@]}" -np "$np" "$C" train "${S[@]}" "$@" --save "$name.st" \
+        > "$name.log" 2>&1 || { fail "$name: $(tail -n 2 "$name.log" | tr '\n' ' ')"; return 1; }
+}
+for model in bert roberta; do
+    run "$model.one" 1 --model "$model" || continue
+    run "$model.ga4" 1 --model "$model" --grad-accum 4 || continue
+    run "$model.dp2" 2 --model "$model" --dp 2 && cmp_ "$model dp2" "$model.dp2" "$model.one"
+    run "$model.dp2z" 2 --model "$model" --dp 2 --zero 1 && cmp_ "$model dp2 ZeRO-1" "$model.dp2z" "$model.one"
+    for eg in sparse split; do # the word embeddings' lookup rows from id field 0
+        run "$model.dp2_$eg" 2 --model "$model" --dp 2 --embed-grad "$eg" &&
+            cmp_ "$model dp2 --embed-grad $eg" "$model.dp2_$eg" "$model.one"
+    done
+    run "$model.pp2" 2 --model "$model" --pp 2 --schedule 1f1b --micro-batches 4 &&
+        cmp_ "$model pp2 1f1b M4 (vs --grad-accum 4)" "$model.pp2" "$model.ga4"
+    run "$model.pp2dp2" 4 --model "$model" --pp 2 --dp 2 --micro-batches 2 --zero 1 &&
+        cmp_ "$model pp2 x dp2 ZeRO-1" "$model.pp2dp2" "$model.one"
+    for rc in block selective; do
+        run "$model.rc_$rc" 1 --model "$model" --recompute "$rc" &&
+            cmp_ "$model --recompute $rc (bit for bit)" "$model.rc_$rc" "$model.one" --tol 0
+    done
+done
+
+# ---------------------------------------------------------------- bad input
+bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's stderr
+    local label=$1 np=$2 want=$3; shift 3
+    timeout "$(tmo 60)" "${launch[@]}" -np "$np" "$C" train --data train.bin --steps 2 "$@" \
+        > bad.out 2> bad.err
+    local rc=$? lines
+    lines=$(grep -c . bad.err)
+    if [ "$rc" = 2 ] && [ "$lines" -ge 1 ] && grep -q -- "$want" bad.err && [ "$(sort -u bad.err | grep -c .)" = 1 ]; then
+        pass "bad input $label: exit 2, \"$(head -n 1 bad.err)\""
+    else fail "bad input $label: exit $rc, stderr: $(head -c 300 bad.err)"; fi
+}
+bad "special ids collide with the text vocabulary" 1 "collide with the text vocabulary" --model bert --special-base 200
+bad "special ids collide (2 ranks)" 2 "collide with the text vocabulary" --model roberta --special-base 255 --dp 2
+bad "--tp 2 refused" 2 "drop --tp" --model bert --tp 2 --tp-mode 1d
+bad "--heads not dividing --d-model" 1 "does not divide" --model bert --heads 5
+bad "--fill without --val-data" 1 "needs --val-data" --model bert --fill 2
+"$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(65, 85)))" > tiny.txt
+"$C" prepare --input tiny.txt --output tiny.bin >/dev/null
+timeout "$(tmo 60)" "$C" train --model bert --data tiny.bin --steps 1 > bad.out 2> bad.err
+rc=$?
+if [ "$rc" = 2 ] && [ "$(grep -c . bad.err)" = 1 ] && grep -q "fewer than one sequence" bad.err; then
+    pass "bad input a file shorter than one sequence: exit 2, \"$(cat bad.err)\""
+else fail "bad input a file shorter than one sequence: exit $rc: $(head -c 300 bad.err)"; fi
+[ "$failed" = 0 ]
