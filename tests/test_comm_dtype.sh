@@ -20,7 +20,9 @@
 #  - ZeRO-1 with odd buckets against plain dp 2, both bf16: at 2 ranks
 #    each element is round(a + b) either way, so they agree to test_dp.sh's
 #    1e-5 (summation order elsewhere)
-#  - bad value: exit 2, one line (the every-rank drill is test_dp_fail.sh)
+# A bad value (exit 2, one line, every rank) is test_dp_fail.sh's drill for
+# train, test_pp_user.sh's for cb_dist_init and test_dp_comm.sh's for bench;
+# cubist plan's figures with bf16 are test_plan.sh's.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 
@@ -75,12 +77,4 @@ EOF
 )
 echo "$out"
 grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
-
-"$C" train "${common[@]}" --comm-dtype fp16 >bad.out 2>bad.err
-rc=$?
-if [ "$rc" = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "comm-dtype 'fp16' is unknown; use fp32 (default) or bf16" bad.err; then
-    pass "--comm-dtype fp16 refused: $(cat bad.err)"
-else
-    fail "--comm-dtype fp16: want exit 2 and one line; got $rc: $(head -c 300 bad.err)"
-fi
 finish

@@ -6,8 +6,8 @@
 #   parameter + gradient bytes and activation + workspace bytes (of the GPT
 #   graph that bench --tp-step runs) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
-#   and one rank with --recompute block
+# - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16), tp 1d 2,
+#   pp 2 (1f1b, 4 micro-batches) and one rank with --recompute block
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
 #   gradients), the graph engine's planned activations and the AdamW state,

@@ -106,4 +106,5 @@ same --dp -1
 same --tp-mode 4d
 same --embed-grad bogus
 same --precision fp8
+same --comm-dtype fp16
 same --max-memory 12Q
