@@ -108,6 +108,8 @@ static int plan_buckets(cb_dp *d, size_t start, size_t per, size_t split_end, si
 static void start_bucket_bf16(cb_dp *d, cb_dp_bucket *b) {
     const float *g = d->grads;
     uint16_t *h = d->h;
+    /* threads: a 25 MB bucket is 6.5M elements, on backward's path */
+#pragma omp parallel for schedule(static) if (b->hi - b->lo > 65536)
     for (size_t i = b->lo; i < b->hi; i++) h[i] = cb_bf16_round(g[i]);
     if (d->zero) cb_comm_ireduce_scatterv_bf16(d->c, "grad", h + b->lo, b->counts, &b->req);
     else cb_comm_iallreduce_bf16(d->c, "grad", h + b->lo, b->hi - b->lo, &b->req);
@@ -433,6 +435,7 @@ static void split_add(cb_dp *d, cb_dp_table *t) {
 
 /* g[n] = the floats of bf16 h[n] */
 static void widen(float *g, const uint16_t *h, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) g[i] = cb_bf16_widen(h[i]);
 }
 
