@@ -17,6 +17,9 @@
 #    |L_bf16(k) - L_fp32(k)| <= 2^-6 (L_1 - L_k) + 1e-5 L_fp32(k)
 #    at every step. The run must also differ from fp32 somewhere (else no
 #    bf16 was sent).
+#  - dp 2 x 1-D tp 2 (4 ranks, 10 steps): the grad tag halved, every
+#    tensor-parallel tag's bytes the fp32 run's (that traffic stays fp32),
+#    and the startup line says so
 #  - ZeRO-1 with odd buckets against plain dp 2, both bf16: at 2 ranks
 #    each element is round(a + b) either way, so they agree to test_dp.sh's
 #    1e-5 (summation order elsewhere)
@@ -30,18 +33,25 @@ set -u
 common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8 --steps 30
         --lr 3e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --peak-gflops 100)
 
-run() { # name, then train flags
+run() { # name, then train flags (NP ranks, 2)
     local name=$1; shift
-    timeout "$TMO" "${launch[@]}" -np 2 "$C" train "${common[@]}" --log "$name.jsonl" "$@" \
+    timeout "$TMO" "${launch[@]}" -np "${NP:-2}" "$C" train "${common[@]}" --log "$name.jsonl" "$@" \
         >"$name.out" 2>"$name.err" || { fail "$name: run failed: $(grep -v '^step' "$name.err" | head -c 300)"; return 1; }
 }
 run fp32 && run bf16 --comm-dtype bf16 && run fp32z --zero 1 --bucket-mb 0.0123 &&
-    run bf16z --zero 1 --bucket-mb 0.0123 --comm-dtype bf16 || { finish; exit; }
+    run bf16z --zero 1 --bucket-mb 0.0123 --comm-dtype bf16 &&
+    NP=4 run fp32tp --dp 2 --tp 2 --steps 10 && NP=4 run bf16tp --dp 2 --tp 2 --steps 10 --comm-dtype bf16 ||
+    { finish; exit; }
 
 if grep -q '| comm bf16 (gradient buckets only)$' bf16.err && grep -q '| comm fp32$' fp32.err; then
     pass "startup line: $(grep -o 'comm bf16.*' bf16.err)"
 else
     fail "startup line: $(grep 'data parallel' bf16.err fp32.err | tr '\n' '|')"
+fi
+if grep -q '| comm bf16 (gradient buckets only; tensor and pipeline traffic fp32)$' bf16tp.err; then
+    pass "startup line, dp 2 x tp 2: $(grep -o 'comm bf16.*' bf16tp.err)"
+else
+    fail "startup line, dp 2 x tp 2: $(grep 'data parallel' bf16tp.err | tr '\n' '|')"
 fi
 
 out=$(/usr/bin/python3 - <<'EOF' 2>&1
@@ -49,8 +59,8 @@ import json
 def log(n): return [json.loads(l) for l in open(n + ".jsonl") if l.strip()]
 f, b, fz, bz = log("fp32"), log("bf16"), log("fp32z"), log("bf16z")
 def tag(r, t, k): return r["comm_by_tag"].get(t, {}).get(k, 0)
-def halved(x, y, t):
-    return len(x) == len(y) == 30 and all(tag(q, t, "bytes") == 2 * tag(p, t, "bytes") > 0 and
+def halved(x, y, t, steps=30):
+    return len(x) == len(y) == steps and all(tag(q, t, "bytes") == 2 * tag(p, t, "bytes") > 0 and
         tag(q, t, "bytes_recv") == 2 * tag(p, t, "bytes_recv") and tag(q, t, "calls") == tag(p, t, "calls")
         for p, q in zip(x, y))
 ok = halved(b, f, "grad")
@@ -60,6 +70,12 @@ ok = halved(bz, fz, "grad") and all(tag(p, "params", "bytes") == tag(q, "params"
 print("%s bytes, ZeRO-1: reduce-scatter %d B in bf16 against %d, %d calls; the fp32 parameter all-gather keeps %d B"
       % ("PASS" if ok else "FAIL", tag(bz[-1], "grad", "bytes"), tag(fz[-1], "grad", "bytes"),
          tag(bz[-1], "grad", "calls"), tag(bz[-1], "params", "bytes")))
+ft, bt = log("fp32tp"), log("bf16tp")
+tp = sorted(set(k for r in ft for k in r["comm_by_tag"]) - {"grad", "loss", "norm"})
+ok = halved(bt, ft, "grad", 10) and all(tag(p, t, "bytes") == tag(q, t, "bytes") for p, q in zip(ft, bt)
+                                        for t in tp) and all(tag(q, "linear.fwd", "bytes") > 0 for q in bt)
+print("%s bytes, dp 2 x tp 2: grad halved, %d B against %d, every step; tensor-parallel tags %s as fp32's"
+      % ("PASS" if ok else "FAIL", tag(bt[-1], "grad", "bytes"), tag(ft[-1], "grad", "bytes"), ", ".join(tp)))
 L1, worst, ratio, bad = f[0]["loss"], 0.0, 0.0, []
 for p, q in zip(f, b):
     gap, bound = abs(q["loss"] - p["loss"]), 2 ** -6 * (L1 - p["loss"]) + 1e-5 * p["loss"]
