@@ -308,6 +308,7 @@ int cb_dp_comm_dtype_parse(const char *s, int *bf16, cb_err *e) {
 }
 
 int cb_dp_comm_bf16(cb_dp *d, cb_err *e) {
+    free(d->h);
     d->h = malloc(sizeof(uint16_t) * (d->n ? d->n : 1));
     if (!d->h) return cb_fail(e, CB_ENOMEM, "out of memory for the bf16 gradient copy (%.0f MB)", d->n * 2 / 1e6);
     return CB_OK;
