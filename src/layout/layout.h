@@ -77,8 +77,10 @@ void cb_shard_extract(const cb_shard *s, const float *full, float *local);
 void cb_shard_place(const cb_shard *s, const float *local, float *full);
 /* local <- this shard of a generated tensor: element (row, col) of the full
  * tensor is sd x cb_rng_normal_at(key, row * C + col), or `value` when sd is
- * 0; padding rows zero. Costs the shard, never the full tensor. */
-void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local);
+ * 0, or with sinusoid the sinusoidal position table's (fill_sinusoid);
+ * padding rows zero. Costs the shard, never the full tensor. */
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, int sinusoid,
+                       float *local);
 
 /* Parameter state handed to the operators: local shards (the model owns the
  * memory) and their gradients. */
@@ -96,6 +98,11 @@ typedef struct cb_norm {
 typedef struct cb_embed {
     int V, C, T;         /* true vocabulary; wte rows may be padded */
     float *wte, *wpe, *dwte, *dwpe;
+    /* the head's loss (cb_layer_set_loss): label smoothing, and targets
+     * equal to `ignore` left out when has_ignore; loss_scale (set by the
+     * engine each step) = rows / rows with a real target, over the step */
+    float smooth, loss_scale;
+    int ignore, has_ignore;
 } cb_embed;
 
 typedef struct cb_layout cb_layout;
@@ -288,10 +295,24 @@ void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl);
 /* Vocabulary-parallel cross-entropy over the ranks of `vocab`: logits
  * (N, Vl) hold columns v0.. of the padded vocabulary (true size V) and are
  * replaced by the probabilities; losses (N); targets (N) NULL for none.
- * Returns the sum of the N losses in row order. */
+ * Returns the sum of the N losses in row order. vocab NULL: no reduction
+ * (one rank holds every column). */
 double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
                            const int *targets, int N, int Vl, int v0, int V);
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N);
+/* The head's loss on those logits: the cross-entropy above, or with e's
+ * label smoothing or ignored targets the smoothed, weighted losses (their
+ * row sums and target logits reduced over `vocab` first: one all-reduce of
+ * 2N floats more); returns the losses' sum. vocab NULL: one rank holds the
+ * whole vocabulary (Vl columns from v0 = 0). The backward leaves dlogits
+ * in place (dloss scales each row). cb_vocab_loss_reserve plans slot. */
+int cb_loss_plain(const cb_embed *e);
+double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_embed *e,
+                             float *logits, float *losses, const int *targets, int N, int Vl,
+                             int v0);
+void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
+                            int v0, float dloss, int N, int Vl);
+void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e);
 
 /* Attention in every layout: the kernel on this rank's sequences and
  * heads (no communication), and the floats of its probabilities. */

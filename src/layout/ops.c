@@ -44,21 +44,54 @@ void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl) {
     cb_layout_reserve(L, slot2, 2 * sizeof(float) * (size_t)Cl);
 }
 
+/* Columns of [v0, v0 + Vl) below the true vocabulary V */
+static int valid_cols(int V, int v0, int Vl) { return V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0; }
+
 /* MAX of the row maxima, then SUM of (exp-sum, target logit): two
  * all-reduces of N and 2N floats; padded columns get probability 0. */
 double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
                            const int *targets, int N, int Vl, int v0, int V) {
-    int valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    int valid = valid_cols(V, v0, Vl);
     float *mx = cb_layout_scratch(L, slot, 3 * sizeof(float) * (size_t)N), *st = mx + N;
     L->k->crossentropy_max(L->k, mx, logits, N, Vl, valid);
-    cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
     L->k->crossentropy_exp(L->k, st, logits, mx, targets, v0, N, Vl, valid);
-    cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
     return L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
 }
 
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {
     cb_layout_reserve(L, slot, 3 * sizeof(float) * (size_t)N);
+}
+
+int cb_loss_plain(const cb_embed *e) { return e->smooth == 0.0f && !e->has_ignore; }
+
+/* The smoothing statistics sit after the cross-entropy's 3N floats of the
+ * same slot, taken before it overwrites the logits. */
+double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_embed *e,
+                             float *logits, float *losses, const int *targets, int N, int Vl,
+                             int v0) {
+    if (!targets || cb_loss_plain(e))
+        return cb_vocab_ce_forward(L, vocab, slot, logits, losses, targets, N, Vl, v0, e->V);
+    float *st = (float *)cb_layout_scratch(L, slot, 5 * sizeof(float) * (size_t)N) + 3 * (size_t)N;
+    L->k->crossentropy_smooth_stats(L->k, st, logits, targets, v0, N, Vl, valid_cols(e->V, v0, Vl));
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
+    cb_vocab_ce_forward(L, vocab, slot, logits, losses, targets, N, Vl, v0, e->V);
+    L->k->crossentropy_smooth_loss(L->k, losses, st, targets, e->smooth, e->V,
+                                   e->has_ignore ? e->ignore : -1, e->loss_scale, N);
+    return L->k->sum(L->k, losses, (size_t)N);
+}
+
+void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
+                            int v0, float dloss, int N, int Vl) {
+    if (cb_loss_plain(e)) L->k->crossentropy_backward_cols(L->k, logits, targets, v0, dloss, N, Vl);
+    else L->k->crossentropy_smooth_backward(L->k, logits, targets, v0, dloss, e->smooth, e->V,
+                                            e->has_ignore ? e->ignore : -1, e->loss_scale, N, Vl,
+                                            valid_cols(e->V, v0, Vl));
+}
+
+void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e) {
+    cb_layout_reserve(L, slot, (cb_loss_plain(e) ? 3 : 5) * sizeof(float) * (size_t)N);
 }
 
 /* Attention needs no communication in any layout: a rank's parity-1
