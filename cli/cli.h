@@ -73,6 +73,12 @@ int cli_train_run_flags(cb_train_opts *o, struct cli_flag *f);
  * flags; --help prints both (then 0 with *help set). */
 int cli_train_parse(int argc, char **argv, const struct cli_flag *flags, int n, const char *usage,
                     const char *epilog, cb_train_opts *o, int *help, cb_err *e);
+/* The rest of a family's `cubist train` once its flags are read (rc: its
+ * checks so far): --batch rows over the micro-batches into o->B, the
+ * shared checks, the kernels of --precision, then the run (rate: the
+ * progress line's throughput key). Returns the exit status. */
+int cli_train_family_run(int argc, char **argv, cb_train_opts *o, int batch, const char *rate,
+                         int rc, cb_err *e);
 /* A failed cb_train_run: its agreed line once, and its exit status. */
 void cli_train_exit(const cb_err *e);
 /* Prints the one-line error; returns the exit status (2 for bad input). */

@@ -92,22 +92,7 @@ int cmd_train_bert(int argc, char **argv) {
     int rc = cli_train_parse(argc, argv, flags, n, "--model bert|roberta --data TOKENS [flags]", EPILOG, &o, &help, &e);
     if (help && !rc) return 0;
     bt.roberta = model && !strcmp(model, "roberta");
-    int M = o.pipe.micro_batches != CB_PP_UNSET ? o.pipe.micro_batches : 1;
     if (!rc && !o.data)
         rc = cb_fail(&e, CB_EINPUT, "--model %s needs --data TOKENS (`cubist prepare`)", model);
-    else if (!rc && (batch < 1 || (M >= 1 && batch % M)))
-        rc = cb_fail(&e, CB_EINPUT, "--batch %d: give a positive multiple of the %d micro-batches",
-                     batch, M);
-    o.B = batch / (M >= 1 ? M : 1);
-    if (!rc) rc = cb_train_check_flags(&o, &e);
-    cb_precision prec;
-    if (!rc) rc = cb_precision_parse(o.precision, &prec, &e);
-    if (!rc) rc = cb_kernels_select(prec, &e);
-    if (rc) return cli_fail(&e);
-    if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    cli_train_lines lines;
-    cb_train_sink sink = cli_train_lines_sink(&lines, &o, "tokens_per_s");
-    if (cb_train_run(&o, &sink, &e)) cli_train_exit(&e);
-    cb_comm_finalize();
-    return 0;
+    return cli_train_family_run(argc, argv, &o, batch, "tokens_per_s", rc, &e);
 }

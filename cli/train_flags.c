@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "api/flags.h"
 #include "comm/comm.h"
+#include "train/check.h"
 
 int cli_train_run_flags(cb_train_opts *o, cli_flag *f) {
     const cli_flag rows[] = {
@@ -69,4 +70,24 @@ int cli_train_parse(int argc, char **argv, const cli_flag *flags, int n, const c
         return CB_OK;
     }
     return rc ? rc : dist_flags(&da, o, e);
+}
+
+int cli_train_family_run(int argc, char **argv, cb_train_opts *o, int batch, const char *rate,
+                         int rc, cb_err *e) {
+    int M = o->pipe.micro_batches != CB_PP_UNSET ? o->pipe.micro_batches : 1;
+    if (!rc && (batch < 1 || (M >= 1 && batch % M)))
+        rc = cb_fail(e, CB_EINPUT, "--batch %d: give a positive multiple of the %d micro-batches",
+                     batch, M);
+    o->B = batch / (M >= 1 ? M : 1);
+    if (!rc) rc = cb_train_check_flags(o, e);
+    cb_precision prec;
+    if (!rc) rc = cb_precision_parse(o->precision, &prec, e);
+    if (!rc) rc = cb_kernels_select(prec, e);
+    if (rc) return cli_fail(e);
+    if (cb_comm_init(&argc, &argv, e)) return cli_fail(e);
+    cli_train_lines lines;
+    cb_train_sink sink = cli_train_lines_sink(&lines, o, rate);
+    if (cb_train_run(o, &sink, e)) cli_train_exit(e);
+    cb_comm_finalize();
+    return 0;
 }
