@@ -13,11 +13,14 @@ The batches, lengths and padding repeat test_nmt_layers.c's: row r of step 0 has
 source length (5 r) % (T + 1), target length (3 r + 1) % (T + 1); --model smooth
 ends row r in r % 8 padding targets."""
 import json
-import math
+import os
 import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nmt_ref  # noqa: E402
 
 F = torch.nn.functional
 B, T, C, NH, V, PAD = 8, 16, 32, 4, 256, 0
@@ -81,16 +84,7 @@ class Model:
 
 
 def attend(q, k, v, qlen, klen, causal):
-    """Query i of sequence b sees keys j < klen[b] (j <= i when causal); a row with no
-    key, and every row i >= qlen[b], is zero."""
-    hs = C // NH
-    q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
-    s = q @ k.transpose(-1, -2) / math.sqrt(hs)
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    mask = (j[None] < klen[:, None, None]) & ((j <= i)[None] if causal else True)
-    p = torch.nan_to_num(torch.softmax(s.masked_fill(~mask[:, None], float("-inf")), -1))
-    o = (p @ v).transpose(1, 2).reshape(B, T, C)
-    return o * (torch.arange(T)[None, :] < qlen[:, None])[..., None]
+    return nmt_ref.attend(q, k, v, NH, qlen, klen, causal)
 
 
 def lengths():
