@@ -56,6 +56,7 @@ typedef enum cb_param_kind {
     CB_P_NORM,     /* [C] LayerNorm weight or bias on an activation of parity p */
     CB_P_EMBED,    /* [V, C] token embedding, tied to the LM head */
     CB_P_POS,      /* [T, C] position embedding */
+    CB_P_WHOLE,    /* whole on every tensor rank, owned by rank 0 (the MLM decoder bias) */
 } cb_param_kind;
 
 #define CB_SHARD_MAXSEG 4
@@ -96,6 +97,10 @@ typedef struct cb_norm {
 typedef struct cb_embed {
     int V, C, T;         /* true vocabulary; wte rows may be padded */
     float *wte, *wpe, *dwte, *dwpe;
+    /* the head's optional decoder bias [V] (BERT's MLM head), whole on
+     * every tensor rank, and its gradient, which the head sums over the
+     * tensor group; NULL: none */
+    float *bias, *dbias;
 } cb_embed;
 
 typedef struct cb_layout cb_layout;
@@ -112,6 +117,7 @@ typedef struct cb_layout_use {
     cb_linear *lin;       /* CB_OP_LINEAR */
     const cb_norm *norm;  /* CB_OP_NORM */
     const cb_embed *emb;  /* CB_OP_EMBED, CB_OP_HEAD */
+    int bias;             /* CB_OP_HEAD: with a decoder bias (cb_embed.bias) */
 } cb_layout_use;
 
 typedef struct cb_layout_ops {
@@ -287,11 +293,20 @@ void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot,
 void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl);
 /* Vocabulary-parallel cross-entropy over the ranks of `vocab`: logits
  * (N, Vl) hold columns v0.. of the padded vocabulary (true size V) and are
- * replaced by the probabilities; losses (N); targets (N) NULL for none.
+ * replaced by the probabilities; losses (N); targets (N) NULL for none;
+ * a negative target is ignored (loss 0, probabilities row 0: no gradient).
+ * bias (NULL: none) is e->bias, whole: its entries v0.. are added first.
  * Returns the sum of the N losses in row order. */
-double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
-                           const int *targets, int N, int Vl, int v0, int V);
-void cb_vocab_ce_reserve(cb_layout *L, int slot, int N);
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, const float *bias,
+                           float *logits, float *losses, const int *targets, int N, int Vl,
+                           int v0, int V);
+/* probs (N, Vl) -> dlogits = (p - onehot) dl; with e->dbias, the column
+ * sums of every rank summed over the tensor group into it (slot: V_pad
+ * floats, Vl times the ranks along the vocabulary, free at this point) */
+void cb_vocab_ce_backward(cb_layout *L, int slot, const cb_embed *e, float *probs,
+                          const int *targets, int v0, float dl, int N, int Vl, int Vpad);
+/* Vpad: the padded vocabulary (0: no bias gradient to gather) */
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N, int Vpad);
 
 /* Attention in every layout: the kernel on this rank's sequences and
  * heads (no communication), and the floats of its probabilities. */
@@ -304,6 +319,11 @@ size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH);
 
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);
+
+/* The shard of a parameter on tensor rank tp_rank: ops->shard, and
+ * CB_P_WHOLE (the same in every layout) */
+cb_shard cb_layout_shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R,
+                         int64_t C, int parts, int parity);
 
 /* Collective over the tensor group: full (R x C, on tp rank 0) from every
  * rank's local shard. full may be NULL on other ranks. */

@@ -3,6 +3,10 @@
  * (layout.h). All arithmetic is in kernels; these move data and reduce. */
 #include "layout/layout.h"
 
+#include <string.h>
+
+#include "comm/grid.h"
+
 /* One numerics for every layout: the row moments [sum x, sum x^2] in
  * double, reduced in one all-reduce, variance E[x^2] - mean^2 (the
  * kernel's comment says why that is exact enough); the backward's two row
@@ -46,19 +50,43 @@ void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl) {
 
 /* MAX of the row maxima, then SUM of (exp-sum, target logit): two
  * all-reduces of N and 2N floats; padded columns get probability 0. */
-double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
-                           const int *targets, int N, int Vl, int v0, int V) {
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, const float *bias,
+                           float *logits, float *losses, const int *targets, int N, int Vl,
+                           int v0, int V) {
     int valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    if (bias && valid == Vl) L->k->bias_add(L->k, logits, bias + v0, N, Vl);
+    else if (bias) /* the last block: the bias stops at the true vocabulary */
+        for (int i = 0; i < N; i++) L->k->bias_add(L->k, logits + (size_t)i * Vl, bias + v0, 1, valid);
     float *mx = cb_layout_scratch(L, slot, 3 * sizeof(float) * (size_t)N), *st = mx + N;
     L->k->crossentropy_max(L->k, mx, logits, N, Vl, valid);
     cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
     L->k->crossentropy_exp(L->k, st, logits, mx, targets, v0, N, Vl, valid);
     cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
-    return L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
+    double sum = L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
+    int ignored = 0;
+    for (int i = 0; targets && i < N; i++)
+        if (targets[i] < 0) { /* not a masked position: no loss, no gradient */
+            losses[i] = 0.0f, ignored = 1;
+            memset(logits + (size_t)i * Vl, 0, sizeof(float) * (size_t)Vl);
+        }
+    return ignored ? L->k->sum(L->k, losses, (size_t)N) : sum;
 }
 
-void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {
-    cb_layout_reserve(L, slot, 3 * sizeof(float) * (size_t)N);
+void cb_vocab_ce_backward(cb_layout *L, int slot, const cb_embed *e, float *probs,
+                          const int *targets, int v0, float dl, int N, int Vl, int Vpad) {
+    L->k->crossentropy_backward_cols(L->k, probs, targets, v0, dl, N, Vl);
+    if (!e->dbias) return;
+    /* each rank's columns in place in a zeroed whole vector: the sum over
+     * the group adds the token blocks and joins the vocabulary blocks */
+    float *g = cb_layout_zeroed(L, slot, sizeof(float) * (size_t)Vpad);
+    L->k->bias_backward(L->k, g + v0, probs, N, Vl);
+    cb_comm_allreduce(&L->grid->tpg, "head.bwd", NULL, g, (size_t)Vpad, CB_COMM_SUM);
+    L->k->residual_forward(L->k, e->dbias, e->dbias, g, (size_t)e->V);
+}
+
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N, int Vpad) {
+    size_t ce = 3 * sizeof(float) * (size_t)N, b = sizeof(float) * (size_t)Vpad;
+    cb_layout_reserve(L, slot, ce > b ? ce : b);
 }
 
 /* Attention needs no communication in any layout: a rank's parity-1

@@ -68,6 +68,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
                           float *logits, int N) {
     float *losses = logits + (size_t)N * e->V;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
+    if (e->bias) L->k->bias_add(L->k, logits, e->bias, N, e->V);
     L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
     if (!targets) return 0.0f;
     return (float)(L->k->sum(L->k, losses, (size_t)N) / N);
@@ -76,6 +77,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
     L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
+    if (e->dbias) L->k->bias_backward(L->k, e->dbias, logits, N, e->V);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
 }
 

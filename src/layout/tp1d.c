@@ -99,6 +99,8 @@ static cb_shard shard(const cb_layout *L, int t, cb_param_kind kind, int64_t R, 
         if (parity == 1) split_cols(&s, t, P, 1);
         else s.owner = t == 0;
         break;
+    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+        break;
     case CB_P_EMBED:
         s.rows_pad = (R + P - 1) / P * P;
         s.nrows = s.rows_pad / P;
@@ -186,7 +188,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
                           float *logits, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, Vl);
-    double total = cb_vocab_ce_forward(L, group(L), S_CE, logits, logits + (size_t)N * Vl,
+    double total = cb_vocab_ce_forward(L, group(L), S_CE, e->bias, logits, logits + (size_t)N * Vl,
                                        targets, N, Vl, v0, e->V);
     return targets ? (float)(total / N) : 0.0f;
 }
@@ -196,7 +198,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    L->k->crossentropy_backward_cols(L->k, logits, targets, v0, dloss / N, N, Vl);
+    cb_vocab_ce_backward(L, S_CE, e, logits, targets, v0, dloss / N, N, Vl, Vl * L->tp);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
     cb_comm_allreduce(group(L), "head.bwd", NULL, dx, (size_t)N * e->C, CB_COMM_SUM);
 }
@@ -205,7 +207,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
     int N = u->B * u->T;
     if (u->op == CB_OP_NORM && u->norm->parity)
         cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
-    if (u->op == CB_OP_HEAD) cb_vocab_ce_reserve(L, S_CE, N);
+    if (u->op == CB_OP_HEAD) cb_vocab_ce_reserve(L, S_CE, N, u->bias ? vocab_local(L, u->emb->V) * L->tp : 0);
 }
 
 static void layout_free(cb_layout *L) { free(L); }

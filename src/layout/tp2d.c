@@ -192,6 +192,8 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
     case CB_P_NORM:
         col_blocks(&s, q, c, C, 1);
         break;
+    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+        break;
     case CB_P_POS:
         s.rows_pad = (R + q - 1) / q * q;
         s.nrows = s.rows_pad / q;
@@ -345,7 +347,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         mmt_rows(L, t ? tmp : logits, xt, wt, n, cq, Vq, pend);
         if (t) L->k->residual_forward(L->k, logits, logits, tmp, (size_t)n * Vq);
     }
-    double sum = cb_vocab_ce_forward(L, rowg(L), S_T2, logits, losses,
+    double sum = cb_vocab_ce_forward(L, rowg(L), S_T2, e->bias, logits, losses,
                                      targets ? targets + (size_t)r * n : NULL, n, Vq, v0, e->V);
     if (!targets) return 0.0f;
     cb_comm_allreduce_f64(colg(L), "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
@@ -359,7 +361,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
     int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
-    L->k->crossentropy_backward_cols(L->k, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq);
+    cb_vocab_ce_backward(L, S_T2, e, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq, Vq * q);
     float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
     bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0);
     bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0);
@@ -420,7 +422,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
     } else if (u->op == CB_OP_HEAD) {
         size_t cq = u->emb->C / q, Vq = vpad(L, u->emb->V) / q;
         reserve_summa(L, n, cq, Vq);
-        cb_vocab_ce_reserve(L, S_T2, (int)n);
+        cb_vocab_ce_reserve(L, S_T2, (int)n, u->bias ? (int)(Vq * q) : 0);
     } else if (u->op == CB_OP_EMBED) {
         size_t cq = u->emb->C / q, tq = (u->emb->T + q - 1) / q;
         reserve(L, S_T1, N * cq);
