@@ -23,6 +23,7 @@ char *openblas_get_corename(void);
 typedef struct bench_opts {
     int layers, d_model, heads, vocab, ctx, batch, steps, threads, quick, peak_only, json, no_torch;
     int graph;      /* --graph: also the GPT declared through the public API */
+    int kernel_cpu; /* --kernel-cpu: kernels timed in the calling thread's CPU time */
     cb_dist *dist;  /* its process grid (one process) */
     const char *seq_lens, *torch_script;
     int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
@@ -138,6 +139,7 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     const cb_kernels *k0 = L->k;
     cb_prof prof;
     cb_prof_init(&prof, k0);
+    prof.thread_cpu = b->kernel_cpu;
     L->k = cb_prof_kernels(&prof);
     cb_model_step_info in, sum = {0};
     cb_model_train_step(m, ids, ids + n, 0, NULL);
@@ -427,7 +429,8 @@ int cmd_bench(int argc, char **argv) {
                     .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
                     .torch_script = script, .precision = "fp32", .rounds = 1};
     const cli_flag flags[] = {
-        {"peak", ARG_BOOL, &b.peak_only, "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
+        {"peak", ARG_BOOL, &b.peak_only,
+         "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},
         {"json", ARG_BOOL, &b.json, "print one JSON object"},
         {"quick", ARG_BOOL, &b.quick, "only T=64"},
         {"threads", ARG_INT, &b.threads, "threads for cubist and PyTorch (2)"},
@@ -440,6 +443,8 @@ int cmd_bench(int argc, char **argv) {
         {"ctx", ARG_INT, &b.ctx, "context: rows of wpe, at least every T (1024)"},
         {"batch", ARG_INT, &b.batch, "sequences B (4)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
+        {"kernel-cpu", ARG_BOOL, &b.kernel_cpu,
+         "per-kernel times in the thread's CPU time (one thread: load-proof)"},
         {"graph", ARG_BOOL, &b.graph, "also the same GPT declared through the public API"},
         {"torch-script", ARG_STR, &b.torch_script, "path of bench/torch_bench.py"},
         {"rounds", ARG_INT, &b.rounds,

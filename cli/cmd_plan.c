@@ -82,9 +82,10 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
         const cb_plan_layout *l = &c[i].l;
         const cb_plan_pred *p = &c[i].p;
         printf("%s{\"dp\":%d,\"pp\":%d,\"tp\":%d,\"mode\":\"%s\",\"schedule\":\"%s\",\"M\":%d,"
-               "\"v\":%d,\"recompute\":%d,\"zero\":%d,", i ? "," : "", l->dp, l->pp, l->tp,
-               cb_grid_mode_name(l->mode), cb_plan_schedule_name(l->schedule), l->M, l->v,
-               l->recompute, l->zero);
+               "\"v\":%d,\"recompute\":%d,\"zero\":%d,\"embed\":\"%s\",",
+               i ? "," : "", l->dp, l->pp, l->tp, cb_grid_mode_name(l->mode),
+               cb_plan_schedule_name(l->schedule), l->M, l->v, l->recompute, l->zero,
+               cb_plan_embed_name(l->embed));
         printf("\"step_s\":%.6g,\"compute_s\":%.6g,\"recompute_s\":%.6g,\"tp_s\":%.6g,"
                "\"pp_s\":%.6g,\"bubble_s\":%.6g,\"dp_s\":%.6g,\"dp_exposed_s\":%.6g,\"opt_s\":%.6g,",
                p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->pp_s, p->bubble_s, p->dp_s,
@@ -95,9 +96,15 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                p->mem_total);
         printf("\"tp_bytes\":%.17g,\"tp_calls\":%.17g,\"pp_bytes\":%.17g,\"pp_calls\":%.17g,"
                "\"dp_bytes\":%.17g,\"dp_calls\":%.17g,\"tp_act_model_bytes\":%.17g,"
-               "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g}",
+               "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g",
                p->tp_bytes, p->tp_calls, p->pp_bytes, p->pp_calls, p->dp_bytes, p->dp_calls,
                p->tp.act_model_bytes, p->tp.act_scratch_bytes, p->tp.param_bytes);
+        printf(",\"stage_bound\":[");
+        for (int s = 0; p->nstage && s <= p->nstage; s++)
+            printf("%s%d", s ? "," : "", p->stage_bound[s]);
+        printf("],\"stage_act_bytes\":[");
+        for (int s = 0; s < p->nstage; s++) printf("%s%.17g", s ? "," : "", p->stage_act[s]);
+        printf("]}");
     }
     printf("]}\n");
 }
@@ -125,8 +132,14 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     return rc;
 }
 
+static int by_step(const void *a, const void *b) {
+    double x = ((const cb_plan_choice *)a)->p.step_s, y = ((const cb_plan_choice *)b)->p.step_s;
+    return (x > y) - (x < y);
+}
+
 /* Keeps the layouts that match --dp --pp --tp --tp-mode --schedule (3-D
- * re-predicted without kept gathers under --tp3d-save shard). */
+ * re-predicted without kept gathers under --tp3d-save shard; data
+ * parallelism alone with the --embed-grad path). */
 static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, int n) {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -138,8 +151,11 @@ static int only(const plan_opts *o, const cb_plan_job *j, cb_plan_choice *ch, in
         ch[k] = ch[i];
         if (l->mode == CB_TP_3D && !strcmp(o->save, "shard"))
             ch[k].l.gathered = 0, cb_plan_predict(j, &ch[k].l, &ch[k].p);
+        if (o->embed != CB_DP_EMBED_DENSE && l->dp > 1 && l->tp == 1 && l->pp == 1)
+            ch[k].l.embed = o->embed, cb_plan_predict(j, &ch[k].l, &ch[k].p);
         k++;
     }
+    qsort(ch, k, sizeof *ch, by_step); /* re-predicted ones move */
     return k;
 }
 
@@ -188,8 +204,18 @@ static const char EPILOG[] =
     "rates instead of timing. Formulas and the cluster file format: docs/plan.md.\n";
 
 int cmd_plan(int argc, char **argv) {
-    plan_opts o = {.model = "gpt", .layers = 12, .d_model = 768, .heads = 12, .vocab = 50257,
-                   .batch = 8, .seq_len = 1024, .top = 20, .threads = 1, .save = "gathered"};
+    plan_opts o = {.model = "gpt",
+                   .layers = 12,
+                   .d_model = 768,
+                   .heads = 12,
+                   .vocab = 50257,
+                   .batch = 8,
+                   .seq_len = 1024,
+                   .top = 20,
+                   .threads = 1,
+                   .save = "gathered",
+                   .embed_grad = "dense",
+                   .repeat = 1};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "model family (gpt)"},
         {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12)"},
@@ -206,8 +232,11 @@ int cmd_plan(int argc, char **argv) {
         {"pp", ARG_INT, &o.pp, "only layouts of this many pipeline stages"},
         {"tp", ARG_INT, &o.tp, "only layouts of this many tensor-parallel ranks"},
         {"tp-mode", ARG_STR, &o.tp_mode, "only this tensor mode (1d, 2d, 3d)"},
-        {"schedule", ARG_STR, &o.schedule, "only this pipeline schedule (gpipe, 1f1b, interleaved)"},
+        {"schedule", ARG_STR, &o.schedule,
+         "only this pipeline schedule (gpipe, 1f1b, interleaved)"},
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
+        {"embed-grad", ARG_STR, &o.embed_grad,
+         "data parallelism alone: dense (default), sparse or split"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},
@@ -219,6 +248,9 @@ int cmd_plan(int argc, char **argv) {
         {"out", ARG_STR, &o.out, "--calibrate: cluster file to write (default: the cache)"},
         {"quick", ARG_BOOL, &o.quick, "--calibrate, --validate: a small, fast set"},
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
+        {"repeat", ARG_INT, &o.repeat, "--validate: runs of every case, the fastest kept (1)"},
+        {"profile", ARG_BOOL, &o.profile,
+         "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
@@ -229,12 +261,19 @@ int cmd_plan(int argc, char **argv) {
                   "--validate | --reproduce NAME", flags, n, EPILOG);
         return 0;
     }
-    if (!rc && (o.threads < 1 || o.batch < 1 || o.micro_batches < 0 || o.top < 0 || o.dp < 0 ||
-                o.pp < 0 || o.tp < 0))
-        rc = cb_fail(&e, CB_EINPUT, "--threads and --batch must be >= 1, --micro-batches, --top, "
+    if (!rc && (o.threads < 1 || o.batch < 1 || o.repeat < 1 || o.micro_batches < 0 || o.top < 0 ||
+                o.dp < 0 || o.pp < 0 || o.tp < 0))
+        rc = cb_fail(&e, CB_EINPUT,
+                     "--threads, --batch and --repeat must be >= 1, --micro-batches, --top, "
                      "--dp, --pp, --tp >= 0");
     if (!rc && strcmp(o.save, "gathered") && strcmp(o.save, "shard"))
         rc = cb_fail(&e, CB_EINPUT, "--tp3d-save must be gathered or shard; got '%s'", o.save);
+    cb_err ignore;
+    if (!rc && (cb_dp_embed_parse(o.embed_grad, &o.embed, &ignore) || o.embed == CB_DP_EMBED_AUTO))
+        rc = cb_fail(&e, CB_EINPUT,
+                     "plan: --embed-grad '%s': give dense, sparse or split (auto is "
+                     "train's choice between them)",
+                     o.embed_grad);
     if (rc) return cli_fail(&e);
     if (o.calibrate_comm) rc = plan_calibrate_comm(o.quick, &e);
     else if (o.calibrate) rc = plan_calibrate(&o, &e);

@@ -72,6 +72,16 @@ static int model_flags(cb_gpt_config *c, cb_err *e) {
     return CB_OK;
 }
 
+/* The distribution flags read as cb_dist_init reads them, into o. */
+static int dist_flags(const cb_dist_args *a, cb_train_opts *o, cb_err *e) {
+    cb_dist_opts d;
+    int rc = cb_dist_read(a, &d, e);
+    o->dp = d.dp, o->pp = d.pp, o->tp = d.tp, o->zero = d.zero, o->tp_mode = d.tp_mode;
+    o->embed_grad = d.embed_grad, o->max_memory = d.max_memory, o->precision = d.precision;
+    o->pipe = d.pipe;
+    return rc;
+}
+
 /* The value of --model (NULL: not given). */
 static const char *model_arg(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++)
@@ -87,7 +97,6 @@ int cmd_train(int argc, char **argv) {
     cb_train_opts o;
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
-    const char *precision = "fp32";
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     const cli_flag flags[] = {
         {"model", ARG_STR, &model, "gpt (default), ncf, bert or roberta (see --model M --help)"},
@@ -133,51 +142,28 @@ int cmd_train(int argc, char **argv) {
         {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
         {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
         {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
-        {"precision", ARG_STR, &precision,
-         "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
-        {"dp", ARG_INT, &o.dp, "data-parallel ranks (default: processes / (pp*tp))"},
-        {"pp", ARG_INT, &o.pp, "pipeline stages (1)"},
-        {"tp", ARG_INT, &o.tp, "tensor-parallel ranks (1)"},
-        {"tp-mode", ARG_STR, &o.tp_mode, "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
-        {"schedule", ARG_STR, &o.pipe.schedule, "pipeline schedule: gpipe, 1f1b, interleaved"},
-        {"micro-batches", ARG_INT, &o.pipe.micro_batches,
-         "micro-batches per step (default: --grad-accum; without --pp the same as it)"},
-        {"virtual-stages", ARG_INT, &o.pipe.virtual_stages, "interleaved: chunks per rank (2)"},
-        {"partition", ARG_STR, &o.pipe.partition, "auto, or module boundaries such as 0,3,7,12"},
-        {"partition-memory-weight", ARG_DOUBLE, &o.pipe.memory_weight,
-         "weight of memory against compute in the partition cost (0.8; 0.2 for speed)"},
-        {"no-profile", ARG_BOOL, &o.pipe.no_profile, "partition from FLOP counts, no profiling"},
-        {"print-partition", ARG_BOOL, &o.pipe.print_partition, "print the pipeline stages"},
-        {"recompute", ARG_STR, &o.pipe.recompute,
-         "activation checkpointing: none, block or selective"},
-        {"recompute-layers", ARG_INT, &o.pipe.recompute_layers,
-         "block: the first N blocks of each stage (0: all); uniform: groups of N (1)"},
-        {"recompute-method", ARG_STR, &o.pipe.recompute_method,
-         "with --recompute block: block (first N blocks) or uniform (every N-th input)"},
         {"tp3d-save", ARG_STR, &o.tp3d_save,
          "3d: keep gathered inputs for backward (gathered) or re-gather (shard)"},
         {"print-grid", ARG_BOOL, &o.print_grid, "print every rank's grid placement"},
         {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
         {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
-        {"zero", ARG_INT, &o.zero, "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
         {"layout", ARG_STR, &layout,
          "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
         {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
                                        "machine's `cubist plan --calibrate`)"},
-        {"max-memory", ARG_STR, &o.max_memory,
-         "bytes a rank may plan (K, M, G: powers of 1024); over it the build ends with one "
-         "line and status 4"},
-        {"embed-grad", ARG_STR, &o.embed_grad,
-         "auto (default), dense (all-reduce), split (wte's head part early, lookup rows "
-         "apart) or sparse (all-gather rows, as TF+Horovod)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
-    int rc = cli_parse("train", argc, argv, flags, n, &help, &e);
+    cb_dist_args da; /* the distribution flags: the reader every program uses */
+    int rc = cb_dist_take(&argc, argv, &da, &e);
+    if (!rc) rc = cli_parse("train", argc, argv, flags, n, &help, &e);
     if (help && !rc) {
-        cli_usage(stdout, "train", "--data FILE [flags]", flags, n, EPILOG);
+        cli_usage(stdout, "train", "--data FILE [flags]", flags, n, NULL);
+        cb_dist_usage(stdout);
+        printf("\n%s", EPILOG);
         return 0;
     }
+    if (!rc) rc = dist_flags(&da, &o, &e);
     /* What the flags alone decide fails before MPI starts: at once, on every
      * rank alike (each parses the same argv), printed by rank 0 only. */
     if (!rc && model && strcmp(model, "gpt"))
@@ -186,7 +172,7 @@ int cmd_train(int argc, char **argv) {
     if (!rc) rc = cb_train_check_flags(&o, &e);
     if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
     cb_precision prec;
-    if (!rc) rc = cb_precision_parse(precision, &prec, &e);
+    if (!rc) rc = cb_precision_parse(o.precision, &prec, &e);
     if (!rc) rc = cb_kernels_select(prec, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */

@@ -10,9 +10,11 @@ typedef struct plan_opts {
     const char *model, *cluster, *out, *plot, *reproduce, *init;
     int dp, pp, tp;                       /* 0: any */
     const char *tp_mode, *schedule, *save; /* NULL: any; save: 3-D gathered or shard */
+    const char *embed_grad;                /* --embed-grad; embed: its cb_dp_embed */
+    int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
     double max_memory_gb;
-    int json, calibrate, calibrate_comm, validate, quick, threads;
+    int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;
 } plan_opts;
 
 /* A cluster preset by name (clusters/NAME.json, found next to the source

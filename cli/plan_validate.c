@@ -90,17 +90,21 @@ static double children_cpu_s(void) {
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-/* The job of case c for `steps` steps; its CPU seconds (all its processes). */
-static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) {
-    char pre[512], cmd[2048];
+/* The job of case c for `steps` steps; its CPU seconds (all its processes).
+ * part: the planner's stage boundaries (--partition), so that the run
+ * splits the pipeline as the prediction does. */
+static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
+    char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
-    snprintf(cmd, sizeof cmd, "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
-             "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
-             "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
-             "--grad-accum %d >/dev/null 2>&1",
-             pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp,
-             c->pp, c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "",
-             c->M, c->M);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
+        "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+        "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
+        "--grad-accum %d%s%s >/dev/null 2>&1",
+        pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp, c->pp,
+        c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M, c->M,
+        part[0] ? " --partition " : "", part);
     double t0 = children_cpu_s();
     int st = system(cmd);
     *cpu_s = children_cpu_s() - t0;
@@ -111,19 +115,21 @@ static int train_job(const vcase *c, const char *dir, int steps, double *cpu_s) 
  * step. Time slices taken by other processes are not in it, so it shows
  * the model's error where wall time shows the machine's load. */
 static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
+    const char *part = "";
     double c6, c1;
     if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
-    if (!train_job(c, dir, 1, &c1) || !train_job(c, dir, 6, &c6)) return NAN;
+    if (!train_job(c, dir, part, 1, &c1) || !train_job(c, dir, part, 6, &c6)) return NAN;
     return 1e3 * (c6 - c1) / 5;
 }
 
-static int measure_train(const vcase *c, const char *dir, int quick, measured *m) {
+static int measure_train(const vcase *c, const char *dir, int quick, const char *part,
+                         measured *m) {
     char log[600];
     double cpu;
     snprintf(log, sizeof log, "%s/log.jsonl", dir);
     m->cpu_ms = cpu_per_step_ms(c, dir, quick);
     unlink(log);
-    if (!train_job(c, dir, 6, &cpu)) return 0;
+    if (!train_job(c, dir, part, 6, &cpu)) return 0;
     FILE *f = fopen(log, "r");
     char line[65536];
     m->step_ms = 1e30;
@@ -134,6 +140,8 @@ static int measure_train(const vcase *c, const char *dir, int quick, measured *m
         if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
         tags(json_get(&v, "comm_by_tag"), m);
         m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
+        const json_val *pa = json_get(&v, "pp_act_bytes"); /* the first stage's: rank 0's */
+        if (pa && pa->type == JSON_ARR && pa->n > 0) m->act = pa->v[0].d;
         json_free(&v);
     }
     if (f) fclose(f);
@@ -160,6 +168,52 @@ static int measure_tpstep(const vcase *c, measured *m) {
     return 1;
 }
 
+/* The case run o->repeat times, each figure the fastest: the model
+ * predicts an unloaded machine, and a shared one slows some runs. */
+static int measure(const vcase *c, const char *dir, const plan_opts *o, int over,
+                   const cb_plan_pred *p, measured *m) {
+    char part[256] = "";
+    for (int s = 0, n = 0; p->nstage && s <= p->nstage && n < (int)sizeof part; s++)
+        n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
+    for (int r = 0; r < o->repeat; r++) {
+        measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
+        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, part, &x))) return 0;
+        if (r)
+            x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
+            x.kcpu = fmin(x.kcpu, m->kcpu);
+        *m = x;
+    }
+    return 1;
+}
+
+/* --profile, one process: `cubist bench`'s per-kernel-class profile of the
+ * same model and step beside the prediction's split (cb_plan_pred.kern and
+ * the update), ms per step: where a miss comes from. One thread in its CPU
+ * time (the load does not inflate it); two in wall time (inflated on a
+ * loaded machine like the step). */
+static void profile(const vcase *c, const cb_plan_pred *p) {
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
+             "--heads %d --vocab 256 --ctx %d --seq-lens %d --batch %d --threads %d --no-torch "
+             "--json --steps 3%s 2>/dev/null",
+             c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T, c->B, c->threads,
+             c->threads == 1 ? " --kernel-cpu" : "");
+    json_val v;
+    json_error je;
+    if (plan_run(cmd, "{", out, sizeof out) || !out[0] || json_parse(out, strlen(out), &v, &je)) {
+        printf("    (profile failed to run)\n");
+        return;
+    }
+    const json_val *runs = json_get(&v, "runs"), *r = runs && runs->n ? &runs->v[0] : NULL;
+    double mem = jd(r, "layernorm_ms") + jd(r, "elementwise_ms") + jd(r, "loss_ms");
+    printf("    by class, ms predicted/profiled: GEMM %.2f/%.2f attention %.2f/%.2f memory-bound "
+           "%.2f/%.2f update %.2f/%.2f\n",
+           1e3 * p->kern.gemm_s, jd(r, "gemm_ms"), 1e3 * p->kern.attn_s, jd(r, "attention_ms"),
+           1e3 * p->kern.mem_s, mem, 1e3 * p->opt_s, jd(r, "optimizer_ms"));
+    json_free(&v);
+}
+
 static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
     cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
     cb_plan_model m;
@@ -168,7 +222,7 @@ static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) 
     cb_grid_parse_mode(c->mode, &mode, NULL);
     int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
     cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6};
-    cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1};
+    cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1, 0};
     cb_plan_predict(&j, &l, p);
 }
 
@@ -204,16 +258,19 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     double pc = p->tp_calls + pp0 * (p->pp_calls - lc) + lc + p->dp_calls;
     /* train logs the graph engine's planned activations; bench --tp-step
      * reports one micro-batch's plan and the layout's planned workspace */
-    double pa = bench ? p->tp.act_model_bytes + p->tp.act_scratch_bytes : p->mem_act;
+    double pa = bench       ? p->tp.act_model_bytes + p->tp.act_scratch_bytes
+                : p->nstage ? p->stage_act[0]
+                            : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
-    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || c->pp > 1 || pa == m->act);
+    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
     printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
            c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
-        if (ranks * c->threads == 2) t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = m->step_ms / tok;
+        if (ranks * c->threads == 2)
+            t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
@@ -225,29 +282,52 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                100 * rel(p->compute_s, m->kcpu));
     else
         printf("%-32s", "(oversubscribed: counts only)");
-    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls,
-           c->pp > 1 ? NAN : pa, m->act, eq ? "exact" : "DIFFER");
+    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls, pa,
+           m->act, eq ? "exact" : "DIFFER");
+}
+
+static const char *kind(const vcase *c) {
+    return c->threads > 1 ? "2 threads" : c->dp > 1 ? "dp 2" : c->pp > 1 ? "pp 2" : "tp 2";
+}
+
+/* The group's cases (same model, timed on both cores) in order of x[]. */
+static void print_order(const int *idx, int n, const double *x) {
+    int o[NCASES];
+    for (int i = 0; i < n; i++) o[i] = idx[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[o[j]] < x[o[j - 1]]; j--) {
+            int s = o[j];
+            o[j] = o[j - 1], o[j - 1] = s;
+        }
+    for (int i = 0; i < n; i++)
+        printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
 }
 
 /* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
- * pp 2, tp 2) come out in the measured order of time per token? */
+ * pp 2, tp 2) come out in the measured order of time per token? Each
+ * model's two orders are printed (microseconds per token). */
 static void order(const tally *t) {
     int groups = 0, kept = 0;
     for (int i = 0; i < NCASES; i++) {
-        int first = 1, ok = 1, n = 0;
+        int first = 1, idx[NCASES], n = 0, ok = 1;
         for (int j = 0; j < i && first; j++)
             first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
         for (int a = i; a < NCASES; a++)
-            for (int b = a + 1; b < NCASES; b++) {
-                const vcase *x = &CASES[a], *y = &CASES[b];
-                if (isnan(t->pred[a]) || isnan(t->pred[b]) || x->L != CASES[i].L || x->C != CASES[i].C ||
-                    y->L != x->L || y->C != x->C)
-                    continue;
-                n++;
-                ok &= (t->pred[a] < t->pred[b]) == (t->meas[a] < t->meas[b]);
-            }
-        if (n) groups++, kept += ok;
+            if (!isnan(t->pred[a]) && CASES[a].L == CASES[i].L && CASES[a].C == CASES[i].C)
+                idx[n++] = a;
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++)
+                ok &= (t->pred[idx[a]] < t->pred[idx[b]]) == (t->meas[idx[a]] < t->meas[idx[b]]);
+        if (n < 2) continue;
+        groups++, kept += ok;
+        char lab[32];
+        int w = snprintf(lab, sizeof lab, "L%d C%d:", CASES[i].L, CASES[i].C);
+        printf("  %s predicted ", lab);
+        print_order(idx, n, t->pred);
+        printf("\n  %*s measured  ", w, "");
+        print_order(idx, n, t->meas);
+        printf("  %s\n", ok ? "same order" : "DIFFER");
     }
     printf("order of layouts on both cores (time per token, same model): predicted order = measured "
            "in %d of %d models\n", kept, groups);
@@ -266,9 +346,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
-               "are contended when it exceeds the cores); predicted vs measured\n"
+               "are contended when it exceeds the cores); predicted vs measured, the fastest of "
+               "%d run%s\n"
                "  case                                        what  predicted measured  error\n",
-               sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+               sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "");
     tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
     for (int i = 0; i < NCASES && !rc; i++) {
@@ -278,11 +359,12 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
         cb_plan_pred p;
         predict(c, &cl[c->threads - 1], &p);
-        if (!(over ? measure_tpstep(c, &m) : measure_train(c, dir, o->quick, &m))) {
+        if (!measure(c, dir, o, over, &p, &m)) {
             printf("  case %d failed to run; skipped\n", i + 1);
             continue;
         }
         row(c, &p, &m, &t);
+        if (o->profile && ranks == 1) profile(c, &p);
         fflush(stdout);
     }
     char rm[128];

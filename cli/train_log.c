@@ -89,9 +89,16 @@ static void progress(const cli_train_log *l, const cb_train_record *r) {
 
 static int log_step(void *ctx, const cb_train_record *r, cb_err *e) {
     cli_train_log *l = ctx;
+    if (r->warning) fprintf(stderr, "cubist: warning: %s\n", r->warning);
     int rc = l->f ? write_object(l, r, e) : CB_OK;
     if (!l->o->quiet) progress(l, r);
     return rc;
+}
+
+/* --comm-report's table after the last step. */
+static void log_report(void *ctx, const cb_comm_spread *s) {
+    (void)ctx;
+    cb_comm_spread_print(s, stdout);
 }
 
 /* The log's last buffered bytes may fail to land too. */
@@ -144,6 +151,9 @@ static void act_report(const cb_train_start *s) {
 /* The startup lines: the model and machine, the grid, the activations. */
 static void log_start(void *ctx, const cb_train_start *s) {
     const cb_train_opts *o = ((cli_train_log *)ctx)->o, *r = s->o;
+    if (s->hosts) cb_grid_print(s->grid, s->hosts, stdout); /* --print-grid, even --quiet */
+    cb_model_print_partition(s->model, stdout);              /* --print-partition, likewise */
+    fflush(stdout);
     if (o->quiet) return;
     const cb_gpt_config *c = &r->model;
     fprintf(stderr,
@@ -170,5 +180,5 @@ static void log_start(void *ctx, const cb_train_start *s) {
 cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o) {
     *l = (cli_train_log){.o = o};
     return (cb_train_sink){.ctx = l, .begin = log_begin, .start = log_start, .step = log_step,
-                           .end = log_end};
+                           .report = log_report, .end = log_end};
 }

@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
                            .eps = 1e-6f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 3,
                            .steps = steps};
     if (cb_model_build(m, 1337, &opt, &e)) cb_dist_exit(d, &e);
+    if (cb_dist_rank(d) == 0) cb_model_print_partition(m, stdout); /* --print-partition */
 
     int first, count;
     cb_model_rows(m, &first, &count);

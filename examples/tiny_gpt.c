@@ -31,14 +31,23 @@
  * layout, the same mask everywhere). Every step gives each sequence a
  * length in [0, T] (0 and T included) through cb_model_set_lengths. Its QKV layers are named
  * h.<l>.attn.qkv, so that tests/compare.py holds their biases' key thirds
- * to the tolerance of every tensor (it exempts GPT-2's c_attn.bias). */
+ * to the tolerance of every tensor (it exempts GPT-2's c_attn.bias).
+ *
+ * --bench [--seq-len T] [--steps N]: the same declaration at GPT-2 124M's
+ * sizes (12 layers, d 768, 12 heads, vocab 50304; B = 4, T = 64) on
+ * synthetic tokens, timed as `cubist bench` times its GPT (a warm-up
+ * step, then the mean step_ms of N = 3 steps); one JSON line. With
+ * --builtin it times the library's declaration instead: the pair is the
+ * 124M declared through the public API against the built-in one
+ * (scripts/bench_ab.sh runs both). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cubist.h"
 
-enum { B = 8, T = 16, C = 32, NH = 4, V = 256, NLAYER = 2 };
+/* The model and batch; --bench makes them GPT-2 124M's. */
+static int B = 8, T = 16, C = 32, NH = 4, V = 256, NLAYER = 2;
 
 /* "h.<l>.<what>" */
 static const char *nm(char *buf, int l, const char *what) {
@@ -95,21 +104,62 @@ static const char *arg_str(int argc, char **argv, const char *name) {
     return NULL;
 }
 
+/* --bench: a warm-up step, then the mean of steps steps; ids of the global
+ * batch a fixed hash of the position, as `cubist bench`'s. */
+static void bench(cb_dist *d, cb_model *m, int steps, int builtin) {
+    int first, count;
+    cb_model_rows(m, &first, &count);
+    size_t n = (size_t)count * T;
+    int *ids = malloc(sizeof(int) * 2 * n);
+    if (!ids) {
+        cb_err e = {0};
+        cb_fail(&e, CB_ENOMEM, "out of memory for the benchmark's tokens");
+        cb_dist_exit(d, &e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t g = (size_t)first * T + i;
+        ids[i] = (int)((g * 2654435761u) % (unsigned)V);
+        ids[n + i] = (int)(((g + 1) * 2654435761u) % (unsigned)V);
+    }
+    double ms = 0;
+    for (int s = 0; s <= steps; s++) {
+        cb_model_train_step(m, ids, ids + n, s, NULL);
+        cb_model_step_info in;
+        cb_model_last_step(m, &in);
+        if (s) ms += in.step_ms;
+    }
+    size_t np, na;
+    cb_model_sizes(m, &np, &na);
+    if (cb_dist_rank(d) == 0)
+        printf("{\"declared\":\"%s\",\"T\":%d,\"B\":%d,\"params\":%zu,\"step_ms\":%.1f,"
+               "\"tokens_per_s\":%.2f}\n", builtin ? "builtin" : "api", T, B, np, ms / steps,
+               (double)B * T * steps / (ms / 1e3));
+    free(ids);
+}
+
 int main(int argc, char **argv) {
     cb_dist *d;
     cb_err e = {0};
     if (cb_dist_init(&argc, &argv, &d, &e)) cb_dist_exit(NULL, &e);
+    int is_bench = 0;
+    for (int i = 1; i < argc; i++) is_bench |= !strcmp(argv[i], "--bench");
+    const char *seq_s = arg_str(argc, argv, "--seq-len");
+    if (is_bench) B = 4, T = seq_s ? atoi(seq_s) : 64, C = 768, NH = 12, V = 50304, NLAYER = 12;
+    if (is_bench && (T < 1 || T > 1024))
+        cb_fail(&e, CB_EINPUT, "--seq-len '%s' must be from 1 to 1024", seq_s);
+    if (e.code) cb_dist_exit(d, &e);
     const char *data = arg_str(argc, argv, "--data"), *save = arg_str(argc, argv, "--save");
     const char *steps_s = arg_str(argc, argv, "--steps"), *stop_s = arg_str(argc, argv, "--stop-after");
     const char *ckpt = arg_str(argc, argv, "--checkpoint"), *resume = arg_str(argc, argv, "--resume");
     char *end = NULL;
-    long steps = steps_s ? strtol(steps_s, &end, 10) : 30;
+    long steps = steps_s ? strtol(steps_s, &end, 10) : is_bench ? 3 : 30;
     cb_tokens tok = {0};
-    if (steps_s && (*end || end == steps_s || steps < 0))
-        cb_fail(&e, CB_EINPUT, "--steps takes an integer >= 0; got '%s'", steps_s);
+    if (steps_s && (*end || end == steps_s || steps < is_bench))
+        cb_fail(&e, CB_EINPUT, "--steps takes an integer >= %d; got '%s'", is_bench, steps_s);
+    else if (is_bench) (void)0; /* synthetic tokens */
     else if (!data) cb_fail(&e, CB_EINPUT, "pass --data FILE (a token file: `cubist prepare`)");
     else cb_tokens_open(data, V, &tok, &e);
-    if (!e.code && tok.n < (size_t)B * T + 1)
+    if (!e.code && !is_bench && tok.n < (size_t)B * T + 1)
         cb_fail(&e, CB_EINPUT, "%s: one step needs %d tokens; use a longer file", data, B * T + 1);
     if (e.code) cb_dist_exit(d, &e);
 
@@ -125,6 +175,13 @@ int main(int argc, char **argv) {
                            .eps = 1e-6f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 3,
                            .steps = (int)steps};
     if (cb_model_build(m, 1337, &opt, &e)) cb_dist_exit(d, &e);
+    if (cb_dist_rank(d) == 0) cb_model_print_partition(m, stdout); /* --print-partition */
+    if (is_bench) {
+        bench(d, m, (int)steps, builtin);
+        cb_model_free(m);
+        cb_dist_finalize(d);
+        return 0;
+    }
 
     int first, count;
     size_t np, na;

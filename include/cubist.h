@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -217,6 +218,9 @@ typedef struct cb_act cb_act;
  * pipeline buffers, workspace) exceed it. Collective; on error every rank
  * gets the same message. */
 int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e);
+/* The --help lines of the flags cb_dist_init takes ("  --name  what"),
+ * into f: for a program's own usage text. */
+void cb_dist_usage(FILE *f);
 int cb_dist_rank(const cb_dist *d); /* world rank: print from rank 0 */
 /* The arithmetic of --precision fp32|bf16 (also taken by cb_dist_init),
  * for a startup line: "fp32", or bf16 and the instructions it runs on,
@@ -379,6 +383,11 @@ int cb_model_set_precision(cb_model *m, const char *precision, cb_err *e);
  * AdamW state and every activation buffer: a step allocates nothing.
  * Collective. */
 int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e);
+/* With --print-partition under --pp (cb_dist_init's flags): the pipeline
+ * stages of the built model (modules, cost, compute, memory, tied
+ * weights) into f, and 1; else 0. The library prints nothing itself:
+ * call it on one rank (cb_dist_rank 0). */
+int cb_model_print_partition(const cb_model *m, FILE *f);
 /* This data-parallel rank's rows [first, first+count) of the batch. */
 void cb_model_rows(const cb_model *m, int *first, int *count);
 /* This rank's floats: its parameter shards (the gradients are as many) and

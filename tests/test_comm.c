@@ -726,7 +726,9 @@ int main(int argc, char **argv) {
         int rc = cb_grid_parse_mode(mode_s, &mode, &e);
         if (!rc) rc = cb_grid_create(&g, dp, pp, tp, mode, &e);
         if (cb_comm_agree_err(w, &e)) cb_comm_exit(e.code, e.msg);
-        if (print) cb_grid_print(&g, stdout);
+        char *hosts = print ? cb_grid_hosts(&g) : NULL;
+        if (hosts) cb_grid_print(&g, hosts, stdout);
+        free(hosts);
         cb_grid_free(&g);
         t_grid(dp, pp, tp, mode, 1);
     } else {

@@ -6,12 +6,18 @@
 #   parameter + gradient bytes and activation + workspace bytes (of the GPT
 #   graph that bench --tp-step runs) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
+# - dp 2 (with and without ZeRO-1; --embed-grad sparse with and without
+#   ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
+#   union of tokens: the prediction is its bound, and the measured bytes
+#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
 #   and one rank with --recompute block
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
 #   gradients), the graph engine's planned activations and the AdamW state,
 #   exactly;
+# - per pipeline stage, the activations the engine plans (pp 2 and 4,
+#   GPipe and 1F1B, recompute, pp 2 x tp 1d 2), the plan's stage
+#   boundaries given to train (--partition), exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
 #   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
 #   every collective) to 1e-5 (the file keeps 6 significant digits);
@@ -85,6 +91,12 @@ if p["pp"] == 1:
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
 bad = [k for k, a, b in pairs if a != b]
+if "split" in name:
+    # the union of the ranks' tokens is the data's: the model takes its
+    # bound min(V, p x tokens) rows; a real step all-reduces whole rows fewer
+    row = 2 * (p["dp"] - 1) / p["dp"] * 4 * 32  # one row of d-model 32 (tiny)
+    short = pairs[0][2] - pairs[0][1]
+    bad = [k for k in bad if k != "bytes"] + ([] if 0 <= short and short % row == 0 else ["bytes"])
 print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", name,
       ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs)))
 sys.exit(1 if bad else 0)
@@ -92,9 +104,57 @@ PY
 }
 trcase "dp 2"          2 1 --dp 2 -- --dp 2
 trcase "dp 2 zero"     2 1 --dp 2 -- --dp 2 --zero 1
+trcase "dp 2 sparse"   2 1 --dp 2 --embed-grad sparse -- --dp 2 --embed-grad sparse
+trcase "dp 2 zero sparse" 2 1 --dp 2 --embed-grad sparse -- --dp 2 --zero 1 --embed-grad sparse
+trcase "dp 2 split"    2 1 --dp 2 --embed-grad split -- --dp 2 --embed-grad split
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
+
+# ---------------------------------------------------------------- pipeline memory per stage
+# the plan's stage boundaries given to train (--partition), so both split
+# alike; every stage's planned activations (the log's pp_act_bytes) ==
+ppcase() { # name np pp tp M schedule recompute
+    local name=$1 np=$2 pp=$3 tp=$4 M=$5 sch=$6 rec=$7
+    local four=(--layers 4 --d-model 32 --heads 4 --seq-len 16 --vocab 257)
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${four[@]}" --batch $((8 * M)) \
+        --micro-batches "$M" --pp "$pp" --tp "$tp" --tp-mode 1d --schedule "$sch" --top 0 --json \
+        >plan.json 2>plan.err || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    local bounds
+    bounds=$(/usr/bin/python3 -c "
+import json; l = [l for l in json.load(open('plan.json'))['layouts'] if l['recompute'] == $rec and not l['zero']][0]
+print(','.join(map(str, l['stage_bound'])))")
+    local rf=(); [ "$rec" = 1 ] && rf=(--recompute block)
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --data train.bin "${four[@]}" --batch 8 \
+            --steps 2 --quiet --embed-grad dense --log tr.jsonl --pp "$pp" --tp "$tp" --schedule "$sch" \
+            --micro-batches "$M" --grad-accum "$M" --partition "$bounds" "${rf[@]}" 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    /usr/bin/python3 - "$name" "$rec" <<'PY' || failed=$((failed + 1))
+import json, sys
+name, rec = sys.argv[1], int(sys.argv[2])
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+p = [l for l in json.load(open("plan.json"))["layouts"] if l["recompute"] == rec and not l["zero"]][0]
+m, q = log["pp_act_bytes"], p["stage_act_bytes"]
+ok = m == q and p["mem_act"] == max(q)
+print("%s %s (stages %s): planned activations per stage measured %s, predicted %s" %
+      ("PASS" if ok else "FAIL", name, p["stage_bound"], m, q))
+sys.exit(0 if ok else 1)
+PY
+}
+ppcase "pp 2 1f1b M4"           2 2 1 4 1f1b 0
+ppcase "pp 2 gpipe M4"          2 2 1 4 gpipe 0
+ppcase "pp 4 1f1b M8"           4 4 1 8 1f1b 0
+ppcase "pp 2 1f1b M4 recompute" 2 2 1 4 1f1b 1
+ppcase "pp 2 x tp 1d 2 1f1b M4" 4 2 2 4 1f1b 0
+
+for bad in bogus auto; do
+    P --cluster "$ROOT/clusters/h100.json" --devices 2 "${tiny[@]}" --embed-grad $bad >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "embed-grad '$bad'" bad.err \
+        && pass "--embed-grad $bad: exit 2, '$(cat bad.err)'" \
+        || fail "--embed-grad $bad: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
 
 # ---------------------------------------------------------------- calibration
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \
@@ -141,6 +201,7 @@ badfile "zero nodes" nodes "c['nodes'] = 0"
 badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = 'fast'"
 badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
+badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?

@@ -12,7 +12,8 @@
 # the run is the same; `cubist train --max-memory` likewise. One parser's
 # rules (src/api/dist.c, api/flags.h): the user's program and `cubist
 # train` refuse the same bad layout, pipeline, recompute, ZeRO and memory
-# flags with the same line.
+# flags with the same line, read by one reader (the syntax too: --flag=value,
+# a switch's 0/1, the last of a repeated flag, a missing value).
 set -u
 . "$(dirname "$0")/launcher.sh"
 root=$ROOT
@@ -107,3 +108,10 @@ same --tp-mode 4d
 same --embed-grad bogus
 same --precision fp8
 same --max-memory 12Q
+# one reader (cb_dist_take): the same syntax in both programs
+same --pp=x
+same --tp 2.5
+same --no-profile 3
+same --pp 2 --pp 1 --schedule gpipe
+same --zero=1 --dp=1 --max-memory=0
+same --recompute

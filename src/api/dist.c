@@ -14,39 +14,10 @@
 
 /* ---------------------------------------------------------------- dist */
 
-/* Removes "--name value" from argv; returns the value, NULL when absent.
- * A bare "--name" as the last argument is reported through *missing. */
-static const char *take_flag(int *argc, char **argv, const char *name, const char **missing) {
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], name)) continue;
-        if (i + 1 == *argc) {
-            *missing = name;
-            *argc -= 1;
-            return NULL;
-        }
-        const char *v = argv[i + 1];
-        memmove(&argv[i], &argv[i + 2], sizeof(char *) * (*argc - i - 1));
-        *argc -= 2;
-        return v;
-    }
-    return NULL;
-}
-
 /* The collective entry points agree on e across ranks, so it must start clean. */
 static void clear(cb_err *e) {
     e->code = CB_OK;
     e->msg[0] = '\0';
-}
-
-/* Removes a bare "--name"; returns whether it was there. */
-static int take_bool(int *argc, char **argv, const char *name) {
-    for (int i = 1; i < *argc; i++)
-        if (!strcmp(argv[i], name)) {
-            memmove(&argv[i], &argv[i + 1], sizeof(char *) * (*argc - i));
-            *argc -= 1;
-            return 1;
-        }
-    return 0;
 }
 
 /* *out = the integer s of flag, in [lo, hi]; unchanged when s is NULL. */
@@ -55,6 +26,8 @@ static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, c
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
+    if ((end == s || *end || errno) && lo == INT_MIN)
+        return cb_fail(e, CB_EINPUT, "%s takes an integer; got '%s'", flag, s);
     if ((end == s || *end || errno || v < lo || v > hi) && hi == INT_MAX)
         return cb_fail(e, CB_EINPUT, "%s takes an integer >= %d; got '%s'", flag, lo, s);
     if (end == s || *end || errno || v < lo || v > hi)
@@ -63,34 +36,90 @@ static int int_flag(const char *flag, const char *s, int lo, int hi, int *out, c
     return CB_OK;
 }
 
-/* The flags cb_dist_init takes out of argv. */
-typedef struct dist_flags {
-    const char *dp, *tp, *pp, *mb, *mode, *part, *mw, *zero, *missing;
-    const char *sched, *vs, *rec, *recl, *recm, *embed, *maxmem, *prec;
-    int print, noprof;
-} dist_flags;
+/* The distribution flags: names, switches and --help lines, for every
+ * program (cb_dist_take, cb_dist_usage). */
+static const struct {
+    const char *name;
+    int is_switch;
+    const char *example, *help;
+} FLAGS[CB_DF_N] = {
+    [CB_DF_DP] = {"dp", 0, "2", "data-parallel ranks (default: processes / (pp*tp))"},
+    [CB_DF_PP] = {"pp", 0, "2", "pipeline stages (1)"},
+    [CB_DF_TP] = {"tp", 0, "4", "tensor-parallel ranks (1)"},
+    [CB_DF_MODE] = {"tp-mode", 0, "2d", "tensor layout 1d, 2d (tp square) or 3d (tp cube)"},
+    [CB_DF_SCHED] = {"schedule", 0, "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved"},
+    [CB_DF_MB] = {"micro-batches", 0, "8",
+                  "micro-batches per step; without --pp the gradient accumulation (cubist "
+                  "train: --grad-accum)"},
+    [CB_DF_VS] = {"virtual-stages", 0, "2", "interleaved: chunks per rank (2)"},
+    [CB_DF_PART] = {"partition", 0, "auto", "auto, or module boundaries such as 0,3,7,12"},
+    [CB_DF_MW] = {"partition-memory-weight", 0, "0.8",
+                  "weight of memory against compute in the partition cost (0.8; 0.2 for speed)"},
+    [CB_DF_NOPROF] = {"no-profile", 1, "1", "partition from FLOP counts, no profiling"},
+    [CB_DF_PRINT] = {"print-partition", 1, "1", "print the pipeline stages"},
+    [CB_DF_REC] = {"recompute", 0, "block", "activation checkpointing: none, block or selective"},
+    [CB_DF_RECL] = {"recompute-layers", 0, "1",
+                    "block: the first N blocks of each stage (0: all); uniform: groups of N (1)"},
+    [CB_DF_RECM] = {"recompute-method", 0, "uniform",
+                    "with --recompute block: block (first N blocks) or uniform (every N-th input)"},
+    [CB_DF_ZERO] = {"zero", 0, "1", "1: shard AdamW state over data-parallel ranks (ZeRO-1)"},
+    [CB_DF_EMBED] = {"embed-grad", 0, "dense",
+                     "auto (default), dense (all-reduce), split (wte's head part early, lookup "
+                     "rows apart) or sparse (all-gather rows, as TF+Horovod)"},
+    [CB_DF_MAXMEM] = {"max-memory", 0, "2G",
+                      "bytes a rank may plan (K, M, G: powers of 1024); over it the build ends "
+                      "with one line and status 4"},
+    [CB_DF_PREC] = {"precision", 0, "bf16",
+                    "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
+};
 
-static dist_flags take_flags(int *argc, char **argv) {
-    dist_flags f = {0};
-    f.dp = take_flag(argc, argv, "--dp", &f.missing);
-    f.tp = take_flag(argc, argv, "--tp", &f.missing);
-    f.pp = take_flag(argc, argv, "--pp", &f.missing);
-    f.mb = take_flag(argc, argv, "--micro-batches", &f.missing);
-    f.mode = take_flag(argc, argv, "--tp-mode", &f.missing);
-    f.part = take_flag(argc, argv, "--partition", &f.missing);
-    f.mw = take_flag(argc, argv, "--partition-memory-weight", &f.missing);
-    f.zero = take_flag(argc, argv, "--zero", &f.missing);
-    f.sched = take_flag(argc, argv, "--schedule", &f.missing);
-    f.vs = take_flag(argc, argv, "--virtual-stages", &f.missing);
-    f.rec = take_flag(argc, argv, "--recompute", &f.missing);
-    f.recl = take_flag(argc, argv, "--recompute-layers", &f.missing);
-    f.recm = take_flag(argc, argv, "--recompute-method", &f.missing);
-    f.embed = take_flag(argc, argv, "--embed-grad", &f.missing);
-    f.maxmem = take_flag(argc, argv, "--max-memory", &f.missing);
-    f.prec = take_flag(argc, argv, "--precision", &f.missing);
-    f.print = take_bool(argc, argv, "--print-partition");
-    f.noprof = take_bool(argc, argv, "--no-profile");
-    return f;
+/* The table's index of argument s ("--name" or "--name=value"; *eq: the
+ * value after '=', else NULL), or -1. */
+static int flag_index(const char *s, const char **eq) {
+    if (strncmp(s, "--", 2)) return -1;
+    const char *name = s + 2, *q = strchr(name, '=');
+    size_t len = q ? (size_t)(q - name) : strlen(name);
+    *eq = q ? q + 1 : NULL;
+    for (int k = 0; k < CB_DF_N; k++)
+        if (strlen(FLAGS[k].name) == len && !strncmp(FLAGS[k].name, name, len)) return k;
+    return -1;
+}
+
+static int is_01(const char *s) { return !strcmp(s, "0") || !strcmp(s, "1"); }
+
+int cb_dist_take(int *argc, char **argv, cb_dist_args *a, cb_err *e) {
+    *a = (cb_dist_args){0};
+    int kept = 0, rc = CB_OK;
+    for (int i = 0; i < *argc; i++) {
+        const char *v;
+        int k = flag_index(argv[i], &v);
+        if (k < 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        const char *flag = FLAGS[k].name;
+        int next = i + 1 < *argc && strncmp(argv[i + 1], "--", 2); /* a value follows */
+        if (!v && FLAGS[k].is_switch) v = next ? argv[++i] : "1";
+        else if (!v && i + 1 < *argc) v = argv[++i];
+        if (!v && !rc)
+            rc = cb_fail(e, CB_EINPUT, "--%s needs a value, e.g. --%s %s", flag, flag,
+                         FLAGS[k].example);
+        else if (FLAGS[k].is_switch && !is_01(v) && !rc)
+            rc = cb_fail(e, CB_EINPUT, "--%s: '%s' is not 0 or 1; pass --%s (or --%s 1) to switch "
+                                       "it on, --%s 0 to switch it off", flag, v, flag, flag, flag);
+        a->v[k] = v;
+    }
+    if (kept < *argc) argv[kept] = NULL;
+    *argc = kept;
+    return rc;
+}
+
+void cb_dist_usage(FILE *f) {
+    for (int k = 0; k < CB_DF_N; k++) {
+        char name[40];
+        snprintf(name, sizeof name, "--%s", FLAGS[k].name);
+        fprintf(f, "  %-22s %s\n", name, FLAGS[k].help);
+    }
 }
 
 /* ---------------------------------------------------------------- the rules (flags.h) */
@@ -203,47 +232,68 @@ static int any_int(const char *flag, const char *s, int *out, cb_err *e) {
     return int_flag(flag, s, INT_MIN, INT_MAX, out, e);
 }
 
-/* The text flags of a user's program as cb_pp_opts. */
-static int pp_opts(const dist_flags *f, cb_pp_opts *o, cb_err *e) {
+/* The pipeline and recompute flags' values as cb_pp_opts. */
+static int pp_opts(const char *const *v, cb_pp_opts *o, cb_err *e) {
     cb_pp_opts_defaults(o);
-    o->schedule = f->sched, o->partition = f->part, o->recompute = f->rec;
-    o->recompute_method = f->recm, o->print_partition = f->print, o->no_profile = f->noprof;
-    int rc = any_int("--micro-batches", f->mb, &o->micro_batches, e);
-    if (!rc) rc = any_int("--virtual-stages", f->vs, &o->virtual_stages, e);
-    if (!rc) rc = any_int("--recompute-layers", f->recl, &o->recompute_layers, e);
+    o->schedule = v[CB_DF_SCHED], o->partition = v[CB_DF_PART], o->recompute = v[CB_DF_REC];
+    o->recompute_method = v[CB_DF_RECM];
+    o->print_partition = v[CB_DF_PRINT] && v[CB_DF_PRINT][0] == '1';
+    o->no_profile = v[CB_DF_NOPROF] && v[CB_DF_NOPROF][0] == '1';
+    int rc = any_int("--micro-batches", v[CB_DF_MB], &o->micro_batches, e);
+    if (!rc) rc = any_int("--virtual-stages", v[CB_DF_VS], &o->virtual_stages, e);
+    if (!rc) rc = any_int("--recompute-layers", v[CB_DF_RECL], &o->recompute_layers, e);
+    const char *mw = v[CB_DF_MW];
     char *end = NULL;
-    if (!rc && f->mw) o->memory_weight = strtod(f->mw, &end);
-    if (!rc && f->mw && (end == f->mw || *end))
+    if (!rc && mw) o->memory_weight = strtod(mw, &end);
+    if (!rc && mw && (end == mw || *end))
         rc = cb_fail(e, CB_EINPUT, "--partition-memory-weight '%s' must be a number in [0, 1] "
-                                   "(0.8 default)", f->mw);
+                                   "(0.8 default)", mw);
     return rc;
 }
 
-/* Parsed and checked flags: grid sizes, mode, pipeline options, ZeRO. */
-static int parse_flags(const dist_flags *f, cb_dist *d, int *dp, int *pp, int *tp,
+int cb_dist_read(const cb_dist_args *a, cb_dist_opts *o, cb_err *e) {
+    const char *const *v = a->v;
+    *o = (cb_dist_opts){.tp_mode = v[CB_DF_MODE] ? v[CB_DF_MODE] : "1d",
+                        .embed_grad = v[CB_DF_EMBED] ? v[CB_DF_EMBED] : "auto",
+                        .max_memory = v[CB_DF_MAXMEM],
+                        .precision = v[CB_DF_PREC] ? v[CB_DF_PREC] : "fp32"};
+    int rc = any_int("--tp", v[CB_DF_TP], &o->tp, e);
+    if (!rc) rc = any_int("--pp", v[CB_DF_PP], &o->pp, e);
+    if (!rc) rc = any_int("--dp", v[CB_DF_DP], &o->dp, e);
+    if (!rc) rc = cb_dist_check_sizes(o->dp, o->pp, o->tp, e);
+    if (!rc) rc = pp_opts(v, &o->pipe, e);
+    if (!rc) rc = any_int("--zero", v[CB_DF_ZERO], &o->zero, e);
+    if (!rc) rc = cb_dist_check_zero(o->zero, e);
+    int embed;
+    double bytes;
+    cb_precision prec;
+    cb_tp_mode mode;
+    if (!rc) rc = cb_dp_embed_parse(o->embed_grad, &embed, e);
+    if (!rc) rc = cb_dist_parse_size(o->max_memory, &bytes, e);
+    if (!rc) rc = cb_precision_parse(o->precision, &prec, e);
+    if (!rc) rc = cb_grid_parse_mode(o->tp_mode, &mode, e);
+    return rc;
+}
+
+/* The flags of a user's program: grid sizes (dp from the world), mode,
+ * pipeline rules, ZeRO, the kernels of --precision. */
+static int parse_flags(const cb_dist_args *a, cb_dist *d, int *dp, int *pp, int *tp,
                        cb_tp_mode *mode, cb_err *e) {
-    int world = cb_comm_world()->size, rc = CB_OK;
-    if (f->missing) return cb_fail(e, CB_EINPUT, "%s needs a value, e.g. %s 2", f->missing, f->missing);
-    *dp = *pp = *tp = 0;
-    rc = any_int("--tp", f->tp, tp, e);
-    if (!rc) rc = any_int("--pp", f->pp, pp, e);
-    if (!rc) rc = any_int("--dp", f->dp, dp, e);
-    if (!rc) rc = cb_dist_check_sizes(*dp, *pp, *tp, e);
-    *tp = *tp ? *tp : 1, *pp = *pp ? *pp : 1;
-    if (!*dp) *dp = world / (*tp * *pp) > 0 ? world / (*tp * *pp) : 1;
-    cb_pp_opts po;
-    if (!rc) rc = pp_opts(f, &po, e);
-    if (!rc) rc = cb_dist_pipeline(d, *pp, &po, e);
+    int world = cb_comm_world()->size;
+    cb_dist_opts o;
+    int rc = cb_dist_read(a, &o, e);
+    *tp = o.tp ? o.tp : 1, *pp = o.pp ? o.pp : 1;
+    *dp = o.dp ? o.dp : world / (*tp * *pp) > 0 ? world / (*tp * *pp) : 1;
+    if (!rc) rc = cb_dist_pipeline(d, *pp, &o.pipe, e);
     d->profile = 0; /* a user's partition follows FLOP counts, never timing */
-    if (!rc) rc = any_int("--zero", f->zero, &d->zero, e);
-    if (!rc) rc = cb_dist_check_zero(d->zero, e);
+    d->zero = o.zero;
     d->embed_grad = CB_DP_EMBED_AUTO;
-    if (!rc && f->embed) rc = cb_dp_embed_parse(f->embed, &d->embed_grad, e);
-    if (!rc) rc = cb_dist_parse_size(f->maxmem, &d->max_memory, e);
+    if (!rc) rc = cb_dp_embed_parse(o.embed_grad, &d->embed_grad, e);
+    if (!rc) rc = cb_dist_parse_size(o.max_memory, &d->max_memory, e);
     cb_precision prec = CB_PREC_FP32;
-    if (!rc && f->prec) rc = cb_precision_parse(f->prec, &prec, e);
+    if (!rc) rc = cb_precision_parse(o.precision, &prec, e);
     if (!rc) rc = cb_kernels_select(prec, e);
-    if (!rc) rc = cb_grid_parse_mode(f->mode ? f->mode : "1d", mode, e);
+    if (!rc) rc = cb_grid_parse_mode(o.tp_mode, mode, e);
     return rc;
 }
 
@@ -251,12 +301,13 @@ int cb_dist_init(int *argc, char ***argv, cb_dist **out, cb_err *e) {
     clear(e);
     int rc = cb_comm_init(argc, argv, e);
     if (rc) return rc;
-    dist_flags f = take_flags(argc, *argv);
+    cb_dist_args a;
+    int bad = cb_dist_take(argc, *argv, &a, e);
     cb_dist *d = calloc(1, sizeof *d);
     if (!d) return cb_fail(e, CB_ENOMEM, "out of memory");
     int dp = 1, pp = 1, tp = 1;
     cb_tp_mode mode = CB_TP_1D;
-    rc = parse_flags(&f, d, &dp, &pp, &tp, &mode, e);
+    rc = bad ? bad : parse_flags(&a, d, &dp, &pp, &tp, &mode, e);
     int have_grid = !rc && !cb_grid_create(&d->g, dp, pp, tp, mode, e);
     if (have_grid) cb_layout_create(&d->g, &d->L, e);
     rc = cb_comm_agree_err(cb_comm_world(), e);

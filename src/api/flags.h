@@ -1,9 +1,8 @@
-/* The distribution flags' rules, one copy for both parsers: cb_dist_init
- * (a user's program: flags taken out of argv as text) and `cubist train`
- * (its own flag table, typed values). Each parser reads the syntax its own
- * way; what the values mean, when they are refused and with which line is
- * decided here (dist.c). Errors: CB_EINPUT, one line naming the flag and
- * the fix. */
+/* The distribution flags, read and checked in one place (dist.c) for
+ * every program: cb_dist_init (a user's program) and `cubist train` take
+ * them out of argv with cb_dist_take (one table: names, syntax, --help
+ * lines), read them with cb_dist_read and apply the same rules. Errors:
+ * CB_EINPUT, one line naming the flag and the fix. */
 #ifndef CB_API_FLAGS_H
 #define CB_API_FLAGS_H
 
@@ -32,6 +31,34 @@ typedef struct cb_pp_opts {
 } cb_pp_opts;
 
 void cb_pp_opts_defaults(cb_pp_opts *o);
+
+/* The distribution flags of the table, as given (NULL: absent). */
+enum { CB_DF_DP, CB_DF_PP, CB_DF_TP, CB_DF_MODE, CB_DF_SCHED, CB_DF_MB, CB_DF_VS, CB_DF_PART,
+       CB_DF_MW, CB_DF_NOPROF, CB_DF_PRINT, CB_DF_REC, CB_DF_RECL, CB_DF_RECM, CB_DF_ZERO,
+       CB_DF_EMBED, CB_DF_MAXMEM, CB_DF_PREC, CB_DF_N };
+typedef struct cb_dist_args {
+    const char *v[CB_DF_N];
+} cb_dist_args;
+
+/* Takes the table's flags out of argv[0..*argc) (the rest keep their
+ * order), as cubist's commands read theirs: "--name value" or
+ * "--name=value"; a switch (--no-profile, --print-partition) bare (next
+ * argument absent or a flag) or 0 or 1; the last of a repeated flag
+ * counts. A flag without its value is CB_EINPUT. */
+int cb_dist_take(int *argc, char **argv, cb_dist_args *a, cb_err *e);
+
+/* The flags read: each value's syntax and meaning checked (sizes, ZeRO,
+ * tensor mode, embedding path, --max-memory, precision), the pipeline
+ * and recompute flags as given (their rules need --pp: cb_dist_pipeline). */
+typedef struct cb_dist_opts {
+    int dp, pp, tp, zero;   /* 0: not given (dp: processes / (pp*tp)) */
+    const char *tp_mode;    /* "1d" when not given */
+    const char *embed_grad; /* "auto" */
+    const char *max_memory; /* NULL: no limit */
+    const char *precision;  /* "fp32" */
+    cb_pp_opts pipe;
+} cb_dist_opts;
+int cb_dist_read(const cb_dist_args *a, cb_dist_opts *o, cb_err *e);
 /* --dp, --pp, --tp >= 0 (0: dp = processes / (pp*tp); pp, tp 1). */
 int cb_dist_check_sizes(int dp, int pp, int tp, cb_err *e);
 /* --zero 0 or 1. */

@@ -141,15 +141,19 @@ static void coord_text(const cb_grid *g, const cb_grid_coord *a, char *s, size_t
     else snprintf(s, n, "-");
 }
 
-void cb_grid_print(cb_grid *g, FILE *f) {
-    char host[MPI_MAX_PROCESSOR_NAME] = {0};
+char *cb_grid_hosts(cb_grid *g) {
+    char host[MPI_MAX_PROCESSOR_NAME > CB_GRID_HOST ? MPI_MAX_PROCESSOR_NAME : CB_GRID_HOST] = {0};
     int len = 0;
     MPI_Get_processor_name(host, &len);
+    host[CB_GRID_HOST - 1] = '\0';
     char *all = NULL;
-    if (g->world_rank == 0) all = calloc((size_t)g->world_size, MPI_MAX_PROCESSOR_NAME);
+    if (g->world_rank == 0) all = calloc((size_t)g->world_size, CB_GRID_HOST);
     if (g->world_rank == 0 && !all) cb_comm_fatal_code(CB_ENOMEM, "out of memory for --print-grid");
-    cb_comm_gather_bytes(&g->world, CB_COMM_CONTROL, host, all, MPI_MAX_PROCESSOR_NAME, 0);
-    if (g->world_rank != 0) return;
+    cb_comm_gather_bytes(&g->world, CB_COMM_CONTROL, host, all, CB_GRID_HOST, 0);
+    return all;
+}
+
+void cb_grid_print(const cb_grid *g, const char *hosts, FILE *f) {
     fprintf(f, "grid: %d processes = dp %d x pp %d x tp %d (tp-mode %s, q=%d)\n", g->world_size,
             g->dp, g->pp, g->tp, cb_grid_mode_name(g->mode), g->q);
     for (int w = 0; w < g->world_size; w++) {
@@ -157,7 +161,6 @@ void cb_grid_print(cb_grid *g, FILE *f) {
         char ct[48];
         coord_text(g, &a, ct, sizeof ct);
         fprintf(f, "rank %4d  d=%d p=%d t=%d  %-18s host %s\n", w, a.d, a.p, a.t, ct,
-                all + (size_t)w * MPI_MAX_PROCESSOR_NAME);
+                hosts + (size_t)w * CB_GRID_HOST);
     }
-    free(all);
 }

@@ -63,9 +63,14 @@ int cb_grid_create(cb_grid *g, int dp, int pp, int tp, cb_tp_mode mode, cb_err *
  * benchmarks of one rank's work beside others. */
 int cb_grid_create_self(cb_grid *g, cb_err *e);
 void cb_grid_free(cb_grid *g);
-/* Collective over the world: rank 0 prints one line per world rank
- * (d, p, t, tensor coordinates, host) to f, for --print-grid; the host
- * names travel as control traffic on g->world. */
-void cb_grid_print(cb_grid *g, FILE *f);
+/* --print-grid. Collective over the world: every rank's host name
+ * gathered to world rank 0 as control traffic on g->world; returns there
+ * world_size names of CB_GRID_HOST bytes each (the caller frees them),
+ * NULL on the other ranks. */
+#define CB_GRID_HOST 256
+char *cb_grid_hosts(cb_grid *g);
+/* The table of the grid: a header, one line per world rank (d, p, t,
+ * tensor coordinates, host from hosts) into f. Prints nothing itself. */
+void cb_grid_print(const cb_grid *g, const char *hosts, FILE *f);
 
 #endif

@@ -305,14 +305,28 @@ static void print_spread(const report_row *all, int per, int p, FILE *f) {
     fprintf(f, "communication seconds over the %d ranks: min %.4f max %.4f\n", p, secs[0], secs[1]);
 }
 
-void cb_comm_report_ranks(cb_comm *world, cb_comm *const *cs, int n, FILE *f) {
+struct cb_comm_spread {
+    int per, p;       /* rows per rank, ranks */
+    report_row *rows; /* p x per */
+};
+
+cb_comm_spread *cb_comm_spread_gather(cb_comm *world, cb_comm *const *cs, int n) {
     int per = n * (CB_COMM_MAX_TAGS + 1) + 1, p = world->size;
     report_row *mine = calloc((size_t)per, sizeof *mine), *all = NULL;
-    if (world->rank == 0) all = calloc((size_t)per * p, sizeof *all);
-    if (!mine || (world->rank == 0 && !all)) cb_comm_fatal_code(CB_ENOMEM, "out of memory for --comm-report");
+    cb_comm_spread *s = NULL;
+    if (world->rank == 0) all = calloc((size_t)per * p, sizeof *all), s = malloc(sizeof *s);
+    if (!mine || (world->rank == 0 && (!all || !s)))
+        cb_comm_fatal_code(CB_ENOMEM, "out of memory for --comm-report");
     report_rows(cs, n, mine);
     cb_comm_gather_bytes(world, CB_COMM_CONTROL, mine, all, sizeof *mine * per, 0);
-    if (all) print_spread(all, per, p, f);
     free(mine);
-    free(all);
+    if (s) *s = (cb_comm_spread){per, p, all};
+    return s;
+}
+
+void cb_comm_spread_print(const cb_comm_spread *s, FILE *f) { print_spread(s->rows, s->per, s->p, f); }
+
+void cb_comm_spread_free(cb_comm_spread *s) {
+    if (s) free(s->rows);
+    free(s);
 }

@@ -66,8 +66,12 @@ size_t cb_comm_report_table(cb_comm *const *cs, int n, char *buf, size_t cap);
 
 /* --comm-report, collective over world: every rank's cumulative counters
  * of cs, per (group, tag), a total per group and over all groups, gathered
- * to world rank 0, which prints min and max over the ranks (a rank without
- * the tag counts as 0) to f, then the spread of communication seconds. */
-void cb_comm_report_ranks(cb_comm *world, cb_comm *const *cs, int n, FILE *f);
+ * to world rank 0; returned there (NULL on the other ranks). */
+typedef struct cb_comm_spread cb_comm_spread;
+cb_comm_spread *cb_comm_spread_gather(cb_comm *world, cb_comm *const *cs, int n);
+/* Its table into f: min and max over the ranks per row (a rank without the
+ * tag counts as 0), then the spread of communication seconds. */
+void cb_comm_spread_print(const cb_comm_spread *s, FILE *f);
+void cb_comm_spread_free(cb_comm_spread *s);
 
 #endif

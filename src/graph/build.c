@@ -162,6 +162,15 @@ static int modules(cb_model *m, int *uses, int *u, cb_pp_module *mod) {
     return n;
 }
 
+int cb_model_print_partition(const cb_model *m, FILE *f) {
+    const cb_dist *d = m->d;
+    if (!m->part) return 0;
+    fprintf(f, "partition of %d %s into %d stages, memory weight %g:\n", m->part->nmod,
+            d->block_units ? "modules" : "operations", m->part->nstages, d->mem_weight);
+    cb_pp_partition_print(f, m->part, m->part_mod, d->mem_weight, m->P);
+    return 1;
+}
+
 static int partition(cb_model *m, cb_err *e) {
     cb_dist *d = m->d;
     int nvs = m->P * m->v;
@@ -182,11 +191,10 @@ static int partition(cb_model *m, cb_err *e) {
     else if (!rc) rc = cb_pp_partition_parse(d->partition, cost, n, nvs, &pt, e);
     for (int s = 0; !rc && s < nvs; s++)
         for (int i = u[pt.bound[s]]; i < u[pt.bound[s + 1]]; i++) m->nodes[i].vs = s;
-    if (!rc && nvs > 1 && d->print_partition && d->g.world_rank == 0) {
-        printf("partition of %d %s into %d stages, memory weight %g:\n", n,
-               d->block_units ? "modules" : "operations", nvs, d->mem_weight);
-        cb_pp_partition_print(stdout, &pt, mod, d->mem_weight, m->P);
-        fflush(stdout);
+    if (!rc && nvs > 1 && d->print_partition) { /* kept for cb_model_print_partition */
+        m->part = malloc(sizeof pt);
+        if (!m->part) rc = cb_fail(e, CB_ENOMEM, "out of memory keeping the partition");
+        else *m->part = pt, m->part_mod = mod, mod = NULL;
     }
     for (int i = 0; !rc && i < m->nnodes; i++) {
         cb_pp_module y;
@@ -922,6 +930,7 @@ void cb_model_free(cb_model *m) {
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
     free(m->tmp2), free(m->rec_scratch), free(m->fids);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
+    free(m->part), free(m->part_mod);
     cb_kernels_params_freed(m->params);
     free(m->params), free(m->grads);
     free(m);

@@ -202,6 +202,8 @@ struct cb_model {
     gchunk *ch;          /* v */
     cb_pp_action *acts_sched;
     int nsched;
+    cb_pp_partition *part;  /* --print-partition: the partition kept for */
+    cb_pp_module *part_mod; /* cb_model_print_partition; else NULL */
     float *tmp;          /* one value's floats: a share added into a gradient */
     float *att_scratch;  /* attention backward */
     float *tmp2;         /* a second share (product, concatenation, cross-attention) */

@@ -43,18 +43,33 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
 
 /* The block's memory-bound kernels on (N, C): 72 C bytes per token forward
  * (src/plan/model.c: two LayerNorms, GELU over 4C, two residuals), twice
- * that backward. */
+ * that backward. N 16384 x C 128: about 120 MB of buffers, several times
+ * a CPU's last-level cache, as a step's activations are (a probe that
+ * fits in cache measures the cache: 10% faster on one core here, more on
+ * a team of threads that share one memory bus). */
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    int N = quick ? 1024 : 4096, C = 256;
+    (void)quick;
+    int N = 16384, C = 128;
     c->mem_bandwidth = 3.0 * 72 * C * N / pr->memory(pr->ctx, N, C);
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
- * context, no causal discount), forward + backward = 3x. */
+ * context, no causal discount), forward + backward = 3x, by head size:
+ * the kernel's inner loops run over the head's C / NH channels, so a
+ * small head runs slower (1 thread here: 0.55 of peak at 32 against 0.65
+ * at 64). B 32: probabilities of tens of MB, out of the caches like the
+ * step's (a small batch kept in cache runs 10-20% faster than the model
+ * sees it). attn_efficiency is the curve's value at head size 64. */
 static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    int B = quick ? 2 : 4, T = 128, C = 256, NH = 4;
+    int B = quick ? 16 : 32, T = 128, C = 256;
     double flops = 3.0 * 4 * T * C * (double)B * T;
-    c->attn_efficiency = fmin(1, flops / pr->attention(pr->ctx, B, T, C, NH) / c->peak_flops);
+    c->natt = 0;
+    for (int hs = 16; hs <= 128; hs *= 2, c->natt++) {
+        c->att_hs[c->natt] = hs;
+        double t = pr->attention(pr->ctx, B, T, C, C / hs);
+        c->att_eff[c->natt] = fmin(1, flops / t / c->peak_flops);
+    }
+    c->attn_efficiency = c->att_eff[2];
 }
 
 /* alpha, beta from a small (64 floats) and a large vector. */

@@ -1,7 +1,8 @@
 /* Cluster files: plain JSON, one device kind per file (docs/plan.md).
  *   {"name", "nodes", "devices_per_node", "threads",
  *    "device": {"peak_flops", "memory_bytes", "mem_bandwidth", "attn_efficiency",
- *               "gemm_efficiency": [[intensity, efficiency], ...]},
+ *               "gemm_efficiency": [[intensity, efficiency], ...],
+ *               "attn_head_efficiency": [[head size, efficiency], ...] (optional)},
  *    "links": {"intra": {"bandwidth", "latency"}, "inter": {...}},
  *    "collectives": [{"op", "ranks", "alpha", "beta"}, ...]   (optional),
  *    "sources": {"field": "where the figure comes from", ...}}
@@ -67,25 +68,34 @@ static int read_tier(const reader *r, const json_val *links, const char *name, c
     return rc;
 }
 
-/* [[intensity, efficiency], ...], intensities increasing, efficiencies in (0, 1] */
-static int read_eff(const reader *r, const json_val *dev, cb_plan_cluster *c) {
-    const json_val *a = json_get(dev, "gemm_efficiency");
-    if (!a) return bad(r, "device.gemm_efficiency", "is missing");
+/* device.<key>: [[x, efficiency], ...], x increasing, efficiencies in (0, 1] */
+static int read_curve(const reader *r, const json_val *dev, const char *key, double *x, double *y,
+                      int *n) {
+    char f[64];
+    snprintf(f, sizeof f, "device.%s", key);
+    const json_val *a = json_get(dev, key);
+    if (!a) return bad(r, f, "is missing");
     if (a->type != JSON_ARR || a->n < 1 || a->n > CB_PLAN_MAXEFF)
-        return bad(r, "device.gemm_efficiency", "is not a list of 1 to 16 [intensity, efficiency] pairs");
+        return bad(r, f, "is not a list of 1 to 16 [x, efficiency] pairs");
     for (int i = 0; i < a->n; i++) {
         const json_val *p = &a->v[i];
         int ok = p->type == JSON_ARR && p->n == 2 && p->v[0].type >= JSON_INT &&
                  p->v[0].type <= JSON_NUM && p->v[1].type >= JSON_INT && p->v[1].type <= JSON_NUM;
-        if (!ok) return bad(r, "device.gemm_efficiency", "has an entry that is not [intensity, efficiency]");
-        c->eff_intensity[i] = p->v[0].d, c->eff[i] = p->v[1].d;
-        if (!(c->eff_intensity[i] > 0) || !(c->eff[i] > 0) || c->eff[i] > 1 ||
-            (i && c->eff_intensity[i] <= c->eff_intensity[i - 1]))
-            return bad(r, "device.gemm_efficiency",
-                       "needs intensities > 0 increasing and efficiencies in (0, 1]");
+        if (!ok) return bad(r, f, "has an entry that is not [x, efficiency]");
+        x[i] = p->v[0].d, y[i] = p->v[1].d;
+        if (!(x[i] > 0) || !(y[i] > 0) || y[i] > 1 || (i && x[i] <= x[i - 1]))
+            return bad(r, f, "needs x > 0 increasing and efficiencies in (0, 1]");
     }
-    c->neff = a->n;
+    *n = a->n;
     return CB_OK;
+}
+
+static int read_eff(const reader *r, const json_val *dev, cb_plan_cluster *c) {
+    int rc = read_curve(r, dev, "gemm_efficiency", c->eff_intensity, c->eff, &c->neff);
+    /* optional: attention's efficiency by head size (calibrated files) */
+    if (!rc && json_get(dev, "attn_head_efficiency"))
+        rc = read_curve(r, dev, "attn_head_efficiency", c->att_hs, c->att_eff, &c->natt);
+    return rc;
 }
 
 static int read_colls(const reader *r, const json_val *root, cb_plan_cluster *c) {
@@ -171,6 +181,9 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
               c->attn_efficiency);
     for (int i = 0; i < c->neff; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->eff_intensity[i], c->eff[i]);
+    if (c->natt) jb_puts(b, "],\n    \"attn_head_efficiency\": [");
+    for (int i = 0; i < c->natt; i++)
+        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
     jb_puts(b, "]\n  },\n  \"links\": {\n");
     put_tier(b, "intra", &c->intra, 0);
     put_tier(b, "inter", &c->inter, 1);
@@ -199,12 +212,21 @@ int cb_plan_cluster_write(const char *path, const cb_plan_cluster *c, const char
     return rc;
 }
 
-double cb_plan_gemm_eff(const cb_plan_cluster *c, double x) {
-    if (x <= c->eff_intensity[0]) return c->eff[0];
-    for (int i = 1; i < c->neff; i++)
-        if (x <= c->eff_intensity[i]) {
-            double t = log(x / c->eff_intensity[i - 1]) / log(c->eff_intensity[i] / c->eff_intensity[i - 1]);
-            return c->eff[i - 1] + t * (c->eff[i] - c->eff[i - 1]);
+/* y at x on the curve (x[i], y[i]), log-linear between points, flat past its ends. */
+static double curve_at(const double *xs, const double *ys, int n, double x) {
+    if (x <= xs[0]) return ys[0];
+    for (int i = 1; i < n; i++)
+        if (x <= xs[i]) {
+            double t = log(x / xs[i - 1]) / log(xs[i] / xs[i - 1]);
+            return ys[i - 1] + t * (ys[i] - ys[i - 1]);
         }
-    return c->eff[c->neff - 1];
+    return ys[n - 1];
+}
+
+double cb_plan_gemm_eff(const cb_plan_cluster *c, double x) {
+    return curve_at(c->eff_intensity, c->eff, c->neff, x);
+}
+
+double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size) {
+    return c->natt ? curve_at(c->att_hs, c->att_eff, c->natt, head_size) : c->attn_efficiency;
 }

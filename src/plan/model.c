@@ -19,12 +19,17 @@ void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m) {
     snprintf(m->name, sizeof m->name, "gpt");
     m->gpt = *c;
     m->nlayer = 3;
-    m->layer[0] = (cb_plan_layer){"embed", 1, 0, {{0, 0}}, 0, 0, 12 * C, (V + T) * C};
-    m->layer[1] = (cb_plan_layer){"block", c->n_layer, 4,
+    m->layer[0] = (cb_plan_layer){"embed", 1, 0, {{0, 0}}, 0, 0, 0, 12 * C, (V + T) * C};
+    m->layer[1] = (cb_plan_layer){"block",
+                                  c->n_layer,
+                                  4,
                                   {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}},
-                                  4 * T * C, 32 * C, 2 * 8 * C + 2 * 12 * C,
+                                  4 * T * C,
+                                  C / c->n_head,
+                                  32 * C,
+                                  2 * 8 * C + 2 * 12 * C,
                                   12 * C * C + 13 * C};
-    m->layer[2] = (cb_plan_layer){"head", 1, 1, {{C, V}}, 0, 12 * V, 8 * C, 2 * C};
+    m->layer[2] = (cb_plan_layer){"head", 1, 1, {{C, V}}, 0, 0, 12 * V, 8 * C, 2 * C};
 }
 
 double cb_plan_model_params(const cb_plan_model *m) {

@@ -8,6 +8,7 @@
 
 #include "comm/grid.h"
 #include "cubist.h"
+#include "dp/dp.h"
 
 /* ------------------------------------------------------------ exact counts */
 
@@ -64,6 +65,7 @@ typedef struct cb_plan_layer {
     int ngemm;
     cb_plan_gemm gemm[4];
     double attn_flops;  /* forward attention FLOPs per token (scores and context) */
+    double head_size;   /* C / NH: attention's rate depends on it */
     double mem_bytes;   /* forward bytes read + written by memory-bound kernels per
                            token, split by every tensor layout */
     double mem_norm;    /* the same for LayerNorm and residuals: replicated under 1-D */
@@ -110,6 +112,8 @@ typedef struct cb_plan_cluster {
     double attn_efficiency; /* attention kernels, fraction of peak */
     int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
+    int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
+    double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
     int ncoll;
     cb_plan_coll coll[CB_PLAN_MAXCOLL];
@@ -125,6 +129,9 @@ int cb_plan_cluster_write(const char *path, const cb_plan_cluster *c, const char
                           cb_err *e);
 /* GEMM efficiency at an arithmetic intensity (log-linear between points). */
 double cb_plan_gemm_eff(const cb_plan_cluster *c, double intensity);
+/* Attention's efficiency at a head size: the calibrated curve, else
+ * attn_efficiency (the presets: one stated figure). */
+double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size);
 
 /* ------------------------------------------------------------ prediction */
 
@@ -138,6 +145,8 @@ typedef struct cb_plan_layout {
     int recompute;      /* 1: blocks recomputed in backward (activation checkpointing) */
     int zero;           /* 1: AdamW state sharded over dp (ZeRO-1) */
     int gathered;       /* 3-D: X^ and W^ kept for backward */
+    int embed;          /* dp's tied-embedding gradient (--embed-grad): a cb_dp_embed,
+                           dense, sparse or split (src/dp/dp.h), not auto */
 } cb_plan_layout;
 
 /* A step: `batch` sequences of T tokens in M micro-batches of batch / M. */
@@ -148,6 +157,13 @@ typedef struct cb_plan_job {
     double bucket_bytes; /* data-parallel fusion bucket (25 MB) */
 } cb_plan_job;
 
+#define CB_PLAN_MAXSTAGE 64
+
+/* Seconds by kernel class: GEMMs, attention, memory-bound kernels. */
+typedef struct cb_plan_kparts {
+    double gemm_s, attn_s, mem_s;
+} cb_plan_kparts;
+
 /* Per device (the bottleneck pipeline stage), one optimizer step. Time in
  * seconds: step = (M + (pp-1)/v) x the micro-batch time of the stage
  * (compute + recompute + tp + pp) + exposed dp + optimizer. Memory in
@@ -156,6 +172,14 @@ typedef struct cb_plan_pred {
     double step_s, compute_s, recompute_s, tp_s, pp_s, bubble_s, dp_s, dp_exposed_s, opt_s;
     double mem_params, mem_grads, mem_opt, mem_act, mem_scratch, mem_comm, mem_total;
     double tp_bytes, tp_calls, pp_bytes, pp_calls, dp_bytes, dp_calls;
+    cb_plan_kparts kern; /* compute_s by kernel class */
+    /* pipeline of one chunk per stage: stage s holds modules [bound[s],
+     * bound[s+1]) (0 the embedding, 1..L the blocks, L+1 the head, as
+     * `cubist train --partition` counts them) and plans stage_act[s]
+     * activation bytes (the log's pp_act_bytes); mem_act is the largest.
+     * nstage 0: not predicted per stage (interleaved, or over 128 blocks) */
+    int nstage, stage_bound[CB_PLAN_MAXSTAGE + 1];
+    double stage_act[CB_PLAN_MAXSTAGE];
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
 
@@ -179,6 +203,8 @@ typedef struct cb_plan_choice {
 } cb_plan_choice;
 int cb_plan_enumerate(const cb_plan_job *j, int devices, double max_mem, int fixed_M,
                       cb_plan_choice *out, int cap);
+/* "dense", "sparse", "split" */
+const char *cb_plan_embed_name(int embed);
 /* "dp2 pp1 tp1 1d gpipe M1" */
 void cb_plan_layout_name(const cb_plan_layout *l, char *buf, size_t cap);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/schedule.h"
 #include "plan/plan.h"
 
 const char *cb_plan_schedule_name(int s) {
@@ -70,6 +71,8 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
         g->d_model % (l->mode == CB_TP_3D ? q * q : q))
         return cb_fail(e, CB_EINPUT, "tp %d %s does not divide rows %d, heads %d or d-model %d",
                        l->tp, cb_grid_mode_name(l->mode), rows, g->n_head, g->d_model);
+    if (l->embed != CB_DP_EMBED_DENSE && (l->tp > 1 || l->pp > 1))
+        return cb_fail(e, CB_EINPUT, "--embed-grad sparse and split need --tp 1 --pp 1");
     if (g->n_layer < l->pp * v)
         return cb_fail(e, CB_EINPUT, "%d layers cannot fill %d stages of %d chunks", g->n_layer,
                        l->pp, v);
@@ -85,20 +88,33 @@ static double gemm_s(const cb_plan_cluster *c, double m, double k, double n, dou
 }
 
 /* Forward seconds of one layer on this rank for `tok` tokens of its tensor
- * group: 1-D splits each GEMM's output (or input) P ways; 2-D runs q SUMMA
- * steps of (tok/q, in/q, out/q); 3-D one GEMM of (tok/q, in/q, out/q). */
-static double layer_fwd_s(const cb_plan_cluster *c, const cb_plan_layer *y, const cb_plan_layout *l,
-                          double tok) {
-    double q = side(l), P = l->tp, t = 0;
+ * group, by kernel class (GEMM, attention, memory-bound): 1-D splits each
+ * GEMM's output (or input) P ways; 2-D runs q SUMMA steps of (tok/q, in/q,
+ * out/q); 3-D one GEMM of (tok/q, in/q, out/q). */
+static cb_plan_kparts layer_parts(const cb_plan_cluster *c, const cb_plan_layer *y,
+                                  const cb_plan_layout *l, double tok) {
+    double q = side(l), P = l->tp;
+    cb_plan_kparts k = {0, 0, 0};
     for (int i = 0; i < y->ngemm; i++) {
         double in = y->gemm[i].in, out = y->gemm[i].out;
-        if (l->mode == CB_TP_1D) t += gemm_s(c, tok, in, out / P, 1);
-        else if (l->mode == CB_TP_2D) t += gemm_s(c, tok / q, in / q, out / q, q);
-        else t += gemm_s(c, tok / q, in / q, out / q, 1);
+        if (l->mode == CB_TP_1D)
+            k.gemm_s += gemm_s(c, tok, in, out / P, 1);
+        else if (l->mode == CB_TP_2D)
+            k.gemm_s += gemm_s(c, tok / q, in / q, out / q, q);
+        else
+            k.gemm_s += gemm_s(c, tok / q, in / q, out / q, 1);
     }
-    t += y->attn_flops * tok / P / (c->peak_flops * c->attn_efficiency);
+    if (y->attn_flops > 0)
+        k.attn_s = y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size));
     double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P;
-    return t + (y->mem_bytes / P + norm) * tok / c->mem_bandwidth;
+    k.mem_s = (y->mem_bytes / P + norm) * tok / c->mem_bandwidth;
+    return k;
+}
+
+static double layer_fwd_s(const cb_plan_cluster *c, const cb_plan_layer *y, const cb_plan_layout *l,
+                          double tok) {
+    cb_plan_kparts k = layer_parts(c, y, l, tok);
+    return k.gemm_s + k.attn_s + k.mem_s;
 }
 
 /* ------------------------------------------------------------ pipeline stages */
@@ -108,6 +124,9 @@ static double layer_fwd_s(const cb_plan_cluster *c, const cb_plan_layer *y, cons
 typedef struct stage {
     int blocks, embed, head;
     double fwd_s;
+    cb_plan_kparts k; /* fwd_s by kernel class */
+    int nbound;       /* chunk c holds items [bound[c], bound[c+1]); 0: not kept */
+    int bound[CB_PLAN_MAXSTAGE + 1];
 } stage;
 
 /* The contiguous split of n items (forward seconds of the embedding, the
@@ -133,17 +152,20 @@ static stage slowest_stage(const double *item, int n, int parts) {
                 if (m < best[k][i]) best[k][i] = m, cut[k][i] = a;
             }
         }
-    stage w = {0, 0, 0, -1};
+    stage w = {0, 0, 0, -1, {0, 0, 0}, parts + 1, {0}};
+    int bound[CB_PLAN_MAXSTAGE + 1];
+    bound[parts] = n;
     for (int k = parts, i = n; k >= 1; k--) {
         int a = cut[k][i];
         double s = 0;
         for (int x = a; x < i; x++) s += item[x];
         if (s > w.fwd_s) {
-            w = (stage){0, a == 0, i == n, s};
+            w.blocks = 0, w.embed = a == 0, w.head = i == n, w.fwd_s = s;
             for (int x = a; x < i; x++) w.blocks += x > 0 && x < n - 1;
         }
-        i = a;
+        bound[k - 1] = i = a;
     }
+    memcpy(w.bound, bound, sizeof(int) * (size_t)(parts + 1));
     return w;
 }
 
@@ -159,7 +181,14 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
     for (int i = 0; i < L; i++) item[1 + i] = layer_fwd_s(j->cluster, blk, l, tok);
     item[L + 1] = layer_fwd_s(j->cluster, head, l, tok);
     stage s = slowest_stage(item, L + 2, parts);
-    if (blk->count > L) s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L;
+    if (blk->count > L) /* the split is of 128 blocks: no stage boundaries */
+        s.blocks = s.blocks * blk->count / L, s.fwd_s *= (double)blk->count / L, s.nbound = 0;
+    const cb_plan_layer *ly[3] = {emb, blk, head};
+    double n[3] = {s.embed, s.blocks, s.head};
+    for (int i = 0; i < 3; i++) {
+        cb_plan_kparts k = layer_parts(j->cluster, ly[i], l, tok);
+        s.k.gemm_s += n[i] * k.gemm_s, s.k.attn_s += n[i] * k.attn_s, s.k.mem_s += n[i] * k.mem_s;
+    }
     return s;
 }
 
@@ -241,19 +270,129 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
                    p->mem_comm;
 }
 
+/* The tied embedding's exchange under --embed-grad sparse or split
+ * (src/dp/dp.c), for S = the local tokens of a step and V rows, C wide:
+ * sparse all-gathers S + V (index, row) slices; split all-gathers its S'
+ * = min(S, V) token ids and all-reduces the rows of the group's union of
+ * tokens, at most U = min(V, p S') (the figure taken: exact when the
+ * tokens cover the vocabulary or no two ranks share one). Both after
+ * backward, exposed. Bytes sent, calls, seconds and buffer bytes. */
+typedef struct embed_x {
+    double bytes, calls, s, buf;
+} embed_x;
+
+static embed_x embed_exchange(const cb_plan_job *j, const cb_plan_layout *l, double S) {
+    double p = l->dp, V = j->model->gpt.vocab, C = j->model->gpt.d_model;
+    embed_x x = {0, 0, 0, 0};
+    const cb_plan_cluster *c = j->cluster;
+    if (l->embed == CB_DP_EMBED_SPARSE) {
+        double n = S + V, ids = (p - 1) * 4 * n, rows = (p - 1) * 4 * n * C;
+        x.bytes = ids + rows, x.calls = 2, x.buf = (p + 1) * n * (4 + 4 * C);
+        x.s = cb_plan_coll_time(c, "allgather", l->dp, 1, ids, 1) +
+              cb_plan_coll_time(c, "allgather", l->dp, 1, rows, 1);
+    } else if (l->embed == CB_DP_EMBED_SPLIT) {
+        double u = minf(S, V), U = minf(V, p * u), ids = (p - 1) * 4 * u;
+        double rows = cb_plan_ring_allreduce(p, 4 * U * C);
+        x.bytes = ids + rows, x.calls = 2;
+        x.buf = 8 * V + 4 * u * (1 + p) + 4 * (u + U) * C;
+        x.s = cb_plan_coll_time(c, "allgather", l->dp, 1, ids, 1) +
+              cb_plan_coll_time(c, "allreduce", l->dp, 1, rows, 1);
+    }
+    return x;
+}
+
+/* Fusion buckets of `per` floats over n gradient floats (src/dp/dp.c's
+ * plan): the dense path one run over all; sparse one over all but wte;
+ * split wte's own, wpe's own and the rest. */
+static double buckets(const cb_plan_job *j, const cb_plan_layout *l, double n) {
+    const cb_gpt_config *g = &j->model->gpt;
+    double per = (double)cb_dp_bucket_floats(j->bucket_bytes / 1e6);
+    double wte = (double)g->vocab * g->d_model, wpe = (double)g->seq_len * g->d_model;
+    if (l->embed == CB_DP_EMBED_SPARSE) return ceil((n - wte) / per);
+    if (l->embed == CB_DP_EMBED_SPLIT)
+        return ceil(wte / per) + ceil(wpe / per) + ceil((n - wte - wpe) / per);
+    return ceil(n / per);
+}
+
+/* The graph engine's plan of every pipeline stage (src/graph/build.c, one
+ * chunk per stage): the schedule's micro-batches in flight on the stage x
+ * its slot, its blocks' gradient buffers, the shared recompute region and
+ * a message buffer per micro-batch and boundary. A slot holds the received
+ * value and its gradient (stages after the first), the embedding's output,
+ * every block's values and kept state, and the head's (ln_f, logits,
+ * losses); each region one float over. */
+static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows, const stage *w,
+                        int s, double blk) {
+    const cb_gpt_config *g = &j->model->gpt;
+    double act = 4.0 * rows * j->T * g->d_model / (l->mode == CB_TP_1D ? 1 : l->tp);
+    int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
+    for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb};
+    cb_plan_tp_cost mine, none;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
+    sh.L = 0;
+    cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &none);
+    double head = none.act_slot_bytes - 4 - act; /* ln_f, logits, losses */
+    double slot = (a == 0 ? act : 0) + nb * blk + (b == n ? head : 0) + (s > 0 ? 2 * act : 0) + 4;
+    double shared = 4;
+    if (l->recompute && nb > 0) slot -= nb * (blk - act), shared += blk - act;
+    int flight = cb_pp_inflight_bound(l->schedule == CB_PLAN_GPIPE ? CB_PP_GPIPE : CB_PP_1F1B,
+                                      l->pp, 1, l->M, s);
+    return flight * slot + mine.act_grad_bytes + shared + l->M * act * ((s > 0) + (s < l->pp - 1));
+}
+
+/* Per stage, when the pipeline has one chunk per stage; mem_act the largest. */
+static void stages_memory(const cb_plan_job *j, const cb_plan_layout *l, int rows, const stage *w,
+                          double blk, cb_plan_pred *p) {
+    if (l->pp == 1 || l->schedule == CB_PLAN_INTERLEAVED || w->nbound != l->pp + 1) return;
+    double most = 0;
+    p->nstage = l->pp;
+    for (int s = 0; s <= l->pp; s++) p->stage_bound[s] = w->bound[s];
+    for (int s = 0; s < l->pp; s++) {
+        p->stage_act[s] = stage_act(j, l, rows, w, s, blk);
+        most = maxf(most, p->stage_act[s]);
+    }
+    p->mem_total += most - p->mem_act;
+    p->mem_act = most;
+}
+
 /* Data parallelism: the gradients of the stage, ring all-reduced in
- * buckets (ZeRO-1: reduce-scatter + all-gather, the same volume), overlapped
- * with the last micro-batch's backward except the last bucket. */
-static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s,
+ * buckets (ZeRO-1: reduce-scatter, the parameters all-gathered after the
+ * update: the same volume), overlapped with the last micro-batch's
+ * backward except the last bucket; the embedding paths' exchange after
+ * backward; the step's loss, one float all-reduced (src/graph/exec.c). */
+static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s, double S,
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
-    double grad = p->mem_grads, calls = ceil(grad / j->bucket_bytes);
-    /* + the step's loss, one float all-reduced (src/graph/exec.c); ZeRO-1
-     * takes two collectives per bucket (reduce-scatter, all-gather) */
-    p->dp_bytes = cb_plan_ring_allreduce(l->dp, grad) + cb_plan_ring_allreduce(l->dp, 4);
-    p->dp_calls = calls * (l->zero ? 2 : 1) + 1;
-    p->dp_s = cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, p->dp_bytes, p->dp_calls);
-    p->dp_exposed_s = maxf(p->dp_s / p->dp_calls, p->dp_s - bwd_s);
+    double n = p->mem_grads / 4, nb = buckets(j, l, n);
+    const cb_gpt_config *g = &j->model->gpt;
+    double wte = l->embed == CB_DP_EMBED_SPARSE ? (double)g->vocab * g->d_model : 0;
+    embed_x x = embed_exchange(j, l, S);
+    /* ZeRO-1, as cb_comm counts rank 0: the buckets' reduce-scatter sends
+     * all but its own shard [0, n/dp) of [wte, n), the parameters'
+     * all-gather all but that shard of n */
+    double own = floor(n / l->dp);
+    double ring = l->zero ? 4 * ((n - wte) - maxf(0, own - wte)) + 4 * (n - own)
+                          : cb_plan_ring_allreduce(l->dp, 4 * (n - wte));
+    p->dp_bytes = ring + x.bytes + cb_plan_ring_allreduce(l->dp, 4);
+    p->dp_calls = nb + (l->zero ? 1 : 0) + x.calls + 1;
+    double buckets_s =
+        cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, ring, nb + l->zero);
+    p->dp_s = buckets_s + x.s;
+    p->dp_exposed_s = maxf(buckets_s / nb, buckets_s - bwd_s) + x.s;
+    p->mem_comm += x.buf;
+    p->mem_total += x.buf;
+}
+
+/* The update's memory traffic per parameter (src/graph/exec.c): the
+ * gradient zeroed before backward (4 bytes written), its squared norm (4
+ * read), AdamW (p, g, m, v read, p, m, v written: 28) and under data
+ * parallelism the averaging scale (8); ZeRO-1 shards all but the zeroing.
+ * Clipping's scale (8 more) runs only when the norm exceeds the clip: not
+ * counted. */
+static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params) {
+    double shard = params / (l->zero ? l->dp : 1);
+    return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / c->mem_bandwidth;
 }
 
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
@@ -273,6 +412,8 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     double pp_mb = cb_plan_coll_time(c, "p2p", 2, l->tp, sends * act, sends);
     double mb = 3 * fwd + rec + tp_mb + rec_tp + pp_mb;
     p->compute_s = 3 * fwd * l->M, p->recompute_s = rec * l->M;
+    p->kern = (cb_plan_kparts){3 * v * l->M * s.k.gemm_s, 3 * v * l->M * s.k.attn_s,
+                               3 * v * l->M * s.k.mem_s};
     p->tp_s = (tp_mb + rec_tp) * l->M, p->pp_s = pp_mb * l->M;
     p->bubble_s = (l->pp - 1.0) / v * mb;
     p->tp_bytes = cb_plan_tp_sent(&p->tp) * l->M, p->tp_calls = cb_plan_tp_calls(&p->tp) * l->M;
@@ -281,9 +422,14 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     p->pp_bytes = sends * act * l->M, p->pp_calls = 2 * sends * l->M;
     if (l->pp > 1) p->pp_bytes += (l->pp - 1.0) / l->pp * 4, p->pp_calls += 1;
     memory(j, l, tok, s, block_slot_bytes(j, l, rows), sends * act, p);
-    data_parallel(j, l, 2 * fwd, p);
-    p->opt_s = 28 * (p->mem_params / 4) / (l->zero ? l->dp : 1) / c->mem_bandwidth;
+    stages_memory(j, l, rows, &s, block_slot_bytes(j, l, rows), p);
+    data_parallel(j, l, 2 * fwd, tok * l->M, p);
+    p->opt_s = optimizer_s(c, l, p->mem_params / 4);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+}
+
+const char *cb_plan_embed_name(int embed) {
+    return embed == CB_DP_EMBED_SPARSE ? "sparse" : embed == CB_DP_EMBED_SPLIT ? "split" : "dense";
 }
 
 void cb_plan_layout_name(const cb_plan_layout *l, char *buf, size_t cap) {
@@ -297,6 +443,9 @@ void cb_plan_layout_name(const cb_plan_layout *l, char *buf, size_t cap) {
     if ((l->pp > 1 || l->M > 1) && n < cap) snprintf(buf + n, cap - n, " M%d", l->M);
     n = strlen(buf);
     if (n < cap) snprintf(buf + n, cap - n, "%s%s", l->recompute ? " recompute" : "", l->zero ? " zero1" : "");
+    n = strlen(buf);
+    if (l->embed != CB_DP_EMBED_DENSE && n < cap)
+        snprintf(buf + n, cap - n, " %s", cb_plan_embed_name(l->embed));
 }
 
 /* ------------------------------------------------------------ every layout */
@@ -346,7 +495,8 @@ int cb_plan_enumerate(const cb_plan_job *j, int devices, double max_mem, int fix
             for (int mode = CB_TP_1D; mode <= CB_TP_3D; mode++) {
                 if ((tp == 1 && mode != CB_TP_1D) || cb_grid_side(tp, mode) < 1) continue;
                 if (mode != CB_TP_1D && cb_grid_side(tp, mode) < 2) continue;
-                cb_plan_layout l = {devices / (tp * pp), pp, tp, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1};
+                cb_plan_layout l = {
+                    devices / (tp * pp), pp, tp, mode, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, 0};
                 variants(&x, l, fixed_M);
             }
         }

@@ -141,7 +141,7 @@ static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, in
 /* One step's record to the sink (world rank 0); its failure is kept in
  * r->log_err, agreed after the step. pp: the pipeline's fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
-                   float val_loss, const char *pp) {
+                   float val_loss, const char *pp, const char *warning) {
     long step_tokens = (long)o->B * o->T * o->accum;
     r->tokens += step_tokens;
     if (!r->sink) return;
@@ -152,7 +152,8 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
                            .mfu = tps * r->flops_per_token / (r->peak * 1e9),
                            .elapsed_s = omp_get_wtime() - r->t_start,
                            .peak_rss_bytes = peak_rss_bytes(), .opt_state_bytes = r->opt_bytes,
-                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp};
+                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp,
+                           .warning = warning};
     cb_err e = {0};
     if (r->sink->step(r->sink->ctx, &rec, &e) && !r->log_err.code) r->log_err = e;
     free(comm);
@@ -173,6 +174,7 @@ typedef struct trainer {
     int *ids, *targets; /* M x rows x T */
     int rows, r0;    /* this rank's rows [r0, r0 + rows) of each micro-batch */
     int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
+    cb_err dump_err; /* world rank 0: --dump-grads failed (a warning in the step's record) */
 } trainer;
 
 /* The config (n_layer...) travels in every file's metadata, then extra. */
@@ -246,7 +248,7 @@ static void on_grads(cb_model *m, int step, void *ctx) {
     const float *g = m->grads;
     const char *none = "";
     if (save_file(t, 1, &g, &none, t->o->dump_grads, NULL, 0, &e) && m->d->g.world_rank == 0)
-        fprintf(stderr, "cubist: warning: %s\n", e.msg);
+        t->dump_err = e;
 }
 
 /* One optimizer step on the loader's next M micro-batches. */
@@ -458,16 +460,17 @@ static int train_loop(trainer *t, const cb_tokens *val, run_state *r, cb_err *e)
         float vl = NAN;
         if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
             vl = trainer_eval(t, val, o->eval_batches);
-        report(o, t->step, r, &st, vl, extra);
+        report(o, t->step, r, &st, vl, extra, t->dump_err.code ? t->dump_err.msg : NULL);
+        t->dump_err.code = CB_OK;
         int rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
         if (rc) return rc;
     }
     return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
 }
 
-/* The process grid of --dp --pp --tp --tp-mode; dp defaults to the world
- * size over pp * tp. Same checks on every rank, so every rank fails alike. */
-static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
+/* The process grid of --dp --pp --tp --tp-mode (--print-grid: its hosts on
+ * world rank 0 into *hosts); dp defaults to the world size over pp * tp. Same checks on every rank, so every rank fails alike. */
+static int setup_grid(cb_train_opts *o, cb_grid *g, char **hosts, cb_err *e) {
     cb_comm *w = cb_comm_world();
     int pp = o->pp ? o->pp : 1, tp = o->tp ? o->tp : 1, size = w ? w->size : 1;
     int dp = o->dp ? o->dp : (size / (pp * tp) > 0 ? size / (pp * tp) : 1);
@@ -477,7 +480,7 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
     if (rc || !w) return rc;
     rc = cb_grid_create(g, dp, pp, tp, mode, e);
     if (rc) return rc;
-    if (o->print_grid) cb_grid_print(g, stdout);
+    if (o->print_grid) *hosts = cb_grid_hosts(g); /* printed from the start record */
     if ((tp > 1 || pp > 1) && (!strcmp(o->embed_grad, "sparse") || !strcmp(o->embed_grad, "split")))
         rc = cb_fail(e, CB_EINPUT, "--embed-grad %s needs the whole embedding on every rank; "
                                    "use it with --tp 1 --pp 1, or drop it", o->embed_grad);
@@ -486,7 +489,7 @@ static int setup_grid(cb_train_opts *o, cb_grid *g, cb_err *e) {
                      o->tp3d_save);
     else if (dp > 1 && o->zero && o->dump_grads)
         rc = cb_fail(e, CB_EINPUT, "--dump-grads needs the whole gradient; drop --zero 1");
-    if (rc) cb_grid_free(g);
+    if (rc) cb_grid_free(g), free(*hosts), *hosts = NULL;
     o->dp = dp;
     return rc;
 }
@@ -509,7 +512,8 @@ static double *act_plan(const trainer *t) {
 
 /* The setup to the sink (world rank 0); the activation plan gathered on
  * every rank unless --quiet. */
-static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r) {
+static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r,
+                         const char *hosts) {
     const cb_grid *g = &t->d.g;
     double *act = o->quiet ? NULL : act_plan(t);
     size_t np, adam;
@@ -524,14 +528,19 @@ static void start_record(const cb_train_opts *o, const trainer *t, const run_sta
                         .adam_bytes = dp ? 8.0 * (double)(d->hi - d->lo) : 0,
                         .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
                         .act_none = act ? act + g->pp : NULL,
-                        .rc_flops_frac = act ? act[2 * g->pp] : 0};
+                        .rc_flops_frac = act ? act[2 * g->pp] : 0, .grid = g, .hosts = hosts,
+                        .model = t->m};
     if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
     free(act);
 }
 
-/* --comm-report: per group and tag, min and max over the ranks. */
+/* --comm-report: per group and tag, min and max over the ranks, to the
+ * sink. Collective. */
 static void comm_report(run_state *r) {
-    if (r->grid) cb_comm_report_ranks(&r->grid->world, r->grid->comms, r->grid->ncomms, stdout);
+    if (!r->grid) return;
+    cb_comm_spread *s = cb_comm_spread_gather(&r->grid->world, r->grid->comms, r->grid->ncomms);
+    if (s && r->sink && r->sink->report) r->sink->report(r->sink->ctx, s);
+    cb_comm_spread_free(s);
 }
 
 int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) {
@@ -552,7 +561,8 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     if ((rc = agree(w, rc, e))) return rc;
     trainer t = {0}; /* its grid and layout are the run's */
     cb_grid *g = &t.d.g;
-    if ((rc = setup_grid(&o, g, e))) return rc;
+    char *hosts = NULL;
+    if ((rc = setup_grid(&o, g, &hosts, e))) return rc;
     cb_tokens data = {0}, val = {0};
     run_state r = {.peak = o.peak_gflops, .grid = g, .rank = w->rank};
     if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
@@ -573,7 +583,7 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
         cb_model_sizes(t.m, &np, &r.opt_bytes);
         r.opt_bytes *= sizeof(float);
         comm_start(&r);
-        start_record(&o, &t, &r);
+        start_record(&o, &t, &r, hosts);
         rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
@@ -584,5 +594,6 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     cb_tokens_close(&data); /* safe when nothing was opened */
     cb_tokens_close(&val);
     cb_grid_free(g);
+    free(hosts);
     return rc;
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm/grid.h"
+#include "comm/stats.h"
 #include "cubist.h"
 #include "data/loader.h"
 #include "dp/dp.h"
@@ -45,6 +47,7 @@ typedef struct cb_train_opts {
     const char *tp3d_save;  /* "gathered" or "shard" */
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
+    const char *precision;  /* --precision fp32|bf16 (cubist train selects the kernels) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
 } cb_train_opts;
 
@@ -96,6 +99,7 @@ typedef struct cb_train_record {
     size_t opt_state_bytes; /* AdamW m and v on this rank */
     float val_loss;         /* NAN: not evaluated */
     const char *comm_fields, *pp_fields;
+    const char *warning;    /* NULL, or what went wrong beside the step (--dump-grads) */
 } cb_train_record;
 
 /* The run as the command line reports it before the first step: the
@@ -115,18 +119,23 @@ typedef struct cb_train_start {
     const char *embed;       /* dp > 1: the embedding gradient's path */
     const double *act, *act_none; /* pp of them, NULL under --quiet */
     double rc_flops_frac;    /* the recompute's forwards over the step's FLOPs */
+    const cb_grid *grid;     /* the process grid */
+    const cb_model *model;   /* built (cb_model_print_partition) */
+    const char *hosts;       /* --print-grid: every world rank's host (cb_grid_hosts); else NULL */
 } cb_train_start;
 
 /* Where a run's records go, on world rank 0 only (cli/train_log.c):
  * begin once the model is built (resumed: the step a --resume continues
- * from, -1 for a fresh run), start with the setup, step after each, end with the run's status
- * (returns it, or its own failure). A failure ends the run on every rank
+ * from, -1 for a fresh run), start with the setup, step after each,
+ * report with --comm-report's table after the last step, end with the
+ * run's status (returns it, or its own failure). A failure ends the run on every rank
  * with its message (a log that cannot be written: CB_ESYS). */
 typedef struct cb_train_sink {
     void *ctx;
     int (*begin)(void *ctx, int resumed, cb_err *e);
     void (*start)(void *ctx, const cb_train_start *s);
     int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
+    void (*report)(void *ctx, const cb_comm_spread *s);
     int (*end)(void *ctx, int rc, cb_err *e);
 } cb_train_sink;
 
