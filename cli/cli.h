@@ -14,6 +14,11 @@ int cmd_sample(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+/* bleu: corpus BLEU of two line files (cli/cmd_bleu.c); cli_bleu_files adds
+ * hyp's lines against ref's to b (struct cb_bleu, src/eval/bleu.h). */
+int cmd_bleu(int argc, char **argv);
+struct cb_bleu;
+int cli_bleu_files(const char *hyp, const char *ref, struct cb_bleu *b, cb_err *e);
 /* plan: the performance model (cli/cmd_plan.c) */
 int cmd_plan(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */
@@ -44,6 +49,30 @@ typedef struct cli_train_log {
     int tty;
 } cli_train_log;
 cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o);
+/* The graph models' output (NCF, BERT): the task's startup note, `eval
+ * step N name value...` and `step N loss L grad_norm G` on stdout; --log:
+ * step loss lr grad_norm step_ms, the rate (tokens or rows per second)
+ * under the key rate, the evaluation's metrics. */
+typedef struct cli_train_lines {
+    const cb_train_opts *o;
+    const char *rate;
+    FILE *f;
+} cli_train_lines;
+cb_train_sink cli_train_lines_sink(cli_train_lines *l, const cb_train_opts *o, const char *rate);
+/* --log's file for a run (resumed >= 0: its lines up to that step kept,
+ * then appended to); NULL path: *f = NULL. */
+int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);
+/* The flags every trainer shares (cli/train_flags.c) into f: their count
+ * (at most 40). */
+struct cli_flag;
+int cli_train_run_flags(cb_train_opts *o, struct cli_flag *f);
+/* `cubist train`'s flags for any family: the distribution flags through
+ * the reader every program uses (cb_dist_take, into o), the rest through
+ * flags; --help prints both (then 0 with *help set). */
+int cli_train_parse(int argc, char **argv, const struct cli_flag *flags, int n, const char *usage,
+                    const char *epilog, cb_train_opts *o, int *help, cb_err *e);
+/* A failed cb_train_run: its agreed line once, and its exit status. */
+void cli_train_exit(const cb_err *e);
 /* Prints the one-line error; returns the exit status (2 for bad input). */
 int cli_fail(const cb_err *e);
 #endif

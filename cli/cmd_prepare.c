@@ -37,7 +37,7 @@ static int check_prepare(const char *input, const char *output, const char *val_
 }
 
 /* --interactions: pairs for recommendation, alone with --output. */
-static int prepare_pairs(const char *tsv, const char *input, const char *output,
+static int prepare_interactions(const char *tsv, const char *input, const char *output,
                          const char *val_output, double frac, cb_err *e) {
     if (input || val_output || frac >= 0 || !output)
         return cb_fail(e, CB_EINPUT, "--interactions FILE.tsv takes --output FILE only (not "
@@ -49,10 +49,44 @@ static int prepare_pairs(const char *tsv, const char *input, const char *output,
     return rc ? rc : cb_prepare_interactions(tsv, output, e);
 }
 
+/* --pairs: the TSVs in, pair files out; everything refused before reading. */
+static int check_pairs(const char *pairs, const char *val_pairs, const char *input, const char *output,
+                       const char *val_output, double frac, int context, cb_err *e) {
+    if (!pairs) return cb_fail(e, CB_EINPUT, "--val-pairs needs --pairs FILE.tsv (the training pairs)");
+    if (input || frac >= 0)
+        return cb_fail(e, CB_EINPUT, "--pairs takes no --input or --val-fraction; the held-out pairs "
+                                     "come from --val-pairs FILE.tsv");
+    if (!output) return cb_fail(e, CB_EINPUT, "prepare --pairs needs --output FILE");
+    if (!val_pairs != !val_output)
+        return cb_fail(e, CB_EINPUT, "--val-pairs and --val-output go together: pass both (held-out "
+                                     "pairs and where their tokens go) or neither");
+    if (context < 2 || context > 65535)
+        return cb_fail(e, CB_EINPUT, "--context %d is outside [2, 65535]; pass e.g. 512", context);
+    const char *f[4] = {pairs, output, val_pairs, val_output};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (f[i] && f[j] && same_file(f[i], f[j]))
+                return cb_fail(e, CB_EINPUT, "--pairs, --output, --val-pairs and --val-output must be "
+                                             "different files; name them differently");
+    int rc = fio_check_writable("--output", output, e);
+    if (!rc && val_output) rc = fio_check_writable("--val-output", val_output, e);
+    return rc;
+}
+
+static int run_pairs(const char *pairs, const char *val_pairs, const char *output, const char *val_output,
+                     int context, const char *tokenizer, const char *bpe_dir, cb_err *e) {
+    size_t n[2];
+    int rc = cb_prepare_pairs(pairs, output, val_pairs, val_output, context, tokenizer, bpe_dir, n, e);
+    if (!rc && val_pairs) printf("prepare: %zu pairs -> %s, %zu -> %s\n", n[0], output, n[1], val_output);
+    else if (!rc) printf("prepare: %zu pairs -> %s\n", n[0], output);
+    return rc;
+}
+
 int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *output = NULL, *val_output = NULL, *tokenizer = "byte", *bpe_dir = NULL;
-    const char *pairs = NULL;
+    const char *interactions = NULL, *pairs = NULL, *val_pairs = NULL;
     double frac = -1;
+    int context = 512;
     const cli_flag flags[] = {
         {"input", ARG_STR, &input, "text file to tokenise"},
         {"output", ARG_STR, &output, "training token file to write (llm.c format)"},
@@ -61,8 +95,11 @@ int cmd_prepare(int argc, char **argv) {
          "fraction of the text for validation, needs --val-output (0.05)"},
         {"tokenizer", ARG_STR, &tokenizer, "byte (vocab 256) or gpt2 (GPT-2's BPE, vocab 50257) (byte)"},
         {"bpe-dir", ARG_STR, &bpe_dir, "gpt2: directory of encoder.json and vocab.bpe (" CB_BPE_DIR ")"},
-        {"interactions", ARG_STR, &pairs,
+        {"interactions", ARG_STR, &interactions,
          "user<TAB>item pairs (recommendation, --model ncf) instead of --input"},
+        {"pairs", ARG_STR, &pairs, "translation pairs, `source<TAB>target` a line, instead of --input"},
+        {"val-pairs", ARG_STR, &val_pairs, "held-out pairs for validation, with --pairs and --val-output"},
+        {"context", ARG_INT, &context, "--pairs: most tokens of a side with its end token (512)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
@@ -70,7 +107,9 @@ int cmd_prepare(int argc, char **argv) {
     if (help) {
         cli_usage(stdout, "prepare",
                   "--input TEXT --output TRAIN.bin [--val-output VAL.bin]\n"
-                  "       cubist prepare --interactions PAIRS.tsv --output PAIRS.bin",
+                  "       cubist prepare --interactions PAIRS.tsv --output PAIRS.bin\n"
+                  "       cubist prepare --pairs TRAIN.tsv --output TRAIN.bin [--val-pairs VAL.tsv "
+                  "--val-output VAL.bin]",
                   flags, n,
                   "--tokenizer byte: token = byte (vocab 256). --tokenizer gpt2: GPT-2's byte-level\n"
                   "BPE (vocab 50257; <|endoftext|> in the text is token 50256), as OpenAI's encoder;\n"
@@ -82,10 +121,21 @@ int cmd_prepare(int argc, char **argv) {
                   "--interactions: one user<TAB>item per line, ids any strings, mapped to dense\n"
                   "indices in first-seen order; writes OUT (pairs) and OUT.users, OUT.items\n"
                   "(line k: the original id of index k), all three or none; a bad line is\n"
-                  "named by file and line number. Input of `cubist train --model ncf`.\n");
+                  "named by file and line number. Input of `cubist train --model ncf`.\n"
+                  "--pairs: translation pair files (docs/nmt.md): each side then its end token,\n"
+                  "header word 4 = 1 and word 5 = the tokenizer's vocab V; ids V, V+1, V+2 are\n"
+                  "padding, start and end. A line without one tab, an empty side or a side longer\n"
+                  "than --context is refused, naming the file and line, and nothing is written.\n");
         return 0;
     }
-    if (pairs) return prepare_pairs(pairs, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
+    if (interactions)
+        return prepare_interactions(interactions, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
+    if (pairs || val_pairs) {
+        if (check_pairs(pairs, val_pairs, input, output, val_output, frac, context, &e) ||
+            run_pairs(pairs, val_pairs, output, val_output, context, tokenizer, bpe_dir, &e))
+            return cli_fail(&e);
+        return 0;
+    }
     if (check_prepare(input, output, val_output, &frac, &e) ||
         cb_prepare_text(input, output, val_output, frac, tokenizer, bpe_dir, &e))
         return cli_fail(&e);

@@ -72,16 +72,6 @@ static int model_flags(cb_gpt_config *c, cb_err *e) {
     return CB_OK;
 }
 
-/* The distribution flags read as cb_dist_init reads them, into o. */
-static int dist_flags(const cb_dist_args *a, cb_train_opts *o, cb_err *e) {
-    cb_dist_opts d;
-    int rc = cb_dist_read(a, &d, e);
-    o->dp = d.dp, o->pp = d.pp, o->tp = d.tp, o->zero = d.zero, o->tp_mode = d.tp_mode;
-    o->embed_grad = d.embed_grad, o->max_memory = d.max_memory, o->precision = d.precision;
-    o->pipe = d.pipe;
-    return rc;
-}
-
 /* The value of --model (NULL: not given). */
 static const char *model_arg(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++)
@@ -98,7 +88,7 @@ int cmd_train(int argc, char **argv) {
     const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
-    const cli_flag flags[] = {
+    cli_flag flags[80] = {
         {"model", ARG_STR, &model, "gpt (default), ncf, bert or roberta (see --model M --help)"},
         {"data", ARG_STR, &o.data, "training tokens (llm.c or nanoGPT format): a file, a glob "
          "('dir/train_*.bin', sorted) or a comma list; shards read as one stream"},
@@ -124,46 +114,22 @@ int cmd_train(int argc, char **argv) {
         {"shuffle", ARG_BOOL, &o.shuffle, "1: random windows, 0: sequential batches (1)"},
         {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
         {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
-        {"save-every", ARG_INT, &o.save_every, "also save every N steps"},
-        {"save-dtype", ARG_STR, &o.save_dtype, "weights file of --save in fp32, bf16 or f16 (fp32)"},
-        {"resume", ARG_STR, &o.resume, "continue from this checkpoint"},
-        {"exit-after", ARG_INT, &o.exit_after, "stop and save after N steps of this run"},
-        {"keep-last", ARG_INT, &o.keep_last, "with --save DIR/: keep the newest N (0: all)"},
-        {"exit-signal", ARG_STR, &o.exit_signal,
-         "signal that also stops, saves and exits 75, like SIGTERM (USR1)"},
-        {"stall-timeout", ARG_DOUBLE, &o.stall_timeout,
-         "seconds a rank may wait in communication before the job ends (status 6); 0 = "
-         "never (default: max(300, 20 x the slowest step))"},
         {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines "
                                  "up to the resumed step and appends"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
         {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
-        {"peak-gflops", ARG_DOUBLE, &o.peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
-        {"threads", ARG_INT, &o.threads, "threads (default: OMP_NUM_THREADS or all cores)"},
-        {"quiet", ARG_BOOL, &o.quiet, "no progress output"},
-        {"tp3d-save", ARG_STR, &o.tp3d_save,
-         "3d: keep gathered inputs for backward (gathered) or re-gather (shard)"},
-        {"print-grid", ARG_BOOL, &o.print_grid, "print every rank's grid placement"},
-        {"comm-report", ARG_BOOL, &o.comm_report, "per-group communication table at the end"},
-        {"bucket-mb", ARG_DOUBLE, &o.bucket_mb, "gradient fusion bucket size in MB (25)"},
         {"layout", ARG_STR, &layout,
          "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
         {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
                                        "machine's `cubist plan --calibrate`)"},
     };
-    int n = (int)(sizeof flags / sizeof *flags), help = 0;
+    int n = 0, help = 0;
+    while (flags[n].name) n++;
+    n += cli_train_run_flags(&o, flags + n);
     cb_err e = {0};
-    cb_dist_args da; /* the distribution flags: the reader every program uses */
-    int rc = cb_dist_take(&argc, argv, &da, &e);
-    if (!rc) rc = cli_parse("train", argc, argv, flags, n, &help, &e);
-    if (help && !rc) {
-        cli_usage(stdout, "train", "--data FILE [flags]", flags, n, NULL);
-        cb_dist_usage(stdout);
-        printf("\n%s", EPILOG);
-        return 0;
-    }
-    if (!rc) rc = dist_flags(&da, &o, &e);
+    int rc = cli_train_parse(argc, argv, flags, n, "--data FILE [flags]", EPILOG, &o, &help, &e);
+    if (help && !rc) return 0;
     /* What the flags alone decide fails before MPI starts: at once, on every
      * rank alike (each parses the same argv), printed by rank 0 only. */
     if (!rc && model && strcmp(model, "gpt"))
@@ -180,13 +146,8 @@ int cmd_train(int argc, char **argv) {
     cb_comm *w = cb_comm_world();
     cli_train_log log;
     cb_train_sink sink = cli_train_sink(&log, &o);
-    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e)) {
-        char msg[sizeof e.msg + 8];
-        snprintf(msg, sizeof msg, "%s%s", e.code == CB_ESTOPPED ? "" : "error: ", e.msg);
-        cb_comm_exit(e.code == CB_EINPUT ? 2 : e.code == CB_ESTOPPED ? CB_ESTOPPED
-                                          : e.code == CB_ENOMEM  ? 4
-                                                                 : 1, msg);
-    }
+    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e))
+        cli_train_exit(&e);
     cb_comm_finalize();
     return 0;
 }

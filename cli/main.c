@@ -1,4 +1,4 @@
-/* cubist command line: train, sample, prepare, bench, plan, plot. Errors are one line on
+/* cubist command line: train, sample, prepare, bench, plan, plot, bleu. Errors are one line on
  * stderr and exit status 2 for bad input. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@ static const struct {
     {"prepare", cmd_prepare, "turn a text file into token files"},
     {"bench", cmd_bench, "benchmark a training step against PyTorch; --peak: sgemm GFLOP/s"},
     {"plot", cmd_plot, "draw training logs (loss, val loss, lr, MFU) to a PNG"},
+    {"bleu", cmd_bleu, "corpus BLEU-4 of translations against references"},
     {"plan", cmd_plan, "predict step time and memory of every layout; calibrate, validate"},
 };
 

@@ -42,18 +42,22 @@ static int trim_log(const char *path, int resumed, cb_err *e) {
     return rc;
 }
 
+int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e) {
+    *f = NULL;
+    if (!path) return CB_OK;
+    int rc = resumed >= 0 ? trim_log(path, resumed, e) : CB_OK;
+    if (rc) return rc;
+    *f = fopen(path, resumed >= 0 ? "a" : "w");
+    if (!*f)
+        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
+                       path, strerror(errno));
+    return CB_OK;
+}
+
 static int log_begin(void *ctx, int resumed, cb_err *e) {
     cli_train_log *l = ctx;
-    l->f = NULL;
     l->tty = isatty(2);
-    if (!l->o->log) return CB_OK;
-    int rc = resumed >= 0 ? trim_log(l->o->log, resumed, e) : CB_OK;
-    if (rc) return rc;
-    l->f = fopen(l->o->log, resumed >= 0 ? "a" : "w");
-    if (!l->f)
-        return cb_fail(e, CB_EINPUT, "%s: cannot open the log for writing (%s); check the path",
-                       l->o->log, strerror(errno));
-    return CB_OK;
+    return cli_train_log_open(l->o->log, resumed, &l->f, e);
 }
 
 static int write_object(cli_train_log *l, const cb_train_record *r, cb_err *e) {
@@ -102,13 +106,17 @@ static void log_report(void *ctx, const cb_comm_spread *s) {
 }
 
 /* The log's last buffered bytes may fail to land too. */
+static int close_log(FILE **f, const char *path, int rc, cb_err *e) {
+    if (*f && fclose(*f) && !rc)
+        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
+                     path, strerror(errno));
+    *f = NULL;
+    return rc;
+}
+
 static int log_end(void *ctx, int rc, cb_err *e) {
     cli_train_log *l = ctx;
-    if (l->f && fclose(l->f) && !rc)
-        rc = cb_fail(e, CB_ESYS, "--log %s: closing failed: %s; free space or choose another path",
-                     l->o->log, strerror(errno));
-    l->f = NULL;
-    return rc;
+    return close_log(&l->f, l->o->log, rc, e);
 }
 
 /* "--recompute block --recompute-method uniform --recompute-layers 2" */
@@ -181,4 +189,50 @@ cb_train_sink cli_train_sink(cli_train_log *l, const cb_train_opts *o) {
     *l = (cli_train_log){.o = o};
     return (cb_train_sink){.ctx = l, .begin = log_begin, .start = log_start, .step = log_step,
                            .report = log_report, .end = log_end};
+}
+
+/* ------------------------------------------- the graph models' lines */
+
+static int lines_begin(void *ctx, int resumed, cb_err *e) {
+    cli_train_lines *s = ctx;
+    return cli_train_log_open(s->o->log, resumed, &s->f, e);
+}
+
+static void lines_start(void *ctx, const cb_train_start *st) {
+    if (!((cli_train_lines *)ctx)->o->quiet && st->note[0]) printf("%s\n", st->note);
+}
+
+static void lines_eval(void *ctx, int step, const cb_train_metric *m, int n) {
+    if (((cli_train_lines *)ctx)->o->quiet) return;
+    printf("eval step %d", step);
+    for (int i = 0; i < n; i++) printf(m[i].count ? " %s %.0f" : " %s %.6f", m[i].name, m[i].value);
+    printf("\n");
+}
+
+static int lines_step(void *ctx, const cb_train_record *r, cb_err *e) {
+    cli_train_lines *s = ctx;
+    const cb_step_stats *st = &r->st;
+    if (!s->o->quiet) printf("step %d loss %.9g grad_norm %.9g\n", r->step, st->loss, st->grad_norm);
+    if (!s->f) return CB_OK;
+    fprintf(s->f, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
+                  "\"%s\":%.1f", r->step, st->loss, st->lr, st->grad_norm, st->step_ms, s->rate,
+            r->tokens_per_s);
+    for (int i = 0; i < r->nmetrics; i++)
+        if (!r->metrics[i].count)
+            fprintf(s->f, ",\"%s\":%.6f", r->metrics[i].name, r->metrics[i].value);
+    fprintf(s->f, "}\n");
+    if (!fflush(s->f) && !ferror(s->f)) return CB_OK;
+    return cb_fail(e, CB_ESYS, "--log %s: writing step %d failed: %s; free space or choose "
+                               "another path, then --resume", s->o->log, r->step, strerror(errno));
+}
+
+static int lines_end(void *ctx, int rc, cb_err *e) {
+    cli_train_lines *s = ctx;
+    return close_log(&s->f, s->o->log, rc, e);
+}
+
+cb_train_sink cli_train_lines_sink(cli_train_lines *l, const cb_train_opts *o, const char *rate) {
+    *l = (cli_train_lines){.o = o, .rate = rate};
+    return (cb_train_sink){.ctx = l, .begin = lines_begin, .start = lines_start,
+                           .step = lines_step, .eval = lines_eval, .end = lines_end};
 }

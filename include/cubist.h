@@ -173,6 +173,15 @@ int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e);
  * (val_path may be NULL for no split). */
 int cb_prepare_text(const char *text_path, const char *train_path, const char *val_path,
                     double val_frac, const char *tokenizer, const char *bpe_dir, cb_err *e);
+/* Translation pairs: each line of pairs_path (and val_pairs, may be NULL)
+ * is `source<TAB>target`; both sides are tokenised and written as a pair
+ * file (src/data/bitext.h) to out_path (and val_out), both or neither. A
+ * line without one tab, an empty side, or a side of more than context - 1
+ * tokens is CB_EINPUT naming the file and line. npairs (2): pairs written
+ * to each, or NULL. */
+int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *val_pairs,
+                     const char *val_out, int context, const char *tokenizer, const char *bpe_dir,
+                     size_t *npairs, cb_err *e);
 /* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
 const char *cb_tokenizer_tag_name(int tag);
 
@@ -268,6 +277,17 @@ cb_layer *cb_model_layernorm(cb_model *m, const char *name, int C);
  * 1/sqrt(2 x layers)). Values are drawn per element from (seed, tensor
  * name), so they are the same under every layout. */
 void cb_layer_set_init_std(cb_layer *l, float sd);
+/* An embedding's position table fixed to the sinusoids of Vaswani et al.
+ * (sin(t / 10000^(2i/C)) in column 2i, cos in 2i + 1), never trained: it
+ * gets no gradient and no weight decay. */
+void cb_layer_set_sinusoidal(cb_layer *embedding);
+/* The loss of cb_op_lm_loss on this embedding: label smoothing eps in
+ * [0, 1) (the target gets 1 - eps of the probability mass, every id of the
+ * vocabulary eps / V), and targets equal to ignore_target (-1: none; the
+ * padding id) left out: the loss is the mean over the real targets of the
+ * whole step, on every layout. As PyTorch's cross_entropy(label_smoothing,
+ * ignore_index). */
+void cb_layer_set_loss(cb_layer *embedding, float label_smoothing, int ignore_target);
 
 /* The graph. Each operation returns its output (NULL after a declaration
  * error, which cb_model_build reports; operations on NULL are ignored). */
@@ -347,6 +367,11 @@ cb_layer *cb_model_lookup(cb_model *m, const char *name, int rows, int C);
  * {0, 1} (sigmoid(logit) is the probability of 1), mean over rows */
 cb_layer *cb_model_logistic(cb_model *m, const char *name, int C);
 cb_act *cb_op_lookup(cb_layer *table, int field); /* C features, parity 0 */
+/* cb_op_embedding of id field `field` of each position (the step's ids hold
+ * cb_model_set_id_fields ids per position, interleaved): an encoder-decoder
+ * looks up the source (field 0) and the decoder's input (field 1) in one
+ * shared table, which cb_op_lm_loss also uses as the output projection. */
+cb_act *cb_op_embedding_field(cb_layer *embedding, int field);
 cb_act *cb_op_mul(const cb_act *a, const cb_act *b);    /* element-wise, one shape */
 cb_act *cb_op_relu(const cb_act *x);
 /* [a | b]: Ha + Hb features, a's parity (b's parity may differ) */
@@ -420,6 +445,14 @@ void cb_model_last_step(const cb_model *m, cb_model_step_info *info);
  * following steps, evaluations and probabilities; the array is read, not
  * copied, at each of them. NULL (the default): every row whole. */
 void cb_model_set_lengths(cb_model *m, const int *lens);
+/* Several length sets, for models whose sequences have two lengths (an
+ * encoder-decoder's source and target): set 0 is cb_model_set_lengths's.
+ * cb_layer_use_lengths(attention, q, k): that CB_ATTN_PADDED layer masks
+ * query rows by set q and keys by set k (cross-attention: the target's
+ * queries over the source's keys); by default both are set 0. */
+enum { CB_LENGTH_SETS = 4 };
+void cb_model_set_lengths_set(cb_model *m, int set, const int *lens);
+void cb_layer_use_lengths(cb_layer *attention, int query_set, int key_set);
 /* Forward only: the mean loss of the batch, the same on every rank. */
 float cb_model_eval(cb_model *m, const int *ids, const int *targets);
 /* Forward only, without targets: the next-token probabilities of every

@@ -124,3 +124,24 @@ case_ "prepare unwritable val" "--val-output /nonexistent/dir/v.bin: cannot writ
 case_ "prepare val fraction 0" "--val-fraction 0 must be in (0, 1)" "drop --val-output" prepare --input text.txt --output out.bin --val-output out.val --val-fraction 0
 case_ "prepare fraction without val" "--val-fraction 0.1 needs --val-output" "where the validation tokens go" prepare --input text.txt --output out.bin --val-fraction 0.1
 case_ "prepare output = input" "must be three different files" "name the outputs differently" prepare --input text.txt --output text.txt
+# prepare --pairs (translation pairs): the file and line named, nothing written
+printf 'In the beginning\tEn el principio\nGod said\tY dijo Dios\n' > pairs.tsv
+printf 'one\tuno\ntwo\tdos\nno tab here\nfour\tcuatro\n' > notab.tsv
+printf 'one\tuno\n\tdos\n' > nosrc.tsv
+printf 'one\tuno\ntwo\tdos\nthree\t\n' > notgt.tsv
+printf 'one\tuno\ttres\n' > twotabs.tsv
+printf 'short\tcorto\nthis source is longer than sixteen bytes\tlargo\n' > long.tsv
+case_ "pairs: line without tab" "notab.tsv:3: no tab" "one \`source<TAB>target\` pair a line" prepare --pairs notab.tsv --output out.bin
+case_ "pairs: empty source"     "nosrc.tsv:2: the source side is empty" "or drop the line" prepare --pairs nosrc.tsv --output out.bin
+case_ "pairs: empty target"     "notgt.tsv:3: the target side is empty" "or drop the line" prepare --pairs notgt.tsv --output out.bin
+case_ "pairs: two tabs"         "twotabs.tsv:1: more than one tab" "no tab inside the text" prepare --pairs twotabs.tsv --output out.bin
+case_ "pairs: source over context" "long.tsv:2: the source is 41 tokens with its end token, longer than the context of 16" "pass --context 41 or more" prepare --pairs long.tsv --output out.bin --context 16
+case_ "pairs: bad held-out file" "notab.tsv:3: no tab" "pair a line" prepare --pairs pairs.tsv --output out.bin --val-pairs notab.tsv --val-output out.val
+case_ "pairs: val without output" "--val-pairs and --val-output go together" "or neither" prepare --pairs pairs.tsv --output out.bin --val-pairs pairs.tsv
+case_ "pairs: --val-fraction"   "--pairs takes no --input or --val-fraction" "--val-pairs FILE.tsv" prepare --pairs pairs.tsv --output out.bin --val-fraction 0.1
+case_ "pairs: --context 1"      "--context 1 is outside [2, 65535]" "pass e.g. 512" prepare --pairs pairs.tsv --output out.bin --context 1
+case_ "pairs: empty file"       "empty.bin: file is empty" "source<TAB>target" prepare --pairs empty.bin --output out.bin
+# bleu
+printf 'a b c\n' > hyp1.txt
+case_ "bleu: line counts differ" "hyp1.txt has 1 lines but pairs.tsv has 2" "one hypothesis for each reference" bleu --hyp hyp1.txt --ref pairs.tsv
+case_ "bleu: missing file"      "nothere.txt: cannot open"   "check the reference file's path" bleu --hyp hyp1.txt --ref nothere.txt

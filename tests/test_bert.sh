@@ -24,8 +24,13 @@
 #    --fill without held-out tokens,
 #    a file shorter than a sequence:
 #    exit 2 with one line, on every rank.
+# 4. The one training loop's checkpoints (tests/loop_common.sh), bert and
+#    roberta with dropout: SIGKILL and --resume, SIGTERM (exit 75, a
+#    checkpoint) and --resume, each equal to the uninterrupted run bit for
+#    bit (log, checkpoint): masks, lengths and dropout follow from the step.
 set -u
 . "$(dirname "$0")/launcher.sh"
+. "$(dirname "$0")/loop_common.sh"
 C="$BUILD/cubist"
 PY=/usr/bin/python3
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -125,4 +130,10 @@ rc=$?
 if [ "$rc" = 2 ] && [ "$(grep -c . bad.err)" = 1 ] && grep -q "fewer than one sequence" bad.err; then
     pass "bad input a file shorter than one sequence: exit 2, \"$(cat bad.err)\""
 else fail "bad input a file shorter than one sequence: exit $rc: $(head -c 300 bad.err)"; fi
+
+# ---------------------------------------------------------------- kill, signal, resume
+for model in bert roberta; do
+    loop_checks "$model" 120 --model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 \
+        --d-model 32 --heads 4 --lr 2e-3 --warmup 3 --dropout 0.1 --seed 7
+done
 [ "$failed" = 0 ]

@@ -208,7 +208,7 @@ done
 # a flag is documented in the command's docs/cli.md section or in another
 # reference page of docs/ (docs/data.md: tokenizers, shards, weights, plots)
 docflags=$(cat "$ROOT"/docs/*.md | grep -oE -- '--[a-z0-9][a-z0-9-]*' | sort -u)
-for cmd in train sample prepare bench plot; do
+for cmd in train sample prepare bench plot bleu; do
     sec=$(awk -v h="### cubist $cmd" '$0 == h {on = 1; next} /^##/ {on = 0} on' "$ROOT/docs/cli.md")
     helpflags=$("$C" $cmd --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | sort -u)
     readme=$(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$sec" | sort -u)

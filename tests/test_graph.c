@@ -115,6 +115,30 @@ static void add_mismatch(cb_model *m) {
     cb_op_lm_loss(emb, cb_op_add(x, u));
 }
 
+static void lengths_unpadded(cb_model *m) { /* length sets on a layer without padding */
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_act *h = cb_op_linear(cb_model_linear_qkv(m, "qkv", C), x);
+    cb_layer *at = cb_model_attention(m, "attn", C, NH);
+    cb_layer_use_lengths(at, 1, 0);
+    cb_op_lm_loss(emb, cb_op_linear(cb_model_linear(m, "proj", C, C), cb_op_attention(at, h)));
+}
+
+static void sinusoid_on_linear(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_layer *fc = cb_model_linear(m, "fc", C, C);
+    cb_layer_set_sinusoidal(fc);
+    cb_op_lm_loss(emb, cb_op_linear(fc, x));
+}
+
+static void bad_smoothing(cb_model *m) {
+    cb_layer *emb;
+    cb_act *x = embed(m, &emb);
+    cb_layer_set_loss(emb, 1.5f, -1);
+    cb_op_lm_loss(emb, x);
+}
+
 int main(int argc, char **argv) {
     cb_dist *d;
     cb_err e = {0};
@@ -133,6 +157,12 @@ int main(int argc, char **argv) {
     refused(d, "attention on a plain linear's output", attention_on_plain,
             "reads the output of a cb_model_linear_qkv");
     refused(d, "an add of two shapes", add_mismatch, "add activations of one shape");
+    refused(d, "length sets on an unpadded attention", lengths_unpadded,
+            "attention attn: length sets 1, 0 need CB_ATTN_PADDED");
+    refused(d, "label smoothing outside [0, 1)", bad_smoothing,
+            "label smoothing 1.5 and ignored target -1; pass a smoothing in [0, 1)");
+    refused(d, "sinusoidal positions on a linear", sinusoid_on_linear,
+            "cb_layer_set_sinusoidal takes a layer of the matching kind; fc is not one");
     cb_dist_finalize(d);
     return failures != 0;
 }

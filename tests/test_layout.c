@@ -256,19 +256,25 @@ static void case_attention(const sizes *z, cb_rng *r) {
 }
 
 /* Embedding forward/backward, then the tied head and the loss on the same
- * wte: the pair the GPT uses. */
-static void case_embed_head(const sizes *z, cb_rng *r) {
+ * wte: the pair the GPT uses; with eps > 0 label smoothing, targets equal
+ * to ign (every fifth row) weighted 0 and the others 1.3 (cb_layer_set_loss). */
+static void case_embed_head(const sizes *z, cb_rng *r, float eps, int ign) {
     int N = z->N, C = z->C, V = z->V, T = z->T;
     int *ids = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) {
         ids[i] = (int)cb_rng_below(r, V);
-        tg[i] = (int)cb_rng_below(r, V);
+        tg[i] = ign >= 0 && i % 5 == 0 ? ign : (int)cb_rng_below(r, V);
     }
+    char what[3][96];
+    const char *sm = eps > 0 ? ", label smoothing and ignored targets" : "";
+    snprintf(what[0], sizeof what[0], "head loss (vocabulary-parallel cross-entropy%s)", sm);
+    snprintf(what[1], sizeof what[1], "head dx%s", sm);
+    snprintf(what[2], sizeof what[2], "embedding + head dwte (tied%s)", sm);
     float *wte = randn(r, (size_t)V * C), *wpe = randn(r, (size_t)T * C);
     float *dx = randn(r, (size_t)N * C), *h = randn(r, (size_t)N * C);
     float *x = zeros((size_t)N * C), *dwte = zeros((size_t)V * C), *dwpe = zeros((size_t)T * C);
     float *logits = zeros(S->ops->logits_numel(S, N, V)), *dh = zeros((size_t)N * C);
-    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, NULL, NULL};
+    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
     S->ops->embed_forward(S, &es, ids, z->B, T, x);
     S->ops->embed_backward(S, &es, ids, z->B, T, dx);
     float loss = S->ops->head_forward(S, &es, h, tg, logits, N);
@@ -280,16 +286,16 @@ static void case_embed_head(const sizes *z, cb_rng *r) {
     float *lx = zeros(cb_shard_numel(&sa)), *ldwte = zeros(cb_shard_numel(&se));
     float *ldwpe = zeros(cb_shard_numel(&spos)), *ldh = zeros(cb_shard_numel(&sa));
     float *ll = zeros(P->ops->logits_numel(P, N, V));
-    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, NULL, NULL};
+    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
     P->ops->embed_forward(P, &ep, ids, z->B, T, lx);
     P->ops->embed_backward(P, &ep, ids, z->B, T, ldx);
     float lloss = P->ops->head_forward(P, &ep, lh, tg, ll, N);
     P->ops->head_backward(P, &ep, lh, tg, ll, 0.7f, ldh, N);
-    expect("embedding x", &sa, lx, x);
-    expect("embedding + head dwte (tied)", &se, ldwte, dwte);
-    expect("embedding dwpe", &spos, ldwpe, dwpe);
-    expect_scalar("head loss (vocabulary-parallel cross-entropy)", lloss, loss);
-    expect("head dx", &sa, ldh, dh);
+    if (eps == 0) expect("embedding x", &sa, lx, x);
+    expect(what[2], &se, ldwte, dwte);
+    if (eps == 0) expect("embedding dwpe", &spos, ldwpe, dwpe);
+    expect_scalar(what[0], lloss, loss);
+    expect(what[1], &sa, ldh, dh);
     float *all[] = {wte, wpe, dx, h, x, dwte, dwpe, logits, dh,
                     lwte, lwpe, ldx, lh, lx, ldwte, ldwpe, ldh, ll};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
@@ -317,7 +323,7 @@ static size_t run_overlap(const sizes *z, cb_rng *r, float *out) {
     cb_linear l = {C, 4 * C, 1, 0, w, b, dw, db, NULL};
     P->ops->linear_forward(P, &l, x, y, N);
     P->ops->linear_backward(P, &l, x, dy, dx, N);
-    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, NULL, NULL};
+    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, 0, 0, 0, 0, NULL, NULL};
     *loss = P->ops->head_forward(P, &e, x, tg, lg, N);
     P->ops->head_backward(P, &e, x, tg, lg, 0.5f, hdx, N);
     float *all[] = {x, w, b, dy, wte, lg};
@@ -365,19 +371,21 @@ static void case_overlap(const sizes *z) {
 
 /* Initial values: each rank generates only its shard (cb_shard_generate),
  * and it must equal the same cut of the full tensor generated whole, for
- * every kind of tensor, padding rows zero; the draws are standard normal. */
+ * every kind of tensor (the sinusoidal position table too), padding rows
+ * zero; the draws are standard normal. */
 static void case_init(const sizes *z) {
-    struct { const char *name; cb_param_kind kind; int64_t R, C; int parts, parity; } t[] = {
-        {"wte", CB_P_EMBED, z->V, z->C, 1, 0},           {"wpe", CB_P_POS, z->T, z->C, 1, 0},
-        {"qkv", CB_P_LINEAR_W, z->C, 3 * z->C, 3, 0},    {"qkv bias", CB_P_LINEAR_B, 1, 3 * z->C, 3, 0},
-        {"fc2", CB_P_LINEAR_W, 4 * z->C, z->C, 1, 1},    {"ln", CB_P_NORM, 1, z->C, 1, 1}};
+    struct { const char *name; cb_param_kind kind; int64_t R, C; int parts, parity, sin; } t[] = {
+        {"wte", CB_P_EMBED, z->V, z->C, 1, 0, 0},        {"wpe", CB_P_POS, z->T, z->C, 1, 0, 0},
+        {"wpe sinusoid", CB_P_POS, z->T, z->C, 1, 0, 1},
+        {"qkv", CB_P_LINEAR_W, z->C, 3 * z->C, 3, 0, 0}, {"qkv bias", CB_P_LINEAR_B, 1, 3 * z->C, 3, 0, 0},
+        {"fc2", CB_P_LINEAR_W, 4 * z->C, z->C, 1, 1, 0}, {"ln", CB_P_NORM, 1, z->C, 1, 1, 0}};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         uint64_t key = cb_rng_key(99, t[i].name);
         cb_shard whole = S->ops->shard(S, 0, t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
         cb_shard mine = pshard(t[i].kind, t[i].R, t[i].C, t[i].parts, t[i].parity);
         float *full = zeros(cb_shard_numel(&whole)), *l = zeros(cb_shard_numel(&mine));
-        cb_shard_generate(&whole, 0.0f, key, 0.02f, full);
-        cb_shard_generate(&mine, 0.0f, key, 0.02f, l);
+        cb_shard_generate(&whole, 0.0f, key, 0.02f, t[i].sin, full);
+        cb_shard_generate(&mine, 0.0f, key, 0.02f, t[i].sin, l);
         float *want = cut(&mine, full);
         double same = memcmp(l, want, sizeof(float) * cb_shard_numel(&mine)) == 0;
         cb_comm_allreduce_f64(W, "test", &same, &same, 1, CB_COMM_MIN);
@@ -391,7 +399,7 @@ static void case_init(const sizes *z) {
     size_t n = 1 << 16; /* moments of the standard normal: mean 0, var 1, E z^4 = 3 */
     cb_shard s = {.R = 1, .C = (int64_t)n, .rows_pad = 1, .nrows = 1, .nseg = 1, .ncol = {(int64_t)n}};
     float *x = zeros(n);
-    cb_shard_generate(&s, 0.0f, cb_rng_key(1, "moments"), 1.0f, x);
+    cb_shard_generate(&s, 0.0f, cb_rng_key(1, "moments"), 1.0f, 0, x);
     double m1 = 0, m2 = 0, m4 = 0;
     for (size_t i = 0; i < n; i++) m1 += x[i] / n, m2 += (double)x[i] * x[i] / n, m4 += pow(x[i], 4) / n;
     int ok = fabs(m1) < 0.02 && fabs(m2 - 1) < 0.03 && fabs(m4 - 3) < 0.15;
@@ -466,7 +474,8 @@ int main(int argc, char **argv) {
     case_norm(&z, 0, &r);
     case_norm(&z, 1, &r);
     case_attention(&z, &r);
-    case_embed_head(&z, &r);
+    case_embed_head(&z, &r, 0.0f, -1);
+    case_embed_head(&z, &r, 0.1f, 3);
     case_init(&z);
     case_overlap(&z);
     cb_layout_free(P);

@@ -16,8 +16,12 @@
 #    file line that is not user<TAB>item (named by file and line, nothing
 #    written), --negatives over the item count, a file that is not a pair
 #    file, a bad --mlp, an unknown --model.
+# 5. The one training loop's checkpoints (tests/loop_common.sh): SIGKILL and
+#    --resume, SIGTERM (exit 75, a checkpoint) and --resume, each equal to
+#    the uninterrupted run bit for bit (log with evaluations, checkpoint).
 set -u
 . "$(dirname "$0")/launcher.sh"
+. "$(dirname "$0")/loop_common.sh"
 C="$BUILD/cubist"
 PY=/usr/bin/python3
 failed=0
@@ -153,6 +157,10 @@ bad "--negatives over the items" "--negatives $((ni + 1))" 2 \
 bad "not a pair file" 'is not a pair file' 2 "$C" train --model ncf --data deps.tsv --steps 1 --dp 2
 bad "--mlp" 'give 2 to 8 widths' 1 "$C" train --model ncf --data deps.bin --mlp 64,x
 bad "--model" 'is not a model' 1 "$C" train --model transformer-xl --data deps.bin
+
+# ---------------------------------------------------------------- kill, signal, resume
+loop_checks ncf 1500 --model ncf --data deps.bin --batch 64 --factors 16 --mlp 64,32,16 \
+    --eval-users 20 --eval-every 50 --lr 3e-3 --warmup 5 --weight-decay 0.01 --seed 7
 
 echo "# test_ncf: $failed failed"
 [ "$failed" = 0 ]

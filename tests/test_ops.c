@@ -291,6 +291,28 @@ static void xent_split_bwd(op_case *c) {
     xent_split_fwd(c);
 }
 
+/* The same with label smoothing 0.1 and targets 3 weighted 0, the others
+ * 1.3 (tests/torch/ops_ref.py's SMOOTH_*): the statistics from the logits
+ * first, then the cross-entropy, then the smoothed, weighted losses. */
+enum { SMOOTH_IGNORE = 3 };
+static const float SMOOTH_EPS = 0.1f, SMOOTH_SCALE = 1.3f;
+static void xent_smooth_fwd(op_case *c) {
+    int N = c->B * c->T;
+    float *sm = c->work + 4 * N;
+    xent_split_fwd(c); /* targets into work, the losses, the probabilities */
+    K->crossentropy_smooth_stats(K, sm, c->t[0], (int *)c->work, 0, N, c->V, c->V);
+    K->crossentropy_smooth_loss(K, c->t[2], sm, (int *)c->work, SMOOTH_EPS, c->V, SMOOTH_IGNORE,
+                                SMOOTH_SCALE, N);
+}
+static void xent_smooth_bwd(op_case *c) {
+    int N = c->B * c->T;
+    xent_smooth_fwd(c);
+    K->crossentropy_smooth_backward(K, c->t[3], (int *)c->work, 0, c->dloss, SMOOTH_EPS, c->V,
+                                    SMOOTH_IGNORE, SMOOTH_SCALE, N, c->V, c->V);
+    for (size_t i = 0; i < c->len[0]; i++) c->grad[0][i] += c->t[3][i];
+    xent_smooth_fwd(c);
+}
+
 static float *ids(cb_rng *r, size_t n, int V) {
     float *p = malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) p[i] = (float)cb_rng_below(r, V);
@@ -312,11 +334,12 @@ static void run(op_case *c, cb_rng *r, float h, const char *dir) {
 }
 
 /* A cross-entropy case: logits (N,V), targets -> losses (N), probs (N,V);
- * work floats of scratch. */
-static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir) {
+ * work floats of scratch; ign >= 0: every fifth target is ign. */
+static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir, int ign) {
     size_t N = (size_t)c.B * c.T, NV = N * c.V;
     add(&c, "in.logits", randn(r, NV, 2), NV, 1);
     add(&c, "in.targets", ids(r, N, c.V), N, 0);
+    for (size_t i = 0; ign >= 0 && i < N; i += 5) c.t[1][i] = (float)ign;
     c.iout = add(&c, "out.losses", calloc(N, 4), N, 0);
     add(&c, "out.probs", calloc(NV, 4), NV, 0);
     c.work = calloc(work, sizeof(float));
@@ -418,10 +441,13 @@ int main(int argc, char **argv) {
 
     op_case xe = {.name = "crossentropy", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_fwd, .bwd = xent_bwd};
-    run_xent(xe, &r, N, dir); /* work: targets */
+    run_xent(xe, &r, N, dir, -1); /* work: targets */
     op_case xs = {.name = "crossentropy_split", .B = B, .T = T, .V = V, .dloss = 0.37f,
                   .fwd = xent_split_fwd, .bwd = xent_split_bwd};
-    run_xent(xs, &r, 4 * (size_t)N, dir); /* work: targets, mx, 2N stats */
+    run_xent(xs, &r, 4 * (size_t)N, dir, -1); /* work: targets, mx, 2N stats */
+    op_case xm = {.name = "crossentropy_smooth", .B = B, .T = T, .V = V, .dloss = 0.37f,
+                  .fwd = xent_smooth_fwd, .bwd = xent_smooth_bwd};
+    run_xent(xm, &r, 6 * (size_t)N, dir, SMOOTH_IGNORE); /* + 2N smoothing statistics */
 
     op_case mu = {.name = "mul", .B = B, .T = T, .C = C, .fwd = mul_fwd, .bwd = mul_bwd};
     add(&mu, "in.a", randn(&r, N * C, 1), N * C, 1);

@@ -1,8 +1,10 @@
 /* `cubist prepare`: text -> train and validation token files. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cubist.h"
+#include "data/bitext.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "formats/fileio.h"
@@ -19,20 +21,26 @@ static int split(const char *text_path, size_t n, int has_val, double val_frac,
     return CB_OK;
 }
 
-/* Both files or neither: each is staged to its .tmp first, and if the
- * second rename fails the first file is removed again. */
-static int write_split(const char *text_path, const uint16_t *ids, size_t n, int tag,
-                       const char *train_path, const char *val_path, double val_frac, cb_err *e) {
-    const int has_val = val_path != NULL;
-    size_t ntrain, nval;
+/* Both files or neither (path[1] NULL: one file): each is staged to its
+ * .tmp first, and if the second rename fails the first file is removed again. */
+static int write_both(const char *const path[2], const uint16_t *const ids[2], const size_t n[2],
+                      const int32_t head[3], cb_err *e) {
     fio_atomic ta = {.fd = -1}, va = {.fd = -1};
-    int rc = split(text_path, n, has_val, val_frac, &ntrain, &nval, e);
-    if (!rc) rc = cb_tokens_stage(&ta, train_path, ids, ntrain, tag, e);
-    if (!rc && has_val && (rc = cb_tokens_stage(&va, val_path, ids + ntrain, nval, tag, e)))
+    int rc = cb_tokens_stage(&ta, path[0], ids[0], n[0], head, e);
+    if (!rc && path[1] && (rc = cb_tokens_stage(&va, path[1], ids[1], n[1], head, e)))
         fio_atomic_abort(&ta);
     if (!rc && (rc = fio_atomic_commit(&ta, e))) fio_atomic_abort(&va);
-    if (!rc && has_val && (rc = fio_atomic_commit(&va, e))) unlink(train_path);
+    if (!rc && path[1] && (rc = fio_atomic_commit(&va, e))) unlink(path[0]);
     return rc;
+}
+
+static int write_split(const char *text_path, const uint16_t *ids, size_t n, int tag,
+                       const char *train_path, const char *val_path, double val_frac, cb_err *e) {
+    size_t ntrain, nval;
+    int rc = split(text_path, n, val_path != NULL, val_frac, &ntrain, &nval, e);
+    return rc ? rc : write_both((const char *const[2]){train_path, val_path},
+                                (const uint16_t *const[2]){ids, ids + ntrain},
+                                (const size_t[2]){ntrain, nval}, (const int32_t[3]){tag, 0, 0}, e);
 }
 
 static int encode_split(const char *text_path, const void *text, size_t len, const cb_tokenizer *tk,
@@ -62,6 +70,95 @@ int cb_prepare_text(const char *text_path, const char *train_path, const char *v
         else rc = encode_split(text_path, text, len, &tk, train_path, val_path, val_frac, e);
         fio_unmap(text, len);
     }
+    cb_tokenizer_free(&tk);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- pairs */
+
+typedef struct pair_ctx {
+    const char *path;  /* the TSV, for messages */
+    const cb_tokenizer *tk;
+    int context;       /* most tokens a side may take with its EOS or BOS */
+    uint16_t *ids;     /* the stream: source, EOS, target, EOS, ... */
+    size_t n, npairs;
+} pair_ctx;
+
+static int encode_side(pair_ctx *c, const char *s, size_t len, size_t line, const char *side, cb_err *e) {
+    if (len == 0)
+        return cb_fail(e, CB_EINPUT, "%s:%zu: the %s side is empty; write `source<TAB>target` with text on "
+                       "both sides, or drop the line", c->path, line, side);
+    size_t k = c->tk->encode(c->tk, (const uint8_t *)s, len, c->ids + c->n);
+    if (k == SIZE_MAX) return cb_fail(e, CB_ENOMEM, "%s:%zu: out of memory tokenising", c->path, line);
+    if (k + 1 > (size_t)c->context)
+        return cb_fail(e, CB_EINPUT, "%s:%zu: the %s is %zu tokens with its end token, longer than the "
+                       "context of %d; pass --context %zu or more, or shorten or drop the line",
+                       c->path, line, side, k + 1, c->context, k + 1);
+    c->n += k;
+    c->ids[c->n++] = (uint16_t)(c->tk->vocab + 2);
+    return CB_OK;
+}
+
+/* One line (without its newline; a trailing CR is dropped). */
+static int encode_line(pair_ctx *c, const char *s, size_t len, size_t line, cb_err *e) {
+    if (len && s[len - 1] == '\r') len--;
+    const char *tab = memchr(s, '\t', len);
+    if (!tab)
+        return cb_fail(e, CB_EINPUT, "%s:%zu: no tab; write one `source<TAB>target` pair a line",
+                       c->path, line);
+    size_t ls = (size_t)(tab - s), lt = len - ls - 1;
+    if (memchr(tab + 1, '\t', lt))
+        return cb_fail(e, CB_EINPUT, "%s:%zu: more than one tab; write one `source<TAB>target` pair a "
+                       "line, with no tab inside the text", c->path, line);
+    int rc = encode_side(c, s, ls, line, "source", e);
+    if (!rc) rc = encode_side(c, tab + 1, lt, line, "target", e);
+    c->npairs += !rc;
+    return rc;
+}
+
+static int encode_pairs(pair_ctx *c, const char *text, size_t len, cb_err *e) {
+    c->ids = malloc((len + 2) * sizeof *c->ids); /* a token per byte at most, and the EOS of each side replaces the tab or the newline */
+    if (!c->ids) return cb_fail(e, CB_ENOMEM, "%s: out of memory for %zu tokens", c->path, len);
+    int rc = CB_OK;
+    size_t line = 1;
+    for (const char *s = text, *end = text + len; s < end && !rc; line++) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t l = nl ? (size_t)(nl - s) : (size_t)(end - s);
+        rc = encode_line(c, s, l, line, e);
+        s += l + 1;
+    }
+    return rc;
+}
+
+/* tsv -> c->ids; an empty file is bad input. */
+static int read_pairs(pair_ctx *c, cb_err *e) {
+    void *text;
+    size_t len;
+    int rc = fio_map(c->path, "check the path to the pair file", &text, &len, e);
+    if (rc) return rc;
+    if (len == 0) rc = cb_fail(e, CB_EINPUT, "%s: file is empty; give `source<TAB>target` lines", c->path);
+    else rc = encode_pairs(c, text, len, e);
+    fio_unmap(text, len);
+    return rc;
+}
+
+int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *val_pairs,
+                     const char *val_out, int context, const char *tokenizer, const char *bpe_dir,
+                     size_t *npairs, cb_err *e) {
+    cb_tokenizer tk;
+    int rc = cb_tokenizer_open(tokenizer ? tokenizer : "byte", bpe_dir, &tk, e);
+    if (rc) return rc;
+    pair_ctx c[2] = {{.path = pairs_path, .tk = &tk, .context = context},
+                     {.path = val_pairs, .tk = &tk, .context = context}};
+    rc = read_pairs(&c[0], e);
+    if (!rc && val_pairs) rc = read_pairs(&c[1], e);
+    if (!rc)
+        rc = write_both((const char *const[2]){out_path, val_pairs ? val_out : NULL},
+                        (const uint16_t *const[2]){c[0].ids, c[1].ids}, (const size_t[2]){c[0].n, c[1].n},
+                        (const int32_t[3]){cb_tokenizer_tag(tk.name), CB_BITEXT_KIND, tk.vocab}, e);
+    if (!rc && npairs) npairs[0] = c[0].npairs, npairs[1] = c[1].npairs;
+    free(c[0].ids);
+    free(c[1].ids);
     cb_tokenizer_free(&tk);
     return rc;
 }

@@ -229,7 +229,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
         *d0 = k == 0 ? l->emb.V : l->emb.T;
         *d1 = l->emb.C;
         *kind = k == 0 ? CB_P_EMBED : CB_P_POS;
-        *init = CB_INIT_NORMAL;
+        *init = k == 1 && l->sinusoid ? CB_INIT_SINUSOID : CB_INIT_NORMAL;
     } else if (l->kind == G_BIAS) { /* one vector, "<name>.bias" */
         snprintf(name, cap, "%s.bias", l->name);
         *d0 = l->lin.out;
@@ -282,8 +282,10 @@ static int make_table(cb_model *m, cb_err *e) {
             int decay, init;
             cb_param_kind kind;
             tensor_spec(l, k, name, sizeof name, &d0, &d1, &decay, &kind, &init);
-            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, l->kind == G_EMBED ? -1 : i, kind,
-                                 l->parts, l->parity); /* -1: --decay-embed applies */
+            /* -1: --decay-embed applies (not to a fixed sinusoidal table) */
+            int fixed = l->kind == G_EMBED && k == 1 && l->sinusoid;
+            int t = cb_ptable_add(&m->pt, name, d0, d1, decay, l->kind == G_EMBED && !fixed ? -1 : i,
+                                 kind, l->parts, l->parity);
             if (t < 0) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
             l->t[k] = t;
             if (ovs % m->P != m->me) m->pt.t[t].owner = 0;
@@ -334,7 +336,10 @@ static void bind(cb_model *m, cb_layer *l) {
         l->norm.parity = l->parity;
         l->norm.w = p[0], l->norm.b = p[1], l->norm.dw = g[0], l->norm.db = g[1];
     } else if (l->kind == G_EMBED || l->kind == G_LOOKUP) {
-        l->emb.wte = p[0], l->emb.wpe = p[1], l->emb.dwte = g[0], l->emb.dwpe = g[1];
+        /* a sinusoidal table gets no gradient (dwpe NULL): it stays zero, and
+         * AdamW without decay leaves the table as it was drawn */
+        l->emb.wte = p[0], l->emb.wpe = p[1], l->emb.dwte = g[0];
+        l->emb.dwpe = l->sinusoid ? NULL : g[1];
     } else if (l->kind == G_LOGIT) {
         l->norm.parity = l->parity;
         l->norm.w = p[0], l->norm.dw = g[0];

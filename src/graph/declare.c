@@ -231,6 +231,21 @@ static int is_kind(cb_layer *l, int kind, const char *op) {
     return 0;
 }
 
+void cb_layer_set_loss(cb_layer *l, float label_smoothing, int ignore_target) {
+    if (!l || !is_kind(l, G_EMBED, "cb_layer_set_loss")) return;
+    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f) || ignore_target < -1 ||
+        ignore_target >= l->emb.V)
+        declare_fail(l->m, CB_EINPUT, "embedding %s: label smoothing %g and ignored target %d; "
+                     "pass a smoothing in [0, 1) and -1 (none) or an id below %d", l->name,
+                     (double)label_smoothing, ignore_target, l->emb.V);
+    else l->emb.smooth = label_smoothing, l->emb.ignore = ignore_target,
+         l->emb.has_ignore = ignore_target >= 0;
+}
+
+void cb_layer_set_sinusoidal(cb_layer *l) {
+    if (l && is_kind(l, G_EMBED, "cb_layer_set_sinusoidal")) l->sinusoid = 1;
+}
+
 cb_act *cb_op_embedding(cb_layer *emb) {
     cb_model *m = owner(emb, NULL, NULL);
     if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding")) return NULL;
@@ -288,7 +303,23 @@ cb_act *cb_op_cross_attention(cb_layer *l, const cb_act *q, const cb_act *kv) {
 }
 
 void cb_model_set_lengths(cb_model *m, const int *lens) {
-    if (m) m->lens = lens;
+    cb_model_set_lengths_set(m, 0, lens);
+}
+
+void cb_model_set_lengths_set(cb_model *m, int set, const int *lens) {
+    if (m && set >= 0 && set < CB_LENGTH_SETS) m->lens[set] = lens;
+    else if (m) declare_fail(m, CB_EINPUT, "length set %d is outside [0, %d); use a set below %d",
+                             set, CB_LENGTH_SETS, CB_LENGTH_SETS);
+}
+
+void cb_layer_use_lengths(cb_layer *l, int query_set, int key_set) {
+    if (!l || !is_kind(l, G_ATTN, "cb_layer_use_lengths")) return;
+    if (!(l->attn_flags & CB_ATTN_PADDED) || query_set < 0 || key_set < 0 ||
+        query_set >= CB_LENGTH_SETS || key_set >= CB_LENGTH_SETS)
+        declare_fail(l->m, CB_EINPUT, "attention %s: length sets %d, %d need CB_ATTN_PADDED and sets in "
+                     "[0, %d); declare it padded and pass sets below %d", l->name, query_set, key_set,
+                     CB_LENGTH_SETS, CB_LENGTH_SETS);
+    else l->len_set[0] = query_set, l->len_set[1] = key_set;
 }
 
 cb_act *cb_op_gelu(const cb_act *x) {
@@ -389,16 +420,25 @@ cb_layer *cb_model_logistic(cb_model *m, const char *name, int C) {
     return l;
 }
 
-cb_act *cb_op_lookup(cb_layer *table, int field) {
-    cb_model *m = owner(table, NULL, NULL);
-    if (!m || !is_kind(table, G_LOOKUP, "cb_op_lookup")) return NULL;
+/* A lookup of id field `field`: an embedding (with positions) or a table. */
+static cb_act *field_node(cb_layer *l, int gkind, int nkind, int field, const char *op) {
+    cb_model *m = owner(l, NULL, NULL);
+    if (!m || !is_kind(l, gkind, op)) return NULL;
     if (field < 0 || field >= m->fields)
-        declare_fail(m, CB_EINPUT, "cb_op_lookup of %s reads id field %d; the rows have %d "
-                                   "(cb_model_set_id_fields)", table->name, field, m->fields);
-    if (table->parity < 0) table->parity = 0;
-    cb_act *y = node(m, N_LOOKUP, table, NULL, NULL, table->emb.C, 0, 1);
+        declare_fail(m, CB_EINPUT, "%s of %s reads id field %d; the rows have %d "
+                                   "(cb_model_set_id_fields)", op, l->name, field, m->fields);
+    if (l->parity < 0) l->parity = 0;
+    cb_act *y = node(m, nkind, l, NULL, NULL, l->emb.C, 0, 1);
     if (y) m->nodes[m->nnodes - 1].field = field;
     return y;
+}
+
+cb_act *cb_op_embedding_field(cb_layer *emb, int field) {
+    return field_node(emb, G_EMBED, N_EMBED, field, "cb_op_embedding_field");
+}
+
+cb_act *cb_op_lookup(cb_layer *table, int field) {
+    return field_node(table, G_LOOKUP, N_LOOKUP, field, "cb_op_lookup");
 }
 
 /* Two activations of one width, parts 1 (element-wise operations). */

@@ -151,12 +151,16 @@ static void dropout(cb_model *m, const gnode *n, int mb, float *y, const float *
 /* Attention node n on micro-batch mb: self-attention reads a QKV output,
  * cross-attention queries (C) and a KV output (2C); the lengths of the
  * step's rows mask padded queries and keys when the layer asks. */
+static const int *lens_of(const cb_model *m, const cb_layer *l, int which, int mb) {
+    const int *lens = m->lens[l->len_set[which]];
+    return lens && (l->attn_flags & CB_ATTN_PADDED) ? lens + (size_t)mb * m->Bm : NULL;
+}
+
 static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
     const cb_layer *l = n->l;
     int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
-    const int *lens = m->lens && (l->attn_flags & CB_ATTN_PADDED) ? m->lens + (size_t)mb * m->Bm
-                                                                   : NULL;
-    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens);
+    cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens_of(m, l, 0, mb));
+    a.klen = lens_of(m, l, 1, mb);
     if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
     return a;
 }
@@ -171,7 +175,9 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     float *y = n->out >= 0 ? val(m, ch, slot, n->out) : NULL, *s = kept(m, ch, slot, i);
     cb_layer *l = n->l;
     switch (n->kind) {
-    case N_EMBED: L->ops->embed_forward(L, &l->emb, field_ids(m, r0, N, 0), m->Bm, m->T, y); break;
+    case N_EMBED:
+        L->ops->embed_forward(L, &l->emb, field_ids(m, r0, N, n->field), m->Bm, m->T, y);
+        break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
     case N_ATTN: {
@@ -276,7 +282,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
         if (skip_rows(m, n)) em.dwte = NULL;
-        const int *ids = field_ids(m, r0, N, 0);
+        const int *ids = field_ids(m, r0, N, n->field);
         L->ops->embed_backward(L, &em, ids, m->Bm, m->T, dy);
         lookup_rows(m, n, ids, dy);
         return;
@@ -524,10 +530,27 @@ static void check_planned(cb_model *m) {
             m->d->g.world_rank, w->grew, w->unkept);
 }
 
+/* Ignored targets (cb_layer_set_loss): the loss is the mean over the real
+ * targets of the whole step on every data-parallel rank, so a real row
+ * weighs rows / real rows in the mean over rows that the engine takes. */
+static void loss_weights(cb_model *m, const int *targets, int nmb) {
+    const gnode *n = &m->nodes[m->loss_node];
+    if (n->kind != N_LOSS) return;
+    cb_embed *e = &n->l->emb;
+    e->loss_scale = 1.0f;
+    if (!e->has_ignore || !targets) return;
+    size_t rows = (size_t)nmb * m->Bm * m->T;
+    double c[2] = {0.0, (double)rows};
+    for (size_t i = 0; i < rows; i++) c[0] += targets[i] != e->ignore;
+    if (m->d->g.dp > 1) cb_comm_allreduce_f64(&m->d->g.dpg, "loss", NULL, c, 2, CB_COMM_SUM);
+    e->loss_scale = c[0] > 0 ? (float)(c[1] / c[0]) : 0.0f;
+}
+
 float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    loss_weights(m, targets, m->M);
     m->training = 1; /* dropout draws the masks of step m->step */
     mlm_count(m, m->M);
     memset(m->grads, 0, sizeof(float) * m->pt.nparams);
@@ -569,6 +592,7 @@ float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb) {
     m->ids = ids;
     m->targets = targets;
     m->loss_sum = 0.0;
+    loss_weights(m, targets, nmb);
     mlm_count(m, nmb);
     for (int mb = 0; mb < nmb; mb++)
         for (int c = 0; c < m->v; c++) cb_graph_forward(m, c, mb, 0);
@@ -682,12 +706,6 @@ int cb_graph_save_blocks(cb_model *m, int nb, const float *const *blocks, const 
 
 int cb_model_save(cb_model *m, const char *path, cb_err *e) {
     const float *blocks[1] = {m->params};
-    const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
-    return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
-}
-
-int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e) {
-    const float *blocks[1] = {m->grads};
     const char *prefix[1] = {""}, *meta[2] = {"format", "pt"};
     return cb_graph_save_blocks(m, 1, blocks, prefix, path, meta, 1, e);
 }

@@ -117,7 +117,9 @@ struct cb_layer {
     cb_embed emb;           /* also a lookup table (no positions) */
     int C, heads;           /* attention */
     unsigned attn_flags;    /* CB_ATTN_* */
+    int len_set[2];         /* padded attention: length sets of queries, keys */
     float init_sd;          /* normal initial weights */
+    int sinusoid;           /* embedding: fixed sinusoidal positions */
 };
 
 struct cb_act {
@@ -130,7 +132,7 @@ typedef struct gnode {
     int kind;
     cb_layer *l;
     int in[2], nin; /* values read */
-    int field;      /* a lookup's id field */
+    int field;      /* a lookup's or an embedding's id field */
     cb_layer *l2;   /* the MLM loss's decoder bias (cb_op_mlm_loss), else NULL */
     int erf;        /* a GELU: the exact (erf) form */
     float p;        /* dropout: the probability of dropping */
@@ -211,7 +213,7 @@ struct cb_model {
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
-    const int *lens;     /* cb_model_set_lengths: the rows' lengths, NULL: whole */
+    const int *lens[CB_LENGTH_SETS]; /* cb_model_set_lengths (set 0) and _set: the rows' lengths, NULL: whole */
     double loss_sum;     /* this rank's micro-batch losses, when it holds the loss */
     double loss_scale;   /* the MLM loss: a micro-batch's loss sum to its share of the
                             step's mean over targets >= 0 (micro-batches x dp / count) */
@@ -269,10 +271,6 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets);
  * loss, the same on every rank (cb_model_eval: all M). Collective. */
 float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
-/* The last step's gradients (averaged over data-parallel ranks, clipped),
- * as cb_model_save writes weights: one process or no ZeRO (a ZeRO shard
- * holds only its range). Collective. */
-int cb_graph_save_grads(cb_model *m, const char *path, cb_err *e);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:
  * nb parameter-shaped blocks under prefixes into one safetensors file (the
  * one-process file whatever the layout; collective); the AdamW moments as

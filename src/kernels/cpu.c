@@ -56,8 +56,10 @@ static void encoder_backward(const cb_kernels *k, float *dwte, float *dwpe, cons
     (void)k;
     for (int bt = 0; bt < B * T; bt++) {
         const float *d = dout + (size_t)bt * C;
-        float *pe = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) pe[c] += d[c];
+        if (dwpe) {
+            float *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = 0; c < C; c++) pe[c] += d[c];
+        }
         if (!dwte) continue;
         float *we = dwte + (size_t)inp[bt] * C;
         for (int c = 0; c < C; c++) we[c] += d[c];
@@ -553,6 +555,48 @@ static void crossentropy_backward_cols(const cb_kernels *k, float *probs, const 
     }
 }
 
+static void crossentropy_smooth_stats(const cb_kernels *k, float *st, const float *logits,
+                                      const int *targets, int v0, int N, int V, int valid) {
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *r = logits + (size_t)i * V;
+        double s = 0.0; /* a row of V logits: fp32 would lose ~V ulp */
+        for (int j = 0; j < valid; j++) s += r[j];
+        int tj = targets[i] - v0;
+        st[2 * i] = (float)s;
+        st[2 * i + 1] = tj >= 0 && tj < valid ? r[tj] : 0.0f;
+    }
+}
+
+static float row_weight(const int *targets, int i, int ignore, float scale) {
+    return ignore >= 0 && targets[i] == ignore ? 0.0f : scale;
+}
+
+static void crossentropy_smooth_loss(const cb_kernels *k, float *losses, const float *st,
+                                     const int *targets, float eps, int Vtot, int ignore,
+                                     float scale, int N) {
+    (void)k;
+    for (int i = 0; i < N; i++)
+        losses[i] = row_weight(targets, i, ignore, scale) *
+                    (losses[i] + eps * (st[2 * i + 1] - st[2 * i] / (float)Vtot));
+}
+
+static void crossentropy_smooth_backward(const cb_kernels *k, float *probs, const int *targets,
+                                         int v0, float dloss, float eps, int Vtot, int ignore,
+                                         float scale, int N, int V, int valid) {
+    (void)k;
+    const float u = eps / (float)Vtot;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = probs + (size_t)i * V, w = row_weight(targets, i, ignore, scale) * dloss;
+        for (int j = 0; j < valid; j++) r[j] = w * (r[j] - u);
+        for (int j = valid; j < V; j++) r[j] = 0.0f;
+        int tj = targets[i] - v0;
+        if (tj >= 0 && tj < valid) r[tj] -= w * (1.0f - eps);
+    }
+}
+
 static void embedding_rows(const cb_kernels *k, float *out, const int *ids, const float *table,
                            int v0, int Vl, int N, int C) {
     (void)k;
@@ -618,6 +662,15 @@ static void fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key,
     (void)k;
 #pragma omp parallel for schedule(static) if (n > 4096)
     for (size_t i = 0; i < n; i++) out[i] = sd != 0.0f ? sd * cb_rng_normal_at(key, e0 + i) : value;
+}
+
+static void fill_sinusoid(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C) {
+    (void)k;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t e = e0 + i, t = e / (uint64_t)C, j = e % (uint64_t)C;
+        double a = (double)t / pow(10000.0, (double)(j - j % 2) / C);
+        out[i] = (float)(j % 2 ? cos(a) : sin(a));
+    }
 }
 
 /* Each thread sums a fixed static range; the partials are added in thread
@@ -762,6 +815,9 @@ static const cb_kernels cpu = {
     .crossentropy_exp = crossentropy_exp,
     .crossentropy_normalize = crossentropy_normalize,
     .crossentropy_backward_cols = crossentropy_backward_cols,
+    .crossentropy_smooth_stats = crossentropy_smooth_stats,
+    .crossentropy_smooth_loss = crossentropy_smooth_loss,
+    .crossentropy_smooth_backward = crossentropy_smooth_backward,
     .embedding_rows = embedding_rows,
     .embedding_rows_backward = embedding_rows_backward,
     .position_add = position_add,
@@ -769,6 +825,7 @@ static const cb_kernels cpu = {
     .bias_add = bias_add,
     .bias_backward = bias_backward_k,
     .fill_normal = fill_normal,
+    .fill_sinusoid = fill_sinusoid,
     .sum = sum_ordered,
     .sumsq = sumsq,
     .scale = scale,

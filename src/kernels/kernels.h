@@ -145,6 +145,23 @@ struct cb_kernels {
     /* probs (N,V) of columns v0.. replaced by dloss (p - onehot(targets - v0)) */
     void (*crossentropy_backward_cols)(const cb_kernels *k, float *probs, const int *targets,
                                        int v0, float dloss, int N, int V);
+    /* Label smoothing eps and ignored targets (cb_layer_set_loss) over a
+     * vocabulary of Vtot ids, row i weighted w_i = 0 where targets[i] ==
+     * ignore (ignore < 0: none), else scale. st (N,2) = [sum of the row's
+     * valid logits, the target's logit (targets[i] - v0 in [0, valid)) or
+     * 0], from the logits before crossentropy_exp overwrites them */
+    void (*crossentropy_smooth_stats)(const cb_kernels *k, float *st, const float *logits,
+                                      const int *targets, int v0, int N, int V, int valid);
+    /* losses (N) <- w_i (losses_i + eps (target logit - mean logit)), from
+     * the full row sums in st: (1 - eps) nll + eps mean_v(-log p_v) */
+    void (*crossentropy_smooth_loss)(const cb_kernels *k, float *losses, const float *st,
+                                     const int *targets, float eps, int Vtot, int ignore,
+                                     float scale, int N);
+    /* probs (N,V) of columns v0.. <- w_i dloss (p - (1 - eps) onehot - eps / Vtot) on the
+     * valid columns, 0 on padding */
+    void (*crossentropy_smooth_backward)(const cb_kernels *k, float *probs, const int *targets,
+                                         int v0, float dloss, float eps, int Vtot, int ignore,
+                                         float scale, int N, int V, int valid);
     /* out (N,C) = table[ids - v0] for ids in [v0, v0 + Vl), else 0 */
     void (*embedding_rows)(const cb_kernels *k, float *out, const int *ids, const float *table,
                            int v0, int Vl, int N, int C);
@@ -166,6 +183,10 @@ struct cb_kernels {
      * a run of a generated tensor (initial weights), the same on any thread count */
     void (*fill_normal)(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
                         float sd, float value);
+    /* out (n) = elements e0 .. e0 + n of the sinusoidal position table (T,C)
+     * of Vaswani et al.: element e = t C + j is sin(t / 10000^(2i/C)) for
+     * j = 2i, cos of the same for j = 2i + 1 (computed in double) */
+    void (*fill_sinusoid)(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C);
     /* sum of x (n) in double, in index order: the same on every run and rank */
     double (*sum)(const cb_kernels *k, const float *x, size_t n);
     /* sum of squares, in double, reproducible for a fixed thread count */

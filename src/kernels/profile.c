@@ -231,6 +231,24 @@ static void p_crossentropy_backward_cols(const cb_kernels *k, float *probs, cons
     TIMED(PROF_LOSS, crossentropy_backward_cols, probs, targets, v0, dloss, N, V);
 }
 
+static void p_crossentropy_smooth_stats(const cb_kernels *k, float *st, const float *logits,
+                                        const int *targets, int v0, int N, int V, int valid) {
+    TIMED(PROF_LOSS, crossentropy_smooth_stats, st, logits, targets, v0, N, V, valid);
+}
+
+static void p_crossentropy_smooth_loss(const cb_kernels *k, float *losses, const float *st,
+                                       const int *targets, float eps, int Vtot, int ignore,
+                                       float scale, int N) {
+    TIMED(PROF_LOSS, crossentropy_smooth_loss, losses, st, targets, eps, Vtot, ignore, scale, N);
+}
+
+static void p_crossentropy_smooth_backward(const cb_kernels *k, float *probs, const int *targets,
+                                           int v0, float dloss, float eps, int Vtot, int ignore,
+                                           float scale, int N, int V, int valid) {
+    TIMED(PROF_LOSS, crossentropy_smooth_backward, probs, targets, v0, dloss, eps, Vtot, ignore,
+          scale, N, V, valid);
+}
+
 static void p_embedding_rows(const cb_kernels *k, float *out, const int *ids, const float *table,
                              int v0, int Vl, int N, int C) {
     TIMED(PROF_ELEMENTWISE, embedding_rows, out, ids, table, v0, Vl, N, C);
@@ -269,6 +287,10 @@ static double p_sum(const cb_kernels *k, const float *x, size_t n) {
 static void p_fill_normal(const cb_kernels *k, float *out, size_t n, uint64_t key, uint64_t e0,
                           float sd, float value) {
     TIMED(PROF_OPTIMIZER, fill_normal, out, n, key, e0, sd, value);
+}
+
+static void p_fill_sinusoid(const cb_kernels *k, float *out, size_t n, uint64_t e0, int C) {
+    TIMED(PROF_OPTIMIZER, fill_sinusoid, out, n, e0, C);
 }
 
 void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
@@ -314,6 +336,9 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .crossentropy_exp = p_crossentropy_exp,
         .crossentropy_normalize = p_crossentropy_normalize,
         .crossentropy_backward_cols = p_crossentropy_backward_cols,
+        .crossentropy_smooth_stats = p_crossentropy_smooth_stats,
+        .crossentropy_smooth_loss = p_crossentropy_smooth_loss,
+        .crossentropy_smooth_backward = p_crossentropy_smooth_backward,
         .embedding_rows = p_embedding_rows,
         .embedding_rows_backward = p_embedding_rows_backward,
         .position_add = p_position_add,
@@ -321,6 +346,7 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .bias_add = p_bias_add,
         .bias_backward = p_bias_backward,
         .fill_normal = p_fill_normal,
+        .fill_sinusoid = p_fill_sinusoid,
         .sum = p_sum,
     };
 }

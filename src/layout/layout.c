@@ -48,14 +48,22 @@ void cb_shard_place(const cb_shard *s, const float *local, float *full) {
     });
 }
 
+/* Elements e0 .. e0 + n of the whole tensor (C columns) */
+static void fill_run(const cb_kernels *k, float *o, size_t n, uint64_t key, uint64_t e0, float sd,
+                     float value, int sinusoid, int64_t C) {
+    if (sinusoid) k->fill_sinusoid(k, o, n, e0, (int)C);
+    else k->fill_normal(k, o, n, key, e0, sd, value);
+}
+
 /* Runs of the shard through the CPU kernel (initial values are made on the
  * host); a whole unpadded tensor is one run. */
-void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local) {
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, int sinusoid,
+                       float *local) {
     const cb_kernels *k = cb_kernels_cpu();
     size_t w = cb_shard_cols(s);
     if (s->nseg == 1 && s->col0[0] == 0 && s->ncol[0] == s->C && s->row0 + s->nrows <= s->R) {
-        k->fill_normal(k, local, (size_t)s->nrows * w, key, (uint64_t)s->row0 * (uint64_t)s->C, sd,
-                       value);
+        fill_run(k, local, (size_t)s->nrows * w, key, (uint64_t)s->row0 * (uint64_t)s->C, sd, value,
+                 sinusoid, s->C);
         return;
     }
     for (int64_t r = 0; r < s->nrows; r++) {
@@ -64,7 +72,7 @@ void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, f
         for (int g = 0; g < s->nseg; g++) {
             uint64_t e0 = (uint64_t)row * (uint64_t)s->C + (uint64_t)s->col0[g];
             if (row >= s->R) memset(o, 0, sizeof(float) * (size_t)s->ncol[g]);
-            else k->fill_normal(k, o, (size_t)s->ncol[g], key, e0, sd, value);
+            else fill_run(k, o, (size_t)s->ncol[g], key, e0, sd, value, sinusoid, s->C);
             o += s->ncol[g];
         }
     }

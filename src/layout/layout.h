@@ -78,8 +78,10 @@ void cb_shard_extract(const cb_shard *s, const float *full, float *local);
 void cb_shard_place(const cb_shard *s, const float *local, float *full);
 /* local <- this shard of a generated tensor: element (row, col) of the full
  * tensor is sd x cb_rng_normal_at(key, row * C + col), or `value` when sd is
- * 0; padding rows zero. Costs the shard, never the full tensor. */
-void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, float *local);
+ * 0, or with sinusoid the sinusoidal position table's (fill_sinusoid);
+ * padding rows zero. Costs the shard, never the full tensor. */
+void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, int sinusoid,
+                       float *local);
 
 /* Parameter state handed to the operators: local shards (the model owns the
  * memory) and their gradients. */
@@ -97,6 +99,11 @@ typedef struct cb_norm {
 typedef struct cb_embed {
     int V, C, T;         /* true vocabulary; wte rows may be padded */
     float *wte, *wpe, *dwte, *dwpe;
+    /* the head's loss (cb_layer_set_loss): label smoothing, and targets
+     * equal to `ignore` left out when has_ignore; loss_scale (set by the
+     * engine each step) = rows / rows with a real target, over the step */
+    float smooth, loss_scale;
+    int ignore, has_ignore;
     /* the head's optional decoder bias [V] (BERT's MLM head), whole on
      * every tensor rank, and its gradient, which the head sums over the
      * tensor group; NULL: none */
@@ -293,20 +300,34 @@ void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot,
 void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl);
 /* Vocabulary-parallel cross-entropy over the ranks of `vocab`: logits
  * (N, Vl) hold columns v0.. of the padded vocabulary (true size V) and are
- * replaced by the probabilities; losses (N); targets (N) NULL for none;
- * a negative target is ignored (loss 0, probabilities row 0: no gradient).
- * bias (NULL: none) is e->bias, whole: its entries v0.. are added first.
- * Returns the sum of the N losses in row order. */
-double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, const float *bias,
-                           float *logits, float *losses, const int *targets, int N, int Vl,
-                           int v0, int V);
-/* probs (N, Vl) -> dlogits = (p - onehot) dl; with e->dbias, the column
- * sums of every rank summed over the tensor group into it (slot: V_pad
- * floats, Vl times the ranks along the vocabulary, free at this point) */
-void cb_vocab_ce_backward(cb_layout *L, int slot, const cb_embed *e, float *probs,
-                          const int *targets, int v0, float dl, int N, int Vl, int Vpad);
-/* Vpad: the padded vocabulary (0: no bias gradient to gather) */
-void cb_vocab_ce_reserve(cb_layout *L, int slot, int N, int Vpad);
+ * replaced by the probabilities; losses (N); targets (N) NULL for none.
+ * Returns the sum of the N losses in row order. vocab NULL: no reduction
+ * (one rank holds every column). */
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
+                           const int *targets, int N, int Vl, int v0, int V);
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N);
+/* The head's loss on those logits: the cross-entropy above, or with e's
+ * label smoothing or ignored targets the smoothed, weighted losses (their
+ * row sums and target logits reduced over `vocab` first: one all-reduce of
+ * 2N floats more); returns the losses' sum. vocab NULL: one rank holds the
+ * whole vocabulary (Vl columns from v0 = 0). The backward leaves dlogits
+ * in place (dloss scales each row). cb_vocab_loss_reserve plans slot. */
+int cb_loss_plain(const cb_embed *e);
+double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_embed *e,
+                             float *logits, float *losses, const int *targets, int N, int Vl,
+                             int v0);
+void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
+                            int v0, float dloss, int N, int Vl);
+void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e);
+/* The head's decoder bias (e->bias, NULL: none): add its entries v0..
+ * (below the true vocabulary) to the local logits (N, Vl) */
+void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0);
+/* e->dbias (NULL: nothing) += the column sums of dlogits (N, Vl) of every
+ * rank, summed over the tensor group (slot: Vpad floats, the padded
+ * vocabulary; free at this point; cb_vocab_bias_reserve) */
+void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
+                            int v0, int N, int Vl, int Vpad);
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad);
 
 /* Attention in every layout: the kernel on this rank's sequences and
  * heads (no communication), and the floats of its probabilities. */

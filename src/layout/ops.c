@@ -48,45 +48,89 @@ void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl) {
     cb_layout_reserve(L, slot2, 2 * sizeof(float) * (size_t)Cl);
 }
 
+/* Columns of [v0, v0 + Vl) below the true vocabulary V */
+static int valid_cols(int V, int v0, int Vl) { return V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0; }
+
 /* MAX of the row maxima, then SUM of (exp-sum, target logit): two
  * all-reduces of N and 2N floats; padded columns get probability 0. */
-double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, const float *bias,
-                           float *logits, float *losses, const int *targets, int N, int Vl,
-                           int v0, int V) {
-    int valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
-    if (bias && valid == Vl) L->k->bias_add(L->k, logits, bias + v0, N, Vl);
-    else if (bias) /* the last block: the bias stops at the true vocabulary */
-        for (int i = 0; i < N; i++) L->k->bias_add(L->k, logits + (size_t)i * Vl, bias + v0, 1, valid);
+double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits, float *losses,
+                           const int *targets, int N, int Vl, int v0, int V) {
+    int valid = valid_cols(V, v0, Vl);
     float *mx = cb_layout_scratch(L, slot, 3 * sizeof(float) * (size_t)N), *st = mx + N;
     L->k->crossentropy_max(L->k, mx, logits, N, Vl, valid);
-    cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
     L->k->crossentropy_exp(L->k, st, logits, mx, targets, v0, N, Vl, valid);
-    cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
     double sum = L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
     int ignored = 0;
     for (int i = 0; targets && i < N; i++)
-        if (targets[i] < 0) { /* not a masked position: no loss, no gradient */
+        if (targets[i] < 0) { /* the MLM's unmasked positions: no loss, no gradient */
             losses[i] = 0.0f, ignored = 1;
             memset(logits + (size_t)i * Vl, 0, sizeof(float) * (size_t)Vl);
         }
     return ignored ? L->k->sum(L->k, losses, (size_t)N) : sum;
 }
 
-void cb_vocab_ce_backward(cb_layout *L, int slot, const cb_embed *e, float *probs,
-                          const int *targets, int v0, float dl, int N, int Vl, int Vpad) {
-    L->k->crossentropy_backward_cols(L->k, probs, targets, v0, dl, N, Vl);
+void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0) {
+    int valid = valid_cols(e->V, v0, Vl);
+    if (!e->bias) return;
+    if (valid == Vl) L->k->bias_add(L->k, logits, e->bias + v0, N, Vl);
+    else /* the last block: the bias stops at the true vocabulary */
+        for (int i = 0; i < N && valid > 0; i++)
+            L->k->bias_add(L->k, logits + (size_t)i * Vl, e->bias + v0, 1, valid);
+}
+
+void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
+                            int v0, int N, int Vl, int Vpad) {
     if (!e->dbias) return;
+    if (!L->grid || L->tp == 1) {
+        L->k->bias_backward(L->k, e->dbias, dlogits, N, e->V);
+        return;
+    }
     /* each rank's columns in place in a zeroed whole vector: the sum over
      * the group adds the token blocks and joins the vocabulary blocks */
     float *g = cb_layout_zeroed(L, slot, sizeof(float) * (size_t)Vpad);
-    L->k->bias_backward(L->k, g + v0, probs, N, Vl);
+    L->k->bias_backward(L->k, g + v0, dlogits, N, Vl);
     cb_comm_allreduce(&L->grid->tpg, "head.bwd", NULL, g, (size_t)Vpad, CB_COMM_SUM);
     L->k->residual_forward(L->k, e->dbias, e->dbias, g, (size_t)e->V);
 }
 
-void cb_vocab_ce_reserve(cb_layout *L, int slot, int N, int Vpad) {
-    size_t ce = 3 * sizeof(float) * (size_t)N, b = sizeof(float) * (size_t)Vpad;
-    cb_layout_reserve(L, slot, ce > b ? ce : b);
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad) {
+    cb_layout_reserve(L, slot, sizeof(float) * (size_t)Vpad);
+}
+
+void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {
+    cb_layout_reserve(L, slot, 3 * sizeof(float) * (size_t)N);
+}
+
+int cb_loss_plain(const cb_embed *e) { return e->smooth == 0.0f && !e->has_ignore; }
+
+/* The smoothing statistics sit after the cross-entropy's 3N floats of the
+ * same slot, taken before it overwrites the logits. */
+double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_embed *e,
+                             float *logits, float *losses, const int *targets, int N, int Vl,
+                             int v0) {
+    if (!targets || cb_loss_plain(e))
+        return cb_vocab_ce_forward(L, vocab, slot, logits, losses, targets, N, Vl, v0, e->V);
+    float *st = (float *)cb_layout_scratch(L, slot, 5 * sizeof(float) * (size_t)N) + 3 * (size_t)N;
+    L->k->crossentropy_smooth_stats(L->k, st, logits, targets, v0, N, Vl, valid_cols(e->V, v0, Vl));
+    if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
+    cb_vocab_ce_forward(L, vocab, slot, logits, losses, targets, N, Vl, v0, e->V);
+    L->k->crossentropy_smooth_loss(L->k, losses, st, targets, e->smooth, e->V,
+                                   e->has_ignore ? e->ignore : -1, e->loss_scale, N);
+    return L->k->sum(L->k, losses, (size_t)N);
+}
+
+void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
+                            int v0, float dloss, int N, int Vl) {
+    if (cb_loss_plain(e)) L->k->crossentropy_backward_cols(L->k, logits, targets, v0, dloss, N, Vl);
+    else L->k->crossentropy_smooth_backward(L->k, logits, targets, v0, dloss, e->smooth, e->V,
+                                            e->has_ignore ? e->ignore : -1, e->loss_scale, N, Vl,
+                                            valid_cols(e->V, v0, Vl));
+}
+
+void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e) {
+    cb_layout_reserve(L, slot, (cb_loss_plain(e) ? 3 : 5) * sizeof(float) * (size_t)N);
 }
 
 /* Attention needs no communication in any layout: a rank's parity-1

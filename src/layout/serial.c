@@ -64,11 +64,17 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
 }
 
+enum { S_LOSS }; /* label smoothing's statistics (ops.c) */
+
+/* A smoothed or weighted loss takes the split operator's path with no
+ * reduction; the plain one the whole-row kernel, as before. */
 static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N) {
     float *losses = logits + (size_t)N * e->V;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
-    if (e->bias) L->k->bias_add(L->k, logits, e->bias, N, e->V);
+    cb_vocab_bias_add(L, e, logits, N, e->V, 0);
+    if (targets && !cb_loss_plain(e))
+        return (float)(cb_vocab_loss_forward(L, NULL, S_LOSS, e, logits, losses, targets, N, e->V, 0) / N);
     L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
     if (!targets) return 0.0f;
     return (float)(L->k->sum(L->k, losses, (size_t)N) / N);
@@ -76,9 +82,14 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
-    L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
-    if (e->dbias) L->k->bias_backward(L->k, e->dbias, logits, N, e->V);
+    if (cb_loss_plain(e)) L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
+    else cb_vocab_loss_backward(L, e, logits, targets, 0, dloss / N, N, e->V);
+    cb_vocab_bias_backward(L, 0, e, logits, 0, N, e->V, e->V);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
+}
+
+static void plan(cb_layout *L, const cb_layout_use *u) {
+    if (u->op == CB_OP_HEAD && !cb_loss_plain(u->emb)) cb_vocab_loss_reserve(L, S_LOSS, u->B * u->T, u->emb);
 }
 
 static void layout_free(cb_layout *L) { free(L); }
@@ -102,6 +113,7 @@ static const cb_layout_ops OPS = {
     .attention_backward = cb_split_attention_backward,
     .head_forward = head_forward,
     .head_backward = head_backward,
+    .plan = plan,
     .free = layout_free,
 };
 

@@ -128,7 +128,7 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
 static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx) {
     int C = e->C, Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    L->k->position_backward(L->k, e->dwpe, dx, 0, T, B * T, C);
+    if (e->dwpe) L->k->position_backward(L->k, e->dwpe, dx, 0, T, B * T, C);
     L->k->embedding_rows_backward(L->k, e->dwte, dx, ids, v0, Vl, B * T, C);
 }
 
@@ -188,8 +188,9 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
                           float *logits, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, Vl);
-    double total = cb_vocab_ce_forward(L, group(L), S_CE, e->bias, logits, logits + (size_t)N * Vl,
-                                       targets, N, Vl, v0, e->V);
+    cb_vocab_bias_add(L, e, logits, N, Vl, v0);
+    double total = cb_vocab_loss_forward(L, group(L), S_CE, e, logits, logits + (size_t)N * Vl,
+                                         targets, N, Vl, v0);
     return targets ? (float)(total / N) : 0.0f;
 }
 
@@ -198,7 +199,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
-    cb_vocab_ce_backward(L, S_CE, e, logits, targets, v0, dloss / N, N, Vl, Vl * L->tp);
+    cb_vocab_loss_backward(L, e, logits, targets, v0, dloss / N, N, Vl);
+    cb_vocab_bias_backward(L, S_CE, e, logits, v0, N, Vl, Vl * L->tp);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
     cb_comm_allreduce(group(L), "head.bwd", NULL, dx, (size_t)N * e->C, CB_COMM_SUM);
 }
@@ -207,7 +209,8 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
     int N = u->B * u->T;
     if (u->op == CB_OP_NORM && u->norm->parity)
         cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
-    if (u->op == CB_OP_HEAD) cb_vocab_ce_reserve(L, S_CE, N, u->bias ? vocab_local(L, u->emb->V) * L->tp : 0);
+    if (u->op == CB_OP_HEAD) cb_vocab_loss_reserve(L, S_CE, N, u->emb);
+    if (u->op == CB_OP_HEAD && u->bias) cb_vocab_bias_reserve(L, S_CE, vocab_local(L, u->emb->V) * L->tp);
 }
 
 static void layout_free(cb_layout *L) { free(L); }

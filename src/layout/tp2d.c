@@ -259,6 +259,7 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     transpose_swap(L, "embed.bwd", dx, full + (size_t)c * n * cq, (size_t)n * cq);
     cb_comm_allgather(rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
     L->k->embedding_rows_backward(L->k, e->dwte, full, ids, c * Vq, Vq, N, cq);
+    if (!e->dwpe) return; /* fixed positions */
     int tq = (e->T + q - 1) / q;
     float *dpe = cb_layout_zeroed(L, S_T2, sizeof(float) * tq * q * cq);
     L->k->position_backward(L->k, dpe, dx, r * n, T, n, cq);
@@ -347,8 +348,9 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
         mmt_rows(L, t ? tmp : logits, xt, wt, n, cq, Vq, pend);
         if (t) L->k->residual_forward(L->k, logits, logits, tmp, (size_t)n * Vq);
     }
-    double sum = cb_vocab_ce_forward(L, rowg(L), S_T2, e->bias, logits, losses,
-                                     targets ? targets + (size_t)r * n : NULL, n, Vq, v0, e->V);
+    cb_vocab_bias_add(L, e, logits, n, Vq, v0);
+    double sum = cb_vocab_loss_forward(L, rowg(L), S_T2, e, logits, losses,
+                                       targets ? targets + (size_t)r * n : NULL, n, Vq, v0);
     if (!targets) return 0.0f;
     cb_comm_allreduce_f64(colg(L), "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
     return (float)(sum / N);
@@ -361,7 +363,8 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
     int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
-    cb_vocab_ce_backward(L, S_T2, e, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq, Vq * q);
+    cb_vocab_loss_backward(L, e, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq);
+    cb_vocab_bias_backward(L, S_T2, e, logits, v0, n, Vq, Vq * q);
     float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
     bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0);
     bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0);
@@ -422,7 +425,8 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
     } else if (u->op == CB_OP_HEAD) {
         size_t cq = u->emb->C / q, Vq = vpad(L, u->emb->V) / q;
         reserve_summa(L, n, cq, Vq);
-        cb_vocab_ce_reserve(L, S_T2, (int)n, u->bias ? (int)(Vq * q) : 0);
+        cb_vocab_loss_reserve(L, S_T2, (int)n, u->emb);
+        if (u->bias) cb_vocab_bias_reserve(L, S_T2, (int)(Vq * q));
     } else if (u->op == CB_OP_EMBED) {
         size_t cq = u->emb->C / q, tq = (u->emb->T + q - 1) / q;
         reserve(L, S_T1, N * cq);

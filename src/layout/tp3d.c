@@ -481,12 +481,14 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     cb_comm_req rq[2];
     cb_comm_ireduce_scatter(&g->weight, "embed.bwd", dwh, dwl, v.vr * v.c, &rq[0]);
     size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
-    float *dpe = zeroed(L, S_RED, tr * q * q * v.c);
-    L->k->position_backward(L->k, dpe, dx, (int)t0, T, (int)nb, (int)v.c);
-    cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
-    cb_comm_waitall(rq, 2);
+    float *dpe = e->dwpe ? zeroed(L, S_RED, tr * q * q * v.c) : NULL; /* NULL: fixed positions */
+    if (dpe) {
+        L->k->position_backward(L->k, dpe, dx, (int)t0, T, (int)nb, (int)v.c);
+        cb_comm_ireduce_scatter(&g->in_w, "embed.bwd", NULL, dpe, tr * v.c, &rq[1]);
+    }
+    cb_comm_waitall(rq, dpe ? 2 : 1);
     add(L, e->dwte, dwl, v.vr * v.c);
-    add(L, e->dwpe, dpe, tr * v.c);
+    if (dpe) add(L, e->dwpe, dpe, tr * v.c);
 }
 
 /* ------------------------------------------------------------ LM head */
@@ -509,9 +511,10 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     float *z = scratch(L, S_Z, nh * v.vb);
     L->k->head_forward(L->k, z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
     cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
+    cb_vocab_bias_add(L, e, logits, (int)nb, (int)v.vb, (int)v.v0);
     const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
-    double sum = cb_vocab_ce_forward(L, &g->input, S_RED, e->bias, logits, logits + nb * v.vb, tg, (int)nb,
-                                     (int)v.vb, (int)v.v0, e->V); /* vocabulary split along INPUT */
+    double sum = cb_vocab_loss_forward(L, &g->input, S_RED, e, logits, logits + nb * v.vb, tg, (int)nb,
+                                       (int)v.vb, (int)v.v0); /* vocabulary split along INPUT */
     if (!targets) return 0.0f;
     cb_comm_allreduce_f64(&g->out_w, "head.fwd", NULL, &sum, 1, CB_COMM_SUM);
     return (float)(sum / N);
@@ -538,8 +541,9 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                            v.vr * v.c, &rw);
     float dl = dloss / N;
     const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
-    cb_vocab_ce_backward(L, S_RED, e, logits, tg, (int)v.v0, dl, (int)nb, (int)v.vb,
-                         (int)vocab_pad(L, e->V));
+    cb_vocab_loss_backward(L, e, logits, tg, (int)v.v0, dl, (int)nb, (int)v.vb);
+    cb_vocab_bias_backward(L, S_RED, e, logits, (int)v.v0, (int)nb, (int)v.vb,
+                           (int)vocab_pad(L, e->V));
     float *dzh = scratch(L, S_DYH, nh * v.vb);
     cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
@@ -599,7 +603,8 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         vocab v = vocab_of(L, u->emb->V, u->emb->C);
         if (u->op == CB_OP_HEAD)
             plan_product(L, &P->head, nh, v.c, v.vb, v.vr * v.c, u->inflight);
-        cb_vocab_ce_reserve(L, S_RED, (int)nb, u->bias ? (int)vocab_pad(L, u->emb->V) : 0);
+        cb_vocab_loss_reserve(L, S_RED, (int)nb, u->emb);
+        if (u->bias) cb_vocab_bias_reserve(L, S_RED, (int)vocab_pad(L, u->emb->V));
         reserve(L, S_WH, v.vb * v.c), reserve(L, S_Z, nh * v.c), reserve(L, S_DYH, nh * v.c);
         reserve(L, S_DWH, v.vb * v.c), reserve(L, S_DW, v.vr * v.c);
         reserve(L, S_RED, pos_rows(L, u->emb->T) * q * q * v.c);

@@ -169,5 +169,5 @@ void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd,
     cb_shard sh = cb_ptable_shard(p, i, p->L->tp_rank);
     uint64_t key = cb_rng_key(seed, p->t[i].name);
     cb_shard_generate(&sh, init == CB_INIT_ONE, key, init == CB_INIT_NORMAL ? sd : 0.0f,
-                      block + p->t[i].offset);
+                      init == CB_INIT_SINUSOID, block + p->t[i].offset);
 }

@@ -43,7 +43,8 @@ int cb_ptable_load(const cb_ptable *p, float *block, const char *prefix, const c
  * CB_INIT_NORMAL: sd x N(0, 1) drawn per global element by the
  * counter-based generator keyed by (seed, the tensor's name)
  * (util/rng.h), so every layout and pipeline stage holds the serial
- * model's values and no rank ever holds a full tensor. */
-enum { CB_INIT_ZERO, CB_INIT_ONE, CB_INIT_NORMAL };
+ * model's values and no rank ever holds a full tensor. CB_INIT_SINUSOID:
+ * the sinusoidal position table (T rows of C). */
+enum { CB_INIT_ZERO, CB_INIT_ONE, CB_INIT_NORMAL, CB_INIT_SINUSOID };
 void cb_ptable_init(const cb_ptable *p, float *block, int i, int init, float sd, uint64_t seed);
 #endif

@@ -68,11 +68,12 @@ static int check_ranges(const cb_train_opts *o, cb_err *e) {
 
 /* Flags that only mean something together. */
 static int check_combinations(const cb_train_opts *o, cb_err *e) {
-    if (o->eval_every > 0 && !o->val_data)
+    int own = o->family && o->family->own_eval; /* evaluates on its own data */
+    if (!own && o->eval_every > 0 && !o->val_data)
         return cb_fail(e, CB_EINPUT, "--eval-every %d needs --val-data FILE (a validation token "
                                      "file, e.g. from `cubist prepare --val-output`)",
                        o->eval_every);
-    if (o->val_data && o->eval_every == 0)
+    if (!own && o->val_data && o->eval_every == 0)
         return cb_fail(e, CB_EINPUT, "--val-data %s is only read with --eval-every N; add "
                                      "--eval-every N (validation every N steps) or drop --val-data",
                        o->val_data);

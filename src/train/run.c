@@ -25,50 +25,6 @@
 
 char *openblas_get_corename(void);
 
-static const char *const FIELD_FLAGS[5] = {"--layers", "--d-model", "--heads", "--seq-len",
-                                           "--vocab"};
-
-/* A flag given by the user (non-zero) must agree with the checkpoint. */
-static int merge_field(int *dst, int file_val, const char *flag, const char *path, cb_err *e) {
-    if (*dst && *dst != file_val)
-        return cb_fail(e, CB_EINPUT, "%s %d differs from %s, which has %d; drop the flag", flag,
-                       *dst, path, file_val);
-    *dst = file_val;
-    return CB_OK;
-}
-
-/* Fills the model config from --init/--resume or defaults; the training
- * sequence length T must fit the model's context. */
-static int resolve_config(cb_train_opts *o, cb_err *e) {
-    const char *ck = o->resume ? o->resume : o->init;
-    cb_gpt_config *c = &o->model;
-    if (ck) {
-        cb_gpt_config f = {.n_head = c->n_head};
-        int rc = cb_gpt_config_from_file(ck, &f, e);
-        int *dst[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
-        int src[5] = {f.n_layer, f.d_model, f.n_head, f.seq_len, f.vocab};
-        for (int i = 0; !rc && i < 5; i++) {
-            if (i == 3) continue;
-            rc = merge_field(dst[i], src[i], FIELD_FLAGS[i], ck, e);
-        }
-        if (rc) return rc;
-        if (c->seq_len > f.seq_len)
-            return cb_fail(e, CB_EINPUT,
-                           "--seq-len %d is over the context of %s (%d); use --seq-len %d or less",
-                           c->seq_len, ck, f.seq_len, f.seq_len);
-        o->T = c->seq_len ? c->seq_len : f.seq_len;
-        c->seq_len = f.seq_len;
-        return CB_OK;
-    }
-    if (!c->n_layer) c->n_layer = 4;
-    if (!c->d_model) c->d_model = 128;
-    if (!c->n_head) c->n_head = 4;
-    if (!c->seq_len) c->seq_len = 64;
-    if (!c->vocab) c->vocab = 256;
-    o->T = c->seq_len;
-    return cb_gpt_config_check(c, e);
-}
-
 static int check_opts(const cb_train_opts *o, cb_err *e) {
     return cb_train_check_flags(o, e);
 }
@@ -83,6 +39,7 @@ typedef struct run_state {
     const cb_train_sink *sink; /* world rank 0: where the records go; NULL elsewhere */
     double peak, flops_per_token, t_start;
     long tokens;
+    int row_tokens;         /* tokens per row (the task's) */
     int first_step;
     cb_grid *grid;          /* NULL without MPI */
     int rank;               /* world rank: only 0 prints and writes */
@@ -141,8 +98,9 @@ static int export_dtype(cb_comm *w, const cb_train_opts *o, const char *path, in
 /* One step's record to the sink (world rank 0); its failure is kept in
  * r->log_err, agreed after the step. pp: the pipeline's fields. */
 static void report(const cb_train_opts *o, int step, run_state *r, const cb_step_stats *st,
-                   float val_loss, const char *pp, const char *warning) {
-    long step_tokens = (long)o->B * o->T * o->accum;
+                   float val_loss, const cb_train_metric *mt, int nmt, const char *pp,
+                   const char *warning) {
+    long step_tokens = (long)o->B * r->row_tokens * o->accum;
     r->tokens += step_tokens;
     if (!r->sink) return;
     double tps = step_tokens / (st->step_ms / 1e3);
@@ -152,8 +110,8 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
                            .mfu = tps * r->flops_per_token / (r->peak * 1e9),
                            .elapsed_s = omp_get_wtime() - r->t_start,
                            .peak_rss_bytes = peak_rss_bytes(), .opt_state_bytes = r->opt_bytes,
-                           .val_loss = val_loss, .comm_fields = comm ? comm : "", .pp_fields = pp,
-                           .warning = warning};
+                           .val_loss = val_loss, .metrics = mt, .nmetrics = nmt,
+                           .comm_fields = comm ? comm : "", .pp_fields = pp, .warning = warning};
     cb_err e = {0};
     if (r->sink->step(r->sink->ctx, &rec, &e) && !r->log_err.code) r->log_err = e;
     free(comm);
@@ -161,37 +119,32 @@ static void report(const cb_train_opts *o, int step, run_state *r, const cb_step
 
 /* ------------------------------------------------------------ the trainer */
 
-/* cubist train's GPT as a graph (cb_model_declare_gpt) on the engine that
- * runs every model: a step is M micro-batches of --batch B sequences, read
- * from the loader in order, this data-parallel rank's rows of each. */
+/* A task's model (cb_train_task: GPT, NCF, BERT...) as a graph on the
+ * engine that runs every model: a step is M micro-batches of --batch B
+ * rows from the task, this data-parallel rank's rows of each. */
 typedef struct trainer {
     const cb_train_opts *o;
+    const cb_train_task *task;
     cb_dist d;
     cb_model *m;
-    cb_loader ld;
     int step;        /* steps done */
     uint64_t tokens; /* since step 0, every rank and micro-batch */
-    int *ids, *targets; /* M x rows x T */
+    int *ids, *targets; /* M x rows x the task's row_ids, row_targets */
     int rows, r0;    /* this rank's rows [r0, r0 + rows) of each micro-batch */
     int exit_rank, exit_step; /* test only: CUBIST_TEST_EXIT_RANK/_STEP */
     cb_err dump_err; /* world rank 0: --dump-grads failed (a warning in the step's record) */
 } trainer;
 
-/* The config (n_layer...) travels in every file's metadata, then extra. */
+/* The task's config (n_layer...) travels in every file's metadata, then
+ * extra. */
+enum { TASK_NMETA = 16 };
 static int save_file(trainer *t, int nb, const float *const *blocks, const char *const *prefix,
                      const char *path, const char *const *extra, int nextra, cb_err *e) {
-    const cb_gpt_config *c = &t->o->model;
-    int v[5] = {c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab};
-    char text[5][24];
-    const char *meta[2 * (6 + CB_STATE_NMETA)];
-    for (int i = 0; i < 5; i++) {
-        snprintf(text[i], sizeof text[i], "%d", v[i]);
-        meta[2 * i] = cb_gpt_config_keys[i];
-        meta[2 * i + 1] = text[i];
-    }
-    meta[10] = "format", meta[11] = "pt";
-    for (int i = 0; i < 2 * nextra; i++) meta[12 + i] = extra[i];
-    return cb_graph_save_blocks(t->m, nb, blocks, prefix, path, meta, 6 + nextra, e);
+    char text[TASK_NMETA][24];
+    const char *meta[2 * (TASK_NMETA + CB_STATE_NMETA)];
+    int k = t->task->meta(t->task->ctx, meta, text, TASK_NMETA);
+    for (int i = 0; i < 2 * nextra; i++) meta[2 * k + i] = extra[i];
+    return cb_graph_save_blocks(t->m, nb, blocks, prefix, path, meta, k + nextra, e);
 }
 
 /* path: the weights and the checkpoint id; path.state: the AdamW moments
@@ -200,7 +153,7 @@ static int save_file(trainer *t, int nb, const float *const *blocks, const char 
 static int trainer_save(trainer *t, const char *path, cb_err *e) {
     cb_state_text text;
     const char *meta[2 * CB_STATE_NMETA];
-    cb_state_meta(&text, meta, t->step, t->m->opt.t, &t->ld, t->tokens);
+    cb_state_meta(&text, meta, t->step, t->m->opt.t, t->task->ld, t->tokens);
     int oom;
     float *full = cb_graph_full_moments(t->m, &oom);
     e->code = CB_OK;
@@ -228,7 +181,7 @@ static int trainer_resume(trainer *t, const char *path, cb_err *e) {
     rc = cb_st_open(sp, &f, e);
     if (!rc) {
         rc = cb_state_check_pair(path, &f, sp, e);
-        if (!rc) rc = cb_state_read(&f, sp, &t->step, &at, &t->ld, &t->tokens, e);
+        if (!rc) rc = cb_state_read(&f, sp, &t->step, &at, t->task->ld, &t->tokens, e);
         if (!rc) rc = cb_graph_load_moments(t->m, &f, sp, e);
         cb_st_close(&f);
     }
@@ -251,12 +204,10 @@ static void on_grads(cb_model *m, int step, void *ctx) {
         t->dump_err = e;
 }
 
-/* One optimizer step on the loader's next M micro-batches. */
+/* One optimizer step on the task's M micro-batches of this step. */
 static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info) {
     const cb_train_opts *o = t->o;
-    size_t n = (size_t)t->rows * o->T;
-    for (int a = 0; a < o->accum; a++)
-        cb_loader_next(&t->ld, t->ids + a * n, t->targets + a * n, t->r0, t->rows);
+    t->task->batch(t->task->ctx, t->step, o->accum, t->r0, t->rows, t->ids, t->targets);
     float norm = 0;
     float loss = cb_model_train_step(t->m, t->ids, t->targets, t->step, &norm);
     cb_model_last_step(t->m, info);
@@ -265,23 +216,19 @@ static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info
                           .bwd_ms = info->backward_ms, .opt_ms = info->update_ms,
                           .comm_wait_ms = t->d.g.dp > 1 ? t->m->dp.wait_ms : 0};
     t->step++;
-    t->tokens += (uint64_t)o->B * o->T * o->accum;
+    t->tokens += (uint64_t)o->B * t->task->row_tokens * o->accum;
 }
 
-/* The mean loss of n sequential batches of val, M at a time. */
-static float trainer_eval(trainer *t, const cb_tokens *val, int n) {
-    const cb_train_opts *o = t->o;
-    cb_loader l;
-    if (cb_loader_init(&l, val, o->B, o->T, 0, 0, "", NULL)) return NAN;
-    size_t sz = (size_t)t->rows * o->T;
-    double sum = 0;
-    for (int i = 0; i < n; i += o->accum) {
-        int k = n - i < o->accum ? n - i : o->accum;
-        for (int a = 0; a < k; a++)
-            cb_loader_next(&l, t->ids + a * sz, t->targets + a * sz, t->r0, t->rows);
-        sum += (double)cb_graph_eval(t->m, t->ids, t->targets, k) * k;
-    }
-    return (float)(sum / n);
+/* The task's evaluation (at most 8 metrics) to the sink; val_loss for
+ * the record (left as it was when the task has none). */
+static int trainer_eval(trainer *t, const cb_train_sink *sink, cb_train_metric *mt, int *n,
+                        float *val_loss, cb_err *e) {
+    *n = t->task->eval(t->task->ctx, t->m, t->r0, t->rows, t->ids, t->targets, mt, 8, e);
+    if (*n < 0) return e->code;
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(mt[i].name, "val_loss")) *val_loss = (float)mt[i].value;
+    if (sink && sink->eval && *n) sink->eval(sink->ctx, t->step, mt, *n);
+    return CB_OK;
 }
 
 /* Test-only failure drill: rank CUBIST_TEST_EXIT_RANK exits in the middle
@@ -303,51 +250,52 @@ static int dist_opts(trainer *t, cb_err *e) {
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
     if (!r) r = cb_dist_parse_size(o->max_memory, &d->max_memory, e);
     if (r) return r;
-    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb, d->block_units = 1;
+    d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb;
+    d->block_units = t->task->block_units;
+    if (!t->task->profile) d->profile = 0;
     int v = po->virtual_stages != CB_PP_UNSET ? po->virtual_stages
             : d->sched == CB_PP_INTERLEAVED   ? 2
                                               : 1;
     d->v = v;
-    int p = g->pp, nmod = o->model.n_layer + 2;
+    int p = g->pp, nmod = t->task->modules;
     if (p > 1) r = cb_pp_schedule_check(d->sched, p, v, o->accum, e);
-    if (r || p * v <= nmod) return r;
+    if (r || !nmod || p * v <= nmod) return r;
     if (v == 1 || p > nmod)
-        return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (--layers + 2); use "
-                                     "--pp between 2 and %d, or more --layers",
-                       p, nmod, nmod);
+        return cb_fail(e, CB_EINPUT, "--pp %d stages for a model of %d modules (%s); use "
+                                     "--pp between 2 and %d, or a larger model",
+                       p, nmod, t->task->modules_what, nmod);
     return cb_fail(e, CB_EINPUT, "--pp %d x --virtual-stages %d = %d pipeline stages for a model of "
-                                 "%d modules (--layers + 2); use --virtual-stages between 1 and %d",
-                   p, v, p * v, nmod, nmod / p);
+                                 "%d modules (%s); use --virtual-stages between 1 and %d",
+                   p, v, p * v, nmod, t->task->modules_what, nmod / p);
 }
 
-/* Declares and builds the GPT on t's grid and layout (t->d.g, t->d.L);
- * loads --init or --resume over the seed's values. Collective. */
-static int trainer_init(trainer *t, const cb_train_opts *o, const cb_tokens *data, cb_err *e) {
+/* Declares and builds the task's model on t's grid and layout (t->d.g,
+ * t->d.L); loads --init or --resume over the seed's values. Collective. */
+static int trainer_init(trainer *t, const cb_train_opts *o, const cb_train_task *task, cb_err *e) {
     cb_grid *g = &t->d.g;
     t->o = o;
+    t->task = task;
     test_exit_env(t);
     int rc = dist_opts(t, e);
     if (!rc && o->B % g->dp)
         rc = cb_fail(e, CB_EINPUT,
                      "--batch %d does not split over %d data-parallel ranks; use a multiple of %d",
                      o->B, g->dp, g->dp);
-    const cb_gpt_config *c = &o->model; /* the layout's constraints, heads first */
-    if (!rc) rc = t->d.L->ops->check(t->d.L, o->B / g->dp, o->T, c->d_model, c->n_head, c->vocab, e);
+    if (!rc) rc = task->check(task->ctx, t->d.L, o->B / g->dp, e); /* the layout's constraints */
     if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
     t->rows = o->B / g->dp;
     t->r0 = g->at.d * t->rows;
     cb_adamw_config opt = o->opt;
     opt.steps = o->steps; /* the cosine schedule's length */
     t->m = cb_model_new(&t->d, o->B * o->accum, o->T);
-    if (t->m) cb_model_declare_gpt(t->m, &o->model);
+    if (t->m) task->declare(task->ctx, t->m);
     if ((rc = cb_model_build(t->m, o->seed, &opt, e))) return rc;
     t->m->on_grads = on_grads;
     t->m->on_grads_ctx = t;
-    size_t n = (size_t)o->accum * t->rows * o->T;
-    t->ids = malloc(sizeof(int) * 2 * n);
+    size_t n = (size_t)o->accum * t->rows;
+    t->ids = malloc(sizeof(int) * n * (task->row_ids + task->row_targets));
     if (!t->ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for the batch");
-    else t->targets = t->ids + n;
-    if (!rc && data) rc = cb_loader_init(&t->ld, data, o->B, o->T, o->shuffle, o->seed, o->data, e);
+    else t->targets = t->ids + n * task->row_ids;
     if ((rc = agree(cb_comm_world(), rc, e))) return rc; /* not counted as the run's traffic */
     if (o->init) rc = cb_model_load(t->m, o->init, e);
     if (!rc && o->resume) rc = trainer_resume(t, o->resume, e);
@@ -444,28 +392,42 @@ static int trainer_writer(void *ctx, const char *path, cb_err *e) {
     return trainer_save(ctx, path, e);
 }
 
-static int train_loop(trainer *t, const cb_tokens *val, run_state *r, cb_err *e) {
+/* Evaluates after step s of --steps n: every --eval-every steps and at the
+ * last; a run of 0 steps, once (step 0). */
+static int eval_due(const cb_train_opts *o, int s) {
+    return (o->eval_every > 0 && s % o->eval_every == 0) || s == o->steps;
+}
+
+static int train_loop(trainer *t, run_state *r, cb_err *e) {
     const cb_train_opts *o = t->o;
     r->t_start = omp_get_wtime();
     r->first_step = t->step;
     int last = o->steps;
     if (o->exit_after > 0 && t->step + o->exit_after < last) last = t->step + o->exit_after;
     char extra[4096];
-    while (t->step < last) {
+    cb_train_metric mt[8];
+    int nmt = 0, rc = CB_OK;
+    if (!o->steps) rc = trainer_eval(t, r->sink, mt, &nmt, &(float){0}, e);
+    while (!rc && t->step < last) {
         cb_step_stats st;
         cb_model_step_info info;
         trainer_step(t, &st, &info);
         comm_delta(r, o);
         pp_fields(t, &info, &st, extra, sizeof extra);
         float vl = NAN;
-        if (val && o->eval_every > 0 && (t->step % o->eval_every == 0 || t->step == o->steps))
-            vl = trainer_eval(t, val, o->eval_batches);
-        report(o, t->step, r, &st, vl, extra, t->dump_err.code ? t->dump_err.msg : NULL);
+        nmt = 0;
+        if (eval_due(o, t->step)) rc = trainer_eval(t, r->sink, mt, &nmt, &vl, e);
+        if (rc) return rc;
+        report(o, t->step, r, &st, vl, mt, nmt, extra, t->dump_err.code ? t->dump_err.msg : NULL);
         t->dump_err.code = CB_OK;
-        int rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
+        rc = step_end(r, o, t->step, last, st.step_ms, trainer_writer, t, e);
         if (rc) return rc;
     }
-    return o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
+    if (rc) return rc;
+    rc = o->save ? save(r, o, t->step, trainer_writer, t, NULL, 0, e) : CB_OK;
+    if (!rc && t->task->finish)
+        rc = agree(world_of(r), t->task->finish(t->task->ctx, t->m, t->ids, e), e);
+    return rc;
 }
 
 /* The process grid of --dp --pp --tp --tp-mode (--print-grid: its hosts on
@@ -514,6 +476,8 @@ static double *act_plan(const trainer *t) {
  * every rank unless --quiet. */
 static void start_record(const cb_train_opts *o, const trainer *t, const run_state *r,
                          const char *hosts) {
+    char note[512] = "";
+    if (t->task->note) t->task->note(t->task->ctx, t->m, note, sizeof note);
     const cb_grid *g = &t->d.g;
     double *act = o->quiet ? NULL : act_plan(t);
     size_t np, adam;
@@ -529,7 +493,7 @@ static void start_record(const cb_train_opts *o, const trainer *t, const run_sta
                         .embed = dp ? cb_dp_embed_name(d) : NULL, .act = act,
                         .act_none = act ? act + g->pp : NULL,
                         .rc_flops_frac = act ? act[2 * g->pp] : 0, .grid = g, .hosts = hosts,
-                        .model = t->m};
+                        .model = t->m, .note = note};
     if (r->sink && r->sink->start) r->sink->start(r->sink->ctx, &s);
     free(act);
 }
@@ -557,42 +521,41 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     char ck[4096]; /* --resume DIR: its newest complete checkpoint */
     if (o.resume && (rc = cb_ckpt_find(w, o.resume, 0, ck, sizeof ck, e))) return rc;
     if (o.resume) o.resume = ck;
-    rc = resolve_config(&o, e);
+    const cb_train_family *fam = o.family ? o.family : &cb_train_gpt;
+    rc = fam->prepare(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     trainer t = {0}; /* its grid and layout are the run's */
     cb_grid *g = &t.d.g;
     char *hosts = NULL;
     if ((rc = setup_grid(&o, g, &hosts, e))) return rc;
-    cb_tokens data = {0}, val = {0};
+    cb_train_task task = {0};
     run_state r = {.peak = o.peak_gflops, .grid = g, .rank = w->rank};
-    if (o.data) rc = cb_tokens_open(o.data, o.model.vocab, &data, e);
-    if (!rc && o.val_data) rc = cb_tokens_open(o.val_data, o.model.vocab, &val, e);
-    if (!rc && o.val_data) rc = cb_train_check_val(&o, &val, e);
+    rc = fam->open(&task, &o, e);
     if (!rc) rc = cb_layout_create(g, &t.d.L, e);
     if (t.d.L) t.d.L->save_gathered = !strcmp(o.tp3d_save, "gathered");
-    if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, o.data ? &data : NULL, e);
+    if (!(rc = agree(w, rc, e))) rc = trainer_init(&t, &o, &task, e);
     if (!rc && r.rank == 0 && sink && !(rc = sink->begin(sink->ctx, o.resume ? t.step : -1, e)))
         r.sink = sink;
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
         if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
-        r.flops_per_token = cb_gpt_flops_per_token(&o.model, o.T);
+        r.flops_per_token = task.flops_per_token;
+        r.row_tokens = task.row_tokens;
         r.tokens = (long)t.tokens;
         size_t np;
         cb_model_sizes(t.m, &np, &r.opt_bytes);
         r.opt_bytes *= sizeof(float);
         comm_start(&r);
         start_record(&o, &t, &r, hosts);
-        rc = train_loop(&t, o.val_data ? &val : NULL, &r, e);
+        rc = train_loop(&t, &r, e);
         if (!rc && o.comm_report) comm_report(&r);
     }
     if (r.sink) rc = r.sink->end(r.sink->ctx, rc, e);
     cb_comm_steplog_free(&r.comm);
     trainer_free(&t);
     if (t.d.L) cb_layout_free(t.d.L);
-    cb_tokens_close(&data); /* safe when nothing was opened */
-    cb_tokens_close(&val);
+    if (task.close) task.close(task.ctx);
     cb_grid_free(g);
     free(hosts);
     return rc;

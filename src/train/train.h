@@ -15,6 +15,8 @@
 #include "dp/dp.h"
 #include "api/flags.h"
 #include "optim/adamw.h"
+#include "layout/layout.h"
+#include "graph/graph.h"
 
 /* For --pp pp: the pipeline and recompute flags checked by the rules
  * every program shares (cb_dist_pipeline, api/flags.h); --micro-batches M
@@ -49,6 +51,9 @@ typedef struct cb_train_opts {
     const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
     const char *precision;  /* --precision fp32|bf16 (cubist train selects the kernels) */
     cb_pp_opts pipe;        /* --pp > 1: schedule, micro-batches, partition, recompute */
+    /* The model family (NULL: the GPT) and its own options (task_*.c). */
+    const struct cb_train_family *family;
+    const void *family_opts;
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);
@@ -98,6 +103,8 @@ typedef struct cb_train_record {
     long peak_rss_bytes;
     size_t opt_state_bytes; /* AdamW m and v on this rank */
     float val_loss;         /* NAN: not evaluated */
+    const struct cb_train_metric *metrics; /* this step's evaluation, nmetrics of them */
+    int nmetrics;
     const char *comm_fields, *pp_fields;
     const char *warning;    /* NULL, or what went wrong beside the step (--dump-grads) */
 } cb_train_record;
@@ -122,6 +129,7 @@ typedef struct cb_train_start {
     const cb_grid *grid;     /* the process grid */
     const cb_model *model;   /* built (cb_model_print_partition) */
     const char *hosts;       /* --print-grid: every world rank's host (cb_grid_hosts); else NULL */
+    const char *note;        /* the task's own startup text ("" if none) */
 } cb_train_start;
 
 /* Where a run's records go, on world rank 0 only (cli/train_log.c):
@@ -136,8 +144,92 @@ typedef struct cb_train_sink {
     void (*start)(void *ctx, const cb_train_start *s);
     int (*step)(void *ctx, const cb_train_record *r, cb_err *e);
     void (*report)(void *ctx, const cb_comm_spread *s);
+    /* optional: every evaluation, before its step's record (step 0: the
+     * evaluation of a run of --steps 0) */
+    void (*eval)(void *ctx, int step, const struct cb_train_metric *m, int n);
     int (*end)(void *ctx, int rc, cb_err *e);
 } cb_train_sink;
+
+/* A named figure of an evaluation (val_loss; val_hr10...). */
+typedef struct cb_train_metric {
+    const char *name;
+    double value;
+    int count; /* a count (eval_users): on the eval line, not in the log */
+} cb_train_metric;
+
+/* A model family as the one training loop (cb_train_run) sees it. The loop
+ * owns the grid, the engine, the step, clipping and AdamW, the log, the
+ * checkpoints (--save DIR/ --keep-last --resume), signals and the stall
+ * watchdog; a task owns its model's layers, its data and its evaluation.
+ * Batches are a function of what a checkpoint restores (the step, and ld
+ * when the task reads a token stream), so a resumed run continues bit for
+ * bit. docs/engine.md, "Training your own model family". */
+typedef struct cb_train_task {
+    void *ctx;
+    cb_loader *ld;          /* the data position a checkpoint keeps; zeros if none */
+    int row_ids, row_targets; /* ints per row of a micro-batch (ids, targets) */
+    int row_tokens;         /* tokens a row counts for (tokens/s, MFU) */
+    double flops_per_token; /* of a training step, for MFU */
+    int modules;            /* pipeline units: --pp x --virtual-stages at most this (0: the
+                               engine's partition decides) */
+    int block_units;        /* partition whole declared blocks (cb_dist.block_units) */
+    int profile;            /* the automatic partition may time the modules (else FLOP
+                               counts, as for a user's program) */
+    const char *modules_what; /* how the user changes it, e.g. "--layers + 2" */
+    /* The layout's constraints for rows per data-parallel rank. */
+    int (*check)(void *ctx, const cb_layout *L, int rows, cb_err *e);
+    void (*declare)(void *ctx, cb_model *m);
+    /* Step step's M micro-batches, rows [r0, r0 + rows) of each:
+     * ids M x rows x row_ids, targets M x rows x row_targets. */
+    void (*batch)(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets);
+    /* Evaluation (collective; ids, targets: the batch buffers as scratch):
+     * up to cap metrics into out, their count; < 0 a failure in e. */
+    int (*eval)(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
+                cb_train_metric *out, int cap, cb_err *e);
+    /* The model's config as (key, value) pairs for every file's metadata:
+     * their count; text holds the values. */
+    int (*meta)(void *ctx, const char **kv, char (*text)[24], int cap);
+    /* optional: startup text once the model is built (world rank 0 prints it) */
+    void (*note)(void *ctx, const cb_model *m, char *buf, size_t cap);
+    /* optional: after the run and its save (BERT's --fill) */
+    int (*finish)(void *ctx, cb_model *m, int *ids, cb_err *e);
+    void (*close)(void *ctx);
+} cb_train_task;
+
+/* A model family: prepare checks its flags and resolves its config before
+ * the grid (GPT: sizes from the checkpoint); open makes the task on every
+ * rank. own_eval: it evaluates on its own data (no --val-data), at the
+ * last step when --eval-every is 0. */
+typedef struct cb_train_family {
+    const char *name;
+    int own_eval;
+    int (*prepare)(cb_train_opts *o, cb_err *e);
+    int (*open)(cb_train_task *t, const cb_train_opts *o, cb_err *e);
+} cb_train_family;
+extern const cb_train_family cb_train_gpt, cb_train_ncf, cb_train_bert;
+
+/* --model ncf's options besides cb_train_opts (task_ncf.c); o->B is the
+ * step's rows over its micro-batches. */
+typedef struct cb_ncf_task_opts {
+    cb_ncf_config c; /* mlp from --mlp, factors; users and items from the data */
+    int negatives, eval_users, eval_neg;
+    const char *dump_batches;
+} cb_ncf_task_opts;
+
+/* --model bert|roberta's options (task_bert.c); V and tokenizer are
+ * filled by its prepare from the token file. */
+typedef struct cb_bert_task_opts {
+    int roberta, layers, d_model, heads, seq_len, text_vocab, special_base, fill;
+    float mask_prob, dropout;
+    const char *bpe_dir, *dump_batches;
+    FILE *fill_out; /* --fill's guesses are written here */
+    int V, tokenizer;
+} cb_bert_task_opts;
+
+/* The GPT of cubist train (task_gpt.c): its token data and validation
+ * opened, its loader at step 0. Collective only in its failures' agreement
+ * (the caller agrees). */
+int cb_train_task_gpt(cb_train_task *t, const cb_train_opts *o, cb_err *e);
 
 /* `cubist train` end to end; the records to sink. */
 int cb_train_run(const cb_train_opts *o, const cb_train_sink *sink, cb_err *e);

@@ -32,6 +32,8 @@ stored flat: they are reshaped from those sizes. The names this script knows, pe
   crossentropy  in.logits (N,V), in.targets (N) -> out.losses (N), [out.probs (N,V)
                 softmax]; grad.logits of sum(losses * dloss): dloss is `dout` (N) or the
                 scalar meta "dloss" (alias "dloss_scale")
+  crossentropy_smooth  the same with label smoothing SMOOTH_EPS, rows whose target is
+                SMOOTH_IGNORE weighted 0 and the others SMOOTH_SCALE
   mul           in.a, in.b -> out.out = a * b; grad.a, grad.b
   relu          in.inp -> out.out; grad.inp
   lookup        in.ids (N), in.table (V,C) -> out.out (N,C) = table[ids]; grad.table
@@ -181,6 +183,18 @@ def op_crossentropy(x, meta):
     return {"losses": losses, "probs": logits.softmax(-1)}, "losses", ["logits"]
 
 
+# test_ops's crossentropy_smooth case (cb_layer_set_loss): label smoothing 0.1,
+# targets equal to 3 weighted 0 and the others 1.3 (the engine's rows / real rows)
+SMOOTH_EPS, SMOOTH_IGNORE, SMOOTH_SCALE = 0.1, 3, 1.3
+
+
+def op_crossentropy_smooth(x, meta):
+    logits, tgt = x["logits"], x["targets"].long()
+    losses = torch.nn.functional.cross_entropy(logits, tgt, reduction="none", label_smoothing=SMOOTH_EPS)
+    w = torch.where(tgt == SMOOTH_IGNORE, 0.0, SMOOTH_SCALE).to(logits.dtype)
+    return {"losses": losses * w, "probs": logits.softmax(-1)}, "losses", ["logits"]
+
+
 def op_mul(x, meta):
     return {"out": x["a"] * x["b"]}, "out", ["a", "b"]
 
@@ -203,8 +217,8 @@ OPS = {"encoder": op_encoder, "layernorm": op_layernorm, "matmul": op_matmul, "h
        "attention": op_attention, "gelu": op_gelu, "residual": op_residual,
        "crossentropy": op_crossentropy, "mul": op_mul, "relu": op_relu, "lookup": op_lookup,
        "logistic": op_logistic, "attention_padded": op_attention_padded,
-       "attention_cross": op_attention_cross}
-INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy",), "ids": ("lookup",),
+       "attention_cross": op_attention_cross, "crossentropy_smooth": op_crossentropy_smooth}
+INTEGER_INPUTS = {"inp": ("encoder",), "targets": ("crossentropy", "crossentropy_smooth"), "ids": ("lookup",),
                   "labels": ("logistic",), "lens": ("attention_padded",),
                   "qlen": ("attention_cross",), "klen": ("attention_cross",)}
 # test_ops writes every tensor flat (1-D); the op's shapes come from the sizes in
@@ -217,6 +231,7 @@ SHAPES = {
     "attention": {"qkv": ("B", "T", -1)},
     "attention_padded": {"qkv": ("B", "T", -1)},
     "crossentropy": {"logits": (-1, "V")},
+    "crossentropy_smooth": {"logits": (-1, "V")},
     "lookup": {"table": (-1, "C")},
 }
 

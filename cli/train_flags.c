@@ -1,0 +1,71 @@
+/* The flags every trainer of `cubist train` shares (GPT, NCF...): the
+ * run's checkpoints and signals, threads and reports; each family's own
+ * flags come first. The distribution flags (layout, pipeline, recompute,
+ * ZeRO, --max-memory, --precision) are read by the reader every program
+ * uses (cb_dist_take, api/flags.h): cli_train_parse. */
+#include <stdio.h>
+
+#include "args.h"
+#include "cli.h"
+#include "api/flags.h"
+#include "comm/comm.h"
+
+int cli_train_run_flags(cb_train_opts *o, cli_flag *f) {
+    const cli_flag rows[] = {
+        {"save-every", ARG_INT, &o->save_every, "also save every N steps"},
+        {"save-dtype", ARG_STR, &o->save_dtype, "weights file of --save in fp32, bf16 or f16 (fp32)"},
+        {"resume", ARG_STR, &o->resume, "continue from this checkpoint"},
+        {"exit-after", ARG_INT, &o->exit_after, "stop and save after N steps of this run"},
+        {"keep-last", ARG_INT, &o->keep_last, "with --save DIR/: keep the newest N (0: all)"},
+        {"exit-signal", ARG_STR, &o->exit_signal,
+         "signal that also stops, saves and exits 75, like SIGTERM (USR1)"},
+        {"stall-timeout", ARG_DOUBLE, &o->stall_timeout,
+         "seconds a rank may wait in communication before the job ends (status 6); 0 = "
+         "never (default: max(300, 20 x the slowest step))"},
+        {"peak-gflops", ARG_DOUBLE, &o->peak_gflops, "peak GFLOP/s for MFU (default: measured)"},
+        {"threads", ARG_INT, &o->threads, "threads (default: OMP_NUM_THREADS or all cores)"},
+        {"quiet", ARG_BOOL, &o->quiet, "no progress output"},
+        {"tp3d-save", ARG_STR, &o->tp3d_save,
+         "3d: keep gathered inputs for backward (gathered) or re-gather (shard)"},
+        {"print-grid", ARG_BOOL, &o->print_grid, "print every rank's grid placement"},
+        {"comm-report", ARG_BOOL, &o->comm_report, "per-group communication table at the end"},
+        {"bucket-mb", ARG_DOUBLE, &o->bucket_mb, "gradient fusion bucket size in MB (25)"},
+    };
+    int n = (int)(sizeof rows / sizeof *rows);
+    for (int i = 0; i < n; i++) f[i] = rows[i];
+    return n;
+}
+
+/* The run's failure, agreed over the ranks, printed once with its status
+ * (2 bad input, 4 out of memory, 75 stopped by a signal, else 1). */
+void cli_train_exit(const cb_err *e) {
+    char msg[sizeof e->msg + 8];
+    snprintf(msg, sizeof msg, "%s%s", e->code == CB_ESTOPPED ? "" : "error: ", e->msg);
+    cb_comm_exit(e->code == CB_EINPUT ? 2 : e->code == CB_ESTOPPED ? CB_ESTOPPED
+                                        : e->code == CB_ENOMEM  ? 4
+                                                               : 1, msg);
+}
+
+/* The distribution flags read as cb_dist_init reads them, into o. */
+static int dist_flags(const cb_dist_args *a, cb_train_opts *o, cb_err *e) {
+    cb_dist_opts d;
+    int rc = cb_dist_read(a, &d, e);
+    o->dp = d.dp, o->pp = d.pp, o->tp = d.tp, o->zero = d.zero, o->tp_mode = d.tp_mode;
+    o->embed_grad = d.embed_grad, o->max_memory = d.max_memory, o->precision = d.precision;
+    o->pipe = d.pipe;
+    return rc;
+}
+
+int cli_train_parse(int argc, char **argv, const cli_flag *flags, int n, const char *usage,
+                    const char *epilog, cb_train_opts *o, int *help, cb_err *e) {
+    cb_dist_args da;
+    int rc = cb_dist_take(&argc, argv, &da, e);
+    if (!rc) rc = cli_parse("train", argc, argv, flags, n, help, e);
+    if (*help && !rc) {
+        cli_usage(stdout, "train", usage, flags, n, NULL);
+        cb_dist_usage(stdout);
+        printf("\n%s", epilog);
+        return CB_OK;
+    }
+    return rc ? rc : dist_flags(&da, o, e);
+}
