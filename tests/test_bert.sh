@@ -16,7 +16,8 @@
 #    embedding-gradient paths, pp 2 (1f1b, 4 micro-batches against one
 #    process with --grad-accum 4), pp 2 x dp 2, tensor parallelism 1d 2,
 #    2d 4, 3d 8 and pp 2 x 3d 8 (the MLM head through the layouts' tied
-#    head with the decoder bias and the ignored targets): 30 steps of loss and
+#    head with the decoder bias and the ignored targets; 3d 8 also with a
+#    vocabulary it pads): 30 steps of loss and
 #    gradient norm and the final weights equal the one process to 1e-5
 #    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
 #    step); recompute block and selective equal none bit for bit.
@@ -107,6 +108,12 @@ for model in bert roberta; do
             cmp_ "$model --recompute $rc (bit for bit)" "$model.rc_$rc" "$model.one" --tol 0
     done
 done
+
+# a vocabulary that 3-D pads (261 to 264): the decoder bias stops at the
+# true vocabulary in the last block
+run bert.one261 1 --model bert --special-base 257 &&
+    run bert.tp3d261 8 --model bert --special-base 257 --tp 8 --tp-mode 3d &&
+    cmp_ "bert tp 3d8, vocabulary 261 padded to 264" bert.tp3d261 bert.one261
 
 # ---------------------------------------------------------------- bad input
 bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's stderr
