@@ -2,7 +2,9 @@
  * benchmarks, run under the MPI launcher (mpirun -np N cubist bench ...).
  *   --allreduce   fused-bucket all-reduce of the GPT-2 124M gradient block
  *                 (the trainer's own bucket code, every bucket started at
- *                 once) against one raw MPI_Allreduce of the same bytes
+ *                 once), in fp32 and with --comm-dtype bf16's buckets (half
+ *                 the bytes, summed in fp32), against one raw MPI_Allreduce
+ *                 of the fp32 bytes
  *   --dp-step     training steps of the data-parallel trainer on synthetic
  *                 tokens: tokens/s, backward, the wait for buckets after
  *                 backward and the share of the reduction hidden behind it
@@ -33,6 +35,8 @@ typedef struct dp_bench {
     double bucket_mb;
     const char *embed_mode, *model, *mlp;
     int users, items, factors;
+    const char *comm_dtype; /* --dp-step: fp32 or bf16 buckets */
+    int comm_bf16;
 } dp_bench;
 
 static double max_over_ranks(cb_comm *w, double x) {
@@ -110,23 +114,30 @@ static int bench_allreduce(const dp_bench *b, cb_comm *w, cb_err *e) {
     }
     cb_dp *d = &x.m->dp;
     size_t n = x.m->pt.nparams;
-    double best[2] = {1e30, 1e30};
-    for (int r = 0; r < b->reps + 1; r++)
-        for (int fused = 0; fused < 2; fused++) { /* interleaved: same machine state */
-            double s = time_reduce(w, d, x.m->grads, n, fused);
-            if (r > 0 && s < best[fused]) best[fused] = s; /* first round warms up */
+    rc = cb_dp_comm_bf16(d, e);
+    uint16_t *h = d->h; /* the same buckets, staged in bf16 or not per round */
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = 0; !rc && r < b->reps + 1; r++)
+        for (int k = 0; k < 3; k++) { /* raw, fused, fused bf16: interleaved, same machine state */
+            d->h = k == 2 ? h : NULL;
+            double s = time_reduce(w, d, x.m->grads, n, k > 0);
+            if (r > 0 && s < best[k]) best[k] = s; /* first round warms up */
         }
+    d->h = h;
     int p = w->size;
     double bytes = 4.0 * n, bus = 2.0 * (p - 1) / p * bytes;
-    if (w->rank == 0)
+    if (!rc && w->rank == 0)
         printf("all-reduce of %.1f MB (GPT-2 %dL d%d gradient) over %d ranks, best of %d:\n"
                "  fused buckets (%d x %g MB, non-blocking) %8.1f ms  bus %6.2f GB/s\n"
+               "  fused buckets, --comm-dtype bf16        %8.1f ms  bus %6.2f GB/s (half the bytes)\n"
                "  raw MPI_Allreduce                       %8.1f ms  bus %6.2f GB/s\n"
-               "  ratio fused / raw                       %8.3f\n",
+               "  ratio fused / raw                       %8.3f\n"
+               "  time bf16 / fp32 (fused)                %8.3f\n",
                bytes / 1e6, b->layers, b->d_model, p, b->reps, d->nb, b->bucket_mb, best[1] * 1e3,
-               bus / best[1] / 1e9, best[0] * 1e3, bus / best[0] / 1e9, best[0] / best[1]);
+               bus / best[1] / 1e9, best[2] * 1e3, bus / 2 / best[2] / 1e9, best[0] * 1e3,
+               bus / best[0] / 1e9, best[0] / best[1], best[2] / best[1]);
     dp_model_free(&x);
-    return CB_OK;
+    return rc;
 }
 
 /* Time of the bucketed reduction with nothing to overlap, for the share
@@ -166,6 +177,7 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
     dp_model x;
     int rc = dp_model_init(&x, &c, B, b->seq_len, b->no_comm, b->zero, embed, b->bucket_mb,
                            b->steps + 1, e);
+    if (!rc && b->comm_bf16 && x.m->d->g.dp > 1) rc = cb_dp_comm_bf16(&x.m->dp, e);
     if (rc) {
         dp_model_free(&x);
         return rc;
@@ -192,11 +204,12 @@ static int bench_dp_step(const dp_bench *b, cb_comm *w, cb_err *e) {
         printf("{\"ranks\":%d,\"threads\":%d,\"B\":%d,\"T\":%d,\"tokens_per_s\":%.2f,"
                "\"step_ms\":%.1f,\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"opt_ms\":%.1f,\"comm_wait_ms\":%.3f,\"reduce_alone_ms\":%.3f,"
                "\"hidden\":%.3f,\"buckets\":%d,\"started_in_backward\":%d,\"late_buckets\":%d,"
-               "\"embed\":\"%s\",\"zero\":%d,\"no_comm\":%d}\n",
+               "\"embed\":\"%s\",\"zero\":%d,\"no_comm\":%d,\"comm_dtype\":\"%s\"}\n",
                w->size, omp_get_max_threads(), b->batch, b->seq_len,
                b->batch * b->seq_len / (step / 1e3), step, sum.forward_ms / b->steps,
                sum.backward_ms / b->steps, sum.update_ms / b->steps - wait, wait, alone, hidden,
-               dp ? m->dp.nb + m->dp.nsplit : 0, early, late, path, b->zero, b->no_comm);
+               dp ? m->dp.nb + m->dp.nsplit : 0, early, late, path, b->zero, b->no_comm,
+               b->comm_bf16 ? "bf16" : "fp32");
     dp_model_free(&x);
     return CB_OK;
 }
@@ -361,7 +374,7 @@ static const char DP_EPILOG[] =
 
 int cmd_bench_dp(int argc, char **argv) {
     dp_bench b = {0, 0, 0, 0, 12, 768, 12, 50304, 0, 256, 2, 5, 1, 0, 25, "auto", "gpt",
-                  "256,128,64", 1000000, 100000, 64};
+                  "256,128,64", 1000000, 100000, 64, "fp32", 0};
     const cli_flag flags[] = {
         {"allreduce", ARG_BOOL, &b.allreduce, "fused buckets vs raw MPI_Allreduce"},
         {"dp-step", ARG_BOOL, &b.dp_step, "data-parallel training steps"},
@@ -372,6 +385,8 @@ int cmd_bench_dp(int argc, char **argv) {
          "--dp-step with every rank training alone on batch/ranks sequences (the ceiling)"},
         {"embed-mode", ARG_STR, &b.embed_mode,
          "--dp-step's embedding gradient: auto, dense, split or sparse (train's --embed-grad; auto)"},
+        {"comm-dtype", ARG_STR, &b.comm_dtype,
+         "--dp-step's gradient buckets on the wire: fp32 or bf16 (train's --comm-dtype; fp32)"},
         {"threads", ARG_INT, &b.threads, "threads per rank (1)"},
         {"steps", ARG_INT, &b.steps, "--dp-step timed steps after one warm-up (2)"},
         {"reps", ARG_INT, &b.reps, "timed repetitions of --allreduce and of --dp-step's lone reduction (5)"},
@@ -406,6 +421,7 @@ int cmd_bench_dp(int argc, char **argv) {
     if (!rc && cb_dp_embed_parse(b.embed_mode, &mode, &e))
         rc = cb_fail(&e, CB_EINPUT, "--embed-mode '%s' is unknown; use auto, dense, split or sparse",
                      b.embed_mode);
+    if (!rc) rc = cb_dp_comm_dtype_parse(b.comm_dtype, &b.comm_bf16, &e);
     if (!rc && strcmp(b.model, "gpt") && (strcmp(b.model, "ncf") || b.allreduce || b.dp_step))
         rc = cb_fail(&e, CB_EINPUT, "--model %s: the data-parallel benchmarks run gpt, and "
                                     "--embed-grad alone also ncf", b.model);

@@ -128,7 +128,8 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     int rc = model_of(o, m, e);
     if (!rc && o->cluster) rc = plan_find_cluster(o->cluster, path, sizeof path, e);
     if (!rc) rc = o->cluster ? cb_plan_cluster_read(path, c, e) : plan_local_cluster(o->threads, c, e);
-    *j = (cb_plan_job){m, c, o->batch, m->gpt.seq_len, 25e6};
+    *j = (cb_plan_job){m, c, o->batch, m->gpt.seq_len, 25e6, 0};
+    if (!rc && o->comm_dtype) rc = cb_dp_comm_dtype_parse(o->comm_dtype, &j->comm_bf16, e);
     return rc;
 }
 
@@ -237,6 +238,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
+        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the data-parallel gradient's wire type"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},

@@ -10,6 +10,7 @@ typedef struct plan_opts {
     const char *model, *cluster, *out, *plot, *reproduce, *init;
     int dp, pp, tp;                       /* 0: any */
     const char *tp_mode, *schedule, *save; /* NULL: any; save: 3-D gathered or shard */
+    const char *comm_dtype;               /* fp32 (default) or bf16 */
     const char *embed_grad;                /* --embed-grad; embed: its cb_dp_embed */
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;

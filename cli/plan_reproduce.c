@@ -18,7 +18,7 @@ static int load_preset(const plan_opts *o, const char *name, cb_plan_cluster *c,
 
 static void predict(const cb_plan_cluster *c, const cb_plan_model *m, int batch, int T,
                     cb_plan_layout l, cb_plan_pred *p) {
-    cb_plan_job j = {m, c, batch, T, 25e6};
+    cb_plan_job j = {m, c, batch, T, 25e6, 0};
     cb_plan_predict(&j, &l, p);
 }
 

@@ -221,7 +221,7 @@ static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) 
     cb_tp_mode mode;
     cb_grid_parse_mode(c->mode, &mode, NULL);
     int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
-    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6};
+    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6, 0};
     cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1, 0};
     cb_plan_predict(&j, &l, p);
 }

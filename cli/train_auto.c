@@ -47,7 +47,8 @@ int cli_train_auto(cb_train_opts *o, const char *cluster, int world, int rank, c
     if (rc) return rc;
     int M = o->pipe.micro_batches != CB_PP_UNSET ? o->pipe.micro_batches : o->accum;
     cb_plan_model_gpt(&g, &m);
-    cb_plan_job j = {&m, &c, o->B * M, g.seq_len, o->bucket_mb * 1e6};
+    cb_plan_job j = {&m, &c, o->B * M, g.seq_len, o->bucket_mb * 1e6,
+                     .comm_bf16 = !strcmp(o->comm_dtype, "bf16")};
     cb_plan_layout l;
     if ((rc = cb_plan_auto(&j, world, M, &l, why, sizeof why, e))) return rc;
     snprintf(mode, sizeof mode, "%s", cb_grid_mode_name(l.mode));

@@ -52,6 +52,7 @@ static int dist_flags(const cb_dist_args *a, cb_train_opts *o, cb_err *e) {
     int rc = cb_dist_read(a, &d, e);
     o->dp = d.dp, o->pp = d.pp, o->tp = d.tp, o->zero = d.zero, o->tp_mode = d.tp_mode;
     o->embed_grad = d.embed_grad, o->max_memory = d.max_memory, o->precision = d.precision;
+    o->comm_dtype = d.comm_dtype;
     o->pipe = d.pipe;
     return rc;
 }

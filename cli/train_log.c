@@ -179,9 +179,12 @@ static void log_start(void *ctx, const cb_train_start *s) {
     if (s->dp > 1)
         fprintf(stderr,
                 "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
-                "AdamW state %.1f MB per rank | embedding gradient %s%s\n",
+                "AdamW state %.1f MB per rank | embedding gradient %s%s | comm %s%s\n",
                 s->dp, s->rows, s->buckets, r->bucket_mb, r->zero, s->adam_bytes / 1e6, s->embed,
-                strcmp(r->embed_grad, "auto") ? "" : " (auto)");
+                strcmp(r->embed_grad, "auto") ? "" : " (auto)", r->comm_dtype,
+                strcmp(r->comm_dtype, "bf16") ? ""
+                : s->tp > 1 || s->pp > 1 ? " (gradient buckets only; tensor and pipeline traffic fp32)"
+                                         : " (gradient buckets only)");
     if (s->act) act_report(s);
 }
 

@@ -221,7 +221,8 @@ typedef struct cb_act cb_act;
 /* Starts MPI (one process needs no launcher) and builds the process grid
  * from --dp --tp --tp-mode --pp and the pipeline flags above (and
  * --partition-memory-weight --print-partition --zero 1 --max-memory
- * BYTES --precision fp32|bf16), which are removed from argv. --max-memory (suffixes K, M, G):
+ * BYTES --precision fp32|bf16 --comm-dtype fp32|bf16: the data-parallel
+ * gradient's wire type), which are removed from argv. --max-memory (suffixes K, M, G):
  * cb_model_build fails with CB_ENOMEM (status 4 through cb_dist_exit) when
  * a rank's planned bytes (parameters, gradients, AdamW state, activations,
  * pipeline buffers, workspace) exceed it. Collective; on error every rank

@@ -13,8 +13,8 @@
 #    and --model ncf's four untied tables) run and print their figures,
 #    each path's measured bytes and buffers equal to its formulas
 #  - a --bucket-mb giving more than 65536 buckets, and bench --dp-step's
-#    --embed-mode bogus, --no-comm with a batch the ranks do not divide and
-#    a --model other than gpt:
+#    --embed-mode bogus, --comm-dtype fp16, --no-comm with a batch the
+#    ranks do not divide and a --model other than gpt:
 #    exit 2, one line
 #  - the launcher guard: this build under the other MPI's launcher, and a
 #    singleton inside a fake 2-task srun step: exit 2 naming the variable
@@ -99,8 +99,10 @@ echo "$out"
 grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
 if timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --allreduce "${TINY[@]}" --bucket-mb 0.01 --reps 2 >ar.out 2>ar.err &&
         grep -qE '^  fused buckets \(15 x 0.01 MB, non-blocking\) +[0-9.]+ ms +bus +[0-9.]+ GB/s' ar.out &&
+        grep -qE '^  fused buckets, --comm-dtype bf16 +[0-9.]+ ms +bus +[0-9.]+ GB/s \(half the bytes\)' ar.out &&
+        grep -qE '^  time bf16 / fp32 \(fused\) +[0-9.]+$' ar.out &&
         grep -qE '^  raw MPI_Allreduce +[0-9.]+ ms' ar.out && grep -qE '^  ratio fused / raw +[0-9.]+$' ar.out; then
-    pass "bench --allreduce: fused and raw times, ratio $(grep ratio ar.out | tr -s ' ')"
+    pass "bench --allreduce: fused fp32, fused bf16 and raw times, ratio $(grep ratio ar.out | tr -s ' ')"
 else
     fail "bench --allreduce: $(head -c 400 ar.out | tr '\n' '|') $(head -c 200 ar.err)"
 fi
@@ -134,7 +136,8 @@ fi
 for bad in "--embed-mode bogus|--embed-mode 'bogus' is unknown; use auto" \
            "--no-comm --batch 3|--batch 3 does not split over 2 ranks; use a multiple of 2" \
            "--model ncf|--model ncf: the data-parallel benchmarks run gpt, and --embed-grad alone also ncf" \
-           "--model bert|--model bert: the data-parallel benchmarks run gpt"; do
+           "--model bert|--model bert: the data-parallel benchmarks run gpt" \
+           "--comm-dtype fp16|--comm-dtype 'fp16' is unknown; use fp32 (default) or bf16"; do
     args=${bad%%|*} want=${bad#*|}
     timeout "$TMO" "${launch[@]}" -np 2 "$C" bench --dp-step "${TINY[@]}" $args >bb.out 2>bb.err
     rc=$?

@@ -37,6 +37,7 @@ drill "dp x pp x tp != world (np=4 --dp 3)" 2 "needs 3 processes but the job has
 drill "sparse embedding with tp=2 (np=2)" 2 "needs the whole embedding" 2 --tp 2 --embed-grad sparse
 drill "split embedding with pp=2 (np=2)" 2 "split needs the whole embedding" 2 --pp 2 --embed-grad split
 drill "dp=2 x tp=2 on 2 processes" 2 "needs 4 processes but the job has 2" 2 --dp 2 --tp 2
+drill "--comm-dtype fp16 (np=2)" 2 "comm-dtype 'fp16' is unknown; use fp32 (default) or bf16" 2 --comm-dtype fp16
 drill "tp=2 is not a square for 2d (np=2)" 2 "needs --tp to be a square" 2 --tp 2 --tp-mode 2d
 drill "unknown --tp-mode (np=2)" 2 "'4d' is unknown" 2 --tp-mode 4d
 drill "batch 4 over dp=3 (np=3)" 2 "does not split over 3" 3 --batch 4 --dp 3

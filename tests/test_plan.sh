@@ -6,8 +6,8 @@
 #   parameter + gradient bytes and activation + workspace bytes (of the GPT
 #   graph that bench --tp-step runs) the planner predicts equal `bench
 #   --tp-step`'s maximum over ranks, exactly (==);
-# - dp 2 (with and without ZeRO-1; --embed-grad sparse with and without
-#   ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
+# - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16;
+#   --embed-grad sparse with and without ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
 #   union of tokens: the prediction is its bound, and the measured bytes
 #   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
 #   and one rank with --recompute block
@@ -107,6 +107,9 @@ trcase "dp 2 zero"     2 1 --dp 2 -- --dp 2 --zero 1
 trcase "dp 2 sparse"   2 1 --dp 2 --embed-grad sparse -- --dp 2 --embed-grad sparse
 trcase "dp 2 zero sparse" 2 1 --dp 2 --embed-grad sparse -- --dp 2 --zero 1 --embed-grad sparse
 trcase "dp 2 split"    2 1 --dp 2 --embed-grad split -- --dp 2 --embed-grad split
+trcase "dp 2 bf16"     2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --comm-dtype bf16
+trcase "dp 2 zero bf16" 2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --zero 1 --comm-dtype bf16
+trcase "dp 2 zero sparse bf16" 2 1 --dp 2 --embed-grad sparse --comm-dtype bf16 -- --dp 2 --zero 1 --embed-grad sparse --comm-dtype bf16
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block

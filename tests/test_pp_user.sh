@@ -107,6 +107,7 @@ same --dp -1
 same --tp-mode 4d
 same --embed-grad bogus
 same --precision fp8
+same --comm-dtype fp16
 same --max-memory 12Q
 # one reader (cb_dist_take): the same syntax in both programs
 same --pp=x

@@ -71,6 +71,9 @@ static const struct {
                       "with one line and status 4"},
     [CB_DF_PREC] = {"precision", 0, "bf16",
                     "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
+    [CB_DF_CDT] = {"comm-dtype", 0, "bf16",
+                   "fp32 (default) or bf16: the data-parallel gradient buckets travel in bf16, "
+                   "half the bytes, summed in fp32 (data parallelism only)"},
 };
 
 /* The table's index of argument s ("--name" or "--name=value"; *eq: the
@@ -256,7 +259,8 @@ int cb_dist_read(const cb_dist_args *a, cb_dist_opts *o, cb_err *e) {
     *o = (cb_dist_opts){.tp_mode = v[CB_DF_MODE] ? v[CB_DF_MODE] : "1d",
                         .embed_grad = v[CB_DF_EMBED] ? v[CB_DF_EMBED] : "auto",
                         .max_memory = v[CB_DF_MAXMEM],
-                        .precision = v[CB_DF_PREC] ? v[CB_DF_PREC] : "fp32"};
+                        .precision = v[CB_DF_PREC] ? v[CB_DF_PREC] : "fp32",
+                        .comm_dtype = v[CB_DF_CDT] ? v[CB_DF_CDT] : "fp32"};
     int rc = any_int("--tp", v[CB_DF_TP], &o->tp, e);
     if (!rc) rc = any_int("--pp", v[CB_DF_PP], &o->pp, e);
     if (!rc) rc = any_int("--dp", v[CB_DF_DP], &o->dp, e);
@@ -271,6 +275,7 @@ int cb_dist_read(const cb_dist_args *a, cb_dist_opts *o, cb_err *e) {
     if (!rc) rc = cb_dp_embed_parse(o->embed_grad, &embed, e);
     if (!rc) rc = cb_dist_parse_size(o->max_memory, &bytes, e);
     if (!rc) rc = cb_precision_parse(o->precision, &prec, e);
+    if (!rc) rc = cb_dp_comm_dtype_parse(o->comm_dtype, &embed, e);
     if (!rc) rc = cb_grid_parse_mode(o->tp_mode, &mode, e);
     return rc;
 }
@@ -290,6 +295,7 @@ static int parse_flags(const cb_dist_args *a, cb_dist *d, int *dp, int *pp, int 
     d->embed_grad = CB_DP_EMBED_AUTO;
     if (!rc) rc = cb_dp_embed_parse(o.embed_grad, &d->embed_grad, e);
     if (!rc) rc = cb_dist_parse_size(o.max_memory, &d->max_memory, e);
+    if (!rc) rc = cb_dp_comm_dtype_parse(o.comm_dtype, &d->comm_bf16, e);
     cb_precision prec = CB_PREC_FP32;
     if (!rc) rc = cb_precision_parse(o.precision, &prec, e);
     if (!rc) rc = cb_kernels_select(prec, e);

@@ -35,7 +35,7 @@ void cb_pp_opts_defaults(cb_pp_opts *o);
 /* The distribution flags of the table, as given (NULL: absent). */
 enum { CB_DF_DP, CB_DF_PP, CB_DF_TP, CB_DF_MODE, CB_DF_SCHED, CB_DF_MB, CB_DF_VS, CB_DF_PART,
        CB_DF_MW, CB_DF_NOPROF, CB_DF_PRINT, CB_DF_REC, CB_DF_RECL, CB_DF_RECM, CB_DF_ZERO,
-       CB_DF_EMBED, CB_DF_MAXMEM, CB_DF_PREC, CB_DF_N };
+       CB_DF_EMBED, CB_DF_MAXMEM, CB_DF_PREC, CB_DF_CDT, CB_DF_N };
 typedef struct cb_dist_args {
     const char *v[CB_DF_N];
 } cb_dist_args;
@@ -56,6 +56,7 @@ typedef struct cb_dist_opts {
     const char *embed_grad; /* "auto" */
     const char *max_memory; /* NULL: no limit */
     const char *precision;  /* "fp32" */
+    const char *comm_dtype; /* "fp32": the data-parallel gradient buckets' wire type */
     cb_pp_opts pipe;
 } cb_dist_opts;
 int cb_dist_read(const cb_dist_args *a, cb_dist_opts *o, cb_err *e);

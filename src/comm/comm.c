@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/kernels.h"
+
 /* The one global state of the library, on purpose: MPI itself is
  * per-process global (MPI_Init once, MPI_COMM_WORLD), so a context object
  * passed around would only wrap these. They hold the world wrapper (its
@@ -17,6 +19,7 @@ static cb_comm g_world;
 static int g_have_world;
 static int g_we_initialised;
 static MPI_Comm g_watch = MPI_COMM_NULL; /* the stall watchdog's duplicate of the world */
+static MPI_Op g_bf16_sum = MPI_OP_NULL;   /* created on first use */
 
 /* ---------------------------------------------------------------- lifetime */
 
@@ -58,6 +61,8 @@ void cb_comm_finalize(void) {
     if (g_have_world) cb_comm_free(&g_world);
     if (g_have_world && g_watch != MPI_COMM_NULL) MPI_Comm_free(&g_watch);
     g_watch = MPI_COMM_NULL;
+    if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
+    g_bf16_sum = MPI_OP_NULL;
     g_have_world = 0;
     MPI_Finalized(&done);
     if (g_we_initialised && !done) MPI_Finalize();
@@ -509,6 +514,31 @@ void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, fl
     uint64_t b = ringv(c, counts, sizeof(float));
     req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
     MPI_Ireduce_scatter(send ? (const void *)send : MPI_IN_PLACE, recv, counts, MPI_FLOAT, MPI_SUM, c->comm, &r->req);
+}
+
+/* inout[i] = bf16(in[i] + inout[i]), the sum in fp32 */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = cb_bf16_round(cb_bf16_widen(a[i]) + cb_bf16_widen(b[i]));
+}
+
+static MPI_Op bf16_op(void) {
+    if (g_bf16_sum == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+    return g_bf16_sum;
+}
+
+void cb_comm_iallreduce_bf16(cb_comm *c, const char *tag, uint16_t *buf, size_t n, cb_comm_req *r) {
+    uint64_t b = ring(c, n * sizeof(uint16_t), 2);
+    req_start(r, c, charge(c, tag, b, b), "all-reduce", -1, 0);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count(c, n), MPI_UINT16_T, bf16_op(), c->comm, &r->req);
+}
+
+void cb_comm_ireduce_scatterv_bf16(cb_comm *c, const char *tag, uint16_t *buf, const int *counts, cb_comm_req *r) {
+    uint64_t b = ringv(c, counts, sizeof(uint16_t));
+    req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
+    MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_UINT16_T, bf16_op(), c->comm, &r->req);
 }
 
 void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs) {

@@ -160,6 +160,13 @@ void cb_comm_ibcast(cb_comm *c, const char *tag, float *buf, size_t n, int root,
  * counts[r] summed elements in recv. In place: send NULL, recv holds the n
  * inputs and the result is left in its first counts[rank]. */
 void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, cb_comm_req *r);
+/* bf16 forms of the gradient reduction (--comm-dtype bf16): buf holds
+ * bf16 values (cb_bf16_round), in place, half the bytes of the float
+ * forms and counted as such. Each partial sum is formed in fp32 (a
+ * custom MPI op: both operands widened, added, rounded to nearest even
+ * once), never in bf16 arithmetic. */
+void cb_comm_iallreduce_bf16(cb_comm *c, const char *tag, uint16_t *buf, size_t n, cb_comm_req *r);
+void cb_comm_ireduce_scatterv_bf16(cb_comm *c, const char *tag, uint16_t *buf, const int *counts, cb_comm_req *r);
 /* recv + displs[r] = rank r's counts[r] elements. In place: send NULL, this
  * rank's block already at recv + displs[rank]. */
 void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs);

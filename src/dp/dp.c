@@ -104,7 +104,23 @@ static int plan_buckets(cb_dp *d, size_t start, size_t per, size_t split_end, si
     return rc;
 }
 
+/* bf16 path: the bucket rounded into its staging copy, reduced there */
+static void start_bucket_bf16(cb_dp *d, cb_dp_bucket *b) {
+    const float *g = d->grads;
+    uint16_t *h = d->h;
+    /* threads: a 25 MB bucket is 6.5M elements, on backward's path */
+#pragma omp parallel for schedule(static) if (b->hi - b->lo > 65536)
+    for (size_t i = b->lo; i < b->hi; i++) h[i] = cb_bf16_round(g[i]);
+    if (d->zero) cb_comm_ireduce_scatterv_bf16(d->c, "grad", h + b->lo, b->counts, &b->req);
+    else cb_comm_iallreduce_bf16(d->c, "grad", h + b->lo, b->hi - b->lo, &b->req);
+    b->started = 1;
+}
+
 static void start_bucket(cb_dp *d, cb_dp_bucket *b) {
+    if (d->h) {
+        start_bucket_bf16(d, b);
+        return;
+    }
     float *g = d->grads + b->lo;
     if (d->zero) cb_comm_ireduce_scatterv(d->c, "grad", NULL, g, b->counts, &b->req);
     else cb_comm_iallreduce(d->c, "grad", NULL, g, b->hi - b->lo, CB_COMM_SUM, &b->req);
@@ -287,7 +303,20 @@ static void free_table(cb_dp_table *t) {
     free(t->slot), free(t->upos), free(t->uid), free(t->gid), free(t->urows), free(t->ubuf);
 }
 
+int cb_dp_comm_dtype_parse(const char *s, int *bf16, cb_err *e) {
+    if (s && (!strcmp(s, "fp32") || !strcmp(s, "bf16"))) return *bf16 = s[0] == 'b', CB_OK;
+    return cb_fail(e, CB_EINPUT, "--comm-dtype '%s' is unknown; use fp32 (default) or bf16", s ? s : "");
+}
+
+int cb_dp_comm_bf16(cb_dp *d, cb_err *e) {
+    free(d->h);
+    d->h = malloc(sizeof(uint16_t) * (d->n ? d->n : 1));
+    if (!d->h) return cb_fail(e, CB_ENOMEM, "out of memory for the bf16 gradient copy (%.0f MB)", d->n * 2 / 1e6);
+    return CB_OK;
+}
+
 void cb_dp_free(cb_dp *d) {
+    free(d->h);
     if (d->src.detach) d->src.detach(d->src.ctx);
     for (int i = 0; d->b && i < d->nb + d->nsplit; i++) free(d->b[i].counts);
     for (int k = 0; d->tab && k < d->ntab; k++) free_table(&d->tab[k]);
@@ -406,6 +435,12 @@ static void split_add(cb_dp *d, cb_dp_table *t) {
     t->nuniq = 0;
 }
 
+/* g[n] = the floats of bf16 h[n] */
+static void widen(float *g, const uint16_t *h, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) g[i] = cb_bf16_widen(h[i]);
+}
+
 void cb_dp_reduce(cb_dp *d) {
     while (d->next < d->nb) start_bucket(d, &d->b[d->next++]);
     if (d->split && !d->split_started) start_split(d);
@@ -417,10 +452,12 @@ void cb_dp_reduce(cb_dp *d) {
     for (int i = 0; i < d->nb + d->nsplit; i++) {
         cb_dp_bucket *b = &d->b[i];
         cb_comm_wait(&b->req);
-        if (!d->zero || !b->counts[r]) continue;
+        if (d->zero && !b->counts[r]) continue;
         /* in-place reduce-scatter leaves this rank's part at the slice start */
-        size_t at = (size_t)d->shard_off[r] > b->lo ? (size_t)d->shard_off[r] : b->lo;
-        memmove(g + at, g + b->lo, sizeof(float) * (size_t)b->counts[r]);
+        size_t at = !d->zero ? b->lo : (size_t)d->shard_off[r] > b->lo ? (size_t)d->shard_off[r] : b->lo;
+        size_t n = d->zero ? (size_t)b->counts[r] : b->hi - b->lo;
+        if (d->h) widen(g + at, d->h + b->lo, n);
+        else if (d->zero) memmove(g + at, g + b->lo, sizeof(float) * n);
     }
     for (int k = 0; d->split && k < d->ntab; k++) split_add(d, &d->tab[k]);
     d->wait_ms = now_ms() - t0;

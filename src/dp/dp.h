@@ -126,6 +126,7 @@ typedef struct cb_dp {
     cb_dp_table *tab;
     int ntab;
     size_t buf_bytes;     /* bytes of the sparse or split buffers, as allocated */
+    uint16_t *h;          /* --comm-dtype bf16: the buckets' bf16 copy (n); NULL: fp32 */
 } cb_dp;
 
 #define CB_DP_MAX_BUCKETS 65536 /* a smaller --bucket-mb is refused */
@@ -161,6 +162,14 @@ int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params
 int cb_dp_init_block(cb_dp *d, cb_comm *c, float *params, float *grads, const cb_tensor_info *t,
                      int nt, size_t n, int zero, double bucket_mb, cb_err *e);
 void cb_dp_free(cb_dp *d);
+/* --comm-dtype: "fp32" or "bf16" into *bf16 (0 or 1); anything else is
+ * CB_EINPUT with a one-line message. */
+int cb_dp_comm_dtype_parse(const char *s, int *bf16, cb_err *e);
+/* After init: the buckets travel in bf16 (rounded to nearest even, summed
+ * in fp32 by the collective, widened on receipt), half the bytes; the
+ * embeddings' sparse and split exchanges, the norm and ZeRO's parameter
+ * all-gather stay fp32. CB_ENOMEM for the n bf16 staging copy. */
+int cb_dp_comm_bf16(cb_dp *d, cb_err *e);
 /* Tensors [first, last] hold their final gradient of the step (first >
  * last: nothing new, a chance for MPI to progress): the model's grad hook,
  * also called directly by a model that drives its own (src/graph). Buckets

@@ -803,10 +803,11 @@ static int init_dp(cb_model *m, cb_err *e) {
     int tied, ntab = m->ntables = lookup_tables(m, &tied);
     cb_dp_model src = {.ctx = m, .ntables = ntab, .tied = tied, .split_ok = ntab > 0,
                        .exclude_lookup = exclude_lookup};
-    return cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
-                            m->pt.nparams, m->d->zero, m->d->embed_grad,
-                            m->d->bucket_mb > 0 ? m->d->bucket_mb : BUCKET_MB,
-                            (size_t)m->Bl * m->T, e);
+    int rc = cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
+                              m->pt.nparams, m->d->zero, m->d->embed_grad,
+                              m->d->bucket_mb > 0 ? m->d->bucket_mb : BUCKET_MB,
+                              (size_t)m->Bl * m->T, e);
+    return !rc && m->d->comm_bf16 ? cb_dp_comm_bf16(&m->dp, e) : rc;
 }
 
 static void free_chunk(gchunk *ch);

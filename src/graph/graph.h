@@ -97,6 +97,7 @@ struct cb_dist {
     int rc_uniform;        /* --recompute-method uniform */
     double max_memory;     /* --max-memory in bytes; 0: no limit */
     double bucket_mb;      /* --bucket-mb of the gradient reduction; 0: the default */
+    int comm_bf16;         /* --comm-dtype bf16: the gradient buckets travel in bf16 */
     int block_units;       /* partition whole blocks (a block, or a run of nodes between
                               blocks, is one module); 0: every node is one */
     int profile;           /* --partition auto: time each module before partitioning */

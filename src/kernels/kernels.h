@@ -258,6 +258,14 @@ static inline uint16_t cb_bf16_round(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* The float a bf16 stands for (exact: bf16 is fp32's top half) */
+static inline float cb_bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* CPU pieces the bf16 table reuses around its products */
 /* the table's AdamW on p, g, m, v (n); bf (n, may be NULL) also gets the new p in bf16 */
 void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,

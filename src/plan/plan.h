@@ -155,6 +155,7 @@ typedef struct cb_plan_job {
     const cb_plan_cluster *cluster;
     int batch, T;
     double bucket_bytes; /* data-parallel fusion bucket (25 MB) */
+    int comm_bf16;       /* --comm-dtype bf16: the gradient buckets travel in bf16 */
 } cb_plan_job;
 
 #define CB_PLAN_MAXSTAGE 64

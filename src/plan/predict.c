@@ -360,7 +360,9 @@ static void stages_memory(const cb_plan_job *j, const cb_plan_layout *l, int row
  * buckets (ZeRO-1: reduce-scatter, the parameters all-gathered after the
  * update: the same volume), overlapped with the last micro-batch's
  * backward except the last bucket; the embedding paths' exchange after
- * backward; the step's loss, one float all-reduced (src/graph/exec.c). */
+ * backward; the step's loss, one float all-reduced (src/graph/exec.c).
+ * With --comm-dtype bf16 the buckets (all-reduce, or ZeRO's reduce-scatter)
+ * send 2 bytes an element; ZeRO's parameter all-gather stays fp32. */
 static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s, double S,
                           cb_plan_pred *p) {
     if (l->dp == 1) return;
@@ -372,8 +374,9 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
      * all but its own shard [0, n/dp) of [wte, n), the parameters'
      * all-gather all but that shard of n */
     double own = floor(n / l->dp);
-    double ring = l->zero ? 4 * ((n - wte) - maxf(0, own - wte)) + 4 * (n - own)
-                          : cb_plan_ring_allreduce(l->dp, 4 * (n - wte));
+    double e = j->comm_bf16 ? 2 : 4; /* bytes of a bucket's element as sent */
+    double ring = l->zero ? e * ((n - wte) - maxf(0, own - wte)) + 4 * (n - own)
+                          : cb_plan_ring_allreduce(l->dp, e * (n - wte));
     p->dp_bytes = ring + x.bytes + cb_plan_ring_allreduce(l->dp, 4);
     p->dp_calls = nb + (l->zero ? 1 : 0) + x.calls + 1;
     double buckets_s =

@@ -102,6 +102,7 @@ static int check_words(const cb_train_opts *o, cb_err *e) {
     int mode, dtype, signo;
     if (cb_st_dtype_parse(o->save_dtype, &dtype, e)) return CB_EINPUT;
     int rc = cb_dp_embed_parse(o->embed_grad, &mode, e);
+    if (!rc) rc = cb_dp_comm_dtype_parse(o->comm_dtype, &mode, e);
     return rc ? rc : cb_stop_parse(o->exit_signal, &signo, e);
 }
 

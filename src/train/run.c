@@ -248,6 +248,7 @@ static int dist_opts(trainer *t, cb_err *e) {
     cb_grid *g = &d->g;
     int r = cb_dist_pipeline(d, g->pp, po, e);
     if (!r) r = cb_dp_embed_parse(o->embed_grad, &d->embed_grad, e);
+    if (!r) r = cb_dp_comm_dtype_parse(o->comm_dtype, &d->comm_bf16, e);
     if (!r) r = cb_dist_parse_size(o->max_memory, &d->max_memory, e);
     if (r) return r;
     d->M = o->accum, d->zero = o->zero, d->bucket_mb = o->bucket_mb;

@@ -27,6 +27,7 @@ void cb_train_defaults(cb_train_opts *o) {
     o->tp_mode = "1d";
     o->bucket_mb = 25;
     o->embed_grad = "auto";
+    o->comm_dtype = "fp32";
     o->precision = "fp32";
     o->tp3d_save = "gathered";
     o->save_dtype = "fp32";

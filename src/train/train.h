@@ -46,6 +46,7 @@ typedef struct cb_train_opts {
     int print_grid, comm_report, zero;
     double bucket_mb;
     const char *embed_grad; /* "auto", "dense", "split" or "sparse" (src/dp/dp.h) */
+    const char *comm_dtype; /* "fp32" or "bf16": the data-parallel gradient reduction */
     const char *tp3d_save;  /* "gathered" or "shard" */
     const char *save_dtype; /* "fp32", "bf16" or "f16": the weights file of --save */
     const char *max_memory; /* --max-memory SIZE (NULL: no limit; api/flags.h) */
