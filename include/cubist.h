@@ -322,7 +322,9 @@ void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
  * embedding's word table plus its own bias), cross-entropy over the rows
  * whose target is >= 0 (a negative target is ignored: no loss, no
  * gradient), mean over those rows of the whole step (every micro-batch
- * and data-parallel rank). Whole tensors: --tp 1 (dp and pp run it).
+ * and data-parallel rank). Every layout: the layouts' tied head with the
+ * bias whole on each tensor rank (its gradient summed over them), x moved
+ * to the residual stream's parity where the layout splits it otherwise.
  * Token types: cb_model_set_id_fields(m, 2), the embedding reads field 0
  * and a cb_model_lookup table of the types reads field 1. */
 cb_act *cb_op_gelu_erf(const cb_act *x);

@@ -14,12 +14,15 @@
 #    tensors) to 1e-12 (both float64; measured equal).
 # 2. Layouts: dp 2, dp 2 x ZeRO-1, dp 2 with the sparse and split
 #    embedding-gradient paths, pp 2 (1f1b, 4 micro-batches against one
-#    process with --grad-accum 4) and pp 2 x dp 2: 30 steps of loss and
+#    process with --grad-accum 4), pp 2 x dp 2, tensor parallelism 1d 2,
+#    2d 4, 3d 8 and pp 2 x 3d 8 (the MLM head through the layouts' tied
+#    head with the decoder bias and the ignored targets; 3d 8 also with a
+#    vocabulary it pads): 30 steps of loss and
 #    gradient norm and the final weights equal the one process to 1e-5
 #    relative (tests/compare.py; the sums regroup across ranks, a few ulp a
 #    step); recompute block and selective equal none bit for bit.
-# 3. Bad input: special ids that collide with the text vocabulary, --tp
-#    (the MLM head runs on whole tensors), --fill without held-out tokens,
+# 3. Bad input: special ids that collide with the text vocabulary,
+#    --fill without held-out tokens,
 #    a file shorter than a sequence:
 #    exit 2 with one line, on every rank.
 # 4. The one training loop's checkpoints (tests/loop_common.sh), bert and
@@ -95,11 +98,22 @@ for model in bert roberta; do
         cmp_ "$model pp2 1f1b M4 (vs --grad-accum 4)" "$model.pp2" "$model.ga4"
     run "$model.pp2dp2" 4 --model "$model" --pp 2 --dp 2 --micro-batches 2 --zero 1 &&
         cmp_ "$model pp2 x dp2 ZeRO-1" "$model.pp2dp2" "$model.one"
+    run "$model.tp1d" 2 --model "$model" --tp 2 --tp-mode 1d && cmp_ "$model tp 1d2" "$model.tp1d" "$model.one"
+    run "$model.tp2d" 4 --model "$model" --tp 4 --tp-mode 2d && cmp_ "$model tp 2d4" "$model.tp2d" "$model.one"
+    run "$model.tp3d" 8 --model "$model" --tp 8 --tp-mode 3d && cmp_ "$model tp 3d8" "$model.tp3d" "$model.one"
+    run "$model.pp2tp3d" 16 --model "$model" --pp 2 --tp 8 --tp-mode 3d --micro-batches 2 &&
+        cmp_ "$model pp2 x tp 3d8" "$model.pp2tp3d" "$model.one"
     for rc in block selective; do
         run "$model.rc_$rc" 1 --model "$model" --recompute "$rc" &&
             cmp_ "$model --recompute $rc (bit for bit)" "$model.rc_$rc" "$model.one" --tol 0
     done
 done
+
+# a vocabulary that 3-D pads (261 to 264): the decoder bias stops at the
+# true vocabulary in the last block
+run bert.one261 1 --model bert --special-base 257 &&
+    run bert.tp3d261 8 --model bert --special-base 257 --tp 8 --tp-mode 3d &&
+    cmp_ "bert tp 3d8, vocabulary 261 padded to 264" bert.tp3d261 bert.one261
 
 # ---------------------------------------------------------------- bad input
 bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's stderr
@@ -114,7 +128,6 @@ bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's s
 }
 bad "special ids collide with the text vocabulary" 1 "collide with the text vocabulary" --model bert --special-base 200
 bad "special ids collide (2 ranks)" 2 "collide with the text vocabulary" --model roberta --special-base 255 --dp 2
-bad "--tp 2 refused" 2 "drop --tp" --model bert --tp 2 --tp-mode 1d
 bad "--heads not dividing --d-model" 1 "does not divide" --model bert --heads 5
 bad "--fill without --val-data" 1 "needs --val-data" --model bert --fill 2
 "$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(65, 85)))" > tiny.txt

@@ -274,7 +274,7 @@ static void case_embed_head(const sizes *z, cb_rng *r, float eps, int ign) {
     float *dx = randn(r, (size_t)N * C), *h = randn(r, (size_t)N * C);
     float *x = zeros((size_t)N * C), *dwte = zeros((size_t)V * C), *dwpe = zeros((size_t)T * C);
     float *logits = zeros(S->ops->logits_numel(S, N, V)), *dh = zeros((size_t)N * C);
-    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, eps, 1.3f, ign, ign >= 0};
+    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
     S->ops->embed_forward(S, &es, ids, z->B, T, x);
     S->ops->embed_backward(S, &es, ids, z->B, T, dx);
     float loss = S->ops->head_forward(S, &es, h, tg, logits, N);
@@ -286,7 +286,7 @@ static void case_embed_head(const sizes *z, cb_rng *r, float eps, int ign) {
     float *lx = zeros(cb_shard_numel(&sa)), *ldwte = zeros(cb_shard_numel(&se));
     float *ldwpe = zeros(cb_shard_numel(&spos)), *ldh = zeros(cb_shard_numel(&sa));
     float *ll = zeros(P->ops->logits_numel(P, N, V));
-    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, eps, 1.3f, ign, ign >= 0};
+    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
     P->ops->embed_forward(P, &ep, ids, z->B, T, lx);
     P->ops->embed_backward(P, &ep, ids, z->B, T, ldx);
     float lloss = P->ops->head_forward(P, &ep, lh, tg, ll, N);
@@ -323,7 +323,7 @@ static size_t run_overlap(const sizes *z, cb_rng *r, float *out) {
     cb_linear l = {C, 4 * C, 1, 0, w, b, dw, db, NULL};
     P->ops->linear_forward(P, &l, x, y, N);
     P->ops->linear_backward(P, &l, x, dy, dx, N);
-    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, 0, 0, 0, 0};
+    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, 0, 0, 0, 0, NULL, NULL};
     *loss = P->ops->head_forward(P, &e, x, tg, lg, N);
     P->ops->head_backward(P, &e, x, tg, lg, 0.5f, hdx, N);
     float *all[] = {x, w, b, dy, wte, lg};

@@ -45,10 +45,6 @@ static int check(cb_model *m, cb_err *e) {
     if (m->loss_node < 0)
         return cb_fail(e, CB_EINPUT, "the model declares no loss; end the graph with cb_op_lm_loss or "
                                      "cb_op_logistic_loss");
-    if (m->nodes[m->loss_node].l2 && !(m->L->caps & CB_LAYOUT_WHOLE))
-        return cb_fail(e, CB_EINPUT, "cb_op_mlm_loss (the MLM head of BERT and RoBERTa) runs on "
-                                     "whole tensors: its decoder bias is not split over tensor "
-                                     "ranks; drop --tp (use --dp and --pp)");
     if (m->B % m->d->g.dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not divide over --dp %d; use a multiple of %d",
                        m->B, m->d->g.dp, m->d->g.dp);
@@ -237,7 +233,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     } else if (l->kind == G_BIAS) { /* one vector, "<name>.bias" */
         snprintf(name, cap, "%s.bias", l->name);
         *d0 = l->lin.out;
-        *kind = CB_P_LINEAR_B;
+        *kind = CB_P_WHOLE; /* the MLM decoder bias: every rank adds its vocabulary's part */
         *init = CB_INIT_ZERO;
     } else if (l->kind == G_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
@@ -672,6 +668,8 @@ static scratch scratch_floats(const cb_model *m) {
         if (k == N_ATTN && m->nodes[i].keep > s.att) s.att = m->nodes[i].keep;
         two |= k == N_MUL || k == N_CONCAT || (k == N_ATTN && m->nodes[i].nin > 1);
         rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
+        /* the MLM head's input moved to parity 0 and its gradient back */
+        rec |= k == N_LOSS && m->nodes[i].l2 && !(m->L->caps & CB_LAYOUT_WHOLE);
     }
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
@@ -719,7 +717,7 @@ static void plan_layout(cb_model *m) {
         l->lin.parity = l->norm.parity = l->parity;
         cb_layout_use u = {.op = (cb_layout_op)op[n->kind], .B = m->Bm, .T = m->T,
                            .inflight = m->ch[n->vs / m->P].nslots, .lin = &l->lin,
-                           .norm = &l->norm, .emb = &l->emb};
+                           .norm = &l->norm, .emb = &l->emb, .bias = n->l2 != NULL};
         cb_layout_plan(m->L, &u);
     }
 }
@@ -889,6 +887,11 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
             rc = cb_fail(e, CB_ENOMEM, "out of memory for %zu parameters", m->pt.nparams);
     }
     for (int i = 0; !rc && i < m->nlayers; i++) bind(m, m->layers[i]);
+    if (!rc && m->loss_node >= 0 && m->nodes[m->loss_node].l2) { /* the head's decoder bias */
+        cb_embed *h = &m->nodes[m->loss_node].l->emb;
+        const cb_linear *b = &m->nodes[m->loss_node].l2->lin;
+        h->bias = b->b, h->dbias = b->db;
+    }
     if (!rc) mark_final(m);
     if (!rc) fill(m, seed);
     int dp = m->d->g.dp > 1;

@@ -388,7 +388,7 @@ void cb_op_mlm_loss(cb_layer *emb, cb_layer *bias, const cb_act *x) {
         declare_fail(m, CB_EINPUT, "cb_op_mlm_loss: the decoder of %s reads %d features; its "
                                    "input has %d", emb->name, emb->emb.C, x->H);
     if (m->loss_node >= 0) declare_fail(m, CB_EINPUT, "a model has one loss; a second loss was declared");
-    /* any parity: the MLM head runs on whole tensors (cb_model_build refuses --tp) */
+    /* any parity: the head moves its input to parity 0 where the layout needs it */
     m->loss_node = m->nnodes;
     node(m, N_LOSS, emb, x, NULL, 0, 0, 1);
     m->nodes[m->loss_node].l2 = bias;

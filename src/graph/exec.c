@@ -76,28 +76,38 @@ static float rec_forward(cb_model *m, const gnode *n, float *x, float *x2, float
     return 0.0f;
 }
 
-/* The MLM loss (cb_op_mlm_loss, whole tensors): logits s (N,V) = x wte^T
- * + bias, probabilities in place, losses after them (N), 0 where the
- * target is negative; returns the micro-batch's share of the step's mean
- * (m->loss_scale, set by mlm_count). */
+/* The MLM loss (cb_op_mlm_loss): the layout's tied head with the decoder
+ * bias (cb_embed.bias, bound at build) and the vocabulary-parallel
+ * cross-entropy, whose negative targets are ignored. Its input has the
+ * parity of the LayerNorm before it (1); where the layout splits parities
+ * differently it is moved to parity 0, the head's, in m->rec_scratch
+ * (full value, then the moved input, then its gradient). The head
+ * returns the sum over this micro-batch's masked positions / N; the
+ * result is its share of the step's mean (m->loss_scale, mlm_count). */
+static const float *mlm_input(cb_model *m, const gnode *n, const float *x, int N) {
+    cb_layout *L = m->L;
+    int C = n->l->emb.C;
+    if (m->acts[n->in[0]]->parity == 0 || (L->caps & CB_LAYOUT_WHOLE)) return x;
+    float *x0 = m->rec_scratch + (size_t)N * C;
+    cb_rec_reparity(L, x, N, C, 1, 0, x0, m->rec_scratch);
+    L->ops->input_rewritten(L, x0); /* one buffer for every micro-batch */
+    return x0;
+}
+
 static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
                          int N) {
-    const cb_kernels *k = m->L->k;
-    const cb_embed *e = &n->l->emb;
-    float *losses = s + (size_t)N * e->V;
-    k->head_forward(k, s, x, e->wte, N, e->C, e->V);
-    k->bias_add(k, s, n->l2->lin.b, N, e->V);
-    k->crossentropy_forward(k, losses, s, tg, N, e->V);
-    return tg ? (float)(k->sum(k, losses, (size_t)N) * m->loss_scale) : 0.0f;
+    float mean = m->L->ops->head_forward(m->L, &n->l->emb, mlm_input(m, n, x, N), tg, s, N);
+    return tg ? (float)((double)mean * N * m->loss_scale) : 0.0f;
 }
 
 static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
                          float *dx, int N) {
-    const cb_kernels *k = m->L->k;
-    cb_embed *e = &n->l->emb;
-    k->crossentropy_backward(k, s, tg, m->grad_scale, N, e->V);
-    k->bias_backward(k, n->l2->lin.db, s, N, e->V);
-    k->head_backward(k, dx, e->dwte, s, x, e->wte, N, e->C, e->V);
+    cb_layout *L = m->L;
+    int C = n->l->emb.C;
+    const float *x0 = mlm_input(m, n, x, N);
+    float *d0 = x0 == x ? dx : m->rec_scratch + 2 * (size_t)N * C;
+    L->ops->head_backward(L, &n->l->emb, x0, tg, s, m->grad_scale * N, d0, N);
+    if (d0 != dx) cb_rec_reparity(L, d0, N, C, 0, 1, dx, m->rec_scratch);
 }
 
 /* The MLM loss is the mean over the targets >= 0 of the first nmb

@@ -165,16 +165,23 @@ void cb_layout_free(cb_layout *L) {
     if (L->ops->free) L->ops->free(L);
 }
 
+cb_shard cb_layout_shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R,
+                         int64_t C, int parts, int parity) {
+    if (kind != CB_P_WHOLE) return L->ops->shard(L, tp_rank, kind, R, C, parts, parity);
+    return (cb_shard){.R = R, .C = C, .rows_pad = R, .row0 = 0, .nrows = R, .nseg = 1,
+                      .col0 = {0}, .ncol = {C}, .owner = tp_rank == 0};
+}
+
 void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, int parts,
                       int parity, const float *local, float *full) {
     if (!L->grid || L->tp == 1) {
-        cb_shard s = L->ops->shard(L, 0, kind, R, C, parts, parity);
+        cb_shard s = cb_layout_shard(L, 0, kind, R, C, parts, parity);
         cb_shard_place(&s, local, full);
         return;
     }
     cb_comm *tp = &L->grid->tpg;
     int P = L->tp;
-    cb_shard mine = L->ops->shard(L, L->tp_rank, kind, R, C, parts, parity);
+    cb_shard mine = cb_layout_shard(L, L->tp_rank, kind, R, C, parts, parity);
     size_t n = cb_shard_numel(&mine);
     if (L->tp_rank != 0) {
         cb_comm_send(tp, "ckpt", local, n, 0, 77);
@@ -182,7 +189,7 @@ void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, in
     }
     cb_shard_place(&mine, local, full);
     for (int r = 1; r < P; r++) {
-        cb_shard s = L->ops->shard(L, r, kind, R, C, parts, parity);
+        cb_shard s = cb_layout_shard(L, r, kind, R, C, parts, parity);
         size_t m = cb_shard_numel(&s);
         float *buf = malloc(sizeof(float) * (m ? m : 1));
         if (!buf) cb_layout_oom("gathering a checkpoint tensor");

@@ -56,6 +56,7 @@ typedef enum cb_param_kind {
     CB_P_NORM,     /* [C] LayerNorm weight or bias on an activation of parity p */
     CB_P_EMBED,    /* [V, C] token embedding, tied to the LM head */
     CB_P_POS,      /* [T, C] position embedding */
+    CB_P_WHOLE,    /* whole on every tensor rank, owned by rank 0 (the MLM decoder bias) */
 } cb_param_kind;
 
 #define CB_SHARD_MAXSEG 4
@@ -103,6 +104,10 @@ typedef struct cb_embed {
      * engine each step) = rows / rows with a real target, over the step */
     float smooth, loss_scale;
     int ignore, has_ignore;
+    /* the head's optional decoder bias [V] (BERT's MLM head), whole on
+     * every tensor rank, and its gradient, which the head sums over the
+     * tensor group; NULL: none */
+    float *bias, *dbias;
 } cb_embed;
 
 typedef struct cb_layout cb_layout;
@@ -119,6 +124,7 @@ typedef struct cb_layout_use {
     cb_linear *lin;       /* CB_OP_LINEAR */
     const cb_norm *norm;  /* CB_OP_NORM */
     const cb_embed *emb;  /* CB_OP_EMBED, CB_OP_HEAD */
+    int bias;             /* CB_OP_HEAD: with a decoder bias (cb_embed.bias) */
 } cb_layout_use;
 
 typedef struct cb_layout_ops {
@@ -313,6 +319,15 @@ double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_em
 void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
                             int v0, float dloss, int N, int Vl);
 void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e);
+/* The head's decoder bias (e->bias, NULL: none): add its entries v0..
+ * (below the true vocabulary) to the local logits (N, Vl) */
+void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0);
+/* e->dbias (NULL: nothing) += the column sums of dlogits (N, Vl) of every
+ * rank, summed over the tensor group (slot: Vpad floats, the padded
+ * vocabulary; free at this point; cb_vocab_bias_reserve) */
+void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
+                            int v0, int N, int Vl, int Vpad);
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad);
 
 /* Attention in every layout: the kernel on this rank's sequences and
  * heads (no communication), and the floats of its probabilities. */
@@ -325,6 +340,11 @@ size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH);
 
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);
+
+/* The shard of a parameter on tensor rank tp_rank: ops->shard, and
+ * CB_P_WHOLE (the same in every layout) */
+cb_shard cb_layout_shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R,
+                         int64_t C, int parts, int parity);
 
 /* Collective over the tensor group: full (R x C, on tp rank 0) from every
  * rank's local shard. full may be NULL on other ranks. */

@@ -3,6 +3,10 @@
  * (layout.h). All arithmetic is in kernels; these move data and reduce. */
 #include "layout/layout.h"
 
+#include <string.h>
+
+#include "comm/grid.h"
+
 /* One numerics for every layout: the row moments [sum x, sum x^2] in
  * double, reduced in one all-reduce, variance E[x^2] - mean^2 (the
  * kernel's comment says why that is exact enough); the backward's two row
@@ -57,7 +61,42 @@ double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits
     if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, mx, (size_t)N, CB_COMM_MAX);
     L->k->crossentropy_exp(L->k, st, logits, mx, targets, v0, N, Vl, valid);
     if (vocab) cb_comm_allreduce(vocab, "head.fwd", NULL, st, 2 * (size_t)N, CB_COMM_SUM);
-    return L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
+    double sum = L->k->crossentropy_normalize(L->k, losses, logits, st, mx, N, Vl, valid);
+    int ignored = 0;
+    for (int i = 0; targets && i < N; i++)
+        if (targets[i] < 0) { /* the MLM's unmasked positions: no loss, no gradient */
+            losses[i] = 0.0f, ignored = 1;
+            memset(logits + (size_t)i * Vl, 0, sizeof(float) * (size_t)Vl);
+        }
+    return ignored ? L->k->sum(L->k, losses, (size_t)N) : sum;
+}
+
+void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0) {
+    int valid = valid_cols(e->V, v0, Vl);
+    if (!e->bias) return;
+    if (valid == Vl) L->k->bias_add(L->k, logits, e->bias + v0, N, Vl);
+    else /* the last block: the bias stops at the true vocabulary */
+        for (int i = 0; i < N && valid > 0; i++)
+            L->k->bias_add(L->k, logits + (size_t)i * Vl, e->bias + v0, 1, valid);
+}
+
+void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
+                            int v0, int N, int Vl, int Vpad) {
+    if (!e->dbias) return;
+    if (!L->grid || L->tp == 1) {
+        L->k->bias_backward(L->k, e->dbias, dlogits, N, e->V);
+        return;
+    }
+    /* each rank's columns in place in a zeroed whole vector: the sum over
+     * the group adds the token blocks and joins the vocabulary blocks */
+    float *g = cb_layout_zeroed(L, slot, sizeof(float) * (size_t)Vpad);
+    L->k->bias_backward(L->k, g + v0, dlogits, N, Vl);
+    cb_comm_allreduce(&L->grid->tpg, "head.bwd", NULL, g, (size_t)Vpad, CB_COMM_SUM);
+    L->k->residual_forward(L->k, e->dbias, e->dbias, g, (size_t)e->V);
+}
+
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad) {
+    cb_layout_reserve(L, slot, sizeof(float) * (size_t)Vpad);
 }
 
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {

@@ -26,6 +26,12 @@ static void act_local(cb_layout *L, const float *full, int N, int H, int parity,
     cb_shard_extract(&s, full, local);
 }
 
+void cb_rec_reparity(cb_layout *L, const float *x, int N, int H, int pin, int pout, float *y,
+                     float *scratch) {
+    act_full(L, x, N, H, pin, scratch, "reparity");
+    act_local(L, scratch, N, H, pout, y);
+}
+
 /* The columns [col0, col0 + n) of all N rows, as a shard of N x H. */
 static cb_shard cols(int N, int H, int64_t col0, int64_t n) {
     return (cb_shard){.R = N, .C = H, .rows_pad = N, .row0 = 0, .nrows = N, .nseg = 1,

@@ -27,6 +27,11 @@ void cb_rec_lookup_forward(cb_layout *L, const cb_embed *e, const int *ids, int 
 /* e->dwte accumulates the rows of dy at ids */
 void cb_rec_lookup_backward(cb_layout *L, cb_embed *e, const int *ids, int N, const float *dy,
                             float *scratch);
+/* y = x (N x H) moved from parity pin to parity pout (a value is the same
+ * whole tensor in either; scratch N x H floats). Its own backward: the
+ * gradient moved back. */
+void cb_rec_reparity(cb_layout *L, const float *x, int N, int H, int pin, int pout, float *y,
+                     float *scratch);
 /* y (Ha + Hb features) = [a | b] per row; par[3]: the parities of a, b, y */
 void cb_rec_concat_forward(cb_layout *L, const float *a, int Ha, const float *b, int Hb,
                            const int *par, int N, float *y, float *scratch);

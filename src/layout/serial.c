@@ -72,6 +72,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
                           float *logits, int N) {
     float *losses = logits + (size_t)N * e->V;
     L->k->head_forward(L->k, logits, x, e->wte, N, e->C, e->V);
+    cb_vocab_bias_add(L, e, logits, N, e->V, 0);
     if (targets && !cb_loss_plain(e))
         return (float)(cb_vocab_loss_forward(L, NULL, S_LOSS, e, logits, losses, targets, N, e->V, 0) / N);
     L->k->crossentropy_forward(L->k, losses, logits, targets, N, e->V);
@@ -83,6 +84,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     if (cb_loss_plain(e)) L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
     else cb_vocab_loss_backward(L, e, logits, targets, 0, dloss / N, N, e->V);
+    cb_vocab_bias_backward(L, 0, e, logits, 0, N, e->V, e->V);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
 }
 

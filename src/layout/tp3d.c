@@ -311,6 +311,8 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         s.row0 = (a * q + i) * s.nrows;
         col_blocks(&s, C, 1, q, b);
         break;
+    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+        break;
     case CB_P_POS: /* parity 0 coordinates: a = j, b = k */
         s.rows_pad = (R + q * q - 1) / (q * q) * (q * q);
         s.nrows = s.rows_pad / (q * q);
@@ -509,6 +511,7 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     float *z = scratch(L, S_Z, nh * v.vb);
     L->k->head_forward(L->k, z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
     cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
+    cb_vocab_bias_add(L, e, logits, (int)nb, (int)v.vb, (int)v.v0);
     const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
     double sum = cb_vocab_loss_forward(L, &g->input, S_RED, e, logits, logits + nb * v.vb, tg, (int)nb,
                                        (int)v.vb, (int)v.v0); /* vocabulary split along INPUT */
@@ -539,6 +542,8 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     float dl = dloss / N;
     const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
     cb_vocab_loss_backward(L, e, logits, tg, (int)v.v0, dl, (int)nb, (int)v.vb);
+    cb_vocab_bias_backward(L, S_RED, e, logits, (int)v.v0, (int)nb, (int)v.vb,
+                           (int)vocab_pad(L, e->V));
     float *dzh = scratch(L, S_DYH, nh * v.vb);
     cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
@@ -599,6 +604,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         if (u->op == CB_OP_HEAD)
             plan_product(L, &P->head, nh, v.c, v.vb, v.vr * v.c, u->inflight);
         cb_vocab_loss_reserve(L, S_RED, (int)nb, u->emb);
+        if (u->bias) cb_vocab_bias_reserve(L, S_RED, (int)vocab_pad(L, u->emb->V));
         reserve(L, S_WH, v.vb * v.c), reserve(L, S_Z, nh * v.c), reserve(L, S_DYH, nh * v.c);
         reserve(L, S_DWH, v.vb * v.c), reserve(L, S_DW, v.vr * v.c);
         reserve(L, S_RED, pos_rows(L, u->emb->T) * q * q * v.c);

@@ -50,7 +50,7 @@ cb_shard cb_ptable_shard(const cb_ptable *p, int i, int tp_rank) {
     const cb_tensor_info *t = &p->t[i];
     const cb_tensor_split *sp = &p->split[i];
     int two = t->ndim == 2;
-    return p->L->ops->shard(p->L, tp_rank, sp->kind, two ? t->shape[0] : 1,
+    return cb_layout_shard(p->L, tp_rank, sp->kind, two ? t->shape[0] : 1,
                             two ? t->shape[1] : t->shape[0], sp->parts, sp->parity);
 }
 
