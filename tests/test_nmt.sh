@@ -16,7 +16,8 @@
 #    key biases' gradient is zero in exact arithmetic (docs/nmt.md), and a
 #    small eps turns their layout-dependent rounding noise into full steps.
 # 3. Bad input: --heads not dividing --d-model, --seq-len shorter than the
-#    pairs, a token file that is not pairs: exit 2, one line, every rank.
+#    pairs, --max-tokens below the longest pair, a token file that is not
+#    pairs: exit 2, one line, every rank.
 # 4. The one training loop's checkpoints (tests/loop_common.sh): SIGKILL
 #    and --resume, SIGTERM (exit 75) and --resume, bit for bit.
 set -u
@@ -107,6 +108,7 @@ bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's s
 }
 bad "--heads not dividing --d-model" 1 "does not divide" --data train.bin --d-model 32 --heads 5
 bad "--seq-len shorter than the pairs (2 ranks)" 2 "pass --seq-len >= 24" --data train.bin --seq-len 10 --dp 2
+bad "--max-tokens below the longest pair" 1 "cannot hold the longest pair" --data train.bin --max-tokens 5
 "$C" prepare --input train.tsv --output plain.bin > /dev/null
 bad "a token file that is not pairs" 1 "not of translation pairs" --data plain.bin
 

@@ -35,12 +35,12 @@ static void put_row(nmt_task *r, const cb_bitext *b, const size_t *p, int *ids, 
     *sl = p ? b->slen[*p] + 1 : 0, *tl = p ? b->tlen[*p] + 1 : 0;
 }
 
-static int epoch_batches(nmt_task *r, long e) {
+/* epoch e's batches (its order from the seed and e) into r->bt */
+static int epoch_batches(nmt_task *r, long e, cb_err *err) {
     if (e == r->epoch) return CB_OK;
     cb_bitext_batches_free(&r->bt);
-    cb_err err = {0};
     size_t tok = r->n->max_tokens > 0 ? (size_t)r->n->max_tokens : (size_t)r->batch * r->T;
-    int rc = cb_bitext_batch(&r->tr, tok, r->batch, r->to->seed + 0x9e37ull * (uint64_t)e, &r->bt, &err);
+    int rc = cb_bitext_batch(&r->tr, tok, r->batch, r->to->seed + 0x9e37ull * (uint64_t)e, &r->bt, err);
     r->epoch = rc ? -1 : e;
     return rc;
 }
@@ -49,7 +49,9 @@ static void nmt_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *
     nmt_task *r = ctx;
     int T = r->T, first = r0 * M, count = rows * M;
     long e = r->bt.nb ? s / (long)r->bt.nb : 0;
-    if (epoch_batches(r, e)) return; /* open made epoch 0: later epochs differ only by seed */
+    cb_err err = {0};
+    if (epoch_batches(r, e, &err)) return; /* open made epoch 0: later epochs differ only by
+                                              seed, so only memory can fail here */
     size_t b = (size_t)s % r->bt.nb, n = r->bt.start[b + 1] - r->bt.start[b];
     int *ids = malloc(sizeof(int) * 3 * (size_t)T), *tg = ids + 2 * T, sl, tl;
     for (int k = 0; ids && k < r->batch; k++) {
@@ -171,7 +173,7 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
                             .close = nmt_close};
     int rc = cb_bitext_open(to->data, &r->tr, e);
     if (!rc && to->val_data) rc = cb_bitext_open(to->val_data, &r->va, e);
-    if (!rc) rc = epoch_batches(r, 0) ? cb_fail(e, CB_ENOMEM, "out of memory for the batches") : 0;
+    if (!rc) rc = epoch_batches(r, 0, e);
     if (rc) return rc;
     r->src = calloc((size_t)r->batch, sizeof(int));
     r->tgt = calloc((size_t)r->batch, sizeof(int));
