@@ -88,8 +88,8 @@ note "1d: vocab 257 padded to 260" 4 "pads the vocabulary 257 to 260 (a multiple
 # a user's program: the same constraints, named as quantities; its grid flags strictly parsed
 drill "user model, 2d q=3: batch 8 % 3" 9 "got batch 8: use batch 9" "$EX/mlp_lm" --data train.bin --tp 9 --tp-mode 2d
 drill "user model, 1d tp 8: heads 4 % 8" 8 "got heads 4: use heads 8, or --tp 4" "$EX/tiny_gpt" --data train.bin --tp 8 --tp-mode 1d
-drill "user model: --tp abc" 2 "--tp takes an integer >= 1; got 'abc'" "$EX/mlp_lm" --data train.bin --tp abc
-drill "user model: --dp 2x" 2 "--dp takes an integer >= 1; got '2x'" "$EX/mlp_lm" --data train.bin --dp 2x
-drill "user model: --zero 2" 2 "--zero takes an integer from 0 to 1; got '2'" "$EX/mlp_lm" --data train.bin --zero 2
+drill "user model: --tp abc" 2 "--tp takes an integer; got 'abc'" "$EX/mlp_lm" --data train.bin --tp abc
+drill "user model: --dp 2x" 2 "--dp takes an integer; got '2x'" "$EX/mlp_lm" --data train.bin --dp 2x
+drill "user model: --zero 2" 2 "--zero 2 is unknown; use 0 (off) or 1 (shard AdamW state)" "$EX/mlp_lm" --data train.bin --zero 2
 drill "user model: --tp without a value" 1 "--tp needs a value" "$EX/mlp_lm" --data train.bin --tp
 finish
