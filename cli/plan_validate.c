@@ -173,7 +173,8 @@ static int measure_tpstep(const vcase *c, measured *m) {
 static int measure(const vcase *c, const char *dir, const plan_opts *o, int over,
                    const cb_plan_pred *p, measured *m) {
     char part[256] = "";
-    for (int s = 0, n = 0; p->nstage && s <= p->nstage && n < (int)sizeof part; s++)
+    for (int s = 0, n = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage &&
+                           n < (int)sizeof part; s++)
         n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
     for (int r = 0; r < o->repeat; r++) {
         measured x = {0, 0, 0, NAN, NAN, NAN, NAN};

@@ -941,3 +941,26 @@ void cb_model_free(cb_model *m) {
     free(m->params), free(m->grads);
     free(m);
 }
+
+/* The planner's read-only view (src/plan/graph.c): this rank's plan of a
+ * declared model, made as cb_model_build makes it (partition, tensor
+ * table, activation plan, layout workspace) but nothing allocated for
+ * parameters, activations or workspace, and no communication. */
+int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e) {
+    clear_err(e);
+    if (!m) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
+    defaults(m);
+    int rc = check(m, e);
+    if (!rc) rc = partition(m, e);
+    if (!rc) rc = make_table(m, e);
+    if (!rc) rc = plan(m, e);
+    if (rc) return rc;
+    plan_layout(m);
+    *p = (cb_graph_planned){.params = (double)m->pt.nparams,
+                            .act = (double)cb_model_activation_bytes(m),
+                            .ws = (double)cb_layout_workspace_bytes(m->L) +
+                                  (double)scratch_bytes(scratch_floats(m))};
+    for (int c = 0; c < m->v; c++)
+        p->send_floats += (double)m->ch[c].send_floats, p->msgs += m->ch[c].nein + m->ch[c].neout;
+    return CB_OK;
+}

@@ -18,6 +18,7 @@ void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "gpt");
     m->gpt = *c;
+    m->T = c->seq_len;
     m->nlayer = 3;
     m->layer[0] = (cb_plan_layer){"embed", 1, 0, {{0, 0}}, 0, 0, 0, 12 * C, (V + T) * C};
     m->layer[1] = (cb_plan_layer){"block",

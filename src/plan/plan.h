@@ -73,9 +73,20 @@ typedef struct cb_plan_layer {
 } cb_plan_layer;
 
 #define CB_PLAN_MAXLAYER 4
+/* GPT is planned from its rows and the closed forms of counts.c; the
+ * other built-in models from their declared graph (src/plan/graph.c):
+ * the engine's own plan of each pipeline rank gives parameters,
+ * activations, workspace and pipeline messages, and each node a cost. */
+enum { CB_PLAN_FAM_GPT, CB_PLAN_FAM_BERT, CB_PLAN_FAM_NMT, CB_PLAN_FAM_NCF };
 typedef struct cb_plan_model {
     char name[16];
     cb_gpt_config gpt; /* the sizes the exact count formulas take */
+    int family;        /* CB_PLAN_FAM_*; GPT: 0 */
+    cb_bert_config bert;
+    cb_nmt_config nmt;
+    cb_ncf_config ncf;
+    int T;             /* graph models: tokens per row (sequence length; NCF 1) */
+    double params;     /* graph models: parameters of the whole model (floats) */
     int nlayer;
     cb_plan_layer layer[CB_PLAN_MAXLAYER]; /* in execution order */
 } cb_plan_model;
@@ -83,6 +94,12 @@ typedef struct cb_plan_model {
 /* GPT-2 (tied embedding and head, GELU MLP of 4C). */
 void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m);
 double cb_plan_model_params(const cb_plan_model *m);
+/* BERT or RoBERTa (c->roberta), the translation model, NCF: the model
+ * described by its declared graph (its whole-model parameter count from
+ * the engine's plan); CB_EINPUT when the graph does not declare. */
+int cb_plan_model_bert(const cb_bert_config *c, cb_plan_model *m, cb_err *e);
+int cb_plan_model_nmt(const cb_nmt_config *c, int T, cb_plan_model *m, cb_err *e);
+int cb_plan_model_ncf(const cb_ncf_config *c, cb_plan_model *m, cb_err *e);
 /* Forward FLOPs of one token through the model (GEMMs and attention). */
 double cb_plan_model_flops(const cb_plan_model *m);
 
@@ -183,6 +200,27 @@ typedef struct cb_plan_pred {
     double stage_act[CB_PLAN_MAXSTAGE];
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
+
+/* Forward seconds of a layer row on this rank for `tok` tokens of its
+ * tensor group, by kernel class (the layout's shards of its GEMMs). */
+cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer *y,
+                                   const cb_plan_layout *l, double tok);
+
+/* One pipeline rank s of a layout, from the model's graph as the engine
+ * plans it (src/plan/graph.c): parameters (floats), activation and
+ * workspace bytes, the floats and messages one micro-batch sends over the
+ * pipeline (exact at tp 1; under 1-D the parameters, activations and
+ * workspace are estimates), its forward seconds per micro-batch by kernel
+ * class, the 1-D tensor traffic (an estimate), and the loss's counts. */
+typedef struct cb_plan_gstage {
+    double params, act, ws, send_floats, msgs;
+    cb_plan_kparts k;
+    double tp_sent, tp_calls;
+    double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM
+                             targets, one double; targets not padding, two) */
+} cb_plan_gstage;
+int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_plan_gstage *g,
+                        cb_err *e);
 
 /* Can the layout run this model and batch (cubist's divisibility rules)?
  * CB_EINPUT with the reason otherwise. */

@@ -1,0 +1,183 @@
+/* The models other than GPT, planned from their declared graph: the
+ * model is declared on a serial layout as pipeline rank s of the layout
+ * and planned by the engine itself (cb_graph_plan_only), so its
+ * parameters, activation plan, workspace and pipeline messages are the
+ * ones a real run plans (one source of truth, no formula per model); each
+ * node is costed as a one-row layer (GEMMs, attention, memory-bound
+ * bytes per token) at the cluster's rates. Tensor parallelism (1-D only)
+ * is an estimate from the nodes' parities. See docs/plan.md. */
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "plan/plan.h"
+
+static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch) {
+    cb_model *m = cb_model_new(d, batch, pm->T);
+    if (!m) return NULL;
+    if (pm->family == CB_PLAN_FAM_BERT) cb_model_declare_bert(m, &pm->bert);
+    else if (pm->family == CB_PLAN_FAM_NMT) cb_model_declare_nmt(m, &pm->nmt);
+    else if (pm->family == CB_PLAN_FAM_NCF) cb_model_declare_ncf(m, &pm->ncf);
+    else cb_model_declare_gpt(m, &pm->gpt);
+    return m;
+}
+
+/* The engine's options of a layout on pipeline rank s, as cubist train
+ * sets them (src/train/run.c): its micro-batches, schedule, chunks,
+ * recompute; the partition auto; GPT's modules are whole blocks. */
+static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_dist *d, cb_err *e) {
+    static const cb_pp_kind K[] = {CB_PP_GPIPE, CB_PP_1F1B, CB_PP_INTERLEAVED};
+    memset(d, 0, sizeof *d);
+    d->L = cb_layout_serial();
+    if (!d->L) return cb_fail(e, CB_ENOMEM, "out of memory planning the model");
+    d->g.dp = d->g.tp = 1, d->g.pp = l->pp, d->g.at.p = s;
+    d->M = l->M, d->sched = K[l->schedule], d->v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
+    d->partition = "auto", d->mem_weight = 0.8, d->embed_grad = CB_DP_EMBED_DENSE;
+    d->recompute = l->recompute ? RC_BLOCK : RC_NONE;
+    d->block_units = pm->family == CB_PLAN_FAM_GPT;
+    return CB_OK;
+}
+
+/* One node's forward work per token as a one-row layer: a linear's GEMM,
+ * attention's scores and context (4 T C, keys as many as queries), the
+ * memory-bound kernels' bytes read and written (a LayerNorm and residual
+ * add in mem_norm, replicated under 1-D), the loss's GEMM against the
+ * table and its cross-entropy over V logits. */
+static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
+    cb_plan_layer y = {.name = "node", .count = 1};
+    double H = m->acts[n->out >= 0 ? n->out : n->in[0]]->H, Hin = m->acts[n->in[0] >= 0 ? n->in[0] : 0]->H;
+    switch (n->kind) {
+    case N_LINEAR: y.ngemm = 1, y.gemm[0] = (cb_plan_gemm){n->l->lin.in, n->l->lin.out}; break;
+    case N_ATTN:
+        y.attn_flops = 4.0 * m->T * n->l->C, y.head_size = (double)n->l->C / n->l->heads;
+        break;
+    case N_EMBED: y.mem_bytes = 12 * H; break;
+    case N_MUL: y.mem_bytes = 12 * H; break;
+    case N_NORM: y.mem_norm = 8 * H; break;
+    case N_ADD: y.mem_norm = 12 * H; break;
+    case N_LOSS:
+        y.ngemm = 1, y.gemm[0] = (cb_plan_gemm){Hin, n->l->emb.V};
+        y.mem_bytes = 12.0 * n->l->emb.V;
+        break;
+    default: y.mem_bytes = 8 * (n->nin ? Hin : H); /* lookup, GELU, ReLU, dropout, concat, logit */
+    }
+    return y;
+}
+
+static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
+
+/* 1-D tensor traffic of one node, one micro-batch of tok tokens (an
+ * estimate from the parities, Megatron's pattern): a column-parallel
+ * linear (parity-0 input) all-reduces its input's gradient backward, a
+ * row-parallel one its output forward; a vocabulary-parallel table its
+ * output; the loss a MAX and a SUM of row statistics and its input's
+ * gradient. */
+static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double *sent,
+                    double *calls) {
+    if (P <= 1) return;
+    const cb_layer *l = n->l;
+    double C = n->nin ? m->acts[n->in[0]]->H : 0;
+    if (n->kind == N_LINEAR) {
+        *sent += ring(P, 4 * tok * (l->parity == 0 ? l->lin.in : l->lin.out)), *calls += 1;
+    } else if (n->kind == N_EMBED || n->kind == N_LOOKUP) {
+        *sent += ring(P, 4 * tok * m->acts[n->out]->H), *calls += 1;
+    } else if (n->kind == N_LOSS) {
+        *sent += ring(P, 4 * tok) + ring(P, 8 * tok) + ring(P, 4 * tok * C), *calls += 3;
+    }
+}
+
+/* 1-D parameters of this rank (an estimate): weights, tables and
+ * column-parallel biases split P ways; LayerNorms, row-parallel biases,
+ * positions, the MLM bias and the logistic head whole. */
+static double tp_params(const cb_model *m, double P) {
+    double n = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const cb_layer *l = m->layers[i];
+        for (int k = 0; k < 2; k++) {
+            if (l->t[k] < 0) continue;
+            double x = (double)m->pt.t[l->t[k]].numel;
+            int split = (l->kind == G_LINEAR && (k == 0 || l->parity == 0)) ||
+                        (l->kind == G_EMBED && k == 0) || l->kind == G_LOOKUP;
+            n += split ? x / P : x;
+        }
+    }
+    return n;
+}
+
+/* The share of the activation plan a 1-D rank keeps (an estimate):
+ * parity-1 values are split P ways, parity-0 ones replicated. */
+static double tp_act_share(const cb_model *m, double P) {
+    double all = 0, mine = 0;
+    for (int v = 0; v < m->nacts; v++) {
+        all += m->acts[v]->H;
+        mine += m->acts[v]->parity ? m->acts[v]->H / P : m->acts[v]->H;
+    }
+    return all > 0 ? mine / all : 1;
+}
+
+int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_plan_gstage *g,
+                        cb_err *e) {
+    const cb_plan_model *pm = j->model;
+    int rows = j->batch / l->M / l->dp;
+    double tok = (double)rows * pm->T, P = l->tp;
+    cb_dist d;
+    memset(g, 0, sizeof *g);
+    int rc = dist_of(pm, l, s, &d, e);
+    if (rc) return rc;
+    cb_model *m = declare(pm, &d, rows * l->M);
+    cb_graph_planned pl;
+    rc = cb_graph_plan_only(m, &pl, e);
+    if (!rc) {
+        double share = tp_act_share(m, P);
+        g->params = P > 1 ? tp_params(m, P) : pl.params;
+        g->act = pl.act * (P > 1 ? share : 1), g->ws = pl.ws * (P > 1 ? share : 1);
+        g->send_floats = pl.send_floats, g->msgs = pl.msgs;
+        for (int i = 0; i < m->nnodes; i++) {
+            const gnode *n = &m->nodes[i];
+            if (n->vs % l->pp != s) continue;
+            cb_plan_layer y = node_layer(m, n);
+            cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, tok);
+            g->k.gemm_s += k.gemm_s, g->k.attn_s += k.attn_s, g->k.mem_s += k.mem_s;
+            node_tp(m, n, P, tok, &g->tp_sent, &g->tp_calls);
+            if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
+            if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
+        }
+    }
+    cb_model_free(m);
+    cb_layout_free(d.L);
+    return rc;
+}
+
+/* The whole model's parameters: the engine's table of one stage. */
+static int finish(cb_plan_model *m, const char *name, cb_err *e) {
+    snprintf(m->name, sizeof m->name, "%s", name);
+    cb_plan_cluster c = {.peak_flops = 1, .mem_bandwidth = 1, .attn_efficiency = 1, .neff = 1,
+                         .eff_intensity = {1}, .eff = {1}};
+    cb_plan_job j = {m, &c, 1, m->T, 25e6, 0};
+    cb_plan_layout l = {1, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE};
+    cb_plan_gstage g;
+    int rc = cb_plan_graph_stage(&j, &l, 0, &g, e);
+    m->params = g.params;
+    return rc;
+}
+
+int cb_plan_model_bert(const cb_bert_config *c, cb_plan_model *m, cb_err *e) {
+    memset(m, 0, sizeof *m);
+    m->family = CB_PLAN_FAM_BERT, m->bert = *c, m->T = c->seq_len;
+    m->gpt = (cb_gpt_config){c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab};
+    return finish(m, c->roberta ? "roberta" : "bert", e);
+}
+
+int cb_plan_model_nmt(const cb_nmt_config *c, int T, cb_plan_model *m, cb_err *e) {
+    memset(m, 0, sizeof *m);
+    m->family = CB_PLAN_FAM_NMT, m->nmt = *c, m->T = T;
+    m->gpt = (cb_gpt_config){c->enc_layers + c->dec_layers, c->d_model, c->n_head, T, c->vocab};
+    return finish(m, "nmt", e);
+}
+
+int cb_plan_model_ncf(const cb_ncf_config *c, cb_plan_model *m, cb_err *e) {
+    memset(m, 0, sizeof *m);
+    m->family = CB_PLAN_FAM_NCF, m->ncf = *c, m->T = 1;
+    m->gpt = (cb_gpt_config){c->n_mlp - 1, c->mlp[0], 1, 1, c->users + c->items};
+    return finish(m, "ncf", e);
+}
