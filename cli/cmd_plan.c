@@ -203,9 +203,15 @@ static int plan_list(const plan_opts *o, cb_err *e) {
     if (o->top > 0 && shown > o->top) shown = o->top;
     if (o->json) print_json(ch, shown, n);
     else {
-        printf("%s %dL d%d %dH V%d, batch %d x T %d, %.3g parameters, on %s: %d devices; %d "
-               "layouts fit %.2f GB per device (times per optimizer step)\n", m.name,
-               m.gpt.n_layer, m.gpt.d_model, m.gpt.n_head, m.gpt.vocab, o->batch, m.T,
+        char what[128];
+        if (m.family == CB_PLAN_FAM_NCF)
+            snprintf(what, sizeof what, "ncf %d users %d items F%d MLP %s", o->users, o->items,
+                     o->factors, o->mlp);
+        else
+            snprintf(what, sizeof what, "%s %dL d%d %dH V%d", m.name, m.gpt.n_layer,
+                     m.gpt.d_model, m.gpt.n_head, m.gpt.vocab);
+        printf("%s, batch %d x T %d, %.3g parameters, on %s: %d devices; %d layouts fit %.2f GB "
+               "per device (times per optimizer step)\n", what, o->batch, m.T,
                m.family ? m.params : cb_plan_model_params(&m), c.name, o->devices, n,
                (o->max_memory_gb > 0 ? o->max_memory_gb * 1e9 : c.memory_bytes) / 1e9);
         plan_print_header();
@@ -244,11 +250,8 @@ int cmd_plan(int argc, char **argv) {
                    .save = "gathered",
                    .embed_grad = "dense",
                    .repeat = 1,
-                   .types = 2,
-                   .dropout = 0.1,
-                   .users = 1000,
-                   .items = 1000,
-                   .factors = 64,
+                   /* the graph models' own sizes: train's defaults */
+                   .types = 2, .dropout = 0.1, .users = 1000, .items = 1000, .factors = 64,
                    .mlp = "256,128,64"};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "gpt (default), bert, roberta, nmt or ncf"},

@@ -268,7 +268,9 @@ c = json.load(open("fake.json"))
 d = c["device"]
 close = lambda a, b: abs(a - b) <= 1e-5 * abs(b)
 want = [("peak_flops", d["peak_flops"], 100e9), ("mem_bandwidth", d["mem_bandwidth"], 20e9),
-        ("attn_efficiency", d["attn_efficiency"], 0.25)]
+        ("attn_efficiency", d["attn_efficiency"], 0.25),
+        # element-wise kernels: 8 bytes an element at the fake bandwidth
+        ("gelu_erf_s", d["gelu_erf_s"], 8 / 20e9), ("dropout_s", d["dropout_s"], 8 / 20e9)]
 # square n: efficiency min(1, n / knee) at intensity n / 6
 for i, (x, e) in enumerate(d["gemm_efficiency"]):
     want.append(("gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
@@ -305,6 +307,7 @@ badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = '
 badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
 badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
+badfile "negative dropout rate" device.dropout_s "c['device']['dropout_s'] = -1"
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?

@@ -12,8 +12,8 @@
 #include "graph/graph.h"
 #include "plan/plan.h"
 
-static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch) {
-    cb_model *m = cb_model_new(d, batch, pm->T);
+static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch, int T) {
+    cb_model *m = cb_model_new(d, batch, T);
     if (!m) return NULL;
     if (pm->family == CB_PLAN_FAM_BERT) cb_model_declare_bert(m, &pm->bert);
     else if (pm->family == CB_PLAN_FAM_NMT) cb_model_declare_nmt(m, &pm->nmt);
@@ -41,8 +41,9 @@ static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_d
 /* One node's forward work per token as a one-row layer: a linear's GEMM,
  * attention's scores and context (4 T C, keys as many as queries), the
  * memory-bound kernels' bytes read and written (a LayerNorm and residual
- * add in mem_norm, replicated under 1-D), the loss's GEMM against the
- * table and its cross-entropy over V logits. */
+ * add in mem_norm, replicated under 1-D), the exact GELU and dropout per
+ * element (they compute more than they move: calibrated rates), the
+ * loss's GEMM against the table and its cross-entropy over V logits. */
 static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     cb_plan_layer y = {.name = "node", .count = 1};
     double H = m->acts[n->out >= 0 ? n->out : n->in[0]]->H, Hin = m->acts[n->in[0] >= 0 ? n->in[0] : 0]->H;
@@ -55,11 +56,16 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     case N_MUL: y.mem_bytes = 12 * H; break;
     case N_NORM: y.mem_norm = 8 * H; break;
     case N_ADD: y.mem_norm = 12 * H; break;
+    case N_GELU:
+        if (n->erf) y.ew[CB_PLAN_EW_GELU_ERF] = H;
+        else y.mem_bytes = 8 * H; /* tanh: the memory-bound probe's own GELU */
+        break;
+    case N_DROP: y.ew[CB_PLAN_EW_DROPOUT] = H; break;
     case N_LOSS:
         y.ngemm = 1, y.gemm[0] = (cb_plan_gemm){Hin, n->l->emb.V};
         y.mem_bytes = 12.0 * n->l->emb.V;
         break;
-    default: y.mem_bytes = 8 * (n->nin ? Hin : H); /* lookup, GELU, ReLU, dropout, concat, logit */
+    default: y.mem_bytes = 8 * (n->nin ? Hin : H); /* lookup, ReLU, concat, logit */
     }
     return y;
 }
@@ -119,12 +125,12 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb
                         cb_err *e) {
     const cb_plan_model *pm = j->model;
     int rows = j->batch / l->M / l->dp;
-    double tok = (double)rows * pm->T, P = l->tp;
+    double tok = (double)rows * j->T, P = l->tp;
     cb_dist d;
     memset(g, 0, sizeof *g);
     int rc = dist_of(pm, l, s, &d, e);
     if (rc) return rc;
-    cb_model *m = declare(pm, &d, rows * l->M);
+    cb_model *m = declare(pm, &d, rows * l->M, j->T);
     cb_graph_planned pl;
     rc = cb_graph_plan_only(m, &pl, e);
     if (!rc) {

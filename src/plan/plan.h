@@ -70,6 +70,8 @@ typedef struct cb_plan_layer {
                            token, split by every tensor layout */
     double mem_norm;    /* the same for LayerNorm and residuals: replicated under 1-D */
     double params;      /* parameters (floats) of one layer */
+    double ew[2];       /* elements per token of the compute-bound element-wise kernels
+                           (CB_PLAN_EW_*), at the cluster's per-element rate */
 } cb_plan_layer;
 
 #define CB_PLAN_MAXLAYER 4
@@ -118,6 +120,9 @@ typedef struct cb_plan_coll {
     double alpha, beta;
 } cb_plan_coll;
 
+/* Element-wise kernels that compute more than they move (the exact GELU's
+ * erf, dropout's counter-based mask): timed per element, not by bytes. */
+enum { CB_PLAN_EW_GELU_ERF, CB_PLAN_EW_DROPOUT, CB_PLAN_NEW };
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
 typedef struct cb_plan_cluster {
@@ -131,6 +136,8 @@ typedef struct cb_plan_cluster {
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
     int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
+    double ew_s[CB_PLAN_NEW]; /* optional: seconds per element, forward + backward, of the
+                                 CB_PLAN_EW_* kernels (0: timed as 8 bytes at mem_bandwidth) */
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
     int ncoll;
     cb_plan_coll coll[CB_PLAN_MAXCOLL];
@@ -261,6 +268,9 @@ typedef struct cb_plan_probe {
     double (*coll)(void *ctx, const char *op, int n);
     void *ctx;
     int ranks; /* ranks that coll runs on; < 2: no collectives measured */
+    /* one forward + backward of element-wise kernel `kind` (CB_PLAN_EW_*)
+     * over n elements; NULL: not measured */
+    double (*elementwise)(void *ctx, int kind, int n);
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */

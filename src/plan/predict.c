@@ -129,8 +129,10 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
     }
     if (y->attn_flops > 0)
         k.attn_s = y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size));
-    double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P;
-    k.mem_s = (y->mem_bytes / P + norm) * tok / c->mem_bandwidth;
+    double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P, ew = 0;
+    for (int i = 0; i < CB_PLAN_NEW; i++) /* forward's third of forward + backward */
+        ew += y->ew[i] * (c->ew_s[i] > 0 ? c->ew_s[i] / 3 : 8 / c->mem_bandwidth);
+    k.mem_s = (y->mem_bytes / P + norm) * tok / c->mem_bandwidth + ew * tok / P;
     return k;
 }
 
@@ -449,7 +451,7 @@ static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, dou
 static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     const cb_plan_cluster *c = j->cluster;
     int rows = j->batch / l->M / l->dp, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
-    double tok = (double)rows * j->model->T, fwd = -1, mem = -1, sendf = 0, msgs = 0;
+    double tok = (double)rows * j->T, fwd = -1, mem = -1, sendf = 0, msgs = 0;
     cb_plan_gstage w = {0}, big = {0};
     for (int s = 0; s < l->pp && s < CB_PLAN_MAXSTAGE; s++) {
         cb_plan_gstage g;
