@@ -121,8 +121,18 @@ static double tp_act_share(const cb_model *m, double P) {
     return all > 0 ? mine / all : 1;
 }
 
-int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_plan_gstage *g,
-                        cb_err *e) {
+/* The partition a plan made, as --partition's list: each virtual stage's
+ * first node (every node is a module) and the end. */
+static void partition_of(const cb_model *m, char *part, size_t cap) {
+    size_t n = 0;
+    for (int i = 0, vs = 0; i < m->nnodes && n < cap; i++)
+        if (i == 0 || m->nodes[i].vs != m->nodes[i - 1].vs)
+            n += (size_t)snprintf(part + n, cap - n, "%s%d", vs++ ? "," : "", i);
+    if (n < cap) snprintf(part + n, cap - n, ",%d", m->nnodes);
+}
+
+int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, char *part,
+                        size_t cap, cb_plan_gstage *g, cb_err *e) {
     const cb_plan_model *pm = j->model;
     int rows = j->batch / l->M / l->dp;
     double tok = (double)rows * j->T, P = l->tp;
@@ -130,9 +140,12 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb
     memset(g, 0, sizeof *g);
     int rc = dist_of(pm, l, s, &d, e);
     if (rc) return rc;
+    int reuse = part && part[0] && !d.block_units;
+    if (reuse) d.partition = part;
     cb_model *m = declare(pm, &d, rows * l->M, j->T);
     cb_graph_planned pl;
     rc = cb_graph_plan_only(m, &pl, e);
+    if (!rc && part && !part[0] && !d.block_units && l->pp > 1) partition_of(m, part, cap);
     if (!rc) {
         double share = tp_act_share(m, P);
         g->params = P > 1 ? tp_params(m, P) : pl.params;
@@ -162,7 +175,7 @@ static int finish(cb_plan_model *m, const char *name, cb_err *e) {
     cb_plan_job j = {m, &c, 1, m->T, 25e6, 0};
     cb_plan_layout l = {1, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE};
     cb_plan_gstage g;
-    int rc = cb_plan_graph_stage(&j, &l, 0, &g, e);
+    int rc = cb_plan_graph_stage(&j, &l, 0, NULL, 0, &g, e);
     m->params = g.params;
     return rc;
 }

@@ -226,8 +226,11 @@ typedef struct cb_plan_gstage {
     double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM
                              targets, one double; targets not padding, two) */
 } cb_plan_gstage;
-int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_plan_gstage *g,
-                        cb_err *e);
+/* part (cap bytes, or NULL): "" on the first stage, which writes there
+ * the engine's partition by operation (GPT's modules are blocks: not
+ * written); the next stages reuse it instead of partitioning again. */
+int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, char *part,
+                        size_t cap, cb_plan_gstage *g, cb_err *e);
 
 /* Can the layout run this model and batch (cubist's divisibility rules)?
  * CB_EINPUT with the reason otherwise. */

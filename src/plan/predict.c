@@ -433,7 +433,7 @@ static void interleaved_memory(const cb_plan_job *j, const cb_plan_layout *l, cb
     for (int s = 0; s < l->pp; s++) {
         cb_plan_gstage g;
         cb_err e;
-        if (cb_plan_graph_stage(j, l, s, &g, &e)) return;
+        if (cb_plan_graph_stage(j, l, s, NULL, 0, &g, &e)) return;
         p->stage_act[s] = g.act, most = maxf(most, g.act);
     }
     p->nstage = l->pp, p->stage_bound[l->pp] = -1; /* the engine's partition: not listed */
@@ -453,10 +453,11 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     int rows = j->batch / l->M / l->dp, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     double tok = (double)rows * j->T, fwd = -1, mem = -1, sendf = 0, msgs = 0;
     cb_plan_gstage w = {0}, big = {0};
+    char part[4096] = "";
     for (int s = 0; s < l->pp && s < CB_PLAN_MAXSTAGE; s++) {
         cb_plan_gstage g;
         cb_err e;
-        if (cb_plan_graph_stage(j, l, s, &g, &e)) { /* not plannable: never chosen */
+        if (cb_plan_graph_stage(j, l, s, part, sizeof part, &g, &e)) { /* never chosen */
             p->step_s = p->mem_total = 1e300;
             return;
         }
