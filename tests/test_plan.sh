@@ -19,11 +19,17 @@
 #   GPipe and 1F1B, recompute, pp 2 x tp 1d 2), the plan's stage
 #   boundaries given to train (--partition), exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
-#   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
-#   every collective) to 1e-5 (the file keeps 6 significant digits);
+#   fed (peak, the efficiency knee, bandwidth, attention, the element-wise
+#   kernels, alpha and beta of every collective) to 1e-5 (the file keeps 6 significant digits);
 # - a cluster file with a missing, negative or non-numeric field, or bad
 #   JSON: exit 2 and one line naming the field; every preset parses and
 #   names a source for each of its fields;
+# - an interleaved pipeline (2 chunks per stage): every stage's planned
+#   activations, exactly;
+# - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
+#   bytes and calls, the activation plan (per stage under a pipeline) and
+#   the AdamW state under `cubist train --model X`, exactly; their bad
+#   flags exit 2 with one line;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -257,6 +263,16 @@ for bad in bogus auto; do
     [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "embed-grad '$bad'" bad.err \
         && pass "--embed-grad $bad: exit 2, '$(cat bad.err)'" \
         || fail "--embed-grad $bad: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
+# the graph models' flags: exit 2, one line naming the flag
+for args in "--model bogus|--model bogus" "--model ncf --mlp 3|--mlp 3" \
+            "--model bert --heads 5 --d-model 32|--heads" "--model ncf --users 0|--users"; do
+    P --cluster "$ROOT/clusters/h100.json" --devices 2 ${args%|*} >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \
+        && pass "plan ${args%|*}: exit 2, '$(cat bad.err)'" \
+        || fail "plan ${args%|*}: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
 done
 
 # ---------------------------------------------------------------- calibration
