@@ -28,8 +28,9 @@
 #   activations, exactly;
 # - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
 #   bytes and calls, the activation plan (per stage under a pipeline) and
-#   the AdamW state under `cubist train --model X`, exactly; their bad
-#   flags exit 2 with one line;
+#   the AdamW state under `cubist train --model X`, exactly (tp 1d 2: the
+#   bytes, calls and AdamW state; the activations are an estimate); their
+#   bad flags exit 2 with one line;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -229,7 +230,9 @@ mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
 pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
          ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
-if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
+if p["tp"] > 1:  # 1-D: the traffic and parameters; the activations an estimate
+    pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
+elif p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
 else:
@@ -247,11 +250,15 @@ gcase "roberta dp 2 zero" 2 roberta "${bertf[*]} --vocab 260 --batch 8 --dp 2 --
     --data train.bin "${bertf[@]}" --batch 8 --dp 2 --zero 1
 gcase "bert pp 2 1f1b M4" 2 bert "${bertf[*]} --vocab 260 --batch 8 --pp 2 --schedule 1f1b --micro-batches 4" -- \
     --data train.bin "${bertf[@]}" --batch 8 --pp 2 --schedule 1f1b --micro-batches 4
+gcase "bert tp 1d 2" 2 bert "${bertf[*]} --vocab 260 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 2 --tp-mode 1d
 # nmt's vocabulary: the pair files' 256 + 3 specials
 gcase "nmt dp 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2
 gcase "nmt pp 2 gpipe M2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --pp 2 --schedule gpipe --micro-batches 2" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2
+gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
 gcase "ncf dp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --dp 2 --micro-batches 1" -- \
     --data inter.bin "${ncff[@]}" --batch 64 --dp 2 --eval-users 5
 gcase "ncf 1" 1 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --micro-batches 1" -- \

@@ -73,27 +73,40 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
 static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
 
 /* 1-D tensor traffic of one node, one micro-batch of tok tokens (an
- * estimate from the parities, Megatron's pattern): a column-parallel
- * linear (parity-0 input) all-reduces its input's gradient backward, a
- * row-parallel one its output forward; a vocabulary-parallel table its
- * output; the loss a MAX and a SUM of row statistics and its input's
- * gradient. */
+ * estimate from the parities, Megatron's pattern and the engine's
+ * operators): a column-parallel linear (parity-0 input) all-reduces its
+ * input's gradient backward, a row-parallel one its output forward; a
+ * vocabulary-parallel embedding its output, a lookup table its output and
+ * its gradient; a LayerNorm of split features (parity 1) its row
+ * statistics (2 doubles a row) forward and backward; the loss a MAX and a
+ * SUM of row statistics (a second SUM under label smoothing) and its
+ * input's gradient, the MLM head also its
+ * decoder bias's gradient and, on a parity-1 input, three moves of the
+ * input to parity 0 (forward, again before backward, the gradient back). */
 static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double *sent,
                     double *calls) {
     if (P <= 1) return;
     const cb_layer *l = n->l;
-    double C = n->nin ? m->acts[n->in[0]]->H : 0;
+    double H = n->nin ? m->acts[n->in[0]]->H : 0;
+    int split = n->nin && m->acts[n->in[0]]->parity == 1;
     if (n->kind == N_LINEAR) {
         *sent += ring(P, 4 * tok * (l->parity == 0 ? l->lin.in : l->lin.out)), *calls += 1;
     } else if (n->kind == N_EMBED || n->kind == N_LOOKUP) {
-        *sent += ring(P, 4 * tok * m->acts[n->out]->H), *calls += 1;
+        int k = n->kind == N_LOOKUP ? 2 : 1;
+        *sent += k * ring(P, 4 * tok * m->acts[n->out]->H), *calls += k;
+    } else if (n->kind == N_NORM && split) {
+        *sent += 2 * ring(P, 16 * tok), *calls += 2;
     } else if (n->kind == N_LOSS) {
-        *sent += ring(P, 4 * tok) + ring(P, 8 * tok) + ring(P, 4 * tok * C), *calls += 3;
+        *sent += ring(P, 4 * tok) + ring(P, 8 * tok) + ring(P, 4 * tok * H), *calls += 3;
+        if (l->emb.smooth > 0) *sent += ring(P, 8 * tok), *calls += 1; /* the smoothing's sum */
+        if (n->l2) *sent += ring(P, 4.0 * l->emb.V), *calls += 1;
+        if (n->l2 && split) *sent += 3 * ring(P, 4 * tok * H), *calls += 3;
     }
 }
 
-/* 1-D parameters of this rank (an estimate): weights, tables and
- * column-parallel biases split P ways; LayerNorms, row-parallel biases,
+/* 1-D parameters of this rank: weights, column-parallel biases and
+ * LayerNorms of split features (parity 1) split P ways, tables by rows
+ * padded to a multiple of P; other LayerNorms, row-parallel biases,
  * positions, the MLM bias and the logistic head whole. */
 static double tp_params(const cb_model *m, double P) {
     double n = 0;
@@ -102,9 +115,11 @@ static double tp_params(const cb_model *m, double P) {
         for (int k = 0; k < 2; k++) {
             if (l->t[k] < 0) continue;
             double x = (double)m->pt.t[l->t[k]].numel;
+            int table = (l->kind == G_EMBED && k == 0) || l->kind == G_LOOKUP;
             int split = (l->kind == G_LINEAR && (k == 0 || l->parity == 0)) ||
-                        (l->kind == G_EMBED && k == 0) || l->kind == G_LOOKUP;
-            n += split ? x / P : x;
+                        (l->kind == G_NORM && l->parity == 1);
+            /* a table's rows padded to a multiple of P (the layouts' vocabulary) */
+            n += table ? cb_plan_pad(l->emb.V, P) / P * l->emb.C : split ? x / P : x;
         }
     }
     return n;
