@@ -28,9 +28,8 @@
 #   activations, exactly;
 # - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
 #   bytes and calls, the activation plan (per stage under a pipeline) and
-#   the AdamW state under `cubist train --model X`, exactly (tp 1d 2: the
-#   bytes, calls and AdamW state; the activations are an estimate); their
-#   bad flags exit 2 with one line;
+#   the AdamW state under `cubist train --model X` (dp 2, ZeRO-1, pp 2,
+#   tp 1d 2, one process), exactly; their bad flags exit 2 with one line;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -230,9 +229,7 @@ mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
 pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
          ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
-if p["tp"] > 1:  # 1-D: the traffic and parameters; the activations an estimate
-    pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
-elif p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
+if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
 else:

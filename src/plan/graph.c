@@ -4,8 +4,10 @@
  * parameters, activation plan, workspace and pipeline messages are the
  * ones a real run plans (one source of truth, no formula per model); each
  * node is costed as a one-row layer (GEMMs, attention, memory-bound
- * bytes per token) at the cluster's rates. Tensor parallelism (1-D only)
- * is an estimate from the nodes' parities. See docs/plan.md. */
+ * bytes per token) at the cluster's rates. Under 1-D tensor parallelism
+ * the engine plans tensor rank 0 on a 1-D layout that needs no
+ * communicator to plan; the traffic follows the nodes' parities and the
+ * layout's operators. See docs/plan.md. */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,9 +30,13 @@ static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch, int T) 
 static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_dist *d, cb_err *e) {
     static const cb_pp_kind K[] = {CB_PP_GPIPE, CB_PP_1F1B, CB_PP_INTERLEAVED};
     memset(d, 0, sizeof *d);
-    d->L = cb_layout_serial();
-    if (!d->L) return cb_fail(e, CB_ENOMEM, "out of memory planning the model");
     d->g.dp = d->g.tp = 1, d->g.pp = l->pp, d->g.at.p = s;
+    if (l->tp > 1 && l->mode == CB_TP_1D) { /* tensor rank 0's plan: the layout plans alone */
+        d->g.tp = l->tp, d->g.mode = CB_TP_1D;
+        if (cb_layout_1d(&d->g, &d->L, e)) return e->code;
+        d->L->noted_pad = 1; /* the vocabulary's padding: train's note, not the plan's */
+    } else if (!(d->L = cb_layout_serial()))
+        return cb_fail(e, CB_ENOMEM, "out of memory planning the model");
     d->M = l->M, d->sched = K[l->schedule], d->v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     d->partition = "auto", d->mem_weight = 0.8, d->embed_grad = CB_DP_EMBED_DENSE;
     d->recompute = l->recompute ? RC_BLOCK : RC_NONE;
@@ -104,38 +110,6 @@ static void node_tp(const cb_model *m, const gnode *n, double P, double tok, dou
     }
 }
 
-/* 1-D parameters of this rank: weights, column-parallel biases and
- * LayerNorms of split features (parity 1) split P ways, tables by rows
- * padded to a multiple of P; other LayerNorms, row-parallel biases,
- * positions, the MLM bias and the logistic head whole. */
-static double tp_params(const cb_model *m, double P) {
-    double n = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const cb_layer *l = m->layers[i];
-        for (int k = 0; k < 2; k++) {
-            if (l->t[k] < 0) continue;
-            double x = (double)m->pt.t[l->t[k]].numel;
-            int table = (l->kind == G_EMBED && k == 0) || l->kind == G_LOOKUP;
-            int split = (l->kind == G_LINEAR && (k == 0 || l->parity == 0)) ||
-                        (l->kind == G_NORM && l->parity == 1);
-            /* a table's rows padded to a multiple of P (the layouts' vocabulary) */
-            n += table ? cb_plan_pad(l->emb.V, P) / P * l->emb.C : split ? x / P : x;
-        }
-    }
-    return n;
-}
-
-/* The share of the activation plan a 1-D rank keeps (an estimate):
- * parity-1 values are split P ways, parity-0 ones replicated. */
-static double tp_act_share(const cb_model *m, double P) {
-    double all = 0, mine = 0;
-    for (int v = 0; v < m->nacts; v++) {
-        all += m->acts[v]->H;
-        mine += m->acts[v]->parity ? m->acts[v]->H / P : m->acts[v]->H;
-    }
-    return all > 0 ? mine / all : 1;
-}
-
 /* The partition a plan made, as --partition's list: each virtual stage's
  * first node (every node is a module) and the end. */
 static void partition_of(const cb_model *m, char *part, size_t cap) {
@@ -162,9 +136,7 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
     rc = cb_graph_plan_only(m, &pl, e);
     if (!rc && part && !part[0] && !d.block_units && l->pp > 1) partition_of(m, part, cap);
     if (!rc) {
-        double share = tp_act_share(m, P);
-        g->params = P > 1 ? tp_params(m, P) : pl.params;
-        g->act = pl.act * (P > 1 ? share : 1), g->ws = pl.ws * (P > 1 ? share : 1);
+        g->params = pl.params, g->act = pl.act, g->ws = pl.ws;
         g->send_floats = pl.send_floats, g->msgs = pl.msgs;
         for (int i = 0; i < m->nnodes; i++) {
             const gnode *n = &m->nodes[i];
