@@ -275,13 +275,13 @@ static int write_pairs(const char *dir, cb_err *e) {
     snprintf(path, sizeof path, "%s/pairs.tsv", dir);
     FILE *f = fopen(path, "w");
     unsigned r = 1;
-    for (int i = 0; f && i < 400; i++) {
-        int n = 1 + i % 5;
-        for (int k = 0; k < n; k++) fprintf(f, "%s%s", k ? " " : "", W[(r = r * 1103515245u + 12345u) >> 16 & 7]);
-        fprintf(f, "\t");
-        for (int k = 0; k < n; k++) fprintf(f, "%s%s", k ? " " : "", W[(r = r * 1103515245u + 12345u) >> 16 & 7]);
-        fprintf(f, "\n");
-    }
+    for (int i = 0; f && i < 400; i++)
+        for (int side = 0, n = 1 + i % 5; side < 2; side++)
+            for (int k = 0; k < n; k++) {
+                r = r * 1103515245u + 12345u;
+                fprintf(f, "%s%s%s", k ? " " : "", W[r >> 16 & 7],
+                        k < n - 1 ? "" : side ? "\n" : "\t");
+            }
     if (!f || fclose(f)) return cb_fail(e, CB_ESYS, "cannot write %s", path);
     snprintf(cmd, sizeof cmd, "'%s' prepare --pairs '%s' --output '%s/pairs.bin' --context 31 "
              ">/dev/null 2>&1", plan_exe(), path, dir);

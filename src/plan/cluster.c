@@ -190,7 +190,8 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
     for (int i = 0; i < c->natt; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
     if (c->ew_s[0] > 0 && c->ew_s[1] > 0)
-        jb_printf(b, "],\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0], c->ew_s[1]);
+        jb_printf(b, "],\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0],
+                  c->ew_s[1]);
     else
         jb_puts(b, "]");
     jb_puts(b, "\n  },\n  \"links\": {\n");

@@ -52,7 +52,8 @@ static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_d
  * loss's GEMM against the table and its cross-entropy over V logits. */
 static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     cb_plan_layer y = {.name = "node", .count = 1};
-    double H = m->acts[n->out >= 0 ? n->out : n->in[0]]->H, Hin = m->acts[n->in[0] >= 0 ? n->in[0] : 0]->H;
+    double H = m->acts[n->out >= 0 ? n->out : n->in[0]]->H;
+    double Hin = n->nin ? m->acts[n->in[0]]->H : H;
     switch (n->kind) {
     case N_LINEAR: y.ngemm = 1, y.gemm[0] = (cb_plan_gemm){n->l->lin.in, n->l->lin.out}; break;
     case N_ATTN:
@@ -78,17 +79,17 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
 
 static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
 
-/* 1-D tensor traffic of one node, one micro-batch of tok tokens (an
- * estimate from the parities, Megatron's pattern and the engine's
- * operators): a column-parallel linear (parity-0 input) all-reduces its
- * input's gradient backward, a row-parallel one its output forward; a
+/* 1-D tensor traffic of one node, one micro-batch of tok tokens, from
+ * the parities and the 1-D layout's operators (src/layout/tp1d.c, rec.c):
+ * a column-parallel linear (parity-0 input) all-reduces its input's
+ * gradient backward, a row-parallel one its output forward; the
  * vocabulary-parallel embedding its output, a lookup table its output and
  * its gradient; a LayerNorm of split features (parity 1) its row
  * statistics (2 doubles a row) forward and backward; the loss a MAX and a
  * SUM of row statistics (a second SUM under label smoothing) and its
- * input's gradient, the MLM head also its
- * decoder bias's gradient and, on a parity-1 input, three moves of the
- * input to parity 0 (forward, again before backward, the gradient back). */
+ * input's gradient, the MLM head also its decoder bias's gradient and, on
+ * a parity-1 input, three moves of it to parity 0 (forward, again before
+ * backward, the gradient back). */
 static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double *sent,
                     double *calls) {
     if (P <= 1) return;

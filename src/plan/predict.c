@@ -73,7 +73,8 @@ static int graph_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e)
     if (ncf && l->pp > 1)
         return cb_fail(e, CB_EINPUT, "--model ncf: the planner models no pipeline (use --pp 1)");
     if (l->embed != CB_DP_EMBED_DENSE)
-        return cb_fail(e, CB_EINPUT, "--model %s: the planner models --embed-grad dense only", m->name);
+        return cb_fail(e, CB_EINPUT, "--model %s: the planner models --embed-grad dense only",
+                       m->name);
     if (m->gpt.n_layer < l->pp * v)
         return cb_fail(e, CB_EINPUT, "%d blocks cannot fill %d stages of %d chunks", m->gpt.n_layer,
                        l->pp, v);
