@@ -160,8 +160,10 @@ static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int
     k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2]);
 }
 
-static void gemm_cases(const cb_kernels *bf) {
-    int N = 96, IC = 80, OC = 112, C = 64, V = 200;
+/* N rows: 96, and 1024, where a kept weight is read in oneDNN's own
+ * layout (src/kernels/bf16.c, PACK_ROWS) */
+static void gemm_cases(const cb_kernels *bf, int N) {
+    int IC = 80, OC = 112, C = 64, V = 200;
     size_t nic = (size_t)N * IC, noc = (size_t)N * OC, w = (size_t)IC * OC;
     gcase cases[] = {
         {"matmul_forward", 3, 1, IC, {nic, w, OC}, {noc}, {0}, 3, 0, run_matmul_fwd, {N, IC, OC}, 2},
@@ -173,6 +175,7 @@ static void gemm_cases(const cb_kernels *bf) {
         {"head_backward", 3, 2, V, {(size_t)N * V, (size_t)N * C, (size_t)V * C},
          {(size_t)N * C, (size_t)V * C}, {0, 1}, 0, 0, run_head_bwd, {N, C, V}, 3},
     };
+    printf("# products of %d rows\n", N);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int kept = 0; kept <= (cases[i].weight > 0); kept++) check_case(&cases[i], bf, kept);
 }
@@ -367,6 +370,32 @@ static void weight_copies(const cb_kernels *bf) {
     free(x), free(params), free(panel), free(y), free(y2);
 }
 
+/* The same at 1024 rows, where the product reads the kept copy in
+ * oneDNN's own layout: a written parameter, and AdamW's update, must each
+ * make it stale (the product after them equals one from a fresh copy) */
+static void packed_copies(const cb_kernels *bf) {
+    int N = 1024, IC = 48, OC = 64;
+    size_t nw = (size_t)IC * OC;
+    float *x = randn((size_t)N * IC, 1.0f), *params = randn(nw, 1.0f);
+    float *y = calloc((size_t)N * OC, 4), *y2 = calloc((size_t)N * OC, 4);
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y, x, params, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) params[i] = -params[i];
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y2, x, params, NULL, N, IC, OC);
+    int ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "kept weight, 1024 rows: a parameter written (negated) is reordered again", 0);
+    float *g = randn(nw, 1.0f), *m = calloc(nw, 4), *v = calloc(nw, 4);
+    bf->adamw(bf, params, g, 1.0f, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    bf->matmul_forward(bf, y, x, params, NULL, N, IC, OC);  /* the copy AdamW wrote */
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y2, x, params, NULL, N, IC, OC); /* rounded and reordered afresh */
+    report(!memcmp(y, y2, 4 * (size_t)N * OC), "kept weight, 1024 rows: AdamW's update reaches the reordered copy", 0);
+    cb_kernels_params_freed(params);
+    free(g), free(m), free(v), free(x), free(params), free(y), free(y2);
+}
+
 /* AdamW reads the gradient as g * gs: the same bits as scaling the
  * gradient first (the clip's separate pass before) and updating with 1,
  * in both tables */
@@ -399,10 +428,12 @@ int main(void) {
     }
     printf("%s\n", cb_kernels_bf16_note());
     inherits(bf);
-    gemm_cases(bf);
+    gemm_cases(bf, 96);
+    gemm_cases(bf, 1024);
     attention_cases(bf);
     attention_general_cases(bf);
     weight_copies(bf);
+    packed_copies(bf);
     adamw_clip_fused(bf);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;

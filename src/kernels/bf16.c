@@ -26,6 +26,13 @@
 #include "kernels/peak.h"
 
 #define NSCRATCH 5
+/* Rows from which a weight product reads its kept copy in oneDNN's own
+ * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
+ * reorder of the weight (4 bytes of memory traffic an element) per update
+ * and orientation, which at 450 GFLOP/s a thread and about 12 GB/s pays
+ * off from about 940 rows; measured at T=64, B=4 (256 rows) the GEMMs'
+ * CPU time rose from 540 to 590 ms with it. */
+#define PACK_ROWS 1024
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
  * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
@@ -356,15 +363,15 @@ static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, 
 }
 
 /* c (M,N) (+)= a (M,K) w, w a weight stored (K,N), or (N,K) when tb.
- * A weight in a parameter block is read from its kept copy in the
- * primitive's own layout (orientation o: 0 forward, 1 backward dx), which
- * the primitive reads faster than the plain one (bench/bf16_pack.c); any
- * other is rounded into scratch slot 1. */
+ * A weight in a parameter block is read from its kept copy: from
+ * PACK_ROWS rows in the primitive's own layout (orientation o: 0 forward,
+ * 1 backward dx), below in the plain one; any other weight is rounded
+ * into scratch slot 1. */
 static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
                    const float *w, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
                    const float *bias, int o) {
     size_t n = (size_t)K * N;
-    if (!s->pack || !in_params(s, w, n)) {
+    if (!s->pack || M < PACK_ROWS || !in_params(s, w, n)) {
         gemm(s, M, N, K, a, 0, lda, weight_bf16(s, 1, w, n), tb, ldb, c, ldc, acc, bias);
         return;
     }
