@@ -450,14 +450,19 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * (pmodels/mpich#6540). An in-place reduce at such a root therefore copies
  * the root's input into c's scratch buffer (kept, grown on demand) and
  * reduces out of place; under every MPI, so both builds test this path. */
-int cb_comm_reserve(cb_comm *c, size_t n) {
-    if (c->scratch_n >= n) return CB_OK;
-    float *b = malloc(sizeof(float) * n);
+/* *buf (*have elements of esize bytes) holding at least n; contents dropped */
+static int reserve_buf(void **buf, size_t *have, size_t n, size_t esize) {
+    if (*have >= n) return CB_OK;
+    void *b = malloc(esize * n);
     if (!b) return CB_ENOMEM;
-    free(c->scratch);
-    c->scratch = b;
-    c->scratch_n = n;
+    free(*buf);
+    *buf = b;
+    *have = n;
     return CB_OK;
+}
+
+int cb_comm_reserve(cb_comm *c, size_t n) {
+    return reserve_buf((void **)&c->scratch, &c->scratch_n, n, sizeof(float));
 }
 
 static const float *root_copy(cb_comm *c, const float *x, size_t n) {
@@ -546,13 +551,7 @@ void cb_comm_ireduce_scatterv_bf16(cb_comm *c, const char *tag, uint16_t *buf, c
 }
 
 int cb_comm_reserve_wire(cb_comm *c, size_t n) {
-    if (c->wire_n >= n) return CB_OK;
-    uint16_t *b = malloc(sizeof(uint16_t) * n);
-    if (!b) return CB_ENOMEM;
-    free(c->wire);
-    c->wire = b;
-    c->wire_n = n;
-    return CB_OK;
+    return reserve_buf((void **)&c->wire, &c->wire_n, n, sizeof(uint16_t));
 }
 
 /* h (n) = bf16(x (n)) */
