@@ -31,6 +31,7 @@ struct op_case {
     int iout;                 /* index of the output L is taken over */
     int B, T, C, NH, V, IC, OC;
     int Tk, causal;           /* general attention: key length (0: self-attention), mask */
+    float drop;               /* general attention: dropout of the probabilities */
     float dloss;
     void (*fwd)(op_case *);
     void (*bwd)(op_case *);
@@ -185,6 +186,8 @@ static cb_attn att_general(op_case *c) {
     cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, c->causal, len);
     if (c->Tk) a.Tk = c->Tk, a.ldq = c->C, a.ldkv = 2 * c->C, a.koff = 0, a.voff = c->C;
     if (c->Tk) a.klen = len + c->B;
+    if (c->drop > 0) /* a piece at sequence 1, head 1 of 2 NH */
+        a.drop = c->drop, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 1, a.NHg = 2 * c->NH;
     int *w = (int *)c->work2, nt = c->Tk ? 2 : 1; /* the length tensors precede out.out */
     for (int s = 0; s < nt; s++)
         for (int b = 0; b < c->B; b++) w[s * c->B + b] = (int)c->t[c->iout - nt + s][b];
@@ -466,6 +469,20 @@ int main(int argc, char **argv) {
     ap.work2 = calloc(3, sizeof(int));
     run(&ap, &r, 1e-2f, dir);
     free(ap.work2);
+
+    /* the same with dropout 0.3 of the probabilities: a fixed mask, so the
+     * finite differences see the function the backward differentiates
+     * (not dumped: test_bert checks the masks against PyTorch) */
+    op_case ad = {.name = "attention_padded_dropout", .B = 3, .T = T, .C = C, .NH = NH,
+                  .drop = 0.3f, .fwd = attg_fwd, .bwd = attg_bwd};
+    add(&ad, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
+    add(&ad, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
+    ad.iout = add(&ad, "out.out", calloc(n3, 4), n3, 0);
+    add(&ad, "out.att", calloc((size_t)6 * NH * T * T, 4), (size_t)6 * NH * T * T, 0);
+    ad.work = calloc((size_t)3 * NH * T * T, sizeof(float));
+    ad.work2 = calloc(3, sizeof(int));
+    run(&ad, &r, 1e-2f, NULL);
+    free(ad.work2);
 
     /* causal cross-attention, 5 queries over 7 keys, padded on both sides */
     int Tk = 7;
