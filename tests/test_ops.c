@@ -349,6 +349,26 @@ static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir, int ign
     run(&c, r, 1e-2f, dir);
 }
 
+/* Bidirectional padded self-attention over 3 sequences: a whole one, an
+ * empty one, a short one. drop > 0: with dropout of the probabilities, a
+ * fixed mask, so the finite differences see the function the backward
+ * differentiates (not dumped: test_bert checks the masks against PyTorch). */
+static void run_padded(const char *name, float drop, int T, int C, int NH, cb_rng *r,
+                       const char *dir) {
+    op_case ap = {.name = name, .B = 3, .T = T, .C = C, .NH = NH, .drop = drop, .fwd = attg_fwd,
+                  .bwd = attg_bwd};
+    float lens[3] = {(float)T, 0, 3};
+    size_t n3 = (size_t)3 * T * C, na = (size_t)3 * NH * T * T, nk = drop > 0 ? 2 * na : na;
+    add(&ap, "in.qkv", randn(r, 3 * n3, 1), 3 * n3, 1);
+    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
+    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
+    add(&ap, "out.att", calloc(nk, 4), nk, 0); /* with dropout, the dropped copy too */
+    ap.work = calloc(na, sizeof(float));
+    ap.work2 = calloc(3, sizeof(int));
+    run(&ap, r, 1e-2f, drop > 0 ? NULL : dir);
+    free(ap.work2);
+}
+
 /* The erf GELU (a rational erf, not libm's erff) against x Phi(x) and its
  * derivative in double over a 1e-4 grid of [-12, 12]: the error is
  * |x|/2 x erf's (< 5e-7) plus a few roundings of the result, so the
@@ -456,34 +476,10 @@ int main(int argc, char **argv) {
     at.work = calloc((size_t)B * NH * T * T, sizeof(float));
     run(&at, &r, 1e-2f, dir);
 
-    /* bidirectional with padding: a whole sequence, an empty one, a short one */
-    op_case ap = {.name = "attention_padded", .B = 3, .T = T, .C = C, .NH = NH, .fwd = attg_fwd,
-                  .bwd = attg_bwd};
-    float lens[3] = {(float)T, 0, 3};
+    run_padded("attention_padded", 0, T, C, NH, &r, dir);
+    run_padded("attention_padded_dropout", 0.3f, T, C, NH, &r, dir);
+
     size_t n3 = (size_t)3 * T * C;
-    add(&ap, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
-    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
-    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
-    add(&ap, "out.att", calloc((size_t)3 * NH * T * T, 4), (size_t)3 * NH * T * T, 0);
-    ap.work = calloc((size_t)3 * NH * T * T, sizeof(float));
-    ap.work2 = calloc(3, sizeof(int));
-    run(&ap, &r, 1e-2f, dir);
-    free(ap.work2);
-
-    /* the same with dropout 0.3 of the probabilities: a fixed mask, so the
-     * finite differences see the function the backward differentiates
-     * (not dumped: test_bert checks the masks against PyTorch) */
-    op_case ad = {.name = "attention_padded_dropout", .B = 3, .T = T, .C = C, .NH = NH,
-                  .drop = 0.3f, .fwd = attg_fwd, .bwd = attg_bwd};
-    add(&ad, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
-    add(&ad, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
-    ad.iout = add(&ad, "out.out", calloc(n3, 4), n3, 0);
-    add(&ad, "out.att", calloc((size_t)6 * NH * T * T, 4), (size_t)6 * NH * T * T, 0);
-    ad.work = calloc((size_t)3 * NH * T * T, sizeof(float));
-    ad.work2 = calloc(3, sizeof(int));
-    run(&ad, &r, 1e-2f, NULL);
-    free(ad.work2);
-
     /* causal cross-attention, 5 queries over 7 keys, padded on both sides */
     int Tk = 7;
     op_case ac = {.name = "attention_cross", .B = 3, .T = T, .Tk = Tk, .C = C, .NH = NH,
