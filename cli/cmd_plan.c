@@ -119,13 +119,15 @@ int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
     if (bert || !strcmp(o->model, "nmt")) {
         if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || o->d_model % o->heads ||
             o->vocab < 2 || o->seq_len < 1 || o->dec_layers < 0 || o->ffn < 0 || o->types < 1 ||
-            !(o->dropout >= 0 && o->dropout < 1))
+            !(o->dropout >= 0 && o->dropout < 1) || !(o->attn_dropout >= 0 && o->attn_dropout < 1))
             return cb_fail(e, CB_EINPUT, "--model %s: --layers, --d-model, --heads (dividing "
                            "--d-model), --seq-len, --types >= 1, --vocab >= 2, --dec-layers, "
-                           "--ffn >= 0, --dropout in [0, 1); fix the flag", o->model);
+                           "--ffn >= 0, --dropout and --attn-dropout in [0, 1); fix the flag",
+                           o->model);
         if (bert) {
             cb_bert_config b = {o->layers, o->d_model, o->heads, o->seq_len, o->vocab, o->types,
-                                !strcmp(o->model, "roberta"), (float)o->dropout};
+                                !strcmp(o->model, "roberta"), (float)o->dropout,
+                                (float)o->attn_dropout};
             return cb_plan_model_bert(&b, m, e);
         }
         cb_nmt_config n = {o->layers, o->dec_layers ? o->dec_layers : o->layers, o->d_model,
@@ -251,7 +253,7 @@ int cmd_plan(int argc, char **argv) {
                    .embed_grad = "dense",
                    .repeat = 1,
                    /* the graph models' own sizes: train's defaults */
-                   .types = 2, .dropout = 0.1, .users = 1000, .items = 1000, .factors = 64,
+                   .types = 2, .dropout = 0.1, .attn_dropout = 0.1, .users = 1000, .items = 1000, .factors = 64,
                    .mlp = "256,128,64"};
     const cli_flag flags[] = {
         {"model", ARG_STR, &o.model, "gpt (default), bert, roberta, nmt or ncf"},
@@ -267,6 +269,8 @@ int cmd_plan(int argc, char **argv) {
         {"pre-ln", ARG_BOOL, &o.pre_ln, "nmt: pre-LayerNorm blocks (default post-LN)"},
         {"types", ARG_INT, &o.types, "bert: token types (2)"},
         {"dropout", ARG_DOUBLE, &o.dropout, "bert: hidden dropout (0.1, as train's)"},
+        {"attn-dropout", ARG_DOUBLE, &o.attn_dropout,
+         "bert: dropout of the attention probabilities (0.1, as train's)"},
         {"users", ARG_INT, &o.users, "ncf: users (1000)"},
         {"items", ARG_INT, &o.items, "ncf: items (1000)"},
         {"factors", ARG_INT, &o.factors, "ncf: GMF factor width (64)"},

@@ -15,7 +15,7 @@ typedef struct plan_opts {
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
     int dec_layers, ffn, pre_ln, types, users, items, factors; /* nmt, bert, ncf */
-    double dropout;                                            /* bert */
+    double dropout, attn_dropout;                              /* bert */
     const char *mlp;                                           /* ncf */
     double max_memory_gb;
     int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;

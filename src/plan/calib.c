@@ -91,9 +91,8 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
 }
 
 /* The exact GELU (erf) and dropout (a counter-based hash per element):
- * per element, forward + backward, on 4M elements (out of cache). On one
- * core here they take 34% of a small BERT's step (perf), at several times
- * the time their bytes would take at the memory bandwidth. */
+ * per element, forward + backward, on 4M elements (out of cache). Their
+ * time follows their arithmetic, not their bytes (docs/plan.md). */
 static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int n = quick ? 1 << 20 : 1 << 22;
     for (int k = 0; k < CB_PLAN_NEW && pr->elementwise; k++)
