@@ -121,6 +121,8 @@ struct cb_layer {
     int len_set[2];         /* padded attention: length sets of queries, keys */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
+    float emb_scale;        /* embedding: s wte[id] + pos (0: unscaled); wpe_scaled: pos / s */
+    float *wpe_scaled;
 };
 
 struct cb_act {
