@@ -24,8 +24,8 @@ typedef struct nmt_bench {
 } nmt_bench;
 
 /* row k's source and target lengths (EOS, BOS included): bench/torch_nmt.py's */
-static int src_len(const nmt_bench *b, int k) { return b->seq_len - k % (b->seq_len / 8 > 0 ? b->seq_len / 8 : 1); }
-static int tgt_len(const nmt_bench *b, int k) { return b->seq_len - 3 * k % (b->seq_len / 8 > 0 ? b->seq_len / 8 : 1); }
+static int src_len(const nmt_bench *b, int k) { return b->seq_len - k % (b->seq_len / 8); }
+static int tgt_len(const nmt_bench *b, int k) { return b->seq_len - 3 * k % (b->seq_len / 8); }
 
 /* FLOPs of a step on its real tokens: 6 x the multiply-adds of the linears
  * (an encoder block 12 C^2 a source token; a decoder block 14 C^2 a target
@@ -54,7 +54,8 @@ static int torch_run(const nmt_bench *b, double out[2], cb_err *e) {
 static void fill_rows(const nmt_bench *b, cb_rng *r, int *ids, int *tg) {
     int T = b->seq_len, V = b->vocab, pad = V - 3, bos = V - 2, eos = V - 1;
     for (int k = 0; k < b->batch; k++) {
-        int sl = src_len(b, k), tl = tgt_len(b, k), *id = ids + (size_t)k * 2 * T, *t = tg + (size_t)k * T;
+        int sl = src_len(b, k), tl = tgt_len(b, k);
+        int *id = ids + (size_t)k * 2 * T, *t = tg + (size_t)k * T;
         for (int j = 0; j < T; j++) {
             id[2 * j] = j < sl - 1 ? (int)cb_rng_below(r, (uint64_t)pad) : j == sl - 1 ? eos : pad;
             t[j] = j < tl - 1 ? (int)cb_rng_below(r, (uint64_t)pad) : j == tl - 1 ? eos : pad;

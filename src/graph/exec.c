@@ -191,7 +191,9 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     float *y = n->out >= 0 ? val(m, ch, slot, n->out) : NULL, *s = kept(m, ch, slot, i);
     cb_layer *l = n->l;
     switch (n->kind) {
-    case N_EMBED: embed_forward(m, l, field_ids(m, r0, N, n->field), y, cb_graph_value_floats(m, n->out)); break;
+    case N_EMBED:
+        embed_forward(m, l, field_ids(m, r0, N, n->field), y, cb_graph_value_floats(m, n->out));
+        break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
     case N_ATTN: {
