@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cbref import Checks, read_safetensors, lr_at, clip_grads  # noqa: E402
-from bert_ref import keep  # noqa: E402  (cubist's counter-based dropout masks)
+from bert_ref import dropper  # noqa: E402  (cubist's counter-based dropout masks)
 
 F = torch.nn.functional
 
@@ -40,17 +40,7 @@ def forward(P, a, src_ids, dec_ids, tg, slen, tlen, step=0):
     C, NH = P["emb.weight"].shape[1], a.heads
     ln = lambda x, p: F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], 1e-5)  # noqa: E731
     lin = lambda x, p: x @ P[p + ".weight"] + P[p + ".bias"]  # noqa: E731
-    ix = [0]
-
-    def drop(x):  # cubist's masks in its declaration order; 1/(1-p) rounded to float32 as cubist's
-        if a.dropout == 0:
-            return x
-        if getattr(a, "native_dropout", False):  # the benchmark: PyTorch's own generator
-            return F.dropout(x, a.dropout)
-        k = keep(a.seed, ix[0], step, tuple(x.shape), a.dropout)
-        ix[0] += 1
-        return torch.where(k, x * float(np.float32(1) / (np.float32(1) - np.float32(a.dropout))), 0)
-
+    drop = dropper(a, step)  # cubist's masks, in its declaration order
     pre = lambda x, p: ln(x, p) if a.pre_ln else x  # noqa: E731
     post = lambda x, y, p: x + drop(y) if a.pre_ln else ln(x + drop(y), p)  # noqa: E731
     T = src_ids.shape[1]
