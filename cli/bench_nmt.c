@@ -174,10 +174,11 @@ int cmd_bench_nmt(int argc, char **argv) {
         cli_usage(stdout, "bench", "--model nmt [--quick] [flags]", flags, n, HELP);
         return 0;
     }
-    if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads || b.ffn < 1 ||
-                b.seq_len < 8 || b.batch < 1 || b.vocab < 8 || b.steps < 1))
-        rc = cb_fail(&e, CB_EINPUT, "--layers, --heads (dividing --d-model), --ffn, --batch, "
-                                    "--steps >= 1, --seq-len >= 8 and --vocab >= 8; fix the flag");
+    if (!rc && (b.layers < 1 || b.ffn < 1 || b.seq_len < 8 || b.batch < 1 || b.vocab < 8 ||
+                b.steps < 1))
+        rc = cb_fail(&e, CB_EINPUT, "--layers, --ffn, --batch, --steps >= 1, --seq-len >= 8 and "
+                                    "--vocab >= 8; fix the flag");
+    if (!rc) rc = cb_heads_check(b.heads, b.d_model, &e);
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);

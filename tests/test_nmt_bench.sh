@@ -56,7 +56,7 @@ if out=$(OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE timeout "$(tmo 300)" "$C" ben
 else fail "bench --model nmt --quick: $(tail -n 2 <<<"$out")"; fi
 "$C" bench --model nmt --quick --heads 3 > bad.out 2> bad.err
 rc=$?
-if [ "$rc" = 2 ] && [ "$(grep -c . bad.err)" = 1 ] && grep -q "dividing --d-model" bad.err; then
+if [ "$rc" = 2 ] && [ "$(grep -c . bad.err)" = 1 ] && grep -q "does not divide --d-model" bad.err; then
     pass "bench --model nmt --heads 3: exit 2, \"$(cat bad.err)\""
 else fail "bench --model nmt --heads 3: exit $rc, $(head -c 300 bad.err)"; fi
 [ "$failed" = 0 ]
