@@ -143,7 +143,7 @@ static const char HELP[] =
     "token / the sgemm peak (`cubist bench --peak`); a step's FLOPs = 6 x the linears'\n"
     "and the output projection's multiply-adds + 12 C T per query of each attention.\n"
     "--quick: 2 + 2 blocks, d 128, 4 heads, FFN 512, vocabulary 259 (bytes), T 32,\n"
-    "batch 8, 2 steps (seconds; flags given after it still apply).\n";
+    "batch 8, 2 steps (seconds; the other flags given still apply).\n";
 
 int cmd_bench_nmt(int argc, char **argv) {
     nmt_bench b = {.layers = 6, .d_model = 512, .heads = 8, .ffn = 2048, .seq_len = 128,
