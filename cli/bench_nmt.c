@@ -138,12 +138,14 @@ static const char HELP[] =
     "Defaults: Transformer-base (6 + 6 blocks, d 512, 8 heads, FFN 2048) at GPT-2 BPE's\n"
     "vocabulary + 3 (50260, `prepare --pairs --tokenizer gpt2`) and T 128 a side (the\n"
     "Bible pairs' BPE verses: 32 and 47 tokens on average, 113 and 180 at most). Row k\n"
-    "holds T - k %% (T/8) source and T - 3k %% (T/8) target tokens, the rest padding.\n"
+    "holds T - k % (T/8) source and T - 3k % (T/8) target tokens, the rest padding.\n"
     "tokens/s counts the real source + target tokens; MFU = tokens/s x model FLOPs per\n"
     "token / the sgemm peak (`cubist bench --peak`); a step's FLOPs = 6 x the linears'\n"
     "and the output projection's multiply-adds + 12 C T per query of each attention.\n"
     "--quick: 2 + 2 blocks, d 128, 4 heads, FFN 512, vocabulary 259 (bytes), T 32,\n"
-    "batch 8, 2 steps (seconds; the other flags given still apply).\n";
+    "batch 8, 2 steps (seconds; the other flags given still apply).\n"
+    "On a shared machine run it under OMP_WAIT_POLICY=PASSIVE (PyTorch always is):\n"
+    "spinning OpenMP threads lose their cores to other processes at every barrier.\n";
 
 int cmd_bench_nmt(int argc, char **argv) {
     nmt_bench b = {.layers = 6, .d_model = 512, .heads = 8, .ffn = 2048, .seq_len = 128,
