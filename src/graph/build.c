@@ -710,6 +710,7 @@ static void plan_layout(cb_model *m) {
                                     [N_MUL] = -1,            [N_RELU] = -1,
                                     [N_CONCAT] = -1,         [N_LOGIT] = -1,
                                     [N_DROP] = -1};
+    m->L->wire_bf16 = m->d->comm_bf16 && m->L->tp > 1;
     for (int i = 0; i < m->nnodes; i++) {
         gnode *n = &m->nodes[i];
         if (n->vs % m->P != m->me || op[n->kind] < 0) continue;
