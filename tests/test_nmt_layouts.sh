@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The translation encoder-decoder (`cubist train --model nmt`) under every
+# layout and data-parallel path, against one process, on the small
+# synthetic pair file of tests/test_nmt.sh (2 + 2 blocks, d 32, 4 heads,
+# 30 AdamW steps): loss, gradient norm and val_loss at every step and the
+# final weights to 1e-5 relative (tests/compare.py). The sums regroup
+# across ranks (float32 reductions in another order), nothing else differs;
+# AdamW eps 1e-3 as in test_nmt.sh (the key biases' gradient is zero in
+# exact arithmetic and a small eps turns its rounding noise into steps).
+#   tensor:   2-D 4, 3-D 8 (the vocabulary padded to 260)           vs one process
+#   pipeline: pp 2 interleaved (v 2), pp 4 1F1B and interleaved,
+#             pp 2 x 2-D 4 (the encoder's output sent to every decoder
+#             stage, its gradient back)                             vs --grad-accum M
+#   data:     dp 2 x ZeRO-1; --embed-grad dense, sparse and split
+#             (the one table read by the source's and the decoder's
+#             lookups and by the tied output projection); split and
+#             sparse with --grad-accum 2, and sparse with ZeRO-1    vs one process
+# (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.) That sparse and split
+# really run their exchange on this model is checked by
+# `cubist bench --embed-grad --model nmt` (tests/test_nmt_bench.sh), which
+# counts the bytes under their tags.
+set -u
+. "$(dirname "$0")/launcher.sh"
+C="$BUILD/cubist"
+PY=/usr/bin/python3
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+failed=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+cd "$d" || exit 1
+"$PY" - <<'PYEOF'
+import random
+r = random.Random(1)
+w = "the a of and to in he she it is was god lord king man land house son".split()
+for name, n in (("train", 200), ("val", 20)):
+    with open(name + ".tsv", "w") as f:
+        for i in range(n):
+            s = " ".join(r.choice(w) for _ in range(r.randint(1, 5)))
+            f.write(s + "\t" + s[::-1] + "\n")
+PYEOF
+"$C" prepare --pairs train.tsv --output train.bin --val-pairs val.tsv --val-output val.bin \
+    --context 40 >/dev/null || { fail "prepare --pairs"; exit 1; }
+
+S=(--model nmt --data train.bin --val-data val.bin --layers 2 --d-model 32 --heads 4 --ffn 64
+   --batch 8 --seq-len 24 --steps 30 --lr 2e-3 --warmup 3 --eps 1e-3 --eval-every 10
+   --eval-batches 2 --quiet)
+run() { # NAME NP flags...
+    local name=$1 np=$2; shift 2
+    timeout "$(tmo 300)" "${launch[@]}" -np "$np" "$C" train "${S[@]}" "$@" --save "$name.st" \
+        --log "$name.jsonl" > "$name.log" 2>&1 ||
+        { fail "$name: $(tail -n 2 "$name.log" | tr '\n' ' ')"; return 1; }
+}
+cmp_() { # LABEL GOT REF: loss, grad_norm, val_loss and the weights
+    local out
+    grep val_loss "$2.jsonl" > "$2.val"; grep val_loss "$3.jsonl" > "$3.val"
+    out=$("$PY" "$ROOT/tests/compare.py" logs "$2.jsonl" "$3.jsonl" --label "$1 loss" 2>&1
+          "$PY" "$ROOT/tests/compare.py" logs "$2.val" "$3.val" --keys val_loss \
+              --label "$1 val_loss" 2>&1
+          "$PY" "$ROOT/tests/compare.py" st "$2.st" "$3.st" --label "$1 weights" 2>&1)
+    grep '^PASS\|^FAIL' <<<"$out"
+    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    [ "$(grep -c '^PASS' <<<"$out")" = 3 ] || [ "$(grep -c '^FAIL' <<<"$out")" != 0 ] ||
+        fail "$1: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+}
+both() { # NAME NP REF flags...: run, then compare with REF
+    local name=$1 np=$2 ref=$3; shift 3
+    run "$name" "$np" "$@" && cmp_ "nmt $name (vs $ref)" "$name" "$ref"
+}
+run one 1 || exit 1
+run ga2 1 --grad-accum 2 || exit 1
+run ga4 1 --grad-accum 4 || exit 1
+
+both tp2d4 4 one --tp 4 --tp-mode 2d
+both tp3d8 8 one --tp 8 --tp-mode 3d
+both pp2_interleaved 2 ga4 --pp 2 --schedule interleaved --micro-batches 4
+both pp4_1f1b 4 ga4 --pp 4 --schedule 1f1b --micro-batches 4
+both pp4_interleaved 4 ga4 --pp 4 --schedule interleaved --micro-batches 4
+both pp2_tp2d4 8 ga2 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2
+both dp2_zero1 2 one --dp 2 --zero 1
+for eg in dense sparse split; do both "dp2_$eg" 2 one --dp 2 --embed-grad "$eg"; done
+both dp2_split_ga2 2 ga2 --dp 2 --embed-grad split --grad-accum 2
+both dp2_sparse_ga2 2 ga2 --dp 2 --embed-grad sparse --grad-accum 2
+both dp2_sparse_zero1 2 one --dp 2 --embed-grad sparse --zero 1
+[ "$failed" = 0 ]
