@@ -15,10 +15,13 @@
 #             (the one table read by the source's and the decoder's
 #             lookups and by the tied output projection); split and
 #             sparse with --grad-accum 2, and sparse with ZeRO-1    vs one process
-# (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.) That sparse and split
-# really run their exchange on this model is checked by
-# `cubist bench --embed-grad --model nmt` (tests/test_nmt_bench.sh), which
-# counts the bytes under their tags.
+# (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.)
+# `cubist bench --embed-grad --model nmt` at 2 and 4 ranks: the table of
+# 2..64 ranks, the crossover lines (the first p the formulas give equals
+# floor(2VC/(S(C+1))) + 1), and one real step of a small translation model
+# under each path whose bytes under the path's tags and whose buffers equal
+# the formulas exactly: this is also what shows that sparse and split run
+# their own exchange on this model, with both lookups' rows (2 x B x T).
 set -u
 . "$(dirname "$0")/launcher.sh"
 C="$BUILD/cubist"
@@ -81,4 +84,23 @@ for eg in dense sparse split; do both "dp2_$eg" 2 one --dp 2 --embed-grad "$eg";
 both dp2_split_ga2 2 ga2 --dp 2 --embed-grad split --grad-accum 2
 both dp2_sparse_ga2 2 ga2 --dp 2 --embed-grad sparse --grad-accum 2
 both dp2_sparse_zero1 2 one --dp 2 --embed-grad sparse --zero 1
+
+for np in 2 4; do
+    if timeout "$(tmo 120)" "${launch[@]}" -np $np "$C" bench --embed-grad --model nmt >eg$np.out \
+            2>eg$np.err && [ "$(grep -cE '^ +(2|4|8|16|32|64)( +[0-9.]+){6}$' eg$np.out)" = 6 ] &&
+            grep -q "^the translation model's table" eg$np.out &&
+            grep -q "measured at $np ranks (nmt, 128 lookup rows per rank).*formulas match" eg$np.out; then
+        pass "bench --embed-grad --model nmt at $np ranks: 6 rows; $(grep -o 'measured.*' eg$np.out)"
+    else fail "bench --embed-grad --model nmt at $np ranks: $(head -c 600 eg$np.out | tr '\n' '|') $(head -c 300 eg$np.err)"; fi
+done
+if "$PY" - eg2.out <<'PYEOF'; then
+import math, re, sys
+t = open(sys.argv[1]).read()
+m = re.findall(r'from p = (\d+) \((?:2VC/\(S\(C\+1\)\) = )?([0-9.]+)\)', t)
+ok = len(m) == 2 and all(int(p) == max(2, math.floor(float(x)) + 1) for p, x in m)
+print(('PASS' if ok else 'FAIL') + ' bench --embed-grad --model nmt: gathering overtakes reducing at p = '
+      + ', '.join(f'{p} ({x})' for p, x in m) + ' (tied, lookups alone), floor(x) + 1')
+sys.exit(not ok)
+PYEOF
+:; else failed=$((failed + 1)); fi
 [ "$failed" = 0 ]
