@@ -16,6 +16,14 @@
 #             lookups and by the tied output projection); split and
 #             sparse with --grad-accum 2, and sparse with ZeRO-1    vs one process
 # (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.)
+# The pipeline partition of 6 + 6 blocks (--print-partition, FLOP costs:
+# --no-profile --partition-memory-weight 0) on pp 2 and pp 4: the stages
+# printed are the contiguous cut that minimises the largest stage's FLOPs
+# (every cut tried, ties to the earliest), with a module's FLOPs per row
+# from docs/nmt.md's formulas: an encoder block 6(4C^2 + 2CF) + 12TC, a
+# decoder block 6(8C^2 + 2CF) + 24TC (cross-attention's q, kv and
+# projection, and its attention), plus their norms (10C), sums (3C) and
+# ReLU (3F); each printed share within 0.05% of the formula's.
 # `cubist bench --embed-grad --model nmt` at 2 and 4 ranks: the table of
 # 2..64 ranks, the crossover lines (the first p the formulas give equals
 # floor(2VC/(S(C+1))) + 1), and one real step of a small translation model
@@ -77,13 +85,42 @@ both tp2d4 4 one --tp 4 --tp-mode 2d
 both tp3d8 8 one --tp 8 --tp-mode 3d
 both pp2_interleaved 2 ga4 --pp 2 --schedule interleaved --micro-batches 4
 both pp4_1f1b 4 ga4 --pp 4 --schedule 1f1b --micro-batches 4
-both pp4_interleaved 4 ga4 --pp 4 --schedule interleaved --micro-batches 4
+# 8 virtual stages need 8 modules: 3 + 3 blocks (9 modules)
+run ga4_l3 1 --grad-accum 4 --layers 3 &&
+    both pp4_interleaved 4 ga4_l3 --pp 4 --schedule interleaved --micro-batches 4 --layers 3
 both pp2_tp2d4 8 ga2 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2
 both dp2_zero1 2 one --dp 2 --zero 1
 for eg in dense sparse split; do both "dp2_$eg" 2 one --dp 2 --embed-grad "$eg"; done
 both dp2_split_ga2 2 ga2 --dp 2 --embed-grad split --grad-accum 2
 both dp2_sparse_ga2 2 ga2 --dp 2 --embed-grad sparse --grad-accum 2
 both dp2_sparse_zero1 2 one --dp 2 --embed-grad sparse --zero 1
+
+cat > part.py <<'PYEOF'
+import itertools, re, sys
+C, F, T, V, L = 64, 256, 24, 259, 6
+enc = 6 * (4 * C * C + 2 * C * F) + 12 * T * C + 2 * 3 * C + 2 * 10 * C + 3 * F
+dec = 6 * (8 * C * C + 2 * C * F) + 24 * T * C + 3 * 3 * C + 3 * 10 * C + 3 * F
+mods = [3 * C] + [enc] * L + [3 * C] + [dec] * L + [6 * C * V]  # lookups, blocks, head
+n, p, tot = len(mods), int(sys.argv[2]), sum(mods)
+def stages(b): return [sum(mods[b[i]:b[i + 1]]) for i in range(p)]
+best = min((max(stages((0,) + c + (n,))), (0,) + c + (n,))
+           for c in itertools.combinations(range(1, n), p - 1))[1]
+rows = re.findall(r'^\s+\d+\s+\d+\s+\[(\d+),(\d+)\)\s+\S+\s+[0-9.]+\s+([0-9.]+)%', open(sys.argv[1]).read(), re.M)
+got = tuple(int(r[0]) for r in rows) + (n,)
+share = [100 * x / tot for x in stages(best)]
+ok = got == best and all(abs(float(r[2]) - s) <= 0.05 for r, s in zip(rows, share))
+print(('PASS' if ok else 'FAIL') + f' nmt 6+6 partition on pp {p}: stages at {list(got)} '
+      f'(best by FLOPs {list(best)}), shares {[r[2] for r in rows]}% '
+      f'(formula {[round(s, 1) for s in share]}), decoder/encoder block {dec / enc:.2f}')
+PYEOF
+for pp in 2 4; do
+    if timeout "$(tmo 120)" "${launch[@]}" -np $pp "$C" train "${S[@]}" --layers 6 --d-model 64 \
+            --ffn 256 --steps 0 --pp $pp --micro-batches $pp --no-profile \
+            --partition-memory-weight 0 --print-partition > part$pp.out 2> part$pp.err; then
+        out=$("$PY" part.py part$pp.out $pp 2>&1); echo "$out"
+        grep -q ^PASS <<<"$out" || failed=$((failed + 1))
+    else fail "nmt 6+6 partition on pp $pp: $(head -c 300 part$pp.err)"; fi
+done
 
 for np in 2 4; do
     if timeout "$(tmo 120)" "${launch[@]}" -np $np "$C" bench --embed-grad --model nmt >eg$np.out \

@@ -167,8 +167,14 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     const cb_nmt_task_opts *o = to->family_opts;
     r->to = to, r->n = o, r->epoch = -1, r->T = o->seq_len, r->batch = to->B * to->accum;
     int T = r->T;
+    /* pipeline modules: the source's lookup, each encoder block, the run
+     * between the stacks (the encoder's final LN, the decoder's lookup),
+     * each decoder block, the head; costed by FLOPs or timed as GPT's */
     *task = (cb_train_task){.ctx = r, .ld = &r->ld, .row_ids = 2 * T, .row_targets = T,
-                            .row_tokens = T, .check = nmt_check, .declare = nmt_declare,
+                            .row_tokens = T, .block_units = 1, .profile = 1,
+                            .modules = o->c.enc_layers + o->c.dec_layers + 3,
+                            .modules_what = "--layers + --dec-layers + 3",
+                            .check = nmt_check, .declare = nmt_declare,
                             .batch = nmt_batch, .eval = nmt_eval, .meta = nmt_meta,
                             .close = nmt_close};
     int rc = cb_bitext_open(to->data, &r->tr, e);
