@@ -31,26 +31,7 @@
 # the formulas exactly: this is also what shows that sparse and split run
 # their own exchange on this model, with both lookups' rows (2 x B x T).
 set -u
-. "$(dirname "$0")/launcher.sh"
-C="$BUILD/cubist"
-PY=/usr/bin/python3
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-failed=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-cd "$d" || exit 1
-"$PY" - <<'PYEOF'
-import random
-r = random.Random(1)
-w = "the a of and to in he she it is was god lord king man land house son".split()
-for name, n in (("train", 200), ("val", 20)):
-    with open(name + ".tsv", "w") as f:
-        for i in range(n):
-            s = " ".join(r.choice(w) for _ in range(r.randint(1, 5)))
-            f.write(s + "\t" + s[::-1] + "\n")
-PYEOF
-"$C" prepare --pairs train.tsv --output train.bin --val-pairs val.tsv --val-output val.bin \
-    --context 40 >/dev/null || { fail "prepare --pairs"; exit 1; }
+. "$(dirname "$0")/nmt_common.sh"
 
 S=(--model nmt --data train.bin --val-data val.bin --layers 2 --d-model 32 --heads 4 --ffn 64
    --batch 8 --seq-len 24 --steps 30 --lr 2e-3 --warmup 3 --eps 1e-3 --eval-every 10
