@@ -15,7 +15,8 @@
 #             (the one table read by the source's and the decoder's
 #             lookups and by the tied output projection); split and
 #             sparse with --grad-accum 2, and sparse with ZeRO-1    vs one process
-# (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.)
+# (test_nmt.sh covers dp 2, 1-D 2 and pp 2 1F1B.) --embed-grad sparse or
+# split with --tp 2 or --pp 2: exit 2, one line on every rank.
 # The pipeline partition of 6 + 6 blocks (--print-partition, FLOP costs:
 # --no-profile --partition-memory-weight 0) on pp 2 and pp 4: the stages
 # printed are the contiguous cut that minimises the largest stage's FLOPs
@@ -75,6 +76,18 @@ for eg in dense sparse split; do both "dp2_$eg" 2 one --dp 2 --embed-grad "$eg";
 both dp2_split_ga2 2 ga2 --dp 2 --embed-grad split --grad-accum 2
 both dp2_sparse_ga2 2 ga2 --dp 2 --embed-grad sparse --grad-accum 2
 both dp2_sparse_zero1 2 one --dp 2 --embed-grad sparse --zero 1
+# sparse and split need the whole table and both ends on every rank
+for bad in "--tp 2 --tp-mode 1d" "--pp 2"; do
+    for eg in sparse split; do
+        timeout "$(tmo 60)" "${launch[@]}" -np 2 "$C" train "${S[@]}" --steps 2 $bad \
+            --embed-grad $eg > bad.out 2> bad.err
+        rc=$?
+        if [ "$rc" = 2 ] && [ "$(sort -u bad.err | grep -c .)" = 1 ] &&
+            grep -q "embed-grad $eg needs the whole embedding" bad.err; then
+            pass "$bad --embed-grad $eg refused: exit 2, \"$(head -n 1 bad.err)\""
+        else fail "$bad --embed-grad $eg: exit $rc, $(head -c 300 bad.err)"; fi
+    done
+done
 
 cat > part.py <<'PYEOF'
 import itertools, re, sys
