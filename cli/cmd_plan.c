@@ -132,7 +132,7 @@ int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
         }
         cb_nmt_config n = {o->layers, o->dec_layers ? o->dec_layers : o->layers, o->d_model,
                            o->heads, o->ffn ? o->ffn : 4 * o->d_model, o->vocab, 0.1f, 0,
-                           o->pre_ln};
+                           o->pre_ln, (float)o->dropout, !o->no_scale};
         return cb_plan_model_nmt(&n, o->seq_len, m, e);
     }
     if (!strcmp(o->model, "ncf")) {
@@ -267,8 +267,9 @@ int cmd_plan(int argc, char **argv) {
         {"dec-layers", ARG_INT, &o.dec_layers, "nmt: decoder blocks (default: --layers)"},
         {"ffn", ARG_INT, &o.ffn, "nmt: feed-forward width (default: 4 x --d-model)"},
         {"pre-ln", ARG_BOOL, &o.pre_ln, "nmt: pre-LayerNorm blocks (default post-LN)"},
+        {"no-scale", ARG_BOOL, &o.no_scale, "nmt: no sqrt(d_model) scale of the embeddings"},
         {"types", ARG_INT, &o.types, "bert: token types (2)"},
-        {"dropout", ARG_DOUBLE, &o.dropout, "bert: hidden dropout (0.1, as train's)"},
+        {"dropout", ARG_DOUBLE, &o.dropout, "bert, nmt: hidden dropout (0.1, as train's)"},
         {"attn-dropout", ARG_DOUBLE, &o.attn_dropout,
          "bert: dropout of the attention probabilities (0.1, as train's)"},
         {"users", ARG_INT, &o.users, "ncf: users (1000)"},

@@ -14,7 +14,7 @@ typedef struct plan_opts {
     const char *embed_grad;                /* --embed-grad; embed: its cb_dp_embed */
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
-    int dec_layers, ffn, pre_ln, types, users, items, factors; /* nmt, bert, ncf */
+    int dec_layers, ffn, pre_ln, no_scale, types, users, items, factors; /* nmt, bert, ncf */
     double dropout, attn_dropout;                              /* bert */
     const char *mlp;                                           /* ncf */
     double max_memory_gb;

@@ -253,7 +253,7 @@ gcase "bert tp 1d 2" 2 bert "${bertf[*]} --vocab 260 --batch 8 --tp 2 --tp-mode 
 gcase "nmt dp 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2
 gcase "nmt pp 2 gpipe M2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --pp 2 --schedule gpipe --micro-batches 2" -- \
-    --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2
+    --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2 --no-profile
 gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
 gcase "ncf dp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --dp 2 --micro-batches 1" -- \

@@ -26,7 +26,7 @@ static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch, int T) 
 
 /* The engine's options of a layout on pipeline rank s, as cubist train
  * sets them (src/train/run.c): its micro-batches, schedule, chunks,
- * recompute; the partition auto; GPT's modules are whole blocks. */
+ * recompute; the partition auto from FLOP counts (train --no-profile). */
 static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_dist *d, cb_err *e) {
     static const cb_pp_kind K[] = {CB_PP_GPIPE, CB_PP_1F1B, CB_PP_INTERLEAVED};
     memset(d, 0, sizeof *d);
@@ -40,7 +40,9 @@ static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_d
     d->M = l->M, d->sched = K[l->schedule], d->v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     d->partition = "auto", d->mem_weight = 0.8, d->embed_grad = CB_DP_EMBED_DENSE;
     d->recompute = l->recompute ? RC_BLOCK : RC_NONE;
-    d->block_units = pm->family == CB_PLAN_FAM_GPT;
+    /* whole blocks as modules: GPT's and the translation model's tasks
+     * (src/train/task_gpt.c, task_nmt.c); BERT and NCF by operation */
+    d->block_units = pm->family == CB_PLAN_FAM_GPT || pm->family == CB_PLAN_FAM_NMT;
     return CB_OK;
 }
 

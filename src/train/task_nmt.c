@@ -110,13 +110,24 @@ static int nmt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
 static int nmt_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
     nmt_task *r = ctx;
     const cb_nmt_config *c = &r->n->c;
-    if (cap < 4) return 0;
+    if (cap < 5) return 0;
     snprintf(text[0], 24, "%d", c->enc_layers);
     snprintf(text[1], 24, "%d", c->dec_layers);
     snprintf(text[2], 24, "%d", c->pre_ln);
+    snprintf(text[3], 24, "%d", c->emb_scale);
     kv[0] = "model", kv[1] = "nmt", kv[2] = "enc_layers", kv[3] = text[0];
     kv[4] = "dec_layers", kv[5] = text[1], kv[6] = "pre_ln", kv[7] = text[2];
-    return 4;
+    kv[8] = "emb_scale", kv[9] = text[3];
+    return 5;
+}
+
+/* the startup line: the data, and the embedding-gradient path data
+ * parallelism took for the shared table */
+static void nmt_note(void *ctx, const cb_model *m, char *buf, size_t cap) {
+    const nmt_task *r = ctx;
+    snprintf(buf, cap, "nmt: %zu training pairs, vocabulary %d, %d positions a side, data "
+                       "parallelism %d, embedding gradient %s", r->tr.n, r->n->c.vocab, r->T,
+             m->d->g.dp, m->d->g.dp > 1 ? cb_dp_embed_name(&m->dp) : "local");
 }
 
 static void nmt_close(void *ctx) {
@@ -151,10 +162,10 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
     const cb_nmt_config *c = &o->c;
     if (c->enc_layers < 1 || c->dec_layers < 1 || c->d_model < 1 || c->n_head < 1 ||
         c->d_ff < 1 || to->steps < 0 || o->max_tokens < 0 ||
-        !(c->smoothing >= 0 && c->smoothing < 1))
+        !(c->smoothing >= 0 && c->smoothing < 1) || !(c->dropout >= 0 && c->dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --dec-layers, --d-model, --heads, --ffn >= 1, "
-                                     "--steps, --max-tokens >= 0 and --smoothing in [0, 1); fix "
-                                     "the flag");
+                                     "--steps, --max-tokens >= 0, --smoothing and --dropout in "
+                                     "[0, 1); fix the flag");
     if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     to->T = o->seq_len;
     return CB_OK;
@@ -166,10 +177,16 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     const cb_nmt_task_opts *o = to->family_opts;
     r->to = to, r->n = o, r->epoch = -1, r->T = o->seq_len, r->batch = to->B * to->accum;
     int T = r->T;
+    /* pipeline modules: the source's lookup, each encoder block, the run
+     * between the stacks (the encoder's final LN, the decoder's lookup),
+     * each decoder block, the head; costed by FLOPs or timed as GPT's */
     *task = (cb_train_task){.ctx = r, .ld = &r->ld, .row_ids = 2 * T, .row_targets = T,
-                            .row_tokens = T, .check = nmt_check, .declare = nmt_declare,
+                            .row_tokens = T, .block_units = 1, .profile = 1,
+                            .modules = o->c.enc_layers + o->c.dec_layers + 3,
+                            .modules_what = "--layers + --dec-layers + 3",
+                            .check = nmt_check, .declare = nmt_declare,
                             .batch = nmt_batch, .eval = nmt_eval, .meta = nmt_meta,
-                            .close = nmt_close};
+                            .note = nmt_note, .close = nmt_close};
     int rc = cb_bitext_open(to->data, &r->tr, e);
     if (!rc && to->val_data) rc = cb_bitext_open(to->val_data, &r->va, e);
     if (!rc) rc = epoch_batches(r, 0, e);
