@@ -260,18 +260,21 @@ static void attention_cases(const cb_kernels *bf) {
 /* The general attention (cb_attn) in bf16 against fp32: causal
  * cross-attention of Tq = 20 queries over Tk = 28 keys with padded
  * queries and keys (a sequence without keys among them), and the
- * bidirectional padded self-attention. The same bounds as the causal case
- * (masking only removes terms); padding rows must come out exactly zero
- * in the output and in every gradient. */
+ * bidirectional padded self-attention, also with dropout 0.2 of the
+ * probabilities (a piece at sequence 1 and head 2 of 8). The same bounds
+ * as the causal case (masking and dropout only remove terms; the dropout
+ * scale is exact in both); padding rows must come out exactly zero in the
+ * output and in every gradient. */
 static void attention_general_cases(const cb_kernels *bf) {
     const cb_kernels *cpu = cb_kernels_cpu();
     int B = 3, C = 64, NH = 4, lens[6] = {20, 7, 0, 28, 0, 11};
-    for (int cross = 0; cross < 2; cross++) {
-        int Tq = 20, Tk = cross ? 28 : 20;
+    for (int cs = 0; cs < 3; cs++) {
+        int cross = cs == 1, Tq = 20, Tk = cross ? 28 : 20;
         cb_attn a = cb_attn_self(B, Tq, C, NH, cross, lens);
         if (cross) a.Tk = Tk, a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C, a.klen = lens + 3;
+        if (cs == 2) a.drop = 0.2f, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 2, a.NHg = 8;
         size_t nq = (size_t)B * Tq * a.ldq, nkv = (size_t)B * Tk * a.ldkv, no = (size_t)B * Tq * C;
-        size_t na = (size_t)B * NH * Tq * Tk;
+        size_t na = (size_t)B * NH * Tq * Tk * (cs == 2 ? 2 : 1); /* + the dropped copy */
         float *q = randn(nq, 1.0f), *kv = cross ? randn(nkv, 1.0f) : q, *dout = randn(no, 1.0f);
         float *ob = calloc(no, 4), *of = calloc(no, 4), *ab = calloc(na, 4), *af = calloc(na, 4);
         float *sb = calloc(na, 4), *sf = calloc(na, 4);
@@ -281,7 +284,7 @@ static void attention_general_cases(const cb_kernels *bf) {
         cpu->attention_forward(cpu, &a, of, af, q, kv);
         bf->attention_backward(bf, &a, dqb, dkb, sb, dout, q, kv, ab);
         cpu->attention_backward(cpu, &a, dqf, dkf, sf, dout, q, kv, af);
-        const char *nm = cross ? "cross causal padded" : "self padded";
+        const char *nm = cross ? "cross causal padded" : cs ? "self padded, dropout 0.2" : "self padded";
         char what[160];
         double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * Tk * 0x1p-24;
         snprintf(what, sizeof what,

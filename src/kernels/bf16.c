@@ -484,7 +484,9 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, xq, xkv + a->koff, att, NULL);
     attn_softmax(a, att, NULL, 0);
-    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, att, (size_t)B * NH * Tq * Tk);
+    size_t na = (size_t)B * NH * Tq * Tk;
+    if (a->drop > 0) cb_cpu_attn_dropout(a, att);
+    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, a->drop > 0 ? att + na : att, na);
     mm_desc o = {.nd = 4, .alpha = 1.0f};
     att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
     head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -492,7 +494,8 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     run(s, &o, p, xkv + a->voff, out, NULL);
 }
 
-/* dV = P^T dY, dP = dY V^T, dS from the softmax backward (fp32, zero where
+/* dV = P^T dY, dP = dY V^T (P and dP through the probability dropout
+ * when a->drop > 0), dS from the softmax backward (fp32, zero where
  * masked), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
  * folded into dS, as in the CPU table): padding rows come out zero. */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
@@ -503,7 +506,8 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     const uint16_t *xq, *xkv;
     attn_operands(s, a, q, kv, 0, 4, CB_RND_ACT_BWD, &xq, &xkv);
     const uint16_t *dy = to_bf16(s, 1, CB_RND_GRAD, dout, (size_t)B * Tq * a->C);
-    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, att, (size_t)B * NH * Tq * Tk);
+    size_t na = (size_t)B * NH * Tq * Tk;
+    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, a->drop > 0 ? att + na : att, na);
     mm_desc d = {.nd = 4, .alpha = 1.0f};
     head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
@@ -514,6 +518,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
     head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
     run(s, &v, p, dy, dkv + a->voff, NULL);
+    if (a->drop > 0) cb_cpu_attn_dropout_backward(a, scratch_, att + na);
     attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
     const uint16_t *ds = to_bf16(s, 3, CB_RND_GRAD, scratch_, (size_t)B * NH * Tq * Tk);
     mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
