@@ -122,6 +122,8 @@ struct cb_layer {
     float attn_drop;        /* attention: dropout of the probabilities (0: none) */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
+    float emb_scale;        /* embedding: s wte[id] + pos (0: unscaled); wpe_scaled: pos / s */
+    float *wpe_scaled;
 };
 
 struct cb_act {
