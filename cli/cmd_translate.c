@@ -61,8 +61,9 @@ static int add_line(sources *s, const cb_tokenizer *tk, const char *path, char *
     size_t k = t ? tk->encode(tk, (const uint8_t *)line, n, t) : SIZE_MAX;
     if (k == SIZE_MAX) return free(t), cb_fail(e, CB_ENOMEM, "out of memory reading %s", path);
     if (k + 1 > (size_t)T)
-        return free(t), cb_fail(e, CB_EINPUT, "%s line %d is %zu tokens; the model holds %d "
-                                              "(its EOS included): split the line", path, no, k, T - 1);
+        return free(t), cb_fail(e, CB_EINPUT, "%s line %d is %zu tokens; the model takes at most "
+                                              "%d a source (then its EOS): split the line", path, no,
+                                k, T - 1);
     s->tok[s->n] = t, s->len[s->n++] = (int)k;
     return CB_OK;
 }
