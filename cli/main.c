@@ -28,21 +28,7 @@ static void usage(FILE *f) {
         fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].what);
 }
 
-/* OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE if set.
- * cubist wants OpenBLAS's own detection (AVX-512 SkylakeX kernels on this
- * class of machine, about 1.5x the pinned Haswell/AVX2 ones), so a pinned
- * core type is dropped by re-executing once without it. CUBIST_BLAS_CORETYPE
- * pins a core on purpose. */
-static void choose_blas_core(char **argv) {
-    const char *want = getenv("CUBIST_BLAS_CORETYPE"), *have = getenv("OPENBLAS_CORETYPE");
-    if (want ? (have && !strcmp(want, have)) : !have) return;
-    if (want) setenv("OPENBLAS_CORETYPE", want, 1);
-    else unsetenv("OPENBLAS_CORETYPE");
-    execv("/proc/self/exe", argv);
-}
-
 int main(int argc, char **argv) {
-    choose_blas_core(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

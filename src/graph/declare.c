@@ -143,6 +143,15 @@ cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int hea
     return l;
 }
 
+int cb_heads_check(int heads, int d_model, cb_err *e) {
+    if (heads >= 1 && d_model >= 1 && d_model % heads == 0) return CB_OK;
+    int h = heads > d_model ? d_model : heads;
+    while (h > 1 && d_model % h) h--;
+    return cb_fail(e, CB_EINPUT,
+                   "--heads %d does not divide --d-model %d; choose heads that divide d-model "
+                   "(e.g. --heads %d)", heads, d_model, h < 1 ? 1 : h);
+}
+
 void cb_layer_set_init_std(cb_layer *l, float sd) {
     if (!l) return;
     if (!(sd >= 0) || l->kind == G_NORM || l->kind == G_ATTN)

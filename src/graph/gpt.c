@@ -49,14 +49,7 @@ int cb_gpt_config_check(const cb_gpt_config *c, cb_err *e) {
                        "model size must be positive (layers %d, d-model %d, heads %d, seq-len %d, "
                        "vocab %d); set --layers --d-model --heads --seq-len --vocab",
                        c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab);
-    if (c->d_model % c->n_head) {
-        int h = c->n_head;
-        while (c->d_model % h) h--;
-        return cb_fail(e, CB_EINPUT,
-                       "--heads %d does not divide --d-model %d; choose heads that divide d-model "
-                       "(e.g. --heads %d)",
-                       c->n_head, c->d_model, h);
-    }
+    if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     if (c->vocab > 65536)
         return cb_fail(e, CB_EINPUT, "--vocab %d exceeds 65536, the limit of uint16 token files",
                        c->vocab);

@@ -250,6 +250,9 @@ void cb_dist_free(cb_dist *d); /* its grid and layout; MPI stays */
 /* Module times of m's partition modules [u[k], u[k+1]) into mod[k].time_ms
  * (profile.c); collective. */
 int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err *e);
+/* --heads against --d-model, for every family's flags: CB_EINPUT naming a
+ * head count that does divide it (declare.c). */
+int cb_heads_check(int heads, int d_model, cb_err *e);
 /* The GPT config's metadata keys in weights files (gpt.c): n_layer
  * d_model n_head seq_len vocab. */
 extern const char *const cb_gpt_config_keys[5];

@@ -204,10 +204,12 @@ static void on_grads(cb_model *m, int step, void *ctx) {
         t->dump_err = e;
 }
 
-/* One optimizer step on the task's M micro-batches of this step. */
-static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info) {
+/* One optimizer step on the task's M micro-batches of this step; a batch
+ * that failed on any rank fails every rank before the step (collective). */
+static int trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info, cb_err *e) {
     const cb_train_opts *o = t->o;
-    t->task->batch(t->task->ctx, t->step, o->accum, t->r0, t->rows, t->ids, t->targets);
+    int rc = t->task->batch(t->task->ctx, t->step, o->accum, t->r0, t->rows, t->ids, t->targets, e);
+    if ((rc = agree(cb_comm_world(), rc, e))) return rc;
     float norm = 0;
     float loss = cb_model_train_step(t->m, t->ids, t->targets, t->step, &norm);
     cb_model_last_step(t->m, info);
@@ -217,6 +219,7 @@ static void trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info
                           .comm_wait_ms = t->d.g.dp > 1 ? t->m->dp.wait_ms : 0};
     t->step++;
     t->tokens += (uint64_t)o->B * t->task->row_tokens * o->accum;
+    return CB_OK;
 }
 
 /* The task's evaluation (at most 8 metrics) to the sink; val_loss for
@@ -412,7 +415,7 @@ static int train_loop(trainer *t, run_state *r, cb_err *e) {
     while (!rc && t->step < last) {
         cb_step_stats st;
         cb_model_step_info info;
-        trainer_step(t, &st, &info);
+        if ((rc = trainer_step(t, &st, &info, e))) return rc;
         comm_delta(r, o);
         pp_fields(t, &info, &st, extra, sizeof extra);
         float vl = NAN;

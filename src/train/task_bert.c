@@ -74,8 +74,10 @@ static void make_row(const bert_task *r, const cb_bert_task_opts *o, const cb_to
 /* Step s's rows (--batch over the micro-batches): this rank's contiguous
  * part of them, ids (token, type), targets and lengths; every row of the
  * step to --dump-batches on world rank 0. */
-static void bert_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *tgs) {
+static int bert_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *tgs,
+                      cb_err *e) {
     bert_task *r = ctx;
+    (void)e;
     int T = r->T, *row = r->row + T, first = r0 * M, count = rows * M; /* row[0..T): scratch */
     for (int k = 0; k < r->batch; k++) {
         int mine = k >= first && k < first + count, j = k - first;
@@ -92,6 +94,7 @@ static void bert_batch(void *ctx, int s, int M, int r0, int rows, int *out, int 
             for (int i = 0; i < T; i++) fwrite(&ids[2 * i + f], sizeof(int), 1, r->dump);
         fwrite(tg, sizeof(int), (size_t)T + 1, r->dump);
     }
+    return CB_OK;
 }
 
 /* --fill: the first word (a token decoding to a space and 3+ letters)
@@ -240,9 +243,7 @@ static int bert_prepare(cb_train_opts *to, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch >= 1, --seq-len >= "
                                      "16, --steps >= 0, --mask-prob in (0, 1) and --dropout in "
                                      "[0, 1); fix the flag");
-    if (o->d_model % o->heads)
-        return cb_fail(e, CB_EINPUT, "--heads %d does not divide --d-model %d; choose heads that "
-                                     "divide it", o->heads, o->d_model);
+    if (cb_heads_check(o->heads, o->d_model, e)) return CB_EINPUT;
     if (o->special_base < o->V)
         return cb_fail(e, CB_EINPUT, "--special-base %d: the special ids %d..%d collide with the "
                                      "text vocabulary 0..%d; use --special-base >= %d",

@@ -70,11 +70,13 @@ static void gpt_declare(void *ctx, cb_model *m) {
 }
 
 /* The loader's next M micro-batches: step is implied by its position. */
-static void gpt_batch(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets) {
+static int gpt_batch(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets,
+                     cb_err *e) {
     gpt_task *g = ctx;
     size_t n = (size_t)rows * g->o->T;
-    (void)step;
+    (void)step, (void)e;
     for (int a = 0; a < M; a++) cb_loader_next(&g->ld, ids + a * n, targets + a * n, r0, rows);
+    return CB_OK;
 }
 
 /* val_loss: the mean loss of --eval-batches sequential batches of

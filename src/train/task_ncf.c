@@ -96,8 +96,9 @@ static void ncf_declare(void *ctx, cb_model *m) {
 /* Step s's B x M rows: this rank's contiguous part of them (the engine's
  * rows, cb_model_rows), user and item ids and labels; every row to
  * --dump-batches on world rank 0. */
-static void ncf_batch(void *ctx, int s, int M, int r0, int rows, int *ids, int *tg) {
+static int ncf_batch(void *ctx, int s, int M, int r0, int rows, int *ids, int *tg, cb_err *e) {
     ncf_task *t = ctx;
+    (void)e;
     int B = t->o->B * M, first = r0 * M, count = rows * M;
     for (int k = 0; k < B; k++) {
         int u, it, y;
@@ -108,6 +109,7 @@ static void ncf_batch(void *ctx, int s, int M, int r0, int rows, int *ids, int *
         int32_t row[3] = {u, it, y};
         if (t->dump) fwrite(row, sizeof row, 1, t->dump);
     }
+    return CB_OK;
 }
 
 /* val_hr10, val_ndcg10, pop_hr10, pop_ndcg10 and the users ranked. */

@@ -23,7 +23,8 @@ typedef struct nmt_task {
     long epoch;           /* of bt; -1 none */
     int T, batch;         /* positions a side; rows a step over every rank */
     int *src, *tgt;       /* this rank's rows' lengths, sets 0 and 1 */
-    int *row;             /* one row: T source, T decoder input, T targets */
+    int *row;             /* one row: T source, T decoder input, T targets; then the
+                             row as the step takes it: 2T ids, T targets */
     FILE *dump;           /* --dump-batches, world rank 0 */
     cb_tokenizer tk;      /* --bleu-pairs: the pair files' tokenizer, to score text */
     cb_loader ld;         /* zeros: the batches follow from the step alone */
@@ -49,16 +50,16 @@ static int epoch_batches(nmt_task *r, long e, cb_err *err) {
     return rc;
 }
 
-static void nmt_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *tgs) {
+static int nmt_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *tgs, cb_err *err) {
     nmt_task *r = ctx;
     int T = r->T, first = r0 * M, count = rows * M;
     long e = r->bt.nb ? s / (long)r->bt.nb : 0;
-    cb_err err = {0};
-    if (epoch_batches(r, e, &err)) return; /* open made epoch 0: later epochs differ only by
-                                              seed, so only memory can fail here */
+    int rc = epoch_batches(r, e, err); /* open made epoch 0: later epochs differ only by
+                                          seed, so only memory can fail here */
+    if (rc) return rc;
     size_t b = (size_t)s % r->bt.nb, n = r->bt.start[b + 1] - r->bt.start[b];
-    int *ids = malloc(sizeof(int) * 3 * (size_t)T), *tg = ids + 2 * T, sl, tl;
-    for (int k = 0; ids && k < r->batch; k++) {
+    int *ids = r->row + 3 * T, *tg = ids + 2 * T, sl, tl;
+    for (int k = 0; k < r->batch; k++) {
         int mine = k >= first && k < first + count, j = k - first;
         if (!mine && !r->dump) continue;
         put_row(r, &r->tr, (size_t)k < n ? r->bt.order + r->bt.start[b] + k : NULL, ids, tg, &sl, &tl);
@@ -72,7 +73,7 @@ static void nmt_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *
         fwrite(&sl, sizeof(int), 1, r->dump), fwrite(&tl, sizeof(int), 1, r->dump);
     }
     if (r->dump) fflush(r->dump);
-    free(ids);
+    return CB_OK;
 }
 
 static int nmt_check(void *ctx, const cb_layout *L, int rows, cb_err *e) {
@@ -266,9 +267,7 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--layers, --dec-layers, --d-model, --heads, --ffn >= 1, "
                                      "--steps, --max-tokens >= 0 and --smoothing in [0, 1); fix "
                                      "the flag");
-    if (c->d_model % c->n_head)
-        return cb_fail(e, CB_EINPUT, "--heads %d does not divide --d-model %d; choose heads that "
-                                     "divide it", c->n_head, c->d_model);
+    if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     to->T = o->seq_len;
     return bleu_flags(to, o, e);
 }
@@ -292,7 +291,7 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     if (o->bleu_pairs && (rc = cb_tokenizer_open(tk ? tk : "byte", NULL, &r->tk, e))) return rc;
     r->src = calloc((size_t)r->batch, sizeof(int));
     r->tgt = calloc((size_t)r->batch, sizeof(int));
-    r->row = malloc(sizeof(int) * 3 * (size_t)T);
+    r->row = malloc(sizeof(int) * 6 * (size_t)T);
     if (!r->src || !r->tgt || !r->row) return cb_fail(e, CB_ENOMEM, "out of memory for batches");
     if (o->dump_batches && cb_comm_world()->rank == 0 && !(r->dump = fopen(o->dump_batches, "wb")))
         return cb_fail(e, CB_EINPUT, "--dump-batches %s cannot be written; check the path",

@@ -181,8 +181,11 @@ typedef struct cb_train_task {
     int (*check)(void *ctx, const cb_layout *L, int rows, cb_err *e);
     void (*declare)(void *ctx, cb_model *m);
     /* Step step's M micro-batches, rows [r0, r0 + rows) of each:
-     * ids M x rows x row_ids, targets M x rows x row_targets. */
-    void (*batch)(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets);
+     * ids M x rows x row_ids, targets M x rows x row_targets. A failure
+     * (e.g. memory for a new epoch's order) in e, its code returned: the
+     * trainer agrees on it over the world and stops. */
+    int (*batch)(void *ctx, int step, int M, int r0, int rows, int *ids, int *targets,
+                 cb_err *e);
     /* Evaluation (collective; ids, targets: the batch buffers as scratch):
      * up to cap metrics into out, their count; < 0 a failure in e. */
     int (*eval)(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
