@@ -77,7 +77,7 @@ int cb_search_greedy(cb_search *s, const uint16_t *const *src, const int *len, i
                      int max_len, int *out, int *olen, cb_err *e) {
     for (int b = 0; b < s->rows; b++) set_row(s, b, b < n ? src[b] : NULL, b < n ? len[b] : 0);
     int rc = start(s, e), live = n;
-    for (int b = 0; b < n; b++) olen[b] = 0, s->from[b] = 1; /* from: still decoding */
+    for (int b = 0; b < n; b++) olen[b] = 0, s->from[b] = 1; /* from[b]: row b still decoding */
     for (int t = 0; !rc && live && t < max_len && t < s->T; t++) {
         if ((rc = probs_at(s, t, n, e))) break;
         for (int b = 0; b < n; b++) {
@@ -114,14 +114,14 @@ typedef struct best {
     int len, found;
 } best;
 
-/* beam b's tokens (len) as a hypothesis of log-probability lp */
-static void finish(cb_search *s, const int *toks, int len, int eos, double lp, double alpha,
-                   best *bt, int *out, int max_len) {
+/* A hypothesis of len tokens (then EOS when eos) and log-probability lp:
+ * kept in out when its normalised score beats the best so far. */
+static void finish(const int *toks, int len, int eos, double lp, double alpha, best *bt, int *out,
+                   int max_len) {
     double sc = lp / penalty(len + eos, alpha);
     if (bt->found && !(sc > bt->score)) return;
     *bt = (best){sc, len, 1};
     memcpy(out, toks, sizeof(int) * (size_t)(len < max_len ? len : max_len));
-    (void)s;
 }
 
 /* The live beams after step t: cands c[0..nc) that do not end in EOS; each
@@ -132,7 +132,7 @@ static int advance(cb_search *s, const cand *c, int nc, int t, double alpha, bes
     for (int i = 0; i < nc; i++) {
         const int *ph = s->hyp + (size_t)c[i].beam * T;
         if (c[i].tok == s->eos) {
-            finish(s, ph, t, 1, c[i].score, alpha, bt, out, max_len);
+            finish(ph, t, 1, c[i].score, alpha, bt, out, max_len);
             continue;
         }
         int *h = s->hyp2 + (size_t)live * T;
@@ -164,7 +164,7 @@ int cb_search_beam(cb_search *s, const uint16_t *src, int len, int K, double alp
         live = advance(s, c, nc, t, alpha, &bt, out, max_len);
     }
     for (int b = 0; !rc && b < live; b++) /* out of positions: the live beams as they are */
-        finish(s, s->hyp + (size_t)b * s->T, t, 0, s->logp[b], alpha, &bt, out, max_len);
+        finish(s->hyp + (size_t)b * s->T, t, 0, s->logp[b], alpha, &bt, out, max_len);
     *olen = bt.found ? (bt.len < max_len ? bt.len : max_len) : 0;
     free(c);
     return rc;
