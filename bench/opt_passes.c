@@ -5,6 +5,9 @@
  *   bf16  clip pass + AdamW + rounding the weights' bf16 copies (three)
  *         against one pass that also writes the copies
  * The step's other passes (zeroing, the norm) are the same in both.
+ *   floor the fused bf16 pass's memory traffic with no AdamW arithmetic
+ *         (read p, g, m, v; write p, m, v and the bf16 copy: 30 bytes a
+ *         parameter): the bandwidth bound the fused pass can approach
  * Run: make && OMP_NUM_THREADS=2 build/bench/opt_passes [R] */
 #include <omp.h>
 #include <stdio.h>
@@ -12,9 +15,11 @@
 
 #include "kernels/kernels.h"
 
-enum { SPLIT32, FUSED32, SPLIT16, FUSED16, NWAYS };
+enum { SPLIT32, FUSED32, SPLIT16, FUSED16, FLOOR, NWAYS };
 static const char *const names[NWAYS] = {"fp32 clip pass + adamw", "fp32 adamw(g * gs)",
-                                         "bf16 clip + adamw + round", "bf16 one fused pass"};
+                                         "bf16 clip + adamw + round", "bf16 one fused pass",
+                                         "bandwidth floor (same bytes)"};
+
 
 typedef struct bufs {
     float *p, *g, *m, *v;
@@ -22,13 +27,26 @@ typedef struct bufs {
     size_t n;
 } bufs;
 
+/* the fused bf16 pass's loads and stores, one add each (values stay finite) */
+static void floor_pass(const bufs *b) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < b->n; i++) {
+        float g = b->g[i];
+        b->m[i] += g, b->v[i] += g;
+        b->p[i] -= 1e-9f * g;
+        b->bf[i] = (uint16_t)(b->p[i] > 0);
+    }
+}
+
 /* gs 0.999: a clip factor below 1 (the clip pass runs), and 0.999^R
  * keeps the repeatedly scaled gradients far from subnormal */
 static double run(const bufs *b, int way) {
     const cb_kernels *k = cb_kernels_cpu();
     const float gs = 0.999f;
     double t0 = omp_get_wtime();
-    if (way == SPLIT32 || way == SPLIT16) {
+    if (way == FLOOR) {
+        floor_pass(b);
+    } else if (way == SPLIT32 || way == SPLIT16) {
         k->scale(k, b->g, gs, b->n);
         cb_cpu_adamw(b->p, b->g, 1.0f, b->m, b->v, NULL, b->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                      0.5f, 0.5f);
@@ -69,6 +87,8 @@ int main(int argc, char **argv) {
     for (int w = 0; w < NWAYS; w++) printf("  %-28s %8.1f ms\n", names[w], best[w]);
     printf("  fused / split: fp32 %.2f, bf16 %.2f\n", best[FUSED32] / best[SPLIT32],
            best[FUSED16] / best[SPLIT16]);
+    printf("  bf16 fused pass / bandwidth floor %.2f (the floor moves %.1f GB/s)\n",
+           best[FUSED16] / best[FLOOR], 30.0 * (double)b.n / best[FLOOR] / 1e6);
     free(b.p), free(b.g), free(b.m), free(b.v), free(b.bf);
     return 0;
 }

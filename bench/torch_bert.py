@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """PyTorch baseline for `cubist bench --model bert`: the masked-language-model
 training step (forward, backward, AdamW on every parameter) of
-tests/torch/bert_ref.py's network (hidden dropout 0.1 by torch's own
-F.dropout, as cubist's bench) in float32 on N CPU threads, on uniform
+tests/torch/bert_ref.py's network (hidden and attention-probability dropout
+0.1 by torch's own F.dropout, as cubist's bench) in float32 on N CPU threads, on uniform
 random rows (two token types, full length, 15% of positions masked); prints
 ONE JSON line {"tokens_per_s": ..., "step_ms": ..., "params": ...}. Run it
 as cubist does:
@@ -53,6 +53,7 @@ def main():
                  ("--batch", 8), ("--vocab", 30522), ("--steps", 3), ("--threads", 2)):
         ap.add_argument(f, type=int, default=d)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--attn-dropout", type=float, default=0.1)
     a = ap.parse_args()
     a.native_dropout = True
     torch.set_num_threads(a.threads)

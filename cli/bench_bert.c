@@ -1,7 +1,7 @@
 /* `cubist bench --model bert|roberta`: the MLM training step (hidden
- * dropout 0.1) through the graph engine next to the same model and step
- * in PyTorch
- * (bench/torch_bert.py) in the same invocation: tokens/s, model GFLOP/s
+ * and attention-probability dropout 0.1) through the graph engine next
+ * to the same model and step in PyTorch (bench/torch_bert.py) in the
+ * same invocation: tokens/s, model GFLOP/s
  * and MFU. Rows: uniform random text ids, two token types, full length,
  * 15% of positions masked (targets), AdamW on every parameter in both. */
 #include <omp.h>
@@ -18,6 +18,7 @@
 
 typedef struct bert_bench {
     int layers, d_model, heads, seq_len, batch, vocab, steps, threads, no_torch;
+    float attn_dropout;
     const char *model;
 } bert_bench;
 
@@ -32,8 +33,9 @@ static double flops_per_token(const bert_bench *b) {
 static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
     char args[256];
     snprintf(args, sizeof args, "--model %s --layers %d --d-model %d --heads %d --seq-len %d "
-             "--batch %d --vocab %d --steps %d --threads %d", b->model, b->layers, b->d_model,
-             b->heads, b->seq_len, b->batch, b->vocab, b->steps, b->threads);
+             "--batch %d --vocab %d --steps %d --threads %d --attn-dropout %g", b->model,
+             b->layers, b->d_model, b->heads, b->seq_len, b->batch, b->vocab, b->steps,
+             b->threads, b->attn_dropout);
     const char *key = "tokens_per_s";
     return cli_torch_bench("torch_bert.py", args, &key, tps, 1, e);
 }
@@ -48,7 +50,7 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *
     if (cb_dist_init(&ac, &av, &d, e)) return e->code;
     cb_model *m = cb_model_new(d, B, T);
     cb_bert_config c = {b->layers, b->d_model, b->heads, T, b->vocab, 2,
-                        !strcmp(b->model, "roberta"), 0.1f};
+                        !strcmp(b->model, "roberta"), 0.1f, b->attn_dropout};
     cb_model_declare_bert(m, &c);
     cb_adamw_config opt = {.lr = 1e-4f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
                            .eps = 1e-6f, .steps = b->steps + 1};
@@ -89,7 +91,7 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *
 
 int cmd_bench_bert(int argc, char **argv) {
     bert_bench b = {.layers = 12, .d_model = 768, .heads = 12, .seq_len = 128, .batch = 8,
-                    .vocab = 30522, .steps = 3, .model = "bert"};
+                    .vocab = 30522, .steps = 3, .model = "bert", .attn_dropout = 0.1f};
     const cli_flag flags[] = {
         {"model", ARG_STR, &b.model, "bert or roberta (the same network)"},
         {"layers", ARG_INT, &b.layers, "encoder blocks (12: BERT-base)"},
@@ -100,6 +102,8 @@ int cmd_bench_bert(int argc, char **argv) {
         {"vocab", ARG_INT, &b.vocab, "vocabulary, special ids included (30522)"},
         {"steps", ARG_INT, &b.steps, "timed steps after one warm-up (3)"},
         {"threads", ARG_INT, &b.threads, "threads of both (default: all cores)"},
+        {"attn-dropout", ARG_FLOAT, &b.attn_dropout, "dropout of the attention probabilities in "
+                                                      "both (0.1; 0: hidden dropout only)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "cubist only"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
@@ -117,9 +121,11 @@ int cmd_bench_bert(int argc, char **argv) {
     }
     if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads ||
                 b.seq_len < 2 || b.batch < 1 || b.vocab < 8 || b.steps < 1 ||
+                !(b.attn_dropout >= 0 && b.attn_dropout < 1) ||
                 (strcmp(b.model, "bert") && strcmp(b.model, "roberta"))))
         rc = cb_fail(&e, CB_EINPUT, "--layers, --heads (dividing --d-model), --batch, --steps >= "
-                                    "1, --seq-len >= 2, --vocab >= 8, --model bert or roberta");
+                                    "1, --seq-len >= 2, --vocab >= 8, --attn-dropout in [0, 1), "
+                                    "--model bert or roberta");
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);

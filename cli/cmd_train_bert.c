@@ -48,6 +48,7 @@ int cmd_train_bert(int argc, char **argv) {
                               .decay_embeddings = 1}; /* all but biases and LayerNorm, as HF's run_mlm */
     cb_bert_task_opts bt = {.layers = 2, .d_model = 128, .heads = 4, .seq_len = 64,
                             .special_base = -1, .mask_prob = 0.15f, .dropout = 0.1f,
+                            .attn_dropout = 0.1f,
                             .fill_out = stdout};
     o.family = &cb_train_bert, o.family_opts = &bt;
     const char *model = NULL;
@@ -66,6 +67,7 @@ int cmd_train_bert(int argc, char **argv) {
         {"special-base", ARG_INT, &bt.special_base, "first special id, >= the text vocabulary (default: it)"},
         {"mask-prob", ARG_FLOAT, &bt.mask_prob, "share of text positions masked (0.15)"},
         {"dropout", ARG_FLOAT, &bt.dropout, "hidden dropout, the same mask under every layout (0.1)"},
+        {"attn-dropout", ARG_FLOAT, &bt.attn_dropout, "dropout of the attention probabilities, likewise (0.1)"},
         {"batch", ARG_INT, &batch, "sequences per step over every data-parallel rank (8)"},
         {"steps", ARG_INT, &o.steps, "optimizer steps (100)"},
         {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (1e-3)"},

@@ -169,22 +169,25 @@ static void log_start(void *ctx, const cb_train_start *s) {
             "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
             c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab, s->params, r->B, r->T,
             r->accum, s->threads, s->blas, s->peak_gflops, s->kernels);
+    int bf16 = !strcmp(r->comm_dtype, "bf16");
+    const char *tp_wire = bf16 && s->tp > 1 ? " | activation collectives in bf16 (--comm-dtype bf16)" : "";
     if (s->pp > 1)
         fprintf(stderr, "cubist: pipeline of %d stages, %s schedule, %d micro-batches of %d "
-                        "sequences, tensor %s x %d, data x %d\n",
-                s->pp, s->schedule, s->M, r->B, s->layout, s->tp, s->dp);
+                        "sequences, tensor %s x %d, data x %d%s\n",
+                s->pp, s->schedule, s->M, r->B, s->layout, s->tp, s->dp, tp_wire);
     else if (s->tp > 1)
-        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)\n", r->tp_mode, s->tp,
-                s->layout);
+        fprintf(stderr, "cubist: tensor parallel %s over %d ranks (layout %s)%s\n", r->tp_mode, s->tp,
+                s->layout, tp_wire);
     if (s->dp > 1)
         fprintf(stderr,
                 "cubist: data parallel over %d ranks, %d rows each | %d buckets of %g MB | zero %d: "
                 "AdamW state %.1f MB per rank | embedding gradient %s%s | comm %s%s\n",
                 s->dp, s->rows, s->buckets, r->bucket_mb, r->zero, s->adam_bytes / 1e6, s->embed,
                 strcmp(r->embed_grad, "auto") ? "" : " (auto)", r->comm_dtype,
-                strcmp(r->comm_dtype, "bf16") ? ""
-                : s->tp > 1 || s->pp > 1 ? " (gradient buckets only; tensor and pipeline traffic fp32)"
-                                         : " (gradient buckets only)");
+                !bf16       ? ""
+                : s->tp > 1 ? " (gradient buckets and tensor-parallel activations; pipeline traffic fp32)"
+                : s->pp > 1 ? " (gradient buckets only; pipeline traffic fp32)"
+                            : " (gradient buckets only)");
     if (s->act) act_report(s);
 }
 

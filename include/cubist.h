@@ -269,6 +269,14 @@ cb_layer *cb_model_attention(cb_model *m, const char *name, int C, int heads);
 enum { CB_ATTN_CAUSAL = 1, CB_ATTN_PADDED = 2 };
 cb_layer *cb_model_attention_flags(cb_model *m, const char *name, int C, int heads,
                                    unsigned flags);
+/* Dropout p in [0, 1) of the attention layer's probabilities in training
+ * (BERT's attention_probs_dropout_prob), after the softmax: probability
+ * (b, h, i, j) of the step's whole batch (b its global sequence, h its
+ * head) is kept, scaled by 1/(1-p), when U(key, ((b NH + h) Tq + i) Tk +
+ * j) >= p, key = draw `step` of the stream cb_rng_key(seed, layer name):
+ * the same under every layout, micro-batch split and recompute. Keeps a
+ * second copy of the probabilities per micro-batch. */
+void cb_layer_attention_dropout(cb_layer *attention, float p);
 /* The key-value projection of cross-attention, [C, 2C], sections k | v
  * split per head like cb_model_linear_qkv's. */
 cb_layer *cb_model_linear_kv(cb_model *m, const char *name, int C);
@@ -352,6 +360,8 @@ typedef struct cb_bert_config {
     int roberta;   /* RoBERTa's tensor names */
     float dropout; /* hidden dropout (cb_op_dropout) after the embeddings' LayerNorm and
                       before each residual add, as HF's hidden_dropout_prob; 0: none */
+    float attn_dropout; /* of the attention probabilities (cb_layer_attention_dropout), as
+                           HF's attention_probs_dropout_prob; 0: none */
 } cb_bert_config;
 void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
 

@@ -6,8 +6,10 @@
 #    steps (warm-up, cosine, clipping active) within 1e-5 relative and every
 #    gradient of step 1 within 1e-4 (||a-b||/||b||): float32 against float64
 #    sums of a few thousand terms (measured ~1e-7 and ~4e-7). Dropout 0.1 is
-#    on: the reference draws cubist's counter-based masks; the same reference
-#    without dropout must fail (the masks matter). scripts/bert_to_hf.py's
+#    on, hidden and on the attention probabilities: the reference draws
+#    cubist's counter-based masks; the same reference without dropout, and
+#    without the attention-probability masks only, must fail (the masks
+#    matter). The layout runs below keep both dropouts at their default 0.1. scripts/bert_to_hf.py's
 #    conversion of the initial weights into Hugging Face's layout gives the
 #    same first-batch loss through a forward written for that layout
 #    (separate query/key/value, [out, in] weights, the decoder's own
@@ -45,7 +47,7 @@ cd "$d" || exit 1
 # ---------------------------------------------------------------- against PyTorch
 for model in bert roberta; do
     O=(--model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 --d-model 32 --heads 4 --quiet)
-    T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --seed 1337)
+    T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337)
     if "$C" train "${O[@]}" --steps 0 --save "$model.init.st" &&
        "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
            --dump-grads "$model.grads.st" --dump-batches "$model.bin" &&
@@ -54,7 +56,7 @@ for model in bert roberta; do
               --hf "$model.hf.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0.1 --seed 1337 2>&1)
+              --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337 2>&1)
         grep '^#' <<<"$out"
         np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
         if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 47 passed" <<<"$out"; then
@@ -63,9 +65,15 @@ for model in bert roberta; do
         nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0 2>&1 | grep -c '^FAIL')
+              --clip 1.0 --dropout 0 --attn-dropout 0 2>&1 | grep -c '^FAIL')
         [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
             fail "$model: the reference without dropout passes too: the test does not see the masks"
+        noattn=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
+              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
+              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
+              --clip 1.0 --dropout 0.1 --attn-dropout 0 --seed 1337 2>&1 | grep -c '^FAIL')
+        [ "$noattn" -gt 0 ] && pass "$model: the reference without the attention-probability masks fails ($noattn checks)" ||
+            fail "$model: the reference without attention dropout passes too: the test does not see its masks"
     else fail "$model one-process run for the PyTorch test"; fi
 done
 
@@ -130,6 +138,7 @@ bad "special ids collide with the text vocabulary" 1 "collide with the text voca
 bad "special ids collide (2 ranks)" 2 "collide with the text vocabulary" --model roberta --special-base 255 --dp 2
 bad "--heads not dividing --d-model" 1 "does not divide" --model bert --heads 5
 bad "--fill without --val-data" 1 "needs --val-data" --model bert --fill 2
+bad "--attn-dropout 1" 2 "attn-dropout in \[0, 1)" --model bert --attn-dropout 1 --dp 2
 "$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(65, 85)))" > tiny.txt
 "$C" prepare --input tiny.txt --output tiny.bin >/dev/null
 timeout "$(tmo 60)" "$C" train --model bert --data tiny.bin --steps 1 > bad.out 2> bad.err

@@ -60,6 +60,7 @@ typedef struct gcase {
     int bias_in, bias_out; /* the bias input, the dbias output (+1; 0 none): fp32 on both paths */
     void (*run)(const cb_kernels *k, float **in, float **out, const int *dims);
     int dims[4];
+    int weight; /* the weight input (+1; 0 none) */
 } gcase;
 
 static float **alloc_outs(const gcase *c, float **c0, int absolute) {
@@ -106,28 +107,35 @@ static double worst_ratio(const gcase *c, float **got, float **want, float **A, 
     return worst;
 }
 
-static void check_case(const gcase *c, const cb_kernels *bf) {
+/* kept: the weight input lies in a parameter block, so the bf16 table
+ * reads its kept copy in oneDNN's own layout (the path of a model's
+ * weights); else it is rounded at the call (a layout's panel) */
+static void check_case(const gcase *c, const cb_kernels *bf, int kept) {
     float **in = calloc(MAXIO, sizeof *in), **c0 = calloc(MAXIO, sizeof *c0);
     for (int i = 0; i < c->nin; i++) in[i] = randn(c->in_n[i], 1.0f);
+    float *wk = kept ? in[c->weight - 1] : NULL;
+    if (wk) cb_kernels_params_written(wk, c->in_n[c->weight - 1]);
     for (int i = 0; i < c->nout; i++) c0[i] = randn(c->out_n[i], 1.0f);
     const cb_kernels *cpu = cb_kernels_cpu();
     float **ob = alloc_outs(c, c0, 0), **of = alloc_outs(c, c0, 0), **oa = alloc_outs(c, c0, 1);
     float **orf = alloc_outs(c, c0, 0);
     float **ain = transform(c, in, fabsf), **rin = transform(c, in, round_bf16);
     c->run(bf, in, ob, c->dims);
+    if (wk) cb_kernels_params_freed(wk);
     c->run(cpu, in, of, c->dims);
     c->run(cpu, ain, oa, c->dims);
     c->run(cpu, rin, orf, c->dims);
     double sum_order = 2.0 * c->K * 0x1p-24;
     int differs = 0, dummy = 0;
     double w = worst_ratio(c, ob, of, oa, c0, 2 * U + U * U + sum_order, 0, &differs);
-    char what[128];
-    snprintf(what, sizeof what, "%s: bf16 vs fp32 within (2^-7 + 2^-16 + 2K 2^-24) A, K=%d", c->name, c->K);
+    char what[160];
+    const char *how = kept ? " (kept weight)" : "";
+    snprintf(what, sizeof what, "%s%s: bf16 vs fp32 within (2^-7 + 2^-16 + 2K 2^-24) A, K=%d", c->name, how, c->K);
     report(w <= 1.0, what, w);
-    snprintf(what, sizeof what, "%s: bf16 differs from fp32 (the products ran in bf16)", c->name);
+    snprintf(what, sizeof what, "%s%s: bf16 differs from fp32 (the products ran in bf16)", c->name, how);
     report(differs, what, 0);
     w = worst_ratio(c, ob, orf, oa, c0, sum_order, 1, &dummy);
-    snprintf(what, sizeof what, "%s: oneDNN vs fp32 on bf16-rounded operands within 2K 2^-24 A", c->name);
+    snprintf(what, sizeof what, "%s%s: oneDNN vs fp32 on bf16-rounded operands within 2K 2^-24 A", c->name, how);
     report(w <= 1.0, what, w);
     free_all(ob, c->nout), free_all(of, c->nout), free_all(oa, c->nout), free_all(orf, c->nout);
     free_all(ain, c->nin), free_all(rin, c->nin), free_all(in, c->nin), free_all(c0, c->nout);
@@ -152,20 +160,24 @@ static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int
     k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2]);
 }
 
-static void gemm_cases(const cb_kernels *bf) {
-    int N = 96, IC = 80, OC = 112, C = 64, V = 200;
+/* N rows: 96, and 1024, where a kept weight is read in oneDNN's own
+ * layout (src/kernels/bf16.c, PACK_ROWS) */
+static void gemm_cases(const cb_kernels *bf, int N) {
+    int IC = 80, OC = 112, C = 64, V = 200;
     size_t nic = (size_t)N * IC, noc = (size_t)N * OC, w = (size_t)IC * OC;
     gcase cases[] = {
-        {"matmul_forward", 3, 1, IC, {nic, w, OC}, {noc}, {0}, 3, 0, run_matmul_fwd, {N, IC, OC}},
+        {"matmul_forward", 3, 1, IC, {nic, w, OC}, {noc}, {0}, 3, 0, run_matmul_fwd, {N, IC, OC}, 2},
         {"matmul_backward", 3, 3, N > OC ? N : OC, {noc, nic, w}, {nic, w, OC}, {0, 1, 1}, 0, 3,
-         run_matmul_bwd, {N, IC, OC}},
-        {"matmul_backward_dw_rows", 2, 1, N, {noc, nic}, {w}, {1}, 0, 0, run_dw_rows, {N, IC, OC}},
+         run_matmul_bwd, {N, IC, OC}, 3},
+        {"matmul_backward_dw_rows", 2, 1, N, {noc, nic}, {w}, {1}, 0, 0, run_dw_rows, {N, IC, OC}, 0},
         {"head_forward", 2, 1, C, {(size_t)N * C, (size_t)V * C}, {(size_t)N * V}, {0}, 0, 0,
-         run_head_fwd, {N, C, V}},
+         run_head_fwd, {N, C, V}, 2},
         {"head_backward", 3, 2, V, {(size_t)N * V, (size_t)N * C, (size_t)V * C},
-         {(size_t)N * C, (size_t)V * C}, {0, 1}, 0, 0, run_head_bwd, {N, C, V}},
+         {(size_t)N * C, (size_t)V * C}, {0, 1}, 0, 0, run_head_bwd, {N, C, V}, 3},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], bf);
+    printf("# products of %d rows\n", N);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int kept = 0; kept <= (cases[i].weight > 0); kept++) check_case(&cases[i], bf, kept);
 }
 
 /* Forward reference of the bf16 path in double: S from rounded q, k;
@@ -248,18 +260,21 @@ static void attention_cases(const cb_kernels *bf) {
 /* The general attention (cb_attn) in bf16 against fp32: causal
  * cross-attention of Tq = 20 queries over Tk = 28 keys with padded
  * queries and keys (a sequence without keys among them), and the
- * bidirectional padded self-attention. The same bounds as the causal case
- * (masking only removes terms); padding rows must come out exactly zero
- * in the output and in every gradient. */
+ * bidirectional padded self-attention, also with dropout 0.2 of the
+ * probabilities (a piece at sequence 1 and head 2 of 8). The same bounds
+ * as the causal case (masking and dropout only remove terms; the dropout
+ * scale is exact in both); padding rows must come out exactly zero in the
+ * output and in every gradient. */
 static void attention_general_cases(const cb_kernels *bf) {
     const cb_kernels *cpu = cb_kernels_cpu();
     int B = 3, C = 64, NH = 4, lens[6] = {20, 7, 0, 28, 0, 11};
-    for (int cross = 0; cross < 2; cross++) {
-        int Tq = 20, Tk = cross ? 28 : 20;
+    for (int cs = 0; cs < 3; cs++) {
+        int cross = cs == 1, Tq = 20, Tk = cross ? 28 : 20;
         cb_attn a = cb_attn_self(B, Tq, C, NH, cross, lens);
         if (cross) a.Tk = Tk, a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C, a.klen = lens + 3;
+        if (cs == 2) a.drop = 0.2f, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 2, a.NHg = 8;
         size_t nq = (size_t)B * Tq * a.ldq, nkv = (size_t)B * Tk * a.ldkv, no = (size_t)B * Tq * C;
-        size_t na = (size_t)B * NH * Tq * Tk;
+        size_t na = (size_t)B * NH * Tq * Tk * (cs == 2 ? 2 : 1); /* + the dropped copy */
         float *q = randn(nq, 1.0f), *kv = cross ? randn(nkv, 1.0f) : q, *dout = randn(no, 1.0f);
         float *ob = calloc(no, 4), *of = calloc(no, 4), *ab = calloc(na, 4), *af = calloc(na, 4);
         float *sb = calloc(na, 4), *sf = calloc(na, 4);
@@ -269,7 +284,7 @@ static void attention_general_cases(const cb_kernels *bf) {
         cpu->attention_forward(cpu, &a, of, af, q, kv);
         bf->attention_backward(bf, &a, dqb, dkb, sb, dout, q, kv, ab);
         cpu->attention_backward(cpu, &a, dqf, dkf, sf, dout, q, kv, af);
-        const char *nm = cross ? "cross causal padded" : "self padded";
+        const char *nm = cross ? "cross causal padded" : cs ? "self padded, dropout 0.2" : "self padded";
         char what[160];
         double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * Tk * 0x1p-24;
         snprintf(what, sizeof what,
@@ -358,6 +373,32 @@ static void weight_copies(const cb_kernels *bf) {
     free(x), free(params), free(panel), free(y), free(y2);
 }
 
+/* The same at 1024 rows, where the product reads the kept copy in
+ * oneDNN's own layout: a written parameter, and AdamW's update, must each
+ * make it stale (the product after them equals one from a fresh copy) */
+static void packed_copies(const cb_kernels *bf) {
+    int N = 1024, IC = 48, OC = 64;
+    size_t nw = (size_t)IC * OC;
+    float *x = randn((size_t)N * IC, 1.0f), *params = randn(nw, 1.0f);
+    float *y = calloc((size_t)N * OC, 4), *y2 = calloc((size_t)N * OC, 4);
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y, x, params, NULL, N, IC, OC);
+    for (size_t i = 0; i < nw; i++) params[i] = -params[i];
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y2, x, params, NULL, N, IC, OC);
+    int ok = 1;
+    for (int i = 0; i < N * OC; i++) ok &= y2[i] == -y[i];
+    report(ok, "kept weight, 1024 rows: a parameter written (negated) is reordered again", 0);
+    float *g = randn(nw, 1.0f), *m = calloc(nw, 4), *v = calloc(nw, 4);
+    bf->adamw(bf, params, g, 1.0f, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+    bf->matmul_forward(bf, y, x, params, NULL, N, IC, OC);  /* the copy AdamW wrote */
+    cb_kernels_params_written(params, nw);
+    bf->matmul_forward(bf, y2, x, params, NULL, N, IC, OC); /* rounded and reordered afresh */
+    report(!memcmp(y, y2, 4 * (size_t)N * OC), "kept weight, 1024 rows: AdamW's update reaches the reordered copy", 0);
+    cb_kernels_params_freed(params);
+    free(g), free(m), free(v), free(x), free(params), free(y), free(y2);
+}
+
 /* AdamW reads the gradient as g * gs: the same bits as scaling the
  * gradient first (the clip's separate pass before) and updating with 1,
  * in both tables */
@@ -390,10 +431,12 @@ int main(void) {
     }
     printf("%s\n", cb_kernels_bf16_note());
     inherits(bf);
-    gemm_cases(bf);
+    gemm_cases(bf, 96);
+    gemm_cases(bf, 1024);
     attention_cases(bf);
     attention_general_cases(bf);
     weight_copies(bf);
+    packed_copies(bf);
     adamw_clip_fused(bf);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;

@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "comm/grid.h"
 #include "comm/stats.h"
+#include "kernels/kernels.h"
 
 static int g_rank, g_size, g_failed;
 
@@ -345,6 +346,83 @@ static void t_counters_world(cb_comm *w) {
     cb_comm_stat z = cb_comm_stats_total(w);
     expect(&t, z.bytes_sent == 0 && z.bytes_recv == 0 && z.calls == 0 && z.seconds == 0, "reset left counters");
     check_errs("counters: totals, sums over comms, reset", &t, "total = sum of tags, reset zeroes");
+}
+
+/* --comm-dtype bf16's float collectives (cb_comm_*_bf16f) on a fresh
+ * communicator of the world. Each input is rounded to bf16 (relative error
+ * u = 2^-8 at most) and each partial sum of the reduction is formed in fp32
+ * and rounded once (u of the partial sum), so a sum over p ranks is within
+ * (2p - 1) u (1 + u)^p sum |x| of the exact one; at p <= 2 it is exactly
+ * round(round(a) + round(b)) whatever MPI's order. Gathers and broadcasts
+ * deliver round(x) exactly, the sending rank's own copy included. Bytes:
+ * exactly half the float forms' ring volumes, one call each. */
+static float bfx(int r, int i) { return (float)(sin(0.7 * i + 1.3 * r) * (1 + i % 7)); }
+static float bfr(float x) { return cb_bf16_widen(cb_bf16_round(x)); }
+
+/* y[j] (a sum over ranks of bfx(., i0 + j)) within the bound; exact at p <= 2 */
+static void expect_bf16_sum(errs *v, const char *what, int p, const float *y, int i0, int n) {
+    double u = 1.0 / 256, grow = pow(1 + u, p);
+    for (int j = 0; j < n; j++) {
+        double exact = 0, abs_sum = 0;
+        float pair = 0;
+        for (int r = 0; r < p; r++) exact += bfx(r, i0 + j), abs_sum += fabs(bfx(r, i0 + j));
+        if (p == 1) pair = bfr(bfx(0, i0 + j));
+        if (p == 2) pair = bfr(bfr(bfx(0, i0 + j)) + bfr(bfx(1, i0 + j)));
+        int ok = p <= 2 ? y[j] == pair : fabs(y[j] - exact) <= (2 * p - 1) * u * grow * abs_sum;
+        expect(v, ok && y[j] == bfr(y[j]), "%s [%d] = %.9g, exact sum %.9g", what, j, y[j], exact);
+    }
+}
+
+static void t_bf16f(cb_comm *w) {
+    cb_comm c;
+    cb_comm_split(w, 0, w->rank, "bf16f", &c);
+    int p = c.size, r = c.rank, n = N / p;
+    errs v = {0}, b = {0};
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    uint16_t *stage = malloc(N * sizeof *stage);
+    cb_comm_req q;
+    for (int i = 0; i < N; i++) x[i] = bfx(r, i);
+    cb_comm_allreduce_bf16f(&c, "ar", x, N);
+    expect_bf16_sum(&v, "all-reduce", p, x, 0, N);
+    float *ref = malloc(N * sizeof *ref);
+    memcpy(ref, x, N * sizeof *x);
+    MPI_Bcast(ref, N, MPI_FLOAT, 0, c.comm);
+    expect(&v, !memcmp(ref, x, N * sizeof *x), "all-reduce: ranks differ from rank 0");
+    for (int root = 0; root < p; root += p > 1 ? p - 1 : 1) {
+        for (int i = 0; i < N; i++) x[i] = bfx(r, i), y[i] = -1;
+        cb_comm_reduce_bf16f(&c, "red", r == root ? NULL : x, r == root ? x : y, N, root);
+        if (r == root) expect_bf16_sum(&v, "reduce (in place at the root)", p, x, 0, N);
+        else expect(&v, y[0] == -1, "reduce wrote recv off the root");
+    }
+    for (int i = 0; i < N; i++) x[i] = bfx(r, i);
+    cb_comm_reduce_scatter_bf16f(&c, "rs", x, y, n);
+    expect_bf16_sum(&v, "reduce-scatter", p, y, r * n, n);
+    cb_comm_ireduce_scatter_bf16f(&c, "irs", NULL, x, n, stage, &q);
+    cb_comm_wait(&q);
+    expect(&v, !memcmp(x, y, n * sizeof *x), "non-blocking in-place reduce-scatter differs from blocking");
+    for (int i = 0; i < n; i++) x[i] = bfx(r, r * n + i);
+    cb_comm_allgather_bf16f(&c, "ag", x, y, n);
+    for (int i = 0; i < N; i++) expect(&v, y[i] == bfr(bfx(i / n, i)), "all-gather [%d] = %g", i, y[i]);
+    for (int i = 0; i < N; i++) x[i] = i / n == r ? bfx(r, i) : -1;
+    cb_comm_iallgather_bf16f(&c, "iag", NULL, x, n, stage, &q);
+    cb_comm_wait(&q);
+    expect(&v, !memcmp(x, y, N * sizeof *x), "non-blocking in-place all-gather differs from blocking");
+    for (int i = 0; i < N; i++) x[i] = r == p - 1 ? bfx(r, i) : -1;
+    cb_comm_ibcast_bf16f(&c, "bc", x, N, p - 1, stage, &q);
+    cb_comm_wait(&q);
+    for (int i = 0; i < N; i++) expect(&v, x[i] == bfr(bfx(p - 1, i)), "broadcast [%d] = %g", i, x[i]);
+    uint64_t ar = want_ring(p, N * 2, 2), one = want_ring(p, N * 2, 1);
+    expect_bytes(&b, &c, "ar", ar, ar, 1);
+    expect_bytes(&b, &c, "red", 2 * one, 2 * one, 2 - (p == 1));
+    expect_bytes(&b, &c, "rs", one, one, 1), expect_bytes(&b, &c, "irs", one, one, 1);
+    expect_bytes(&b, &c, "ag", one, one, 1), expect_bytes(&b, &c, "iag", one, one, 1);
+    expect_bytes(&b, &c, "bc", one, one, 1);
+    char d[160];
+    snprintf(d, sizeof d, "all-reduce, reduce at roots 0 and p-1, reduce-scatter, all-gather, broadcast; %d floats", N);
+    check_errs("bf16 float collectives: values (exact at p <= 2, within (2p-1) u (1+u)^p sum|x| above)", &v, d);
+    check_errs("bf16 float collectives: bytes half the fp32 ring volumes", &b, "every tag, one call per operation");
+    free(x), free(y), free(ref), free(stage);
+    cb_comm_free(&c);
 }
 
 static int braces_balanced(const char *s) {
@@ -734,6 +812,7 @@ int main(int argc, char **argv) {
     } else {
         t_counters_world(w);
         t_reduce_root_last(w);
+        t_bf16f(w);
         t_wait_time(w, 0);
         t_wait_time(w, 1);
         t_launcher_guard();

@@ -17,9 +17,11 @@
 #    |L_bf16(k) - L_fp32(k)| <= 2^-6 (L_1 - L_k) + 1e-5 L_fp32(k)
 #    at every step. The run must also differ from fp32 somewhere (else no
 #    bf16 was sent).
-#  - dp 2 x 1-D tp 2 (4 ranks, 10 steps): the grad tag halved, every
-#    tensor-parallel tag's bytes the fp32 run's (that traffic stays fp32),
-#    and the startup line says so
+#  - dp 2 x 1-D tp 2 (4 ranks, 10 steps): the grad tag halved, and the
+#    1-D activation sums (embed.fwd, linear.fwd, linear.bwd, head.bwd) too;
+#    every other tensor-parallel tag's bytes the fp32 run's (the loss's
+#    statistics and LayerNorm's stay fp32), and the startup lines say so
+#    (tests/test_comm_dtype_tp.sh: every tensor-parallel layout)
 #  - ZeRO-1 with odd buckets against plain dp 2, both bf16: at 2 ranks
 #    each element is round(a + b) either way, so they agree to test_dp.sh's
 #    1e-5 (summation order elsewhere)
@@ -48,10 +50,12 @@ if grep -q '| comm bf16 (gradient buckets only)$' bf16.err && grep -q '| comm fp
 else
     fail "startup line: $(grep 'data parallel' bf16.err fp32.err | tr '\n' '|')"
 fi
-if grep -q '| comm bf16 (gradient buckets only; tensor and pipeline traffic fp32)$' bf16tp.err; then
-    pass "startup line, dp 2 x tp 2: $(grep -o 'comm bf16.*' bf16tp.err)"
+if grep -q '| comm bf16 (gradient buckets and tensor-parallel activations; pipeline traffic fp32)$' bf16tp.err &&
+    grep -q '^cubist: tensor parallel 1d over 2 ranks (layout 1d) | activation collectives in bf16 (--comm-dtype bf16)$' bf16tp.err &&
+    grep -q '^cubist: tensor parallel 1d over 2 ranks (layout 1d)$' fp32tp.err; then
+    pass "startup lines, dp 2 x tp 2: $(grep -o 'comm bf16.*' bf16tp.err)"
 else
-    fail "startup line, dp 2 x tp 2: $(grep 'data parallel' bf16tp.err | tr '\n' '|')"
+    fail "startup lines, dp 2 x tp 2: $(grep 'parallel' bf16tp.err fp32tp.err | tr '\n' '|')"
 fi
 
 out=$(/usr/bin/python3 - <<'EOF' 2>&1
@@ -71,11 +75,13 @@ print("%s bytes, ZeRO-1: reduce-scatter %d B in bf16 against %d, %d calls; the f
       % ("PASS" if ok else "FAIL", tag(bz[-1], "grad", "bytes"), tag(fz[-1], "grad", "bytes"),
          tag(bz[-1], "grad", "calls"), tag(bz[-1], "params", "bytes")))
 ft, bt = log("fp32tp"), log("bf16tp")
-tp = sorted(set(k for r in ft for k in r["comm_by_tag"]) - {"grad", "loss", "norm"})
-ok = halved(bt, ft, "grad", 10) and all(tag(p, t, "bytes") == tag(q, t, "bytes") for p, q in zip(ft, bt)
-                                        for t in tp) and all(tag(q, "linear.fwd", "bytes") > 0 for q in bt)
-print("%s bytes, dp 2 x tp 2: grad halved, %d B against %d, every step; tensor-parallel tags %s as fp32's"
-      % ("PASS" if ok else "FAIL", tag(bt[-1], "grad", "bytes"), tag(ft[-1], "grad", "bytes"), ", ".join(tp)))
+act = ["embed.fwd", "linear.fwd", "linear.bwd", "head.bwd"]
+tp = sorted(set(k for r in ft for k in r["comm_by_tag"]) - {"grad", "loss", "norm"} - set(act))
+ok = halved(bt, ft, "grad", 10) and all(halved(bt, ft, t, 10) for t in act) and all(
+    tag(p, t, "bytes") == tag(q, t, "bytes") for p, q in zip(ft, bt) for t in tp) and len(tp) > 0
+print("%s bytes, dp 2 x tp 2: grad halved, %d B against %d, every step; activation sums %s halved; %s as fp32's"
+      % ("PASS" if ok else "FAIL", tag(bt[-1], "grad", "bytes"), tag(ft[-1], "grad", "bytes"), ", ".join(act),
+         ", ".join(tp)))
 L1, worst, ratio, bad = f[0]["loss"], 0.0, 0.0, []
 for p, q in zip(f, b):
     gap, bound = abs(q["loss"] - p["loss"]), 2 ** -6 * (L1 - p["loss"]) + 1e-5 * p["loss"]

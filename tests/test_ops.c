@@ -31,6 +31,7 @@ struct op_case {
     int iout;                 /* index of the output L is taken over */
     int B, T, C, NH, V, IC, OC;
     int Tk, causal;           /* general attention: key length (0: self-attention), mask */
+    float drop;               /* general attention: dropout of the probabilities */
     float dloss;
     void (*fwd)(op_case *);
     void (*bwd)(op_case *);
@@ -185,6 +186,8 @@ static cb_attn att_general(op_case *c) {
     cb_attn a = cb_attn_self(c->B, c->T, c->C, c->NH, c->causal, len);
     if (c->Tk) a.Tk = c->Tk, a.ldq = c->C, a.ldkv = 2 * c->C, a.koff = 0, a.voff = c->C;
     if (c->Tk) a.klen = len + c->B;
+    if (c->drop > 0) /* a piece at sequence 1, head 1 of 2 NH */
+        a.drop = c->drop, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 1, a.NHg = 2 * c->NH;
     int *w = (int *)c->work2, nt = c->Tk ? 2 : 1; /* the length tensors precede out.out */
     for (int s = 0; s < nt; s++)
         for (int b = 0; b < c->B; b++) w[s * c->B + b] = (int)c->t[c->iout - nt + s][b];
@@ -346,6 +349,76 @@ static void run_xent(op_case c, cb_rng *r, size_t work, const char *dir, int ign
     run(&c, r, 1e-2f, dir);
 }
 
+/* Bidirectional padded self-attention over 3 sequences: a whole one, an
+ * empty one, a short one. drop > 0: with dropout of the probabilities, a
+ * fixed mask, so the finite differences see the function the backward
+ * differentiates (not dumped: test_bert checks the masks against PyTorch). */
+static void run_padded(const char *name, float drop, int T, int C, int NH, cb_rng *r,
+                       const char *dir) {
+    op_case ap = {.name = name, .B = 3, .T = T, .C = C, .NH = NH, .drop = drop, .fwd = attg_fwd,
+                  .bwd = attg_bwd};
+    float lens[3] = {(float)T, 0, 3};
+    size_t n3 = (size_t)3 * T * C, na = (size_t)3 * NH * T * T, nk = drop > 0 ? 2 * na : na;
+    add(&ap, "in.qkv", randn(r, 3 * n3, 1), 3 * n3, 1);
+    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
+    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
+    add(&ap, "out.att", calloc(nk, 4), nk, 0); /* with dropout, the dropped copy too */
+    ap.work = calloc(na, sizeof(float));
+    ap.work2 = calloc(3, sizeof(int));
+    run(&ap, r, 1e-2f, drop > 0 ? NULL : dir);
+    free(ap.work2);
+}
+
+/* The erf GELU (a rational erf, not libm's erff) against x Phi(x) and its
+ * derivative in double over a 1e-4 grid of [-12, 12]: the error is
+ * |x|/2 x erf's (< 5e-7) plus a few roundings of the result, so the
+ * bound is 3e-7 (|x| + 1) absolute (measured 2.1e-7; the same formula
+ * with libm's erff 8e-8). */
+static void check_gelu_erf(void) {
+    size_t n = 240001;
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    float *one = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = -12.0f + 1e-4f * (float)i, one[i] = 1.0f;
+    K->gelu_erf_forward(K, y, x, n);
+    K->gelu_erf_backward(K, dy, x, one, n);
+    double wf = 0, wb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i], cdf = 0.5 * (1 + erf(v * M_SQRT1_2)), b = 1 + fabs(v);
+        double pdf = exp(-0.5 * v * v) / sqrt(2 * M_PI);
+        wf = fmax(wf, fabs(y[i] - v * cdf) / b);
+        wb = fmax(wb, fabs(dy[i] - (cdf + v * pdf)) / b);
+    }
+    for (int d = 0; d < 2; d++) {
+        double w = d ? wb : wf;
+        int ok = w <= 3e-7;
+        ok ? passes++ : failures++;
+        printf("%s gelu_erf %s against libm's erf in double, x in [-12, 12]: max |err|/(1+|x|) "
+               "%.2e (tol 3e-7)\n", ok ? "PASS" : "FAIL", d ? "backward" : "forward", w);
+    }
+    free(x), free(y), free(one), free(dy);
+}
+
+/* Dropout's kernel (vectorised, integer threshold) drops exactly the
+ * elements the definition in kernels.h names: U(key, r H + c) / 2^24 < p
+ * by cb_rng_uniform_at, at an offset block (row0 5, col0 3, H 40) */
+static void check_dropout(void) {
+    int rows = 7, ncol = 13, ld = 16, H = 40, bad = 0, kept = 0;
+    float p = 0.3f, s = 1.0f / (1.0f - p), x[7 * 16], y[7 * 16];
+    uint64_t key = cb_rng_subkey(cb_rng_key(9, "dropout.0"), 4);
+    for (int i = 0; i < rows * ld; i++) x[i] = (float)(i + 1);
+    K->dropout(K, y, x, rows, ncol, ld, 5, 3, H, key, p);
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < ncol; c++) {
+            int o = i * ld + c;
+            float want = cb_rng_uniform_at(key, (uint64_t)(5 + i) * H + 3 + c) >= p ? x[o] * s : 0;
+            bad += y[o] != want, kept += y[o] != 0;
+        }
+    int ok = !bad && kept > 0 && kept < rows * ncol;
+    ok ? passes++ : failures++;
+    printf("%s dropout kernel against cb_rng_uniform_at: %d of %d differ, %d kept\n",
+           ok ? "PASS" : "FAIL", bad, rows * ncol, kept);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc == 3 && !strcmp(argv[1], "--dump") ? argv[2] : NULL;
     K = cb_kernels_cpu();
@@ -403,20 +476,10 @@ int main(int argc, char **argv) {
     at.work = calloc((size_t)B * NH * T * T, sizeof(float));
     run(&at, &r, 1e-2f, dir);
 
-    /* bidirectional with padding: a whole sequence, an empty one, a short one */
-    op_case ap = {.name = "attention_padded", .B = 3, .T = T, .C = C, .NH = NH, .fwd = attg_fwd,
-                  .bwd = attg_bwd};
-    float lens[3] = {(float)T, 0, 3};
-    size_t n3 = (size_t)3 * T * C;
-    add(&ap, "in.qkv", randn(&r, 3 * n3, 1), 3 * n3, 1);
-    add(&ap, "in.lens", memcpy(malloc(sizeof lens), lens, sizeof lens), 3, 0);
-    ap.iout = add(&ap, "out.out", calloc(n3, 4), n3, 0);
-    add(&ap, "out.att", calloc((size_t)3 * NH * T * T, 4), (size_t)3 * NH * T * T, 0);
-    ap.work = calloc((size_t)3 * NH * T * T, sizeof(float));
-    ap.work2 = calloc(3, sizeof(int));
-    run(&ap, &r, 1e-2f, dir);
-    free(ap.work2);
+    run_padded("attention_padded", 0, T, C, NH, &r, dir);
+    run_padded("attention_padded_dropout", 0.3f, T, C, NH, &r, dir);
 
+    size_t n3 = (size_t)3 * T * C;
     /* causal cross-attention, 5 queries over 7 keys, padded on both sides */
     int Tk = 7;
     op_case ac = {.name = "attention_cross", .B = 3, .T = T, .Tk = Tk, .C = C, .NH = NH,
@@ -480,6 +543,8 @@ int main(int argc, char **argv) {
     run(&lg, &r, 1e-2f, dir);
     free(lg.work2);
 
+    check_gelu_erf();
+    check_dropout();
     (void)passes;
     return failures != 0;
 }

@@ -72,8 +72,9 @@ static const struct {
     [CB_DF_PREC] = {"precision", 0, "bf16",
                     "fp32, or bf16: products in bf16 through oneDNN, fp32 weights, state and sums"},
     [CB_DF_CDT] = {"comm-dtype", 0, "bf16",
-                   "fp32 (default) or bf16: the data-parallel gradient buckets travel in bf16, "
-                   "half the bytes, summed in fp32 (data parallelism only)"},
+                   "fp32 (default) or bf16: the data-parallel gradient buckets and the "
+                   "tensor-parallel activation collectives travel in bf16, half the bytes, "
+                   "summed in fp32"},
 };
 
 /* The table's index of argument s ("--name" or "--name=value"; *eq: the

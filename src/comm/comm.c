@@ -89,6 +89,9 @@ void cb_comm_free(cb_comm *c) {
     free(c->scratch);
     c->scratch = NULL;
     c->scratch_n = 0;
+    free(c->wire);
+    c->wire = NULL;
+    c->wire_n = 0;
     int done = 0;
     MPI_Finalized(&done);
     if (!done && c->comm != MPI_COMM_NULL && c->comm != MPI_COMM_WORLD && c->comm != MPI_COMM_SELF)
@@ -220,6 +223,7 @@ static void req_start(cb_comm_req *r, cb_comm *c, int slot, const char *op, int 
     r->op = op;
     r->peer = peer;
     r->mtag = mtag;
+    r->wire = NULL;
 }
 
 /* ---------------------------------------------------------------- stall watchdog */
@@ -446,14 +450,19 @@ void cb_comm_bcast_bytes(cb_comm *c, const char *tag, void *buf, size_t nbytes, 
  * (pmodels/mpich#6540). An in-place reduce at such a root therefore copies
  * the root's input into c's scratch buffer (kept, grown on demand) and
  * reduces out of place; under every MPI, so both builds test this path. */
-int cb_comm_reserve(cb_comm *c, size_t n) {
-    if (c->scratch_n >= n) return CB_OK;
-    float *b = malloc(sizeof(float) * n);
+/* *buf (*have elements of esize bytes) holding at least n; contents dropped */
+static int reserve_buf(void **buf, size_t *have, size_t n, size_t esize) {
+    if (*have >= n) return CB_OK;
+    void *b = malloc(esize * n);
     if (!b) return CB_ENOMEM;
-    free(c->scratch);
-    c->scratch = b;
-    c->scratch_n = n;
+    free(*buf);
+    *buf = b;
+    *have = n;
     return CB_OK;
+}
+
+int cb_comm_reserve(cb_comm *c, size_t n) {
+    return reserve_buf((void **)&c->scratch, &c->scratch_n, n, sizeof(float));
 }
 
 static const float *root_copy(cb_comm *c, const float *x, size_t n) {
@@ -539,6 +548,95 @@ void cb_comm_ireduce_scatterv_bf16(cb_comm *c, const char *tag, uint16_t *buf, c
     uint64_t b = ringv(c, counts, sizeof(uint16_t));
     req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
     MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_UINT16_T, bf16_op(), c->comm, &r->req);
+}
+
+int cb_comm_reserve_wire(cb_comm *c, size_t n) {
+    return reserve_buf((void **)&c->wire, &c->wire_n, n, sizeof(uint16_t));
+}
+
+/* h (n) = bf16(x (n)) */
+static void wire_round(uint16_t *h, const float *x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) h[i] = cb_bf16_round(x[i]);
+}
+
+static void wire_widen(const uint16_t *h, float *x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = cb_bf16_widen(h[i]);
+}
+
+static uint16_t *wire(cb_comm *c, size_t n) {
+    if (cb_comm_reserve_wire(c, n)) cb_comm_fatal_code(CB_ENOMEM, "out of memory for the bf16 staging of a collective");
+    return c->wire;
+}
+
+/* r, just started, widens h (n) into out when waited for */
+static void widen_at_wait(cb_comm_req *r, const uint16_t *h, float *out, size_t n) {
+    r->wire = h;
+    r->out = out;
+    r->nout = n;
+}
+
+void cb_comm_allreduce_bf16f(cb_comm *c, const char *tag, float *x, size_t n) {
+    uint16_t *h = wire(c, n);
+    cb_comm_req r;
+    wire_round(h, x, n);
+    uint64_t b = ring(c, n * sizeof(uint16_t), 2);
+    req_start(&r, c, charge(c, tag, b, b), "all-reduce", -1, 0);
+    MPI_Iallreduce(MPI_IN_PLACE, h, count(c, n), MPI_UINT16_T, bf16_op(), c->comm, &r.req);
+    widen_at_wait(&r, h, x, n);
+    cb_comm_wait(&r);
+}
+
+/* out of place in the staging (send, then the root's result): no
+ * in-place reduce at a non-zero root (cb_comm_reserve) */
+void cb_comm_reduce_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root) {
+    uint16_t *h = wire(c, 2 * n);
+    cb_comm_req r;
+    wire_round(h, send ? send : recv, n);
+    uint64_t b = ring(c, n * sizeof(uint16_t), 1);
+    req_start(&r, c, charge(c, tag, b, b), "reduce", root, 0);
+    MPI_Ireduce(h, h + n, count(c, n), MPI_UINT16_T, bf16_op(), root, c->comm, &r.req);
+    if (c->rank == root) widen_at_wait(&r, h + n, recv, n);
+    cb_comm_wait(&r);
+}
+
+void cb_comm_ireduce_scatter_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, uint16_t *stage, cb_comm_req *r) {
+    size_t all = (size_t)c->size * n;
+    wire_round(stage, send ? send : recv, all);
+    uint64_t b = ring(c, all * sizeof(uint16_t), 1);
+    req_start(r, c, charge(c, tag, b, b), "reduce-scatter", -1, 0);
+    MPI_Ireduce_scatter_block(MPI_IN_PLACE, stage, count(c, n), MPI_UINT16_T, bf16_op(), c->comm, &r->req);
+    widen_at_wait(r, stage, recv, n);
+}
+
+void cb_comm_reduce_scatter_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
+    cb_comm_req r;
+    cb_comm_ireduce_scatter_bf16f(c, tag, send, recv, n, wire(c, (size_t)c->size * n), &r);
+    cb_comm_wait(&r);
+}
+
+void cb_comm_iallgather_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, uint16_t *stage, cb_comm_req *r) {
+    size_t all = (size_t)c->size * n, mine = (size_t)c->rank * n;
+    wire_round(stage + mine, send ? send : recv + mine, n);
+    uint64_t b = ring(c, all * sizeof(uint16_t), 1);
+    req_start(r, c, charge(c, tag, b, b), "all-gather", -1, 0);
+    MPI_Iallgather(MPI_IN_PLACE, count(c, n), MPI_UINT16_T, stage, count(c, n), MPI_UINT16_T, c->comm, &r->req);
+    widen_at_wait(r, stage, recv, all);
+}
+
+void cb_comm_allgather_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n) {
+    cb_comm_req r;
+    cb_comm_iallgather_bf16f(c, tag, send, recv, n, wire(c, (size_t)c->size * n), &r);
+    cb_comm_wait(&r);
+}
+
+void cb_comm_ibcast_bf16f(cb_comm *c, const char *tag, float *buf, size_t n, int root, uint16_t *stage, cb_comm_req *r) {
+    if (c->rank == root) wire_round(stage, buf, n);
+    uint64_t b = ring(c, n * sizeof(uint16_t), 1);
+    req_start(r, c, charge(c, tag, b, b), "broadcast", root, 0);
+    MPI_Ibcast(stage, count(c, n), MPI_UINT16_T, root, c->comm, &r->req);
+    widen_at_wait(r, stage, buf, n);
 }
 
 void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs) {
@@ -653,6 +751,8 @@ void cb_comm_wait(cb_comm_req *r) {
     }
     block(r->c, r->slot, &r->req, r->op, r->peer, r->mtag);
     r->c = NULL;
+    if (r->wire) wire_widen(r->wire, r->out, r->nout);
+    r->wire = NULL;
 }
 
 /* Each request waited in turn so each is charged its own (marginal) time. */

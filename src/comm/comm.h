@@ -58,6 +58,8 @@ typedef struct cb_comm {
     cb_comm_stat tags[CB_COMM_MAX_TAGS];
     float *scratch;   /* cb_comm_reduce's send copy at a non-zero root */
     size_t scratch_n;
+    uint16_t *wire;   /* the *_bf16f collectives' bf16 staging */
+    size_t wire_n;
 } cb_comm;
 
 typedef enum cb_comm_op { CB_COMM_SUM, CB_COMM_MAX, CB_COMM_MIN } cb_comm_op;
@@ -70,6 +72,9 @@ typedef struct cb_comm_req {
     int slot;
     const char *op; /* "all-reduce", "receive"...: the stall watchdog's words */
     int peer, mtag; /* root or partner (-1: none) and message tag */
+    const uint16_t *wire; /* the *_bf16f forms: cb_comm_wait widens wire (nout) into out */
+    float *out;
+    size_t nout;
 } cb_comm_req;
 
 /* ---------------------------------------------------------------- lifetime */
@@ -167,6 +172,30 @@ void cb_comm_ireduce_scatterv(cb_comm *c, const char *tag, const float *send, fl
  * once), never in bf16 arithmetic. */
 void cb_comm_iallreduce_bf16(cb_comm *c, const char *tag, uint16_t *buf, size_t n, cb_comm_req *r);
 void cb_comm_ireduce_scatterv_bf16(cb_comm *c, const char *tag, uint16_t *buf, const int *counts, cb_comm_req *r);
+/* Float collectives that travel in bf16 (--comm-dtype bf16 for
+ * tensor-parallel activations): the floats are rounded to nearest even into
+ * a bf16 staging buffer, sent, and widened back (every rank, the root of a
+ * broadcast and this rank's own block of a gather included, ends with the
+ * same rounded values); sums are formed in fp32 (the op above). Half the
+ * bytes of the float forms, in the same calls, counted as such. Arguments
+ * as the float forms': allreduce sums x (n) in place; reduce: recv (n) on
+ * root = the sum of send (n), send NULL meaning recv; reduce_scatter: send
+ * (p*n) -> recv (n), send NULL meaning recv; allgather: send (n) -> recv
+ * (p*n), send NULL meaning this rank's block of recv; bcast: buf (n) from
+ * root. The blocking forms stage in c->wire (grown on demand); the
+ * non-blocking ones in the caller's stage (p*n values for the gather and
+ * the reduce-scatter, n for the broadcast), which must stay untouched until
+ * cb_comm_wait, which widens the result into recv (buf). */
+void cb_comm_allreduce_bf16f(cb_comm *c, const char *tag, float *x, size_t n);
+void cb_comm_reduce_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, int root);
+void cb_comm_reduce_scatter_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n);
+void cb_comm_allgather_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n);
+void cb_comm_ireduce_scatter_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, uint16_t *stage, cb_comm_req *r);
+void cb_comm_iallgather_bf16f(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, uint16_t *stage, cb_comm_req *r);
+void cb_comm_ibcast_bf16f(cb_comm *c, const char *tag, float *buf, size_t n, int root, uint16_t *stage, cb_comm_req *r);
+/* c->wire sized for n bf16 values, so no step allocates; CB_ENOMEM (0
+ * otherwise) when it cannot be. */
+int cb_comm_reserve_wire(cb_comm *c, size_t n);
 /* recv + displs[r] = rank r's counts[r] elements. In place: send NULL, this
  * rank's block already at recv + displs[rank]. */
 void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs);

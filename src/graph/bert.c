@@ -27,6 +27,7 @@ static cb_act *block(cb_model *m, names *n, int l, const cb_bert_config *c, cb_a
     cb_act *qkv = cb_op_linear(cb_model_linear_qkv(m, nm(n, n->enc, l, "attention.self.qkv"), C), x);
     cb_layer *at = cb_model_attention_flags(m, nm(n, n->enc, l, "attention.self"), C, c->n_head,
                                             CB_ATTN_PADDED);
+    if (c->attn_dropout > 0) cb_layer_attention_dropout(at, c->attn_dropout);
     cb_act *a = cb_op_attention(at, qkv);
     a = cb_op_linear(cb_model_linear(m, nm(n, n->enc, l, "attention.output.dense"), C, C), a);
     a = drop(a, c);

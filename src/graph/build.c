@@ -80,7 +80,8 @@ static void node_module(const cb_model *m, int i, const int *uses, cb_pp_module 
         double io = (double)l->lin.in * l->lin.out;
         x->flops = 6 * N * io, x->param_bytes = f * (io + l->lin.out);
     } else if (n->kind == N_ATTN) {
-        x->flops = 12 * N * m->T * l->C, x->act_bytes += f * N * l->heads * m->T;
+        x->flops = 12 * N * m->T * l->C;
+        x->act_bytes += f * N * l->heads * m->T * (l->attn_drop > 0 ? 2 : 1);
     } else if (n->kind == N_NORM) {
         x->flops = 10 * N * l->norm.C, x->param_bytes = f * 2 * l->norm.C;
     } else if (n->kind == N_EMBED) {
@@ -116,7 +117,7 @@ static int module_starts(const cb_model *m, int *u) {
  * the attention probabilities and the GELU output. */
 static double dropped(const cb_model *m, const gnode *n) {
     double N = (double)m->Bm * m->T, f = sizeof(float);
-    if (n->kind == N_ATTN) return f * N * n->l->heads * m->T;
+    if (n->kind == N_ATTN) return f * N * n->l->heads * m->T * (n->l->attn_drop > 0 ? 2 : 1);
     return n->kind == N_GELU ? f * N * m->acts[n->out]->H : 0;
 }
 
@@ -381,7 +382,8 @@ static size_t keep_floats(const cb_model *m, const gnode *n) {
         L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
         return 2 * (size_t)rows;
     }
-    if (n->kind == N_ATTN) return L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
+    if (n->kind == N_ATTN) /* with dropout, the dropped probabilities too */
+        return (n->l->attn_drop > 0 ? 2 : 1) * L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
     if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
     if (n->kind == N_LOGIT) return 2 * (size_t)N; /* every row's logit and loss */
     return 0;
@@ -665,7 +667,8 @@ static scratch scratch_floats(const cb_model *m) {
     }
     for (int i = 0; i < m->nnodes; i++) {
         int k = m->nodes[i].kind;
-        if (k == N_ATTN && m->nodes[i].keep > s.att) s.att = m->nodes[i].keep;
+        if (k == N_ATTN && m->nodes[i].keep > s.att) /* dL/dS of one copy */
+            s.att = m->nodes[i].keep / (m->nodes[i].l->attn_drop > 0 ? 2 : 1);
         two |= k == N_MUL || k == N_CONCAT || (k == N_ATTN && m->nodes[i].nin > 1);
         rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
         /* the MLM head's input moved to parity 0 and its gradient back */
@@ -710,6 +713,7 @@ static void plan_layout(cb_model *m) {
                                     [N_MUL] = -1,            [N_RELU] = -1,
                                     [N_CONCAT] = -1,         [N_LOGIT] = -1,
                                     [N_DROP] = -1};
+    m->L->wire_bf16 = m->d->comm_bf16 && m->L->tp > 1;
     for (int i = 0; i < m->nnodes; i++) {
         gnode *n = &m->nodes[i];
         if (n->vs % m->P != m->me || op[n->kind] < 0) continue;

@@ -292,6 +292,13 @@ static int attn_input(cb_layer *l, const cb_act *x, int parts, const char *what)
     return 0;
 }
 
+void cb_layer_attention_dropout(cb_layer *l, float p) {
+    if (!l || !is_kind(l, G_ATTN, "cb_layer_attention_dropout")) return;
+    if (!(p >= 0 && p < 1))
+        declare_fail(l->m, CB_EINPUT, "attention %s: dropout %g must be in [0, 1)", l->name, p);
+    else l->attn_drop = p;
+}
+
 cb_act *cb_op_attention(cb_layer *l, const cb_act *qkv) {
     cb_model *m = owner(l, qkv, "cb_op_attention");
     if (!m || !is_kind(l, G_ATTN, "cb_op_attention")) return NULL;

@@ -161,6 +161,12 @@ static cb_attn attn_of(const cb_model *m, const gnode *n, int mb) {
     int causal = !!(l->attn_flags & CB_ATTN_CAUSAL);
     cb_attn a = cb_attn_self(m->Bm, m->T, l->C, l->heads, causal, lens_of(m, l, 0, mb));
     a.klen = lens_of(m, l, 1, mb);
+    if (m->training && l->attn_drop > 0) { /* indices of the step's whole batch */
+        int first, count;
+        cb_model_rows(m, &first, &count);
+        a.drop = l->attn_drop, a.NHg = l->heads, a.b0 = (int64_t)first + (int64_t)mb * m->Bm;
+        a.drop_key = cb_rng_subkey(cb_rng_key(m->seed, l->name), (uint64_t)m->step);
+    }
     if (n->nin > 1) a.ldq = l->C, a.ldkv = 2 * l->C, a.koff = 0, a.voff = l->C;
     return a;
 }

@@ -119,6 +119,7 @@ struct cb_layer {
     int C, heads;           /* attention */
     unsigned attn_flags;    /* CB_ATTN_* */
     int len_set[2];         /* padded attention: length sets of queries, keys */
+    float attn_drop;        /* attention: dropout of the probabilities (0: none) */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
 };

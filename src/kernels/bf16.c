@@ -26,6 +26,13 @@
 #include "kernels/peak.h"
 
 #define NSCRATCH 5
+/* Rows from which a weight product reads its kept copy in oneDNN's own
+ * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
+ * reorder of the weight (4 bytes of memory traffic an element) per update
+ * and orientation, which at 450 GFLOP/s a thread and about 12 GB/s pays
+ * off from about 940 rows; measured at T=64, B=4 (256 rows) the GEMMs'
+ * CPU time rose from 540 to 590 ms with it. */
+#define PACK_ROWS 1024
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
  * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
@@ -35,22 +42,34 @@ typedef struct mm_desc {
     int nd;
     float alpha;
     int acc, bias;
+    int packb, pad_; /* packb: B is a kept weight, read in the primitive's own layout */
 } mm_desc;
-_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 16,
+_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 24,
                "mm_desc is compared with memcmp: it must have no padding");
 
 typedef struct mm_entry {
     mm_desc d;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bias;
+    dnnl_primitive_t reorder; /* packb: plain B -> the primitive's layout */
+    dnnl_memory_t plain;
+    size_t packed_bytes;
 } mm_entry;
 
-/* A weight's bf16 copy, valid while gen is the parameters' generation */
+/* A weight's bf16 copy, valid while gen is the parameters' generation,
+ * and the same values in the layouts oneDNN's primitives read fastest
+ * (o = 0: B of the forward product, 1: of the backward dx product), each
+ * valid while its ver is the copy's and its md the primitive's */
 typedef struct wcopy {
     const float *src;
     size_t n;
     unsigned long gen;
     uint16_t *bf;
+    unsigned long ver; /* bumped at every rewrite of bf */
+    void *pk[2];
+    size_t pk_bytes[2];
+    unsigned long pk_ver[2];
+    dnnl_memory_desc_t pk_md[2];
 } wcopy;
 
 #define MAXRANGES 16
@@ -70,6 +89,7 @@ typedef struct bf16_state {
     const float *lo[MAXRANGES], *hi[MAXRANGES]; /* the parameter blocks seen */
     int nranges;
     double round_ms[CB_RND_N]; /* time in rounding passes, by class */
+    int pack;                  /* kept weights in the primitives' layouts (CB_BF16_PACK=0: plain) */
 } bf16_state;
 
 static bf16_state S;
@@ -130,7 +150,8 @@ static wcopy *wcopy_of(bf16_state *s, const float *w, size_t n) {
         if (s->w[i].src == w && s->w[i].n == n) return &s->w[i];
     grow((void **)&s->w, &s->wcap, s->nw, sizeof *s->w, "out of memory for bf16 weight copies");
     wcopy *c = &s->w[s->nw++];
-    *c = (wcopy){.src = w, .n = n, .gen = s->gen - 1, .bf = malloc(n * sizeof(uint16_t))};
+    *c = (wcopy){.src = w, .n = n, .gen = s->gen - 1, .bf = malloc(n * sizeof(uint16_t)),
+                 .pk_ver = {(unsigned long)-1, (unsigned long)-1}};
     if (!c->bf) cb_comm_fatal("out of memory for bf16 weight copies");
     return c;
 }
@@ -148,6 +169,7 @@ static const uint16_t *weight_bf16(bf16_state *s, int i, const float *w, size_t 
     for (size_t j = 0; j < n; j++) c->bf[j] = cb_bf16_round(w[j]);
     s->round_ms[CB_RND_WEIGHT] += (omp_get_wtime() - t0) * 1e3;
     c->gen = s->gen;
+    c->ver++;
     return c->bf;
 }
 
@@ -188,6 +210,7 @@ static void adamw(const cb_kernels *k, float *p, const float *g, float gs, float
             for (size_t j = 0; j < c->n; j++) c->bf[j] = cb_bf16_round(c->src[j]);
         }
         c->gen = s->gen;
+        c->ver++;
     }
 }
 
@@ -197,6 +220,7 @@ void cb_kernels_params_freed(const float *block) {
         for (int j = S.nw - 1; j >= 0; j--)
             if (S.w[j].src >= S.lo[i] && S.w[j].src < S.hi[i]) {
                 free(S.w[j].bf);
+                free(S.w[j].pk[0]), free(S.w[j].pk[1]);
                 S.w[j] = S.w[--S.nw];
             }
         S.lo[i] = S.lo[S.nranges - 1];
@@ -220,16 +244,35 @@ static const dnnl_memory_desc_t *md_of(dnnl_memory_t m) {
     return md;
 }
 
+/* packb: B's memory in the layout the primitive chose (format any), and
+ * the reorder that fills it from the plain strided B */
+static void create_packed_b(bf16_state *s, mm_entry *e, dnnl_primitive_desc_t pd) {
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_primitive_desc_t rpd;
+    check(dnnl_memory_create(&e->b, wmd, s->eng, DNNL_MEMORY_NONE), "memory");
+    check(dnnl_reorder_primitive_desc_create(&rpd, md_of(e->plain), s->eng, wmd, s->eng, NULL),
+          "reorder descriptor");
+    check(dnnl_primitive_create(&e->reorder, rpd), "reorder");
+    dnnl_primitive_desc_destroy(rpd);
+    e->packed_bytes = dnnl_memory_desc_get_size(wmd);
+}
+
 static void create(bf16_state *s, mm_entry *e) {
     const mm_desc *d = &e->d;
     e->a = memory(s, d->nd, d->ad, d->as, dnnl_bf16);
     e->b = memory(s, d->nd, d->bd, d->bs, dnnl_bf16);
+    dnnl_memory_desc_t any;
+    if (d->packb) {
+        e->plain = e->b;
+        check(dnnl_memory_desc_init_by_tag(&any, d->nd, d->bd, dnnl_bf16, dnnl_format_tag_any),
+              "memory descriptor");
+    }
     e->c = memory(s, d->nd, d->cd, d->cs, dnnl_f32);
     dnnl_dims_t bias_d = {1, d->cd[1]}, bias_s = {d->cd[1], 1};
     e->bias = d->bias ? memory(s, 2, bias_d, bias_s, dnnl_f32) : NULL;
     dnnl_matmul_desc_t md;
-    check(dnnl_matmul_desc_init(&md, md_of(e->a), md_of(e->b), e->bias ? md_of(e->bias) : NULL,
-                                md_of(e->c)),
+    check(dnnl_matmul_desc_init(&md, md_of(e->a), d->packb ? &any : md_of(e->b),
+                                e->bias ? md_of(e->bias) : NULL, md_of(e->c)),
           "matmul descriptor");
     dnnl_primitive_attr_t attr;
     dnnl_post_ops_t po;
@@ -241,6 +284,7 @@ static void create(bf16_state *s, mm_entry *e) {
     dnnl_primitive_desc_t pd;
     check(dnnl_primitive_desc_create(&pd, &md, attr, s->eng, NULL), "matmul primitive descriptor");
     check(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
+    if (d->packb) create_packed_b(s, e, pd);
     dnnl_primitive_desc_destroy(pd);
     dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
@@ -258,9 +302,33 @@ static mm_entry *lookup(bf16_state *s, const mm_desc *d) {
     return e;
 }
 
-static void run(bf16_state *s, const mm_desc *d, const uint16_t *a, const uint16_t *b, float *c,
-                const float *bias) {
-    mm_entry *e = lookup(s, d);
+/* Weight w (n)'s kept copy in entry e's B layout (orientation o),
+ * reordered from the plain copy when either changed since */
+static const void *packed(bf16_state *s, mm_entry *e, const float *w, size_t n, int o) {
+    const uint16_t *plain = weight_bf16(s, 1, w, n);
+    wcopy *c = wcopy_of(s, w, n);
+    const dnnl_memory_desc_t *md = md_of(e->b);
+    if (c->pk_ver[o] == c->ver && dnnl_memory_desc_equal(&c->pk_md[o], md)) return c->pk[o];
+    if (c->pk_bytes[o] < e->packed_bytes) {
+        free(c->pk[o]);
+        c->pk[o] = malloc(e->packed_bytes);
+        if (!c->pk[o]) cb_comm_fatal("out of memory for bf16 weight copies");
+        c->pk_bytes[o] = e->packed_bytes;
+    }
+    double t0 = omp_get_wtime();
+    dnnl_memory_set_data_handle(e->plain, (void *)plain);
+    dnnl_memory_set_data_handle(e->b, c->pk[o]);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->plain}, {DNNL_ARG_TO, e->b}};
+    check(dnnl_primitive_execute(e->reorder, s->stream, 2, args), "reorder");
+    check(dnnl_stream_wait(s->stream), "stream wait");
+    s->round_ms[CB_RND_WEIGHT] += (omp_get_wtime() - t0) * 1e3;
+    c->pk_md[o] = *md;
+    c->pk_ver[o] = c->ver;
+    return c->pk[o];
+}
+
+static void run_entry(bf16_state *s, mm_entry *e, const void *a, const void *b, float *c,
+                      const float *bias) {
     dnnl_memory_set_data_handle(e->a, (void *)a);
     dnnl_memory_set_data_handle(e->b, (void *)b);
     dnnl_memory_set_data_handle(e->c, c);
@@ -271,25 +339,54 @@ static void run(bf16_state *s, const mm_desc *d, const uint16_t *a, const uint16
     check(dnnl_stream_wait(s->stream), "stream wait");
 }
 
+static void run(bf16_state *s, const mm_desc *d, const uint16_t *a, const uint16_t *b, float *c,
+                const float *bias) {
+    run_entry(s, lookup(s, d), a, b, c, bias);
+}
+
 /* 2-D: c (M,N, row stride ldc) (+)= a (M,K) b (K,N); ta / tb: a or b is
  * stored transposed, with row stride lda / ldb of the stored matrix. */
-static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, int64_t lda,
-                 const uint16_t *b, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
-                 const float *bias) {
+static mm_desc gemm_desc(int M, int N, int K, int ta, int64_t lda, int tb, int64_t ldb,
+                         int64_t ldc, int acc, const float *bias) {
     mm_desc d = {.nd = 2, .ad = {M, K}, .bd = {K, N}, .cd = {M, N}, .cs = {ldc, 1}, .alpha = 1.0f,
                  .acc = acc, .bias = bias != NULL};
     d.as[0] = ta ? 1 : lda, d.as[1] = ta ? lda : 1;
     d.bs[0] = tb ? 1 : ldb, d.bs[1] = tb ? ldb : 1;
+    return d;
+}
+
+static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, int64_t lda,
+                 const uint16_t *b, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
+                 const float *bias) {
+    mm_desc d = gemm_desc(M, N, K, ta, lda, tb, ldb, ldc, acc, bias);
     run(s, &d, a, b, c, bias);
+}
+
+/* c (M,N) (+)= a (M,K) w, w a weight stored (K,N), or (N,K) when tb.
+ * A weight in a parameter block is read from its kept copy: from
+ * PACK_ROWS rows in the primitive's own layout (orientation o: 0 forward,
+ * 1 backward dx), below in the plain one; any other weight is rounded
+ * into scratch slot 1. */
+static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
+                   const float *w, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
+                   const float *bias, int o) {
+    size_t n = (size_t)K * N;
+    if (!s->pack || M < PACK_ROWS || !in_params(s, w, n)) {
+        gemm(s, M, N, K, a, 0, lda, weight_bf16(s, 1, w, n), tb, ldb, c, ldc, acc, bias);
+        return;
+    }
+    mm_desc d = gemm_desc(M, N, K, 0, lda, tb, ldb, ldc, acc, bias);
+    d.packb = 1;
+    mm_entry *e = lookup(s, &d);
+    run_entry(s, e, a, packed(s, e, w, n, o), c, bias);
 }
 
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
 static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * IC),
-                   *wb = weight_bf16(s, 1, w, (size_t)IC * OC);
-    gemm(s, N, OC, IC, x, 0, IC, wb, 0, OC, out, OC, 0, bias);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * IC);
+    gemm_w(s, N, OC, IC, x, IC, w, 0, OC, out, OC, 0, bias, 0);
 }
 
 /* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
@@ -298,7 +395,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                             int OC) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC);
-    if (dinp) gemm(s, N, IC, OC, d, 0, OC, weight_bf16(s, 1, w, (size_t)IC * OC), 1, OC, dinp, IC, 0, NULL);
+    if (dinp) gemm_w(s, N, IC, OC, d, OC, w, 1, OC, dinp, IC, 0, NULL, 1);
     gemm(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC,
          1, NULL);
     if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
@@ -316,9 +413,8 @@ static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float 
 static void head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V) {
     bf16_state *s = state(k);
-    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * C),
-                   *wb = weight_bf16(s, 1, w, (size_t)V * C);
-    gemm(s, N, V, C, x, 0, C, wb, 1, C, out, V, 0, NULL);
+    const uint16_t *x = to_bf16(s, 0, CB_RND_ACT_FWD, inp, (size_t)N * C);
+    gemm_w(s, N, V, C, x, C, w, 1, C, out, V, 0, NULL, 0);
 }
 
 /* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += dout^T @ inp */
@@ -326,7 +422,7 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
                           const float *inp, const float *w, int N, int C, int V) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
-    gemm(s, N, C, V, d, 0, V, weight_bf16(s, 1, w, (size_t)V * C), 0, C, dinp, C, 0, NULL);
+    gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
     gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), 0, C, dw, C, 1,
          NULL);
 }
@@ -388,7 +484,9 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, xq, xkv + a->koff, att, NULL);
     attn_softmax(a, att, NULL, 0);
-    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, att, (size_t)B * NH * Tq * Tk);
+    size_t na = (size_t)B * NH * Tq * Tk;
+    if (a->drop > 0) cb_cpu_attn_dropout(a, att);
+    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, a->drop > 0 ? att + na : att, na);
     mm_desc o = {.nd = 4, .alpha = 1.0f};
     att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
     head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -396,7 +494,8 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     run(s, &o, p, xkv + a->voff, out, NULL);
 }
 
-/* dV = P^T dY, dP = dY V^T, dS from the softmax backward (fp32, zero where
+/* dV = P^T dY, dP = dY V^T (P and dP through the probability dropout
+ * when a->drop > 0), dS from the softmax backward (fp32, zero where
  * masked), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
  * folded into dS, as in the CPU table): padding rows come out zero. */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
@@ -407,7 +506,8 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     const uint16_t *xq, *xkv;
     attn_operands(s, a, q, kv, 0, 4, CB_RND_ACT_BWD, &xq, &xkv);
     const uint16_t *dy = to_bf16(s, 1, CB_RND_GRAD, dout, (size_t)B * Tq * a->C);
-    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, att, (size_t)B * NH * Tq * Tk);
+    size_t na = (size_t)B * NH * Tq * Tk;
+    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, a->drop > 0 ? att + na : att, na);
     mm_desc d = {.nd = 4, .alpha = 1.0f};
     head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
@@ -418,6 +518,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
     head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
     run(s, &v, p, dy, dkv + a->voff, NULL);
+    if (a->drop > 0) cb_cpu_attn_dropout_backward(a, scratch_, att + na);
     attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
     const uint16_t *ds = to_bf16(s, 3, CB_RND_GRAD, scratch_, (size_t)B * NH * Tq * Tk);
     mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
@@ -462,6 +563,8 @@ const char *cb_kernels_bf16_note(void) { return S.note; }
 const cb_kernels *cb_kernels_bf16(void) {
     if (S.eng) return &S.table;
     describe(&S);
+    const char *pk = getenv("CB_BF16_PACK");
+    S.pack = !(pk && !strcmp(pk, "0"));
     if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
     if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(S.eng);

@@ -23,12 +23,22 @@ typedef struct cb_kernels cb_kernels;
  * koff + h*hs and voff + h*hs). Query i sees key j when j < klen[b] and,
  * causal, j <= i; rows i >= qlen[b] are padding: their output,
  * probabilities and gradients are zero. qlen, klen NULL: every row.
- * Self-attention reads q = kv = qkv (B,T,3C) (cb_attn_self). */
+ * Self-attention reads q = kv = qkv (B,T,3C) (cb_attn_self).
+ * Dropout of the probabilities (drop > 0): this call's sequences and heads
+ * start at sequence b0 and head h0 of the step's (B*, NHg, Tq, Tk) whole;
+ * probability (b, h, i, j) is kept, scaled by 1/(1-drop), when
+ * cb_rng_uniform_at(drop_key, ((b0+b) NHg + h0+h) Tq Tk + i Tk + j) >= drop,
+ * so every layout drops the same ones; att is then 2 (B,NH,Tq,Tk): the
+ * probabilities, then the dropped ones. */
 typedef struct cb_attn {
     int B, Tq, Tk, C, NH;
     int ldq, ldkv, koff, voff;
     int causal;
     const int *qlen, *klen;
+    float drop;
+    uint64_t drop_key;
+    int64_t b0;
+    int h0, NHg;
 } cb_attn;
 /* self-attention over qkv (B,T,3C) = [q | k | v], lens (B) or NULL for
  * both queries and keys */
@@ -277,6 +287,12 @@ void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal)
 /* dp (Tq,Tk): dL/dP in, dL/dS (scaled) out, zero where masked */
 void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, int nq, int nk,
                                     int causal, float scale);
+/* a->drop > 0: the dropped probabilities (second half of att) from the
+ * probabilities (first half), every (b,h) of a */
+void cb_cpu_attn_dropout(const cb_attn *a, float *att);
+/* dp (B,NH,Tq,Tk): dL/d(dropped) in, dL/dP out (zero where dropped, else
+ * scaled by 1/(1-drop)), read off the dropped probabilities d */
+void cb_cpu_attn_dropout_backward(const cb_attn *a, float *dp, const float *d);
 /* valid query and key rows of sequence b of a (qlen, klen clamped) */
 void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
 

@@ -141,6 +141,29 @@ void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const f
     }
 }
 
+void cb_layout_sum(cb_layout *L, cb_comm *c, const char *tag, float *x, size_t n) {
+    if (L->wire_bf16) cb_comm_allreduce_bf16f(c, tag, x, n);
+    else cb_comm_allreduce(c, tag, NULL, x, n, CB_COMM_SUM);
+}
+
+void cb_layout_reduce(cb_layout *L, cb_comm *c, const char *tag, const float *send, float *recv,
+                      size_t n, int root) {
+    if (L->wire_bf16) cb_comm_reduce_bf16f(c, tag, send, recv, n, root);
+    else cb_comm_reduce(c, tag, send, recv, n, root);
+}
+
+void cb_layout_reduce_scatter(cb_layout *L, cb_comm *c, const char *tag, const float *send,
+                              float *recv, size_t n) {
+    if (L->wire_bf16) cb_comm_reduce_scatter_bf16f(c, tag, send, recv, n);
+    else cb_comm_reduce_scatter(c, tag, send, recv, n);
+}
+
+void cb_layout_allgather(cb_layout *L, cb_comm *c, const char *tag, const float *send,
+                         float *recv, size_t n) {
+    if (L->wire_bf16) cb_comm_allgather_bf16f(c, tag, send, recv, n);
+    else cb_comm_allgather(c, tag, send, recv, n);
+}
+
 void cb_layout_nothing_kept(cb_layout *L, const float *x) {
     (void)L;
     (void)x;

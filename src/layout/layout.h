@@ -230,6 +230,7 @@ struct cb_layout {
      * computes the same sums, but OpenBLAS may round a row differently in a
      * product of fewer rows: results agree to ~1e-7, not bit for bit. */
     int overlap_chunks;
+    int wire_bf16;        /* --comm-dtype bf16: activation collectives travel in bf16 (cb_layout_sum...) */
     void *priv;
 };
 
@@ -266,6 +267,20 @@ void cb_layout_progress(cb_comm_req *const *pending, int n);
  * dw, with progress on pending between them. */
 void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
                              int IC, int OC, cb_comm_req *const *pending, int npending);
+
+/* The collectives of activations and their gradients, in bf16 on the wire
+ * when L->wire_bf16 (cb_comm_*_bf16f: fp32 sums, half the bytes), else the
+ * fp32 forms. sum: x (n) summed in place; reduce: recv (n) on root, send
+ * NULL meaning recv; reduce_scatter: send (p*n) -> recv (n); allgather:
+ * send (n) -> recv (p*n). Parameters, their gradients and statistics
+ * (LayerNorm's, the loss's) keep the fp32 forms. */
+void cb_layout_sum(cb_layout *L, cb_comm *c, const char *tag, float *x, size_t n);
+void cb_layout_reduce(cb_layout *L, cb_comm *c, const char *tag, const float *send, float *recv,
+                      size_t n, int root);
+void cb_layout_reduce_scatter(cb_layout *L, cb_comm *c, const char *tag, const float *send,
+                              float *recv, size_t n);
+void cb_layout_allgather(cb_layout *L, cb_comm *c, const char *tag, const float *send,
+                         float *recv, size_t n);
 
 /* Workspace (cb_workspace). reserve: slot must hold `bytes` (the maximum
  * over every call is kept). scratch: slot's buffer of at least `bytes`;

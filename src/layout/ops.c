@@ -143,6 +143,7 @@ static cb_attn local_attn(const cb_layout *L, const cb_attn *a) {
     int f = a->C / (int)cb_shard_cols(&s), b0 = (int)(s.row0 / a->Tq);
     cb_attn l = *a;
     l.B = (int)(s.nrows / a->Tq), l.C = a->C / f, l.NH = a->NH / f;
+    l.b0 = a->b0 + b0, l.h0 = a->h0 + (int)(s.col0[0] / (a->C / a->NH)); /* dropout's indices */
     l.ldq = a->ldq / f, l.ldkv = a->ldkv / f, l.koff = a->koff / f, l.voff = a->voff / f;
     if (a->qlen) l.qlen = a->qlen + b0;
     if (a->klen) l.klen = a->klen + b0;

@@ -119,7 +119,7 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
                           float *x) {
     int C = e->C, N = B * T, Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     L->k->embedding_rows(L->k, x, ids, e->wte, v0, Vl, N, C);
-    cb_comm_allreduce(group(L), "embed.fwd", NULL, x, (size_t)N * C, CB_COMM_SUM);
+    cb_layout_sum(L, group(L), "embed.fwd", x, (size_t)N * C);
     L->k->position_add(L->k, x, e->wpe, 0, T, N, C);
 }
 
@@ -162,7 +162,7 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
         return;
     }
     L->k->matmul_forward(L->k, y, x, l->w, NULL, N, l->in / P, l->out);
-    cb_comm_allreduce(group(L), "linear.fwd", NULL, y, (size_t)N * l->out, CB_COMM_SUM);
+    cb_layout_sum(L, group(L), "linear.fwd", y, (size_t)N * l->out);
     if (l->b) L->k->bias_add(L->k, y, l->b, N, l->out);
 }
 
@@ -173,7 +173,7 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     int P = L->tp;
     if (l->parity == 0) {
         L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out / P);
-        cb_comm_allreduce(group(L), "linear.bwd", NULL, dx, (size_t)N * l->in, CB_COMM_SUM);
+        cb_layout_sum(L, group(L), "linear.bwd", dx, (size_t)N * l->in);
     } else {
         L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in / P, l->out);
     }
@@ -202,11 +202,16 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_vocab_loss_backward(L, e, logits, targets, v0, dloss / N, N, Vl);
     cb_vocab_bias_backward(L, S_CE, e, logits, v0, N, Vl, Vl * L->tp);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
-    cb_comm_allreduce(group(L), "head.bwd", NULL, dx, (size_t)N * e->C, CB_COMM_SUM);
+    cb_layout_sum(L, group(L), "head.bwd", dx, (size_t)N * e->C);
 }
 
 static void plan(cb_layout *L, const cb_layout_use *u) {
     int N = u->B * u->T;
+    if (L->wire_bf16) { /* the bf16 staging of the sums (a failure meets CB_ENOMEM at the step) */
+        size_t w = u->op == CB_OP_LINEAR ? (u->lin->parity ? u->lin->out : u->lin->in)
+                   : u->op == CB_OP_EMBED || u->op == CB_OP_HEAD ? u->emb->C : 0;
+        (void)cb_comm_reserve_wire(group(L), (size_t)N * w);
+    }
     if (u->op == CB_OP_NORM && u->norm->parity)
         cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
     if (u->op == CB_OP_HEAD) cb_vocab_loss_reserve(L, S_CE, N, u->emb);

@@ -36,11 +36,12 @@
 #include "layout/layout.h"
 
 /* Workspace slots (layout.h), planned at build and reused by every operator. */
-enum { S_A0, S_A1, S_B0, S_B1, S_T1, S_T2, S_T3, NSCR };
+enum { S_A0, S_A1, S_B0, S_B1, S_T1, S_T2, S_T3, S_H0, S_H1, NSCR };
 
 /* The largest in-place reduces on the row and the column (cb_comm_reserve). */
 typedef struct tp2d {
     size_t red_row, red_col;
+    size_t wire_row; /* --comm-dtype bf16: the row's largest blocking bf16 staging */
 } tp2d;
 
 static float *scratch(cb_layout *L, int slot, size_t n) {
@@ -61,18 +62,24 @@ typedef struct bpipe {
     int q;
     float *buf[2];
     cb_comm_req req[2];
+    uint16_t *h[2]; /* an activation's pipe under --comm-dtype bf16: the bf16 staging; else NULL */
 } bpipe;
 
 static void bp_post(bpipe *p, int t) {
     float *b = p->buf[t & 1];
     if (p->comm->rank == t) memcpy(b, p->mine, sizeof(float) * p->n);
-    cb_comm_ibcast(p->comm, p->tag, b, p->n, t, &p->req[t & 1]);
+    if (p->h[0]) cb_comm_ibcast_bf16f(p->comm, p->tag, b, p->n, t, p->h[t & 1], &p->req[t & 1]);
+    else cb_comm_ibcast(p->comm, p->tag, b, p->n, t, &p->req[t & 1]);
 }
 
-/* mine (n) is this rank's block; slot and slot+1 hold the two buffers */
+/* mine (n) is this rank's block; slot and slot+1 hold the two buffers;
+ * act: an activation, broadcast in bf16 under --comm-dtype bf16 */
 static bpipe bp_start(cb_layout *L, cb_comm *comm, const char *tag, const float *mine, size_t n,
-                      int slot) {
-    bpipe p = {comm, tag, mine, n, L->q, {scratch(L, slot, n), scratch(L, slot + 1, n)}, {{0}}};
+                      int slot, int act) {
+    bpipe p = {comm, tag, mine, n, L->q, {scratch(L, slot, n), scratch(L, slot + 1, n)}, {{0}},
+               {NULL, NULL}};
+    if (act && L->wire_bf16)
+        for (int i = 0; i < 2; i++) p.h[i] = cb_layout_scratch(L, S_H0 + i, sizeof(uint16_t) * n);
     bp_post(&p, 0);
     return p;
 }
@@ -240,7 +247,7 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     int Vq = vpad(L, e->V) / q;
     float *part = scratch(L, S_T1, (size_t)N * cq), *blk = scratch(L, S_T2, (size_t)n * cq);
     L->k->embedding_rows(L->k, part, ids, e->wte, c * Vq, Vq, N, cq);
-    cb_comm_reduce_scatter(rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
+    cb_layout_reduce_scatter(L, rowg(L), "embed.fwd", part, blk, (size_t)n * cq);
     transpose_swap(L, "embed.fwd", blk, x, (size_t)n * cq);
     int tq = (e->T + q - 1) / q; /* position rows per rank */
     float *wpe = scratch(L, S_T2, (size_t)tq * q * cq);
@@ -257,7 +264,7 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     int Vq = vpad(L, e->V) / q;
     float *full = scratch(L, S_T1, (size_t)N * cq);
     transpose_swap(L, "embed.bwd", dx, full + (size_t)c * n * cq, (size_t)n * cq);
-    cb_comm_allgather(rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
+    cb_layout_allgather(L, rowg(L), "embed.bwd", NULL, full, (size_t)n * cq);
     L->k->embedding_rows_backward(L->k, e->dwte, full, ids, c * Vq, Vq, N, cq);
     if (!e->dwpe) return; /* fixed positions */
     int tq = (e->T + q - 1) / q;
@@ -288,8 +295,8 @@ static void norm_backward(cb_layout *L, cb_norm *nm, const float *x, const float
 static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
     int q = L->q, n = N / q, a = l->in / q, b = l->out / q;
     float *tmp = scratch(L, S_T1, (size_t)n * b);
-    bpipe px = bp_start(L, rowg(L), "linear.fwd", x, (size_t)n * a, S_A0);
-    bpipe pw = bp_start(L, colg(L), "linear.fwd", l->w, (size_t)a * b, S_B0);
+    bpipe px = bp_start(L, rowg(L), "linear.fwd", x, (size_t)n * a, S_A0, 1);
+    bpipe pw = bp_start(L, colg(L), "linear.fwd", l->w, (size_t)a * b, S_B0, 0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
         cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
@@ -306,14 +313,14 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     int q = L->q, n = N / q, a = l->in / q, b = l->out / q;
     int r = L->grid->at.r, c = L->grid->at.c;
     float *part = scratch(L, S_T1, (size_t)n * a), *z = scratch(L, S_T2, (size_t)a * b);
-    bpipe pw = bp_start(L, colg(L), "linear.bwd", l->w, (size_t)a * b, S_B0);
-    bpipe px = bp_start(L, rowg(L), "linear.bwd", x, (size_t)n * a, S_A0);
+    bpipe pw = bp_start(L, colg(L), "linear.bwd", l->w, (size_t)a * b, S_B0, 0);
+    bpipe px = bp_start(L, rowg(L), "linear.bwd", x, (size_t)n * a, S_A0, 1);
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
         cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
         mmt_rows(L, root ? dx : part, dy, wt, n, b, a, pend);
-        cb_comm_reduce(rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
+        cb_layout_reduce(L, rowg(L), "linear.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * a, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
@@ -340,8 +347,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q, c = L->grid->at.c;
     int r = L->grid->at.r, v0 = c * Vq;
     float *tmp = scratch(L, S_T1, (size_t)n * Vq), *losses = logits + (size_t)n * Vq;
-    bpipe px = bp_start(L, rowg(L), "head.fwd", x, (size_t)n * cq, S_A0);
-    bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0);
+    bpipe px = bp_start(L, rowg(L), "head.fwd", x, (size_t)n * cq, S_A0, 1);
+    bpipe pw = bp_start(L, colg(L), "head.fwd", e->wte, (size_t)Vq * cq, S_B0, 0);
     for (int t = 0; t < q; t++) {
         const float *xt = bp_get(&px, t), *wt = bp_get(&pw, t);
         cb_comm_req *pend[2] = {next_req(&px, t), next_req(&pw, t)};
@@ -366,14 +373,14 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_vocab_loss_backward(L, e, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq);
     cb_vocab_bias_backward(L, S_T2, e, logits, v0, n, Vq, Vq * q);
     float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
-    bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0);
-    bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0);
+    bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0, 0);
+    bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0, 1);
     for (int t = 0; t < q; t++) {
         const float *wt = bp_get(&pw, t);
         int root = c == t;
         cb_comm_req *pend[2] = {next_req(&pw, t), &px.req[t & 1]};
         mm_rows(L, root ? dx : part, logits, wt, NULL, n, Vq, cq, pend);
-        cb_comm_reduce(rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
+        cb_layout_reduce(L, rowg(L), "head.bwd", root ? NULL : part, root ? dx : NULL,
                        (size_t)n * cq, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
@@ -395,7 +402,8 @@ static void layout_free(cb_layout *L) {
 /* The reduces' copies, counted in kept_need by the plan. */
 static int plan_alloc(cb_layout *L, cb_err *e) {
     tp2d *p = L->priv;
-    if (cb_comm_reserve(rowg(L), p->red_row) || cb_comm_reserve(colg(L), p->red_col))
+    if (cb_comm_reserve(rowg(L), p->red_row) || cb_comm_reserve(colg(L), p->red_col) ||
+        cb_comm_reserve_wire(rowg(L), p->wire_row))
         return cb_fail(e, CB_ENOMEM, "out of memory for the 2-D reduces' buffers: %zu bytes",
                        L->ws.kept_need);
     return CB_OK;
@@ -403,13 +411,24 @@ static int plan_alloc(cb_layout *L, cb_err *e) {
 
 static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
 
+/* the bytes plan_alloc reserves in the communicators */
+static void count_kept(cb_layout *L) {
+    tp2d *p = L->priv;
+    L->ws.kept_need = sizeof(float) * (p->red_row + p->red_col) + sizeof(uint16_t) * p->wire_row;
+}
+
 /* A SUMMA's double buffers of an (n, a) and an (a, b) operand, its partial
  * product (n, b) and, backward, the partial dx (n, a) and dw (a, b). */
 static void reserve_summa(cb_layout *L, size_t n, size_t a, size_t b) {
     tp2d *p = L->priv;
     p->red_row = n * a > p->red_row ? n * a : p->red_row;
     p->red_col = a * b > p->red_col ? a * b : p->red_col;
-    L->ws.kept_need = sizeof(float) * (p->red_row + p->red_col);
+    if (L->wire_bf16) { /* the bf16 reduce of dx (send and result), the pipes' staging */
+        p->wire_row = 2 * n * a > p->wire_row ? 2 * n * a : p->wire_row;
+        cb_layout_reserve(L, S_H0, sizeof(uint16_t) * n * a);
+        cb_layout_reserve(L, S_H1, sizeof(uint16_t) * n * a);
+    }
+    count_kept(L);
     reserve(L, S_A0, n * a), reserve(L, S_A1, n * a);
     reserve(L, S_B0, a * b), reserve(L, S_B1, a * b);
     reserve(L, S_T1, n * (a > b ? a : b)), reserve(L, S_T2, a * b);
@@ -431,6 +450,11 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         size_t cq = u->emb->C / q, tq = (u->emb->T + q - 1) / q;
         reserve(L, S_T1, N * cq);
         reserve(L, S_T2, n * cq > tq * q * cq ? n * cq : tq * q * cq);
+        if (L->wire_bf16) { /* the bf16 reduce-scatter and all-gather over the row */
+            tp2d *p = L->priv;
+            p->wire_row = N * cq > p->wire_row ? N * cq : p->wire_row;
+            count_kept(L);
+        }
     }
 }
 

@@ -17,7 +17,7 @@
 #include "layout/layout.h"
 
 /* workspace slots (layout.h), planned at build and reused by every operator */
-enum { S_XH, S_WH, S_Z, S_DYH, S_DXH, S_DWH, S_DW, S_RED, S_RED2, NSLOT };
+enum { S_XH, S_WH, S_Z, S_DYH, S_DXH, S_DWH, S_DW, S_RED, S_RED2, S_H, NSLOT };
 
 /* X^ of one forward input. Pipelines keep several micro-batches in flight,
  * each in its own input buffer, so X^ is kept per input pointer, in a pool
@@ -57,6 +57,26 @@ static roles roles_of(cb_layout *L, int parity) {
     cb_grid *g = L->grid;
     if (parity == 0) return (roles){g->at.j, g->at.k, &g->input, &g->output, &g->out_w, &g->in_w};
     return (roles){g->at.k, g->at.j, &g->output, &g->input, &g->in_w, &g->out_w};
+}
+
+/* The non-blocking gather (X^) and reduce-scatter (dX) of an activation
+ * over c, in bf16 under --comm-dtype bf16, staged in S_H: half 0 for the
+ * gather, half 1 for the reduce-scatter (backward has both in flight; both
+ * of all = p*n values, so the slot never grows between them). */
+static uint16_t *stage(cb_layout *L, size_t all, int half) {
+    return (uint16_t *)cb_layout_scratch(L, S_H, 2 * all * sizeof(uint16_t)) + half * all;
+}
+
+static void igather_act(cb_layout *L, cb_comm *c, const char *tag, const float *x, float *xh,
+                        size_t n, cb_comm_req *r) {
+    if (L->wire_bf16) cb_comm_iallgather_bf16f(c, tag, x, xh, n, stage(L, c->size * n, 0), r);
+    else cb_comm_iallgather(c, tag, x, xh, n, r);
+}
+
+static void ireduce_scatter_act(cb_layout *L, cb_comm *c, const char *tag, const float *dxh,
+                                float *dx, size_t n, cb_comm_req *r) {
+    if (L->wire_bf16) cb_comm_ireduce_scatter_bf16f(c, tag, dxh, dx, n, stage(L, c->size * n, 1), r);
+    else cb_comm_ireduce_scatter(c, tag, dxh, dx, n, r);
 }
 
 /* (i, a, b) of tensor rank t for a parity, without the grid */
@@ -347,12 +367,12 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
     gather_into(L, &s, x, N, nh * in, in * out, &xh, &wh);
     l->saved = s;
     cb_comm_req rq[2];
-    cb_comm_iallgather(r.la, "linear.fwd", x, xh, nb * in, &rq[0]);
+    igather_act(L, r.la, "linear.fwd", x, xh, nb * in, &rq[0]);
     cb_comm_iallgather(&L->grid->weight, "linear.fwd", l->w, wh, wr * out, &rq[1]);
     cb_comm_waitall(rq, 2);
     float *z = scratch(L, S_Z, nh * out);
     L->k->matmul_forward(L->k, z, xh, wh, NULL, (int)nh, (int)in, (int)out);
-    cb_comm_reduce_scatter(r.lb, "linear.fwd", z, y, nb * out);
+    cb_layout_reduce_scatter(L, r.lb, "linear.fwd", z, y, nb * out);
     if (l->b) L->k->bias_add(L->k, y, l->b, (int)nb, (int)out);
 }
 
@@ -378,15 +398,15 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     float *xh, *wh;
     kept(L, l->saved, x, N, &xh, &wh);
     int gx = !xh, gw = !wh;
-    if (gx) cb_comm_iallgather(r.la, "linear.bwd", x, xh = scratch(L, S_XH, nh * in), nb * in, &rx);
+    if (gx) igather_act(L, r.la, "linear.bwd", x, xh = scratch(L, S_XH, nh * in), nb * in, &rx);
     if (gw)
         cb_comm_iallgather(W, "linear.bwd", l->w, wh = scratch(L, S_WH, in * out), wr * out, &rw);
     float *dyh = scratch(L, S_DYH, nh * out);
-    cb_comm_allgather(r.lb, "linear.bwd", dy, dyh, nb * out);
+    cb_layout_allgather(L, r.lb, "linear.bwd", dy, dyh, nb * out);
     if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * in);
     L->k->head_forward(L->k, dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
-    cb_comm_ireduce_scatter(r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
+    ireduce_scatter_act(L, r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
     cb_comm_req *pend[2] = {&rdx, l->db ? &rb : NULL};
@@ -457,7 +477,7 @@ static void embed_forward(cb_layout *L, const cb_embed *e, const int *ids, int B
     cb_comm_allgather(&g->weight, "embed.fwd", e->wte, wh, v.vr * v.c);
     const int *id = ids + (size_t)g->at.i * nh;
     L->k->embedding_rows(L->k, z, id, wh, (int)v.v0, (int)v.vb, (int)nh, (int)v.c);
-    cb_comm_reduce_scatter(&g->input, "embed.fwd", z, x, nb * v.c);
+    cb_layout_reduce_scatter(L, &g->input, "embed.fwd", z, x, nb * v.c);
     size_t tr = pos_rows(L, e->T), t0 = (size_t)(g->at.i * q + g->at.j) * nb;
     float *pe = scratch(L, S_RED, tr * q * q * v.c);
     cb_comm_allgather(&g->in_w, "embed.fwd", e->wpe, pe, tr * v.c);
@@ -474,7 +494,7 @@ static void embed_backward(cb_layout *L, cb_embed *e, const int *ids, int B, int
     size_t N = (size_t)B * T, nh = N / q, nb = N / (q * q);
     vocab v = vocab_of(L, e->V, e->C);
     float *dyh = scratch(L, S_DYH, nh * v.c);
-    cb_comm_allgather(&g->input, "embed.bwd", dx, dyh, nb * v.c);
+    cb_layout_allgather(L, &g->input, "embed.bwd", dx, dyh, nb * v.c);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
     const int *id = ids + (size_t)g->at.i * nh;
     L->k->embedding_rows_backward(L->k, dwh, dyh, id, (int)v.v0, (int)v.vb, (int)nh, (int)v.c);
@@ -505,12 +525,12 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
     float *xh, *wh;
     gather_into(L, &P->head, x, N, nh * v.c, v.vb * v.c, &xh, &wh);
     cb_comm_req rq[2];
-    cb_comm_iallgather(&g->input, "head.fwd", x, xh, nb * v.c, &rq[0]);
+    igather_act(L, &g->input, "head.fwd", x, xh, nb * v.c, &rq[0]);
     cb_comm_iallgather(&g->weight, "head.fwd", e->wte, wh, v.vr * v.c, &rq[1]);
     cb_comm_waitall(rq, 2);
     float *z = scratch(L, S_Z, nh * v.vb);
     L->k->head_forward(L->k, z, xh, wh, (int)nh, (int)v.c, (int)v.vb);
-    cb_comm_reduce_scatter(&g->output, "head.fwd", z, logits, nb * v.vb);
+    cb_layout_reduce_scatter(L, &g->output, "head.fwd", z, logits, nb * v.vb);
     cb_vocab_bias_add(L, e, logits, (int)nb, (int)v.vb, (int)v.v0);
     const int *tg = targets ? targets + (size_t)(g->at.i * q + g->at.k) * nb : NULL;
     double sum = cb_vocab_loss_forward(L, &g->input, S_RED, e, logits, logits + nb * v.vb, tg, (int)nb,
@@ -534,8 +554,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     int gx = !xh, gw = !wh;
     cb_comm_req rx, rw, rdx, rdw;
     if (gx)
-        cb_comm_iallgather(&g->input, "head.bwd", x, xh = scratch(L, S_XH, nh * v.c), nb * v.c,
-                           &rx);
+        igather_act(L, &g->input, "head.bwd", x, xh = scratch(L, S_XH, nh * v.c), nb * v.c, &rx);
     if (gw)
         cb_comm_iallgather(&g->weight, "head.bwd", e->wte, wh = scratch(L, S_WH, v.vb * v.c),
                            v.vr * v.c, &rw);
@@ -545,11 +564,11 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_vocab_bias_backward(L, S_RED, e, logits, (int)v.v0, (int)nb, (int)v.vb,
                            (int)vocab_pad(L, e->V));
     float *dzh = scratch(L, S_DYH, nh * v.vb);
-    cb_comm_allgather(&g->output, "head.bwd", logits, dzh, nb * v.vb);
+    cb_layout_allgather(L, &g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
     float *dxh = scratch(L, S_DXH, nh * v.c);
     L->k->matmul_forward(L->k, dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
-    cb_comm_ireduce_scatter(&g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
+    ireduce_scatter_act(L, &g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
     if (gx) cb_comm_wait(&rx);
     float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
     cb_comm_req *pend[1] = {&rdx};
@@ -579,6 +598,15 @@ static void layout_free(cb_layout *L) {
 
 static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
 
+/* --comm-dtype bf16: the staging of the non-blocking activation traffic
+ * (S_H) and of the blocking traffic on lb (its c->wire: a failure here is
+ * met again, as CB_ENOMEM, when a step first needs it) */
+static void plan_wire(cb_layout *L, cb_comm *lb, size_t nh, size_t in, size_t out) {
+    if (!L->wire_bf16) return;
+    cb_layout_reserve(L, S_H, 2 * nh * in * sizeof(uint16_t));
+    (void)cb_comm_reserve_wire(lb, nh * out);
+}
+
 /* The buffers of a linear-like product of (nh, in) by (in, out) on nb local
  * rows (forward and backward), and its kept X^ and W^. */
 static void plan_product(cb_layout *L, gathered **sp, size_t nh, size_t in, size_t out,
@@ -597,12 +625,15 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         size_t out = u->lin->out / q;
         plan_product(L, &s, nh, u->lin->in / q, out, u->lin->in / (q * q) * out, u->inflight);
         u->lin->saved = s;
+        plan_wire(L, roles_of(L, u->lin->parity).lb, nh, u->lin->in / q, out);
     } else if (u->op == CB_OP_NORM) {
         cb_split_norm_reserve(L, S_RED, S_RED2, (int)nb, u->norm->C / L->q);
     } else if (u->op == CB_OP_HEAD || u->op == CB_OP_EMBED) {
         vocab v = vocab_of(L, u->emb->V, u->emb->C);
         if (u->op == CB_OP_HEAD)
             plan_product(L, &P->head, nh, v.c, v.vb, v.vr * v.c, u->inflight);
+        plan_wire(L, u->op == CB_OP_HEAD ? &L->grid->output : &L->grid->input, nh, v.c,
+                  u->op == CB_OP_HEAD ? v.vb : v.c);
         cb_vocab_loss_reserve(L, S_RED, (int)nb, u->emb);
         if (u->bias) cb_vocab_bias_reserve(L, S_RED, (int)vocab_pad(L, u->emb->V));
         reserve(L, S_WH, v.vb * v.c), reserve(L, S_Z, nh * v.c), reserve(L, S_DYH, nh * v.c);

@@ -194,7 +194,7 @@ static void bert_declare(void *ctx, cb_model *m) {
     bert_task *r = ctx;
     const cb_bert_task_opts *o = r->n;
     cb_bert_config c = {o->layers, o->d_model, o->heads, r->T, o->special_base + N_SPECIAL, 2,
-                        r->roberta, o->dropout};
+                        r->roberta, o->dropout, o->attn_dropout};
     cb_model_declare_bert(m, &c);
     cb_model_set_lengths(m, r->lens);
 }
@@ -239,10 +239,10 @@ static int bert_prepare(cb_train_opts *to, cb_err *e) {
     to->T = o->seq_len;
     if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || to->steps < 0 ||
         o->seq_len < 16 || !(o->mask_prob > 0 && o->mask_prob < 1) ||
-        !(o->dropout >= 0 && o->dropout < 1))
+        !(o->dropout >= 0 && o->dropout < 1) || !(o->attn_dropout >= 0 && o->attn_dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch >= 1, --seq-len >= "
-                                     "16, --steps >= 0, --mask-prob in (0, 1) and --dropout in "
-                                     "[0, 1); fix the flag");
+                                     "16, --steps >= 0, --mask-prob in (0, 1), --dropout and "
+                                     "--attn-dropout in [0, 1); fix the flag");
     if (cb_heads_check(o->heads, o->d_model, e)) return CB_EINPUT;
     if (o->special_base < o->V)
         return cb_fail(e, CB_EINPUT, "--special-base %d: the special ids %d..%d collide with the "

@@ -224,7 +224,7 @@ typedef struct cb_ncf_task_opts {
  * filled by its prepare from the token file. */
 typedef struct cb_bert_task_opts {
     int roberta, layers, d_model, heads, seq_len, text_vocab, special_base, fill;
-    float mask_prob, dropout;
+    float mask_prob, dropout, attn_dropout;
     const char *bpe_dir, *dump_batches;
     FILE *fill_out; /* --fill's guesses are written here */
     int V, tokenizer;

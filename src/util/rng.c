@@ -30,20 +30,11 @@ uint64_t cb_rng_key(uint64_t seed, const char *name) {
     return mix(seed ^ mix(h));
 }
 
-/* the counter-th output of a splitmix64 stream seeded with key */
-static uint64_t at(uint64_t key, uint64_t counter) {
-    return mix(key + (counter + 1) * 0x9E3779B97F4A7C15ull);
-}
-
-float cb_rng_uniform_at(uint64_t key, uint64_t i) {
-    return (float)(at(key, i) >> 40) / 16777216.0f;
-}
-
-uint64_t cb_rng_subkey(uint64_t key, uint64_t stream) { return at(key, stream); }
+uint64_t cb_rng_subkey(uint64_t key, uint64_t stream) { return cb_rng_bits_at(key, stream); }
 
 float cb_rng_normal_at(uint64_t key, uint64_t i) {
     uint64_t p = i & ~(uint64_t)1;
-    double u1 = ((at(key, p) >> 11) + 1.0) / 9007199254740993.0;
-    double u2 = (at(key, p + 1) >> 11) / 9007199254740992.0, r = sqrt(-2.0 * log(u1));
+    double u1 = ((cb_rng_bits_at(key, p) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (cb_rng_bits_at(key, p + 1) >> 11) / 9007199254740992.0, r = sqrt(-2.0 * log(u1));
     return (float)(i & 1 ? r * sin(6.283185307179586 * u2) : r * cos(6.283185307179586 * u2));
 }

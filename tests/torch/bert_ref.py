@@ -30,7 +30,7 @@ sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from cbref import Checks, read_safetensors, lr_at, clip_grads  # noqa: E402
 
 
-def attention(qkv, NH, lens):
+def attention(qkv, NH, lens, drop=lambda p: p):
     B, T, C3 = qkv.shape
     C, hs = C3 // 3, C3 // 3 // NH
     heads = lambda x: x.reshape(B, T, NH, hs).transpose(1, 2)  # noqa: E731
@@ -38,7 +38,7 @@ def attention(qkv, NH, lens):
     s = q @ k.transpose(-2, -1) / math.sqrt(hs)
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     mask = ((j < lens[:, None, None]) & (i < lens[:, None, None]))[:, None]
-    p = torch.where(mask, s.masked_fill(~mask, -1e30).softmax(-1), torch.zeros_like(s))
+    p = drop(torch.where(mask, s.masked_fill(~mask, -1e30).softmax(-1), torch.zeros_like(s)))
     return (p @ v).transpose(1, 2).reshape(B, T, C)
 
 
@@ -67,8 +67,12 @@ def rng_key(seed, name):
     return mix(seed ^ mix(h))
 
 
-def keep(seed, ix, step, shape, p):
-    key = mix((rng_key(seed, f'dropout.{ix}') + (step + 1) * GOLD) & M64)
+def keep(seed, name, step, shape, p):
+    """The mask of the value (shape) of the dropout whose key is cb_rng_key(seed, name) in
+    step `step`: hidden dropouts are named "dropout.<declaration index>", the attention
+    probabilities' dropout (cb_layer_attention_dropout) by the attention layer's name, the
+    index of (b, h, i, j) of the step's (B, NH, T, T) probabilities ((b NH + h) T + i) T + j."""
+    key = mix((rng_key(seed, name) + (step + 1) * GOLD) & M64)
     i = np.arange(int(np.prod(shape)), dtype=np.uint64)
     u = (mix(np.uint64(key) + (i + np.uint64(1)) * np.uint64(GOLD)) >> np.uint64(40)).astype(np.float32)
     return torch.from_numpy(u / np.float32(16777216.0) >= np.float32(p)).reshape(shape)
@@ -93,16 +97,26 @@ def forward(P, a, ids, types, tg, lens, step=0):
             return x
         if getattr(a, 'native_dropout', False):  # the benchmark: PyTorch's own generator
             return F.dropout(x, a.dropout)
-        k = keep(a.seed, ix[0], step, tuple(x.shape), a.dropout)
+        k = keep(a.seed, f'dropout.{ix[0]}', step, tuple(x.shape), a.dropout)
         ix[0] += 1
         return torch.where(k, x * float(np.float32(1) / (np.float32(1) - np.float32(a.dropout))), 0)
+
+    def attn_drop(name):  # the probabilities' dropout of attention layer `name`
+        pa = getattr(a, 'attn_dropout', 0.0)
+        if pa == 0:
+            return lambda p: p
+        if getattr(a, 'native_dropout', False):
+            return lambda p: F.dropout(p, pa)
+        s = float(np.float32(1) / (np.float32(1) - np.float32(pa)))
+        return lambda p: torch.where(keep(a.seed, name, step, tuple(p.shape), pa), p * s, 0)
     e = f'{enc}.embeddings.'
     x = P[e + 'word_embeddings.weight'][ids] + P[e + 'position_embeddings.weight'][:T] + \
         P[e + 'token_type_embeddings.weight'][types]
     x = drop(ln(x, e + 'LayerNorm'))
     for l in range(a.layers):
         p = f'{enc}.encoder.layer.{l}.'
-        h = drop(lin(attention(lin(x, p + 'attention.self.qkv'), a.heads, lens), p + 'attention.output.dense'))
+        h = attention(lin(x, p + 'attention.self.qkv'), a.heads, lens, attn_drop(p + 'attention.self'))
+        h = drop(lin(h, p + 'attention.output.dense'))
         x = ln(x + h, p + 'attention.output.LayerNorm')
         h = drop(lin(gelu(lin(x, p + 'intermediate.dense')), p + 'output.dense'))
         x = ln(x + h, p + 'output.LayerNorm')
@@ -146,10 +160,10 @@ def check_hf(a, ck, P, r, T):
     """--hf FILE: the converted weights give the loss of cubist's layout on the first batch."""
     H = {k: torch.tensor(np.asarray(v), dtype=torch.float64) for k, v in read_safetensors(a.hf)[0].items()}
     ids, types, tg, lens = r[0, :, :T], r[0, :, T:2 * T], r[0, :, 2 * T:3 * T], r[0, :, 3 * T]
-    drop, a.dropout = a.dropout, 0.0
+    drop, adrop, a.dropout, a.attn_dropout = a.dropout, a.attn_dropout, 0.0, 0.0
     with torch.no_grad():
         want, got = float(forward(P, a, ids, types, tg, lens)), float(hf_forward(H, a, ids, types, tg, lens))
-    a.dropout = drop
+    a.dropout, a.attn_dropout = drop, adrop
     rel = abs(got - want) / abs(want)
     ck.check(rel <= 1e-12, f'{a.model} Hugging Face layout (scripts/bert_to_hf.py)',
              f'loss {got:.15g} vs cubist layout {want:.15g}, rel {rel:.1e} tol 1e-12; {len(H)} tensors')
@@ -175,6 +189,7 @@ def main():
     ap.add_argument('--eps', type=float, default=1e-6)
     ap.add_argument('--clip', type=float, default=1.0)
     ap.add_argument('--dropout', type=float, default=0.1)
+    ap.add_argument('--attn-dropout', type=float, default=0.1)
     ap.add_argument('--seed', type=int, default=1337)
     ap.add_argument('--hf', help='also check this scripts/bert_to_hf.py conversion of --init')
     a = ap.parse_args()
