@@ -27,7 +27,7 @@ static const char EPILOG[] =
     "first N held-out pairs (`cubist translate`'s decoding) against their targets,\n"
     "at each evaluation; one stage, no --tp or --recompute (each --dp rank decodes).\n"
     "Parallel flags: --dp --zero --tp (1-D) --pp --schedule --micro-batches ...;\n"
-    "--embed-grad dense only (the table is read three times). --dump-batches F\n"
+    "--embed-grad dense|sparse|split (sparse, split: --tp 1 --pp 1). --dump-batches F\n"
     "writes each step's rows (int32: T source, T decoder input, T targets, source\n"
     "and target lengths) for the PyTorch test; --dump-grads F step 1's gradients.\n"
     "Checkpoints and stops as for the GPT (the one training loop): --save F or\n"
