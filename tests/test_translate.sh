@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `cubist translate` and val_bleu (docs/nmt.md, "Decoding"). A tiny
-# encoder-decoder (1 + 1 blocks, d 64) learns a word-for-word "translation"
+# encoder-decoder (1 + 1 blocks, d 64, no dropout) learns a word-for-word "translation"
 # (ten English words to Spanish ones, 4-5 words a pair, in bytes) for 1500
 # steps, then:
 # 1. Greedy decoding through the engine's KV cache equals the full
@@ -13,8 +13,8 @@
 #    float32 against float64 moves logits by ~1e-5, and the reference
 #    prints the smallest top-2 gap it met (checked > 1e-3, so no choice was
 #    a near tie).
-# 4. The model learned: BLEU of the held-out greedy translations >= 0.15
-#    (a source-blind model, the commonest words, scores 0: no 4-gram).
+# 4. The model learned: BLEU of the held-out greedy translations >= 0.5
+#    (measured 0.87; a source-blind model, the commonest words, scores 0).
 # 5. cubist bleu on the translations equals NLTK's corpus_bleu (1e-12),
 #    and val_bleu in the training log (the trainer's decoding of the same
 #    20 pairs with the same final weights) equals it (1e-6, the log's digits).
@@ -46,18 +46,8 @@ cut -f2 val.tsv | head -n 20 > ref.txt
 "$C" prepare --pairs train.tsv --output train.bin --val-pairs val.tsv --val-output val.bin \
     --context 40 > /dev/null || { fail "prepare --pairs"; exit 1; }
 M=(--model nmt --data train.bin --val-data val.bin --layers 1 --d-model 64 --heads 4 --ffn 128
-   --batch 16 --lr 3e-3 --min-lr 3e-4 --warmup 30 --smoothing 0 --threads 1 --quiet)
-# The model has no sqrt(d) scaling of its embedding yet (docs/nmt.md), so
-# the fixed sinusoids (~0.7) drown the token embeddings (0.02) and it learns
-# which word is where slowly; starting from a position table scaled to the
-# tokens' size (loaded like any weight, then fixed) it learns in seconds.
-"$C" train "${M[@]}" --steps 0 --eval-every 1 --save init0.st > /dev/null 2>&1 &&
-"$PY" -c "
-import sys; sys.path.insert(0, '$ROOT/tests/torch')
-from cbref import read_safetensors, write_safetensors
-W, meta = read_safetensors('init0.st'); W['emb.pos'] = W['emb.pos'] * 0.03
-write_safetensors('init.st', W, meta)" || { fail "scaling the initial positions"; exit 1; }
-"$C" train "${M[@]}" --init init.st --steps 1500 --eval-every 1500 --bleu-pairs 20 \
+   --batch 16 --lr 3e-3 --min-lr 3e-4 --warmup 30 --smoothing 0 --dropout 0 --threads 1 --quiet)
+"$C" train "${M[@]}" --steps 1500 --eval-every 1500 --bleu-pairs 20 \
     --log train.jsonl --save m.st > train.out 2>&1 || { fail "training: $(tail -n 2 train.out)"; exit 1; }
 
 # ---------------------------------------------------------------- decoding paths
@@ -95,8 +85,8 @@ vb = log[-1]["val_bleu"] if log else float("nan")
 errs = []
 if not abs(got - want) <= 1e-12: errs.append(f"cubist bleu {got!r} NLTK {want!r}")
 if not abs(vb - got) <= 1e-6: errs.append(f"val_bleu {vb!r} in the log, translate's {got!r}")
-if not got >= 0.15: errs.append(f"BLEU {got:.4f} < 0.15: the model did not learn")
-print("; ".join(errs) if errs else f"OK BLEU {got:.6f} = NLTK {want:.6f} = val_bleu {vb:.6f} (>= 0.15)")
+if not got >= 0.5: errs.append(f"BLEU {got:.4f} < 0.5: the model did not learn")
+print("; ".join(errs) if errs else f"OK BLEU {got:.6f} = NLTK {want:.6f} = val_bleu {vb:.6f} (>= 0.5)")
 PY
 )
 [[ $out == OK* ]] && pass "translations: $out" || fail "BLEU: $out"

@@ -167,12 +167,12 @@ static int nmt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
 /* The config's keys in every file's metadata after model=nmt, in the
  * order of nmt_fields (cb_nmt_config_from_file reads them back). */
 static const char *const NMT_KEYS[] = {"enc_layers", "dec_layers", "pre_ln", "n_head",
-                                       "d_model", "d_ff", "vocab", "seq_len"};
-enum { NMT_NKEYS = 8 };
+                                       "d_model", "d_ff", "vocab", "seq_len", "emb_scale"};
+enum { NMT_NKEYS = 9 };
 
 static void nmt_fields(cb_nmt_config *c, int *T, int **f) {
     int *p[NMT_NKEYS] = {&c->enc_layers, &c->dec_layers, &c->pre_ln, &c->n_head,
-                         &c->d_model, &c->d_ff, &c->vocab, T};
+                         &c->d_model, &c->d_ff, &c->vocab, T, &c->emb_scale};
     memcpy(f, p, sizeof p);
 }
 
@@ -272,10 +272,10 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
     const cb_nmt_config *c = &o->c;
     if (c->enc_layers < 1 || c->dec_layers < 1 || c->d_model < 1 || c->n_head < 1 ||
         c->d_ff < 1 || to->steps < 0 || o->max_tokens < 0 ||
-        !(c->smoothing >= 0 && c->smoothing < 1))
+        !(c->smoothing >= 0 && c->smoothing < 1) || !(c->dropout >= 0 && c->dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --dec-layers, --d-model, --heads, --ffn >= 1, "
-                                     "--steps, --max-tokens >= 0 and --smoothing in [0, 1); fix "
-                                     "the flag");
+                                     "--steps, --max-tokens >= 0, --smoothing and --dropout in "
+                                     "[0, 1); fix the flag");
     if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     to->T = o->seq_len;
     return bleu_flags(to, o, e);

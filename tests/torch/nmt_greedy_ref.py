@@ -30,7 +30,8 @@ def main():
     P = {k: torch.tensor(np.asarray(v), dtype=torch.float64) for k, v in W.items()}
     a = types.SimpleNamespace(heads=int(meta["n_head"]), layers=int(meta["enc_layers"]),
                               dec_layers=int(meta["dec_layers"]), pre_ln=meta["pre_ln"] == "1",
-                              vocab=int(meta["vocab"]))
+                              vocab=int(meta["vocab"]), no_emb_scale=meta["emb_scale"] == "0",
+                              dropout=0.0, seed=0)  # decoding: no dropout
     T, V = int(meta["seq_len"]), a.vocab
     pad, bos, eos = V - 3, V - 2, V - 1
     max_len = o.max_len or T - 1

@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cbref import Checks, read_safetensors, lr_at, clip_grads  # noqa: E402
+from bert_ref import dropper  # noqa: E402  (cubist's counter-based dropout masks)
 
 F = torch.nn.functional
 
@@ -35,22 +36,24 @@ def attend(q, k, v, NH, qlen, klen, causal):
     return o * (torch.arange(T)[None, :] < qlen[:, None])[..., None]
 
 
-def forward(P, a, src_ids, dec_ids, tg, slen, tlen):
-    logits = decode_logits(P, a, src_ids, dec_ids, slen, tlen)
+def forward(P, a, src_ids, dec_ids, tg, slen, tlen, step=0):
+    logits = decode_logits(P, a, src_ids, dec_ids, slen, tlen, step)
     return F.cross_entropy(logits.reshape(-1, a.vocab), tg.reshape(-1),
                            label_smoothing=a.smoothing, ignore_index=a.vocab - 3)
 
 
-def decode_logits(P, a, src_ids, dec_ids, slen, tlen):
+def decode_logits(P, a, src_ids, dec_ids, slen, tlen, step=0):
     """The logits (B, T, vocab) of every decoder position (a: heads, layers,
-    dec_layers, pre_ln, vocab)."""
+    dec_layers, pre_ln, vocab, no_emb_scale, dropout, seed)."""
     C, NH = P["emb.weight"].shape[1], a.heads
     ln = lambda x, p: F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], 1e-5)  # noqa: E731
     lin = lambda x, p: x @ P[p + ".weight"] + P[p + ".bias"]  # noqa: E731
+    drop = dropper(a, step)  # cubist's masks, in its declaration order
     pre = lambda x, p: ln(x, p) if a.pre_ln else x  # noqa: E731
-    post = lambda x, y, p: x + y if a.pre_ln else ln(x + y, p)  # noqa: E731
+    post = lambda x, y, p: x + drop(y) if a.pre_ln else ln(x + drop(y), p)  # noqa: E731
     T = src_ids.shape[1]
-    emb = lambda ids: P["emb.weight"][ids] + P["emb.pos"][:T]  # noqa: E731
+    scale = 1.0 if a.no_emb_scale else math.sqrt(C)  # the paper's sqrt(d) before the positions
+    emb = lambda ids: drop(P["emb.weight"][ids] * scale + P["emb.pos"][:T])  # noqa: E731
     ffn = lambda h, p: lin(F.relu(lin(h, p + ".fc1")), p + ".fc2")  # noqa: E731
 
     def selfattn(h, p, lens, causal):
@@ -84,6 +87,9 @@ def main():
     for f in ("--batch", "--seq-len", "--layers", "--dec-layers", "--heads", "--steps", "--vocab"):
         ap.add_argument(f, type=int, required=True)
     ap.add_argument("--pre-ln", action="store_true")
+    ap.add_argument("--no-emb-scale", action="store_true")
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--smoothing", type=float, default=0.1)
     ap.add_argument("--lr", type=float, default=7e-4)
     ap.add_argument("--min-lr", type=float, default=7e-5)
@@ -112,7 +118,7 @@ def main():
     for s in range(a.steps):
         opt.zero_grad()
         r = rows[s]
-        loss = forward(P, a, r[:, :T], r[:, T:2 * T], r[:, 2 * T:3 * T], r[:, 3 * T], r[:, 3 * T + 1])
+        loss = forward(P, a, r[:, :T], r[:, T:2 * T], r[:, 2 * T:3 * T], r[:, 3 * T], r[:, 3 * T + 1], s)
         loss.backward()
         ref, got = float(loss), float(log[s]["loss"])
         rel = abs(got - ref) / abs(ref)
