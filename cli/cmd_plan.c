@@ -288,7 +288,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
-        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the data-parallel gradient's wire type"},
+        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},

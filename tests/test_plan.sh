@@ -9,8 +9,10 @@
 # - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16;
 #   --embed-grad sparse with and without ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
 #   union of tokens: the prediction is its bound, and the measured bytes
-#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
-#   and one rank with --recompute block
+#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches),
+#   one rank with --recompute block, and --comm-dtype bf16 under 1-D tp 2,
+#   2-D tp 4 (rank 0 on the diagonal: the plan's off-diagonal maximum less
+#   the transpose swaps) and 3-D tp 8 (the activation collectives in bf16)
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
 #   gradients), the graph engine's planned activations and the AdamW state,
@@ -91,8 +93,13 @@ tags = log.get("comm_by_tag", {})
 skip = {"norm", "pp.tie", "pp.stats"}  # not in the model: tiny bookkeeping
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
-pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
-         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+# 2-D: the plan gives the off-diagonal ranks' traffic (the maximum); rank 0
+# sits on the diagonal, whose embedding block needs no transpose swap: two
+# swaps of N C / q^2 floats (isend + irecv each) fewer, N = 8 x 16 tokens,
+# C 32, q 2 (tiny)
+diag = (8 * 128 * 32 / 4, 4) if "2d" in name else (0, 0)
+pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
+         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"] - diag[1])]
 if p["pp"] == 1:
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
@@ -117,6 +124,9 @@ trcase "dp 2 bf16"     2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --comm-dtype bf16
 trcase "dp 2 zero bf16" 2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --zero 1 --comm-dtype bf16
 trcase "dp 2 zero sparse bf16" 2 1 --dp 2 --embed-grad sparse --comm-dtype bf16 -- --dp 2 --zero 1 --embed-grad sparse --comm-dtype bf16
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
+trcase "tp 1d 2 bf16"  2 1 --tp 2 --tp-mode 1d --comm-dtype bf16 -- --tp 2 --tp-mode 1d --comm-dtype bf16
+trcase "tp 2d 4 bf16"  4 1 --tp 4 --tp-mode 2d --comm-dtype bf16 -- --tp 4 --tp-mode 2d --comm-dtype bf16
+trcase "tp 3d 8 bf16"  8 1 --tp 8 --tp-mode 3d --comm-dtype bf16 -- --tp 8 --tp-mode 3d --comm-dtype bf16
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
 

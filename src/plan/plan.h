@@ -21,6 +21,7 @@ enum { CB_PK_LINEAR, CB_PK_NORM, CB_PK_EMBED, CB_PK_HEAD, CB_PK_ATTN, CB_PK_OTHE
  * (unpadded), L layers. */
 typedef struct cb_plan_shape {
     double N, B, T, C, NH, V, L;
+    int act_bf16; /* --comm-dtype bf16: activation collectives send 2 bytes an element */
 } cb_plan_shape;
 
 /* Per rank, one step (forward + backward, no optimizer): bytes sent as

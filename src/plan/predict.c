@@ -225,7 +225,8 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
 static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows, stage s,
                          cb_plan_tp_cost *c) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks,
+                        j->comm_bf16};
     int diag = side(l) == 1; /* off the 2-D diagonal a rank sends more: the maximum */
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, diag, l->gathered, c);
     if (s.embed || s.head) return;
@@ -240,7 +241,8 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
 /* The slot bytes of one block (the plan is linear in the blocks). */
 static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, int rows) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1,
+                        j->comm_bf16};
     cb_plan_tp_cost one, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &one);
     sh.L = 0;
@@ -353,7 +355,8 @@ static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows,
     double act = 4.0 * rows * j->T * g->d_model / (l->mode == CB_TP_1D ? 1 : l->tp);
     int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
     for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb,
+                        j->comm_bf16};
     cb_plan_tp_cost mine, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
     sh.L = 0;
