@@ -21,6 +21,8 @@ int cmd_plot(int argc, char **argv);
 int cmd_bleu(int argc, char **argv);
 struct cb_bleu;
 int cli_bleu_files(const char *hyp, const char *ref, struct cb_bleu *b, cb_err *e);
+/* translate: greedy or beam search with an nmt checkpoint (cli/cmd_translate.c) */
+int cmd_translate(int argc, char **argv);
 /* plan: the performance model (cli/cmd_plan.c) */
 int cmd_plan(int argc, char **argv);
 /* bench --allreduce | --dp-step | --embed-grad (cli/bench_dp.c) */

@@ -27,6 +27,9 @@ static const char EPILOG[] =
     "are padding and count nothing. The loss is the smoothed cross-entropy mean\n"
     "over the step's real target tokens. val_loss: --val-data's pairs in file\n"
     "order, --eval-batches batches (the step's rows each) every --eval-every steps.\n"
+    "val_bleu (--bleu-pairs N): corpus BLEU-4 of the greedy translations of the\n"
+    "first N held-out pairs (`cubist translate`'s decoding) against their targets,\n"
+    "at each evaluation; one stage, no --tp or --recompute (each --dp rank decodes).\n"
     "Parallel flags: --dp --zero --tp (1-D) --pp --schedule --micro-batches ...;\n"
     "--embed-grad dense|sparse|split (sparse, split: --tp 1 --pp 1). --dump-batches F\n"
     "writes each step's rows (int32: T source, T decoder input, T targets, source\n"
@@ -64,6 +67,8 @@ int cmd_train_nmt(int argc, char **argv) {
         {"max-tokens", ARG_INT, &nt.max_tokens, "padded tokens a step (default: --batch x T)"},
         {"eval-every", ARG_INT, &o.eval_every, "val_loss every N steps (needs --val-data; 0 off)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "held-out batches per validation (10)"},
+        {"bleu-pairs", ARG_INT, &nt.bleu_pairs, "val_bleu at each evaluation: greedy BLEU of the "
+                                                "first N held-out pairs (0 off)"},
         {"batch", ARG_INT, &batch, "pairs per step at most, over every data-parallel rank (8)"},
         {"steps", ARG_INT, &o.steps, "optimizer steps (100)"},
         {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (7e-4)"},

@@ -18,6 +18,7 @@ static const struct {
     {"bench", cmd_bench, "benchmark a training step against PyTorch; --peak: sgemm GFLOP/s"},
     {"plot", cmd_plot, "draw training logs (loss, val loss, lr, MFU) to a PNG"},
     {"bleu", cmd_bleu, "corpus BLEU-4 of translations against references"},
+    {"translate", cmd_translate, "translate text with a `train --model nmt` checkpoint"},
     {"plan", cmd_plan, "predict step time and memory of every layout; calibrate, validate"},
 };
 

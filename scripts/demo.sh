@@ -8,7 +8,9 @@ set -eu
 [ "${MODEL:-gpt}" = ncf ] && exec "$(dirname "$0")/demo_ncf.sh"
 # make demo MODEL=bert | roberta: masked-word guessing instead
 case ${MODEL:-gpt} in bert | roberta) exec "$(dirname "$0")/demo_bert.sh" ;; esac
-[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt, ncf, bert or roberta" >&2; exit 2; }
+# make demo MODEL=nmt: English to Spanish translation of Bible verses
+[ "${MODEL:-gpt}" = nmt ] && exec "$(dirname "$0")/demo_nmt.sh"
+[ "${MODEL:-gpt}" = gpt ] || { echo "demo: MODEL=$MODEL is not a demo; use MODEL=gpt, ncf, bert, roberta or nmt" >&2; exit 2; }
 BUILD=${BUILD:-build}
 C=$BUILD/cubist
 mkdir -p data out

@@ -638,6 +638,16 @@ const float *cb_model_probs(cb_model *m, const int *ids) {
     return kept(m, &m->ch[0], m->ch[0].slot_of[0], m->loss_node);
 }
 
+static int eval_slot(const gchunk *ch) { return ch->free_slot[ch->nfree - 1]; }
+
+float *cb_graph_eval_val(cb_model *m, int v) { return val(m, &m->ch[0], eval_slot(&m->ch[0]), v); }
+
+float *cb_graph_eval_kept(cb_model *m, int i) { return kept(m, &m->ch[0], eval_slot(&m->ch[0]), i); }
+
+void cb_graph_eval_node(cb_model *m, int i) {
+    node_forward(m, &m->ch[0], eval_slot(&m->ch[0]), 0, i, 0);
+}
+
 int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e) {
     if (!m->built || m->nodes[m->loss_node].kind != N_LOGIT)
         return cb_fail(e, CB_EINPUT, "cb_model_scores needs a built model that ends in "

@@ -152,6 +152,7 @@ typedef struct gnode {
     int alias;      /* an add's input whose gradient takes over the output's buffer, -1 */
     int fin[2];     /* tensors (this rank's table) whose gradient is final after this
                        node's backward of the step's last micro-batch, -1 none */
+    int dec;        /* incremental decoding: depends on the decoder's id field (decode.c) */
 } gnode;
 
 /* A value crossing from one chunk to another, one per (value, reader). */
@@ -289,6 +290,12 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets);
  * loss, the same on every rank (cb_model_eval: all M). Collective. */
 float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
+/* For incremental decoding (decode.c): value v, and node i's kept floats,
+ * of micro-batch 0 in the slot an evaluation takes (between steps none is
+ * held); node i's forward on the whole micro-batch 0 there. */
+float *cb_graph_eval_val(cb_model *m, int v);
+float *cb_graph_eval_kept(cb_model *m, int i);
+void cb_graph_eval_node(cb_model *m, int i);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:
  * nb parameter-shaped blocks under prefixes into one safetensors file (the
  * one-process file whatever the layout; collective); the AdamW moments as

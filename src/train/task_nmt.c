@@ -10,6 +10,9 @@
 
 #include "comm/comm.h"
 #include "data/bitext.h"
+#include "data/tokenizer.h"
+#include "eval/bleu.h"
+#include "eval/search.h"
 #include "train/train.h"
 
 typedef struct nmt_task {
@@ -23,6 +26,7 @@ typedef struct nmt_task {
     int *row;             /* one row: T source, T decoder input, T targets; then the
                              row as the step takes it: 2T ids, T targets */
     FILE *dump;           /* --dump-batches, world rank 0 */
+    cb_tokenizer tk;      /* --bleu-pairs: the pair files' tokenizer, to score text */
     cb_loader ld;         /* zeros: the batches follow from the step alone */
 } nmt_task;
 
@@ -84,16 +88,66 @@ static void nmt_declare(void *ctx, cb_model *m) {
     cb_model_set_lengths_set(m, 1, r->tgt);
 }
 
+/* ids as text (tk) into buf (cap bytes, cut there): its length */
+static size_t detok(const cb_tokenizer *tk, const int *ids, int n, char *buf, size_t cap) {
+    size_t k = 0;
+    for (int i = 0; i < n && k < cap; i++) {
+        size_t w = tk->decode(tk, ids[i], (uint8_t *)buf + k, cap - k);
+        k += w < cap - k ? w : cap - k;
+    }
+    return k;
+}
+
+/* Held-out pair p's greedy translation (hyp, n ids) against its target,
+ * as text, into b. */
+static int bleu_pair(nmt_task *r, size_t p, const int *hyp, int n, int *ref, char *text,
+                     cb_bleu *b) {
+    size_t cap = (size_t)64 * r->T, s0 = r->va.src[p] + r->va.slen[p] + 1;
+    for (int i = 0; i < r->va.tlen[p]; i++) ref[i] = r->va.tok.tok[s0 + i];
+    size_t hl = detok(&r->tk, hyp, n, text, cap), rl = detok(&r->tk, ref, r->va.tlen[p], text + cap, cap);
+    return cb_bleu_add(b, text, hl, text + cap, rl);
+}
+
+/* val_bleu: corpus BLEU of the greedy translations of the first
+ * --bleu-pairs held-out pairs, `rows` at a time through the engine's
+ * incremental decoding; every data-parallel rank decodes all of them
+ * (the same weights give the same translations, no communication). */
+static int val_bleu(nmt_task *r, cb_model *m, int rows, double *out, cb_err *e) {
+    int T = r->T, n = r->n->bleu_pairs < (int)r->va.n ? r->n->bleu_pairs : (int)r->va.n;
+    cb_search s;
+    int rc = cb_search_init(&s, m, rows, T, r->n->c.vocab, r->src, r->tgt, 1, e);
+    if (rc) return rc;
+    int *hyp = malloc(sizeof(int) * (size_t)rows * T), *olen = malloc(sizeof(int) * rows);
+    int *len = malloc(sizeof(int) * rows), *ref = malloc(sizeof(int) * T);
+    const uint16_t **src = malloc(sizeof(*src) * rows);
+    char *text = malloc((size_t)128 * T);
+    cb_bleu b = {0};
+    if (!hyp || !olen || !len || !ref || !src || !text)
+        rc = cb_fail(e, CB_ENOMEM, "out of memory for val_bleu");
+    for (int p0 = 0; !rc && p0 < n; p0 += rows) {
+        int k = n - p0 < rows ? n - p0 : rows;
+        for (int j = 0; j < k; j++)
+            src[j] = r->va.tok.tok + r->va.src[p0 + j], len[j] = r->va.slen[p0 + j];
+        rc = cb_search_greedy(&s, src, len, k, T - 1, hyp, olen, e);
+        for (int j = 0; !rc && j < k; j++)
+            if (bleu_pair(r, (size_t)(p0 + j), hyp + (size_t)j * (T - 1), olen[j], ref, text, &b))
+                rc = cb_fail(e, CB_ENOMEM, "out of memory for val_bleu");
+    }
+    *out = cb_bleu_score(&b, NULL, NULL);
+    cb_search_free(&s);
+    free(hyp), free(olen), free(len), free(ref), free(src), free(text);
+    return rc;
+}
+
 /* val_loss: the mean of the batch losses over the held-out pairs in file
  * order, the step's rows at a time (the last batch padded), --eval-batches
- * batches at most. */
+ * batches at most; val_bleu with --bleu-pairs. */
 static int nmt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
                     cb_train_metric *out, int cap, cb_err *e) {
     nmt_task *r = ctx;
-    (void)e;
-    if (!r->to->val_data || cap < 1) return 0;
+    if (!r->to->val_data || cap < 2) return 0;
     int T = r->T, M = r->to->accum, first = r0 * M, count = rows * M, nb = 0;
-    double sum = 0;
+    double sum = 0, bleu = 0;
     for (size_t p0 = 0; p0 < r->va.n && nb < r->to->eval_batches;
          p0 += (size_t)r->batch, nb++) {
         for (int j = 0; j < count; j++) {
@@ -104,21 +158,63 @@ static int nmt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
         sum += (double)cb_graph_eval(m, ids, targets, M);
     }
     out[0] = (cb_train_metric){"val_loss", nb ? sum / nb : 0, 0};
-    return 1;
+    if (!r->n->bleu_pairs) return 1;
+    if (val_bleu(r, m, rows, &bleu, e)) return -1;
+    out[1] = (cb_train_metric){"val_bleu", bleu, 0};
+    return 2;
+}
+
+/* The config's keys in every file's metadata after model=nmt, in the
+ * order of nmt_fields (cb_nmt_config_from_file reads them back). */
+static const char *const NMT_KEYS[] = {"enc_layers", "dec_layers", "pre_ln", "n_head",
+                                       "d_model", "d_ff", "vocab", "seq_len", "emb_scale"};
+enum { NMT_NKEYS = 9 };
+
+static void nmt_fields(cb_nmt_config *c, int *T, int **f) {
+    int *p[NMT_NKEYS] = {&c->enc_layers, &c->dec_layers, &c->pre_ln, &c->n_head,
+                         &c->d_model, &c->d_ff, &c->vocab, T, &c->emb_scale};
+    memcpy(f, p, sizeof p);
 }
 
 static int nmt_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
     nmt_task *r = ctx;
-    const cb_nmt_config *c = &r->n->c;
-    if (cap < 5) return 0;
-    snprintf(text[0], 24, "%d", c->enc_layers);
-    snprintf(text[1], 24, "%d", c->dec_layers);
-    snprintf(text[2], 24, "%d", c->pre_ln);
-    snprintf(text[3], 24, "%d", c->emb_scale);
-    kv[0] = "model", kv[1] = "nmt", kv[2] = "enc_layers", kv[3] = text[0];
-    kv[4] = "dec_layers", kv[5] = text[1], kv[6] = "pre_ln", kv[7] = text[2];
-    kv[8] = "emb_scale", kv[9] = text[3];
-    return 5;
+    cb_nmt_config c = r->n->c;
+    int T = r->T, *f[NMT_NKEYS];
+    if (cap < NMT_NKEYS + 1) return 0;
+    nmt_fields(&c, &T, f);
+    kv[0] = "model", kv[1] = "nmt";
+    for (int i = 0; i < NMT_NKEYS; i++) {
+        snprintf(text[i], 24, "%d", *f[i]);
+        kv[2 * i + 2] = NMT_KEYS[i], kv[2 * i + 3] = text[i];
+    }
+    return NMT_NKEYS + 1;
+}
+
+int cb_nmt_config_from_file(const char *path, cb_nmt_config *c, int *T, cb_err *e) {
+    cb_st_file f;
+    int rc = cb_st_open(path, &f, e), *fl[NMT_NKEYS];
+    if (rc) return rc;
+    const char *model = cb_st_meta(&f, "model");
+    if (!model || strcmp(model, "nmt"))
+        rc = cb_fail(e, CB_EINPUT, "%s is not a translation model (model=%s); pass a checkpoint of "
+                                   "`cubist train --model nmt`", path, model ? model : "none");
+    *c = (cb_nmt_config){0};
+    nmt_fields(c, T, fl);
+    uint64_t v = 0;
+    for (int i = 0; !rc && i < NMT_NKEYS; i++) {
+        rc = cb_meta_u64(&f, NMT_KEYS[i], path, &v, e);
+        *fl[i] = (int)v;
+        if (!rc && v > (1u << 30))
+            rc = cb_fail(e, CB_EINPUT, "%s: metadata %s=%llu is out of range", path, NMT_KEYS[i],
+                         (unsigned long long)v);
+    }
+    if (!rc && (c->vocab <= CB_BITEXT_SPECIALS || c->n_head < 1 || c->d_model % c->n_head || *T < 2))
+        rc = cb_fail(e, CB_EINPUT, "%s: its metadata (vocab %d, heads %d, d_model %d, seq_len %d) "
+                                   "is not a translation model's", path, c->vocab, c->n_head,
+                     c->d_model, *T);
+    c->pad = c->vocab - CB_BITEXT_SPECIALS;
+    cb_st_close(&f);
+    return rc;
 }
 
 /* the startup line: the data, and the embedding-gradient path data
@@ -134,11 +230,25 @@ static void nmt_close(void *ctx) {
     nmt_task *r = ctx;
     if (!r) return;
     if (r->dump) fclose(r->dump);
+    cb_tokenizer_free(&r->tk);
     cb_bitext_batches_free(&r->bt);
     cb_bitext_close(&r->tr);
     cb_bitext_close(&r->va);
     free(r->src), free(r->tgt), free(r->row);
     free(r);
+}
+
+/* val_bleu decodes on this rank alone: one stage, whole tensors, nothing
+ * recomputed (cb_model_decode_start). */
+static int bleu_flags(const cb_train_opts *to, const cb_nmt_task_opts *o, cb_err *e) {
+    if (!o->bleu_pairs) return CB_OK;
+    if (o->bleu_pairs < 0 || !to->val_data || to->eval_every <= 0)
+        return cb_fail(e, CB_EINPUT, "--bleu-pairs %d needs a count >= 0, --val-data and "
+                                     "--eval-every N; pass them", o->bleu_pairs);
+    if (to->tp > 1 || to->pp > 1 || (to->pipe.recompute && strcmp(to->pipe.recompute, "none")))
+        return cb_fail(e, CB_EINPUT, "--bleu-pairs decodes on each data-parallel rank alone: it "
+                                     "takes --dp, not --tp, --pp or --recompute; drop one");
+    return CB_OK;
 }
 
 /* the vocabulary, padding id and T from the pair files, and the flags' ranges */
@@ -168,7 +278,7 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
                                      "[0, 1); fix the flag");
     if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     to->T = o->seq_len;
-    return CB_OK;
+    return bleu_flags(to, o, e);
 }
 
 static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
@@ -191,6 +301,9 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     if (!rc && to->val_data) rc = cb_bitext_open(to->val_data, &r->va, e);
     if (!rc) rc = epoch_batches(r, 0, e);
     if (rc) return rc;
+    r->ld.tok = &r->tr.tok; /* the checkpoint records the pair files' tokenizer */
+    const char *tk = cb_tokenizer_tag_name(r->va.tok.tokenizer);
+    if (o->bleu_pairs && (rc = cb_tokenizer_open(tk ? tk : "byte", NULL, &r->tk, e))) return rc;
     r->src = calloc((size_t)r->batch, sizeof(int));
     r->tgt = calloc((size_t)r->batch, sizeof(int));
     r->row = malloc(sizeof(int) * 6 * (size_t)T);

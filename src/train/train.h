@@ -240,7 +240,12 @@ typedef struct cb_nmt_task_opts {
     int seq_len;          /* T: positions a side (0: the files' longest + 1) */
     int max_tokens;       /* padded tokens a step (0: rows x T) */
     const char *dump_batches;
+    int bleu_pairs;       /* val_bleu: greedy translations of the first n held-out pairs (0 off) */
 } cb_nmt_task_opts;
+/* A checkpoint of `cubist train --model nmt`: its config and positions T
+ * from the metadata (model=nmt and the keys task_nmt.c writes); another
+ * file, or one without them: CB_EINPUT naming it. */
+int cb_nmt_config_from_file(const char *path, cb_nmt_config *c, int *T, cb_err *e);
 
 /* The GPT of cubist train (task_gpt.c): its token data and validation
  * opened, its loader at step 0. Collective only in its failures' agreement

@@ -37,6 +37,14 @@ def attend(q, k, v, NH, qlen, klen, causal):
 
 
 def forward(P, a, src_ids, dec_ids, tg, slen, tlen, step=0):
+    logits = decode_logits(P, a, src_ids, dec_ids, slen, tlen, step)
+    return F.cross_entropy(logits.reshape(-1, a.vocab), tg.reshape(-1),
+                           label_smoothing=a.smoothing, ignore_index=a.vocab - 3)
+
+
+def decode_logits(P, a, src_ids, dec_ids, slen, tlen, step=0):
+    """The logits (B, T, vocab) of every decoder position (a: heads, layers,
+    dec_layers, pre_ln, vocab, no_emb_scale, dropout, seed)."""
     C, NH = P["emb.weight"].shape[1], a.heads
     ln = lambda x, p: F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], 1e-5)  # noqa: E731
     lin = lambda x, p: x @ P[p + ".weight"] + P[p + ".bias"]  # noqa: E731
@@ -69,9 +77,7 @@ def forward(P, a, src_ids, dec_ids, tg, slen, tlen, step=0):
         y = post(y, ffn(pre(y, p + ".ln3"), p), p + ".ln3")
     if a.pre_ln:
         y = ln(y, "dec.ln_f")
-    logits = y @ P["emb.weight"][:a.vocab].T
-    return F.cross_entropy(logits.reshape(-1, a.vocab), tg.reshape(-1),
-                           label_smoothing=a.smoothing, ignore_index=a.vocab - 3)
+    return y @ P["emb.weight"][:a.vocab].T
 
 
 def main():

@@ -1,0 +1,144 @@
+/* Incremental decoding of an encoder-decoder (cb_model_decode_*,
+ * include/cubist.h): the declared model's own nodes, weights and layout
+ * operators, run on one position at a time. The encoder's nodes (those
+ * that do not depend on the decoder's id field) run once on the whole
+ * micro-batch; each step runs the decoder's nodes on position t of each
+ * row. Per-position operators (linear, LayerNorm, ReLU, add, embedding,
+ * head) see one row; self-attention reads the keys and values of
+ * positions 0..t, which earlier steps wrote into the value's own buffer
+ * (each value has its own place in the slot when nothing is recomputed,
+ * so the buffers are the KV cache, planned at build), and cross-attention
+ * the encoder's keys and values, computed once. */
+#include <string.h>
+
+#include "graph/graph.h"
+
+static size_t row_floats(const cb_model *m, int v) {
+    return cb_graph_value_floats(m, v) / ((size_t)m->Bm * m->T);
+}
+
+/* n->dec: node n reads the decoder's id field, or a value such a node wrote */
+static void mark_decoder(cb_model *m, int field) {
+    for (int i = 0; i < m->nnodes; i++) {
+        gnode *n = &m->nodes[i];
+        n->dec = (n->kind == N_EMBED || n->kind == N_LOOKUP) && n->field == field;
+        for (int k = 0; k < n->nin; k++) n->dec |= m->nodes[m->acts[n->in[k]]->node].dec;
+    }
+}
+
+/* A decoder node this file runs a row at a time: per-position operators,
+ * and self-attention only when causal (a later position cannot change an
+ * earlier one). */
+static int row_wise(const gnode *n) {
+    if (n->kind == N_ATTN) return n->nin > 1 || (n->l->attn_flags & CB_ATTN_CAUSAL);
+    return n->kind == N_EMBED || n->kind == N_LINEAR || n->kind == N_NORM || n->kind == N_RELU ||
+           n->kind == N_GELU || n->kind == N_ADD || n->kind == N_DROP || n->kind == N_LOSS;
+}
+
+int cb_model_decode_start(cb_model *m, const int *ids, int field, cb_err *e) {
+    if (!m->built || m->P > 1 || m->v > 1 || !(m->L->caps & CB_LAYOUT_SAMPLES) ||
+        m->d->recompute != RC_NONE || m->loss_node < 0 || m->nodes[m->loss_node].kind != N_LOSS ||
+        m->nodes[m->loss_node].l2)
+        return cb_fail(e, CB_EINPUT, "decoding needs a built model ending in cb_op_lm_loss on one "
+                                     "stage, a layout that samples (one process or --dp) and no "
+                                     "--recompute; run it so");
+    if (field < 0 || field >= m->fields)
+        return cb_fail(e, CB_EINPUT, "decoding field %d: the model's rows carry %d id fields", field,
+                       m->fields);
+    m->ids = ids, m->targets = NULL, m->training = 0;
+    mark_decoder(m, field);
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].dec && !row_wise(&m->nodes[i]))
+            return cb_fail(e, CB_EINPUT, "decoding: node %d of the decoder is not causal or not "
+                                         "per position; declare a causal decoder", i);
+    for (int i = 0; i < m->nnodes; i++)
+        if (!m->nodes[i].dec) cb_graph_eval_node(m, i);
+    return CB_OK;
+}
+
+/* Attention node n for query row (b, t): self-attention over keys 0..t
+ * of row b's QKV output (causal by construction), cross-attention over
+ * row b's encoder keys, masked by the node's key lengths. */
+static void attend_row(cb_model *m, const gnode *n, int b, int t) {
+    const cb_layer *l = n->l;
+    int T = m->T, C = l->C, cross = n->nin > 1;
+    const float *x = cb_graph_eval_val(m, n->in[0]);
+    const float *kv = cross ? cb_graph_eval_val(m, n->in[1]) : x;
+    const int *kl = m->lens[l->len_set[1]];
+    cb_attn a = {.B = 1, .Tq = 1, .Tk = cross ? T : t + 1, .C = C, .NH = l->heads,
+                 .ldq = cross ? C : 3 * C, .ldkv = cross ? 2 * C : 3 * C,
+                 .koff = cross ? 0 : C, .voff = cross ? C : 2 * C,
+                 .klen = cross && kl && (l->attn_flags & CB_ATTN_PADDED) ? kl + b : NULL};
+    size_t q = (size_t)b * T + t, kr = (size_t)b * T;
+    m->L->ops->attention_forward(m->L, &a, x + q * a.ldq, kv + kr * a.ldkv,
+                                 cb_graph_eval_val(m, n->out) + q * C, m->att_scratch);
+}
+
+/* One token at position t (the position table from row t), with exec.c's
+ * arithmetic of a scaled embedding: s (wte[id] + pos / s). */
+static void embed_row(cb_model *m, cb_layer *l, const int *id, int t, float *y) {
+    cb_embed em = l->emb;
+    int C = em.C;
+    em.wpe += (size_t)t * C;
+    if (l->emb_scale) {
+        float inv = 1.0f / l->emb_scale, *row = l->wpe_scaled + (size_t)t * C;
+        for (int i = 0; i < C; i++) row[i] = em.wpe[i] * inv;
+        em.wpe = row;
+    }
+    m->L->ops->embed_forward(m->L, &em, id, 1, 1, y);
+    if (l->emb_scale) m->L->k->scale(m->L->k, y, l->emb_scale, (size_t)C);
+}
+
+/* Node n on position t of row b; the head leaves the row's probabilities
+ * in probs (V). */
+static void node_row(cb_model *m, int i, int b, int t, float *probs) {
+    const gnode *n = &m->nodes[i];
+    cb_layout *L = m->L;
+    cb_layer *l = n->l;
+    size_t r = (size_t)b * m->T + t;
+    float *x = n->nin > 0 ? cb_graph_eval_val(m, n->in[0]) + r * row_floats(m, n->in[0]) : NULL;
+    float *y = n->out >= 0 ? cb_graph_eval_val(m, n->out) + r * row_floats(m, n->out) : NULL;
+    size_t ny = n->out >= 0 ? row_floats(m, n->out) : 0;
+    switch (n->kind) {
+    case N_EMBED: embed_row(m, l, m->ids + r * m->fields + n->field, t, y); break;
+    case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, 1); break;
+    case N_NORM: {
+        float *s = cb_graph_eval_kept(m, i);
+        L->ops->norm_forward(L, &l->norm, x, y, s + r, s + n->keep / 2 + r, 1);
+        break;
+    }
+    case N_ATTN: attend_row(m, n, b, t); break;
+    case N_RELU: L->k->relu_forward(L->k, y, x, ny); break;
+    case N_GELU: (n->erf ? L->k->gelu_erf_forward : L->k->gelu_forward)(L->k, y, x, ny); break;
+    case N_ADD:
+        L->k->residual_forward(L->k, y, x, cb_graph_eval_val(m, n->in[1]) + r * ny, ny);
+        break;
+    case N_DROP: memcpy(y, x, sizeof(float) * ny); break;
+    case N_LOSS: { /* the kept logits hold (V + 1) floats a row many times over */
+        float *s = cb_graph_eval_kept(m, i) + (size_t)b * (l->emb.V + 1);
+        L->ops->head_forward(L, &l->emb, x, NULL, s, 1);
+        memcpy(probs, s, sizeof(float) * l->emb.V);
+        break;
+    }
+    }
+}
+
+void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
+    int V = m->nodes[m->loss_node].l->emb.V;
+    for (int i = 0; i < m->nnodes; i++)
+        for (int b = 0; m->nodes[i].dec && b < rows; b++)
+            node_row(m, i, b, t, probs + (size_t)b * V);
+}
+
+/* Only self-attention's input is read at earlier positions, so only it
+ * moves; m->tmp holds any value whole. */
+void cb_model_decode_reorder(cb_model *m, const int *from, int rows, int t) {
+    for (int i = 0; i < m->nnodes; i++) {
+        const gnode *n = &m->nodes[i];
+        if (n->kind != N_ATTN || n->nin > 1 || !n->dec) continue;
+        float *x = cb_graph_eval_val(m, n->in[0]);
+        size_t h = row_floats(m, n->in[0]), row = (size_t)m->T * h, len = (size_t)(t + 1) * h;
+        for (int r = 0; r < rows; r++) memcpy(m->tmp + r * row, x + (size_t)from[r] * row, sizeof(float) * len);
+        for (int r = 0; r < rows; r++) memcpy(x + r * row, m->tmp + r * row, sizeof(float) * len);
+    }
+}
