@@ -11,7 +11,9 @@
  *                 (scripts/bench_dp.sh compares 1x1, 1x2 and 2x1)
  *   --embed-grad  bytes moved and peak buffer memory of the dense and the
  *                 sparse (TF + Horovod) embedding-gradient exchange for 2..64
- *                 ranks, from formulas; at this job's rank count they are
+ *                 ranks (GPT's tied wte, NCF's four tables, or the
+ *                 translation model's one table read by two lookups and the
+ *                 head), from formulas; at this job's rank count they are
  *                 checked against one real exchange: the sparse buffers as
  *                 the code allocates them (cb_dp.buf_bytes), and the byte
  *                 counters, which record the messages the code hands to MPI
@@ -270,26 +272,62 @@ static int ncf_model_init(dp_model *x, const cb_ncf_config *c, int B, int embed,
     return CB_OK;
 }
 
+/* A small translation model (cb_model_declare_nmt) on data parallelism
+ * over the world, under an embedding path, B pairs per rank of T source and
+ * T decoder-input ids (a hash of the position and the rank) at full length:
+ * its one table gets 2 x B x T lookup rows per rank and step. The lengths
+ * live after the targets in x->ids. */
+static int nmt_model_init(dp_model *x, const cb_nmt_config *c, int B, int T, int embed,
+                          cb_err *e) {
+    memset(x, 0, sizeof *x);
+    cb_adamw_config opt = {.lr = 1e-3f, .min_lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.98f,
+                           .eps = 1e-8f, .steps = 1};
+    int p = cb_comm_world()->size, r = cb_comm_world()->rank;
+    size_t n = (size_t)B * T;
+    int rc = cb_dist_data_parallel(&x->d, 0, 0, embed, 25, e);
+    x->ids = rc ? NULL : malloc(sizeof(int) * (3 * n + 2 * (size_t)B));
+    if (!rc && !x->ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for benchmark rows");
+    if (rc) return rc;
+    x->targets = x->ids + 2 * n;
+    int *lens = x->targets + n;
+    for (size_t i = 0; i < n; i++) {
+        x->ids[2 * i] = (int)((i * 7 + (size_t)r * 13) % (size_t)c->pad);
+        x->ids[2 * i + 1] = (int)((i * 11 + (size_t)r * 5) % (size_t)c->pad);
+        x->targets[i] = (int)((i * 5) % (size_t)c->pad);
+    }
+    for (int i = 0; i < 2 * B; i++) lens[i] = T;
+    x->m = cb_model_new(x->d, B * p, T);
+    if (!x->m) return cb_fail(e, CB_ENOMEM, "out of memory for the model");
+    cb_model_declare_nmt(x->m, c);
+    cb_model_set_lengths_set(x->m, 0, lens);
+    cb_model_set_lengths_set(x->m, 1, lens + B);
+    return cb_model_build(x->m, 1, &opt, e);
+}
+
 /* One data-parallel step of a small model of the kind under each path:
  * the bytes the code handed to MPI under the path's tags and the buffers
  * it allocated, against the formulas at this job's rank count. Dense: one
  * all-reduce of the tables' gradient. Split: its unions as they came out
  * (their size depends on the ids); a tied table's head share travels in
  * the gradient buckets, not counted here. */
-static int embed_measured(cb_comm *w, int ncf, cb_err *e) {
+static int embed_measured(cb_comm *w, const char *model, cb_err *e) {
     const int V = 512, C = 64, B = 2, T = 32;
+    int ncf = !strcmp(model, "ncf"), nmt = !strcmp(model, "nmt");
     cb_gpt_config g = {1, C, 4, T, V};
     cb_ncf_config n = {.users = 300, .items = 200, .factors = 16, .n_mlp = 2, .mlp = {32, 16}};
+    cb_nmt_config mt = {.enc_layers = 1, .dec_layers = 1, .d_model = C, .n_head = 4,
+                        .d_ff = 2 * C, .vocab = V, .smoothing = 0.1f, .pad = V - 3};
     emb_tab t[4] = {{V, C, 1}};
     int nt = ncf ? ncf_tables(&n, t) : 1, p = w->size, ok = 1, rc = CB_OK;
-    size_t tok = ncf ? 64 : (size_t)B * T, U[4];
+    size_t tok = ncf ? 64 : (size_t)(nmt ? 2 : 1) * B * T, U[4];
     char line[1024];
     int len = snprintf(line, sizeof line, "measured at %d ranks (%s, %zu lookup rows per rank):", p,
-                       ncf ? "ncf" : "gpt", tok);
+                       model, tok);
     for (int i = 0; i < 3 && !rc; i++) {
         dp_model x;
-        rc = ncf ? ncf_model_init(&x, &n, (int)tok, PATHS[i], e)
-                 : dp_model_init(&x, &g, B * p, T, 0, 0, PATHS[i], 25, 1, e);
+        rc = ncf   ? ncf_model_init(&x, &n, (int)tok, PATHS[i], e)
+             : nmt ? nmt_model_init(&x, &mt, B, T, PATHS[i], e)
+                   : dp_model_init(&x, &g, B * p, T, 0, 0, PATHS[i], 25, 1, e);
         cb_model *m = x.m;
         cb_comm *dpg = rc ? NULL : &m->d->g.dpg;
         if (!rc) {
@@ -345,10 +383,37 @@ static void embed_table(const emb_tab *t, int nt, size_t tok, const char *what, 
            "          buffers 4VC + 4(2V + (p+1)u) + 4(u + min(pu, V))C\n");
 }
 
+/* The fewest ranks at which the sparse path sends more than the dense
+ * one for a table (the formulas above; from p = 2 when tied, since the
+ * head's share alone is V slices), up to 1 << 20. */
+static int gather_overtakes(const emb_tab *t, size_t tok) {
+    int p = 2;
+    while (p < 1 << 20 && cb_dp_embed_bytes_moved(CB_DP_EMBED_SPARSE, p, t->V, t->C, tok, t->tied, 0) <=
+                              cb_dp_embed_bytes_moved(CB_DP_EMBED_DENSE, p, t->V, t->C, tok, t->tied, 0))
+        p++;
+    return p;
+}
+
+/* Where gathering overtakes reducing (sparse sends more than dense:
+ * p > 2VC / (S(C+1))), for the table as it is and for its lookup rows
+ * alone (the head untied), with TF's "assumed sparse" reading in mind. */
+static void embed_crossover(const emb_tab *t, size_t tok) {
+    emb_tab u = *t;
+    u.tied = 0;
+    double S = (double)tok + (t->tied ? (double)t->V : 0), V = (double)t->V, C = (double)t->C;
+    printf("gathering overtakes reducing (sparse sends more than dense once p > 2VC/(S(C+1))):\n"
+           "  %s (S = %.0f): from p = %d (2VC/(S(C+1)) = %.2f)\n"
+           "  the lookup rows alone, the head untied (S = %zu): from p = %d (%.2f)\n"
+           "  peak buffers: sparse holds (p+1) x S x 4(C+1) bytes more than dense at every p\n",
+           t->tied ? "the table tied to the head, its share as V slices" : "the table", S,
+           gather_overtakes(t, tok), 2 * V * C / (S * (C + 1)), tok, gather_overtakes(&u, tok),
+           2 * V * C / ((double)tok * (C + 1)));
+}
+
 /* --embed-grad: the formulas' table for the model's tables at 2..64
  * ranks, then (under mpirun) one measured exchange per path. */
 static int bench_embed(const dp_bench *b, cb_comm *w, cb_err *e) {
-    int ncf = !strcmp(b->model, "ncf"), rc = CB_OK;
+    int ncf = !strcmp(b->model, "ncf"), nmt = !strcmp(b->model, "nmt"), rc = CB_OK;
     emb_tab t[4] = {{(size_t)b->vocab, (size_t)b->d_model, 1}};
     cb_ncf_config nc = {.users = b->users, .items = b->items, .factors = b->factors};
     if (ncf && (b->users < 1 || b->items < 1 || b->factors < 1))
@@ -357,10 +422,14 @@ static int bench_embed(const dp_bench *b, cb_comm *w, cb_err *e) {
     char what[200];
     if (ncf) snprintf(what, sizeof what, "NCF's 4 embedding tables (GMF and MLP: users %d, items %d, "
                       "widths %d and %d)", b->users, b->items, nc.factors, nc.mlp[0] / 2);
-    else snprintf(what, sizeof what, "tied embedding gradient, V=%d C=%d", b->vocab, b->d_model);
-    embed_table(t, ncf ? ncf_tables(&nc, t) : 1, (size_t)b->batch * (ncf ? 1 : b->seq_len), what,
-                w->rank);
-    return w->size > 1 ? embed_measured(w, ncf, e) : CB_OK;
+    else snprintf(what, sizeof what, "%s, V=%d C=%d", nmt ? "the translation model's table (read "
+                  "by the source's and the decoder's lookups and the tied head)" : "tied embedding "
+                  "gradient", b->vocab, b->d_model);
+    size_t tok = (size_t)b->batch * (ncf ? 1 : (size_t)b->seq_len * (nmt ? 2 : 1));
+    int nt = ncf ? ncf_tables(&nc, t) : 1;
+    embed_table(t, nt, tok, what, w->rank);
+    if (!ncf && w->rank == 0) embed_crossover(&t[0], tok);
+    return w->size > 1 ? embed_measured(w, b->model, e) : CB_OK;
 }
 
 static const char DP_EPILOG[] =
@@ -369,11 +438,15 @@ static const char DP_EPILOG[] =
     "  mpirun -np 2 cubist bench --dp-step --threads 1    (scripts/bench_dp.sh: 1x1, 1x2, 2x1)\n"
     "  mpirun -np 2 cubist bench --embed-grad\n"
     "  mpirun -np 2 cubist bench --embed-grad --model ncf\n"
+    "  mpirun -np 2 cubist bench --embed-grad --model nmt\n"
     "--batch is the global micro-batch of --dp-step and the per-rank sequences of\n"
-    "--embed-grad's table (--model ncf: its rows per rank).\n";
+    "--embed-grad's table (--model ncf: its rows per rank; --model nmt: pairs per\n"
+    "rank, each T source and T decoder-input lookups, so 2 x batch x T rows).\n"
+    "--model nmt's defaults: V 50260 (the model's vocabulary with --tokenizer gpt2),\n"
+    "d 512, 64 pairs of T 64 (4096 tokens a side, Transformer-base's batch).\n";
 
 int cmd_bench_dp(int argc, char **argv) {
-    dp_bench b = {0, 0, 0, 0, 12, 768, 12, 50304, 0, 256, 2, 5, 1, 0, 25, "auto", "gpt",
+    dp_bench b = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 2, 5, 1, 0, 25, "auto", "gpt",
                   "256,128,64", 1000000, 100000, 64, "fp32", 0};
     const cli_flag flags[] = {
         {"allreduce", ARG_BOOL, &b.allreduce, "fused buckets vs raw MPI_Allreduce"},
@@ -391,12 +464,13 @@ int cmd_bench_dp(int argc, char **argv) {
         {"steps", ARG_INT, &b.steps, "--dp-step timed steps after one warm-up (2)"},
         {"reps", ARG_INT, &b.reps, "timed repetitions of --allreduce and of --dp-step's lone reduction (5)"},
         {"layers", ARG_INT, &b.layers, "model (GPT-2 124M: 12)"},
-        {"d-model", ARG_INT, &b.d_model, "(768)"},
-        {"heads", ARG_INT, &b.heads, "(12)"},
-        {"vocab", ARG_INT, &b.vocab, "(50304)"},
-        {"batch", ARG_INT, &b.batch, "sequences (4); --model ncf: rows per rank (2048)"},
-        {"seq-len", ARG_INT, &b.seq_len, "T (256; --embed-grad: tokens per rank = batch x T)"},
-        {"model", ARG_STR, &b.model, "--embed-grad's model: gpt (its tied wte) or ncf (NeuMF's 4 tables) (gpt)"},
+        {"d-model", ARG_INT, &b.d_model, "(768; --model nmt 512)"},
+        {"heads", ARG_INT, &b.heads, "(12; --model nmt 8)"},
+        {"vocab", ARG_INT, &b.vocab, "(50304; --model nmt 50260)"},
+        {"batch", ARG_INT, &b.batch, "sequences (4); --model ncf: rows per rank (2048); nmt: pairs per rank (64)"},
+        {"seq-len", ARG_INT, &b.seq_len, "T (256; nmt 64; --embed-grad: tokens per rank = batch x T, nmt 2 x batch x T)"},
+        {"model", ARG_STR, &b.model, "--embed-grad's model: gpt (its tied wte), ncf (NeuMF's 4 tables) or nmt "
+                                     "(the translation model's shared table) (gpt)"},
         {"users", ARG_INT, &b.users, "--model ncf: user rows (1000000)"},
         {"items", ARG_INT, &b.items, "--model ncf: item rows (100000)"},
         {"factors", ARG_INT, &b.factors, "--model ncf: GMF width (64)"},
@@ -413,8 +487,13 @@ int cmd_bench_dp(int argc, char **argv) {
     if (cb_comm_init(&argc, &argv, &me)) return cli_fail(&me);
     cb_comm *w = cb_comm_world();
     omp_set_num_threads(b.threads);
+    int nmt = !strcmp(b.model, "nmt");
+    if (!b.batch) b.batch = nmt ? 64 : strcmp(b.model, "ncf") ? 4 : 2048;
+    if (!b.seq_len) b.seq_len = nmt ? 64 : 256;
+    if (!b.d_model) b.d_model = nmt ? 512 : 768;
+    if (!b.vocab) b.vocab = nmt ? 50260 : 50304;
+    if (!b.heads) b.heads = nmt ? 8 : 12;
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.seq_len, b.vocab};
-    if (!b.batch) b.batch = strcmp(b.model, "ncf") ? 4 : 2048;
     if (!rc && (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.reps < 1))
         rc = cb_fail(&e, CB_EINPUT, "--threads, --steps, --reps and --batch must be >= 1");
     int mode;
@@ -422,9 +501,10 @@ int cmd_bench_dp(int argc, char **argv) {
         rc = cb_fail(&e, CB_EINPUT, "--embed-mode '%s' is unknown; use auto, dense, split or sparse",
                      b.embed_mode);
     if (!rc) rc = cb_dp_comm_dtype_parse(b.comm_dtype, &b.comm_bf16, &e);
-    if (!rc && strcmp(b.model, "gpt") && (strcmp(b.model, "ncf") || b.allreduce || b.dp_step))
+    if (!rc && strcmp(b.model, "gpt") &&
+        ((strcmp(b.model, "ncf") && !nmt) || b.allreduce || b.dp_step))
         rc = cb_fail(&e, CB_EINPUT, "--model %s: the data-parallel benchmarks run gpt, and "
-                                    "--embed-grad alone also ncf", b.model);
+                                    "--embed-grad alone also ncf and nmt", b.model);
     if (!rc) rc = cb_gpt_config_check(&c, &e);
     if (!rc && b.allreduce && w->size < 2)
         rc = cb_fail(&e, CB_EINPUT, "--allreduce needs at least 2 ranks; run `mpirun -np 2 cubist bench --allreduce`");

@@ -24,7 +24,7 @@ static const char EPILOG[] =
     "over the step's real target tokens. val_loss: --val-data's pairs in file\n"
     "order, --eval-batches batches (the step's rows each) every --eval-every steps.\n"
     "Parallel flags: --dp --zero --tp (1-D) --pp --schedule --micro-batches ...;\n"
-    "--embed-grad dense only (the table is read three times). --dump-batches F\n"
+    "--embed-grad dense|sparse|split (sparse, split: --tp 1 --pp 1). --dump-batches F\n"
     "writes each step's rows (int32: T source, T decoder input, T targets, source\n"
     "and target lengths) for the PyTorch test; --dump-grads F step 1's gradients.\n"
     "Checkpoints and stops as for the GPT (the one training loop): --save F or\n"

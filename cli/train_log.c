@@ -205,6 +205,8 @@ static int lines_begin(void *ctx, int resumed, cb_err *e) {
 }
 
 static void lines_start(void *ctx, const cb_train_start *st) {
+    cb_model_print_partition(st->model, stdout); /* --print-partition, even --quiet */
+    fflush(stdout);
     if (!((cli_train_lines *)ctx)->o->quiet && st->note[0]) printf("%s\n", st->note);
 }
 

@@ -21,27 +21,8 @@
 # 4. The one training loop's checkpoints (tests/loop_common.sh): SIGKILL
 #    and --resume, SIGTERM (exit 75) and --resume, bit for bit.
 set -u
-. "$(dirname "$0")/launcher.sh"
-. "$(dirname "$0")/loop_common.sh"
-C="$BUILD/cubist"
-PY=/usr/bin/python3
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-failed=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-cd "$d" || exit 1
-"$PY" - <<'PYEOF'
-import random
-r = random.Random(1)
-w = "the a of and to in he she it is was god lord king man land house son".split()
-for name, n in (("train", 200), ("val", 20)):
-    with open(name + ".tsv", "w") as f:
-        for i in range(n):
-            s = " ".join(r.choice(w) for _ in range(r.randint(1, 5)))
-            f.write(s + "\t" + s[::-1] + "\n")
-PYEOF
-"$C" prepare --pairs train.tsv --output train.bin --val-pairs val.tsv --val-output val.bin \
-    --context 40 >/dev/null || { fail "prepare --pairs"; exit 1; }
+. "$(dirname "$0")/nmt_common.sh"
+. "$ROOT/tests/loop_common.sh"
 
 # ---------------------------------------------------------------- against PyTorch
 T=24 # the longest side (23 bytes) + its EOS

@@ -24,7 +24,8 @@
 # micro-batches) against one process over 30 steps (loss, gradient norm
 # and final weights to 1e-5 relative: sums regroup across ranks); the
 # sinusoid table unchanged under each, 1-D 4 (padded vocabulary) too; the
-# encoder-decoder also under pp 4 (1F1B and interleaved) and pp 2 x 2-D 4.
+# encoder-decoder also under pp 4 (1F1B and interleaved), pp 2 x 2-D 4 and
+# dp 2 with --embed-grad split and sparse.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 P="$BUILD/tests/test_nmt_layers"
@@ -80,12 +81,8 @@ run sinusoid tp1d4 4 --tp 4 --tp-mode 1d
 run shared pp4_1f1b 4 --pp 4 --schedule 1f1b --micro-batches 4
 run shared pp4_interleaved 4 --pp 4 --schedule interleaved --micro-batches 4
 run shared pp2_tp2d4 8 --pp 2 --tp 4 --tp-mode 2d --micro-batches 2
-# the shared table's two lookups are not reported to the split and sparse
-# embedding-gradient paths yet: refused, one line, status 2
-for eg in split sparse; do
-    out=$(timeout "$TMO" "${launch[@]}" -np 2 "$P" --model shared --data train.bin --steps 2 --dp 2 \
-          --embed-grad $eg 2>&1 >/dev/null); rc=$?
-    [ $rc = 2 ] && [ "$(grep -c "embed-grad $eg needs" <<<"$out")" = 1 ] &&
-        pass "shared --embed-grad $eg refused: $out" || fail "shared --embed-grad $eg: exit $rc: $out"
-done
+# the shared table's two lookups and tied head under the split and sparse
+# embedding-gradient paths (every lookup's rows gathered or reduced)
+run shared dp2_split 2 --dp 2 --embed-grad split
+run shared dp2_sparse 2 --dp 2 --embed-grad sparse
 finish

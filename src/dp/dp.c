@@ -280,8 +280,7 @@ int cb_dp_init_model(cb_dp *d, cb_comm *c, const cb_dp_model *src, float *params
                                                                      : CB_DP_EMBED_DENSE;
     if (embed == CB_DP_EMBED_SPLIT && !split_ok)
         return cb_fail(e, CB_EINPUT, "--embed-grad split needs the whole embedding and the head on "
-                       "every rank, each table read by one lookup; use it with --tp 1 --pp 1 on a "
-                       "model that looks each table up once, or --embed-grad dense");
+                       "every rank; use it with --tp 1 --pp 1, or --embed-grad dense");
     if (embed == CB_DP_EMBED_SPARSE && !ntab)
         return cb_fail(e, CB_EINPUT, "--embed-grad sparse needs the model's embedding lookups; use "
                        "--embed-grad dense");

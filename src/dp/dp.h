@@ -39,7 +39,8 @@
  * with the number of ranks; the dense all-reduce's does not.
  *
  * Both paths apply to each of a model's lookup tables (cb_dp_model: the
- * leading tensors, each read by one lookup; NCF has four); an untied table
+ * leading tensors, each read by one or more lookups; NCF has four, the
+ * translation model one read by two lookups and the head); an untied table
  * has no head share: no buckets of its own on the split path, no V dense
  * slices on the sparse one, only its lookup rows. The rows come from each
  * lookup's backward (cb_dp_lookup_rows), as it runs: the engine reuses the
@@ -68,8 +69,9 @@ typedef struct cb_dp_bucket {
 typedef struct cb_dp_model {
     void *ctx;
     /* tensors [0, ntables) are the model's lookup tables (rows x width,
-     * whole on this rank, contiguous from offset 0, each read by one
-     * lookup), whose backward hands its rows to cb_dp_lookup_rows; 0: none
+     * whole on this rank, contiguous from offset 0, each read by one or
+     * more lookups), whose backward hands its rows to cb_dp_lookup_rows
+     * (every lookup's, so max_tokens counts them all); 0: none
      * (the dense path only) */
     int ntables;
     /* table 0 is also the tied head's weight (GPT's wte): its gradient has
@@ -148,8 +150,8 @@ int cb_dp_embed_parse(const char *s, int *mode, cb_err *e);
 const char *cb_dp_embed_name(const cb_dp *d);
 /* Plans buckets and shards for a model's parameter block (params, grads:
  * n floats in nt tensors t) on group c (size >= 1); max_tokens is the local
- * token rows of one step (grad_accum * B/dp * T), for the sparse and split
- * paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT on a
+ * token rows of one step (grad_accum * B/dp * T, times the most lookups
+ * of one table), for the sparse and split paths' buffers. embed: a cb_dp_embed (AUTO resolved here; SPLIT on a
  * model whose src says it cannot is CB_EINPUT). The model calls
  * cb_dp_ready as tensors finish and cb_dp_lookup_rows from its lookups'
  * backward. */

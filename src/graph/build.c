@@ -777,44 +777,48 @@ static int check_memory(cb_model *m, cb_err *e) {
 static void exclude_lookup(void *ctx) { ((cb_model *)ctx)->no_lookup = 1; }
 
 /* The layer whose table is tensor k, if it is an embedding's or a lookup's
- * table read by one node; NULL otherwise. */
-static const cb_layer *table_layer(const cb_model *m, int k) {
+ * table read by at least one node (*reads of them: the translation model's
+ * one table is read by the source's and the decoder's lookups); NULL
+ * otherwise. */
+static const cb_layer *table_layer(const cb_model *m, int k, int *reads) {
     for (int i = 0; i < m->nlayers; i++) {
         const cb_layer *l = m->layers[i];
         if ((l->kind != G_EMBED && l->kind != G_LOOKUP) || l->t[0] != k) continue;
-        int reads = 0;
+        *reads = 0;
         for (int j = 0; j < m->nnodes; j++)
-            reads += (m->nodes[j].kind == N_EMBED || m->nodes[j].kind == N_LOOKUP) &&
-                     m->nodes[j].l == l;
-        return reads == 1 ? l : NULL;
+            *reads += (m->nodes[j].kind == N_EMBED || m->nodes[j].kind == N_LOOKUP) &&
+                      m->nodes[j].l == l;
+        return *reads > 0 ? l : NULL;
     }
     return NULL;
 }
 
 /* The sparse and split paths' tables (dp.h): the leading tensors that are
  * lookup tables, whole on this one stage, contiguous from offset 0; only
- * table 0 may be the tied head's (*tied). */
-static int lookup_tables(const cb_model *m, int *tied) {
+ * table 0 may be the tied head's (*tied). *reads: the most lookups of one
+ * table, each giving a micro-batch's rows to cb_dp_lookup_rows. */
+static int lookup_tables(const cb_model *m, int *tied, int *reads) {
     const cb_layer *head = m->nodes[m->loss_node].kind == N_LOSS ? m->nodes[m->loss_node].l : NULL;
-    int k = 0;
-    *tied = 0;
+    int k = 0, r;
+    *tied = 0, *reads = 1;
     if (m->P != 1 || !(m->L->caps & CB_LAYOUT_WHOLE)) return 0;
     for (size_t off = 0; k < m->pt.n && m->pt.t[k].offset == off; off += m->pt.t[k++].numel) {
-        const cb_layer *l = table_layer(m, k);
+        const cb_layer *l = table_layer(m, k, &r);
         if (!l || (l == head && k > 0)) break;
         if (l == head) *tied = 1;
+        if (r > *reads) *reads = r;
     }
     return k;
 }
 
 static int init_dp(cb_model *m, cb_err *e) {
-    int tied, ntab = m->ntables = lookup_tables(m, &tied);
+    int tied, reads, ntab = m->ntables = lookup_tables(m, &tied, &reads);
     cb_dp_model src = {.ctx = m, .ntables = ntab, .tied = tied, .split_ok = ntab > 0,
                        .exclude_lookup = exclude_lookup};
     int rc = cb_dp_init_model(&m->dp, &m->d->g.dpg, &src, m->params, m->grads, m->pt.t, m->pt.n,
                               m->pt.nparams, m->d->zero, m->d->embed_grad,
                               m->d->bucket_mb > 0 ? m->d->bucket_mb : BUCKET_MB,
-                              (size_t)m->Bl * m->T, e);
+                              (size_t)reads * m->Bl * m->T, e);
     return !rc && m->d->comm_bf16 ? cb_dp_comm_bf16(&m->dp, e) : rc;
 }
 

@@ -119,6 +119,15 @@ static int nmt_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
     return 4;
 }
 
+/* the startup line: the data, and the embedding-gradient path data
+ * parallelism took for the shared table */
+static void nmt_note(void *ctx, const cb_model *m, char *buf, size_t cap) {
+    const nmt_task *r = ctx;
+    snprintf(buf, cap, "nmt: %zu training pairs, vocabulary %d, %d positions a side, data "
+                       "parallelism %d, embedding gradient %s", r->tr.n, r->n->c.vocab, r->T,
+             m->d->g.dp, m->d->g.dp > 1 ? cb_dp_embed_name(&m->dp) : "local");
+}
+
 static void nmt_close(void *ctx) {
     nmt_task *r = ctx;
     if (!r) return;
@@ -166,10 +175,16 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     const cb_nmt_task_opts *o = to->family_opts;
     r->to = to, r->n = o, r->epoch = -1, r->T = o->seq_len, r->batch = to->B * to->accum;
     int T = r->T;
+    /* pipeline modules: the source's lookup, each encoder block, the run
+     * between the stacks (the encoder's final LN, the decoder's lookup),
+     * each decoder block, the head; costed by FLOPs or timed as GPT's */
     *task = (cb_train_task){.ctx = r, .ld = &r->ld, .row_ids = 2 * T, .row_targets = T,
-                            .row_tokens = T, .check = nmt_check, .declare = nmt_declare,
+                            .row_tokens = T, .block_units = 1, .profile = 1,
+                            .modules = o->c.enc_layers + o->c.dec_layers + 3,
+                            .modules_what = "--layers + --dec-layers + 3",
+                            .check = nmt_check, .declare = nmt_declare,
                             .batch = nmt_batch, .eval = nmt_eval, .meta = nmt_meta,
-                            .close = nmt_close};
+                            .note = nmt_note, .close = nmt_close};
     int rc = cb_bitext_open(to->data, &r->tr, e);
     if (!rc && to->val_data) rc = cb_bitext_open(to->val_data, &r->va, e);
     if (!rc) rc = epoch_batches(r, 0, e);
