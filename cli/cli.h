@@ -68,6 +68,11 @@ int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);
  * (at most 40). */
 struct cli_flag;
 int cli_train_run_flags(cb_train_opts *o, struct cli_flag *f);
+/* The same for --model bert|roberta|nmt|ncf: their --layout and --cluster
+ * flags (2 rows into f), and the check that installs the planner's hook
+ * (o->layout_auto, run after the family resolves its sizes). */
+int cli_train_auto_flags(struct cli_flag *f);
+int cli_train_family_auto(struct cb_train_opts *o, cb_err *e);
 /* `cubist train`'s flags for any family: the distribution flags through
  * the reader every program uses (cb_dist_take, into o), the rest through
  * flags; --help prints both (then 0 with *help set). */

@@ -403,6 +403,7 @@ int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
 
 int cmd_bench_ncf(int argc, char **argv); /* cli/bench_ncf.c */
 int cmd_bench_bert(int argc, char **argv); /* cli/bench_bert.c */
+int cmd_bench_nmt(int argc, char **argv);  /* cli/bench_nmt.c */
 
 int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* the data-parallel benchmarks: cli/bench_dp.c */
@@ -414,6 +415,8 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++) /* BERT's and RoBERTa's step: cli/bench_bert.c */
         if (!strcmp(argv[i], "--model") && (!strcmp(argv[i + 1], "bert") || !strcmp(argv[i + 1], "roberta")))
             return cmd_bench_bert(argc, argv);
+    for (int i = 0; i + 1 < argc; i++) /* the translation model's step: cli/bench_nmt.c */
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "nmt")) return cmd_bench_nmt(argc, argv);
     for (int i = 0; i < argc; i++) /* the tensor-parallel comparison: cli/bench_tp.c */
         if (!strcmp(argv[i], "--tp-compare") || !strcmp(argv[i], "--tp-compare-only") ||
             !strcmp(argv[i], "--tp-step"))

@@ -100,7 +100,7 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                p->tp_bytes, p->tp_calls, p->pp_bytes, p->pp_calls, p->dp_bytes, p->dp_calls,
                p->tp.act_model_bytes, p->tp.act_scratch_bytes, p->tp.param_bytes);
         printf(",\"stage_bound\":[");
-        for (int s = 0; p->nstage && s <= p->nstage; s++)
+        for (int s = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage; s++)
             printf("%s%d", s ? "," : "", p->stage_bound[s]);
         printf("],\"stage_act_bytes\":[");
         for (int s = 0; s < p->nstage; s++) printf("%s%.17g", s ? "," : "", p->stage_act[s]);
@@ -111,10 +111,39 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
 
 #define MAXCHOICE 8192
 
-static int model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
+/* GPT from its sizes (or a checkpoint's); the graph models from the
+ * same size flags and their own (docs/plan.md). */
+int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
     cb_gpt_config c = {o->layers, o->d_model, o->heads, o->seq_len, o->vocab};
+    int bert = !strcmp(o->model, "bert") || !strcmp(o->model, "roberta");
+    if (bert || !strcmp(o->model, "nmt")) {
+        if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || o->d_model % o->heads ||
+            o->vocab < 2 || o->seq_len < 1 || o->dec_layers < 0 || o->ffn < 0 || o->types < 1 ||
+            !(o->dropout >= 0 && o->dropout < 1) || !(o->attn_dropout >= 0 && o->attn_dropout < 1))
+            return cb_fail(e, CB_EINPUT, "--model %s: --layers, --d-model, --heads (dividing "
+                           "--d-model), --seq-len, --types >= 1, --vocab >= 2, --dec-layers, "
+                           "--ffn >= 0, --dropout and --attn-dropout in [0, 1); fix the flag",
+                           o->model);
+        if (bert) {
+            cb_bert_config b = {o->layers, o->d_model, o->heads, o->seq_len, o->vocab, o->types,
+                                !strcmp(o->model, "roberta"), (float)o->dropout,
+                                (float)o->attn_dropout};
+            return cb_plan_model_bert(&b, m, e);
+        }
+        cb_nmt_config n = {o->layers, o->dec_layers ? o->dec_layers : o->layers, o->d_model,
+                           o->heads, o->ffn ? o->ffn : 4 * o->d_model, o->vocab, 0.1f, 0,
+                           o->pre_ln, (float)o->dropout, !o->no_scale};
+        return cb_plan_model_nmt(&n, o->seq_len, m, e);
+    }
+    if (!strcmp(o->model, "ncf")) {
+        cb_ncf_config n = {o->users, o->items, o->factors, 0, {0}};
+        int rc = cli_ncf_mlp(o->mlp, &n, e);
+        if (!rc && (o->users < 1 || o->items < 1 || o->factors < 1))
+            rc = cb_fail(e, CB_EINPUT, "--model ncf: --users, --items and --factors must be >= 1");
+        return rc ? rc : cb_plan_model_ncf(&n, m, e);
+    }
     if (strcmp(o->model, "gpt"))
-        return cb_fail(e, CB_EINPUT, "--model %s: only gpt is built in today", o->model);
+        return cb_fail(e, CB_EINPUT, "--model %s: give gpt, bert, roberta, nmt or ncf", o->model);
     if (o->init && cb_gpt_config_from_file(o->init, &c, e)) return e->code;
     if (o->init && o->seq_len != 1024) c.seq_len = o->seq_len;
     int rc = cb_gpt_config_check(&c, e);
@@ -125,10 +154,10 @@ static int model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
 int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_plan_job *j,
                   cb_err *e) {
     char path[PATH_MAX];
-    int rc = model_of(o, m, e);
+    int rc = plan_model_of(o, m, e);
     if (!rc && o->cluster) rc = plan_find_cluster(o->cluster, path, sizeof path, e);
     if (!rc) rc = o->cluster ? cb_plan_cluster_read(path, c, e) : plan_local_cluster(o->threads, c, e);
-    *j = (cb_plan_job){m, c, o->batch, m->gpt.seq_len, 25e6, 0};
+    *j = (cb_plan_job){m, c, o->batch, m->T, 25e6, 0};
     if (!rc && o->comm_dtype) rc = cb_dp_comm_dtype_parse(o->comm_dtype, &j->comm_bf16, e);
     return rc;
 }
@@ -176,10 +205,16 @@ static int plan_list(const plan_opts *o, cb_err *e) {
     if (o->top > 0 && shown > o->top) shown = o->top;
     if (o->json) print_json(ch, shown, n);
     else {
-        printf("GPT %dL d%d %dH V%d, batch %d x T %d, %.3g parameters, on %s: %d devices; %d "
-               "layouts fit %.2f GB per device (times per optimizer step)\n",
-               m.gpt.n_layer, m.gpt.d_model, m.gpt.n_head, m.gpt.vocab, o->batch, m.gpt.seq_len,
-               cb_plan_model_params(&m), c.name, o->devices, n,
+        char what[128];
+        if (m.family == CB_PLAN_FAM_NCF)
+            snprintf(what, sizeof what, "ncf %d users %d items F%d MLP %s", o->users, o->items,
+                     o->factors, o->mlp);
+        else
+            snprintf(what, sizeof what, "%s %dL d%d %dH V%d", m.name, m.gpt.n_layer,
+                     m.gpt.d_model, m.gpt.n_head, m.gpt.vocab);
+        printf("%s, batch %d x T %d, %.3g parameters, on %s: %d devices; %d layouts fit %.2f GB "
+               "per device (times per optimizer step)\n", what, o->batch, m.T,
+               m.family ? m.params : cb_plan_model_params(&m), c.name, o->devices, n,
                (o->max_memory_gb > 0 ? o->max_memory_gb * 1e9 : c.memory_bytes) / 1e9);
         plan_print_header();
         for (int i = 0; i < shown; i++) plan_print_row(i + 1, &ch[i]);
@@ -216,16 +251,31 @@ int cmd_plan(int argc, char **argv) {
                    .threads = 1,
                    .save = "gathered",
                    .embed_grad = "dense",
-                   .repeat = 1};
+                   .repeat = 1,
+                   /* the graph models' own sizes: train's defaults */
+                   .types = 2, .dropout = 0.1, .attn_dropout = 0.1, .users = 1000, .items = 1000, .factors = 64,
+                   .mlp = "256,128,64"};
     const cli_flag flags[] = {
-        {"model", ARG_STR, &o.model, "model family (gpt)"},
-        {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12)"},
+        {"model", ARG_STR, &o.model, "gpt (default), bert, roberta, nmt or ncf"},
+        {"n-layer", ARG_INT, &o.layers, "transformer blocks L (12; nmt: encoder blocks)"},
         {"layers", ARG_INT, &o.layers, "the same as --n-layer"},
         {"d-model", ARG_INT, &o.d_model, "channels C (768)"},
         {"heads", ARG_INT, &o.heads, "attention heads (12)"},
         {"vocab", ARG_INT, &o.vocab, "vocabulary V (50257)"},
         {"seq-len", ARG_INT, &o.seq_len, "sequence length T (1024)"},
         {"init", ARG_STR, &o.init, "take the model sizes from this checkpoint"},
+        {"dec-layers", ARG_INT, &o.dec_layers, "nmt: decoder blocks (default: --layers)"},
+        {"ffn", ARG_INT, &o.ffn, "nmt: feed-forward width (default: 4 x --d-model)"},
+        {"pre-ln", ARG_BOOL, &o.pre_ln, "nmt: pre-LayerNorm blocks (default post-LN)"},
+        {"no-scale", ARG_BOOL, &o.no_scale, "nmt: no sqrt(d_model) scale of the embeddings"},
+        {"types", ARG_INT, &o.types, "bert: token types (2)"},
+        {"dropout", ARG_DOUBLE, &o.dropout, "bert, nmt: hidden dropout (0.1, as train's)"},
+        {"attn-dropout", ARG_DOUBLE, &o.attn_dropout,
+         "bert: dropout of the attention probabilities (0.1, as train's)"},
+        {"users", ARG_INT, &o.users, "ncf: users (1000)"},
+        {"items", ARG_INT, &o.items, "ncf: items (1000)"},
+        {"factors", ARG_INT, &o.factors, "ncf: GMF factor width (64)"},
+        {"mlp", ARG_STR, &o.mlp, "ncf: MLP widths (256,128,64)"},
         {"batch", ARG_INT, &o.batch, "global batch of one step, sequences (8)"},
         {"micro-batches", ARG_INT, &o.micro_batches, "fix M micro-batches per step (0: search)"},
         {"devices", ARG_INT, &o.devices, "devices (ranks) to plan for"},
@@ -238,7 +288,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
-        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the data-parallel gradient's wire type"},
+        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
         {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},

@@ -15,7 +15,11 @@ static const char EPILOG[] =
     "6 + 6 blocks, d 512, 8 heads, FFN 2048 with ReLU, label smoothing 0.1, post-LN;\n"
     "--pre-ln for pre-LN with a final LayerNorm on each stack), fixed sinusoidal\n"
     "positions, one embedding shared by the source, the decoder's input and the\n"
-    "output projection. No dropout, no sqrt(d) scaling of the embedding.\n"
+    "output projection. Dropout --dropout (0.1) on each sublayer's output before\n"
+    "its residual add and on the embeddings + positions of both stacks, in training\n"
+    "steps only, the same mask under every layout; the looked-up rows are scaled by\n"
+    "sqrt(d) in front of the positions (--no-emb-scale: not), the output\n"
+    "projection is not.\n"
     "Data: pair files of `cubist prepare --pairs` (vocabulary: the tokenizer's V +\n"
     "3, padding V, BOS V+1, EOS V+2). A step is one batch of pairs bucketed by\n"
     "length (at most --batch pairs and --max-tokens padded tokens, rows x T), the\n"
@@ -39,10 +43,10 @@ int cmd_train_nmt(int argc, char **argv) {
                               .eps = 1e-9f, .weight_decay = 0.0f, .clip = 1.0f,
                               .decay_embeddings = 1};
     cb_nmt_task_opts nt = {.c = {.enc_layers = 6, .dec_layers = -1, .d_model = 512, .n_head = 8,
-                                 .d_ff = 2048, .smoothing = 0.1f}};
+                                 .d_ff = 2048, .smoothing = 0.1f, .dropout = 0.1f}};
     o.family = &cb_train_nmt, o.family_opts = &nt;
     const char *model = NULL;
-    int batch = 8;
+    int batch = 8, no_scale = 0;
     cli_flag flags[80] = {
         {"model", ARG_STR, &model, "nmt here (gpt: the default trainer)"},
         {"data", ARG_STR, &o.data, "training pairs (`cubist prepare --pairs`)"},
@@ -54,6 +58,8 @@ int cmd_train_nmt(int argc, char **argv) {
         {"ffn", ARG_INT, &nt.c.d_ff, "feed-forward width (2048)"},
         {"smoothing", ARG_FLOAT, &nt.c.smoothing, "label smoothing (0.1)"},
         {"pre-ln", ARG_BOOL, &nt.c.pre_ln, "pre-LayerNorm blocks (default post-LN, the paper's)"},
+        {"dropout", ARG_FLOAT, &nt.c.dropout, "dropout of sublayer outputs and embeddings (0.1)"},
+        {"no-emb-scale", ARG_BOOL, &no_scale, "no sqrt(d-model) scale of the embedding's rows"},
         {"seq-len", ARG_INT, &nt.seq_len, "positions a side (default: the files' longest side + 1)"},
         {"max-tokens", ARG_INT, &nt.max_tokens, "padded tokens a step (default: --batch x T)"},
         {"eval-every", ARG_INT, &o.eval_every, "val_loss every N steps (needs --val-data; 0 off)"},
@@ -79,12 +85,14 @@ int cmd_train_nmt(int argc, char **argv) {
     int n = 0, help = 0;
     while (flags[n].name) n++;
     n += cli_train_run_flags(&o, flags + n);
+    n += cli_train_auto_flags(flags + n);
     cli_grad_accum_alias(argc, argv);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--model nmt --data PAIRS [--val-data PAIRS] [flags]",
                              EPILOG, &o, &help, &e);
     if (help && !rc) return 0;
     if (nt.c.dec_layers < 0) nt.c.dec_layers = nt.c.enc_layers;
+    nt.c.emb_scale = !no_scale;
     if (!rc && !o.data)
         rc = cb_fail(&e, CB_EINPUT, "--model nmt needs --data PAIRS (`cubist prepare --pairs`)");
     return cli_train_family_run(argc, argv, &o, batch, "tokens_per_s", rc, &e);

@@ -39,6 +39,11 @@ static double f_attention(void *ctx, int B, int T, int C, int NH) {
     (void)NH;
     return 3.0 * 4 * T * C * (double)B * T / (f->gflops * 1e9 * f->attn);
 }
+/* element-wise kernels: 8 bytes an element at the memory rate */
+static double f_elementwise(void *ctx, int kind, int n) {
+    (void)kind;
+    return 8.0 * n / (((fake *)ctx)->gbs * 1e9);
+}
 static double f_coll(void *ctx, const char *op, int n) {
     const fake *f = ctx;
     return f->alpha + cb_plan_op_sent(op, 2, n) / f->beta;
@@ -94,7 +99,7 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
     if (fk) {
         fake f;
         if (parse_fake(fk, &f, e)) return e->code;
-        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2};
+        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise};
         cb_plan_calibrate(&pr, quick, c);
         return CB_OK;
     }

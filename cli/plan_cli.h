@@ -14,6 +14,9 @@ typedef struct plan_opts {
     const char *embed_grad;                /* --embed-grad; embed: its cb_dp_embed */
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
+    int dec_layers, ffn, pre_ln, no_scale, types, users, items, factors; /* nmt, bert, ncf */
+    double dropout, attn_dropout;                              /* bert */
+    const char *mlp;                                           /* ncf */
     double max_memory_gb;
     int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;
 } plan_opts;
@@ -27,6 +30,8 @@ int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e);
 /* $XDG_CACHE_HOME/cubist/cluster-T<threads>.json */
 int plan_cache_path(int threads, char *buf, size_t cap);
 
+/* The model of the flags: gpt (sizes, --init), bert, roberta, nmt, ncf. */
+int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e);
 /* The model, cluster and job of the flags. */
 int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_plan_job *j,
                   cb_err *e);

@@ -22,33 +22,41 @@ typedef struct vcase {
     int quick, threads, L, C, H, T, B, dp, pp, tp;
     const char *mode, *sched;
     int M;
+    const char *model; /* NULL: gpt; bert or nmt (planned from their graph) */
 } vcase;
 
 /* B is the micro-batch of `cubist train` (--batch); M micro-batches per step. */
 static const vcase CASES[] = {
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1},
-    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1},
-    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1},
-    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4},
-    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4},
-    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4},
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1},
-    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1},
-    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL},
+    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1, NULL},
+    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4, NULL},
+    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4, NULL},
+    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4, NULL},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1, NULL},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1, NULL},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1, NULL},
+    /* models planned from their declared graph (bert: vocabulary 256 + 4
+     * specials; nmt: 256 + 3, L encoder and L decoder blocks, ffn 4C) */
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert"},
+    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert"},
+    {0, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, "bert"},
+    {0, 1, 1, 128, 4, 32, 8, 1, 1, 1, "1d", "gpipe", 1, "nmt"},
+    {0, 1, 1, 128, 4, 32, 8, 2, 1, 1, "1d", "gpipe", 1, "nmt"},
     /* more ranks than cores: bytes, calls, memory and thread CPU */
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1},
-    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1},
-    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1},
-    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1},
-    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1, NULL},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1, NULL},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1, NULL},
+    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1, NULL},
+    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8, NULL},
 };
 #define NCASES (int)(sizeof CASES / sizeof *CASES)
 
@@ -96,14 +104,24 @@ static double children_cpu_s(void) {
 static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
     char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
+    char model[256];
+    /* GPT's --batch is a micro-batch's; the graph models' the step's */
+    if (!c->model)
+        snprintf(model, sizeof model, "--data %s/tok.bin --vocab 256 --batch %d --grad-accum %d",
+                 dir, c->B, c->M);
+    else if (!strcmp(c->model, "bert"))
+        snprintf(model, sizeof model, "--model bert --data %s/tok.bin --batch %d", dir, c->B * c->M);
+    else
+        snprintf(model, sizeof model, "--model nmt --data %s/pairs.bin --dec-layers %d --ffn %d "
+                 "--batch %d", dir, c->L, 4 * c->C, c->B * c->M);
     snprintf(
         cmd, sizeof cmd,
-        "%s '%s' train --data %s/tok.bin --layers %d --d-model %d --heads %d "
-        "--seq-len %d --vocab 256 --batch %d --steps %d --threads %d --quiet --log %s/log.jsonl "
-        "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d "
-        "--grad-accum %d%s%s >/dev/null 2>&1",
-        pre, plan_exe(), dir, c->L, c->C, c->H, c->T, c->B, steps, c->threads, dir, c->dp, c->pp,
-        c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M, c->M,
+        "%s '%s' train %s --layers %d --d-model %d --heads %d "
+        "--seq-len %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+        "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d"
+        "%s%s >/dev/null 2>&1",
+        pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
+        c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
         part[0] ? " --partition " : "", part);
     double t0 = children_cpu_s();
     int st = system(cmd);
@@ -173,7 +191,8 @@ static int measure_tpstep(const vcase *c, measured *m) {
 static int measure(const vcase *c, const char *dir, const plan_opts *o, int over,
                    const cb_plan_pred *p, measured *m) {
     char part[256] = "";
-    for (int s = 0, n = 0; p->nstage && s <= p->nstage && n < (int)sizeof part; s++)
+    for (int s = 0, n = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage &&
+                           n < (int)sizeof part; s++)
         n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
     for (int r = 0; r < o->repeat; r++) {
         measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
@@ -216,8 +235,16 @@ static void profile(const vcase *c, const cb_plan_pred *p) {
 
 static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
     cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
+    cb_bert_config b = {c->L, c->C, c->H, c->T, 256 + 4, 2, 0, 0.1f, 0.1f};
+    cb_nmt_config n = {c->L, c->L, c->C, c->H, 4 * c->C, 256 + 3, 0.1f, 256, 0, 0.1f, 1};
     cb_plan_model m;
-    cb_plan_model_gpt(&g, &m);
+    cb_err e;
+    if (!c->model) cb_plan_model_gpt(&g, &m);
+    else if ((!strcmp(c->model, "bert") ? cb_plan_model_bert(&b, &m, &e)
+                                        : cb_plan_model_nmt(&n, c->T, &m, &e))) {
+        p->step_s = NAN;
+        return;
+    }
     cb_tp_mode mode;
     cb_grid_parse_mode(c->mode, &mode, NULL);
     int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
@@ -238,6 +265,27 @@ static int write_tokens(const char *dir, cb_err *e) {
     }
     if (f) ok &= fclose(f) == 0;
     return ok ? CB_OK : cb_fail(e, CB_ESYS, "cannot write %s", path);
+}
+
+/* The translation cases' pairs: short sentences of a small word list,
+ * prepared as `cubist prepare --pairs` does (at most 30 bytes a side). */
+static int write_pairs(const char *dir, cb_err *e) {
+    static const char *const W[] = {"the", "a", "of", "and", "to", "in", "he", "she", "it", "was"};
+    char path[600], cmd[1400];
+    snprintf(path, sizeof path, "%s/pairs.tsv", dir);
+    FILE *f = fopen(path, "w");
+    unsigned r = 1;
+    for (int i = 0; f && i < 400; i++)
+        for (int side = 0, n = 1 + i % 5; side < 2; side++)
+            for (int k = 0; k < n; k++) {
+                r = r * 1103515245u + 12345u;
+                fprintf(f, "%s%s%s", k ? " " : "", W[r >> 16 & 7],
+                        k < n - 1 ? "" : side ? "\n" : "\t");
+            }
+    if (!f || fclose(f)) return cb_fail(e, CB_ESYS, "cannot write %s", path);
+    snprintf(cmd, sizeof cmd, "'%s' prepare --pairs '%s' --output '%s/pairs.bin' --context 31 "
+             ">/dev/null 2>&1", plan_exe(), path, dir);
+    return system(cmd) ? cb_fail(e, CB_ESYS, "cubist prepare --pairs failed in %s", dir) : CB_OK;
 }
 
 static double rel(double pred, double meas) { return (pred - meas) / meas; }
@@ -264,8 +312,9 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
-    printf("  L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", c->L, c->C, c->T, c->B,
-           c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
+    printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ",
+           c->model ? c->model : "gpt", c->L, c->C, c->T, c->B, c->dp, c->pp, c->tp, c->mode,
+           c->pp > 1 ? c->sched : "", c->M, c->threads);
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
@@ -303,6 +352,11 @@ static void print_order(const int *idx, int n, const double *x) {
         printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
 }
 
+static int same(const vcase *a, const vcase *b) {
+    return a->L == b->L && a->C == b->C && (a->model == b->model ||
+           (a->model && b->model && !strcmp(a->model, b->model)));
+}
+
 /* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
  * pp 2, tp 2) come out in the measured order of time per token? Each
  * model's two orders are printed (microseconds per token). */
@@ -311,10 +365,10 @@ static void order(const tally *t) {
     for (int i = 0; i < NCASES; i++) {
         int first = 1, idx[NCASES], n = 0, ok = 1;
         for (int j = 0; j < i && first; j++)
-            first = !(CASES[j].L == CASES[i].L && CASES[j].C == CASES[i].C && !isnan(t->pred[j]));
+            first = !(same(&CASES[j], &CASES[i]) && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
         for (int a = i; a < NCASES; a++)
-            if (!isnan(t->pred[a]) && CASES[a].L == CASES[i].L && CASES[a].C == CASES[i].C)
+            if (!isnan(t->pred[a]) && same(&CASES[a], &CASES[i]))
                 idx[n++] = a;
         for (int a = 0; a < n; a++)
             for (int b = a + 1; b < n; b++)
@@ -322,7 +376,8 @@ static void order(const tally *t) {
         if (n < 2) continue;
         groups++, kept += ok;
         char lab[32];
-        int w = snprintf(lab, sizeof lab, "L%d C%d:", CASES[i].L, CASES[i].C);
+        int w = snprintf(lab, sizeof lab, "%s L%d C%d:", CASES[i].model ? CASES[i].model : "gpt",
+                         CASES[i].L, CASES[i].C);
         printf("  %s predicted ", lab);
         print_order(idx, n, t->pred);
         printf("\n  %*s measured  ", w, "");
@@ -339,6 +394,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     cli_mpirun_allow_root();
     cb_plan_cluster cl[2];
     int rc = write_tokens(dir, e);
+    if (!rc && !o->quick) rc = write_pairs(dir, e);
     /* collectives once (1 thread per rank, as every multi-rank case runs) */
     if (!rc) rc = plan_measure(1, o->quick, 1, &cl[0], e);
     if (!rc) rc = plan_measure(2, o->quick, 0, &cl[1], e);
@@ -348,7 +404,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
                "are contended when it exceeds the cores); predicted vs measured, the fastest of "
                "%d run%s\n"
-               "  case                                        what  predicted measured  error\n",
+               "  case                                             what  predicted measured  error\n",
                sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "");
     tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;

@@ -80,6 +80,7 @@ int cli_train_family_run(int argc, char **argv, cb_train_opts *o, int batch, con
                      batch, M);
     o->B = batch / (M >= 1 ? M : 1);
     if (!rc) rc = cb_train_check_flags(o, e);
+    if (!rc) rc = cli_train_family_auto(o, e);
     cb_precision prec;
     if (!rc) rc = cb_precision_parse(o->precision, &prec, e);
     if (!rc) rc = cb_kernels_select(prec, e);

@@ -228,7 +228,9 @@ static int lines_step(void *ctx, const cb_train_record *r, cb_err *e) {
     for (int i = 0; i < r->nmetrics; i++)
         if (!r->metrics[i].count)
             fprintf(s->f, ",\"%s\":%.6f", r->metrics[i].name, r->metrics[i].value);
-    fprintf(s->f, "}\n");
+    /* the planner's counts (tests/test_plan.sh): as the GPT log has them */
+    fprintf(s->f, ",\"opt_state_bytes\":%zu%s%s}\n", r->opt_state_bytes, r->comm_fields,
+            r->pp_fields);
     if (!fflush(s->f) && !ferror(s->f)) return CB_OK;
     return cb_fail(e, CB_ESYS, "--log %s: writing step %d failed: %s; free space or choose "
                                "another path, then --resume", s->o->log, r->step, strerror(errno));

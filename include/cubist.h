@@ -382,6 +382,10 @@ typedef struct cb_nmt_config {
     float smoothing; /* label smoothing (0.1) */
     int pad;         /* the padding id: targets equal to it count nothing */
     int pre_ln;
+    float dropout;   /* on each sublayer's output before its residual add and on both
+                        embeddings + positions (cb_op_dropout); 0: none */
+    int emb_scale;   /* 1: sqrt(d_model) x the looked-up rows in front of the positions
+                        (the paper's); the output projection stays unscaled */
 } cb_nmt_config;
 void cb_model_declare_nmt(cb_model *m, const cb_nmt_config *c);
 
@@ -403,6 +407,10 @@ cb_act *cb_op_lookup(cb_layer *table, int field); /* C features, parity 0 */
  * looks up the source (field 0) and the decoder's input (field 1) in one
  * shared table, which cb_op_lm_loss also uses as the output projection. */
 cb_act *cb_op_embedding_field(cb_layer *embedding, int field);
+/* Every lookup of the embedding gives s x wte[id] + pos instead of wte[id]
+ * + pos (the Transformer's sqrt(C)); the LM head's use of the table is not
+ * scaled. Needs fixed positions (cb_layer_set_sinusoidal, called first). */
+void cb_layer_set_embed_scale(cb_layer *embedding, float s);
 cb_act *cb_op_mul(const cb_act *a, const cb_act *b);    /* element-wise, one shape */
 cb_act *cb_op_relu(const cb_act *x);
 /* [a | b]: Ha + Hb features, a's parity (b's parity may differ) */

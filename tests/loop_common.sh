@@ -13,8 +13,10 @@ _loop_wait() { # log step pid: until the log reaches step (20 s at most)
     local t=0
     while [ "$(_loop_step "$1")" -lt "$2" ] && [ $t -lt 2000 ] && kill -0 "$3" 2>/dev/null; do sleep 0.01; t=$((t + 1)); done
 }
-# the log without its timings (step_ms and the rate)
-_loop_fields() { sed -E 's/"step_ms":[^,]*,"[a-z]+_per_s":[0-9.]+//' "$1"; }
+# the log without its timings (step_ms and the rate, the communication's ms)
+_loop_fields() {
+    sed -E 's/"step_ms":[^,]*,"[a-z]+_per_s":[0-9.]+//; s/"ms":(\[[^]]*\]|[0-9.]+)/"ms":-/g; s/"comm_ms":[0-9.]+/"comm_ms":-/' "$1"
+}
 _loop_noid() { sed -E 's/"ckpt_id":"[0-9a-f]{16}"/"ckpt_id":"-"/' "$1"; }
 _loop_same() { # a b: weights and state byte for byte but for the id
     cmp -s <(_loop_noid "$1") <(_loop_noid "$2") && cmp -s <(_loop_noid "$1.state") <(_loop_noid "$2.state")

@@ -5,7 +5,9 @@
 # count hold from 2 to 8 pairs and the rest of the rows is padding):
 # 1. One process against tests/torch/nmt_ref.py (the same network in
 #    PyTorch, float64) from the same initial weights on the rows cubist
-#    dumped, post-LN and --pre-ln: the loss at each of 10 AdamW steps
+#    dumped, post-LN and --pre-ln with dropout 0.1 (the reference draws
+#    cubist's counter-based masks) and the sqrt(d) embedding scale, and
+#    post-LN without either: the loss at each of 10 AdamW steps
 #    (warm-up, cosine, clipping) within 1e-5 relative and every gradient of
 #    step 1 within 1e-4 (||a-b||/||b||): float32 against float64 sums of a
 #    few hundred terms (measured at most 5e-8 and 6e-7).
@@ -26,11 +28,12 @@ set -u
 
 # ---------------------------------------------------------------- against PyTorch
 T=24 # the longest side (23 bytes) + its EOS
-for ln in post pre; do
-    f=(); [ "$ln" = pre ] && f=(--pre-ln)
+for ln in post pre plain; do
+    f=(--dropout 0.1); [ "$ln" = pre ] && f+=(--pre-ln)
+    [ "$ln" = plain ] && f=(--dropout 0 --no-emb-scale)
     O=(--model nmt --data train.bin --layers 2 --d-model 32 --heads 4 --ffn 64 --batch 8
        --seq-len $T --quiet "${f[@]}")
-    R=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0)
+    R=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --seed 1337)
     if "$C" train "${O[@]}" --steps 0 --save "$ln.init.st" &&
        "$C" train "${O[@]}" "${R[@]}" --steps 10 --init "$ln.init.st" --log "$ln.jsonl" \
            --dump-grads "$ln.grads.st" --dump-batches "$ln.bin" > /dev/null; then
@@ -43,6 +46,17 @@ for ln in post pre; do
         if [ "$nf" = 0 ] && [ "$np" -ge 70 ] && grep -q "against PyTorch: $np passed" <<<"$out"; then
             pass "nmt $ln-LN against PyTorch: $np checks (10 losses, the step-1 gradients, names, batches)"
         else fail "nmt $ln-LN against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+        # the check sees the masks and the scale: a reference without either fails
+        for miss in "--dropout 0" "--no-emb-scale"; do
+            [ "$ln" = post ] || break
+            # shellcheck disable=SC2086
+            nf=$("$PY" "$ROOT/tests/torch/nmt_ref.py" --init "$ln.init.st" --batches "$ln.bin" \
+                 --log "$ln.jsonl" --grads "$ln.grads.st" --batch 8 --seq-len $T --layers 2 \
+                 --dec-layers 2 --heads 4 --steps 10 --vocab 259 "${R[@]}" "${f[@]}" $miss 2>&1 |
+                 grep -c '^FAIL')
+            if [ "$nf" -gt 0 ]; then pass "nmt: the reference with $miss fails ($nf checks)"
+            else fail "nmt: the reference with $miss passes too: the test does not see it"; fi
+        done
     else fail "nmt $ln-LN one-process run for the PyTorch test"; fi
 done
 

@@ -9,8 +9,10 @@
 # - dp 2 (with and without ZeRO-1, --comm-dtype fp32 and bf16;
 #   --embed-grad sparse with and without ZeRO-1; --embed-grad split, whose all-reduced rows are the data's
 #   union of tokens: the prediction is its bound, and the measured bytes
-#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches)
-#   and one rank with --recompute block
+#   fall short of it by whole rows), tp 1d 2, pp 2 (1f1b, 4 micro-batches),
+#   one rank with --recompute block, and --comm-dtype bf16 under 1-D tp 2,
+#   2-D tp 4 (rank 0 on the diagonal: the plan's off-diagonal maximum less
+#   the transpose swaps) and 3-D tp 8 (the activation collectives in bf16)
 #   under `cubist train`: rank 0's bytes and calls of the groups the model
 #   covers (gradient buckets and loss, tensor tags, pipeline activations and
 #   gradients), the graph engine's planned activations and the AdamW state,
@@ -19,11 +21,17 @@
 #   GPipe and 1F1B, recompute, pp 2 x tp 1d 2), the plan's stage
 #   boundaries given to train (--partition), exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
-#   fed (peak, the efficiency knee, bandwidth, attention, alpha and beta of
-#   every collective) to 1e-5 (the file keeps 6 significant digits);
+#   fed (peak, the efficiency knee, bandwidth, attention, the element-wise
+#   kernels, alpha and beta of every collective) to 1e-5 (the file keeps 6 significant digits);
 # - a cluster file with a missing, negative or non-numeric field, or bad
 #   JSON: exit 2 and one line naming the field; every preset parses and
 #   names a source for each of its fields;
+# - an interleaved pipeline (2 chunks per stage): every stage's planned
+#   activations, exactly;
+# - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
+#   bytes and calls, the activation plan (per stage under a pipeline) and
+#   the AdamW state under `cubist train --model X` (dp 2, ZeRO-1, pp 2,
+#   tp 1d 2, one process), exactly; their bad flags exit 2 with one line;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -85,8 +93,13 @@ tags = log.get("comm_by_tag", {})
 skip = {"norm", "pp.tie", "pp.stats"}  # not in the model: tiny bookkeeping
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
-pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
-         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+# 2-D: the plan gives the off-diagonal ranks' traffic (the maximum); rank 0
+# sits on the diagonal, whose embedding block needs no transpose swap: two
+# swaps of N C / q^2 floats (isend + irecv each) fewer, N = 8 x 16 tokens,
+# C 32, q 2 (tiny)
+diag = (8 * 128 * 32 / 4, 4) if "2d" in name else (0, 0)
+pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
+         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"] - diag[1])]
 if p["pp"] == 1:
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
@@ -111,6 +124,9 @@ trcase "dp 2 bf16"     2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --comm-dtype bf16
 trcase "dp 2 zero bf16" 2 1 --dp 2 --comm-dtype bf16 -- --dp 2 --zero 1 --comm-dtype bf16
 trcase "dp 2 zero sparse bf16" 2 1 --dp 2 --embed-grad sparse --comm-dtype bf16 -- --dp 2 --zero 1 --embed-grad sparse --comm-dtype bf16
 trcase "tp 1d 2"       2 1 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
+trcase "tp 1d 2 bf16"  2 1 --tp 2 --tp-mode 1d --comm-dtype bf16 -- --tp 2 --tp-mode 1d --comm-dtype bf16
+trcase "tp 2d 4 bf16"  4 1 --tp 4 --tp-mode 2d --comm-dtype bf16 -- --tp 4 --tp-mode 2d --comm-dtype bf16
+trcase "tp 3d 8 bf16"  8 1 --tp 8 --tp-mode 3d --comm-dtype bf16 -- --tp 8 --tp-mode 3d --comm-dtype bf16
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
 
@@ -151,12 +167,126 @@ ppcase "pp 4 1f1b M8"           4 4 1 8 1f1b 0
 ppcase "pp 2 1f1b M4 recompute" 2 2 1 4 1f1b 1
 ppcase "pp 2 x tp 1d 2 1f1b M4" 4 2 2 4 1f1b 0
 
+# interleaved (2 chunks per rank): every stage's plan, the engine's
+# partition from FLOP counts (--no-profile) on both sides
+ilcase() { # name np M
+    local name=$1 np=$2 M=$3 four=(--layers 4 --d-model 32 --heads 4 --seq-len 16 --vocab 257)
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${four[@]}" --batch $((8 * M)) \
+        --micro-batches "$M" --pp "$np" --schedule interleaved --top 0 --json >plan.json 2>plan.err \
+        || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --data train.bin "${four[@]}" --batch 8 \
+            --steps 2 --quiet --log tr.jsonl --pp "$np" --schedule interleaved --virtual-stages 2 \
+            --micro-batches "$M" --grad-accum "$M" --no-profile 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"] and l["v"] == 2][0]
+m, q = log["pp_act_bytes"], p["stage_act_bytes"]
+ok = m == q and p["mem_act"] == max(q)
+print("%s %s: planned activations per stage measured %s, predicted %s" % ("PASS" if ok else "FAIL", sys.argv[1], m, q))
+sys.exit(0 if ok else 1)
+PY
+}
+ilcase "pp 2 interleaved v2 M4" 2 4
+
+# ---------------------------------------------------------------- the graph models
+# BERT, the translation model and NCF planned from their declared graphs:
+# rank 0's bytes and calls (gradient buckets, the loss and its counts,
+# pipeline messages), the activation plan (per stage under a pipeline) and
+# the AdamW state equal a real run's, exactly. Their --batch is the step's.
+/usr/bin/python3 - <<'PY'
+import random
+r = random.Random(1)
+w = "the a of and to in he she it is was god lord king man land house son".split()
+with open("pairs.tsv", "w") as f:
+    for i in range(200):
+        s = " ".join(r.choice(w) for _ in range(r.randint(1, 5)))
+        f.write(s + "\t" + s[::-1] + "\n")
+r = random.Random(3)
+with open("inter.tsv", "w") as f:
+    seen = set()
+    for u in range(50):
+        for k in range(6):
+            x = "u%d\ti%d" % (u, r.randrange(40))
+            if x not in seen: seen.add(x), f.write(x + "\n")
+PY
+"$C" prepare --pairs pairs.tsv --output pairs.bin --context 40 >/dev/null \
+    && "$C" prepare --interactions inter.tsv --output inter.bin >/dev/null \
+    || { echo "FAIL plan: prepare (graph models)"; exit 1; }
+nu=$(cut -f1 inter.tsv | sort -u | wc -l); ni=$(cut -f2 inter.tsv | sort -u | wc -l)
+bertf=(--layers 2 --d-model 32 --heads 4 --seq-len 16)
+nmtf=(--layers 1 --dec-layers 1 --d-model 32 --heads 4 --ffn 64 --seq-len 40)
+ncff=(--factors 8 --mlp 32,16,8)
+gcase() { # name np model "plan flags" -- train flags...
+    local name=$1 np=$2 model=$3 pf=($4); shift 5
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" --model "$model" "${pf[@]}" --top 0 \
+        --json >plan.json 2>plan.err || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    if ! timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --model "$model" --steps 2 --quiet \
+            --log tr.jsonl "$@" >/dev/null 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+name = sys.argv[1]
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+zero = "zero" in name
+p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and l["zero"] == zero][0]
+tags = log.get("comm_by_tag", {})
+skip = {"norm", "pp.tie", "pp.stats"}
+mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
+mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
+pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
+         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
+    pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
+    pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
+else:
+    pairs.append(("pp_act_bytes", log["pp_act_bytes"], p["stage_act_bytes"]))
+bad = [k for k, a, b in pairs if a != b]
+print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", name,
+      ", ".join("%s %s/%s" % (k, a, b) for k, a, b in pairs)))
+sys.exit(1 if bad else 0)
+PY
+}
+# bert's vocabulary: the byte tokenizer's 256 + 4 specials
+gcase "bert dp 2" 2 bert "${bertf[*]} --vocab 260 --batch 8 --dp 2 --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --dp 2
+gcase "roberta dp 2 zero" 2 roberta "${bertf[*]} --vocab 260 --batch 8 --dp 2 --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --dp 2 --zero 1
+gcase "bert pp 2 1f1b M4" 2 bert "${bertf[*]} --vocab 260 --batch 8 --pp 2 --schedule 1f1b --micro-batches 4" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --pp 2 --schedule 1f1b --micro-batches 4
+gcase "bert tp 1d 2" 2 bert "${bertf[*]} --vocab 260 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 2 --tp-mode 1d
+# nmt's vocabulary: the pair files' 256 + 3 specials
+gcase "nmt dp 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2
+gcase "nmt pp 2 gpipe M2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --pp 2 --schedule gpipe --micro-batches 2" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2 --no-profile
+gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
+gcase "ncf dp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --dp 2 --micro-batches 1" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --dp 2 --eval-users 5
+gcase "ncf 1" 1 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --micro-batches 1" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --eval-users 5
+
 for bad in bogus auto; do
     P --cluster "$ROOT/clusters/h100.json" --devices 2 "${tiny[@]}" --embed-grad $bad >/dev/null 2>bad.err
     rc=$?
     [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "embed-grad '$bad'" bad.err \
         && pass "--embed-grad $bad: exit 2, '$(cat bad.err)'" \
         || fail "--embed-grad $bad: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
+# the graph models' flags: exit 2, one line naming the flag
+for args in "--model bogus|--model bogus" "--model ncf --mlp 3|--mlp 3" \
+            "--model bert --heads 5 --d-model 32|--heads" "--model ncf --users 0|--users"; do
+    P --cluster "$ROOT/clusters/h100.json" --devices 2 ${args%|*} >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \
+        && pass "plan ${args%|*}: exit 2, '$(cat bad.err)'" \
+        || fail "plan ${args%|*}: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
 done
 
 # ---------------------------------------------------------------- calibration
@@ -168,7 +298,9 @@ c = json.load(open("fake.json"))
 d = c["device"]
 close = lambda a, b: abs(a - b) <= 1e-5 * abs(b)
 want = [("peak_flops", d["peak_flops"], 100e9), ("mem_bandwidth", d["mem_bandwidth"], 20e9),
-        ("attn_efficiency", d["attn_efficiency"], 0.25)]
+        ("attn_efficiency", d["attn_efficiency"], 0.25),
+        # element-wise kernels: 8 bytes an element at the fake bandwidth
+        ("gelu_erf_s", d["gelu_erf_s"], 8 / 20e9), ("dropout_s", d["dropout_s"], 8 / 20e9)]
 # square n: efficiency min(1, n / knee) at intensity n / 6
 for i, (x, e) in enumerate(d["gemm_efficiency"]):
     want.append(("gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
@@ -205,6 +337,7 @@ badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = '
 badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
 badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
+badfile "negative dropout rate" device.dropout_s "c['device']['dropout_s'] = -1"
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?

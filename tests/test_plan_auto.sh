@@ -5,7 +5,7 @@
 # a launcher to 1e-5 relative (tests/dp_compare.py, the tolerance of every
 # equivalence test: sums regrouped across ranks). Cases: 2 ranks on this
 # machine's calibration (a fake-timer one in a private cache) and 4 ranks on
-# the H100 and Longhorn presets. Refusals: --layout with --tp, an unknown
+# the H100 and Longhorn presets; BERT on 2 ranks of the H100 preset. Refusals: --layout with --tp, an unknown
 # value, no calibration: exit 2, one line. Then `cubist plan --validate
 # --quick` runs and prints its mean error and its duration (timings on a
 # shared machine are noise: printed, not asserted).
@@ -44,6 +44,23 @@ auto() { # name np accum [train flags]
 auto "auto 2 ranks on this machine" 2 1
 auto "auto 4 ranks on h100 accum 4" 4 4 --cluster "$ROOT/clusters/h100.json"
 auto "auto 4 ranks on longhorn" 4 1 --cluster "$ROOT/clusters/longhorn.json"
+
+# a model planned from its declared graph (BERT): the layout for 2 ranks
+# on the H100 preset trains the single process's trajectory
+bert=(--model bert --data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 8
+      --steps 10 --seed 5 --quiet)
+if "$C" train "${bert[@]}" --log bref.jsonl --save bref.st 2>bref.err; then
+    if timeout "$TMO" "${launch[@]}" -np 2 "$C" train "${bert[@]}" --layout auto \
+            --cluster "$ROOT/clusters/h100.json" --log bauto.jsonl --save bauto.st >bauto.out 2>bauto.err; then
+        why=$(grep -m1 "^layout auto on 2 ranks" bauto.out)
+        [ -n "$why" ] && pass "bert auto 2 ranks on h100: $why" || fail "bert auto: no 'layout auto' line"
+        check "bert auto 2 ranks on h100" bref.jsonl bauto.jsonl bref.st bauto.st
+    else
+        fail "bert auto 2 ranks on h100: run failed: $(head -c 300 bauto.err)"
+    fi
+else
+    fail "bert auto: single-process reference: $(head -c 300 bref.err)"
+fi
 
 for bad in "--layout auto --tp 2" "--layout manual"; do
     timeout "$TMO" "$C" train "${common[@]}" $bad >/dev/null 2>bad.err; rc=$?

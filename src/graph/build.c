@@ -874,6 +874,17 @@ static int clear_err(cb_err *e) {
     return CB_OK;
 }
 
+/* a scaled embedding's forward reads pos / s (its shard; exec.c) */
+static int alloc_scaled_positions(cb_model *m, cb_err *e) {
+    for (int i = 0; i < m->nlayers; i++) {
+        cb_layer *l = m->layers[i];
+        if (!l->emb_scale || l->t[1] < 0) continue;
+        l->wpe_scaled = malloc(sizeof(float) * (m->pt.t[l->t[1]].numel + 1));
+        if (!l->wpe_scaled) return cb_fail(e, CB_ENOMEM, "out of memory for %s's positions", l->name);
+    }
+    return CB_OK;
+}
+
 int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_err *e) {
     clear_err(e);
     if (!m) {
@@ -899,6 +910,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
             rc = cb_fail(e, CB_ENOMEM, "out of memory for %zu parameters", m->pt.nparams);
     }
     for (int i = 0; !rc && i < m->nlayers; i++) bind(m, m->layers[i]);
+    if (!rc) rc = alloc_scaled_positions(m, e);
     if (!rc && m->loss_node >= 0 && m->nodes[m->loss_node].l2) { /* the head's decoder bias */
         cb_embed *h = &m->nodes[m->loss_node].l->emb;
         const cb_linear *b = &m->nodes[m->loss_node].l2->lin;
@@ -938,7 +950,7 @@ static void free_chunk(gchunk *ch) {
 
 void cb_model_free(cb_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->nlayers; i++) free(m->layers[i]);
+    for (int i = 0; i < m->nlayers; i++) free(m->layers[i]->wpe_scaled), free(m->layers[i]);
     for (int i = 0; i < m->nacts; i++) free(m->acts[i]);
     for (int c = 0; m->ch && c < m->v; c++) free_chunk(&m->ch[c]);
     if (m->built && m->d->g.dp > 1) cb_dp_free(&m->dp);
@@ -953,4 +965,27 @@ void cb_model_free(cb_model *m) {
     cb_kernels_params_freed(m->params);
     free(m->params), free(m->grads);
     free(m);
+}
+
+/* The planner's read-only view (src/plan/graph.c): this rank's plan of a
+ * declared model, made as cb_model_build makes it (partition, tensor
+ * table, activation plan, layout workspace) but nothing allocated for
+ * parameters, activations or workspace, and no communication. */
+int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e) {
+    clear_err(e);
+    if (!m) return cb_fail(e, CB_ENOMEM, "out of memory declaring the model");
+    defaults(m);
+    int rc = check(m, e);
+    if (!rc) rc = partition(m, e);
+    if (!rc) rc = make_table(m, e);
+    if (!rc) rc = plan(m, e);
+    if (rc) return rc;
+    plan_layout(m);
+    *p = (cb_graph_planned){.params = (double)m->pt.nparams,
+                            .act = (double)cb_model_activation_bytes(m),
+                            .ws = (double)cb_layout_workspace_bytes(m->L) +
+                                  (double)scratch_bytes(scratch_floats(m))};
+    for (int c = 0; c < m->v; c++)
+        p->send_floats += (double)m->ch[c].send_floats, p->msgs += m->ch[c].nein + m->ch[c].neout;
+    return CB_OK;
 }

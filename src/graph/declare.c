@@ -255,6 +255,15 @@ void cb_layer_set_sinusoidal(cb_layer *l) {
     if (l && is_kind(l, G_EMBED, "cb_layer_set_sinusoidal")) l->sinusoid = 1;
 }
 
+void cb_layer_set_embed_scale(cb_layer *l, float s) {
+    if (!l || !is_kind(l, G_EMBED, "cb_layer_set_embed_scale")) return;
+    if (!l->sinusoid || !(s > 0))
+        declare_fail(l->m, CB_EINPUT, "cb_layer_set_embed_scale: %s needs fixed sinusoidal "
+                     "positions (cb_layer_set_sinusoidal first) and a scale > 0 (got %g)", l->name,
+                     (double)s);
+    else l->emb_scale = s;
+}
+
 cb_act *cb_op_embedding(cb_layer *emb) {
     cb_model *m = owner(emb, NULL, NULL);
     if (!m || !is_kind(emb, G_EMBED, "cb_op_embedding")) return NULL;

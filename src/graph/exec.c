@@ -161,6 +161,22 @@ static void mlm_count(cb_model *m, int nmb) {
     m->grad_scale = c > 0 ? (float)(dp / c) : 0.0f;
 }
 
+/* y = s wte[ids] + pos as s (wte[ids] + pos / s): the layouts' one lookup
+ * with the shard of the fixed table divided by s (element-wise, so the same
+ * under every layout); two roundings more than s wte + pos, 1e-7 relative. */
+static void embed_forward(cb_model *m, cb_layer *l, const int *ids, float *y, size_t ny) {
+    cb_layout *L = m->L;
+    cb_embed em = l->emb;
+    if (l->emb_scale) {
+        size_t np = m->pt.t[l->t[1]].numel;
+        float inv = 1.0f / l->emb_scale;
+        for (size_t i = 0; i < np; i++) l->wpe_scaled[i] = em.wpe[i] * inv;
+        em.wpe = l->wpe_scaled;
+    }
+    L->ops->embed_forward(L, &em, ids, m->Bm, m->T, y);
+    if (l->emb_scale) L->k->scale(L->k, y, l->emb_scale, ny);
+}
+
 /* Dropout of node n on micro-batch mb (y may be x): each block of the
  * local piece at the global rows and columns it holds, the mask from
  * (seed, node, step, global index), so every layout, micro-batch split
@@ -220,7 +236,7 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     cb_layer *l = n->l;
     switch (n->kind) {
     case N_EMBED:
-        L->ops->embed_forward(L, &l->emb, field_ids(m, r0, N, n->field), m->Bm, m->T, y);
+        embed_forward(m, l, field_ids(m, r0, N, n->field), y, cb_graph_value_floats(m, n->out));
         break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;
@@ -327,6 +343,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
         if (skip_rows(m, n)) em.dwte = NULL;
         const int *ids = field_ids(m, r0, N, n->field);
+        if (l->emb_scale) k->scale(k, dy, l->emb_scale, ny); /* d(s wte[id]); fixed positions */
         L->ops->embed_backward(L, &em, ids, m->Bm, m->T, dy);
         lookup_rows(m, n, ids, dy);
         return;

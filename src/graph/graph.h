@@ -122,6 +122,8 @@ struct cb_layer {
     float attn_drop;        /* attention: dropout of the probabilities (0: none) */
     float init_sd;          /* normal initial weights */
     int sinusoid;           /* embedding: fixed sinusoidal positions */
+    float emb_scale;        /* embedding: s wte[id] + pos (0: unscaled); wpe_scaled: pos / s */
+    float *wpe_scaled;
 };
 
 struct cb_act {
@@ -262,6 +264,17 @@ extern const char *const cb_gpt_config_keys[5];
  * cb_model_build (FLOPs and bytes per micro-batch, the bytes under d's
  * recompute): their count (at most cap), -1 on failure. */
 int cb_graph_modules(cb_model *m, cb_pp_module *mod, int cap);
+/* The planner's read-only view of a declared model (src/plan/graph.c):
+ * this rank's plan as cb_model_build would make it, nothing allocated for
+ * the model and no communication; the model is only freed after. params:
+ * this rank's parameters (floats); act: cb_model_activation_bytes; ws:
+ * the workspace (the layout's and the engine's scratch); send_floats and
+ * msgs: what one micro-batch sends over the pipeline edges (forward
+ * values and backward gradients). */
+typedef struct cb_graph_planned {
+    double params, act, ws, send_floats, msgs;
+} cb_graph_planned;
+int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e);
 /* Declaration and build (graph.c). */
 int cb_graph_plan(cb_model *m, cb_err *e);
 /* Execution (exec.c). */

@@ -1,5 +1,6 @@
 /* The Transformer encoder-decoder for translation as a graph
  * (cb_model_declare_nmt, include/cubist.h), from the public layers. */
+#include <math.h>
 #include <stdio.h>
 
 #include "graph/graph.h"
@@ -22,9 +23,14 @@ static cb_act *pre(nmt_ctx *n, const char *ln, cb_act *x) {
     return n->c->pre_ln ? cb_op_layernorm(cb_model_layernorm(n->m, ln, n->c->d_model), x) : x;
 }
 
-/* the residual: x + y under pre-LN, LN(x + y) under post-LN */
+static cb_act *drop(nmt_ctx *n, cb_act *x) {
+    return n->c->dropout > 0 ? cb_op_dropout(x, n->c->dropout) : x;
+}
+
+/* the residual of the sublayer's output y, dropped out: x + y under pre-LN,
+ * LN(x + y) under post-LN */
 static cb_act *post(nmt_ctx *n, const char *ln, cb_act *x, cb_act *y) {
-    cb_act *s = cb_op_add(x, y);
+    cb_act *s = cb_op_add(x, drop(n, y));
     return n->c->pre_ln ? s : cb_op_layernorm(cb_model_layernorm(n->m, ln, n->c->d_model), s);
 }
 
@@ -85,10 +91,11 @@ void cb_model_declare_nmt(cb_model *m, const cb_nmt_config *c) {
     cb_layer *emb = cb_model_embedding(m, "emb", c->vocab, c->d_model);
     cb_layer_set_sinusoidal(emb);
     cb_layer_set_loss(emb, c->smoothing, c->pad);
-    cb_act *x = cb_op_embedding_field(emb, 0);
+    if (c->emb_scale) cb_layer_set_embed_scale(emb, sqrtf((float)c->d_model));
+    cb_act *x = drop(&n, cb_op_embedding_field(emb, 0));
     for (int l = 0; l < c->enc_layers; l++) x = encoder(&n, x, l);
     x = pre(&n, "enc.ln_f", x);
-    cb_act *y = cb_op_embedding_field(emb, 1);
+    cb_act *y = drop(&n, cb_op_embedding_field(emb, 1));
     for (int l = 0; l < c->dec_layers; l++) y = decoder(&n, y, x, l);
     cb_op_lm_loss(emb, pre(&n, "dec.ln_f", y));
 }

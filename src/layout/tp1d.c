@@ -205,12 +205,21 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     cb_layout_sum(L, group(L), "head.bwd", dx, (size_t)N * e->C);
 }
 
+/* --comm-dtype bf16: the group's staging (kept_need bytes) */
+static int plan_alloc(cb_layout *L, cb_err *e) {
+    if (cb_comm_reserve_wire(group(L), L->ws.kept_need / sizeof(uint16_t)))
+        return cb_fail(e, CB_ENOMEM, "out of memory for the bf16 staging of the 1-D sums: %zu bytes",
+                       L->ws.kept_need);
+    return CB_OK;
+}
+
 static void plan(cb_layout *L, const cb_layout_use *u) {
     int N = u->B * u->T;
-    if (L->wire_bf16) { /* the bf16 staging of the sums (a failure meets CB_ENOMEM at the step) */
+    if (L->wire_bf16) { /* the bf16 staging of the sums, allocated by plan_alloc */
         size_t w = u->op == CB_OP_LINEAR ? (u->lin->parity ? u->lin->out : u->lin->in)
                    : u->op == CB_OP_EMBED || u->op == CB_OP_HEAD ? u->emb->C : 0;
-        (void)cb_comm_reserve_wire(group(L), (size_t)N * w);
+        size_t bytes = sizeof(uint16_t) * N * w;
+        if (bytes > L->ws.kept_need) L->ws.kept_need = bytes;
     }
     if (u->op == CB_OP_NORM && u->norm->parity)
         cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
@@ -241,6 +250,7 @@ static const cb_layout_ops OPS = {
     .head_backward = head_backward,
     .free = layout_free,
     .plan = plan,
+    .plan_alloc = plan_alloc,
 };
 
 int cb_layout_1d(cb_grid *g, cb_layout **out, cb_err *e) {

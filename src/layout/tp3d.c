@@ -43,6 +43,7 @@ typedef struct gathered {
 typedef struct tp3d {
     gathered *saved; /* every one made, freed with the layout */
     gathered *head;  /* the tied head's X^ and wte^ */
+    size_t wire_in, wire_out; /* --comm-dtype bf16: the blocking staging of INPUT and OUTPUT */
 } tp3d;
 
 /* The roles of a parity: a joins i in the token block, b picks the feature
@@ -215,7 +216,7 @@ static void plan_kept(cb_layout *L, gathered **sp, size_t nx, size_t nw, int inf
 static size_t kept_bytes(const tp3d *P) {
     size_t n = 0;
     for (const gathered *s = P->saved; s; s = s->next) n += s->needw + s->nxs * s->needx;
-    return n * sizeof(float);
+    return n * sizeof(float) + (P->wire_in + P->wire_out) * sizeof(uint16_t);
 }
 
 /* p grown to n floats, or *ok = 0 (p kept) */
@@ -238,9 +239,12 @@ static int plan_alloc(cb_layout *L, cb_err *e) {
         for (int i = 0; i < s->nxs && ok; i++)
             s->xs[i].xh = grow_planned(L, s->xs[i].xh, &s->xs[i].cap, s->needx, &ok);
     }
+    if (ok && (cb_comm_reserve_wire(&L->grid->input, P->wire_in) ||
+               cb_comm_reserve_wire(&L->grid->output, P->wire_out)))
+        ok = 0;
     return ok ? CB_OK
               : cb_fail(e, CB_ENOMEM, "out of memory for the gathered 3-D operands kept for "
-                                      "backward: %zu bytes", kept_bytes(P));
+                                      "backward and the bf16 staging: %zu bytes", kept_bytes(P));
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -599,12 +603,14 @@ static void layout_free(cb_layout *L) {
 static void reserve(cb_layout *L, int slot, size_t n) { cb_layout_reserve(L, slot, sizeof(float) * n); }
 
 /* --comm-dtype bf16: the staging of the non-blocking activation traffic
- * (S_H) and of the blocking traffic on lb (its c->wire: a failure here is
- * met again, as CB_ENOMEM, when a step first needs it) */
+ * (S_H) and of the blocking traffic on lb (its c->wire, which plan_alloc
+ * sizes) */
 static void plan_wire(cb_layout *L, cb_comm *lb, size_t nh, size_t in, size_t out) {
     if (!L->wire_bf16) return;
+    tp3d *P = L->priv;
+    size_t *w = lb == &L->grid->input ? &P->wire_in : &P->wire_out;
     cb_layout_reserve(L, S_H, 2 * nh * in * sizeof(uint16_t));
-    (void)cb_comm_reserve_wire(lb, nh * out);
+    if (nh * out > *w) *w = nh * out;
 }
 
 /* The buffers of a linear-like product of (nh, in) by (in, out) on nb local

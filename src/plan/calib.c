@@ -90,9 +90,19 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
     c->inter = c->intra;
 }
 
+/* The exact GELU (erf) and dropout (a counter-based hash per element):
+ * per element, forward + backward, on 4M elements (out of cache). Their
+ * time follows their arithmetic, not their bytes (docs/plan.md). */
+static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    int n = quick ? 1 << 20 : 1 << 22;
+    for (int k = 0; k < CB_PLAN_NEW && pr->elementwise; k++)
+        c->ew_s[k] = pr->elementwise(pr->ctx, k, n) / n;
+}
+
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     calibrate_gemm(pr, quick, c);
     calibrate_memory(pr, quick, c);
     calibrate_attention(pr, quick, c);
+    calibrate_elementwise(pr, quick, c);
     if (pr->ranks >= 2) cb_plan_calibrate_comm(pr, quick, c);
 }

@@ -133,6 +133,11 @@ static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
     if (!rc) rc = num(r, dev, "mem_bandwidth", "device.mem_bandwidth", &c->mem_bandwidth);
     if (!rc) rc = num(r, dev, "attn_efficiency", "device.attn_efficiency", &c->attn_efficiency);
     if (!rc) rc = read_eff(r, dev, c);
+    /* optional: the compute-bound element-wise kernels (calibrated files) */
+    const char *const ew[CB_PLAN_NEW] = {"gelu_erf_s", "dropout_s"};
+    const char *const ewf[CB_PLAN_NEW] = {"device.gelu_erf_s", "device.dropout_s"};
+    for (int k = 0; k < CB_PLAN_NEW && !rc; k++)
+        if (json_get(dev, ew[k])) rc = num(r, dev, ew[k], ewf[k], &c->ew_s[k]);
     const json_val *links = obj(r, v, "links", &rc);
     if (!rc) rc = read_tier(r, links, "intra", &c->intra);
     if (!rc) rc = read_tier(r, links, "inter", &c->inter);
@@ -184,7 +189,12 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
     if (c->natt) jb_puts(b, "],\n    \"attn_head_efficiency\": [");
     for (int i = 0; i < c->natt; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
-    jb_puts(b, "]\n  },\n  \"links\": {\n");
+    if (c->ew_s[0] > 0 && c->ew_s[1] > 0)
+        jb_printf(b, "],\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0],
+                  c->ew_s[1]);
+    else
+        jb_puts(b, "]");
+    jb_puts(b, "\n  },\n  \"links\": {\n");
     put_tier(b, "intra", &c->intra, 0);
     put_tier(b, "inter", &c->inter, 1);
     jb_puts(b, "  },\n  \"collectives\": [");

@@ -4,7 +4,9 @@
  * (tests/test_tp_compare.sh, tests/test_plan.sh); `cubist bench
  * --tp-compare` prints both, and the planner builds its predictions on them.
  *
- * Units: elements unless noted; bytes = 4 x floats, 8 x doubles. Ring
+ * Units: elements unless noted; bytes = 4 x floats, 8 x doubles, and 2 x
+ * the activation elements that travel in bf16 (--comm-dtype bf16, shape
+ * act_bf16: w below is that element's bytes on the wire). Ring
  * volume per rank as cb_comm counts it: all-reduce 2(p-1)/p n, all-gather
  * and reduce-scatter (p-1)/p n of the full vector n, broadcast and reduce
  * (p-1)/p n. N = B T tokens, C = d_model, L layers, T = seq_len, V_p the
@@ -79,6 +81,9 @@ double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
 
 static double pad(double V, double m) { return cb_plan_pad(V, m); }
 
+/* bytes of an activation element on the tensor-parallel wire */
+static double wire(const cb_plan_shape *s) { return s->act_bf16 ? 2 : 4; }
+
 /* 1-D, P ranks, one group. Parity-0 LayerNorms are replicated: no traffic.
  *   linear  4L all-reduces of N C (row-parallel forward, column-parallel dX)
  *           = 8(P-1)/P * 4L N C bytes
@@ -87,17 +92,17 @@ static double pad(double V, double m) { return cb_plan_pad(V, m); }
  *   params  V_p C/P + T C + L(12C^2/P + 7C/P + 6C) + 2C, V_p = V up to P
  *   scratch 3N floats (row max, exp-sum, target logit) */
 static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
-    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P);
-    f->sent[CB_PK_LINEAR] = 4 * L * ar(P, 4 * N * C);
+    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P), w = wire(s);
+    f->sent[CB_PK_LINEAR] = 4 * L * ar(P, w * N * C);
     f->calls[CB_PK_LINEAR] = 4 * L;
-    f->sent[CB_PK_EMBED] = ar(P, 4 * N * C);
+    f->sent[CB_PK_EMBED] = ar(P, w * N * C);
     f->calls[CB_PK_EMBED] = 1;
-    f->sent[CB_PK_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, 4 * N * C);
+    f->sent[CB_PK_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, w * N * C);
     f->calls[CB_PK_HEAD] = 3;
     f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
     graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
               s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
-    f->act_scratch_bytes = 4 * 3 * N;
+    f->act_scratch_bytes = 4 * 3 * N + (s->act_bf16 ? 2 * N * C : 0); /* + the sums' bf16 staging */
 }
 
 /* 2-D, q x q: row and column groups of q; diag: rank (r, r), whose
@@ -126,14 +131,16 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
  *           plans at build) */
 static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
-    f->sent[CB_PK_LINEAR] = L * (12 * (q - 1) / q2 * (7 * N * C + 12 * C * C) +
+    double w = wire(s); /* the activations' 3 of the 12: X twice and dX (weights stay fp32) */
+    f->sent[CB_PK_LINEAR] = L * ((q - 1) / q2 * (3 * w * 7 * N * C + 12 * 12 * C * C) +
                                   72 * (q - 1) * C / q2);
     f->calls[CB_PK_LINEAR] = L * (24 * q + 4);
     f->sent[CB_PK_NORM] = (2 * L + 1) * 16 * (q - 1) * (4 * N + C) / q2;
     f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
-    f->sent[CB_PK_EMBED] = 8 * (q - 1) * (N * C + Tp * C) / q2 + (diag ? 0 : 8 * N * C / q2);
+    f->sent[CB_PK_EMBED] = (2 * w * (q - 1) * N * C + 8 * (q - 1) * Tp * C) / q2 +
+                           (diag ? 0 : 8 * N * C / q2);
     f->calls[CB_PK_EMBED] = 4 + (diag ? 0 : 4);
-    f->sent[CB_PK_HEAD] = 12 * (q - 1) * (N * C + Vp * C) / q2 + 24 * (q - 1) * N / q2 +
+    f->sent[CB_PK_HEAD] = (q - 1) * (3 * w * N * C + 12 * Vp * C) / q2 + 24 * (q - 1) * N / q2 +
                            16 * (q - 1) / q;
     f->calls[CB_PK_HEAD] = 6 * q + 3;
     f->param_bytes = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
@@ -144,7 +151,8 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
     double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
     double reduces = 4 * a + max2(4 * C * C, Vp * C) / q2; /* cb_comm_reserve's copies */
     f->act_scratch_bytes = 4 * (8 * a + 2 * max2(4 * C * C, Vp * C) / q2 + t1 + t2 + 4 * C / q +
-                                reduces);
+                                reduces) +
+                           (s->act_bf16 ? 4 * 4 * a + 2 * max2(8 * a, N * C / q) : 0); /* bf16 staging */
 }
 
 /* 3-D, q^3: lines of q (WEIGHT, INPUT, OUTPUT), planes of q^2; every rank
@@ -174,18 +182,18 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
  *           W^ 12C^2/q^2, head X^ NC/q^2 + wte^ V_p C/q^2 */
 static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
-           q2 = q * q, q3 = q2 * q;
-    f->sent[CB_PK_LINEAR] = L * (8 * (q - 1) / q3 * (16 * N * C + 12 * C * C) +
+           q2 = q * q, q3 = q2 * q, w = wire(s); /* X, Y, dY, dX on the wire in w bytes */
+    f->sent[CB_PK_LINEAR] = L * ((q - 1) / q3 * (2 * w * 16 * N * C + 8 * 12 * C * C) +
                                   72 * (q2 - 1) * C / q3 +
-                                  (gathered ? 0 : 4 * (q - 1) / q3 * (7 * N * C + 12 * C * C)));
+                                  (gathered ? 0 : (q - 1) / q3 * (w * 7 * N * C + 4 * 12 * C * C)));
     f->calls[CB_PK_LINEAR] = L * (28 + (gathered ? 0 : 8));
     f->sent[CB_PK_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
     f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
-    f->sent[CB_PK_EMBED] = 8 * (q - 1) * (N * C + Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
+    f->sent[CB_PK_EMBED] = (q - 1) * (2 * w * N * C + 8 * Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
     f->calls[CB_PK_EMBED] = 6;
-    f->sent[CB_PK_HEAD] = 8 * (q - 1) * (N * C + Vp * C + N * Vp) / q3 +
+    f->sent[CB_PK_HEAD] = (q - 1) * (2 * w * (N * C + N * Vp) + 8 * Vp * C) / q3 +
                            24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
-                           (gathered ? 0 : 4 * (q - 1) * (N * C + Vp * C) / q3);
+                           (gathered ? 0 : (q - 1) * (w * N * C + 4 * Vp * C) / q3);
     f->calls[CB_PK_HEAD] = 9 + (gathered ? 0 : 2);
     f->param_bytes = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
     double a = N * C / q3;
@@ -196,7 +204,8 @@ static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_c
                    max2(max2(4 * C / q, 4 * N / q2), Tp * C / q) + 2 * C / q +
                    4 * nx + max2(4 * C * C / q2, wv); /* the X^ and W^ slots */
     double kept = gathered ? L * (7 * nx + 12 * C * C / q2) + nx + wv : 0;
-    f->act_scratch_bytes = 4 * (slots + kept);
+    f->act_scratch_bytes = 4 * (slots + kept) + /* bf16 staging: S_H, INPUT's and OUTPUT's */
+                           (s->act_bf16 ? 4 * 4 * nx + 2 * (max2(nx, N * C / q2) + max2(4 * nx, N * Vp / q2)) : 0);
 }
 
 void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int diag, int gathered,

@@ -21,6 +21,7 @@ enum { CB_PK_LINEAR, CB_PK_NORM, CB_PK_EMBED, CB_PK_HEAD, CB_PK_ATTN, CB_PK_OTHE
  * (unpadded), L layers. */
 typedef struct cb_plan_shape {
     double N, B, T, C, NH, V, L;
+    int act_bf16; /* --comm-dtype bf16: activation collectives send 2 bytes an element */
 } cb_plan_shape;
 
 /* Per rank, one step (forward + backward, no optimizer): bytes sent as
@@ -70,12 +71,25 @@ typedef struct cb_plan_layer {
                            token, split by every tensor layout */
     double mem_norm;    /* the same for LayerNorm and residuals: replicated under 1-D */
     double params;      /* parameters (floats) of one layer */
+    double ew[2];       /* elements per token of the compute-bound element-wise kernels
+                           (CB_PLAN_EW_*), at the cluster's per-element rate */
 } cb_plan_layer;
 
 #define CB_PLAN_MAXLAYER 4
+/* GPT is planned from its rows and the closed forms of counts.c; the
+ * other built-in models from their declared graph (src/plan/graph.c):
+ * the engine's own plan of each pipeline rank gives parameters,
+ * activations, workspace and pipeline messages, and each node a cost. */
+enum { CB_PLAN_FAM_GPT, CB_PLAN_FAM_BERT, CB_PLAN_FAM_NMT, CB_PLAN_FAM_NCF };
 typedef struct cb_plan_model {
     char name[16];
     cb_gpt_config gpt; /* the sizes the exact count formulas take */
+    int family;        /* CB_PLAN_FAM_*; GPT: 0 */
+    cb_bert_config bert;
+    cb_nmt_config nmt;
+    cb_ncf_config ncf;
+    int T;             /* graph models: tokens per row (sequence length; NCF 1) */
+    double params;     /* graph models: parameters of the whole model (floats) */
     int nlayer;
     cb_plan_layer layer[CB_PLAN_MAXLAYER]; /* in execution order */
 } cb_plan_model;
@@ -83,6 +97,12 @@ typedef struct cb_plan_model {
 /* GPT-2 (tied embedding and head, GELU MLP of 4C). */
 void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m);
 double cb_plan_model_params(const cb_plan_model *m);
+/* BERT or RoBERTa (c->roberta), the translation model, NCF: the model
+ * described by its declared graph (its whole-model parameter count from
+ * the engine's plan); CB_EINPUT when the graph does not declare. */
+int cb_plan_model_bert(const cb_bert_config *c, cb_plan_model *m, cb_err *e);
+int cb_plan_model_nmt(const cb_nmt_config *c, int T, cb_plan_model *m, cb_err *e);
+int cb_plan_model_ncf(const cb_ncf_config *c, cb_plan_model *m, cb_err *e);
 /* Forward FLOPs of one token through the model (GEMMs and attention). */
 double cb_plan_model_flops(const cb_plan_model *m);
 
@@ -101,6 +121,9 @@ typedef struct cb_plan_coll {
     double alpha, beta;
 } cb_plan_coll;
 
+/* Element-wise kernels that compute more than they move (the exact GELU's
+ * erf, dropout's counter-based mask): timed per element, not by bytes. */
+enum { CB_PLAN_EW_GELU_ERF, CB_PLAN_EW_DROPOUT, CB_PLAN_NEW };
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
 typedef struct cb_plan_cluster {
@@ -114,6 +137,8 @@ typedef struct cb_plan_cluster {
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
     int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
+    double ew_s[CB_PLAN_NEW]; /* optional: seconds per element, forward + backward, of the
+                                 CB_PLAN_EW_* kernels (0: timed as 8 bytes at mem_bandwidth) */
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
     int ncoll;
     cb_plan_coll coll[CB_PLAN_MAXCOLL];
@@ -184,6 +209,30 @@ typedef struct cb_plan_pred {
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
 
+/* Forward seconds of a layer row on this rank for `tok` tokens of its
+ * tensor group, by kernel class (the layout's shards of its GEMMs). */
+cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer *y,
+                                   const cb_plan_layout *l, double tok);
+
+/* One pipeline rank s of a layout, from the model's graph as the engine
+ * plans it (src/plan/graph.c): parameters (floats), activation and
+ * workspace bytes, the floats and messages one micro-batch sends over the
+ * pipeline (exact at tp 1; under 1-D the parameters, activations and
+ * workspace are estimates), its forward seconds per micro-batch by kernel
+ * class, the 1-D tensor traffic (an estimate), and the loss's counts. */
+typedef struct cb_plan_gstage {
+    double params, act, ws, send_floats, msgs;
+    cb_plan_kparts k;
+    double tp_sent, tp_calls;
+    double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM
+                             targets, one double; targets not padding, two) */
+} cb_plan_gstage;
+/* part (cap bytes, or NULL): "" on the first stage, which writes there
+ * the engine's partition by operation (GPT's modules are blocks: not
+ * written); the next stages reuse it instead of partitioning again. */
+int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, char *part,
+                        size_t cap, cb_plan_gstage *g, cb_err *e);
+
 /* Can the layout run this model and batch (cubist's divisibility rules)?
  * CB_EINPUT with the reason otherwise. */
 int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e);
@@ -223,6 +272,9 @@ typedef struct cb_plan_probe {
     double (*coll)(void *ctx, const char *op, int n);
     void *ctx;
     int ranks; /* ranks that coll runs on; < 2: no collectives measured */
+    /* one forward + backward of element-wise kernel `kind` (CB_PLAN_EW_*)
+     * over n elements; NULL: not measured */
+    double (*elementwise)(void *ctx, int kind, int n);
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */

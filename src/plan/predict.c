@@ -58,6 +58,29 @@ double cb_plan_coll_time(const cb_plan_cluster *c, const char *op, int size, int
 
 static int side(const cb_plan_layout *l) { return cb_grid_side(l->tp, l->mode); }
 
+/* The graph models: tensor parallelism 1-D only (its traffic an
+ * estimate), none for NCF, which also has no pipeline here; a stage per
+ * block at most; the dense embedding path. */
+static int graph_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
+    const cb_plan_model *m = j->model;
+    int v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1, ncf = m->family == CB_PLAN_FAM_NCF;
+    if (l->tp > 1 && (l->mode != CB_TP_1D || ncf))
+        return cb_fail(e, CB_EINPUT, "--model %s: the planner models %s", m->name,
+                       ncf ? "no tensor parallelism for ncf (use --tp 1)" : "--tp-mode 1d only");
+    if (l->tp > 1 && (m->gpt.n_head % l->tp || m->gpt.d_model % l->tp))
+        return cb_fail(e, CB_EINPUT, "tp %d does not divide heads %d or d-model %d", l->tp,
+                       m->gpt.n_head, m->gpt.d_model);
+    if (ncf && l->pp > 1)
+        return cb_fail(e, CB_EINPUT, "--model ncf: the planner models no pipeline (use --pp 1)");
+    if (l->embed != CB_DP_EMBED_DENSE)
+        return cb_fail(e, CB_EINPUT, "--model %s: the planner models --embed-grad dense only",
+                       m->name);
+    if (m->gpt.n_layer < l->pp * v)
+        return cb_fail(e, CB_EINPUT, "%d blocks cannot fill %d stages of %d chunks", m->gpt.n_layer,
+                       l->pp, v);
+    return CB_OK;
+}
+
 int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     const cb_gpt_config *g = &j->model->gpt;
     int q = side(l), mb = l->M > 0 ? j->batch / l->M : 0, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
@@ -66,6 +89,7 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     if (j->batch % l->M || mb % l->dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not split into %d micro-batches of dp %d rows",
                        j->batch, l->M, l->dp);
+    if (j->model->family != CB_PLAN_FAM_GPT) return graph_check(j, l, e);
     int rows = mb / l->dp, rq = l->mode == CB_TP_3D ? q * q : l->mode == CB_TP_2D ? q : 1;
     if (rows % rq || g->n_head % (l->mode == CB_TP_1D ? l->tp : q) ||
         g->d_model % (l->mode == CB_TP_3D ? q * q : q))
@@ -91,8 +115,8 @@ static double gemm_s(const cb_plan_cluster *c, double m, double k, double n, dou
  * group, by kernel class (GEMM, attention, memory-bound): 1-D splits each
  * GEMM's output (or input) P ways; 2-D runs q SUMMA steps of (tok/q, in/q,
  * out/q); 3-D one GEMM of (tok/q, in/q, out/q). */
-static cb_plan_kparts layer_parts(const cb_plan_cluster *c, const cb_plan_layer *y,
-                                  const cb_plan_layout *l, double tok) {
+cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer *y,
+                                   const cb_plan_layout *l, double tok) {
     double q = side(l), P = l->tp;
     cb_plan_kparts k = {0, 0, 0};
     for (int i = 0; i < y->ngemm; i++) {
@@ -106,14 +130,16 @@ static cb_plan_kparts layer_parts(const cb_plan_cluster *c, const cb_plan_layer 
     }
     if (y->attn_flops > 0)
         k.attn_s = y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size));
-    double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P;
-    k.mem_s = (y->mem_bytes / P + norm) * tok / c->mem_bandwidth;
+    double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P, ew = 0;
+    for (int i = 0; i < CB_PLAN_NEW; i++) /* forward's third of forward + backward */
+        ew += y->ew[i] * (c->ew_s[i] > 0 ? c->ew_s[i] / 3 : 8 / c->mem_bandwidth);
+    k.mem_s = (y->mem_bytes / P + norm) * tok / c->mem_bandwidth + ew * tok / P;
     return k;
 }
 
 static double layer_fwd_s(const cb_plan_cluster *c, const cb_plan_layer *y, const cb_plan_layout *l,
                           double tok) {
-    cb_plan_kparts k = layer_parts(c, y, l, tok);
+    cb_plan_kparts k = cb_plan_layer_parts(c, y, l, tok);
     return k.gemm_s + k.attn_s + k.mem_s;
 }
 
@@ -186,7 +212,7 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
     const cb_plan_layer *ly[3] = {emb, blk, head};
     double n[3] = {s.embed, s.blocks, s.head};
     for (int i = 0; i < 3; i++) {
-        cb_plan_kparts k = layer_parts(j->cluster, ly[i], l, tok);
+        cb_plan_kparts k = cb_plan_layer_parts(j->cluster, ly[i], l, tok);
         s.k.gemm_s += n[i] * k.gemm_s, s.k.attn_s += n[i] * k.attn_s, s.k.mem_s += n[i] * k.mem_s;
     }
     return s;
@@ -199,7 +225,8 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
 static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows, stage s,
                          cb_plan_tp_cost *c) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks,
+                        j->comm_bf16};
     int diag = side(l) == 1; /* off the 2-D diagonal a rank sends more: the maximum */
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, diag, l->gathered, c);
     if (s.embed || s.head) return;
@@ -214,7 +241,8 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
 /* The slot bytes of one block (the plan is linear in the blocks). */
 static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, int rows) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1,
+                        j->comm_bf16};
     cb_plan_tp_cost one, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &one);
     sh.L = 0;
@@ -327,7 +355,8 @@ static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows,
     double act = 4.0 * rows * j->T * g->d_model / (l->mode == CB_TP_1D ? 1 : l->tp);
     int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
     for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb};
+    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb,
+                        j->comm_bf16};
     cb_plan_tp_cost mine, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
     sh.L = 0;
@@ -398,8 +427,84 @@ static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, dou
     return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / c->mem_bandwidth;
 }
 
+/* Interleaved GPT pipelines on one tensor rank: every stage's
+ * activations as the engine plans them (several chunks per rank, the
+ * partition auto from FLOP counts, as `cubist train --no-profile`). */
+static void interleaved_memory(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    if (l->pp == 1 || l->schedule != CB_PLAN_INTERLEAVED || l->tp > 1 || l->pp > CB_PLAN_MAXSTAGE)
+        return;
+    double most = 0;
+    for (int s = 0; s < l->pp; s++) {
+        cb_plan_gstage g;
+        cb_err e;
+        if (cb_plan_graph_stage(j, l, s, NULL, 0, &g, &e)) return;
+        p->stage_act[s] = g.act, most = maxf(most, g.act);
+    }
+    p->nstage = l->pp, p->stage_bound[l->pp] = -1; /* the engine's partition: not listed */
+    p->mem_total += most - p->mem_act;
+    p->mem_act = most;
+}
+
+static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s, double S,
+                          cb_plan_pred *p);
+static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params);
+
+/* A model from its graph (src/plan/graph.c): each pipeline rank planned
+ * by the engine; the device is the rank of most memory, the pace the rank
+ * of most forward work per micro-batch. */
+static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    const cb_plan_cluster *c = j->cluster;
+    int rows = j->batch / l->M / l->dp, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
+    double tok = (double)rows * j->T, fwd = -1, mem = -1, sendf = 0, msgs = 0;
+    cb_plan_gstage w = {0}, big = {0};
+    char part[4096] = "";
+    for (int s = 0; s < l->pp && s < CB_PLAN_MAXSTAGE; s++) {
+        cb_plan_gstage g;
+        cb_err e;
+        if (cb_plan_graph_stage(j, l, s, part, sizeof part, &g, &e)) { /* never chosen */
+            p->step_s = p->mem_total = 1e300;
+            return;
+        }
+        double f = g.k.gemm_s + g.k.attn_s + g.k.mem_s, m = 16 * g.params + g.act + g.ws;
+        if (f > fwd) fwd = f, w = g;
+        if (m > mem) mem = m, big = g;
+        sendf = maxf(sendf, g.send_floats), msgs = maxf(msgs, g.msgs);
+        p->stage_act[s] = g.act;
+    }
+    if (l->pp > 1) p->nstage = l->pp, p->stage_bound[l->pp] = -1;
+    double tp_mb = cb_plan_coll_time(c, "allreduce", l->tp, 1, w.tp_sent, w.tp_calls);
+    double rec = l->recompute ? fwd : 0, rec_tp = l->recompute ? tp_mb / 2 : 0;
+    double pp_mb = cb_plan_coll_time(c, "p2p", 2, l->tp, 4 * sendf, msgs);
+    double mb = 3 * fwd + rec + tp_mb + rec_tp + pp_mb;
+    p->compute_s = 3 * fwd * l->M, p->recompute_s = rec * l->M;
+    p->kern = (cb_plan_kparts){3 * l->M * w.k.gemm_s, 3 * l->M * w.k.attn_s, 3 * l->M * w.k.mem_s};
+    p->tp_s = (tp_mb + rec_tp) * l->M, p->pp_s = pp_mb * l->M;
+    p->bubble_s = (l->pp - 1.0) / v * mb;
+    p->tp_bytes = w.tp_sent * l->M, p->tp_calls = w.tp_calls * l->M;
+    p->pp_bytes = 4 * sendf * l->M, p->pp_calls = 2 * msgs * l->M;
+    if (l->pp > 1) p->pp_bytes += (l->pp - 1.0) / l->pp * 4, p->pp_calls += 1;
+    p->mem_params = p->mem_grads = 4 * big.params;
+    p->mem_opt = 8 * big.params / (l->zero ? l->dp : 1);
+    p->mem_act = big.act, p->mem_scratch = big.ws;
+    p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
+    p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
+                   p->mem_comm;
+    p->tp.param_bytes = 8 * big.params;
+    data_parallel(j, l, 2 * fwd, tok * l->M, p);
+    for (int k = 0; k < 2 && l->dp > 1; k++)
+        if (w.stat_bytes[k] > 0)
+            p->dp_bytes += cb_plan_ring_allreduce(l->dp, w.stat_bytes[k]), p->dp_calls += 1;
+    p->opt_s = optimizer_s(c, l, big.params);
+    p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+}
+
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     const cb_plan_cluster *c = j->cluster;
+    if (j->model->family != CB_PLAN_FAM_GPT) {
+        memset(p, 0, sizeof *p);
+        graph_predict(j, l, p);
+        return;
+    }
     int rows = j->batch / l->M / l->dp, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     double tok = (double)rows * j->T, C = j->model->gpt.d_model;
     memset(p, 0, sizeof *p);
@@ -426,6 +531,7 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     if (l->pp > 1) p->pp_bytes += (l->pp - 1.0) / l->pp * 4, p->pp_calls += 1;
     memory(j, l, tok, s, block_slot_bytes(j, l, rows), sends * act, p);
     stages_memory(j, l, rows, &s, block_slot_bytes(j, l, rows), p);
+    interleaved_memory(j, l, p);
     data_parallel(j, l, 2 * fwd, tok * l->M, p);
     p->opt_s = optimizer_s(c, l, p->mem_params / 4);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;

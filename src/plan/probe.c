@@ -138,6 +138,34 @@ static void mem_body(void *p) {
     k->gelu_backward(k, a->dh, a->h, a->g, 4 * nc);
 }
 
+typedef struct ew_arg {
+    int kind, n;
+    float *x, *y, *d;
+} ew_arg;
+
+/* the exact GELU forward and backward, or dropout's forward and its
+ * backward (the same call on the gradient), over n elements */
+static void ew_body(void *p) {
+    ew_arg *a = p;
+    const cb_kernels *k = cb_kernels_cpu();
+    if (a->kind == CB_PLAN_EW_GELU_ERF) {
+        k->gelu_erf_forward(k, a->y, a->x, (size_t)a->n);
+        k->gelu_erf_backward(k, a->d, a->x, a->y, (size_t)a->n);
+    } else {
+        int cols = 1024, rows = a->n / cols;
+        k->dropout(k, a->y, a->x, rows, cols, cols, 0, 0, cols, 7, 0.1f);
+        k->dropout(k, a->d, a->y, rows, cols, cols, 0, 0, cols, 7, 0.1f);
+    }
+}
+
+static double probe_elementwise(void *ctx, int kind, int n) {
+    (void)ctx;
+    ew_arg a = {kind, n, filled((size_t)n), filled((size_t)n), filled((size_t)n)};
+    double t = a.x && a.y && a.d ? best_of(ew_body, &a) : 1e30;
+    free(a.x), free(a.y), free(a.d);
+    return t;
+}
+
 static double probe_memory(void *ctx, int N, int C) {
     (void)ctx;
     size_t nc = (size_t)N * C;
@@ -229,5 +257,6 @@ void cb_plan_probe_cpu(cb_plan_probe *pr) {
     int init = 0, size = 1;
     MPI_Initialized(&init);
     if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    *pr = (cb_plan_probe){probe_gemm, probe_memory, probe_attention, probe_coll, NULL, size};
+    *pr = (cb_plan_probe){probe_gemm, probe_memory, probe_attention, probe_coll, NULL, size,
+                          probe_elementwise};
 }

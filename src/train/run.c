@@ -527,6 +527,7 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     if (o.resume) o.resume = ck;
     const cb_train_family *fam = o.family ? o.family : &cb_train_gpt;
     rc = fam->prepare(&o, e);
+    if (!rc && o.layout_auto) rc = o.layout_auto(&o, e);
     if ((rc = agree(w, rc, e))) return rc;
     trainer t = {0}; /* its grid and layout are the run's */
     cb_grid *g = &t.d.g;

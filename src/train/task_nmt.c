@@ -110,13 +110,15 @@ static int nmt_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *tar
 static int nmt_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
     nmt_task *r = ctx;
     const cb_nmt_config *c = &r->n->c;
-    if (cap < 4) return 0;
+    if (cap < 5) return 0;
     snprintf(text[0], 24, "%d", c->enc_layers);
     snprintf(text[1], 24, "%d", c->dec_layers);
     snprintf(text[2], 24, "%d", c->pre_ln);
+    snprintf(text[3], 24, "%d", c->emb_scale);
     kv[0] = "model", kv[1] = "nmt", kv[2] = "enc_layers", kv[3] = text[0];
     kv[4] = "dec_layers", kv[5] = text[1], kv[6] = "pre_ln", kv[7] = text[2];
-    return 4;
+    kv[8] = "emb_scale", kv[9] = text[3];
+    return 5;
 }
 
 /* the startup line: the data, and the embedding-gradient path data
@@ -160,10 +162,10 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
     const cb_nmt_config *c = &o->c;
     if (c->enc_layers < 1 || c->dec_layers < 1 || c->d_model < 1 || c->n_head < 1 ||
         c->d_ff < 1 || to->steps < 0 || o->max_tokens < 0 ||
-        !(c->smoothing >= 0 && c->smoothing < 1))
+        !(c->smoothing >= 0 && c->smoothing < 1) || !(c->dropout >= 0 && c->dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --dec-layers, --d-model, --heads, --ffn >= 1, "
-                                     "--steps, --max-tokens >= 0 and --smoothing in [0, 1); fix "
-                                     "the flag");
+                                     "--steps, --max-tokens >= 0, --smoothing and --dropout in "
+                                     "[0, 1); fix the flag");
     if (cb_heads_check(c->n_head, c->d_model, e)) return CB_EINPUT;
     to->T = o->seq_len;
     return CB_OK;

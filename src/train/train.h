@@ -55,6 +55,9 @@ typedef struct cb_train_opts {
     /* The model family (NULL: the GPT) and its own options (task_*.c). */
     const struct cb_train_family *family;
     const void *family_opts;
+    /* --layout auto of a family: called on every rank after the family's
+     * prepare (its sizes resolved), before the grid; sets dp, pp, tp. */
+    int (*layout_auto)(struct cb_train_opts *o, cb_err *e);
 } cb_train_opts;
 
 void cb_train_defaults(cb_train_opts *o);

@@ -78,6 +78,23 @@ def keep(seed, name, step, shape, p):
     return torch.from_numpy(u / np.float32(16777216.0) >= np.float32(p)).reshape(shape)
 
 
+def dropper(a, step):
+    """cubist's dropout as a function applied in cubist's declaration order
+    (a.dropout, a.seed; a.native_dropout: PyTorch's own generator, for the
+    benchmarks); the scale 1/(1-p) rounded to float32 as cubist's"""
+    ix = [0]
+
+    def drop(x):
+        if a.dropout == 0:
+            return x
+        if getattr(a, 'native_dropout', False):
+            return F.dropout(x, a.dropout)
+        k = keep(a.seed, f'dropout.{ix[0]}', step, tuple(x.shape), a.dropout)
+        ix[0] += 1
+        return torch.where(k, x * float(np.float32(1) / (np.float32(1) - np.float32(a.dropout))), 0)
+    return drop
+
+
 def names(model):
     if model == 'bert':
         return 'bert', 'cls.predictions.transform.dense', 'cls.predictions.transform.LayerNorm', 'cls.predictions.bias'
@@ -90,16 +107,7 @@ def forward(P, a, ids, types, tg, lens, step=0):
     lin = lambda x, n: x @ P[n + '.weight'] + P[n + '.bias']  # noqa: E731
     gelu = lambda x: F.gelu(x)  # noqa: E731  (the erf form)
     T = ids.shape[1]
-    ix = [0]
-
-    def drop(x):  # cubist's masks, in declaration order; scale 1/(1-p) in float32 as cubist's
-        if a.dropout == 0:
-            return x
-        if getattr(a, 'native_dropout', False):  # the benchmark: PyTorch's own generator
-            return F.dropout(x, a.dropout)
-        k = keep(a.seed, f'dropout.{ix[0]}', step, tuple(x.shape), a.dropout)
-        ix[0] += 1
-        return torch.where(k, x * float(np.float32(1) / (np.float32(1) - np.float32(a.dropout))), 0)
+    drop = dropper(a, step)
 
     def attn_drop(name):  # the probabilities' dropout of attention layer `name`
         pa = getattr(a, 'attn_dropout', 0.0)

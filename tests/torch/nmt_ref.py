@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cbref import Checks, read_safetensors, lr_at, clip_grads  # noqa: E402
+from bert_ref import dropper  # noqa: E402  (cubist's counter-based dropout masks)
 
 F = torch.nn.functional
 
@@ -35,14 +36,16 @@ def attend(q, k, v, NH, qlen, klen, causal):
     return o * (torch.arange(T)[None, :] < qlen[:, None])[..., None]
 
 
-def forward(P, a, src_ids, dec_ids, tg, slen, tlen):
+def forward(P, a, src_ids, dec_ids, tg, slen, tlen, step=0):
     C, NH = P["emb.weight"].shape[1], a.heads
     ln = lambda x, p: F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], 1e-5)  # noqa: E731
     lin = lambda x, p: x @ P[p + ".weight"] + P[p + ".bias"]  # noqa: E731
+    drop = dropper(a, step)  # cubist's masks, in its declaration order
     pre = lambda x, p: ln(x, p) if a.pre_ln else x  # noqa: E731
-    post = lambda x, y, p: x + y if a.pre_ln else ln(x + y, p)  # noqa: E731
+    post = lambda x, y, p: x + drop(y) if a.pre_ln else ln(x + drop(y), p)  # noqa: E731
     T = src_ids.shape[1]
-    emb = lambda ids: P["emb.weight"][ids] + P["emb.pos"][:T]  # noqa: E731
+    scale = 1.0 if a.no_emb_scale else math.sqrt(C)  # the paper's sqrt(d) before the positions
+    emb = lambda ids: drop(P["emb.weight"][ids] * scale + P["emb.pos"][:T])  # noqa: E731
     ffn = lambda h, p: lin(F.relu(lin(h, p + ".fc1")), p + ".fc2")  # noqa: E731
 
     def selfattn(h, p, lens, causal):
@@ -78,6 +81,9 @@ def main():
     for f in ("--batch", "--seq-len", "--layers", "--dec-layers", "--heads", "--steps", "--vocab"):
         ap.add_argument(f, type=int, required=True)
     ap.add_argument("--pre-ln", action="store_true")
+    ap.add_argument("--no-emb-scale", action="store_true")
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--smoothing", type=float, default=0.1)
     ap.add_argument("--lr", type=float, default=7e-4)
     ap.add_argument("--min-lr", type=float, default=7e-5)
@@ -106,7 +112,7 @@ def main():
     for s in range(a.steps):
         opt.zero_grad()
         r = rows[s]
-        loss = forward(P, a, r[:, :T], r[:, T:2 * T], r[:, 2 * T:3 * T], r[:, 3 * T], r[:, 3 * T + 1])
+        loss = forward(P, a, r[:, :T], r[:, T:2 * T], r[:, 2 * T:3 * T], r[:, 3 * T], r[:, 3 * T + 1], s)
         loss.backward()
         ref, got = float(loss), float(log[s]["loss"])
         rel = abs(got - ref) / abs(ref)
