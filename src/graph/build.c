@@ -653,7 +653,7 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
  * concatenation, cross-attention); with the recommendation nodes, their
  * layout scratch (layout/rec.h) and one id field of a micro-batch (ints). None of them grows during a step. */
 typedef struct scratch {
-    size_t tmp, att, tmp2, rec, fids;
+    size_t tmp, att, tmp2, rec, fids, mlm, mlm_tg;
 } scratch;
 
 static scratch scratch_floats(const cb_model *m) {
@@ -673,6 +673,8 @@ static scratch scratch_floats(const cb_model *m) {
         rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
         /* the MLM head's input moved to parity 0 and its gradient back */
         rec |= k == N_LOSS && m->nodes[i].l2 && !(m->L->caps & CB_LAYOUT_WHOLE);
+        if (k == N_LOSS && m->nodes[i].l2 && (m->L->caps & CB_LAYOUT_ROWS)) /* worst case: all masked */
+            s.mlm = 2 * N * (size_t)m->nodes[i].l->emb.C, s.mlm_tg = N;
     }
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
@@ -684,7 +686,7 @@ static scratch scratch_floats(const cb_model *m) {
 }
 
 static size_t scratch_bytes(scratch s) {
-    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec) + sizeof(int) * s.fids;
+    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec + s.mlm) + sizeof(int) * (s.fids + s.mlm_tg);
 }
 
 static int plan_scratch(cb_model *m, cb_err *e) {
@@ -694,8 +696,10 @@ static int plan_scratch(cb_model *m, cb_err *e) {
     m->tmp2 = s.tmp2 ? malloc(sizeof(float) * s.tmp2) : NULL;
     m->rec_scratch = s.rec ? malloc(sizeof(float) * s.rec) : NULL;
     m->fids = s.fids ? malloc(sizeof(int) * s.fids) : NULL;
+    m->mlm_rows = s.mlm ? malloc(sizeof(float) * s.mlm) : NULL;
+    m->mlm_tg = s.mlm_tg ? malloc(sizeof(int) * s.mlm_tg) : NULL;
     if (!m->tmp || !m->att_scratch || (s.tmp2 && !m->tmp2) || (s.rec && !m->rec_scratch) ||
-        (s.fids && !m->fids))
+        (s.fids && !m->fids) || (s.mlm && !m->mlm_rows) || (s.mlm_tg && !m->mlm_tg))
         return cb_fail(e, CB_ENOMEM, "out of memory for scratch");
     return CB_OK;
 }
@@ -955,6 +959,7 @@ void cb_model_free(cb_model *m) {
     free(m->layers), free(m->acts), free(m->nodes), free(m->edges), free(m->ch);
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
     free(m->tmp2), free(m->rec_scratch), free(m->fids);
+    free(m->mlm_rows), free(m->mlm_tg);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
     free(m->part), free(m->part_mod);
     cb_kernels_params_freed(m->params);

@@ -94,10 +94,41 @@ static const float *mlm_input(cb_model *m, const gnode *n, const float *x, int N
     return x0;
 }
 
+/* Only the rows with a target >= 0 (~15%) reach the decoder where the
+ * layout holds whole rows (CB_LAYOUT_ROWS): x's rows gathered into
+ * m->mlm_rows and their targets into m->mlm_tg (both planned for all N
+ * at build); returns their count. Under 2-D/3-D every row goes. */
+static int mlm_gather(cb_model *m, const float *x, const int *tg, int N, int C) {
+    int Nm = 0;
+    for (int i = 0; i < N; i++) {
+        if (tg[i] < 0) continue;
+        memcpy(m->mlm_rows + (size_t)Nm * C, x + (size_t)i * C, sizeof(float) * C);
+        m->mlm_tg[Nm++] = tg[i];
+    }
+    return Nm;
+}
+
+/* dx (N,C) = dc's rows (Nm,C) scattered back to the masked positions of tg, zeros elsewhere */
+static void mlm_scatter(float *dx, const float *dc, const int *tg, int N, int C) {
+    for (int i = 0, j = 0; i < N; i++) {
+        float *d = dx + (size_t)i * C;
+        if (tg[i] < 0) memset(d, 0, sizeof(float) * C);
+        else memcpy(d, dc + (size_t)j++ * C, sizeof(float) * C);
+    }
+}
+
 static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
                          int N) {
-    float mean = m->L->ops->head_forward(m->L, &n->l->emb, mlm_input(m, n, x, N), tg, s, N);
-    return tg ? (float)((double)mean * N * m->loss_scale) : 0.0f;
+    cb_layout *L = m->L;
+    const float *x0 = mlm_input(m, n, x, N);
+    if (!tg || !m->mlm_rows) {
+        float mean = L->ops->head_forward(L, &n->l->emb, x0, tg, s, N);
+        return tg ? (float)((double)mean * N * m->loss_scale) : 0.0f;
+    }
+    int Nm = mlm_gather(m, x0, tg, N, n->l->emb.C);
+    if (!Nm) return 0.0f;
+    float mean = L->ops->head_forward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, Nm);
+    return (float)((double)mean * Nm * m->loss_scale);
 }
 
 static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
@@ -106,7 +137,14 @@ static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int 
     int C = n->l->emb.C;
     const float *x0 = mlm_input(m, n, x, N);
     float *d0 = x0 == x ? dx : m->rec_scratch + 2 * (size_t)N * C;
-    L->ops->head_backward(L, &n->l->emb, x0, tg, s, m->grad_scale * N, d0, N);
+    if (!m->mlm_rows) {
+        L->ops->head_backward(L, &n->l->emb, x0, tg, s, m->grad_scale * N, d0, N);
+    } else { /* the forward's gather again: another micro-batch may have run since */
+        int Nm = mlm_gather(m, x0, tg, N, C);
+        float *dc = m->mlm_rows + (size_t)N * C;
+        if (Nm) L->ops->head_backward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, m->grad_scale * Nm, dc, Nm);
+        mlm_scatter(d0, dc, tg, N, C);
+    }
     if (d0 != dx) cb_rec_reparity(L, d0, N, C, 0, 1, dx, m->rec_scratch);
 }
 

@@ -215,6 +215,8 @@ struct cb_model {
     float *att_scratch;  /* attention backward */
     float *tmp2;         /* a second share (product, concatenation, cross-attention) */
     float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
+    float *mlm_rows;     /* the MLM head's masked input rows (N,C), then their gradient (N,C) */
+    int *mlm_tg;         /* their targets (N) */
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */

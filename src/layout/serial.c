@@ -120,7 +120,7 @@ static const cb_layout_ops OPS = {
 cb_layout *cb_layout_serial(void) {
     cb_layout *L = malloc(sizeof *L);
     if (L) *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_SERIAL, .tp = 1, .q = 1,
-                            .caps = CB_LAYOUT_WHOLE | CB_LAYOUT_SAMPLES,
+                            .caps = CB_LAYOUT_WHOLE | CB_LAYOUT_SAMPLES | CB_LAYOUT_ROWS,
                             .k = cb_kernels_default()};
     return L;
 }
