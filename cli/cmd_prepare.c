@@ -74,9 +74,10 @@ static int check_pairs(const char *pairs, const char *val_pairs, const char *inp
 }
 
 static int run_pairs(const char *pairs, const char *val_pairs, const char *output, const char *val_output,
-                     int context, const char *tokenizer, const char *bpe_dir, cb_err *e) {
+                     int context, const char *tokenizer, const char *bpe_dir, int compact, cb_err *e) {
     size_t n[2];
-    int rc = cb_prepare_pairs(pairs, output, val_pairs, val_output, context, tokenizer, bpe_dir, n, e);
+    int rc = cb_prepare_pairs(pairs, output, val_pairs, val_output, context, tokenizer, bpe_dir,
+                              compact, n, e);
     if (!rc && val_pairs) printf("prepare: %zu pairs -> %s, %zu -> %s\n", n[0], output, n[1], val_output);
     else if (!rc) printf("prepare: %zu pairs -> %s\n", n[0], output);
     return rc;
@@ -86,7 +87,7 @@ int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *output = NULL, *val_output = NULL, *tokenizer = "byte", *bpe_dir = NULL;
     const char *interactions = NULL, *pairs = NULL, *val_pairs = NULL;
     double frac = -1;
-    int context = 512;
+    int context = 512, compact = 0;
     const cli_flag flags[] = {
         {"input", ARG_STR, &input, "text file to tokenise"},
         {"output", ARG_STR, &output, "training token file to write (llm.c format)"},
@@ -100,6 +101,8 @@ int cmd_prepare(int argc, char **argv) {
         {"pairs", ARG_STR, &pairs, "translation pairs, `source<TAB>target` a line, instead of --input"},
         {"val-pairs", ARG_STR, &val_pairs, "held-out pairs for validation, with --pairs and --val-output"},
         {"context", ARG_INT, &context, "--pairs: most tokens of a side with its end token (512)"},
+        {"compact-vocab", ARG_BOOL, &compact,
+         "--pairs: only the ids the training pairs use (+ single bytes); map in OUT.vocab"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help;
     cb_err e = {0};
@@ -125,14 +128,23 @@ int cmd_prepare(int argc, char **argv) {
                   "--pairs: translation pair files (docs/nmt.md): each side then its end token,\n"
                   "header word 4 = 1 and word 5 = the tokenizer's vocab V; ids V, V+1, V+2 are\n"
                   "padding, start and end. A line without one tab, an empty side or a side longer\n"
-                  "than --context is refused, naming the file and line, and nothing is written.\n");
+                  "than --context is refused, naming the file and line, and nothing is written.\n"
+                  "--compact-vocab: the vocabulary is the tokenizer's ids the training pairs use\n"
+                  "and every single byte (a held-out word outside it is spelled in bytes), V its\n"
+                  "size, header word 6 = 1; OUT.vocab and VAL.vocab list, line k, the tokenizer's\n"
+                  "id of id k. Training and `translate` read it (a GPT-2 model's output layer\n"
+                  "shrinks from 50,260 rows to the ids the corpus uses).\n");
         return 0;
+    }
+    if (compact && !pairs) {
+        cb_fail(&e, CB_EINPUT, "--compact-vocab is for translation pairs; pass --pairs FILE.tsv or drop it");
+        return cli_fail(&e);
     }
     if (interactions)
         return prepare_interactions(interactions, input, output, val_output, frac, &e) ? cli_fail(&e) : 0;
     if (pairs || val_pairs) {
         if (check_pairs(pairs, val_pairs, input, output, val_output, frac, context, &e) ||
-            run_pairs(pairs, val_pairs, output, val_output, context, tokenizer, bpe_dir, &e))
+            run_pairs(pairs, val_pairs, output, val_output, context, tokenizer, bpe_dir, compact, &e))
             return cli_fail(&e);
         return 0;
     }

@@ -29,7 +29,27 @@ static void sources_free(sources *s) {
     free(s->tok), free(s->len);
 }
 
-/* The checkpoint's tokenizer, or --tokenizer where it records none. */
+/* A compact vocabulary's ids (metadata vocab_map, space-separated, of a
+ * model trained on `prepare --compact-vocab` pairs) around tk. */
+static int map_vocab(const char *path, const char *m, cb_tokenizer *tk, cb_err *e) {
+    int n = 0, cap = 1;
+    for (const char *p = m; *p; p++) cap += *p == ' ';
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return cb_fail(e, CB_ENOMEM, "out of memory for %s's vocabulary map", path);
+    for (char *end; *m && n < cap; m = end) {
+        long v = strtol(m, &end, 10);
+        if (end == m || v < 0 || v > 65535) break;
+        ids[n++] = (int32_t)v;
+    }
+    int rc = *m ? cb_fail(e, CB_EINPUT, "%s: metadata vocab_map: entry %d is not a token id; save "
+                                        "the checkpoint again", path, n)
+                : cb_tokenizer_compact(tk, ids, n, e);
+    free(ids);
+    return rc;
+}
+
+/* The checkpoint's tokenizer (and vocabulary map), or --tokenizer where it
+ * records none. */
 static int open_tokenizer(const tr_opts *o, const cb_nmt_config *c, cb_tokenizer *tk, cb_err *e) {
     cb_st_file f;
     int rc = cb_st_open(o->model, &f, e);
@@ -43,6 +63,8 @@ static int open_tokenizer(const tr_opts *o, const cb_nmt_config *c, cb_tokenizer
         rc = cb_fail(e, CB_EINPUT, "%s does not record its tokenizer; pass --tokenizer byte|gpt2 "
                                    "(the one `cubist prepare --pairs` used)", o->model);
     if (!rc) rc = cb_tokenizer_open(name ? name : o->tokenizer, o->bpe_dir, tk, e);
+    const char *map = cb_st_meta(&f, "vocab_map");
+    if (!rc && map) rc = map_vocab(o->model, map, tk, e);
     if (!rc && tk->vocab != c->pad)
         rc = cb_fail(e, CB_EINPUT, "%s: vocabulary %d is tokenizer %s's %d + 3; pass the tokenizer "
                                    "it was trained with", o->model, c->vocab, tk->name, tk->vocab);

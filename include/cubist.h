@@ -177,11 +177,13 @@ int cb_prepare_text(const char *text_path, const char *train_path, const char *v
  * is `source<TAB>target`; both sides are tokenised and written as a pair
  * file (src/data/bitext.h) to out_path (and val_out), both or neither. A
  * line without one tab, an empty side, or a side of more than context - 1
- * tokens is CB_EINPUT naming the file and line. npairs (2): pairs written
- * to each, or NULL. */
+ * tokens is CB_EINPUT naming the file and line. compact: the vocabulary
+ * only of the tokenizer's ids the training pairs use (and every single
+ * byte), its map written to out_path.vocab and val_out.vocab. npairs (2):
+ * pairs written to each, or NULL. */
 int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *val_pairs,
                      const char *val_out, int context, const char *tokenizer, const char *bpe_dir,
-                     size_t *npairs, cb_err *e);
+                     int compact, size_t *npairs, cb_err *e);
 /* Name of a cb_tokens tokenizer tag: "byte", "gpt2", or NULL for 0. */
 const char *cb_tokenizer_tag_name(int tag);
 

@@ -151,7 +151,7 @@ int main(void) {
     size_t n[2];
     write_tsv(fx("p.tsv"));
     cb_bitext p;
-    if (cb_prepare_pairs(fx("p.tsv"), fx("p.bin"), NULL, NULL, MAXLEN + 1, "byte", NULL, n, &e) ||
+    if (cb_prepare_pairs(fx("p.tsv"), fx("p.bin"), NULL, NULL, MAXLEN + 1, "byte", NULL, 0, n, &e) ||
         cb_bitext_open(fx("p.bin"), &p, &e)) {
         printf("FAIL pairs: %s\n", e.msg);
         return 1;

@@ -1,5 +1,6 @@
 /* Pair files read back: the index of pairs, batches by token count over
  * length buckets, padded batches. Layout in bitext.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,38 @@ static int index_pairs(const char *path, cb_bitext *p, cb_err *e) {
     return CB_OK;
 }
 
+/* path.vocab: p->base increasing ids, one a line */
+static int read_map(const char *path, cb_bitext *p, cb_err *e) {
+    char mp[4096];
+    snprintf(mp, sizeof mp, "%s.vocab", path);
+    FILE *f = fopen(mp, "r");
+    if (!f)
+        return cb_fail(e, CB_EINPUT, "%s: its compact vocabulary %s cannot be read; keep the map "
+                       "`prepare --compact-vocab` wrote beside it, or prepare again", path, mp);
+    p->map = malloc(sizeof(int32_t) * (size_t)p->base);
+    int k = 0, rc = p->map ? CB_OK : cb_fail(e, CB_ENOMEM, "%s: out of memory for its map", mp);
+    long v;
+    while (!rc && k <= p->base && fscanf(f, "%ld", &v) == 1) {
+        if (k == p->base || v < 0 || v > 65535 || (k && v <= p->map[k - 1])) break;
+        p->map[k++] = (int32_t)v;
+    }
+    if (!rc && (k != p->base || !feof(f) || fscanf(f, "%ld", &v) == 1))
+        rc = cb_fail(e, CB_EINPUT, "%s: line %d: expected %d increasing token ids, one a line, as "
+                     "%s's vocabulary; prepare the pairs again", mp, k + 1, p->base, path);
+    fclose(f);
+    return rc;
+}
+
+int cb_bitext_stage_map(fio_atomic *a, const char *map_path, const int32_t *ids, int n, cb_err *e) {
+    char line[16];
+    int rc = fio_atomic_open(a, map_path, e);
+    for (int k = 0; !rc && k < n; k++) {
+        int w = snprintf(line, sizeof line, "%d\n", ids[k]);
+        rc = fio_atomic_write(a, line, (size_t)w, e);
+    }
+    return rc;
+}
+
 int cb_bitext_open(const char *path, cb_bitext *p, cb_err *e) {
     memset(p, 0, sizeof *p);
     int rc = cb_tokens_open(path, 65536, &p->tok, e);
@@ -48,6 +81,7 @@ int cb_bitext_open(const char *path, cb_bitext *p, cb_err *e) {
     else if (cb_tokens_header(&p->tok, 4) != CB_BITEXT_KIND || p->base <= 0 || p->base + CB_BITEXT_SPECIALS > 65536)
         rc = cb_fail(e, CB_EINPUT, "%s: a token file, but not of translation pairs; %s", path, BITEXT_HINT);
     if (!rc) rc = index_pairs(path, p, e);
+    if (!rc && cb_tokens_header(&p->tok, 6) == 1) rc = read_map(path, p, e);
     if (rc) cb_bitext_close(p);
     return rc;
 }
@@ -57,6 +91,7 @@ void cb_bitext_close(cb_bitext *p) {
     free(p->src);
     free(p->slen);
     free(p->tlen);
+    free(p->map);
     memset(p, 0, sizeof *p);
 }
 

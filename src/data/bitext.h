@@ -5,7 +5,10 @@
  * A pair file is an llm.c token file (tokens.c) whose header word 4 is
  * CB_BITEXT_KIND and word 5 the tokenizer's vocabulary V; its stream is
  * source, EOS, target, EOS for every pair. Three ids follow the
- * tokenizer's: PAD = V, BOS = V + 1, EOS = V + 2 (vocab V + 3). */
+ * tokenizer's: PAD = V, BOS = V + 1, EOS = V + 2 (vocab V + 3).
+ * Header word 6 = 1: a compact vocabulary (`prepare --compact-vocab`), V
+ * ids of the tokenizer's listed in PATH.vocab, one a line (line k: the
+ * tokenizer's id of id k; cb_tokenizer_compact). */
 #ifndef CB_DATA_BITEXT_H
 #define CB_DATA_BITEXT_H
 
@@ -13,6 +16,7 @@
 #include <stdint.h>
 
 #include "cubist.h"
+#include "formats/fileio.h"
 
 enum { CB_BITEXT_KIND = 1, CB_BITEXT_SPECIALS = 3 };
 
@@ -24,12 +28,17 @@ typedef struct cb_bitext {
     uint16_t *slen;    /* (n) source tokens, without EOS */
     uint16_t *tlen;    /* (n) target tokens, without EOS */
     int max_len;       /* longest side of any pair, + 1 (its EOS or BOS) */
+    int32_t *map;      /* (base) a compact vocabulary's tokenizer ids; NULL: none */
 } cb_bitext;
 
 /* Opens a pair file and indexes its pairs. Not a pair file, or a stream
  * that does not alternate source and target: CB_EINPUT. */
 int cb_bitext_open(const char *path, cb_bitext *p, cb_err *e);
 void cb_bitext_close(cb_bitext *p); /* safe on a zeroed cb_bitext */
+
+/* A compact vocabulary's map (n ids) to map_path (a pair file's path +
+ * ".vocab"; kept by the caller until commit), staged (fileio.h). */
+int cb_bitext_stage_map(fio_atomic *a, const char *map_path, const int32_t *ids, int n, cb_err *e);
 
 /* Batches by token count over length-bucketed pairs: the pairs are sorted
  * by length (longer side, ties in random order), cut into runs of at most

@@ -1,4 +1,5 @@
 /* `cubist prepare`: text -> train and validation token files. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,16 +22,26 @@ static int split(const char *text_path, size_t n, int has_val, double val_frac,
     return CB_OK;
 }
 
-/* Both files or neither (path[1] NULL: one file): each is staged to its
- * .tmp first, and if the second rename fails the first file is removed again. */
+/* Both files or neither (path[1] NULL: one file), and with a compact
+ * vocabulary (map, nmap ids) its map beside each: every file is staged to
+ * its .tmp first, and if a later rename fails the earlier files are
+ * removed again. */
 static int write_both(const char *const path[2], const uint16_t *const ids[2], const size_t n[2],
-                      const int32_t head[3], cb_err *e) {
-    fio_atomic ta = {.fd = -1}, va = {.fd = -1};
-    int rc = cb_tokens_stage(&ta, path[0], ids[0], n[0], head, e);
-    if (!rc && path[1] && (rc = cb_tokens_stage(&va, path[1], ids[1], n[1], head, e)))
-        fio_atomic_abort(&ta);
-    if (!rc && (rc = fio_atomic_commit(&ta, e))) fio_atomic_abort(&va);
-    if (!rc && path[1] && (rc = fio_atomic_commit(&va, e))) unlink(path[0]);
+                      const int32_t head[4], const int32_t *map, int nmap, cb_err *e) {
+    fio_atomic a[4] = {{.fd = -1}, {.fd = -1}, {.fd = -1}, {.fd = -1}};
+    int rc = CB_OK, k = 0, done = 0;
+    char mp[2][4096];
+    for (int i = 0; i < 2 && !rc && path[i]; i++) {
+        snprintf(mp[i], sizeof mp[i], "%s.vocab", path[i]);
+        rc = cb_tokens_stage(&a[k++], path[i], ids[i], n[i], head, e);
+        if (!rc && map) rc = cb_bitext_stage_map(&a[k++], mp[i], map, nmap, e);
+    }
+    for (; !rc && done < k; done++) rc = fio_atomic_commit(&a[done], e);
+    for (int i = done; rc && i < k; i++) fio_atomic_abort(&a[i]);
+    for (int i = 0; rc && done > 0 && i < 2 && path[i]; i++) {
+        unlink(path[i]);
+        if (map) unlink(mp[i]);
+    }
     return rc;
 }
 
@@ -40,7 +51,7 @@ static int write_split(const char *text_path, const uint16_t *ids, size_t n, int
     int rc = split(text_path, n, val_path != NULL, val_frac, &ntrain, &nval, e);
     return rc ? rc : write_both((const char *const[2]){train_path, val_path},
                                 (const uint16_t *const[2]){ids, ids + ntrain},
-                                (const size_t[2]){ntrain, nval}, (const int32_t[3]){tag, 0, 0}, e);
+                                (const size_t[2]){ntrain, nval}, (const int32_t[4]){tag, 0, 0, 0}, NULL, 0, e);
 }
 
 static int encode_split(const char *text_path, const void *text, size_t len, const cb_tokenizer *tk,
@@ -142,20 +153,40 @@ static int read_pairs(pair_ctx *c, cb_err *e) {
     return rc;
 }
 
+/* The training pairs' ids (c, encoded by tk) -> the compact vocabulary:
+ * tk becomes the compact tokenizer (the held-out pairs are encoded with it)
+ * and c's ids are renumbered into it. */
+static int compact_vocab(pair_ctx *c, cb_tokenizer *tk, int32_t **map, int *nmap, cb_err *e) {
+    int V = tk->vocab, rc = cb_tokenizer_used_ids(tk, c->ids, c->n, map, nmap, e);
+    if (!rc) rc = cb_tokenizer_compact(tk, *map, *nmap, e);
+    if (rc) return rc;
+    int32_t *inv = malloc(sizeof(int32_t) * (size_t)V);
+    if (!inv) return cb_fail(e, CB_ENOMEM, "out of memory for the compact vocabulary");
+    for (int k = 0; k < *nmap; k++) inv[(*map)[k]] = k;
+    for (size_t i = 0; i < c->n; i++) /* the ids, and the EOS V + 2 -> nmap + 2 */
+        c->ids[i] = (uint16_t)(c->ids[i] < V ? inv[c->ids[i]] : c->ids[i] - V + *nmap);
+    free(inv);
+    return CB_OK;
+}
+
 int cb_prepare_pairs(const char *pairs_path, const char *out_path, const char *val_pairs,
                      const char *val_out, int context, const char *tokenizer, const char *bpe_dir,
-                     size_t *npairs, cb_err *e) {
+                     int compact, size_t *npairs, cb_err *e) {
     cb_tokenizer tk;
-    int rc = cb_tokenizer_open(tokenizer ? tokenizer : "byte", bpe_dir, &tk, e);
+    int rc = cb_tokenizer_open(tokenizer ? tokenizer : "byte", bpe_dir, &tk, e), nmap = 0;
     if (rc) return rc;
     pair_ctx c[2] = {{.path = pairs_path, .tk = &tk, .context = context},
                      {.path = val_pairs, .tk = &tk, .context = context}};
+    int32_t *map = NULL;
     rc = read_pairs(&c[0], e);
+    if (!rc && compact) rc = compact_vocab(&c[0], &tk, &map, &nmap, e);
     if (!rc && val_pairs) rc = read_pairs(&c[1], e);
     if (!rc)
         rc = write_both((const char *const[2]){out_path, val_pairs ? val_out : NULL},
                         (const uint16_t *const[2]){c[0].ids, c[1].ids}, (const size_t[2]){c[0].n, c[1].n},
-                        (const int32_t[3]){cb_tokenizer_tag(tk.name), CB_BITEXT_KIND, tk.vocab}, e);
+                        (const int32_t[4]){cb_tokenizer_tag(tk.name), CB_BITEXT_KIND, tk.vocab, compact != 0},
+                        map, nmap, e);
+    free(map);
     if (!rc && npairs) npairs[0] = c[0].npairs, npairs[1] = c[1].npairs;
     free(c[0].ids);
     free(c[1].ids);

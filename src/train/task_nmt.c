@@ -27,6 +27,7 @@ typedef struct nmt_task {
                              row as the step takes it: 2T ids, T targets */
     FILE *dump;           /* --dump-batches, world rank 0 */
     cb_tokenizer tk;      /* --bleu-pairs: the pair files' tokenizer, to score text */
+    char *map_text;       /* a compact vocabulary's ids, for the checkpoint's vocab_map */
     cb_loader ld;         /* zeros: the batches follow from the step alone */
 } nmt_task;
 
@@ -180,14 +181,24 @@ static int nmt_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
     nmt_task *r = ctx;
     cb_nmt_config c = r->n->c;
     int T = r->T, *f[NMT_NKEYS];
-    if (cap < NMT_NKEYS + 1) return 0;
+    if (cap < NMT_NKEYS + 2) return 0;
+    if (r->map_text) kv[2 * NMT_NKEYS + 2] = "vocab_map", kv[2 * NMT_NKEYS + 3] = r->map_text;
     nmt_fields(&c, &T, f);
     kv[0] = "model", kv[1] = "nmt";
     for (int i = 0; i < NMT_NKEYS; i++) {
         snprintf(text[i], 24, "%d", *f[i]);
         kv[2 * i + 2] = NMT_KEYS[i], kv[2 * i + 3] = text[i];
     }
-    return NMT_NKEYS + 1;
+    return NMT_NKEYS + 1 + (r->map_text != NULL);
+}
+
+/* A compact vocabulary's ids as text, space-separated (vocab_map). */
+static char *map_text(const cb_bitext *b) {
+    size_t cap = 8 * (size_t)b->base + 1, k = 0;
+    char *s = malloc(cap);
+    for (int i = 0; s && i < b->base; i++)
+        k += (size_t)snprintf(s + k, cap - k, i ? " %d" : "%d", b->map[i]);
+    return s;
 }
 
 int cb_nmt_config_from_file(const char *path, cb_nmt_config *c, int *T, cb_err *e) {
@@ -231,6 +242,7 @@ static void nmt_close(void *ctx) {
     if (!r) return;
     if (r->dump) fclose(r->dump);
     cb_tokenizer_free(&r->tk);
+    free(r->map_text);
     cb_bitext_batches_free(&r->bt);
     cb_bitext_close(&r->tr);
     cb_bitext_close(&r->va);
@@ -257,8 +269,11 @@ static int nmt_prepare(cb_train_opts *to, cb_err *e) {
     cb_bitext tr = {0}, va = {0};
     int rc = cb_bitext_open(to->data, &tr, e);
     if (!rc && to->val_data) rc = cb_bitext_open(to->val_data, &va, e);
-    if (!rc && to->val_data && va.base != tr.base)
-        rc = cb_fail(e, CB_EINPUT, "%s and %s have different tokenizers; prepare both alike",
+    if (!rc && to->val_data &&
+        (va.base != tr.base || !va.map != !tr.map ||
+         (va.map && memcmp(va.map, tr.map, sizeof(int32_t) * (size_t)tr.base))))
+        rc = cb_fail(e, CB_EINPUT, "%s and %s have different tokenizers or vocabularies; prepare "
+                     "both alike, in one `cubist prepare --pairs ... --val-pairs ...`",
                      to->data, to->val_data);
     int need = tr.max_len > va.max_len ? tr.max_len : va.max_len;
     o->c.vocab = tr.base + CB_BITEXT_SPECIALS, o->c.pad = tr.base;
@@ -304,6 +319,10 @@ static int nmt_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     r->ld.tok = &r->tr.tok; /* the checkpoint records the pair files' tokenizer */
     const char *tk = cb_tokenizer_tag_name(r->va.tok.tokenizer);
     if (o->bleu_pairs && (rc = cb_tokenizer_open(tk ? tk : "byte", NULL, &r->tk, e))) return rc;
+    if (o->bleu_pairs && r->va.map && (rc = cb_tokenizer_compact(&r->tk, r->va.map, r->va.base, e)))
+        return rc;
+    if (r->tr.map && !(r->map_text = map_text(&r->tr)))
+        return cb_fail(e, CB_ENOMEM, "out of memory for the vocabulary map");
     r->src = calloc((size_t)r->batch, sizeof(int));
     r->tgt = calloc((size_t)r->batch, sizeof(int));
     r->row = malloc(sizeof(int) * 6 * (size_t)T);
