@@ -32,19 +32,10 @@ static void sources_free(sources *s) {
 /* A compact vocabulary's ids (metadata vocab_map, space-separated, of a
  * model trained on `prepare --compact-vocab` pairs) around tk. */
 static int map_vocab(const char *path, const char *m, cb_tokenizer *tk, cb_err *e) {
-    int n = 0, cap = 1;
-    for (const char *p = m; *p; p++) cap += *p == ' ';
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!ids) return cb_fail(e, CB_ENOMEM, "out of memory for %s's vocabulary map", path);
-    for (char *end; *m && n < cap; m = end) {
-        long v = strtol(m, &end, 10);
-        if (end == m || v < 0 || v > 65535) break;
-        ids[n++] = (int32_t)v;
-    }
-    int rc = *m ? cb_fail(e, CB_EINPUT, "%s: metadata vocab_map: entry %d is not a token id; save "
-                                        "the checkpoint again", path, n)
-                : cb_tokenizer_compact(tk, ids, n, e);
-    free(ids);
+    int32_t *ids;
+    int n, rc = cb_tokenizer_parse_map(m, strlen(m), path, &ids, &n, e);
+    if (!rc) rc = cb_tokenizer_compact(tk, ids, n, e);
+    free(ids); /* NULL on a parse error */
     return rc;
 }
 

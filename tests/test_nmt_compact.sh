@@ -135,11 +135,11 @@ cmp -s "$d/cv.bin.vocab" "$d/w.bin.vocab" && fail "nmt_compact: fixture: the mov
 bad "a held-out file of a map as large" "different tokenizers or vocabularies" \
     "$C" train $T --data "$d/c.bin" --val-data "$d/w.bin" --eval-every 10
 cp "$d/c.bin" "$d/n.bin"
-bad "a missing .vocab" "n.bin.vocab cannot be read" "$C" train $T --data "$d/n.bin"
+bad "a missing .vocab" "n.bin.vocab" "$C" train $T --data "$d/n.bin"
 sed '3{h;d};4G' "$d/c.bin.vocab" > "$d/n.bin.vocab"   # lines 3 and 4 swapped
-bad "a .vocab not increasing" "increasing token ids" "$C" train $T --data "$d/n.bin"
+bad "a .vocab not increasing" "entry 4 is not a token id above" "$C" train $T --data "$d/n.bin"
 head -n 5 "$d/c.bin.vocab" > "$d/n.bin.vocab"
-bad "a .vocab too short" "increasing token ids" "$C" train $T --data "$d/n.bin"
+bad "a .vocab too short" "5 ids where" "$C" train $T --data "$d/n.bin"
 bad "--compact-vocab without --pairs" "is for translation pairs" \
     "$C" prepare --input "$d/train.tsv" --output "$d/x.bin" --compact-vocab
 [ ! -e "$d/x.bin" ] || fail "nmt_compact: refused prepare left a file"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data/bitext.h"
+#include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "util/rng.h"
 
@@ -43,21 +44,16 @@ static int index_pairs(const char *path, cb_bitext *p, cb_err *e) {
 static int read_map(const char *path, cb_bitext *p, cb_err *e) {
     char mp[4096];
     snprintf(mp, sizeof mp, "%s.vocab", path);
-    FILE *f = fopen(mp, "r");
-    if (!f)
-        return cb_fail(e, CB_EINPUT, "%s: its compact vocabulary %s cannot be read; keep the map "
-                       "`prepare --compact-vocab` wrote beside it, or prepare again", path, mp);
-    p->map = malloc(sizeof(int32_t) * (size_t)p->base);
-    int k = 0, rc = p->map ? CB_OK : cb_fail(e, CB_ENOMEM, "%s: out of memory for its map", mp);
-    long v;
-    while (!rc && k <= p->base && fscanf(f, "%ld", &v) == 1) {
-        if (k == p->base || v < 0 || v > 65535 || (k && v <= p->map[k - 1])) break;
-        p->map[k++] = (int32_t)v;
-    }
-    if (!rc && (k != p->base || !feof(f) || fscanf(f, "%ld", &v) == 1))
-        rc = cb_fail(e, CB_EINPUT, "%s: line %d: expected %d increasing token ids, one a line, as "
-                     "%s's vocabulary; prepare the pairs again", mp, k + 1, p->base, path);
-    fclose(f);
+    void *text;
+    size_t len;
+    int n = 0, rc = fio_map(mp, "keep the map `prepare --compact-vocab` wrote beside the pair file, "
+                                "or prepare again", &text, &len, e);
+    if (rc) return rc;
+    rc = cb_tokenizer_parse_map(text, len, mp, &p->map, &n, e);
+    fio_unmap(text, len);
+    if (!rc && n != p->base)
+        rc = cb_fail(e, CB_EINPUT, "%s: %d ids where %s's vocabulary has %d; expected increasing "
+                     "token ids, one a line; prepare the pairs again", mp, n, path, p->base);
     return rc;
 }
 

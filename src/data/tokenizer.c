@@ -109,6 +109,30 @@ static void compact_release(cb_tokenizer *tk) {
     free(c->ids), free(c->inv), free(c);
 }
 
+int cb_tokenizer_parse_map(const char *text, size_t len, const char *what, int32_t **ids, int *n,
+                           cb_err *e) {
+    size_t cap = len / 2 + 1; /* an id and a separator at least */
+    *n = 0, *ids = malloc(sizeof(int32_t) * cap);
+    if (!*ids) return cb_fail(e, CB_ENOMEM, "%s: out of memory for the vocabulary map", what);
+    for (size_t i = 0; i < len;) {
+        if (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t') {
+            i++;
+            continue;
+        }
+        long v = 0;
+        size_t j = i;
+        while (j < len && text[j] >= '0' && text[j] <= '9' && v <= 65535) v = 10 * v + (text[j++] - '0');
+        int sep = j == len || text[j] == ' ' || text[j] == '\n' || text[j] == '\r' || text[j] == '\t';
+        if (j == i || !sep || v > 65535 || (*n && v <= (*ids)[*n - 1])) {
+            free(*ids), *ids = NULL;
+            return cb_fail(e, CB_EINPUT, "%s: entry %d is not a token id above the one before; expected "
+                           "increasing ids, one a line; prepare the pairs again", what, *n + 1);
+        }
+        (*ids)[(*n)++] = (int32_t)v, i = j;
+    }
+    return CB_OK;
+}
+
 int cb_tokenizer_compact(cb_tokenizer *tk, const int32_t *ids, int n, cb_err *e) {
     compact *c = calloc(1, sizeof *c);
     if (!c) return cb_fail(e, CB_ENOMEM, "out of memory for the compact vocabulary");

