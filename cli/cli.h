@@ -65,6 +65,9 @@ int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);
  * (at most 40). */
 struct cli_flag;
 int cli_train_run_flags(cb_train_opts *o, struct cli_flag *f);
+/* The optimizer's and the run files' flags (steps, AdamW, init, save,
+ * log...), their help showing the defaults already in o. */
+int cli_train_opt_flags(cb_train_opts *o, struct cli_flag *f);
 /* `cubist train --layout auto` (cli/train_auto.c), every model family:
  * the --layout and --cluster flags (2 rows into f, part of
  * cli_train_run_flags), and the check of the flags alone, before MPI, that

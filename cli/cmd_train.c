@@ -100,28 +100,15 @@ int cmd_train(int argc, char **argv) {
         {"vocab", ARG_INT, &o.model.vocab, "vocabulary size V (256: bytes)"},
         {"batch", ARG_INT, &o.B, "sequences per micro-batch B (default 4)"},
         {"grad-accum", ARG_INT, &o.accum, "micro-batches per step (default 1)"},
-        {"steps", ARG_INT, &o.steps, "optimizer steps (default 100)"},
-        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (default 3e-4)"},
-        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (default 3e-5)"},
-        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (default 0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of matmul weights (0.1)"},
         {"decay-embed", ARG_BOOL, &o.opt.decay_embeddings, "also decay wte and wpe (0)"},
-        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
-        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.95)"},
-        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-8)"},
-        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (1.0)"},
         {"seed", ARG_U64, &o.seed, "seed of initialisation and data order (1337)"},
         {"shuffle", ARG_BOOL, &o.shuffle, "1: random windows, 0: sequential batches (1)"},
-        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
-        {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines "
-                                 "up to the resumed step and appends"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
-        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
+    n += cli_train_opt_flags(&o, flags + n);
     n += cli_train_run_flags(&o, flags + n);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--data FILE [flags]", EPILOG, &o, &help, &e);
