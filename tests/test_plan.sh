@@ -31,7 +31,9 @@
 # - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
 #   bytes and calls, the activation plan (per stage under a pipeline) and
 #   the AdamW state under `cubist train --model X` (dp 2, ZeRO-1, pp 2,
-#   tp 1d 2, one process), exactly; their bad flags exit 2 with one line;
+#   tp 1d 2, 2d 4 (rank 0 on the diagonal, as above) and 3d 8 of BERT and
+#   NMT, NCF tp 2d 4 and pp 2, one process), exactly; their bad flags exit
+#   2 with one line;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -219,7 +221,7 @@ nu=$(cut -f1 inter.tsv | sort -u | wc -l); ni=$(cut -f2 inter.tsv | sort -u | wc
 bertf=(--layers 2 --d-model 32 --heads 4 --seq-len 16)
 nmtf=(--layers 1 --dec-layers 1 --d-model 32 --heads 4 --ffn 64 --seq-len 40)
 ncff=(--factors 8 --mlp 32,16,8)
-gcase() { # name np model "plan flags" -- train flags...
+gcase() { # name np model "plan flags" -- train flags... (DIAG="bytes calls": see below)
     local name=$1 np=$2 model=$3 pf=($4); shift 5
     P --cluster "$ROOT/clusters/h100.json" --devices "$np" --model "$model" "${pf[@]}" --top 0 \
         --json >plan.json 2>plan.err || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
@@ -227,9 +229,13 @@ gcase() { # name np model "plan flags" -- train flags...
             --log tr.jsonl "$@" >/dev/null 2>tr.err; then
         fail "$name: train failed: $(head -c 300 tr.err)"; return
     fi
-    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+    /usr/bin/python3 - "$name" ${DIAG:-0 0} <<'PY' || failed=$((failed + 1))
 import json, sys
 name = sys.argv[1]
+# 2-D: the plan gives the off-diagonal ranks' traffic (the maximum); rank 0
+# sits on the diagonal, whose embedding needs no transpose swaps: per
+# embedding node two swaps of N C / q^2 floats (isend + irecv each) fewer
+diag = (float(sys.argv[2]), float(sys.argv[3]))
 log = [json.loads(l) for l in open("tr.jsonl")][-1]
 zero = "zero" in name
 p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and l["zero"] == zero][0]
@@ -237,8 +243,8 @@ tags = log.get("comm_by_tag", {})
 skip = {"norm", "pp.tie", "pp.stats"}
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
-pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
-         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
+         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"] - diag[1])]
 if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
@@ -266,6 +272,21 @@ gcase "nmt pp 2 gpipe M2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --pp 2 --sched
     --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2 --no-profile
 gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
+# 2-D and 3-D: one micro-batch of 8 rows; the diagonal's swaps are 8 N C / q^2
+# bytes and 4 calls per embedding node (BERT one of N = 8 x 16 tokens, the
+# translation model two, encoder and decoder, of N = 8 x 40), C 32, q 2
+DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 4 --tp-mode 2d
+gcase "bert tp 3d 8" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d
+DIAG="40960 8" gcase "nmt tp 2d 4" 4 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 4 --tp-mode 2d
+gcase "nmt tp 3d 8" 8 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 8 --tp-mode 3d
+gcase "ncf tp 2d 4" 4 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --tp 4 --tp-mode 2d --eval-users 5
+gcase "ncf pp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --pp 2 --schedule 1f1b --micro-batches 2" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --pp 2 --schedule 1f1b --micro-batches 2 --eval-users 5
 gcase "ncf dp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --dp 2 --micro-batches 1" -- \
     --data inter.bin "${ncff[@]}" --batch 64 --dp 2 --eval-users 5
 gcase "ncf 1" 1 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --micro-batches 1" -- \

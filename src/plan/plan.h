@@ -43,6 +43,24 @@ void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int dia
                         cb_plan_tp_cost *c);
 double cb_plan_tp_sent(const cb_plan_tp_cost *c);
 double cb_plan_tp_calls(const cb_plan_tp_cost *c);
+/* The same counts per operator (counts.c says each form), accumulated
+ * in sent (bytes) and calls: the GPT's closed forms are their sums, a
+ * declared graph is counted node by node. P tensor ranks of mode, q the
+ * grid's side, w bytes an activation element on the wire; diag: 2-D rank
+ * (r, r); gathered: 3-D keeps X^, W^. */
+typedef struct cb_plan_tpop {
+    cb_tp_mode mode;
+    double P, q, w;
+    int gathered, diag;
+    double sent, calls;
+} cb_plan_tpop;
+cb_plan_tpop cb_plan_tpop_of(cb_tp_mode mode, int P, int act_bf16, int gathered, int diag);
+void cb_plan_tp_linear(cb_plan_tpop *o, double N, double in, double out, int parity);
+void cb_plan_tp_norm(cb_plan_tpop *o, double N, double C, int parity);
+void cb_plan_tp_embed(cb_plan_tpop *o, double N, double C, double V, double T, int learned);
+void cb_plan_tp_head(cb_plan_tpop *o, double N, double C, double V, int weighted, int bias,
+                     int rewritten);
+void cb_plan_tp_whole(cb_plan_tpop *o, double bytes);
 /* bytes sent per rank by a ring all-reduce of `bytes` on p ranks */
 double cb_plan_ring_allreduce(double p, double bytes);
 /* V rounded up to a multiple of m: the padded vocabulary of a layout */
