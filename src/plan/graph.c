@@ -161,6 +161,7 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             g->k.gemm_s += k.gemm_s, g->k.attn_s += k.attn_s, g->k.mem_s += k.mem_s;
             node_tp(m, n, &o, tok);
             if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
+            if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;

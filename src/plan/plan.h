@@ -244,6 +244,8 @@ typedef struct cb_plan_gstage {
     double tp_sent, tp_calls;
     double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM
                              targets, one double; targets not padding, two) */
+    double lookups;       /* embedding nodes (the translation model's encoder and decoder
+                             inputs: 2): rows of the tied table per token */
 } cb_plan_gstage;
 /* part (cap bytes, or NULL): "" on the first stage, which writes there
  * the engine's partition by operation (GPT's modules are blocks: not

@@ -64,9 +64,9 @@ static int side(const cb_plan_layout *l) { return cb_grid_side(l->tp, l->mode); 
 static int graph_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     const cb_plan_model *m = j->model;
     int v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
-    if (l->embed != CB_DP_EMBED_DENSE)
-        return cb_fail(e, CB_EINPUT, "--model %s: the planner models --embed-grad dense only",
-                       m->name);
+    if (l->embed != CB_DP_EMBED_DENSE && (m->family == CB_PLAN_FAM_NCF || l->tp > 1 || l->pp > 1))
+        return cb_fail(e, CB_EINPUT, "--model %s: --embed-grad sparse and split need a tied "
+                       "embedding (bert, roberta, nmt) and --tp 1 --pp 1", m->name);
     if (m->gpt.n_layer < l->pp * v)
         return cb_fail(e, CB_EINPUT, "%d blocks cannot fill %d stages of %d chunks", m->gpt.n_layer,
                        l->pp, v);
@@ -489,7 +489,7 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm;
     p->tp.param_bytes = 8 * big.params;
-    data_parallel(j, l, 2 * fwd, tok * l->M, p);
+    data_parallel(j, l, 2 * fwd, w.lookups * tok * l->M, p); /* every lookup's rows */
     for (int k = 0; k < 2 && l->dp > 1; k++)
         if (w.stat_bytes[k] > 0)
             p->dp_bytes += cb_plan_ring_allreduce(l->dp, w.stat_bytes[k]), p->dp_calls += 1;
