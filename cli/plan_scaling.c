@@ -15,17 +15,19 @@
 
 static const int EMBEDS[3] = {CB_DP_EMBED_DENSE, CB_DP_EMBED_SPARSE, CB_DP_EMBED_SPLIT};
 
-/* seconds of one step of `batch` sequences on dp ranks (one stage, one
- * tensor rank, one micro-batch); < 0 when the layout cannot run */
-static double step_s(const cb_plan_job *base, int dp, int batch, int embed) {
+double plan_dp_step(const cb_plan_job *base, int dp, int batch, int embed, cb_plan_pred *p) {
     cb_plan_job j = *base;
     j.batch = batch;
     cb_plan_layout l = {dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, dp > 1 ? embed : 0};
-    cb_plan_pred p;
     cb_err e;
     if (cb_plan_check(&j, &l, &e)) return -1;
-    cb_plan_predict(&j, &l, &p);
-    return p.step_s;
+    cb_plan_predict(&j, &l, p);
+    return p->step_s;
+}
+
+static double step_s(const cb_plan_job *base, int dp, int batch, int embed) {
+    cb_plan_pred p;
+    return plan_dp_step(base, dp, batch, embed, &p);
 }
 
 /* The rank counts of a table: powers of 2 below `most`, the Horovod

@@ -4,10 +4,11 @@
  * parameters, activation plan, workspace and pipeline messages are the
  * ones a real run plans (one source of truth, no formula per model); each
  * node is costed as a one-row layer (GEMMs, attention, memory-bound
- * bytes per token) at the cluster's rates. Under 1-D tensor parallelism
- * the engine plans tensor rank 0 on a 1-D layout that needs no
- * communicator to plan; the traffic follows the nodes' parities and the
- * layout's operators. See docs/plan.md. */
+ * bytes per token) at the cluster's rates. Under tensor parallelism the
+ * engine plans tensor rank 0 on its layout (1-D, 2-D or 3-D), made on a
+ * grid without communicators, which planning never uses; the traffic is
+ * counted node by node with the per-operator counts of counts.c. See
+ * docs/plan.md. */
 #include <stdio.h>
 #include <string.h>
 

@@ -235,9 +235,8 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
 /* One pipeline rank s of a layout, from the model's graph as the engine
  * plans it (src/plan/graph.c): parameters (floats), activation and
  * workspace bytes, the floats and messages one micro-batch sends over the
- * pipeline (exact at tp 1; under 1-D the parameters, activations and
- * workspace are estimates), its forward seconds per micro-batch by kernel
- * class, the 1-D tensor traffic (an estimate), and the loss's counts. */
+ * pipeline, its forward seconds per micro-batch by kernel class, its
+ * tensor traffic (bytes, calls) under any mode, and the loss's counts. */
 typedef struct cb_plan_gstage {
     double params, act, ws, send_floats, msgs;
     cb_plan_kparts k;
