@@ -81,7 +81,6 @@ double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
 
 static double pad(double V, double m) { return cb_plan_pad(V, m); }
 
-
 /* ------------------------------------------------------------ per operator
  * One forward + backward of one operator on one rank, added to o->sent
  * (bytes) and o->calls; N the tokens of the rank's data-parallel
