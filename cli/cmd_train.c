@@ -86,7 +86,6 @@ int cmd_train(int argc, char **argv) {
         return cmd_train_bert(argc, argv);
     if (model && !strcmp(model, "nmt")) return cmd_train_nmt(argc, argv);
     cb_train_opts o;
-    const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     cli_flag flags[80] = {
@@ -120,10 +119,6 @@ int cmd_train(int argc, char **argv) {
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
         {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
-        {"layout", ARG_STR, &layout,
-         "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
-        {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
-                                       "machine's `cubist plan --calibrate`)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
@@ -137,17 +132,16 @@ int cmd_train(int argc, char **argv) {
         rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt, ncf, bert, roberta or nmt", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
-    if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
+    if (!rc) rc = cli_train_family_auto(&o, &e);
     cb_precision prec;
     if (!rc) rc = cb_precision_parse(o.precision, &prec, &e);
     if (!rc) rc = cb_kernels_select(prec, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    cb_comm *w = cb_comm_world();
     cli_train_log log;
     cb_train_sink sink = cli_train_sink(&log, &o);
-    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e))
+    if (cb_train_run(&o, &sink, &e))
         cli_train_exit(&e);
     cb_comm_finalize();
     return 0;

@@ -89,7 +89,6 @@ int cmd_train_bert(int argc, char **argv) {
     int n = 0, help = 0;
     while (flags[n].name) n++;
     n += cli_train_run_flags(&o, flags + n);
-    n += cli_train_auto_flags(flags + n);
     cli_grad_accum_alias(argc, argv);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--model bert|roberta --data TOKENS [flags]", EPILOG, &o, &help, &e);

@@ -34,7 +34,7 @@ int cli_train_run_flags(cb_train_opts *o, cli_flag *f) {
     };
     int n = (int)(sizeof rows / sizeof *rows);
     for (int i = 0; i < n; i++) f[i] = rows[i];
-    return n;
+    return n + cli_train_auto_flags(f + n);
 }
 
 /* The run's failure, agreed over the ranks, printed once with its status
