@@ -104,6 +104,12 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
             printf("%s%d", s ? "," : "", p->stage_bound[s]);
         printf("],\"stage_act_bytes\":[");
         for (int s = 0; s < p->nstage; s++) printf("%s%.17g", s ? "," : "", p->stage_act[s]);
+        printf("],\"stage_tp_bytes\":[");
+        for (int s = 0; s < p->nstage && p->stage_tp_calls[0] > 0; s++)
+            printf("%s%.17g", s ? "," : "", p->stage_tp_bytes[s]);
+        printf("],\"stage_tp_calls\":[");
+        for (int s = 0; s < p->nstage && p->stage_tp_calls[0] > 0; s++)
+            printf("%s%.17g", s ? "," : "", p->stage_tp_calls[s]);
         printf("]}");
     }
     printf("]}\n");

@@ -32,7 +32,7 @@
 #   bytes and calls, the activation plan (per stage under a pipeline) and
 #   the AdamW state under `cubist train --model X` (dp 2, ZeRO-1, pp 2,
 #   tp 1d 2, 2d 4 (rank 0 on the diagonal, as above) and 3d 8 of BERT and
-#   NMT, NMT dp 2 --embed-grad sparse and split (split: its bound, as
+#   NMT, BERT pp 2 x tp 2d 4 (rank 0's tensor traffic: the first stage's), NMT dp 2 --embed-grad sparse and split (split: its bound, as
 #   above), NCF tp 2d 4 and pp 2, one process), exactly; their bad flags exit
 #   2 with one line;
 # - --scaling (the translation model, this machine's fake calibration and
@@ -247,8 +247,11 @@ tags = log.get("comm_by_tag", {})
 skip = {"norm", "pp.tie", "pp.stats"}
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
-pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
-         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"] - diag[1])]
+# a pipeline with tensor parallelism: rank 0's tensor traffic is the first
+# stage's (the plan's tp_bytes is the slowest stage's)
+tb, tc = (p["stage_tp_bytes"][0], p["stage_tp_calls"][0]) if p["stage_tp_calls"] else (p["tp_bytes"], p["tp_calls"])
+pairs = [("bytes", mb, tb + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
+         ("calls", mc, tc + p["pp_calls"] + p["dp_calls"] - diag[1])]
 if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
@@ -291,6 +294,9 @@ gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d 
 # translation model two, encoder and decoder, of N = 8 x 40), C 32, q 2
 DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
     --data train.bin "${bertf[@]}" --batch 8 --tp 4 --tp-mode 2d
+# pipeline x 2-D: rank 0 is the first stage's (r, r), 2 micro-batches of 4 rows (N 64)
+DIAG="8192 8" gcase "bert pp 2 x tp 2d 4 1f1b M2" 8 bert "${bertf[*]} --vocab 260 --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2
 gcase "bert tp 3d 8" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
     --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d
 DIAG="40960 8" gcase "nmt tp 2d 4" 4 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \

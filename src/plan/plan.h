@@ -224,6 +224,10 @@ typedef struct cb_plan_pred {
      * nstage 0: not predicted per stage (interleaved, or over 128 blocks) */
     int nstage, stage_bound[CB_PLAN_MAXSTAGE + 1];
     double stage_act[CB_PLAN_MAXSTAGE];
+    /* the graph models under a pipeline with tensor parallelism: each
+     * stage's tensor bytes and calls of a step (tp_bytes is the slowest
+     * stage's); 0 otherwise */
+    double stage_tp_bytes[CB_PLAN_MAXSTAGE], stage_tp_calls[CB_PLAN_MAXSTAGE];
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
 

@@ -469,6 +469,8 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
         if (m > mem) mem = m, big = g;
         sendf = maxf(sendf, g.send_floats), msgs = maxf(msgs, g.msgs);
         p->stage_act[s] = g.act;
+        if (l->tp > 1 && l->pp > 1)
+            p->stage_tp_bytes[s] = g.tp_sent * l->M, p->stage_tp_calls[s] = g.tp_calls * l->M;
     }
     if (l->pp > 1) p->nstage = l->pp, p->stage_bound[l->pp] = -1;
     double tp_mb = tp_groups_s(c, l, w.tp_sent, w.tp_calls, w.tp_sent / 3);
