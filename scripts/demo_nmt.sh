@@ -15,6 +15,8 @@ BUILD=${BUILD:-build}
 C=$BUILD/cubist
 PY=/usr/bin/python3
 MAXB=${DEMO_MAX_BYTES:-120}
+export OMP_WAIT_POLICY=PASSIVE # spinning OpenMP threads lose their cores at every barrier on a shared
+                               # machine (beam search under load: 45 s for 5 verses, passive 2 s)
 mkdir -p data out
 [ -s data/bible_train.tsv ] || $PY scripts/bible_pairs.py --out-dir data/
 for s in train val test; do # both sides within MAXB bytes
@@ -25,7 +27,7 @@ $C prepare --pairs out/nmt_train.tsv --output out/nmt_train.bin --val-pairs out/
 echo "data: $(wc -l < out/nmt_train.tsv) training pairs, $(wc -l < out/nmt_val.tsv) validation (Jonah), $(wc -l < out/nmt_test.tsv) test (Ruth), at most $MAXB bytes a side"
 M=(--model nmt --data out/nmt_train.bin --val-data out/nmt_val.bin --pre-ln --layers 2
    --d-model 256 --heads 4 --ffn 1024 --batch 32 --smoothing 0.1)
-OMP_WAIT_POLICY=PASSIVE $C train "${M[@]}" --steps ${DEMO_STEPS:-1500} --lr 1e-3 --min-lr 1e-4 \
+$C train "${M[@]}" --steps ${DEMO_STEPS:-1500} --lr 1e-3 --min-lr 1e-4 \
     --warmup 100 --eval-every ${DEMO_EVAL_EVERY:-250} --eval-batches 4 --bleu-pairs 15 \
     --save out/nmt.safetensors --log out/nmt.jsonl | grep '^eval'
 cut -f1 out/nmt_test.tsv > out/nmt_test.src
