@@ -453,18 +453,22 @@ static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const
     *xkv = kv == q ? *xq : to_bf16(s, ikv, cls, kv, (size_t)a->B * a->Tk * a->ldkv);
 }
 
-/* The masked softmax (or its backward) of every (b,h) pair, fp32 */
-static void attn_softmax(const cb_attn *a, float *sc, const float *att, float scale) {
+/* The masked softmax (or its backward) of every (b,h) pair, in fp32;
+ * h (B,NH,Tq,Tk, may be NULL) gets the result in bf16 from the same pass
+ * (the backward then leaves sc unchanged): the next product's operand
+ * without a rounding pass that reads the fp32 result back */
+static void attn_softmax(const cb_attn *a, float *sc, uint16_t *h, const float *att, float scale) {
     size_t TT = (size_t)a->Tq * a->Tk;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * a->NH; bh++) {
         int nq, nk;
+        uint16_t *hb = h ? h + bh * TT : NULL;
         cb_attn_rows(a, bh / a->NH, &nq, &nk);
         if (att)
-            cb_cpu_masked_softmax_backward(sc + bh * TT, att + bh * TT, a->Tq, a->Tk, nq, nk,
+            cb_cpu_masked_softmax_backward(sc + bh * TT, hb, att + bh * TT, a->Tq, a->Tk, nq, nk,
                                            a->causal, scale);
         else
-            cb_cpu_masked_softmax(sc + bh * TT, a->Tq, a->Tk, nq, nk, a->causal);
+            cb_cpu_masked_softmax(sc + bh * TT, hb, a->Tq, a->Tk, nq, nk, a->causal);
     }
 }
 
@@ -483,10 +487,13 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, xq, xkv + a->koff, att, NULL);
-    attn_softmax(a, att, NULL, 0);
     size_t na = (size_t)B * NH * Tq * Tk;
-    if (a->drop > 0) cb_cpu_attn_dropout(a, att);
-    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, a->drop > 0 ? att + na : att, na);
+    uint16_t *p = scratch(s, 1, na); /* P V's P: the softmax writes it, unless dropout does */
+    attn_softmax(a, att, a->drop > 0 ? NULL : p, NULL, 0);
+    if (a->drop > 0) {
+        cb_cpu_attn_dropout(a, att);
+        to_bf16(s, 1, CB_RND_ACT_FWD, att + na, na);
+    }
     mm_desc o = {.nd = 4, .alpha = 1.0f};
     att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
     head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -519,8 +526,8 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
     run(s, &v, p, dy, dkv + a->voff, NULL);
     if (a->drop > 0) cb_cpu_attn_dropout_backward(a, scratch_, att + na);
-    attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
-    const uint16_t *ds = to_bf16(s, 3, CB_RND_GRAD, scratch_, (size_t)B * NH * Tq * Tk);
+    uint16_t *ds = scratch(s, 3, na); /* dS only in bf16, from the softmax backward */
+    attn_softmax(a, scratch_, ds, att, 1.0f / sqrtf((float)hs));
     mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
     att_view(g.ad, g.as, B, NH, Tq, Tk, 0);
     head_view(g.bd, g.bs, B, NH, Tk, hs, a->ldkv, 0);
