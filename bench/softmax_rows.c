@@ -3,7 +3,7 @@
  * (B*NH, T, T) at T=1024, the loss's softmax over (B*T, V=50304) at T=64;
  * and, for the bf16 table's attention, each softmax followed by a
  * separate rounding pass to bf16 (before) against the softmax writing
- * the bf16 operand in its own pass (after), rows interleaved in every
+ * the bf16 operands in its own pass (after: P forward, dS and P backward), rows interleaved in every
  * round. Best of R rounds on the threads OpenMP gives.
  * Run: make && OMP_NUM_THREADS=2 build/bench/softmax_rows [R] */
 #include <omp.h>
@@ -17,12 +17,12 @@ enum { FWD, BWD, FWD_RND, FWD_FUSED, BWD_RND, BWD_FUSED, XENT, NROWS };
 static const char *const names[NROWS] = {
     "causal softmax (48,1024,1024)", "softmax backward (48,1024,1024)",
     "bf16: softmax, then a rounding pass", "bf16: softmax writing bf16 P",
-    "bf16: backward, then a rounding pass", "bf16: backward writing bf16 dS",
+    "bf16: backward, then rounding dS and P", "bf16: backward writing bf16 dS and P",
     "cross-entropy forward (256,50304)"};
 
 typedef struct bufs {
     float *s, *d;
-    uint16_t *h;
+    uint16_t *h, *hp;
 } bufs;
 
 static double ms_since(double t0) { return (omp_get_wtime() - t0) * 1e3; }
@@ -43,21 +43,22 @@ static void softmax(const bufs *b, int row) {
     } else {
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < BH; bh++)
-            cb_cpu_masked_softmax_backward(b->d + bh * TT, h ? h + bh * TT : NULL, b->s + bh * TT,
-                                           T, T, T, T, 1, 0.125f);
+            cb_cpu_masked_softmax_backward(b->d + bh * TT, h ? h + bh * TT : NULL,
+                                           h ? b->hp + bh * TT : NULL, b->s + bh * TT, T, T, T,
+                                           T, 1, 0.125f);
     }
     if (row == FWD_RND) round_pass(b->h, b->s, BH * TT);
-    if (row == BWD_RND) round_pass(b->h, b->d, BH * TT);
+    if (row == BWD_RND) round_pass(b->h, b->d, BH * TT), round_pass(b->hp, b->s, BH * TT);
 }
 
 int main(int argc, char **argv) {
     int R = argc > 1 ? atoi(argv[1]) : 5;
     size_t na = (size_t)BH * T * T;
-    bufs b = {malloc(na * 4), malloc(na * 4), malloc(na * 2)};
+    bufs b = {malloc(na * 4), malloc(na * 4), malloc(na * 2), malloc(na * 2)};
     float *lg = malloc((size_t)N * V * 4), *loss = malloc(N * 4);
     int *tg = malloc(N * sizeof(int));
-    if (!b.s || !b.d || !b.h || !lg || !loss || !tg || R < 1) {
-        fprintf(stderr, "softmax_rows: out of memory (0.5 GB) or R < 1\n");
+    if (!b.s || !b.d || !b.h || !b.hp || !lg || !loss || !tg || R < 1) {
+        fprintf(stderr, "softmax_rows: out of memory (0.7 GB) or R < 1\n");
         return 3;
     }
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
@@ -84,6 +85,6 @@ int main(int argc, char **argv) {
     for (int w = 0; w < NROWS; w++) printf("  %-38s %8.2f ms\n", names[w], best[w]);
     printf("  fused / separate: forward %.3f, backward %.3f\n", best[FWD_FUSED] / best[FWD_RND],
            best[BWD_FUSED] / best[BWD_RND]);
-    free(b.s), free(b.d), free(b.h), free(lg), free(loss), free(tg);
+    free(b.s), free(b.d), free(b.h), free(b.hp), free(lg), free(loss), free(tg);
     return 0;
 }

@@ -337,11 +337,17 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
 }
 
 /* dS row from dP row d and P row r (n): into d, or only as bf16 into h
- * when h is given (the bf16 table's operand; its fp32 form is not needed) */
-static void dsoftmax_row(float *d, const float *r, float dot, float scale, uint16_t *h, int n) {
+ * when h is given (the bf16 table's operand; its fp32 form is not needed),
+ * with P in bf16 into hp from the same reads */
+static void dsoftmax_row(float *d, const float *r, float dot, float scale, uint16_t *h,
+                         uint16_t *hp, int n) {
     if (!h) {
         for (int j = 0; j < n; j++) d[j] = r[j] * (d[j] - dot) * scale;
         return;
+    }
+    if (hp) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) hp[j] = cb_bf16_round(r[j]);
     }
 #pragma omp simd
     for (int j = 0; j < n; j++) {
@@ -350,19 +356,22 @@ static void dsoftmax_row(float *d, const float *r, float dot, float scale, uint1
     }
 }
 
-void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, const float *p, int Tq, int Tk,
-                                    int nq, int nk, int causal, float scale) {
+void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, const float *p,
+                                    int Tq, int Tk, int nq, int nk, int causal, float scale) {
     for (int t = 0; t < Tq; t++) {
         float *d = dp + (size_t)t * Tk, dot = 0.0f;
         const float *r = p + (size_t)t * Tk;
-        uint16_t *h = ds16 ? ds16 + (size_t)t * Tk : NULL;
+        size_t o = (size_t)t * Tk;
         int lim = t < nq ? seen(t, nk, causal) : 0;
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j < lim; j++) dot += r[j] * d[j];
-        dsoftmax_row(d, r, dot, scale, h, lim);
-        if (h) memset(h + lim, 0, sizeof(uint16_t) * (Tk - lim));
-        else
+        dsoftmax_row(d, r, dot, scale, ds16 ? ds16 + o : NULL, p16 ? p16 + o : NULL, lim);
+        if (ds16) {
+            memset(ds16 + o + lim, 0, sizeof(uint16_t) * (Tk - lim));
+            if (p16) memset(p16 + o + lim, 0, sizeof(uint16_t) * (Tk - lim));
+        } else {
             for (int j = lim; j < Tk; j++) d[j] = 0.0f;
+        }
     }
 }
 
@@ -388,7 +397,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
                         a->C, 0.0f, dkv + p.v, a->ldkv);
         }
         if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
-        cb_cpu_masked_softmax_backward(ds, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
+        cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
         if (nq) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, ds, Tk,
                         kv + p.k, a->ldkv, 0.0f, dq + p.q, a->ldq);
