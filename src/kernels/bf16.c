@@ -5,7 +5,9 @@
  * by copying it, so a kernel added to the CPU table is here too.
  *
  * Activations and weights stay fp32 in memory; each product rounds its
- * operands into bf16 scratch on the way in (one memory pass). A weight's
+ * operands into bf16 scratch on the way in (one memory pass), except
+ * attention's P and dS, which the softmaxes write in bf16 as they make
+ * them (no pass reading them back). A weight's
  * bf16 copy is kept until the parameters are next written
  * (cb_kernels_params_written: AdamW, loading, initialising), so the
  * forward and backward of a step round each weight once. oneDNN
@@ -476,8 +478,9 @@ static void attn_softmax(const cb_attn *a, float *sc, uint16_t *h, uint16_t *hp,
 
 /* out (B,Tq,C), att (B,NH,Tq,Tk). S = Q K^T / sqrt(hs) and O = P V are two
  * batched bf16 products over every head and row; the masked softmax
- * between them is the CPU table's, in fp32, and leaves masked
- * probabilities (padding rows whole) zero, so O's padding rows are zero. */
+ * between them is the CPU table's, in fp32, writing P V's bf16 P in the
+ * same pass, and leaves masked probabilities (padding rows whole) zero,
+ * so O's padding rows are zero. */
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     bf16_state *s = state(k);
