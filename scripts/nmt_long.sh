@@ -25,7 +25,7 @@ $C prepare --pairs "$D/train.tsv" --output "$D/train.bin" --val-pairs "$D/val.ts
     --val-output "$D/val.bin" --tokenizer gpt2 --compact-vocab || exit 1
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
 start=$(date +%s)
-timeout -s TERM "${LONG_WALL:-3600}" $C train --model nmt --data "$D/train.bin" --val-data "$D/val.bin" \
+timeout --preserve-status -s TERM "${LONG_WALL:-3600}" $C train --model nmt --data "$D/train.bin" --val-data "$D/val.bin" \
     --pre-ln --layers 3 --d-model 256 --heads 4 --ffn 1024 --batch 32 --smoothing 0.1 \
     --steps "${LONG_STEPS:-2400}" --lr 1e-3 --min-lr 1e-4 --warmup 300 --eval-every 250 \
     --eval-batches 4 --bleu-pairs 47 --threads "${THREADS:-1}" --save "$D/nmt.safetensors" \
