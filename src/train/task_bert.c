@@ -187,8 +187,9 @@ static void print_ids(FILE *f, const cb_tokenizer *tk, const int *ids, int i0, i
 static void print_word(FILE *f, const cb_tokenizer *tk, int id) {
     uint8_t b[64];
     size_t n = decode(tk, id, b), blank = 0;
+    if (!n) return; /* an id the tokenizer lacks (between V and --special-base) */
     for (size_t j = 0; j < n; j++) blank += b[j] == ' ' || b[j] == '\n';
-    if (n && blank == n) {
+    if (blank == n) {
         fputc('"', f);
         for (size_t j = 0; j < n; j++) fputs(b[j] == '\n' ? "\\n" : " ", f);
         fputc('"', f);
