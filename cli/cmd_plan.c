@@ -127,7 +127,7 @@ int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
         if (bert) {
             cb_bert_config b = {o->layers, o->d_model, o->heads, o->seq_len, o->vocab, o->types,
                                 !strcmp(o->model, "roberta"), (float)o->dropout,
-                                (float)o->attn_dropout};
+                                (float)o->attn_dropout, 0};
             return cb_plan_model_bert(&b, m, e);
         }
         cb_nmt_config n = {o->layers, o->dec_layers ? o->dec_layers : o->layers, o->d_model,

@@ -362,6 +362,9 @@ typedef struct cb_bert_config {
                       before each residual add, as HF's hidden_dropout_prob; 0: none */
     float attn_dropout; /* of the attention probabilities (cb_layer_attention_dropout), as
                            HF's attention_probs_dropout_prob; 0: none */
+    int max_predictions; /* masked positions per sequence the decoder reads, as BERT's
+                            max_predictions_per_seq (the first ones; a sequence's others are
+                            not counted); 0: max(1, round(0.15 seq_len)) */
 } cb_bert_config;
 void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
 

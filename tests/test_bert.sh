@@ -59,8 +59,8 @@ for model in bert roberta; do
               --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337 2>&1)
         grep '^#' <<<"$out"
         np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
-        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 47 passed" <<<"$out"; then
-            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, the Hugging Face layout's loss)"
+        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 48 passed" <<<"$out"; then
+            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, masking, the Hugging Face layout's loss)"
         else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
         nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \

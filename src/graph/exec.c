@@ -94,27 +94,33 @@ static const float *mlm_input(cb_model *m, const gnode *n, const float *x, int N
     return x0;
 }
 
-/* Only the rows with a target >= 0 (~15%) reach the decoder where the
- * layout holds whole rows (CB_LAYOUT_ROWS): x's rows gathered into
- * m->mlm_rows and their targets into m->mlm_tg (both planned for all N
- * at build); returns their count. Under 2-D/3-D every row goes. */
+/* The decoder reads m->mlm_slots rows of each sequence where the layout
+ * holds whole rows (CB_LAYOUT_ROWS), as BERT's max_predictions_per_seq:
+ * the sequence's masked positions (target >= 0) in order, the first
+ * mlm_slots of them, then its first row with target -1 in the slots left
+ * (no loss, no gradient). So the head's row count, Bm x mlm_slots, is
+ * the same for every batch (the planner counts it, the buffers are
+ * planned at build). x's rows gathered into m->mlm_rows, their targets
+ * into m->mlm_tg, their source rows into m->mlm_src. */
 static int mlm_gather(cb_model *m, const float *x, const int *tg, int N, int C) {
-    int Nm = 0;
-    for (int i = 0; i < N; i++) {
-        if (tg[i] < 0) continue;
-        memcpy(m->mlm_rows + (size_t)Nm * C, x + (size_t)i * C, sizeof(float) * C);
-        m->mlm_tg[Nm++] = tg[i];
+    int P = m->mlm_slots, Nm = 0;
+    for (int r = 0; r < N; r += m->T) {
+        int end = Nm + P;
+        for (int i = r; i < r + m->T && Nm < end; i++)
+            if (tg[i] >= 0) m->mlm_src[Nm] = i, m->mlm_tg[Nm++] = tg[i];
+        while (Nm < end) m->mlm_src[Nm] = r, m->mlm_tg[Nm++] = -1;
     }
+    for (int j = 0; j < Nm; j++)
+        memcpy(m->mlm_rows + (size_t)j * C, x + (size_t)m->mlm_src[j] * C, sizeof(float) * C);
     return Nm;
 }
 
-/* dx (N,C) = dc's rows (Nm,C) scattered back to the masked positions of tg, zeros elsewhere */
-static void mlm_scatter(float *dx, const float *dc, const int *tg, int N, int C) {
-    for (int i = 0, j = 0; i < N; i++) {
-        float *d = dx + (size_t)i * C;
-        if (tg[i] < 0) memset(d, 0, sizeof(float) * C);
-        else memcpy(d, dc + (size_t)j++ * C, sizeof(float) * C);
-    }
+/* dx (N,C) = dc's rows (Nm,C) put back at the masked positions they came from, zeros elsewhere */
+static void mlm_scatter(const cb_model *m, float *dx, const float *dc, int N, int Nm, int C) {
+    memset(dx, 0, sizeof(float) * (size_t)N * C);
+    for (int j = 0; j < Nm; j++)
+        if (m->mlm_tg[j] >= 0)
+            memcpy(dx + (size_t)m->mlm_src[j] * C, dc + (size_t)j * C, sizeof(float) * C);
 }
 
 static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
@@ -126,7 +132,6 @@ static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int 
         return tg ? (float)((double)mean * N * m->loss_scale) : 0.0f;
     }
     int Nm = mlm_gather(m, x0, tg, N, n->l->emb.C);
-    if (!Nm) return 0.0f;
     float mean = L->ops->head_forward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, Nm);
     return (float)((double)mean * Nm * m->loss_scale);
 }
@@ -141,9 +146,9 @@ static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int 
         L->ops->head_backward(L, &n->l->emb, x0, tg, s, m->grad_scale * N, d0, N);
     } else { /* the forward's gather again: another micro-batch may have run since */
         int Nm = mlm_gather(m, x0, tg, N, C);
-        float *dc = m->mlm_rows + (size_t)N * C;
-        if (Nm) L->ops->head_backward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, m->grad_scale * Nm, dc, Nm);
-        mlm_scatter(d0, dc, tg, N, C);
+        float *dc = m->mlm_rows + (size_t)Nm * C;
+        L->ops->head_backward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, m->grad_scale * Nm, dc, Nm);
+        mlm_scatter(m, d0, dc, N, Nm, C);
     }
     if (d0 != dx) cb_rec_reparity(L, d0, N, C, 0, 1, dx, m->rec_scratch);
 }
@@ -154,7 +159,12 @@ static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int 
 static void mlm_count(cb_model *m, int nmb) {
     if (m->loss_node < 0 || !m->nodes[m->loss_node].l2 || !m->targets) return;
     double c = 0;
-    for (size_t i = 0; i < (size_t)nmb * m->Bm * m->T; i++) c += m->targets[i] >= 0;
+    int P = m->mlm_rows ? m->mlm_slots : m->T; /* the decoder's rows: see mlm_gather */
+    for (size_t r = 0; r < (size_t)nmb * m->Bm; r++) {
+        int k = 0;
+        for (int i = 0; i < m->T; i++) k += m->targets[r * m->T + i] >= 0;
+        c += k < P ? k : P;
+    }
     int dp = m->d->g.dp;
     if (dp > 1) cb_comm_allreduce_f64(&m->d->g.dpg, "mlm.count", &c, &c, 1, CB_COMM_SUM);
     m->loss_scale = c > 0 ? (double)nmb * dp / c : 0.0;

@@ -80,11 +80,15 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     return y;
 }
 
+static int m_slots(const cb_plan_model *pm) {
+    return pm->family == CB_PLAN_FAM_BERT ? cb_bert_predictions(&pm->bert) : 0;
+}
+
 static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
 
 /* 1-D tensor traffic of one node, one micro-batch of tok tokens, from
  * the parities and the 1-D layout's operators (src/layout/tp1d.c, rec.c):
- * a column-parallel linear (parity-0 input) all-reduces its input's
+ * (the loss's head on head_tok rows: the MLM head's masked rows) a column-parallel linear (parity-0 input) all-reduces its input's
  * gradient backward, a row-parallel one its output forward; the
  * vocabulary-parallel embedding its output, a lookup table its output and
  * its gradient; a LayerNorm of split features (parity 1) its row
@@ -93,8 +97,8 @@ static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, by
  * input's gradient, the MLM head also its decoder bias's gradient and, on
  * a parity-1 input, three moves of it to parity 0 (forward, again before
  * backward, the gradient back). */
-static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double *sent,
-                    double *calls) {
+static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double head_tok,
+                    double *sent, double *calls) {
     if (P <= 1) return;
     const cb_layer *l = n->l;
     double H = n->nin ? m->acts[n->in[0]]->H : 0;
@@ -107,8 +111,9 @@ static void node_tp(const cb_model *m, const gnode *n, double P, double tok, dou
     } else if (n->kind == N_NORM && split) {
         *sent += 2 * ring(P, 16 * tok), *calls += 2;
     } else if (n->kind == N_LOSS) {
-        *sent += ring(P, 4 * tok) + ring(P, 8 * tok) + ring(P, 4 * tok * H), *calls += 3;
-        if (l->emb.smooth > 0) *sent += ring(P, 8 * tok), *calls += 1; /* the smoothing's sum */
+        double t = head_tok;
+        *sent += ring(P, 4 * t) + ring(P, 8 * t) + ring(P, 4 * t * H), *calls += 3;
+        if (l->emb.smooth > 0) *sent += ring(P, 8 * t), *calls += 1; /* the smoothing's sum */
         if (n->l2) *sent += ring(P, 4.0 * l->emb.V), *calls += 1;
         if (n->l2 && split) *sent += 3 * ring(P, 4 * tok * H), *calls += 3;
     }
@@ -133,6 +138,9 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
     memset(g, 0, sizeof *g);
     int rc = dist_of(pm, l, s, &d, e);
     if (rc) return rc;
+    /* the MLM head's rows where the layout gathers them: a fixed count per
+     * sequence (src/graph/exec.c, mlm_gather), else every token */
+    double head_tok = m_slots(pm) && (d.L->caps & CB_LAYOUT_ROWS) ? (double)rows * m_slots(pm) : tok;
     int reuse = part && part[0] && !d.block_units;
     if (reuse) d.partition = part;
     cb_model *m = declare(pm, &d, rows * l->M, j->T);
@@ -146,9 +154,10 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             const gnode *n = &m->nodes[i];
             if (n->vs % l->pp != s) continue;
             cb_plan_layer y = node_layer(m, n);
-            cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, tok);
+            double t = n->kind == N_LOSS ? head_tok : tok;
+            cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, t);
             g->k.gemm_s += k.gemm_s, g->k.attn_s += k.attn_s, g->k.mem_s += k.mem_s;
-            node_tp(m, n, P, tok, &g->tp_sent, &g->tp_calls);
+            node_tp(m, n, P, tok, head_tok, &g->tp_sent, &g->tp_calls);
             if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
         }
