@@ -196,8 +196,9 @@ enum {
     CB_LAYOUT_WHOLE = 1 << 0, /* every tensor and activation whole on every rank (no sharding):
                                  the embedding lookup and the head see all rows and vocabulary */
     CB_LAYOUT_SAMPLES = 1 << 1, /* head_forward with targets NULL leaves the probabilities */
-    CB_LAYOUT_ROWS = 1 << 2,    /* the head's input holds whole rows of all N tokens on every
-                                   rank: the MLM head may run on a subset of them */
+    CB_LAYOUT_ROWS = 1 << 2,    /* the head's input (parity 0) on each rank is a block of whole
+                                   sequences (act_shard): the MLM head may run on the same
+                                   number of rows of each sequence, gathered locally */
 };
 
 /* Scratch of a layout: numbered slots (each layout names its own, at most
