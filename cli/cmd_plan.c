@@ -282,7 +282,8 @@ int cmd_plan(int argc, char **argv) {
         {"no-scale", ARG_BOOL, &o.no_scale, "nmt: no sqrt(d_model) scale of the embeddings"},
         {"types", ARG_INT, &o.types, "bert: token types (2)"},
         {"max-predictions", ARG_INT, &o.max_predictions,
-         "bert: masked rows per sequence the decoder runs on, as train's (round(0.15 x --seq-len))"},
+         "bert: masked rows per sequence the decoder runs on, as train's (round(0.15 x "
+         "--seq-len))"},
         {"dropout", ARG_DOUBLE, &o.dropout, "bert, nmt: hidden dropout (0.1, as train's)"},
         {"attn-dropout", ARG_DOUBLE, &o.attn_dropout,
          "bert: dropout of the attention probabilities (0.1, as train's)"},

@@ -68,8 +68,8 @@ int cmd_train_bert(int argc, char **argv) {
         {"text-vocab", ARG_INT, &bt.text_vocab, "the text's vocabulary (default: the file's tokenizer)"},
         {"special-base", ARG_INT, &bt.special_base, "first special id, >= the text vocabulary (default: it)"},
         {"mask-prob", ARG_FLOAT, &bt.mask_prob, "masked share of a sequence's length (0.15)"},
-        {"max-predictions", ARG_INT, &bt.max_predictions, "masked positions per sequence at most "
-                                                          "(default: round(--seq-len x --mask-prob))"},
+        {"max-predictions", ARG_INT, &bt.max_predictions,
+         "masked positions per sequence at most (default: round(--seq-len x --mask-prob))"},
         {"dropout", ARG_FLOAT, &bt.dropout, "hidden dropout, the same mask under every layout (0.1)"},
         {"attn-dropout", ARG_FLOAT, &bt.attn_dropout, "dropout of the attention probabilities, likewise (0.1)"},
         {"batch", ARG_INT, &batch, "sequences per step over every data-parallel rank (8)"},

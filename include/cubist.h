@@ -334,8 +334,9 @@ void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
  * bias whole on each tensor rank (its gradient summed over them), x moved
  * to the residual stream's parity where the layout splits it otherwise;
  * the decoder on every row, or, declared by cb_model_declare_bert, on
- * max_predictions rows of each sequence (its masked ones). Token types: cb_model_set_id_fields(m, 2), the embedding reads field 0
- * and a cb_model_lookup table of the types reads field 1. */
+ * max_predictions rows of each sequence (its masked ones). Token types:
+ * cb_model_set_id_fields(m, 2), the embedding reads field 0 and a
+ * cb_model_lookup table of the types reads field 1. */
 cb_act *cb_op_gelu_erf(const cb_act *x);
 /* Dropout with probability p in training steps (kept elements scaled by
  * 1/(1-p)), nothing in evaluation: the mask of an element is a function

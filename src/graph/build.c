@@ -688,7 +688,8 @@ static scratch scratch_floats(const cb_model *m) {
 }
 
 static size_t scratch_bytes(scratch s) {
-    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec + s.mlm) + sizeof(int) * (s.fids + 2 * s.mlm_tg);
+    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec + s.mlm) +
+           sizeof(int) * (s.fids + 2 * s.mlm_tg);
 }
 
 static int plan_scratch(cb_model *m, cb_err *e) {
@@ -702,7 +703,8 @@ static int plan_scratch(cb_model *m, cb_err *e) {
     m->mlm_tg = s.mlm_tg ? malloc(sizeof(int) * s.mlm_tg) : NULL;
     m->mlm_src = s.mlm_tg ? malloc(sizeof(int) * s.mlm_tg) : NULL;
     if (!m->tmp || !m->att_scratch || (s.tmp2 && !m->tmp2) || (s.rec && !m->rec_scratch) ||
-        (s.fids && !m->fids) || (s.mlm && !m->mlm_rows) || (s.mlm_tg && (!m->mlm_tg || !m->mlm_src)))
+        (s.fids && !m->fids) || (s.mlm && !m->mlm_rows) ||
+        (s.mlm_tg && (!m->mlm_tg || !m->mlm_src)))
         return cb_fail(e, CB_ENOMEM, "out of memory for scratch");
     return CB_OK;
 }

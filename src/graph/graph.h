@@ -215,7 +215,7 @@ struct cb_model {
     float *att_scratch;  /* attention backward */
     float *tmp2;         /* a second share (product, concatenation, cross-attention) */
     float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
-    int mlm_slots;       /* the MLM head's rows per sequence (cb_bert_config.max_predictions), 0: all */
+    int mlm_slots;       /* the MLM head's rows per sequence (max_predictions), 0: all */
     float *mlm_rows;     /* its masked input rows (Bm slots,C), then their gradient (Bm slots,C) */
     int *mlm_tg;         /* their targets (Bm slots), -1 on a slot no position filled */
     int *mlm_src;        /* their rows in the micro-batch (Bm slots) */

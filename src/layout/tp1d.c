@@ -256,8 +256,9 @@ static const cb_layout_ops OPS = {
 int cb_layout_1d(cb_grid *g, cb_layout **out, cb_err *e) {
     cb_layout *L = malloc(sizeof *L);
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory creating the 1-D tensor-parallel layout");
-    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp, .caps = CB_LAYOUT_ROWS,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default()};
+    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp,
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default()};
     *out = L;
     return CB_OK;
 }

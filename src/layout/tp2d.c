@@ -494,7 +494,8 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
-                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(),
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default(),
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;

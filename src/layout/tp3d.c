@@ -686,7 +686,8 @@ int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 3-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
-                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(), .save_gathered = 1,
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default(), .save_gathered = 1,
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = P};
     *out = L;
     return CB_OK;

@@ -153,7 +153,8 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
     if (rc) return rc;
     /* the MLM head's rows where the layout gathers them: a fixed count per
      * sequence (src/graph/exec.c, mlm_gather), else every token */
-    double head_tok = m_slots(pm) && (d.L->caps & CB_LAYOUT_ROWS) ? (double)rows * m_slots(pm) : tok;
+    int slots = m_slots(pm);
+    double head_tok = slots && (d.L->caps & CB_LAYOUT_ROWS) ? (double)rows * slots : tok;
     int reuse = part && part[0] && !d.block_units;
     if (reuse) d.partition = part;
     cb_model *m = declare(pm, &d, rows * l->M, j->T);
