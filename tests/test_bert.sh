@@ -125,6 +125,19 @@ done
 run bert.one261 1 --model bert --special-base 257 &&
     run bert.tp3d261 8 --model bert --special-base 257 --tp 8 --tp-mode 3d &&
     cmp_ "bert tp 3d8, vocabulary 261 padded to 264" bert.tp3d261 bert.one261
+# the decoder bias is split like the head's vocabulary (CB_P_VOCAB): the
+# trained checkpoint (its bias nonzero) loaded and saved under each tensor
+# mode, the whole bias under its Hugging Face name, equals it bit for bit
+for tpm in "1d 2" "2d 4" "3d 8"; do
+    set -- $tpm
+    if timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$C" train --model bert --data train.bin \
+            --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --special-base 257 --tp "$2" \
+            --tp-mode "$1" --steps 0 --init bert.one261.st --save "rt$1.st" > rt.log 2>&1; then
+        out=$("$PY" "$ROOT/tests/compare.py" st "rt$1.st" bert.one261.st --tol 0 \
+              --label "bert checkpoint through tp $1 $2 (decoder bias split)" 2>&1)
+        grep '^PASS\|^FAIL' <<<"$out"; failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    else fail "bert checkpoint through tp $1 $2: $(tail -n 2 rt.log | tr '\n' ' ')"; fi
+done
 
 # ---------------------------------------------------------------- bad input
 bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's stderr

@@ -234,7 +234,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     } else if (l->kind == G_BIAS) { /* one vector, "<name>.bias" */
         snprintf(name, cap, "%s.bias", l->name);
         *d0 = l->lin.out;
-        *kind = CB_P_WHOLE; /* the MLM decoder bias: every rank adds its vocabulary's part */
+        *kind = CB_P_VOCAB; /* the MLM decoder bias: split like the head's vocabulary */
         *init = CB_INIT_ZERO;
     } else if (l->kind == G_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
