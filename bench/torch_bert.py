@@ -3,7 +3,8 @@
 training step (forward, backward, AdamW on every parameter) of
 tests/torch/bert_ref.py's network (hidden and attention-probability dropout
 0.1 by torch's own F.dropout, as cubist's bench) in float32 on N CPU threads, on uniform
-random rows (two token types, full length, 15% of positions masked); prints
+random rows (two token types, full length, 15% of positions masked, or
+exactly --max-predictions P of each sequence as cubist's bench); prints
 ONE JSON line {"tokens_per_s": ..., "step_ms": ..., "params": ..., "variant": ...,
 "variants": {...}}. Two variants are timed in turn and the faster one reported:
 "all_rows" (the decoder on every row, as Hugging Face's BertForMaskedLM) and
@@ -59,6 +60,8 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--attn-dropout", type=float, default=0.1)
     ap.add_argument("--variant", default="best", choices=["best", "all_rows", "masked_rows"])
+    ap.add_argument("--max-predictions", type=int, default=0,
+                    help="masked positions per sequence (0: 15%% of the positions, drawn each)")
     a = ap.parse_args()
     a.native_dropout = True
     torch.set_num_threads(a.threads)
@@ -72,7 +75,12 @@ def main():
 
     def step():
         ids = torch.randint(a.vocab - 4, (B, T), generator=g)
-        tg = torch.where(torch.rand(B, T, generator=g) < 0.15, ids, torch.full_like(ids, -1))
+        if a.max_predictions:  # P distinct positions a sequence, as cubist's BERT masking
+            at = torch.rand(B, T, generator=g).argsort(-1)[:, :a.max_predictions]
+            hit = torch.zeros(B, T, dtype=torch.bool).scatter_(1, at, True)
+        else:
+            hit = torch.rand(B, T, generator=g) < 0.15
+        tg = torch.where(hit, ids, torch.full_like(ids, -1))
         opt.zero_grad()
         bert_ref.forward(P, a, ids, types, tg, lens).backward()
         opt.step()

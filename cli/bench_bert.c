@@ -3,7 +3,8 @@
  * to the same model and step in PyTorch (bench/torch_bert.py) in the
  * same invocation: tokens/s, model GFLOP/s
  * and MFU. Rows: uniform random text ids, two token types, full length,
- * 15% of positions masked (targets), AdamW on every parameter in both. */
+ * round(0.15 T) positions of each sequence masked (targets), the decoder
+ * on those rows only in both, AdamW on every parameter in both. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,20 +23,29 @@ typedef struct bert_bench {
     const char *model;
 } bert_bench;
 
-/* FLOPs per token of a step: 6 x the multiply-adds of the linears and the
- * tied decoder, plus attention's two products (12 L C T, as GPT's count) */
+/* the decoder's rows per sequence: BERT's max_predictions_per_seq, the
+ * engine's default (cb_bert_config.max_predictions 0) */
+static int predictions(const bert_bench *b) {
+    cb_bert_config c = {.seq_len = b->seq_len};
+    return cb_bert_predictions(&c);
+}
+
+/* FLOPs per token of a step: 6 x the multiply-adds of the linears and of
+ * the tied decoder on the rows it runs on (predictions() of each sequence's
+ * T), plus attention's two products (12 L C T, as GPT's count) */
 static double flops_per_token(const bert_bench *b) {
-    double C = b->d_model, L = b->layers;
-    return 6 * (L * 12 * C * C + C * C + (double)b->vocab * C) + 12 * L * C * b->seq_len;
+    double C = b->d_model, L = b->layers, dec = (double)predictions(b) / b->seq_len;
+    return 6 * (L * 12 * C * C + C * C + dec * b->vocab * C) + 12 * L * C * b->seq_len;
 }
 
 /* PyTorch's tokens/s (bench/torch_bert.py) */
 static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
-    char args[256];
+    char args[320];
     snprintf(args, sizeof args, "--model %s --layers %d --d-model %d --heads %d --seq-len %d "
-             "--batch %d --vocab %d --steps %d --threads %d --attn-dropout %g", b->model,
-             b->layers, b->d_model, b->heads, b->seq_len, b->batch, b->vocab, b->steps,
-             b->threads, b->attn_dropout);
+             "--batch %d --vocab %d --steps %d --threads %d --attn-dropout %g --variant "
+             "masked_rows --max-predictions %d", b->model, b->layers, b->d_model, b->heads,
+             b->seq_len, b->batch, b->vocab, b->steps, b->threads, b->attn_dropout,
+             predictions(b));
     const char *key = "tokens_per_s";
     return cli_torch_bench("torch_bert.py", args, &key, tps, 1, e);
 }
@@ -45,12 +55,12 @@ static int torch_run(const bert_bench *b, double *tps, cb_err *e) {
 static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *prof_ms,
                       cb_err *e) {
     char *argv0[] = {"bench", NULL}, **av = argv0;
-    int ac = 1, B = b->batch, T = b->seq_len, text = b->vocab - 4;
+    int ac = 1, B = b->batch, T = b->seq_len, text = b->vocab - 4, P = predictions(b);
     cb_dist *d;
     if (cb_dist_init(&ac, &av, &d, e)) return e->code;
     cb_model *m = cb_model_new(d, B, T);
     cb_bert_config c = {b->layers, b->d_model, b->heads, T, b->vocab, 2,
-                        !strcmp(b->model, "roberta"), 0.1f, b->attn_dropout};
+                        !strcmp(b->model, "roberta"), 0.1f, b->attn_dropout, 0};
     cb_model_declare_bert(m, &c);
     cb_adamw_config opt = {.lr = 1e-4f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
                            .eps = 1e-6f, .steps = b->steps + 1};
@@ -72,8 +82,13 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *
         for (int i = 0; i < B * T; i++) {
             ids[2 * i] = (int)cb_rng_below(&r, (uint64_t)text);
             ids[2 * i + 1] = i % T >= T / 2;
-            tg[i] = cb_rng_uniform(&r) < 0.15f ? ids[2 * i] : -1;
+            tg[i] = -1;
         }
+        for (int k = 0; k < B; k++) /* P distinct positions, as the BERT task's masking */
+            for (int j = 0, *t = tg + (size_t)k * T; j < P;) {
+                int i = (int)cb_rng_below(&r, (uint64_t)T);
+                if (t[i] < 0) t[i] = ids[2 * ((size_t)k * T + i)], j++;
+            }
         cb_model_train_step(m, ids, tg, s, NULL);
     }
     if (!rc) {
@@ -112,11 +127,14 @@ int cmd_bench_bert(int argc, char **argv) {
     if (help && !rc) {
         cli_usage(stdout, "bench", "--model bert|roberta [flags]", flags, n,
                   "BERT's masked-language-model training step (forward, backward, AdamW on every\n"
-                  "parameter) on random rows (15% of positions masked), cubist's graph engine\n"
-                  "and PyTorch (bench/torch_bert.py, the network of tests/torch/bert_ref.py in\n"
-                  "float32) on one process each, the same thread count. MFU = tokens/s x FLOPs\n"
-                  "per token / the sgemm peak (`cubist bench --peak`); FLOPs per token = 6 x\n"
-                  "(the linears' and the tied decoder's multiply-adds) + 12 L C T.\n");
+                  "parameter) on random rows (P = round(0.15 T) positions of each sequence\n"
+                  "masked, BERT's max_predictions_per_seq), cubist's graph engine and PyTorch\n"
+                  "(bench/torch_bert.py --variant masked_rows, the network of\n"
+                  "tests/torch/bert_ref.py in float32) on one process each, the same thread\n"
+                  "count; both run the decoder on the P masked rows of each sequence only. MFU =\n"
+                  "tokens/s x FLOPs per token / the sgemm peak (`cubist bench --peak`); FLOPs\n"
+                  "per token = 6 x (the linears' multiply-adds + the tied decoder's x P / T) +\n"
+                  "12 L C T.\n");
         return 0;
     }
     if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads ||

@@ -125,15 +125,17 @@ int plan_model_of(const plan_opts *o, cb_plan_model *m, cb_err *e) {
     if (bert || !strcmp(o->model, "nmt")) {
         if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || o->d_model % o->heads ||
             o->vocab < 2 || o->seq_len < 1 || o->dec_layers < 0 || o->ffn < 0 || o->types < 1 ||
+            o->max_predictions < 0 || o->max_predictions > o->seq_len ||
             !(o->dropout >= 0 && o->dropout < 1) || !(o->attn_dropout >= 0 && o->attn_dropout < 1))
             return cb_fail(e, CB_EINPUT, "--model %s: --layers, --d-model, --heads (dividing "
                            "--d-model), --seq-len, --types >= 1, --vocab >= 2, --dec-layers, "
-                           "--ffn >= 0, --dropout and --attn-dropout in [0, 1); fix the flag",
+                           "--ffn >= 0, --max-predictions in [0, --seq-len], --dropout and "
+                           "--attn-dropout in [0, 1); fix the flag",
                            o->model);
         if (bert) {
             cb_bert_config b = {o->layers, o->d_model, o->heads, o->seq_len, o->vocab, o->types,
                                 !strcmp(o->model, "roberta"), (float)o->dropout,
-                                (float)o->attn_dropout};
+                                (float)o->attn_dropout, o->max_predictions};
             return cb_plan_model_bert(&b, m, e);
         }
         cb_nmt_config n = {o->layers, o->dec_layers ? o->dec_layers : o->layers, o->d_model,
@@ -279,6 +281,9 @@ int cmd_plan(int argc, char **argv) {
         {"pre-ln", ARG_BOOL, &o.pre_ln, "nmt: pre-LayerNorm blocks (default post-LN)"},
         {"no-scale", ARG_BOOL, &o.no_scale, "nmt: no sqrt(d_model) scale of the embeddings"},
         {"types", ARG_INT, &o.types, "bert: token types (2)"},
+        {"max-predictions", ARG_INT, &o.max_predictions,
+         "bert: masked rows per sequence the decoder runs on, as train's (round(0.15 x "
+         "--seq-len))"},
         {"dropout", ARG_DOUBLE, &o.dropout, "bert, nmt: hidden dropout (0.1, as train's)"},
         {"attn-dropout", ARG_DOUBLE, &o.attn_dropout,
          "bert: dropout of the attention probabilities (0.1, as train's)"},

@@ -23,8 +23,10 @@ static const char EPILOG[] =
     "B [SEP] (types 0, then 1 from B on), 10% of sequences cut to a length drawn\n"
     "in [8, T) and padded; its masks are fixed per sequence by --seed. roberta:\n"
     "[CLS] text [SEP] at full length, type 0, masks drawn afresh each time a\n"
-    "sequence is seen (dynamic). Masking: --mask-prob (0.15) of the text\n"
-    "positions, of those 80% [MASK], 10% a random text token, 10% kept.\n"
+    "sequence is seen (dynamic). Masking as BERT's create_pretraining_data: of\n"
+    "a sequence of length n, min(--max-predictions, max(1, round(n x --mask-prob)))\n"
+    "text positions drawn by the seed, of those 80% [MASK], 10% a random text\n"
+    "token, 10% kept; the decoder runs on --max-predictions rows of each sequence.\n"
     "Parallel flags: --dp --zero --tp --tp-mode --pp --schedule --micro-batches\n"
     "--virtual-stages --partition --recompute (the MLM head under every layout);\n"
     "--grad-accum M is --micro-batches M. Lines `step N loss L grad_norm G`;\n"
@@ -71,7 +73,9 @@ int cmd_train_bert(int argc, char **argv) {
         {"seq-len", ARG_INT, &bt.seq_len, "tokens per sequence, specials included (64)"},
         {"text-vocab", ARG_INT, &bt.text_vocab, "the text's vocabulary (default: the file's tokenizer)"},
         {"special-base", ARG_INT, &bt.special_base, "first special id, >= the text vocabulary (default: it)"},
-        {"mask-prob", ARG_FLOAT, &bt.mask_prob, "share of text positions masked (0.15)"},
+        {"mask-prob", ARG_FLOAT, &bt.mask_prob, "masked share of a sequence's length (0.15)"},
+        {"max-predictions", ARG_INT, &bt.max_predictions,
+         "masked positions per sequence at most (default: round(--seq-len x --mask-prob))"},
         {"dropout", ARG_FLOAT, &bt.dropout, "hidden dropout, the same mask under every layout (0.1)"},
         {"attn-dropout", ARG_FLOAT, &bt.attn_dropout, "dropout of the attention probabilities, likewise (0.1)"},
         {"batch", ARG_INT, &batch, "sequences per step over every data-parallel rank (8)"},

@@ -16,6 +16,7 @@ typedef struct plan_opts {
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
     int dec_layers, ffn, pre_ln, no_scale, types, users, items, factors; /* nmt, bert, ncf */
     double dropout, attn_dropout;                              /* bert */
+    int max_predictions; /* bert: the decoder's rows per sequence, 0: round(0.15 seq_len) */
     const char *mlp;                                           /* ncf */
     double max_memory_gb;
     int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;

@@ -235,7 +235,7 @@ static void profile(const vcase *c, const cb_plan_pred *p) {
 
 static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) {
     cb_gpt_config g = {c->L, c->C, c->H, c->T, 256};
-    cb_bert_config b = {c->L, c->C, c->H, c->T, 256 + 4, 2, 0, 0.1f, 0.1f};
+    cb_bert_config b = {c->L, c->C, c->H, c->T, 256 + 4, 2, 0, 0.1f, 0.1f, 0};
     cb_nmt_config n = {c->L, c->L, c->C, c->H, 4 * c->C, 256 + 3, 0.1f, 256, 0, 0.1f, 1};
     cb_plan_model m;
     cb_err e;

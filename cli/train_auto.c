@@ -69,7 +69,8 @@ static int family_model(const cb_train_opts *o, cb_plan_model *m, cb_err *e) {
     if (o->family == &cb_train_bert) {
         const cb_bert_task_opts *b = o->family_opts;
         cb_bert_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->special_base + 4, 2,
-                            b->roberta, b->dropout, b->attn_dropout};
+                            b->roberta, b->dropout, b->attn_dropout,
+                            cb_bert_task_predictions(b)};
         return cb_plan_model_bert(&c, m, e);
     }
     if (o->family == &cb_train_nmt)

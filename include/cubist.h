@@ -334,9 +334,11 @@ void cb_model_declare_gpt(cb_model *m, const cb_gpt_config *c);
  * gradient), mean over those rows of the whole step (every micro-batch
  * and data-parallel rank). Every layout: the layouts' tied head with the
  * bias whole on each tensor rank (its gradient summed over them), x moved
- * to the residual stream's parity where the layout splits it otherwise.
- * Token types: cb_model_set_id_fields(m, 2), the embedding reads field 0
- * and a cb_model_lookup table of the types reads field 1. */
+ * to the residual stream's parity where the layout splits it otherwise;
+ * the decoder on every row, or, declared by cb_model_declare_bert, on
+ * max_predictions rows of each sequence (its masked ones). Token types:
+ * cb_model_set_id_fields(m, 2), the embedding reads field 0 and a
+ * cb_model_lookup table of the types reads field 1. */
 cb_act *cb_op_gelu_erf(const cb_act *x);
 /* Dropout with probability p in training steps (kept elements scaled by
  * 1/(1-p)), nothing in evaluation: the mask of an element is a function
@@ -364,6 +366,9 @@ typedef struct cb_bert_config {
                       before each residual add, as HF's hidden_dropout_prob; 0: none */
     float attn_dropout; /* of the attention probabilities (cb_layer_attention_dropout), as
                            HF's attention_probs_dropout_prob; 0: none */
+    int max_predictions; /* masked positions per sequence the decoder reads, as BERT's
+                            max_predictions_per_seq (the first ones; a sequence's others are
+                            not counted); 0: max(1, round(0.15 seq_len)) */
 } cb_bert_config;
 void cb_model_declare_bert(cb_model *m, const cb_bert_config *c);
 

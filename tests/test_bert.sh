@@ -46,32 +46,35 @@ cd "$d" || exit 1
 
 # ---------------------------------------------------------------- against PyTorch
 for model in bert roberta; do
-    O=(--model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 --d-model 32 --heads 4 --quiet)
+    # roberta with --max-predictions 3 below round(32 x 0.15) = 5: every row capped, 3 decoder slots
+    mp=$([ "$model" = roberta ] && echo 3 || echo 0)
+    O=(--model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 --d-model 32 --heads 4 --quiet
+       --max-predictions "$mp")
     T=(--lr 2e-3 --min-lr 2e-4 --warmup 2 --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337)
     if "$C" train "${O[@]}" --steps 0 --save "$model.init.st" &&
        "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
            --dump-grads "$model.grads.st" --dump-batches "$model.bin" &&
        "$PY" "$ROOT/scripts/bert_to_hf.py" "$model.init.st" "$model.hf.st"; then
         out=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
-              --hf "$model.hf.st" \
+              --hf "$model.hf.st" --max-predictions "$mp" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
               --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337 2>&1)
         grep '^#' <<<"$out"
         np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
-        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 47 passed" <<<"$out"; then
-            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, the Hugging Face layout's loss)"
+        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 48 passed" <<<"$out"; then
+            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, masking, the Hugging Face layout's loss)"
         else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
         nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0 --attn-dropout 0 2>&1 | grep -c '^FAIL')
+              --clip 1.0 --dropout 0 --attn-dropout 0 --max-predictions "$mp" 2>&1 | grep -c '^FAIL')
         [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
             fail "$model: the reference without dropout passes too: the test does not see the masks"
         noattn=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
               --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
               --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0.1 --attn-dropout 0 --seed 1337 2>&1 | grep -c '^FAIL')
+              --clip 1.0 --dropout 0.1 --attn-dropout 0 --seed 1337 --max-predictions "$mp" 2>&1 | grep -c '^FAIL')
         [ "$noattn" -gt 0 ] && pass "$model: the reference without the attention-probability masks fails ($noattn checks)" ||
             fail "$model: the reference without attention dropout passes too: the test does not see its masks"
     else fail "$model one-process run for the PyTorch test"; fi
@@ -122,6 +125,19 @@ done
 run bert.one261 1 --model bert --special-base 257 &&
     run bert.tp3d261 8 --model bert --special-base 257 --tp 8 --tp-mode 3d &&
     cmp_ "bert tp 3d8, vocabulary 261 padded to 264" bert.tp3d261 bert.one261
+# the decoder bias is split like the head's vocabulary (CB_P_VOCAB): the
+# trained checkpoint (its bias nonzero) loaded and saved under each tensor
+# mode, the whole bias under its Hugging Face name, equals it bit for bit
+for tpm in "1d 2" "2d 4" "3d 8"; do
+    set -- $tpm
+    if timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$C" train --model bert --data train.bin \
+            --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --special-base 257 --tp "$2" \
+            --tp-mode "$1" --steps 0 --init bert.one261.st --save "rt$1.st" > rt.log 2>&1; then
+        out=$("$PY" "$ROOT/tests/compare.py" st "rt$1.st" bert.one261.st --tol 0 \
+              --label "bert checkpoint through tp $1 $2 (decoder bias split)" 2>&1)
+        grep '^PASS\|^FAIL' <<<"$out"; failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+    else fail "bert checkpoint through tp $1 $2: $(tail -n 2 rt.log | tr '\n' ' ')"; fi
+done
 
 # ---------------------------------------------------------------- bad input
 bad() { # LABEL NP WANT flags...: exit 2, one line naming WANT on every rank's stderr
@@ -139,6 +155,7 @@ bad "special ids collide (2 ranks)" 2 "collide with the text vocabulary" --model
 bad "--heads not dividing --d-model" 1 "does not divide" --model bert --heads 5
 bad "--fill without --val-data" 1 "needs --val-data" --model bert --fill 2
 bad "--attn-dropout 1" 2 "attn-dropout in \[0, 1)" --model bert --attn-dropout 1 --dp 2
+bad "--max-predictions above --seq-len" 1 "max-predictions in \[0, --seq-len\]" --model bert --seq-len 32 --max-predictions 33
 "$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(65, 85)))" > tiny.txt
 "$C" prepare --input tiny.txt --output tiny.bin >/dev/null
 timeout "$(tmo 60)" "$C" train --model bert --data tiny.bin --steps 1 > bad.out 2> bad.err

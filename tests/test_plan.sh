@@ -297,8 +297,9 @@ DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --t
 # pipeline x 2-D: rank 0 is the first stage's (r, r), 2 micro-batches of 4 rows (N 64)
 DIAG="8192 8" gcase "bert pp 2 x tp 2d 4 1f1b M2" 8 bert "${bertf[*]} --vocab 260 --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2" -- \
     --data train.bin "${bertf[@]}" --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2
-gcase "bert tp 3d 8" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
-    --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d
+# 3-D with 4 MLM slots a sequence (the default at T 16 is 2): the head's rows follow the flag
+gcase "bert tp 3d 8 max-predictions 4" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1 --max-predictions 4" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d --max-predictions 4
 DIAG="40960 8" gcase "nmt tp 2d 4" 4 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --tp 4 --tp-mode 2d
 gcase "nmt tp 3d 8" 8 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
@@ -322,7 +323,8 @@ done
 
 # the graph models' flags: exit 2, one line naming the flag
 for args in "--model bogus|--model bogus" "--model ncf --mlp 3|--mlp 3" \
-            "--model bert --heads 5 --d-model 32|--heads" "--model ncf --users 0|--users"; do
+            "--model bert --heads 5 --d-model 32|--heads" "--model ncf --users 0|--users" \
+            "--model bert --seq-len 16 --max-predictions 17|--max-predictions"; do
     P --cluster "$ROOT/clusters/h100.json" --devices 2 ${args%|*} >/dev/null 2>bad.err
     rc=$?
     [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \

@@ -64,4 +64,12 @@ void cb_model_declare_bert(cb_model *m, const cb_bert_config *c) {
     cb_act *h = cb_op_gelu_erf(cb_op_linear(cb_model_linear(m, n.head, C, C), x));
     h = cb_op_layernorm(cb_model_layernorm(m, n.head_norm, C), h);
     cb_op_mlm_loss(emb, cb_model_bias(m, n.bias, c->vocab), h);
+    m->mlm_slots = cb_bert_predictions(c);
+}
+
+/* BERT's create_pretraining_data: max_predictions_per_seq, by default
+ * the share 0.15 of a whole sequence; at least 1, at most seq_len */
+int cb_bert_predictions(const cb_bert_config *c) {
+    int p = c->max_predictions > 0 ? c->max_predictions : (int)(c->seq_len * 0.15f + 0.5f);
+    return p < 1 ? 1 : p > c->seq_len ? c->seq_len : p;
 }

@@ -234,7 +234,7 @@ static void tensor_spec(const cb_layer *l, int k, char *name, size_t cap, int64_
     } else if (l->kind == G_BIAS) { /* one vector, "<name>.bias" */
         snprintf(name, cap, "%s.bias", l->name);
         *d0 = l->lin.out;
-        *kind = CB_P_WHOLE; /* the MLM decoder bias: every rank adds its vocabulary's part */
+        *kind = CB_P_VOCAB; /* the MLM decoder bias: split like the head's vocabulary */
         *init = CB_INIT_ZERO;
     } else if (l->kind == G_LINEAR) {
         *d0 = k == 0 ? l->lin.in : l->lin.out;
@@ -673,8 +673,10 @@ static scratch scratch_floats(const cb_model *m) {
         rec |= k == N_LOOKUP || k == N_CONCAT || k == N_LOGIT;
         /* the MLM head's input moved to parity 0 and its gradient back */
         rec |= k == N_LOSS && m->nodes[i].l2 && !(m->L->caps & CB_LAYOUT_WHOLE);
-        if (k == N_LOSS && m->nodes[i].l2 && (m->L->caps & CB_LAYOUT_ROWS)) /* worst case: all masked */
-            s.mlm = 2 * N * (size_t)m->nodes[i].l->emb.C, s.mlm_tg = N;
+        if (k == N_LOSS && m->nodes[i].l2 && m->mlm_slots && (m->L->caps & CB_LAYOUT_ROWS)) {
+            size_t Nm = (size_t)m->Bm * m->mlm_slots; /* the same for every batch */
+            s.mlm = 2 * Nm * (size_t)m->nodes[i].l->emb.C, s.mlm_tg = Nm;
+        }
     }
     for (int i = 0; i < m->ntie; i++)
         if (m->pt.t[m->tie_t[i]].numel > tie) tie = m->pt.t[m->tie_t[i]].numel;
@@ -686,7 +688,8 @@ static scratch scratch_floats(const cb_model *m) {
 }
 
 static size_t scratch_bytes(scratch s) {
-    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec + s.mlm) + sizeof(int) * (s.fids + s.mlm_tg);
+    return sizeof(float) * (s.tmp + s.att + s.tmp2 + s.rec + s.mlm) +
+           sizeof(int) * (s.fids + 2 * s.mlm_tg);
 }
 
 static int plan_scratch(cb_model *m, cb_err *e) {
@@ -698,8 +701,10 @@ static int plan_scratch(cb_model *m, cb_err *e) {
     m->fids = s.fids ? malloc(sizeof(int) * s.fids) : NULL;
     m->mlm_rows = s.mlm ? malloc(sizeof(float) * s.mlm) : NULL;
     m->mlm_tg = s.mlm_tg ? malloc(sizeof(int) * s.mlm_tg) : NULL;
+    m->mlm_src = s.mlm_tg ? malloc(sizeof(int) * s.mlm_tg) : NULL;
     if (!m->tmp || !m->att_scratch || (s.tmp2 && !m->tmp2) || (s.rec && !m->rec_scratch) ||
-        (s.fids && !m->fids) || (s.mlm && !m->mlm_rows) || (s.mlm_tg && !m->mlm_tg))
+        (s.fids && !m->fids) || (s.mlm && !m->mlm_rows) ||
+        (s.mlm_tg && (!m->mlm_tg || !m->mlm_src)))
         return cb_fail(e, CB_ENOMEM, "out of memory for scratch");
     return CB_OK;
 }
@@ -961,7 +966,7 @@ void cb_model_free(cb_model *m) {
     free(m->layers), free(m->acts), free(m->nodes), free(m->edges), free(m->ch);
     free(m->acts_sched), free(m->tmp), free(m->att_scratch);
     free(m->tmp2), free(m->rec_scratch), free(m->fids);
-    free(m->mlm_rows), free(m->mlm_tg);
+    free(m->mlm_rows), free(m->mlm_tg), free(m->mlm_src);
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
     free(m->part), free(m->part_mod);
     cb_kernels_params_freed(m->params);

@@ -94,27 +94,48 @@ static const float *mlm_input(cb_model *m, const gnode *n, const float *x, int N
     return x0;
 }
 
-/* Only the rows with a target >= 0 (~15%) reach the decoder where the
- * layout holds whole rows (CB_LAYOUT_ROWS): x's rows gathered into
- * m->mlm_rows and their targets into m->mlm_tg (both planned for all N
- * at build); returns their count. Under 2-D/3-D every row goes. */
-static int mlm_gather(cb_model *m, const float *x, const int *tg, int N, int C) {
-    int Nm = 0;
-    for (int i = 0; i < N; i++) {
-        if (tg[i] < 0) continue;
-        memcpy(m->mlm_rows + (size_t)Nm * C, x + (size_t)i * C, sizeof(float) * C);
-        m->mlm_tg[Nm++] = tg[i];
+/* The decoder reads m->mlm_slots rows of each sequence where the layout
+ * holds blocks of whole sequences (CB_LAYOUT_ROWS: every layout's
+ * parity-0 shard is such a block), as BERT's max_predictions_per_seq:
+ * the sequence's masked positions (target >= 0) in order, the first
+ * mlm_slots of them, then its first row with target -1 in the slots left
+ * (no loss, no gradient). So the head's row count, Bm x mlm_slots, is
+ * the same for every batch (the planner counts it, the buffers are
+ * planned at build), and each rank's share of those rows comes from its
+ * own block of sequences: no communication. The slots' targets and
+ * source rows for the whole micro-batch go to m->mlm_tg and m->mlm_src
+ * (the head reads every target), this rank's rows of x (its block of
+ * rows and columns, sh) to m->mlm_rows. Returns the slot count. */
+static int mlm_gather(cb_model *m, const float *x, const int *tg, int N, const cb_shard *sh) {
+    int P = m->mlm_slots, Nm = 0, T = m->T;
+    size_t w = cb_shard_cols(sh);
+    for (int r = 0; r < N; r += T) {
+        int end = Nm + P;
+        for (int i = r; i < r + T && Nm < end; i++)
+            if (tg[i] >= 0) m->mlm_src[Nm] = i, m->mlm_tg[Nm++] = tg[i];
+        while (Nm < end) m->mlm_src[Nm] = r, m->mlm_tg[Nm++] = -1;
     }
+    int j0 = (int)(sh->row0 / T * P), nj = (int)(sh->nrows / T * P);
+    for (int j = 0; j < nj; j++)
+        memcpy(m->mlm_rows + j * w, x + (m->mlm_src[j0 + j] - sh->row0) * w, sizeof(float) * w);
+    m->L->ops->input_rewritten(m->L, m->mlm_rows); /* one buffer for every micro-batch */
     return Nm;
 }
 
-/* dx (N,C) = dc's rows (Nm,C) scattered back to the masked positions of tg, zeros elsewhere */
-static void mlm_scatter(float *dx, const float *dc, const int *tg, int N, int C) {
-    for (int i = 0, j = 0; i < N; i++) {
-        float *d = dx + (size_t)i * C;
-        if (tg[i] < 0) memset(d, 0, sizeof(float) * C);
-        else memcpy(d, dc + (size_t)j++ * C, sizeof(float) * C);
-    }
+/* dx (this rank's block) = the slots' gradient rows dc put back at the
+ * masked positions they came from, zeros elsewhere */
+static void mlm_scatter(const cb_model *m, float *dx, const float *dc, const cb_shard *sh) {
+    size_t w = cb_shard_cols(sh);
+    int P = m->mlm_slots, j0 = (int)(sh->row0 / m->T * P), nj = (int)(sh->nrows / m->T * P);
+    memset(dx, 0, sizeof(float) * (size_t)sh->nrows * w);
+    for (int j = 0; j < nj; j++)
+        if (m->mlm_tg[j0 + j] >= 0)
+            memcpy(dx + (m->mlm_src[j0 + j] - sh->row0) * w, dc + j * w, sizeof(float) * w);
+}
+
+/* this rank's block of the head's input (parity 0) */
+static cb_shard mlm_shard(const cb_model *m, int N, int C) {
+    return m->L->ops->act_shard(m->L, m->L->tp_rank, N, C, 0, 1);
 }
 
 static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int *tg, float *s,
@@ -125,8 +146,8 @@ static float mlm_forward(cb_model *m, const gnode *n, const float *x, const int 
         float mean = L->ops->head_forward(L, &n->l->emb, x0, tg, s, N);
         return tg ? (float)((double)mean * N * m->loss_scale) : 0.0f;
     }
-    int Nm = mlm_gather(m, x0, tg, N, n->l->emb.C);
-    if (!Nm) return 0.0f;
+    cb_shard sh = mlm_shard(m, N, n->l->emb.C);
+    int Nm = mlm_gather(m, x0, tg, N, &sh);
     float mean = L->ops->head_forward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, Nm);
     return (float)((double)mean * Nm * m->loss_scale);
 }
@@ -140,10 +161,11 @@ static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int 
     if (!m->mlm_rows) {
         L->ops->head_backward(L, &n->l->emb, x0, tg, s, m->grad_scale * N, d0, N);
     } else { /* the forward's gather again: another micro-batch may have run since */
-        int Nm = mlm_gather(m, x0, tg, N, C);
-        float *dc = m->mlm_rows + (size_t)N * C;
-        if (Nm) L->ops->head_backward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, m->grad_scale * Nm, dc, Nm);
-        mlm_scatter(d0, dc, tg, N, C);
+        cb_shard sh = mlm_shard(m, N, C);
+        int Nm = mlm_gather(m, x0, tg, N, &sh);
+        float *dc = m->mlm_rows + (size_t)Nm * C;
+        L->ops->head_backward(L, &n->l->emb, m->mlm_rows, m->mlm_tg, s, m->grad_scale * Nm, dc, Nm);
+        mlm_scatter(m, d0, dc, &sh);
     }
     if (d0 != dx) cb_rec_reparity(L, d0, N, C, 0, 1, dx, m->rec_scratch);
 }
@@ -154,7 +176,12 @@ static void mlm_backward(cb_model *m, const gnode *n, const float *x, const int 
 static void mlm_count(cb_model *m, int nmb) {
     if (m->loss_node < 0 || !m->nodes[m->loss_node].l2 || !m->targets) return;
     double c = 0;
-    for (size_t i = 0; i < (size_t)nmb * m->Bm * m->T; i++) c += m->targets[i] >= 0;
+    int P = m->mlm_rows ? m->mlm_slots : m->T; /* the decoder's rows: see mlm_gather */
+    for (size_t r = 0; r < (size_t)nmb * m->Bm; r++) {
+        int k = 0;
+        for (int i = 0; i < m->T; i++) k += m->targets[r * m->T + i] >= 0;
+        c += k < P ? k : P;
+    }
     int dp = m->d->g.dp;
     if (dp > 1) cb_comm_allreduce_f64(&m->d->g.dpg, "mlm.count", &c, &c, 1, CB_COMM_SUM);
     m->loss_scale = c > 0 ? (double)nmb * dp / c : 0.0;

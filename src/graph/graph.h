@@ -215,8 +215,10 @@ struct cb_model {
     float *att_scratch;  /* attention backward */
     float *tmp2;         /* a second share (product, concatenation, cross-attention) */
     float *rec_scratch;  /* lookup, concatenation, logistic loss (layout/rec.h) */
-    float *mlm_rows;     /* the MLM head's masked input rows (N,C), then their gradient (N,C) */
-    int *mlm_tg;         /* their targets (N) */
+    int mlm_slots;       /* the MLM head's rows per sequence (max_predictions), 0: all */
+    float *mlm_rows;     /* its masked input rows (Bm slots,C), then their gradient (Bm slots,C) */
+    int *mlm_tg;         /* their targets (Bm slots), -1 on a slot no position filled */
+    int *mlm_src;        /* their rows in the micro-batch (Bm slots) */
     int *fids;           /* one id field of a micro-batch's rows */
     int fields;          /* ids per row (cb_model_set_id_fields), 1 by default */
     const int *ids, *targets; /* the step's rows */
@@ -260,6 +262,8 @@ int cb_graph_profile(cb_model *m, const int *u, int n, cb_pp_module *mod, cb_err
 /* --heads against --d-model, for every family's flags: CB_EINPUT naming a
  * head count that does divide it (declare.c). */
 int cb_heads_check(int heads, int d_model, cb_err *e);
+/* the MLM head's rows per sequence of a BERT config (max_predictions resolved) */
+int cb_bert_predictions(const cb_bert_config *c);
 /* The GPT config's metadata keys in weights files (gpt.c): n_layer
  * d_model n_head seq_len vocab. */
 extern const char *const cb_gpt_config_keys[5];

@@ -190,9 +190,7 @@ void cb_layout_free(cb_layout *L) {
 
 cb_shard cb_layout_shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R,
                          int64_t C, int parts, int parity) {
-    if (kind != CB_P_WHOLE) return L->ops->shard(L, tp_rank, kind, R, C, parts, parity);
-    return (cb_shard){.R = R, .C = C, .rows_pad = R, .row0 = 0, .nrows = R, .nseg = 1,
-                      .col0 = {0}, .ncol = {C}, .owner = tp_rank == 0};
+    return L->ops->shard(L, tp_rank, kind, R, C, parts, parity);
 }
 
 void cb_layout_gather(cb_layout *L, cb_param_kind kind, int64_t R, int64_t C, int parts,

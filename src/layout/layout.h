@@ -56,7 +56,9 @@ typedef enum cb_param_kind {
     CB_P_NORM,     /* [C] LayerNorm weight or bias on an activation of parity p */
     CB_P_EMBED,    /* [V, C] token embedding, tied to the LM head */
     CB_P_POS,      /* [T, C] position embedding */
-    CB_P_WHOLE,    /* whole on every tensor rank, owned by rank 0 (the MLM decoder bias) */
+    CB_P_VOCAB,    /* [V] per vocabulary entry (the MLM decoder bias): the vocabulary block
+                      of the rank's head logits, cut at V, replicated over the ranks holding
+                      that block (cb_vocab_bias_backward's share group) */
 } cb_param_kind;
 
 #define CB_SHARD_MAXSEG 4
@@ -196,8 +198,9 @@ enum {
     CB_LAYOUT_WHOLE = 1 << 0, /* every tensor and activation whole on every rank (no sharding):
                                  the embedding lookup and the head see all rows and vocabulary */
     CB_LAYOUT_SAMPLES = 1 << 1, /* head_forward with targets NULL leaves the probabilities */
-    CB_LAYOUT_ROWS = 1 << 2,    /* the head's input holds whole rows of all N tokens on every
-                                   rank: the MLM head may run on a subset of them */
+    CB_LAYOUT_ROWS = 1 << 2,    /* the head's input (parity 0) on each rank is a block of whole
+                                   sequences (act_shard): the MLM head may run on the same
+                                   number of rows of each sequence, gathered locally */
 };
 
 /* Scratch of a layout: numbered slots (each layout names its own, at most
@@ -336,15 +339,18 @@ double cb_vocab_loss_forward(cb_layout *L, cb_comm *vocab, int slot, const cb_em
 void cb_vocab_loss_backward(cb_layout *L, const cb_embed *e, float *logits, const int *targets,
                             int v0, float dloss, int N, int Vl);
 void cb_vocab_loss_reserve(cb_layout *L, int slot, int N, const cb_embed *e);
-/* The head's decoder bias (e->bias, NULL: none): add its entries v0..
- * (below the true vocabulary) to the local logits (N, Vl) */
+/* The head's decoder bias (e->bias, NULL: none; CB_P_VOCAB: this rank's
+ * block v0.. of it): add its entries (below the true vocabulary) to the
+ * local logits (N, Vl) */
 void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0);
-/* e->dbias (NULL: nothing) += the column sums of dlogits (N, Vl) of every
- * rank, summed over the tensor group (slot: Vpad floats, the padded
- * vocabulary; free at this point; cb_vocab_bias_reserve) */
-void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
-                            int v0, int N, int Vl, int Vpad);
-void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad);
+/* e->dbias (NULL: nothing; the block v0..) += the column sums of dlogits
+ * (N, Vl), summed over share (the ranks of other tokens holding the same
+ * vocabulary block; NULL: none) in slot (Vl floats, free at this point;
+ * cb_vocab_bias_reserve) */
+void cb_vocab_bias_backward(cb_layout *L, int slot, cb_comm *share, const cb_embed *e,
+                            const float *dlogits, int v0, int N, int Vl);
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vl);
+cb_shard cb_vocab_bias_shard(int64_t V, int64_t v0, int64_t Vl, int owner);
 
 /* Attention in every layout: the kernel on this rank's sequences and
  * heads (no communication), and the floats of its probabilities. */
@@ -358,8 +364,7 @@ size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH);
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);
 
-/* The shard of a parameter on tensor rank tp_rank: ops->shard, and
- * CB_P_WHOLE (the same in every layout) */
+/* The shard of a parameter on tensor rank tp_rank: ops->shard */
 cb_shard cb_layout_shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R,
                          int64_t C, int parts, int parity);
 

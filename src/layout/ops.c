@@ -74,29 +74,38 @@ double cb_vocab_ce_forward(cb_layout *L, cb_comm *vocab, int slot, float *logits
 void cb_vocab_bias_add(cb_layout *L, const cb_embed *e, float *logits, int N, int Vl, int v0) {
     int valid = valid_cols(e->V, v0, Vl);
     if (!e->bias) return;
-    if (valid == Vl) L->k->bias_add(L->k, logits, e->bias + v0, N, Vl);
+    if (valid == Vl) L->k->bias_add(L->k, logits, e->bias, N, Vl);
     else /* the last block: the bias stops at the true vocabulary */
         for (int i = 0; i < N && valid > 0; i++)
-            L->k->bias_add(L->k, logits + (size_t)i * Vl, e->bias + v0, 1, valid);
+            L->k->bias_add(L->k, logits + (size_t)i * Vl, e->bias, 1, valid);
 }
 
-void cb_vocab_bias_backward(cb_layout *L, int slot, const cb_embed *e, const float *dlogits,
-                            int v0, int N, int Vl, int Vpad) {
+/* The bias's block [v0, v0 + Vl) cut at V, as a 1-D tensor's columns
+ * (CB_P_VOCAB): each layout's shard of the decoder bias */
+cb_shard cb_vocab_bias_shard(int64_t V, int64_t v0, int64_t Vl, int owner) {
+    int64_t n = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    return (cb_shard){.R = 1, .C = V, .rows_pad = 1, .row0 = 0, .nrows = 1, .nseg = 1,
+                      .col0 = {v0}, .ncol = {n}, .owner = owner};
+}
+
+void cb_vocab_bias_backward(cb_layout *L, int slot, cb_comm *share, const cb_embed *e,
+                            const float *dlogits, int v0, int N, int Vl) {
     if (!e->dbias) return;
-    if (!L->grid || L->tp == 1) {
-        L->k->bias_backward(L->k, e->dbias, dlogits, N, e->V);
+    int valid = valid_cols(e->V, v0, Vl);
+    if (!share && valid == Vl) {
+        L->k->bias_backward(L->k, e->dbias, dlogits, N, Vl);
         return;
     }
-    /* each rank's columns in place in a zeroed whole vector: the sum over
-     * the group adds the token blocks and joins the vocabulary blocks */
-    float *g = cb_layout_zeroed(L, slot, sizeof(float) * (size_t)Vpad);
-    L->k->bias_backward(L->k, g + v0, dlogits, N, Vl);
-    cb_comm_allreduce(&L->grid->tpg, "head.bwd", NULL, g, (size_t)Vpad, CB_COMM_SUM);
-    L->k->residual_forward(L->k, e->dbias, e->dbias, g, (size_t)e->V);
+    /* the block's sums over this rank's tokens, then over the other token
+     * blocks of the same vocabulary block; the padded columns dropped */
+    float *g = cb_layout_zeroed(L, slot, sizeof(float) * (size_t)Vl);
+    L->k->bias_backward(L->k, g, dlogits, N, Vl);
+    if (share) cb_comm_allreduce(share, "head.bwd", NULL, g, (size_t)Vl, CB_COMM_SUM);
+    L->k->residual_forward(L->k, e->dbias, e->dbias, g, (size_t)valid);
 }
 
-void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vpad) {
-    cb_layout_reserve(L, slot, sizeof(float) * (size_t)Vpad);
+void cb_vocab_bias_reserve(cb_layout *L, int slot, int Vl) {
+    cb_layout_reserve(L, slot, sizeof(float) * (size_t)Vl);
 }
 
 void cb_vocab_ce_reserve(cb_layout *L, int slot, int N) {

@@ -84,7 +84,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     if (cb_loss_plain(e)) L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
     else cb_vocab_loss_backward(L, e, logits, targets, 0, dloss / N, N, e->V);
-    cb_vocab_bias_backward(L, 0, e, logits, 0, N, e->V, e->V);
+    cb_vocab_bias_backward(L, 0, NULL, e, logits, 0, N, e->V);
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
 }
 

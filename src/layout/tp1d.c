@@ -99,7 +99,8 @@ static cb_shard shard(const cb_layout *L, int t, cb_param_kind kind, int64_t R, 
         if (parity == 1) split_cols(&s, t, P, 1);
         else s.owner = t == 0;
         break;
-    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+    case CB_P_VOCAB: /* the head's vocabulary block t */
+        s = cb_vocab_bias_shard(C, (int64_t)t * vocab_local(L, (int)C), vocab_local(L, (int)C), 1);
         break;
     case CB_P_EMBED:
         s.rows_pad = (R + P - 1) / P * P;
@@ -200,7 +201,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                           float *logits, float dloss, float *dx, int N) {
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     cb_vocab_loss_backward(L, e, logits, targets, v0, dloss / N, N, Vl);
-    cb_vocab_bias_backward(L, S_CE, e, logits, v0, N, Vl, Vl * L->tp);
+    cb_vocab_bias_backward(L, S_CE, NULL, e, logits, v0, N, Vl); /* every rank: all tokens */
     L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
     cb_layout_sum(L, group(L), "head.bwd", dx, (size_t)N * e->C);
 }
@@ -224,7 +225,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
     if (u->op == CB_OP_NORM && u->norm->parity)
         cb_split_norm_reserve(L, S_NORM, S_NORM2, N, u->norm->C / L->tp);
     if (u->op == CB_OP_HEAD) cb_vocab_loss_reserve(L, S_CE, N, u->emb);
-    if (u->op == CB_OP_HEAD && u->bias) cb_vocab_bias_reserve(L, S_CE, vocab_local(L, u->emb->V) * L->tp);
+    if (u->op == CB_OP_HEAD && u->bias) cb_vocab_bias_reserve(L, S_CE, vocab_local(L, u->emb->V));
 }
 
 static void layout_free(cb_layout *L) { free(L); }
@@ -256,8 +257,9 @@ static const cb_layout_ops OPS = {
 int cb_layout_1d(cb_grid *g, cb_layout **out, cb_err *e) {
     cb_layout *L = malloc(sizeof *L);
     if (!L) return cb_fail(e, CB_ENOMEM, "out of memory creating the 1-D tensor-parallel layout");
-    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp, .caps = 0,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default()};
+    *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_1D, .tp = g->tp, .q = g->tp,
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default()};
     *out = L;
     return CB_OK;
 }

@@ -199,7 +199,8 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
     case CB_P_NORM:
         col_blocks(&s, q, c, C, 1);
         break;
-    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+    case CB_P_VOCAB: /* the head's vocabulary block c, replicated over r */
+        s = cb_vocab_bias_shard(C, c * (vpad(L, C) / q), vpad(L, C) / q, r == 0);
         break;
     case CB_P_POS:
         s.rows_pad = (R + q - 1) / q * q;
@@ -371,7 +372,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     int q = L->q, n = N / q, cq = e->C / q, Vq = vpad(L, e->V) / q;
     int r = L->grid->at.r, c = L->grid->at.c, v0 = c * Vq;
     cb_vocab_loss_backward(L, e, logits, targets + (size_t)r * n, v0, dloss / N, n, Vq);
-    cb_vocab_bias_backward(L, S_T2, e, logits, v0, n, Vq, Vq * q);
+    cb_vocab_bias_backward(L, S_T2, colg(L), e, logits, v0, n, Vq); /* token blocks r */
     float *part = scratch(L, S_T1, (size_t)n * cq), *z = scratch(L, S_T2, (size_t)Vq * cq);
     bpipe pw = bp_start(L, colg(L), "head.bwd", e->wte, (size_t)Vq * cq, S_B0, 0);
     bpipe px = bp_start(L, rowg(L), "head.bwd", x, (size_t)n * cq, S_A0, 1);
@@ -445,7 +446,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         size_t cq = u->emb->C / q, Vq = vpad(L, u->emb->V) / q;
         reserve_summa(L, n, cq, Vq);
         cb_vocab_loss_reserve(L, S_T2, (int)n, u->emb);
-        if (u->bias) cb_vocab_bias_reserve(L, S_T2, (int)(Vq * q));
+        if (u->bias) cb_vocab_bias_reserve(L, S_T2, (int)Vq);
     } else if (u->op == CB_OP_EMBED) {
         size_t cq = u->emb->C / q, tq = (u->emb->T + q - 1) / q;
         reserve(L, S_T1, N * cq);
@@ -494,7 +495,8 @@ int cb_layout_2d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 2-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_2D, .tp = g->tp, .q = g->q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(),
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default(),
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = p};
     *out = L;
     return CB_OK;

@@ -335,8 +335,11 @@ static cb_shard shard(const cb_layout *L, int tp_rank, cb_param_kind kind, int64
         s.row0 = (a * q + i) * s.nrows;
         col_blocks(&s, C, 1, q, b);
         break;
-    case CB_P_WHOLE: /* never asked: cb_layout_shard answers */
+    case CB_P_VOCAB: { /* the head's vocabulary block j, replicated over (i, k): out_w */
+        int64_t vb = vocab_pad(L, C) / q, j = (tp_rank / q) % q;
+        s = cb_vocab_bias_shard(C, j * vb, vb, tp_rank / (q * q) == 0 && tp_rank % q == 0);
         break;
+    }
     case CB_P_POS: /* parity 0 coordinates: a = j, b = k */
         s.rows_pad = (R + q * q - 1) / (q * q) * (q * q);
         s.nrows = s.rows_pad / (q * q);
@@ -565,8 +568,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     float dl = dloss / N;
     const int *tg = targets + (size_t)(g->at.i * q + g->at.k) * nb;
     cb_vocab_loss_backward(L, e, logits, tg, (int)v.v0, dl, (int)nb, (int)v.vb);
-    cb_vocab_bias_backward(L, S_RED, e, logits, (int)v.v0, (int)nb, (int)v.vb,
-                           (int)vocab_pad(L, e->V));
+    cb_vocab_bias_backward(L, S_RED, &g->out_w, e, logits, (int)v.v0, (int)nb, (int)v.vb);
     float *dzh = scratch(L, S_DYH, nh * v.vb);
     cb_layout_allgather(L, &g->output, "head.bwd", logits, dzh, nb * v.vb);
     if (gw) cb_comm_wait(&rw);
@@ -641,7 +643,7 @@ static void plan(cb_layout *L, const cb_layout_use *u) {
         plan_wire(L, u->op == CB_OP_HEAD ? &L->grid->output : &L->grid->input, nh, v.c,
                   u->op == CB_OP_HEAD ? v.vb : v.c);
         cb_vocab_loss_reserve(L, S_RED, (int)nb, u->emb);
-        if (u->bias) cb_vocab_bias_reserve(L, S_RED, (int)vocab_pad(L, u->emb->V));
+        if (u->bias) cb_vocab_bias_reserve(L, S_RED, (int)(vocab_pad(L, u->emb->V) / L->q));
         reserve(L, S_WH, v.vb * v.c), reserve(L, S_Z, nh * v.c), reserve(L, S_DYH, nh * v.c);
         reserve(L, S_DWH, v.vb * v.c), reserve(L, S_DW, v.vr * v.c);
         reserve(L, S_RED, pos_rows(L, u->emb->T) * q * q * v.c);
@@ -686,7 +688,8 @@ int cb_layout_3d(cb_grid *g, cb_layout **out, cb_err *e) {
         return cb_fail(e, CB_ENOMEM, "out of memory creating the 3-D layout");
     }
     *L = (cb_layout){.ops = &OPS, .mode = CB_LAYOUT_3D, .tp = g->tp, .q = q,
-                     .tp_rank = g->at.t, .grid = g, .k = cb_kernels_default(), .save_gathered = 1,
+                     .caps = CB_LAYOUT_ROWS, .tp_rank = g->at.t, .grid = g,
+                     .k = cb_kernels_default(), .save_gathered = 1,
                      .overlap_chunks = CB_OVERLAP_CHUNKS, .priv = P};
     *out = L;
     return CB_OK;

@@ -167,7 +167,10 @@ void cb_plan_tp_embed(cb_plan_tpop *o, double N, double C, double V, double T, i
 
 /* The tied head and the vocabulary-parallel cross-entropy; weighted: label
  * smoothing or ignored targets (one all-reduce of 2 floats a row more);
- * bias: a decoder bias, its gradient (V_p floats) summed over the group.
+ * bias: a decoder bias, split like the logits' vocabulary (CB_P_VOCAB):
+ * its gradient block (V_p/q floats) summed over the ranks of the other
+ * token blocks (2-D: the column, q; 3-D: the OUTPUT x WEIGHT plane, q^2);
+ * 1-D holds every token: nothing.
  *   1-D  MAX of N, SUM of 2N, dX of N C all-reduced; 3 calls
  *   2-D  SUMMA of x and wte^T forward (q-1)(wNC + 4V_pC)/q^2, backward
  *        twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
@@ -199,7 +202,10 @@ void cb_plan_tp_head(cb_plan_tpop *o, double N, double C, double V, int weighted
         if (o->gathered && rewritten) o->sent += (q - 1) * w * N * C / q3, o->calls += 1;
     }
     if (weighted) o->sent += ar(line, 8 * rows), o->calls += 1;
-    if (bias) o->sent += ar(P, 4 * pad(V, o->mode == CB_TP_3D ? q * q : line)), o->calls += 1;
+    if (bias && o->mode != CB_TP_1D) {
+        double share = o->mode == CB_TP_2D ? q : q * q;
+        o->sent += ar(share, 4 * pad(V, o->mode == CB_TP_3D ? q * q : q) / q), o->calls += 1;
+    }
 }
 
 /* An all-reduce over the whole tensor group of `bytes` (the layouts'

@@ -90,6 +90,10 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     return y;
 }
 
+static int m_slots(const cb_plan_model *pm) {
+    return pm->family == CB_PLAN_FAM_BERT ? cb_bert_predictions(&pm->bert) : 0;
+}
+
 /* Tensor traffic of one node, one micro-batch of tok tokens, by the
  * layout's operators (counts.c, cb_plan_tp_*): a linear, a LayerNorm on
  * its input's parity, the embedding (positions learned or fixed), the
@@ -97,10 +101,12 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
  * cb_loss_plain decides; the MLM head's decoder bias and, on a parity-1
  * input, three moves of it to parity 0: forward, again before backward,
  * the gradient back, into one buffer that the layout is told was
- * rewritten), and the whole-tensor moves of src/layout/rec.c: a
+ * rewritten; the head on head_tok rows: the MLM head's slots, exec.c's
+ * mlm_gather), and the whole-tensor moves of src/layout/rec.c: a
  * lookup table's output and gradient, a concatenation's two inputs and
  * its gradient, the logistic head's logits and weight gradient. */
-static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double tok) {
+static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double tok,
+                    double head_tok) {
     const cb_layer *l = n->l;
     double H = n->nin ? m->acts[n->in[0]]->H : 0;
     int par = n->nin ? m->acts[n->in[0]]->parity : 0;
@@ -117,7 +123,7 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
         break;
     case N_LOGIT: cb_plan_tp_whole(o, 4 * tok), cb_plan_tp_whole(o, 4.0 * l->norm.C); break;
     case N_LOSS:
-        cb_plan_tp_head(o, tok, l->emb.C, l->emb.V, !cb_loss_plain(&l->emb), n->l2 != NULL,
+        cb_plan_tp_head(o, head_tok, l->emb.C, l->emb.V, !cb_loss_plain(&l->emb), n->l2 != NULL,
                         n->l2 && par == 1);
         if (n->l2 && par == 1)
             for (int k = 0; k < 3; k++) cb_plan_tp_whole(o, 4 * tok * H);
@@ -145,6 +151,10 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
     memset(g, 0, sizeof *g);
     int rc = dist_of(j, l, s, &d, e);
     if (rc) return rc;
+    /* the MLM head's rows where the layout gathers them: a fixed count per
+     * sequence (src/graph/exec.c, mlm_gather), else every token */
+    int slots = m_slots(pm);
+    double head_tok = slots && (d.L->caps & CB_LAYOUT_ROWS) ? (double)rows * slots : tok;
     int reuse = part && part[0] && !d.block_units;
     if (reuse) d.partition = part;
     cb_model *m = declare(pm, &d, rows * l->M, j->T);
@@ -158,9 +168,10 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             const gnode *n = &m->nodes[i];
             if (n->vs % l->pp != s) continue;
             cb_plan_layer y = node_layer(m, n);
-            cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, tok);
+            double t = n->kind == N_LOSS ? head_tok : tok;
+            cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, t);
             g->k.gemm_s += k.gemm_s, g->k.attn_s += k.attn_s, g->k.mem_s += k.mem_s;
-            node_tp(m, n, &o, tok);
+            node_tp(m, n, &o, tok, head_tok);
             if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
             if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;

@@ -21,6 +21,7 @@ typedef struct bert_task {
     float *uni;           /* with --val-data: the training text's unigram frequencies (V) */
     int freq[5];          /* and its five most frequent ids, most first */
     int roberta, V, T, batch;
+    int P;                /* predictions per sequence at most (--max-predictions) */
     size_t nseq;          /* sequences in one epoch of the stream */
     FILE *dump;           /* --dump-batches, world rank 0 */
     int *lens;            /* this rank's rows' lengths */
@@ -37,6 +38,31 @@ static uint64_t mix(uint64_t x) {
 }
 
 static double unif(uint64_t key, uint64_t i) { return (mix(key ^ mix(i)) >> 11) * 0x1p-53; }
+
+/* The masked positions of a row of length p, as BERT's
+ * create_pretraining_data: num = min(max predictions, max(1, round(p x
+ * --mask-prob))) of its text positions (the specials never), drawn by a
+ * partial Fisher-Yates shuffle of them; each becomes [MASK] (80%), a random
+ * text token (10%) or stays (10%). bert: the draws of the sequence (static
+ * masks); roberta: of the sighting g (drawn afresh each time). */
+static void mask_row(const bert_task *r, const cb_bert_task_opts *o, uint64_t g, uint64_t seq,
+                     int *ids, int *tg, int p) {
+    int base = o->special_base, *cand = r->row, nc = 0; /* the text tokens are read: reuse */
+    uint64_t key = mix(r->to->seed ^ 0x3a5c) ^ mix(r->roberta ? g : seq);
+    for (int i = 0; i < p; i++)
+        if (ids[2 * i] < base) cand[nc++] = i;
+    int num = (int)(p * o->mask_prob + 0.5);
+    num = num < 1 ? 1 : num > r->P ? r->P : num;
+    if (num > nc) num = nc;
+    for (int j = 0; j < num; j++) {
+        int k = j + (int)(unif(key ^ 0x5eed, (uint64_t)j) * (nc - j)), i = cand[k];
+        cand[k] = cand[j], cand[j] = i;
+        tg[i] = ids[2 * i];
+        double u = unif(key, 3 * (uint64_t)i + 1);
+        if (u < 0.8) ids[2 * i] = base + SP_MASK;
+        else if (u < 0.9) ids[2 * i] = (int)(unif(key, 3 * (uint64_t)i + 2) * r->V);
+    }
+}
 
 /* Row g of the step stream (src: the training tokens; mask 0: no masks,
  * every sequence whole): its tokens (field 0), types (field 1), targets
@@ -62,16 +88,7 @@ static void make_row(const bert_task *r, const cb_bert_task_opts *o, const cb_to
     ids[2 * p] = base + SP_SEP;
     ids[2 * p++ + 1] = !r->roberta;
     *len = p;
-    /* bert: static masks, one draw per sequence; roberta: per sighting */
-    uint64_t key = mix(r->to->seed ^ 0x3a5c) ^ mix(r->roberta ? g : seq);
-    for (int i = 0; i < p && mask; i++) {
-        int x = ids[2 * i];
-        if (x >= base || unif(key, 3 * (uint64_t)i) >= o->mask_prob) continue;
-        tg[i] = x;
-        double u = unif(key, 3 * (uint64_t)i + 1);
-        if (u < 0.8) ids[2 * i] = base + SP_MASK;
-        else if (u < 0.9) ids[2 * i] = (int)(unif(key, 3 * (uint64_t)i + 2) * r->V);
-    }
+    if (mask) mask_row(r, o, g, seq, ids, tg, p);
 }
 
 /* Step s's rows (--batch over the micro-batches): this rank's contiguous
@@ -257,7 +274,7 @@ static void bert_declare(void *ctx, cb_model *m) {
     bert_task *r = ctx;
     const cb_bert_task_opts *o = r->n;
     cb_bert_config c = {o->layers, o->d_model, o->heads, r->T, o->special_base + N_SPECIAL, 2,
-                        r->roberta, o->dropout, o->attn_dropout};
+                        r->roberta, o->dropout, o->attn_dropout, r->P};
     cb_model_declare_bert(m, &c);
     cb_model_set_lengths(m, r->lens);
 }
@@ -366,6 +383,11 @@ static void bert_close(void *ctx) {
     free(r);
 }
 
+int cb_bert_task_predictions(const cb_bert_task_opts *o) {
+    int p = (int)(o->seq_len * o->mask_prob + 0.5f);
+    return o->max_predictions > 0 ? o->max_predictions : p < 1 ? 1 : p;
+}
+
 /* The text vocabulary from the token file (--text-vocab, else its
  * tokenizer's), the special ids after it, and the flags' ranges. */
 static int bert_prepare(cb_train_opts *to, cb_err *e) {
@@ -380,10 +402,12 @@ static int bert_prepare(cb_train_opts *to, cb_err *e) {
     to->T = o->seq_len;
     if (o->layers < 1 || o->d_model < 1 || o->heads < 1 || to->steps < 0 ||
         o->seq_len < 16 || !(o->mask_prob > 0 && o->mask_prob < 1) ||
+        o->max_predictions < 0 || o->max_predictions > o->seq_len ||
         !(o->dropout >= 0 && o->dropout < 1) || !(o->attn_dropout >= 0 && o->attn_dropout < 1))
         return cb_fail(e, CB_EINPUT, "--layers, --d-model, --heads, --batch >= 1, --seq-len >= "
-                                     "16, --steps >= 0, --mask-prob in (0, 1), --dropout and "
-                                     "--attn-dropout in [0, 1); fix the flag");
+                                     "16, --steps >= 0, --mask-prob in (0, 1), --max-predictions "
+                                     "in [0, --seq-len], --dropout and --attn-dropout in [0, "
+                                     "1); fix the flag");
     if (cb_heads_check(o->heads, o->d_model, e)) return CB_EINPUT;
     if (o->special_base < o->V)
         return cb_fail(e, CB_EINPUT, "--special-base %d: the special ids %d..%d collide with the "
@@ -407,6 +431,7 @@ static int bert_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     const cb_bert_task_opts *o = to->family_opts;
     r->to = to, r->n = o;
     r->roberta = o->roberta, r->V = o->V, r->T = o->seq_len, r->batch = to->B * to->accum;
+    r->P = cb_bert_task_predictions(o);
     int T = r->T, nl = o->layers;
     *task = (cb_train_task){.ctx = r, .ld = &r->ld, .row_ids = 2 * T, .row_targets = T,
                             .row_tokens = T, .check = bert_check, .declare = bert_declare,

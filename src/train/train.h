@@ -231,7 +231,11 @@ typedef struct cb_bert_task_opts {
     const char *bpe_dir, *dump_batches;
     FILE *fill_out; /* --fill's guesses are written here */
     int V, tokenizer;
+    int max_predictions; /* --max-predictions, 0: its default (cb_bert_task_predictions) */
 } cb_bert_task_opts;
+/* masked positions per sequence at most: --max-predictions, else
+ * max(1, round(seq_len x mask_prob)) (a whole sequence's share) */
+int cb_bert_task_predictions(const cb_bert_task_opts *o);
 
 /* --model nmt's options (task_nmt.c); vocab, pad and T are filled by its
  * prepare from the pair files. */

@@ -135,6 +135,22 @@ def forward(P, a, ids, types, tg, lens, step=0):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tg.reshape(-1), ignore_index=-1)
 
 
+def check_masking(a, ck, rows, T, base):
+    """BERT's create_pretraining_data rule (src/train/task_bert.c): a row of length n has
+    exactly min(P, max(1, round(n x mask_prob))) targets (n rounded half up in float32, as
+    cubist; P = --max-predictions, default round(T x mask_prob)), each the original text
+    token (below the special ids) at a text position of the row."""
+    f32 = np.float32
+    P = a.max_predictions or max(1, int(f32(T) * f32(a.mask_prob) + f32(0.5)))
+    bad = 0
+    for row in rows.reshape(-1, 3 * T + 1):
+        n, tg = int(row[3 * T]), row[2 * T:3 * T]
+        want = min(P, max(1, int(f32(n) * f32(a.mask_prob) + f32(0.5))))
+        at = np.nonzero(tg >= 0)[0]
+        bad += len(at) != want or (tg[at] >= base).any() or (at >= n).any() or (at == 0).any()
+    ck.check(bad == 0, f'{a.model} masking', f'{rows.size // (3 * T + 1)} rows, {bad} off the rule, P {P}')
+
+
 def hf_forward(H, a, ids, types, tg, lens):
     """The same network read from Hugging Face's layout (scripts/bert_to_hf.py's output):
     separate query, key, value, nn.Linear weights [out, in], the decoder's own tensors,
@@ -201,6 +217,8 @@ def main():
     ap.add_argument('--dropout', type=float, default=0.1)
     ap.add_argument('--attn-dropout', type=float, default=0.1)
     ap.add_argument('--seed', type=int, default=1337)
+    ap.add_argument('--mask-prob', type=float, default=0.15)
+    ap.add_argument('--max-predictions', type=int, default=0)
     ap.add_argument('--hf', help='also check this scripts/bert_to_hf.py conversion of --init')
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
@@ -220,6 +238,7 @@ def main():
     r = torch.tensor(rows.astype(np.int64))
     print(f'# {a.model}: {a.steps} steps of {a.batch} rows, {int((r[:, :, 2 * T:3 * T] >= 0).sum())} '
           f'masked positions, lengths {int(r[:, :, 3 * T].min())}..{int(r[:, :, 3 * T].max())}', flush=True)
+    check_masking(a, ck, rows, T, P[f'{names(a.model)[0]}.embeddings.word_embeddings.weight'].shape[0] - 4)
     if a.hf:
         check_hf(a, ck, P, r, T)
     for s in range(a.steps):
