@@ -289,7 +289,9 @@ int cmd_plan(int argc, char **argv) {
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
         {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
-        {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
+        {"cluster", ARG_STR, &o.cluster,
+         "cluster file or preset (default: this machine); --validate: F1[,F2], this machine's "
+         "calibrations of 1 and 2 threads (`--calibrate --threads T`), the missing one measured"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},
         {"json", ARG_BOOL, &o.json, "one JSON object"},
@@ -300,7 +302,9 @@ int cmd_plan(int argc, char **argv) {
         {"out", ARG_STR, &o.out, "--calibrate: cluster file to write (default: the cache)"},
         {"quick", ARG_BOOL, &o.quick, "--calibrate, --validate: a small, fast set"},
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
-        {"repeat", ARG_INT, &o.repeat, "--validate: runs of every case, the fastest kept (1)"},
+        {"repeat", ARG_INT, &o.repeat,
+         "--validate: runs of every case, the fastest kept, and of its calibration (median, "
+         "3 at least without --quick); --calibrate: runs, the median kept (1)"},
         {"profile", ARG_BOOL, &o.profile,
          "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},

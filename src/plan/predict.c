@@ -107,8 +107,7 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
 
 /* Seconds of one forward GEMM (m, k) @ (k, n), `calls` times. */
 static double gemm_s(const cb_plan_cluster *c, double m, double k, double n, double calls) {
-    double flops = 2 * m * k * n, intensity = flops / (4 * (m * k + k * n + m * n));
-    return calls * flops / (c->peak_flops * cb_plan_gemm_eff(c, intensity));
+    return calls * 2 * m * k * n / (c->peak_flops * cb_plan_gemm_eff_at(c, m, k, n));
 }
 
 /* Forward seconds of one layer on this rank for `tok` tokens of its tensor
@@ -498,7 +497,7 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
 }
 
-void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     const cb_plan_cluster *c = j->cluster;
     if (j->model->family != CB_PLAN_FAM_GPT) {
         memset(p, 0, sizeof *p);
@@ -535,6 +534,32 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     data_parallel(j, l, 2 * fwd, tok * l->M, p);
     p->opt_s = optimizer_s(c, l, p->mem_params / 4);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+}
+
+/* A node's ranks (min(world, devices per node)) each with a working set of
+ * ws bytes: all of them in the last-level cache, the in-cache rate; else
+ * from memory, each rank at most its rate alone and together at most
+ * what the node delivers with every device streaming (devices per node x
+ * the shared rate). */
+double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+    double world = (double)l->dp * l->pp * l->tp, dpn = c->devices_per_node;
+    double ranks = minf(world, dpn);
+    if (c->cache_bytes > 0 && ranks * ws <= c->cache_bytes) return c->cache_bandwidth;
+    if (c->mem_bandwidth_shared <= 0 || ranks <= 1) return c->mem_bandwidth;
+    return minf(c->mem_bandwidth, dpn * c->mem_bandwidth_shared / ranks);
+}
+
+/* The memory-bound kernels and the update at the bandwidth the layout's
+ * working set (the device's memory, every byte of which a step touches)
+ * gets: predicted once for the memory, again at that rate. */
+void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    predict_at(j, l, p);
+    double rate = cb_plan_mem_rate(j->cluster, l, p->mem_total);
+    if (rate == j->cluster->mem_bandwidth || !(p->mem_total < 1e300)) return;
+    cb_plan_cluster c = *j->cluster;
+    cb_plan_job at = *j;
+    c.mem_bandwidth = rate, at.cluster = &c;
+    predict_at(&at, l, p);
 }
 
 const char *cb_plan_embed_name(int embed) {
