@@ -351,6 +351,17 @@ badfile "negative shared bandwidth" device.mem_bandwidth_shared "c['device']['me
 badfile "cache size without its rate" device.cache_bandwidth "del c['device']['cache_bandwidth']"
 badfile "shard shape of 3 numbers" device.gemm_shapes "c['device']['gemm_shapes'][0] = [1, 2, 3]"
 
+# --validate --cluster: a missing file, a calibration of neither 1 nor 2 threads: exit 2, one line
+/usr/bin/python3 -c "
+import json; c = json.load(open('fake.json')); c['threads'] = 4; open('t4.json', 'w').write(json.dumps(c))"
+for args in "nope.json|nope.json" "t4.json|threads 4"; do
+    P --validate --quick --cluster "$PWD/${args%|*}" >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \
+        && pass "validate --cluster ${args%|*}: exit 2, '$(cat bad.err)'" \
+        || fail "validate --cluster ${args%|*}: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
 # the memory terms (docs/plan.md, Memory traffic): the update runs at the
 # in-cache rate when the node's working sets fit the cache, else at the
 # node's shared rate split over its streaming ranks
