@@ -38,12 +38,7 @@ const char *cli_mpirun_cmd(void);
 const char *cli_mpirun_flags(const char *cmd);
 /* OpenMPI refuses root without these (containers, CI): set for child jobs. */
 void cli_mpirun_allow_root(void);
-/* `cubist train --layout auto` (cli/train_auto.c): the flags alone, before
- * MPI; then, on every rank alike, the planner's layout for `world` ranks
- * into o (dp, pp, tp, mode, schedule), its reason printed by rank 0. */
 struct cb_train_opts;
-int cli_train_check_auto(const struct cb_train_opts *o, const char *layout, cb_err *e);
-int cli_train_auto(struct cb_train_opts *o, const char *cluster, int world, int rank, cb_err *e);
 /* `cubist train`'s progress line and --log file (cli/train_log.c): the sink
  * cb_train_run hands its step records to on world rank 0. */
 #include "train/train.h"
@@ -70,9 +65,15 @@ int cli_train_log_open(const char *path, int resumed, FILE **f, cb_err *e);
  * (at most 40). */
 struct cli_flag;
 int cli_train_run_flags(cb_train_opts *o, struct cli_flag *f);
-/* The same for --model bert|roberta|nmt|ncf: their --layout and --cluster
- * flags (2 rows into f), and the check that installs the planner's hook
- * (o->layout_auto, run after the family resolves its sizes). */
+/* The optimizer's and the run files' flags (steps, AdamW, init, save,
+ * log...), their help showing the defaults already in o. */
+int cli_train_opt_flags(cb_train_opts *o, struct cli_flag *f);
+/* `cubist train --layout auto` (cli/train_auto.c), every model family:
+ * the --layout and --cluster flags (2 rows into f, part of
+ * cli_train_run_flags), and the check of the flags alone, before MPI, that
+ * installs the planner's hook (o->layout_auto: on every rank alike, after
+ * the family resolved its sizes, the planner's layout for the launched
+ * ranks into o, its reason printed by rank 0). */
 int cli_train_auto_flags(struct cli_flag *f);
 int cli_train_family_auto(struct cb_train_opts *o, cb_err *e);
 /* `cubist train`'s flags for any family: the distribution flags through

@@ -104,6 +104,12 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
             printf("%s%d", s ? "," : "", p->stage_bound[s]);
         printf("],\"stage_act_bytes\":[");
         for (int s = 0; s < p->nstage; s++) printf("%s%.17g", s ? "," : "", p->stage_act[s]);
+        printf("],\"stage_tp_bytes\":[");
+        for (int s = 0; s < p->nstage && p->stage_tp_calls[0] > 0; s++)
+            printf("%s%.17g", s ? "," : "", p->stage_tp_bytes[s]);
+        printf("],\"stage_tp_calls\":[");
+        for (int s = 0; s < p->nstage && p->stage_tp_calls[0] > 0; s++)
+            printf("%s%.17g", s ? "," : "", p->stage_tp_calls[s]);
         printf("]}");
     }
     printf("]}\n");
@@ -235,6 +241,10 @@ static const char EPILOG[] =
     "        predicted vs measured on this machine, from the calibrations of 1 and 2 threads\n"
     "        given (others measured now, the median of R >= 3 runs)\n"
     "  cubist plan --reproduce bian2021|horovod2019\n"
+    "  cubist plan --scaling --model nmt --batch B [--strong-batch G] [--cluster F --devices N]\n"
+    "        weak (B sequences a rank) and strong (G in all) data-parallel efficiency at 1..N\n"
+    "        ranks under --embed-grad dense, sparse and split; without --cluster this machine\n"
+    "        (1..64) and the stampede2 preset (1..1200)\n"
     "--cluster: a file or a preset under clusters/ (longhorn, stampede2, h100); without it,\n"
     "this machine: the calibrated cache file ($XDG_CACHE_HOME/cubist/cluster-T<threads>.json,\n"
     "written by --calibrate), else a quick calibration now. --batch is the global batch of\n"
@@ -311,13 +321,17 @@ int cmd_plan(int argc, char **argv) {
         {"profile", ARG_BOOL, &o.profile,
          "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},
+        {"scaling", ARG_BOOL, &o.scaling,
+         "predicted weak and strong data-parallel scaling, each --embed-grad path"},
+        {"strong-batch", ARG_INT, &o.strong_batch,
+         "--scaling: sequences in all of the strong scaling (default: --batch)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
     int rc = cli_parse("plan", argc, argv, flags, n, &help, &e);
     if (help && !rc) {
         cli_usage(stdout, "plan", "[--cluster F --devices N model flags] | --calibrate | "
-                  "--validate | --reproduce NAME", flags, n, EPILOG);
+                  "--validate | --reproduce NAME | --scaling", flags, n, EPILOG);
         return 0;
     }
     if (!rc && (o.threads < 1 || o.batch < 1 || o.repeat < 1 || o.micro_batches < 0 || o.top < 0 ||
@@ -338,6 +352,7 @@ int cmd_plan(int argc, char **argv) {
     else if (o.calibrate) rc = plan_calibrate(&o, &e);
     else if (o.validate) rc = plan_validate(&o, &e);
     else if (o.reproduce) rc = plan_reproduce(&o, &e);
+    else if (o.scaling) rc = plan_scaling(&o, &e);
     else if (!o.devices) rc = cb_fail(&e, CB_EINPUT, "plan: give --devices N (or --calibrate, "
                                       "--validate, --reproduce); see cubist plan --help");
     else rc = plan_list(&o, &e);

@@ -86,7 +86,6 @@ int cmd_train(int argc, char **argv) {
         return cmd_train_bert(argc, argv);
     if (model && !strcmp(model, "nmt")) return cmd_train_nmt(argc, argv);
     cb_train_opts o;
-    const char *layout = NULL, *cluster = NULL;
     cb_train_defaults(&o);
     o.model = (cb_gpt_config){UNSET, UNSET, UNSET, UNSET, UNSET};
     cli_flag flags[80] = {
@@ -101,32 +100,15 @@ int cmd_train(int argc, char **argv) {
         {"vocab", ARG_INT, &o.model.vocab, "vocabulary size V (256: bytes)"},
         {"batch", ARG_INT, &o.B, "sequences per micro-batch B (default 4)"},
         {"grad-accum", ARG_INT, &o.accum, "micro-batches per step (default 1)"},
-        {"steps", ARG_INT, &o.steps, "optimizer steps (default 100)"},
-        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (default 3e-4)"},
-        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (default 3e-5)"},
-        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (default 0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of matmul weights (0.1)"},
         {"decay-embed", ARG_BOOL, &o.opt.decay_embeddings, "also decay wte and wpe (0)"},
-        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
-        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.95)"},
-        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-8)"},
-        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (1.0)"},
         {"seed", ARG_U64, &o.seed, "seed of initialisation and data order (1337)"},
         {"shuffle", ARG_BOOL, &o.shuffle, "1: random windows, 0: sequential batches (1)"},
-        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
-        {"save", ARG_STR, &o.save, "checkpoint path, written at the end"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines "
-                                 "up to the resumed step and appends"},
         {"eval-every", ARG_INT, &o.eval_every, "validation loss every N steps (needs --val-data)"},
         {"eval-batches", ARG_INT, &o.eval_batches, "batches per validation (10)"},
-        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (safetensors)"},
-        {"layout", ARG_STR, &layout,
-         "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the launched ranks"},
-        {"cluster", ARG_STR, &cluster, "--layout auto: cluster file or preset (default: this "
-                                       "machine's `cubist plan --calibrate`)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
+    n += cli_train_opt_flags(&o, flags + n);
     n += cli_train_run_flags(&o, flags + n);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--data FILE [flags]", EPILOG, &o, &help, &e);
@@ -137,17 +119,16 @@ int cmd_train(int argc, char **argv) {
         rc = cb_fail(&e, CB_EINPUT, "--model %s is not a model; use gpt, ncf, bert, roberta or nmt", model);
     if (!rc) rc = model_flags(&o.model, &e);
     if (!rc) rc = cb_train_check_flags(&o, &e);
-    if (!rc && layout) rc = cli_train_check_auto(&o, layout, &e);
+    if (!rc) rc = cli_train_family_auto(&o, &e);
     cb_precision prec;
     if (!rc) rc = cb_precision_parse(o.precision, &prec, &e);
     if (!rc) rc = cb_kernels_select(prec, &e);
     if (rc) return cli_fail(&e);
     /* From here errors are agreed across ranks and printed once (cb_comm_exit). */
     if (cb_comm_init(&argc, &argv, &e)) return cli_fail(&e);
-    cb_comm *w = cb_comm_world();
     cli_train_log log;
     cb_train_sink sink = cli_train_sink(&log, &o);
-    if ((layout && cli_train_auto(&o, cluster, w->size, w->rank, &e)) || cb_train_run(&o, &sink, &e))
+    if (cb_train_run(&o, &sink, &e))
         cli_train_exit(&e);
     cb_comm_finalize();
     return 0;

@@ -69,27 +69,13 @@ int cmd_train_bert(int argc, char **argv) {
         {"dropout", ARG_FLOAT, &bt.dropout, "hidden dropout, the same mask under every layout (0.1)"},
         {"attn-dropout", ARG_FLOAT, &bt.attn_dropout, "dropout of the attention probabilities, likewise (0.1)"},
         {"batch", ARG_INT, &batch, "sequences per step over every data-parallel rank (8)"},
-        {"steps", ARG_INT, &o.steps, "optimizer steps (100)"},
-        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (1e-3)"},
-        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (1e-4)"},
-        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of weights and embeddings (0.01)"},
-        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
-        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.999)"},
-        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-6)"},
-        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (1.0)"},
         {"seed", ARG_U64, &o.seed, "seed of initialisation, lengths and masks (1337)"},
-        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
-        {"save", ARG_STR, &o.save, "checkpoint: FILE (and FILE.state) at the end, or DIR/"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines up to "
-                                 "the resumed step and appends"},
-        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients"},
         {"dump-batches", ARG_STR, &bt.dump_batches, "write every step's rows (int32, see below)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
+    n += cli_train_opt_flags(&o, flags + n);
     n += cli_train_run_flags(&o, flags + n);
-    n += cli_train_auto_flags(flags + n);
     cli_grad_accum_alias(argc, argv);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--model bert|roberta --data TOKENS [flags]", EPILOG, &o, &help, &e);

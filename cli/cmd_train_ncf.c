@@ -86,30 +86,16 @@ int cmd_train_ncf(int argc, char **argv) {
         {"factors", ARG_INT, &nt.c.factors, "GMF factor width (64)"},
         {"mlp", ARG_STR, &mlp, "MLP widths, the first = 2 x its embedding width (256,128,64)"},
         {"batch", ARG_INT, &batch, "rows (pairs) per step, over every data-parallel rank (256)"},
-        {"steps", ARG_INT, &o.steps, "optimizer steps (1000)"},
-        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (1e-3)"},
-        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (1e-4)"},
-        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of the tables and weights, not biases (0)"},
-        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
-        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.999)"},
-        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-8)"},
-        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (0)"},
         {"seed", ARG_U64, &o.seed, "seed of initialisation, negatives and order (1337)"},
         {"eval-every", ARG_INT, &o.eval_every, "HR@10 / NDCG@10 every N steps (0: at the end)"},
         {"eval-users", ARG_INT, &nt.eval_users, "users evaluated, 0 = all (1000)"},
         {"eval-negatives", ARG_INT, &nt.eval_neg, "unobserved items ranked with the held-out (99)"},
-        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
-        {"save", ARG_STR, &o.save, "checkpoint: FILE (and FILE.state) at the end, or DIR/"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines up to "
-                                 "the resumed step and appends"},
-        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients (one process)"},
         {"dump-batches", ARG_STR, &nt.dump_batches, "write every step's rows (int32 user item label)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
+    n += cli_train_opt_flags(&o, flags + n);
     n += cli_train_run_flags(&o, flags + n);
-    n += cli_train_auto_flags(flags + n);
     cli_grad_accum_alias(argc, argv);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--model ncf --data PAIRS [flags]", EPILOG, &o, &help, &e);

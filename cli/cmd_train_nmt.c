@@ -70,27 +70,13 @@ int cmd_train_nmt(int argc, char **argv) {
         {"bleu-pairs", ARG_INT, &nt.bleu_pairs, "val_bleu at each evaluation: greedy BLEU of the "
                                                 "first N held-out pairs (0 off)"},
         {"batch", ARG_INT, &batch, "pairs per step at most, over every data-parallel rank (8)"},
-        {"steps", ARG_INT, &o.steps, "optimizer steps (100)"},
-        {"lr", ARG_FLOAT, &o.opt.lr, "peak learning rate (7e-4)"},
-        {"min-lr", ARG_FLOAT, &o.opt.min_lr, "final learning rate of the cosine (7e-5)"},
-        {"warmup", ARG_INT, &o.opt.warmup, "linear warm-up steps (0)"},
-        {"weight-decay", ARG_FLOAT, &o.opt.weight_decay, "AdamW decay of weights and embedding (0)"},
-        {"beta1", ARG_FLOAT, &o.opt.beta1, "AdamW beta1 (0.9)"},
-        {"beta2", ARG_FLOAT, &o.opt.beta2, "AdamW beta2 (0.98)"},
-        {"eps", ARG_FLOAT, &o.opt.eps, "AdamW epsilon (1e-9)"},
-        {"clip", ARG_FLOAT, &o.opt.clip, "global gradient-norm clip, 0 = off (1.0)"},
         {"seed", ARG_U64, &o.seed, "seed of initialisation and batch order (1337)"},
-        {"init", ARG_STR, &o.init, "start from this weights file (safetensors)"},
-        {"save", ARG_STR, &o.save, "checkpoint: FILE (and FILE.state) at the end, or DIR/"},
-        {"log", ARG_STR, &o.log, "JSONL log, one object per step; --resume keeps its lines up to "
-                                 "the resumed step and appends"},
-        {"dump-grads", ARG_STR, &o.dump_grads, "write step 1's gradients"},
         {"dump-batches", ARG_STR, &nt.dump_batches, "write every step's rows (int32, see below)"},
     };
     int n = 0, help = 0;
     while (flags[n].name) n++;
+    n += cli_train_opt_flags(&o, flags + n);
     n += cli_train_run_flags(&o, flags + n);
-    n += cli_train_auto_flags(flags + n);
     cli_grad_accum_alias(argc, argv);
     cb_err e = {0};
     int rc = cli_train_parse(argc, argv, flags, n, "--model nmt --data PAIRS [--val-data PAIRS] [flags]",

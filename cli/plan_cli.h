@@ -19,6 +19,7 @@ typedef struct plan_opts {
     const char *mlp;                                           /* ncf */
     double max_memory_gb;
     int json, calibrate, calibrate_comm, validate, quick, threads, repeat, profile;
+    int scaling, strong_batch; /* --scaling: the strong-scaling batch in all (0: --batch) */
 } plan_opts;
 
 /* A cluster preset by name (clusters/NAME.json, found next to the source
@@ -52,6 +53,13 @@ int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_clus
 void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread);
 int plan_validate(const plan_opts *o, cb_err *e);
 int plan_reproduce(const plan_opts *o, cb_err *e);
+/* --scaling: predicted weak and strong data-parallel scaling per
+ * --embed-grad path (plan_scaling.c) */
+int plan_scaling(const plan_opts *o, cb_err *e);
+/* Seconds of one step of `batch` sequences on dp ranks (data parallelism
+ * alone, one micro-batch, embedding path `embed`), p filled; < 0 when the
+ * layout cannot run. */
+double plan_dp_step(const cb_plan_job *j, int dp, int batch, int embed, cb_plan_pred *p);
 /* The prediction table of one layout, one line (as `cubist plan` lists). */
 void plan_print_header(void);
 void plan_print_row(int rank, const cb_plan_choice *c);

@@ -92,16 +92,17 @@ static int bian2021(const plan_opts *o, cb_err *e) {
 /* ------------------------------------------------------------ Cavdar et al. 2019 */
 
 /* The NMT Transformer-base of the OpenSeq2Seq threads (6 + 6 layers, d 512,
- * vocabulary 32768, 128 sentences of 56 tokens per process), as a 12-block
- * GPT of the same width: the planner's model rows, not the encoder-decoder. */
+ * 8 heads, FFN 2048, vocabulary 32768, 56 tokens a side), the translation
+ * model's own declared graph (cubist train --model nmt: post-LN, one
+ * shared table, label smoothing and dropout 0.1). */
 static double dp_step_embed(const cb_plan_cluster *c, int dp, int batch, int embed,
                             cb_plan_pred *p) {
-    cb_gpt_config g = {12, 512, 8, 56, 32768};
     cb_plan_model m;
-    cb_plan_model_gpt(&g, &m);
-    predict(c, &m, batch, 56,
-            (cb_plan_layout){dp, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, embed}, p);
-    return p->step_s;
+    cb_nmt_config n = {6, 6, 512, 8, 2048, 32768, 0.1f, 0, 0, 0.1f, 1};
+    cb_err e;
+    if (cb_plan_model_nmt(&n, 56, &m, &e)) return -1; /* the fixed sizes always declare */
+    cb_plan_job j = {&m, c, batch, 56, 25e6, 0};
+    return plan_dp_step(&j, dp, batch, embed, p);
 }
 
 static double dp_step(const cb_plan_cluster *c, int dp, int batch, cb_plan_pred *p) {
@@ -137,9 +138,10 @@ static int horovod2019(const plan_opts *o, cb_err *e) {
     printf("Cavdar et al. 2019 (arXiv 1905.04035): Horovod with densified embedding gradients "
            "on Stampede2 SKX: 91%% weak scaling at 1200 MPI processes (300 nodes), 65%% strong "
            "scaling at 400 (200 nodes).\ncluster: %s\nassumed model (sizes from the OpenSeq2Seq "
-           "threads, batch not public): Transformer-base NMT as a 12-block GPT, d 512, 8 heads, "
-           "vocabulary 32768, 56 tokens per sentence; dense gradient all-reduce (the densified "
-           "path)\n", c.name);
+           "threads, batch not public): Transformer-base NMT (cubist's translation model, 6 + 6 "
+           "blocks), d 512, 8 heads, FFN 2048, vocabulary 32768, 56 tokens per sentence a side; "
+           "dense gradient all-reduce (the densified path); `cubist plan --scaling --model nmt` "
+           "tabulates every rank count and embedding path\n", c.name);
     printf("\nweak scaling, 128 sentences per process: predicted %.0f%% at 1200 (paper 91%%); "
            "step %.0f ms, of which exposed all-reduce %.0f ms (%.0f MB of gradients per rank)\n",
            100 * w, 1e3 * p.step_s, 1e3 * p.dp_exposed_s, p.mem_grads / 1e6);

@@ -10,22 +10,7 @@
 #include "data/ncf.h"
 #include "train/train.h"
 
-/* Sizes not given: the checkpoint's, else the trainer's built-in defaults
- * (src/train/run.c, resolve_config). */
-static int model_config(const cb_train_opts *o, cb_gpt_config *c, cb_err *e) {
-    static const cb_gpt_config DEF = {4, 128, 4, 64, 256};
-    const char *ck = o->resume ? o->resume : o->init;
-    cb_gpt_config f = DEF;
-    *c = o->model;
-    if (ck && cb_gpt_config_from_file(ck, &f, e)) return e->code;
-    int *have[5] = {&c->n_layer, &c->d_model, &c->n_head, &c->seq_len, &c->vocab};
-    const int *dflt[5] = {&f.n_layer, &f.d_model, &f.n_head, &f.seq_len, &f.vocab};
-    for (int i = 0; i < 5; i++)
-        if (!*have[i]) *have[i] = *dflt[i];
-    return cb_gpt_config_check(c, e);
-}
-
-int cli_train_check_auto(const cb_train_opts *o, const char *layout, cb_err *e) {
+static int check_auto(const cb_train_opts *o, const char *layout, cb_err *e) {
     if (strcmp(layout, "auto"))
         return cb_fail(e, CB_EINPUT, "--layout %s: the only value is auto (else give --dp --pp --tp)", layout);
     if (o->dp || o->pp > 1 || o->tp > 1)
@@ -61,31 +46,26 @@ static int plan_layout(cb_train_opts *o, const cb_plan_model *m, int T, const ch
     return CB_OK;
 }
 
-int cli_train_auto(cb_train_opts *o, const char *cluster, int world, int rank, cb_err *e) {
-    cb_gpt_config g;
-    cb_plan_model m;
-    int rc = model_config(o, &g, e);
-    if (rc) return rc;
-    cb_plan_model_gpt(&g, &m);
-    return plan_layout(o, &m, g.seq_len, cluster, world, rank, e);
-}
-
-/* ------------------------------------------------ the other model families */
-
-static const char *fam_layout, *fam_cluster; /* their --layout and --cluster */
+static const char *auto_layout, *auto_cluster; /* --layout and --cluster */
 
 int cli_train_auto_flags(struct cli_flag *f) {
-    f[0] = (cli_flag){"layout", ARG_STR, &fam_layout,
-                      "auto: dp, pp, tp and schedule from `cubist plan` for the launched ranks"};
-    f[1] = (cli_flag){"cluster", ARG_STR, &fam_cluster,
-                      "--layout auto: cluster file or preset (default: this machine's calibration)"};
+    f[0] = (cli_flag){"layout", ARG_STR, &auto_layout,
+                      "auto: dp, pp, tp, tp-mode and schedule chosen by the planner for the "
+                      "launched ranks"};
+    f[1] = (cli_flag){"cluster", ARG_STR, &auto_cluster,
+                      "--layout auto: cluster file or preset (default: this machine's `cubist "
+                      "plan --calibrate`)"};
     return 2;
 }
 
-/* The family's model once its prepare resolved the sizes from the data:
- * BERT's vocabulary is the text's and its 4 special ids (task_bert.c),
+/* The family's model once its prepare resolved the sizes from the flags,
+ * the checkpoint or the data: GPT's config and T, BERT's vocabulary is the text's and its 4 special ids (task_bert.c),
  * NCF's users and items are the pair file's. */
 static int family_model(const cb_train_opts *o, cb_plan_model *m, cb_err *e) {
+    if (!o->family || o->family == &cb_train_gpt) {
+        cb_plan_model_gpt(&o->model, m);
+        return CB_OK;
+    }
     if (o->family == &cb_train_bert) {
         const cb_bert_task_opts *b = o->family_opts;
         cb_bert_config c = {b->layers, b->d_model, b->heads, b->seq_len, b->special_base + 4, 2,
@@ -108,12 +88,12 @@ static int family_auto(cb_train_opts *o, cb_err *e) {
     cb_plan_model m;
     cb_comm *w = cb_comm_world();
     int rc = family_model(o, &m, e);
-    return rc ? rc : plan_layout(o, &m, o->T, fam_cluster, w->size, w->rank, e);
+    return rc ? rc : plan_layout(o, &m, o->T, auto_cluster, w->size, w->rank, e);
 }
 
 int cli_train_family_auto(cb_train_opts *o, cb_err *e) {
-    if (!fam_layout) return CB_OK;
-    int rc = cli_train_check_auto(o, fam_layout, e);
+    if (!auto_layout) return CB_OK;
+    int rc = check_auto(o, auto_layout, e);
     if (!rc) o->layout_auto = family_auto;
     return rc;
 }

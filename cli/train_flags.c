@@ -11,6 +11,41 @@
 #include "comm/comm.h"
 #include "train/check.h"
 
+/* The optimizer's and the run's files' flags, their defaults in the help
+ * from o (each family sets its own before the table is built). */
+int cli_train_opt_flags(cb_train_opts *o, cli_flag *f) {
+    static char h[8][96];
+    const cb_adamw_config *a = &o->opt;
+    snprintf(h[0], sizeof h[0], "optimizer steps (%d)", o->steps);
+    snprintf(h[1], sizeof h[1], "peak learning rate (%g)", a->lr);
+    snprintf(h[2], sizeof h[2], "final learning rate of the cosine (%g)", a->min_lr);
+    snprintf(h[3], sizeof h[3], "AdamW weight decay, never of biases and norms (%g%s)",
+             a->weight_decay, a->decay_embeddings ? "; embeddings too" : "");
+    snprintf(h[4], sizeof h[4], "AdamW beta1 (%g)", a->beta1);
+    snprintf(h[5], sizeof h[5], "AdamW beta2 (%g)", a->beta2);
+    snprintf(h[6], sizeof h[6], "AdamW epsilon (%g)", a->eps);
+    snprintf(h[7], sizeof h[7], "global gradient-norm clip, 0 = off (%g)", a->clip);
+    const cli_flag rows[] = {
+        {"steps", ARG_INT, &o->steps, h[0]},
+        {"lr", ARG_FLOAT, &o->opt.lr, h[1]},
+        {"min-lr", ARG_FLOAT, &o->opt.min_lr, h[2]},
+        {"warmup", ARG_INT, &o->opt.warmup, "linear warm-up steps (0)"},
+        {"weight-decay", ARG_FLOAT, &o->opt.weight_decay, h[3]},
+        {"beta1", ARG_FLOAT, &o->opt.beta1, h[4]},
+        {"beta2", ARG_FLOAT, &o->opt.beta2, h[5]},
+        {"eps", ARG_FLOAT, &o->opt.eps, h[6]},
+        {"clip", ARG_FLOAT, &o->opt.clip, h[7]},
+        {"init", ARG_STR, &o->init, "start from this weights file (safetensors)"},
+        {"save", ARG_STR, &o->save, "checkpoint: FILE (and FILE.state) at the end, or DIR/"},
+        {"log", ARG_STR, &o->log, "JSONL log, one object per step; --resume keeps its lines up "
+                                  "to the resumed step and appends"},
+        {"dump-grads", ARG_STR, &o->dump_grads, "write step 1's gradients (safetensors)"},
+    };
+    int n = (int)(sizeof rows / sizeof *rows);
+    for (int i = 0; i < n; i++) f[i] = rows[i];
+    return n;
+}
+
 int cli_train_run_flags(cb_train_opts *o, cli_flag *f) {
     const cli_flag rows[] = {
         {"save-every", ARG_INT, &o->save_every, "also save every N steps"},
@@ -34,7 +69,7 @@ int cli_train_run_flags(cb_train_opts *o, cli_flag *f) {
     };
     int n = (int)(sizeof rows / sizeof *rows);
     for (int i = 0; i < n; i++) f[i] = rows[i];
-    return n;
+    return n + cli_train_auto_flags(f + n);
 }
 
 /* The run's failure, agreed over the ranks, printed once with its status

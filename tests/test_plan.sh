@@ -31,7 +31,13 @@
 # - BERT, RoBERTa, NMT and NCF planned from their declared graph: rank 0's
 #   bytes and calls, the activation plan (per stage under a pipeline) and
 #   the AdamW state under `cubist train --model X` (dp 2, ZeRO-1, pp 2,
-#   tp 1d 2, one process), exactly; their bad flags exit 2 with one line;
+#   tp 1d 2, 2d 4 (rank 0 on the diagonal, as above) and 3d 8 of BERT and
+#   NMT, BERT pp 2 x tp 2d 4 (rank 0's tensor traffic: the first stage's), NMT dp 2 --embed-grad sparse and split (split: its bound, as
+#   above), NCF tp 2d 4 and pp 2, one process), exactly; their bad flags exit
+#   2 with one line;
+# - --scaling (the translation model, this machine's fake calibration and
+#   Stampede2): efficiencies in (0, 1], weak >= strong at equal ranks, the
+#   sparse path's weak efficiency falling with ranks;
 # - --reproduce prints the papers' figures beside the predictions; --plot
 #   writes a PNG.
 set -u
@@ -219,7 +225,7 @@ nu=$(cut -f1 inter.tsv | sort -u | wc -l); ni=$(cut -f2 inter.tsv | sort -u | wc
 bertf=(--layers 2 --d-model 32 --heads 4 --seq-len 16)
 nmtf=(--layers 1 --dec-layers 1 --d-model 32 --heads 4 --ffn 64 --seq-len 40)
 ncff=(--factors 8 --mlp 32,16,8)
-gcase() { # name np model "plan flags" -- train flags...
+gcase() { # name np model "plan flags" -- train flags... (DIAG="bytes calls": see below)
     local name=$1 np=$2 model=$3 pf=($4); shift 5
     P --cluster "$ROOT/clusters/h100.json" --devices "$np" --model "$model" "${pf[@]}" --top 0 \
         --json >plan.json 2>plan.err || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
@@ -227,9 +233,13 @@ gcase() { # name np model "plan flags" -- train flags...
             --log tr.jsonl "$@" >/dev/null 2>tr.err; then
         fail "$name: train failed: $(head -c 300 tr.err)"; return
     fi
-    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+    /usr/bin/python3 - "$name" ${DIAG:-0 0} <<'PY' || failed=$((failed + 1))
 import json, sys
 name = sys.argv[1]
+# 2-D: the plan gives the off-diagonal ranks' traffic (the maximum); rank 0
+# sits on the diagonal, whose embedding needs no transpose swaps: per
+# embedding node two swaps of N C / q^2 floats (isend + irecv each) fewer
+diag = (float(sys.argv[2]), float(sys.argv[3]))
 log = [json.loads(l) for l in open("tr.jsonl")][-1]
 zero = "zero" in name
 p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and l["zero"] == zero][0]
@@ -237,14 +247,21 @@ tags = log.get("comm_by_tag", {})
 skip = {"norm", "pp.tie", "pp.stats"}
 mb = sum(t["bytes"] for k, t in tags.items() if k not in skip)
 mc = sum(t["calls"] for k, t in tags.items() if k not in skip)
-pairs = [("bytes", mb, p["tp_bytes"] + p["pp_bytes"] + p["dp_bytes"]),
-         ("calls", mc, p["tp_calls"] + p["pp_calls"] + p["dp_calls"])]
+# a pipeline with tensor parallelism: rank 0's tensor traffic is the first
+# stage's (the plan's tp_bytes is the slowest stage's)
+tb, tc = (p["stage_tp_bytes"][0], p["stage_tp_calls"][0]) if p["stage_tp_calls"] else (p["tp_bytes"], p["tp_calls"])
+pairs = [("bytes", mb, tb + p["pp_bytes"] + p["dp_bytes"] - diag[0]),
+         ("calls", mc, tc + p["pp_calls"] + p["dp_calls"] - diag[1])]
 if p["pp"] == 1:  # the log's AdamW state is rank 0's, the plan's the largest stage's
     pairs.append(("act_bytes", log["act_bytes"], p["mem_act"]))
     pairs.append(("opt_state_bytes", log["opt_state_bytes"], p["mem_opt"]))
 else:
     pairs.append(("pp_act_bytes", log["pp_act_bytes"], p["stage_act_bytes"]))
 bad = [k for k, a, b in pairs if a != b]
+if "split" in name:  # the union of tokens' bound, as above: whole rows of d-model 32 short
+    row = 2 * (p["dp"] - 1) / p["dp"] * 4 * 32
+    short = pairs[0][2] - pairs[0][1]
+    bad = [k for k in bad if k != "bytes"] + ([] if 0 <= short and short % row == 0 else ["bytes"])
 print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", name,
       ", ".join("%s %s/%s" % (k, a, b) for k, a, b in pairs)))
 sys.exit(1 if bad else 0)
@@ -262,10 +279,34 @@ gcase "bert tp 1d 2" 2 bert "${bertf[*]} --vocab 260 --batch 8 --tp 2 --tp-mode 
 # nmt's vocabulary: the pair files' 256 + 3 specials
 gcase "nmt dp 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2
+# the embedding paths of the shared table (its lookups by the encoder and
+# the decoder, the head's dense share)
+gcase "nmt dp 2 sparse" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1 --embed-grad sparse" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2 --embed-grad sparse
+gcase "nmt dp 2 split" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --dp 2 --micro-batches 1 --embed-grad split" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --dp 2 --embed-grad split
 gcase "nmt pp 2 gpipe M2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --pp 2 --schedule gpipe --micro-batches 2" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --pp 2 --schedule gpipe --micro-batches 2 --no-profile
 gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d --micro-batches 1" -- \
     --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
+# 2-D and 3-D: one micro-batch of 8 rows; the diagonal's swaps are 8 N C / q^2
+# bytes and 4 calls per embedding node (BERT one of N = 8 x 16 tokens, the
+# translation model two, encoder and decoder, of N = 8 x 40), C 32, q 2
+DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 4 --tp-mode 2d
+# pipeline x 2-D: rank 0 is the first stage's (r, r), 2 micro-batches of 4 rows (N 64)
+DIAG="8192 8" gcase "bert pp 2 x tp 2d 4 1f1b M2" 8 bert "${bertf[*]} --vocab 260 --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --pp 2 --tp 4 --tp-mode 2d --schedule 1f1b --micro-batches 2
+gcase "bert tp 3d 8" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d
+DIAG="40960 8" gcase "nmt tp 2d 4" 4 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 4 --tp-mode 2d
+gcase "nmt tp 3d 8" 8 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 8 --tp-mode 3d --micro-batches 1" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 8 --tp-mode 3d
+gcase "ncf tp 2d 4" 4 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --tp 4 --tp-mode 2d --micro-batches 1" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --tp 4 --tp-mode 2d --eval-users 5
+gcase "ncf pp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --pp 2 --schedule 1f1b --micro-batches 2" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --pp 2 --schedule 1f1b --micro-batches 2 --eval-users 5
 gcase "ncf dp 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --dp 2 --micro-batches 1" -- \
     --data inter.bin "${ncff[@]}" --batch 64 --dp 2 --eval-users 5
 gcase "ncf 1" 1 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --micro-batches 1" -- \
@@ -325,6 +366,41 @@ rc=$?
 [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && [ ! -e x.json ] \
     && pass "bad CUBIST_PLAN_FAKE: exit 2, '$(cat bad.err)'" \
     || fail "bad CUBIST_PLAN_FAKE: exit $rc, stderr '$(head -c 300 bad.err)'"
+
+# ---------------------------------------------------------------- --scaling
+# the translation model's predicted data-parallel scaling on this
+# machine's calibration (the fake one above, as the cache) and Stampede2:
+# every efficiency in (0, 1], weak >= strong at equal ranks (the strong
+# batch is one rank's: each rank holds fewer sequences than under weak),
+# and the sparse path's weak efficiency falling with ranks (its gather
+# grows with them)
+mkdir -p "$XDG_CACHE_HOME/cubist" && cp fake.json "$XDG_CACHE_HOME/cubist/cluster-T1.json"
+P --scaling --model nmt --layers 2 --d-model 128 --heads 4 --ffn 512 --vocab 8192 --seq-len 32 \
+    --batch 400 >scal.out 2>scal.err || fail "--scaling: $(head -c 300 scal.err)"
+/usr/bin/python3 - <<'PY' || failed=$((failed + 1))
+import re
+tables, bad = [], []
+for line in open("scal.out"):
+    if line.startswith("cluster:"): tables.append([])
+    m = re.match(r"\s+(\d+)\s+[\d.]+ \|((?:\s+[-\d.]+){3})\s+\|((?:\s+[-\d.]+){3})\s*$", line)
+    if m and tables:
+        w = [float(x) for x in m.group(2).split()]
+        s = [None if x == "-" else float(x) for x in m.group(3).split()]
+        tables[-1].append((int(m.group(1)), w, s))
+for t in tables:
+    for n, w, s in t:
+        for x, v in enumerate(w + [v for v in s if v is not None]):
+            if not 0 < v <= 1: bad.append("n %d efficiency %g outside (0, 1]" % (n, v))
+        for x in range(3):
+            if s[x] is not None and s[x] > w[x] + 5e-4: bad.append("n %d path %d strong %g > weak %g" % (n, x, s[x], w[x]))
+    sp = [w[1] for n, w, s in t]
+    if any(b > a + 5e-4 for a, b in zip(sp, sp[1:])): bad.append("sparse weak not falling: %s" % sp)
+ranks = [t[-1][0] for t in tables if t]
+if ranks != [64, 1200]: bad.append("tables up to %s ranks (want 64 and 1200)" % ranks)
+print("%s --scaling: %d tables, %d rows, efficiencies in (0, 1], weak >= strong%s" % (
+      "FAIL" if bad else "PASS", len(tables), sum(map(len, tables)), (": " + "; ".join(bad[:5])) if bad else ""))
+raise SystemExit(1 if bad else 0)
+PY
 
 # ---------------------------------------------------------------- bad cluster files
 badfile() { # name field python-edit

@@ -74,21 +74,6 @@ static void attend_row(cb_model *m, const gnode *n, int b, int t) {
                                  cb_graph_eval_val(m, n->out) + q * C, m->att_scratch);
 }
 
-/* One token at position t (the position table from row t), with exec.c's
- * arithmetic of a scaled embedding: s (wte[id] + pos / s). */
-static void embed_row(cb_model *m, cb_layer *l, const int *id, int t, float *y) {
-    cb_embed em = l->emb;
-    int C = em.C;
-    em.wpe += (size_t)t * C;
-    if (l->emb_scale) {
-        float inv = 1.0f / l->emb_scale, *row = l->wpe_scaled + (size_t)t * C;
-        for (int i = 0; i < C; i++) row[i] = em.wpe[i] * inv;
-        em.wpe = row;
-    }
-    m->L->ops->embed_forward(m->L, &em, id, 1, 1, y);
-    if (l->emb_scale) m->L->k->scale(m->L->k, y, l->emb_scale, (size_t)C);
-}
-
 /* Node n on position t of row b; the head leaves the row's probabilities
  * in probs (V). */
 static void node_row(cb_model *m, int i, int b, int t, float *probs) {
@@ -100,7 +85,7 @@ static void node_row(cb_model *m, int i, int b, int t, float *probs) {
     float *y = n->out >= 0 ? cb_graph_eval_val(m, n->out) + r * row_floats(m, n->out) : NULL;
     size_t ny = n->out >= 0 ? row_floats(m, n->out) : 0;
     switch (n->kind) {
-    case N_EMBED: embed_row(m, l, m->ids + r * m->fields + n->field, t, y); break;
+    case N_EMBED: cb_graph_embed(m, l, m->ids + r * m->fields + n->field, t, 1, 1, y, ny); break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, 1); break;
     case N_NORM: {
         float *s = cb_graph_eval_kept(m, i);

@@ -163,8 +163,11 @@ static void mlm_count(cb_model *m, int nmb) {
 
 /* y = s wte[ids] + pos as s (wte[ids] + pos / s): the layouts' one lookup
  * with the shard of the fixed table divided by s (element-wise, so the same
- * under every layout); two roundings more than s wte + pos, 1e-7 relative. */
-static void embed_forward(cb_model *m, cb_layer *l, const int *ids, float *y, size_t ny) {
+ * under every layout); two roundings more than s wte + pos, 1e-7 relative.
+ * B rows of T positions from position t0; t0 > 0 (decoding one position)
+ * only under the serial layout, whose table is whole in position order. */
+void cb_graph_embed(cb_model *m, cb_layer *l, const int *ids, int t0, int B, int T, float *y,
+                    size_t ny) {
     cb_layout *L = m->L;
     cb_embed em = l->emb;
     if (l->emb_scale) {
@@ -173,7 +176,8 @@ static void embed_forward(cb_model *m, cb_layer *l, const int *ids, float *y, si
         for (size_t i = 0; i < np; i++) l->wpe_scaled[i] = em.wpe[i] * inv;
         em.wpe = l->wpe_scaled;
     }
-    L->ops->embed_forward(L, &em, ids, m->Bm, m->T, y);
+    em.wpe += (size_t)t0 * em.C;
+    L->ops->embed_forward(L, &em, ids, B, T, y);
     if (l->emb_scale) L->k->scale(L->k, y, l->emb_scale, ny);
 }
 
@@ -236,7 +240,8 @@ static void node_forward(cb_model *m, gchunk *ch, int slot, int mb, int i, int c
     cb_layer *l = n->l;
     switch (n->kind) {
     case N_EMBED:
-        embed_forward(m, l, field_ids(m, r0, N, n->field), y, cb_graph_value_floats(m, n->out));
+        cb_graph_embed(m, l, field_ids(m, r0, N, n->field), 0, m->Bm, m->T, y,
+                       cb_graph_value_floats(m, n->out));
         break;
     case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, N); break;
     case N_NORM: L->ops->norm_forward(L, &l->norm, x, y, s, s + n->keep / 2, N); break;

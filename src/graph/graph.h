@@ -296,6 +296,9 @@ size_t cb_graph_value_floats(const cb_model *m, int v);
  * of micro-batch 0 in the slot an evaluation takes (between steps none is
  * held); node i's forward on the whole micro-batch 0 there. */
 float *cb_graph_eval_val(cb_model *m, int v);
+/* the scaled embedding lookup of B rows of T positions from t0 (exec.c) */
+void cb_graph_embed(cb_model *m, cb_layer *l, const int *ids, int t0, int B, int T, float *y,
+                    size_t ny);
 float *cb_graph_eval_kept(cb_model *m, int i);
 void cb_graph_eval_node(cb_model *m, int i);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:

@@ -81,8 +81,162 @@ double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
 
 static double pad(double V, double m) { return cb_plan_pad(V, m); }
 
-/* bytes of an activation element on the tensor-parallel wire */
-static double wire(const cb_plan_shape *s) { return s->act_bf16 ? 2 : 4; }
+/* ------------------------------------------------------------ per operator
+ * One forward + backward of one operator on one rank, added to o->sent
+ * (bytes) and o->calls; N the tokens of the rank's data-parallel
+ * micro-batch. The closed forms of a GPT below are sums of these, and the
+ * planner counts a declared graph (src/plan/graph.c) node by node with
+ * them: one copy of the accounting. */
+
+/* A linear (in -> out, with bias) whose input has parity p.
+ *   1-D  column-parallel (p 0): dX all-reduced backward; row-parallel (p 1):
+ *        Y all-reduced forward; 1 call
+ *   2-D  SUMMA: forward q broadcasts of the X block (row) and the W block
+ *        (column); backward broadcasts of both and reduces of dX (row) and
+ *        dW (column): (q-1)/q^2 (3 w N in + 12 in out); the bias gradient
+ *        all-reduced over the column 8(q-1) out/q^2; 6q + 1 calls
+ *   3-D  X gathered over a line, W over WEIGHT, Y reduce-scattered; backward
+ *        dY gathered, dX and dW reduce-scattered: (q-1)/q^3 (2 w N (in + out)
+ *        + 8 in out), the bias over a plane 8(q^2-1) out/q^3; 7 calls;
+ *        re-gathering X and W adds (q-1)/q^3 (w N in + 4 in out), 2 calls */
+void cb_plan_tp_linear(cb_plan_tpop *o, double N, double in, double out, int parity) {
+    double q = o->q, w = o->w;
+    if (o->P <= 1) return;
+    if (o->mode == CB_TP_1D) {
+        o->sent += ar(o->P, w * N * (parity == 0 ? in : out)), o->calls += 1;
+    } else if (o->mode == CB_TP_2D) {
+        o->sent += (q - 1) / (q * q) * (3 * w * N * in + 12 * in * out) + 8 * (q - 1) * out / (q * q);
+        o->calls += 6 * q + 1;
+    } else {
+        double q3 = q * q * q;
+        o->sent += (q - 1) / q3 * (2 * w * N * (in + out) + 8 * in * out) +
+                   8 * (q * q - 1) * out / q3 +
+                   (o->gathered ? 0 : (q - 1) / q3 * (w * N * in + 4 * in * out));
+        o->calls += 7 + (o->gathered ? 0 : 2);
+    }
+}
+
+/* A LayerNorm of C features on an input of parity p: the row statistics
+ * (2 doubles a row) all-reduced forward and backward over the ranks that
+ * split the features, the weight and bias gradients over the ranks that
+ * replicate them.
+ *   1-D  p 0 replicated: nothing; p 1: 2 x 2(P-1)/P 16N, 2 calls
+ *   2-D  16(q-1)(4N + C)/q^2, 3 calls
+ *   3-D  64(q-1)N/q^3 + 16(q^2-1)C/q^3, 3 calls */
+void cb_plan_tp_norm(cb_plan_tpop *o, double N, double C, int parity) {
+    double q = o->q;
+    if (o->P <= 1) return;
+    if (o->mode == CB_TP_1D) {
+        if (parity == 1) o->sent += 2 * ar(o->P, 16 * N), o->calls += 2;
+    } else if (o->mode == CB_TP_2D) {
+        o->sent += 16 * (q - 1) * (4 * N + C) / (q * q), o->calls += 3;
+    } else {
+        o->sent += 64 * (q - 1) * N / (q * q * q) + 16 * (q * q - 1) * C / (q * q * q);
+        o->calls += 3;
+    }
+}
+
+/* The token embedding (V rows, padded) and its T positions; learned: the
+ * positions get a gradient (a fixed sinusoidal table does not).
+ *   1-D  the vocabulary-parallel lookup's output all-reduced, 1 call
+ *   2-D  the lookup reduce-scattered over the row and its gradient
+ *        all-gathered 2w(q-1)NC/q^2; the positions (T_p C/q of the column,
+ *        T_p = T up to q) all-gathered forward, their gradient
+ *        reduce-scattered 4(q-1)T_p C/q^2 each; off the diagonal (o->diag 0)
+ *        two swaps of NC/q^2 floats (isend + irecv each) 8NC/q^2, 4 calls
+ *   3-D  wte gathered and its gradient reduce-scattered over WEIGHT
+ *        8(q-1)V_p C/q^3, the product reduce-scattered and the gradient
+ *        gathered over INPUT 2w(q-1)NC/q^3; the positions over a plane
+ *        4(q^2-1)T_p C/q^3 each way, T_p = T up to q^2 */
+void cb_plan_tp_embed(cb_plan_tpop *o, double N, double C, double V, double T, int learned) {
+    double q = o->q, w = o->w, pos = learned ? 2 : 1;
+    if (o->P <= 1) return;
+    if (o->mode == CB_TP_1D) {
+        o->sent += ar(o->P, w * N * C), o->calls += 1;
+    } else if (o->mode == CB_TP_2D) {
+        o->sent += (2 * w * (q - 1) * N * C + pos * 4 * (q - 1) * pad(T, q) * C) / (q * q) +
+                   (o->diag ? 0 : 8 * N * C / (q * q));
+        o->calls += 2 + pos + (o->diag ? 0 : 4);
+    } else {
+        double q3 = q * q * q;
+        o->sent += (q - 1) * (2 * w * N * C + 8 * pad(V, q * q) * C) / q3 +
+                   pos * 4 * (q * q - 1) * pad(T, q * q) * C / q3;
+        o->calls += 4 + pos;
+    }
+}
+
+/* The tied head and the vocabulary-parallel cross-entropy; weighted: label
+ * smoothing or ignored targets (one all-reduce of 2 floats a row more);
+ * bias: a decoder bias, its gradient (V_p floats) summed over the group.
+ *   1-D  MAX of N, SUM of 2N, dX of N C all-reduced; 3 calls
+ *   2-D  SUMMA of x and wte^T forward (q-1)(wNC + 4V_pC)/q^2, backward
+ *        twice that; cross-entropy 24(q-1)N/q^2; the loss (1 double over
+ *        the column) 16(q-1)/q; 6q + 3 calls
+ *   3-D  2w(q-1)(NC + N V_p)/q^3 + 8(q-1)V_pC/q^3, cross-entropy over a
+ *        line 24(q-1)N/q^3, the loss over a plane 16(q^2-1)/q^2; 9 calls;
+ *        re-gathering adds (q-1)(wNC + 4V_pC)/q^3, 2 calls, and an input
+ *        rewritten between forward and backward (input_rewritten: the MLM
+ *        head's moved input) is gathered again, (q-1)wNC/q^3, 1 call */
+void cb_plan_tp_head(cb_plan_tpop *o, double N, double C, double V, int weighted, int bias,
+                     int rewritten) {
+    double q = o->q, w = o->w, P = o->P;
+    if (P <= 1) return;
+    double rows = o->mode == CB_TP_1D ? N : o->mode == CB_TP_2D ? N / q : N / (q * q);
+    double line = o->mode == CB_TP_1D ? P : q; /* the ranks of a row's vocabulary */
+    if (o->mode == CB_TP_1D) {
+        o->sent += ar(P, 4 * N) + ar(P, 8 * N) + ar(P, w * N * C), o->calls += 3;
+    } else if (o->mode == CB_TP_2D) {
+        double Vp = pad(V, q);
+        o->sent += (q - 1) * (3 * w * N * C + 12 * Vp * C) / (q * q) + 24 * (q - 1) * N / (q * q) +
+                   16 * (q - 1) / q;
+        o->calls += 6 * q + 3;
+    } else {
+        double Vp = pad(V, q * q), q3 = q * q * q;
+        o->sent += (q - 1) * (2 * w * (N * C + N * Vp) + 8 * Vp * C) / q3 +
+                   24 * (q - 1) * N / q3 + 16 * (q * q - 1) / (q * q) +
+                   (o->gathered ? 0 : (q - 1) * (w * N * C + 4 * Vp * C) / q3);
+        o->calls += 9 + (o->gathered ? 0 : 2);
+        if (o->gathered && rewritten) o->sent += (q - 1) * w * N * C / q3, o->calls += 1;
+    }
+    if (weighted) o->sent += ar(line, 8 * rows), o->calls += 1;
+    if (bias) o->sent += ar(P, 4 * pad(V, o->mode == CB_TP_3D ? q * q : line)), o->calls += 1;
+}
+
+/* An all-reduce over the whole tensor group of `bytes` (the layouts'
+ * whole-tensor moves: lookup tables, concatenation, the logistic head,
+ * a change of parity; src/layout/rec.c) */
+void cb_plan_tp_whole(cb_plan_tpop *o, double bytes) {
+    if (o->P > 1) o->sent += ar(o->P, bytes), o->calls += 1;
+}
+
+/* The operators of a tensor layout: P ranks of mode, w bytes an activation
+ * element on the wire. */
+cb_plan_tpop cb_plan_tpop_of(cb_tp_mode mode, int P, int act_bf16, int gathered, int diag) {
+    return (cb_plan_tpop){mode, P, cb_grid_side(P, mode), act_bf16 ? 2 : 4, gathered, diag, 0, 0};
+}
+
+/* o's sums into kind k of f, o emptied */
+static void put(cb_plan_tp_cost *f, int k, cb_plan_tpop *o, double times) {
+    f->sent[k] += times * o->sent, f->calls[k] += times * o->calls;
+    o->sent = o->calls = 0;
+}
+
+/* The traffic of a GPT (layer counts in the header comment): its four
+ * linears, 2L + 1 LayerNorms on the residual stream, embedding and head. */
+static void gpt_traffic(const cb_plan_shape *s, cb_tp_mode mode, double P, int diag, int gathered,
+                        cb_plan_tp_cost *f) {
+    double N = s->N, C = s->C;
+    cb_plan_tpop o = cb_plan_tpop_of(mode, (int)P, s->act_bf16, gathered, diag);
+    cb_plan_tp_linear(&o, N, C, 3 * C, 0), cb_plan_tp_linear(&o, N, C, C, 1);
+    cb_plan_tp_linear(&o, N, C, 4 * C, 0), cb_plan_tp_linear(&o, N, 4 * C, C, 1);
+    put(f, CB_PK_LINEAR, &o, s->L);
+    cb_plan_tp_norm(&o, N, C, 0);
+    put(f, CB_PK_NORM, &o, 2 * s->L + 1);
+    cb_plan_tp_embed(&o, N, C, s->V, s->T, 1);
+    put(f, CB_PK_EMBED, &o, 1);
+    cb_plan_tp_head(&o, N, C, s->V, 0, 0, 0);
+    put(f, CB_PK_HEAD, &o, 1);
+}
 
 /* 1-D, P ranks, one group. Parity-0 LayerNorms are replicated: no traffic.
  *   linear  4L all-reduces of N C (row-parallel forward, column-parallel dX)
@@ -92,13 +246,8 @@ static double wire(const cb_plan_shape *s) { return s->act_bf16 ? 2 : 4; }
  *   params  V_p C/P + T C + L(12C^2/P + 7C/P + 6C) + 2C, V_p = V up to P
  *   scratch 3N floats (row max, exp-sum, target logit) */
 static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
-    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P), w = wire(s);
-    f->sent[CB_PK_LINEAR] = 4 * L * ar(P, w * N * C);
-    f->calls[CB_PK_LINEAR] = 4 * L;
-    f->sent[CB_PK_EMBED] = ar(P, w * N * C);
-    f->calls[CB_PK_EMBED] = 1;
-    f->sent[CB_PK_HEAD] = ar(P, 4 * N) + ar(P, 8 * N) + ar(P, w * N * C);
-    f->calls[CB_PK_HEAD] = 3;
+    double N = s->N, C = s->C, L = s->L, Vp = pad(s->V, P);
+    gpt_traffic(s, CB_TP_1D, P, 1, 1, f);
     f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
     graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
               s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
@@ -131,18 +280,7 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
  *           plans at build) */
 static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q), Tp = pad(T, q), q2 = q * q;
-    double w = wire(s); /* the activations' 3 of the 12: X twice and dX (weights stay fp32) */
-    f->sent[CB_PK_LINEAR] = L * ((q - 1) / q2 * (3 * w * 7 * N * C + 12 * 12 * C * C) +
-                                  72 * (q - 1) * C / q2);
-    f->calls[CB_PK_LINEAR] = L * (24 * q + 4);
-    f->sent[CB_PK_NORM] = (2 * L + 1) * 16 * (q - 1) * (4 * N + C) / q2;
-    f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
-    f->sent[CB_PK_EMBED] = (2 * w * (q - 1) * N * C + 8 * (q - 1) * Tp * C) / q2 +
-                           (diag ? 0 : 8 * N * C / q2);
-    f->calls[CB_PK_EMBED] = 4 + (diag ? 0 : 4);
-    f->sent[CB_PK_HEAD] = (q - 1) * (3 * w * N * C + 12 * Vp * C) / q2 + 24 * (q - 1) * N / q2 +
-                           16 * (q - 1) / q;
-    f->calls[CB_PK_HEAD] = 6 * q + 3;
+    gpt_traffic(s, CB_TP_2D, q2, diag, 1, f);
     f->param_bytes = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
     double a = N * C / q2;
     graph_act(f, L, a, N / q, a, 3 * a, 4 * a, (s->B / q) * (s->NH / q) * T * T,
@@ -182,19 +320,8 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
  *           W^ 12C^2/q^2, head X^ NC/q^2 + wte^ V_p C/q^2 */
 static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_cost *f) {
     double N = s->N, C = s->C, L = s->L, T = s->T, Vp = pad(s->V, q * q), Tp = pad(T, q * q),
-           q2 = q * q, q3 = q2 * q, w = wire(s); /* X, Y, dY, dX on the wire in w bytes */
-    f->sent[CB_PK_LINEAR] = L * ((q - 1) / q3 * (2 * w * 16 * N * C + 8 * 12 * C * C) +
-                                  72 * (q2 - 1) * C / q3 +
-                                  (gathered ? 0 : (q - 1) / q3 * (w * 7 * N * C + 4 * 12 * C * C)));
-    f->calls[CB_PK_LINEAR] = L * (28 + (gathered ? 0 : 8));
-    f->sent[CB_PK_NORM] = (2 * L + 1) * (64 * (q - 1) * N / q3 + 16 * (q2 - 1) * C / q3);
-    f->calls[CB_PK_NORM] = (2 * L + 1) * 3;
-    f->sent[CB_PK_EMBED] = (q - 1) * (2 * w * N * C + 8 * Vp * C) / q3 + 8 * (q2 - 1) * Tp * C / q3;
-    f->calls[CB_PK_EMBED] = 6;
-    f->sent[CB_PK_HEAD] = (q - 1) * (2 * w * (N * C + N * Vp) + 8 * Vp * C) / q3 +
-                           24 * (q - 1) * N / q3 + 16 * (q2 - 1) / q2 +
-                           (gathered ? 0 : (q - 1) * (w * N * C + 4 * Vp * C) / q3);
-    f->calls[CB_PK_HEAD] = 9 + (gathered ? 0 : 2);
+           q2 = q * q, q3 = q2 * q;
+    gpt_traffic(s, CB_TP_3D, q3, 1, gathered, f);
     f->param_bytes = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
     double a = N * C / q3;
     graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, (s->B / q2) * (s->NH / q) * T * T,

@@ -4,10 +4,11 @@
  * parameters, activation plan, workspace and pipeline messages are the
  * ones a real run plans (one source of truth, no formula per model); each
  * node is costed as a one-row layer (GEMMs, attention, memory-bound
- * bytes per token) at the cluster's rates. Under 1-D tensor parallelism
- * the engine plans tensor rank 0 on a 1-D layout that needs no
- * communicator to plan; the traffic follows the nodes' parities and the
- * layout's operators. See docs/plan.md. */
+ * bytes per token) at the cluster's rates. Under tensor parallelism the
+ * engine plans tensor rank 0 on its layout (1-D, 2-D or 3-D), made on a
+ * grid without communicators, which planning never uses; the traffic is
+ * counted node by node with the per-operator counts of counts.c. See
+ * docs/plan.md. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,15 +27,24 @@ static cb_model *declare(const cb_plan_model *pm, cb_dist *d, int batch, int T) 
 
 /* The engine's options of a layout on pipeline rank s, as cubist train
  * sets them (src/train/run.c): its micro-batches, schedule, chunks,
- * recompute; the partition auto from FLOP counts (train --no-profile). */
-static int dist_of(const cb_plan_model *pm, const cb_plan_layout *l, int s, cb_dist *d, cb_err *e) {
+ * recompute; the partition auto from FLOP counts (train --no-profile).
+ * Tensor parallelism: the layout of tensor rank 0 (2-D: on the diagonal;
+ * 3-D: every rank alike), made on a grid without communicators, which
+ * planning never uses. */
+static int dist_of(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_dist *d, cb_err *e) {
     static const cb_pp_kind K[] = {CB_PP_GPIPE, CB_PP_1F1B, CB_PP_INTERLEAVED};
+    const cb_plan_model *pm = j->model;
     memset(d, 0, sizeof *d);
     d->g.dp = d->g.tp = 1, d->g.pp = l->pp, d->g.at.p = s;
-    if (l->tp > 1 && l->mode == CB_TP_1D) { /* tensor rank 0's plan: the layout plans alone */
-        d->g.tp = l->tp, d->g.mode = CB_TP_1D;
-        if (cb_layout_1d(&d->g, &d->L, e)) return e->code;
+    if (l->tp > 1) {
+        d->g.tp = l->tp, d->g.mode = l->mode, d->g.q = cb_grid_side(l->tp, l->mode);
+        int rc = l->mode == CB_TP_1D   ? cb_layout_1d(&d->g, &d->L, e)
+                 : l->mode == CB_TP_2D ? cb_layout_2d(&d->g, &d->L, e)
+                                       : cb_layout_3d(&d->g, &d->L, e);
+        if (rc) return rc;
         d->L->noted_pad = 1; /* the vocabulary's padding: train's note, not the plan's */
+        if (l->mode == CB_TP_3D) d->L->save_gathered = l->gathered;
+        d->L->wire_bf16 = j->comm_bf16;
     } else if (!(d->L = cb_layout_serial()))
         return cb_fail(e, CB_ENOMEM, "out of memory planning the model");
     d->M = l->M, d->sched = K[l->schedule], d->v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
@@ -80,37 +90,38 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     return y;
 }
 
-static double ring(double p, double bytes) { return cb_plan_ring_allreduce(p, bytes); }
-
-/* 1-D tensor traffic of one node, one micro-batch of tok tokens, from
- * the parities and the 1-D layout's operators (src/layout/tp1d.c, rec.c):
- * a column-parallel linear (parity-0 input) all-reduces its input's
- * gradient backward, a row-parallel one its output forward; the
- * vocabulary-parallel embedding its output, a lookup table its output and
- * its gradient; a LayerNorm of split features (parity 1) its row
- * statistics (2 doubles a row) forward and backward; the loss a MAX and a
- * SUM of row statistics (a second SUM under label smoothing) and its
- * input's gradient, the MLM head also its decoder bias's gradient and, on
- * a parity-1 input, three moves of it to parity 0 (forward, again before
- * backward, the gradient back). */
-static void node_tp(const cb_model *m, const gnode *n, double P, double tok, double *sent,
-                    double *calls) {
-    if (P <= 1) return;
+/* Tensor traffic of one node, one micro-batch of tok tokens, by the
+ * layout's operators (counts.c, cb_plan_tp_*): a linear, a LayerNorm on
+ * its input's parity, the embedding (positions learned or fixed), the
+ * head and its loss (weighted: smoothing or ignored targets, as
+ * cb_loss_plain decides; the MLM head's decoder bias and, on a parity-1
+ * input, three moves of it to parity 0: forward, again before backward,
+ * the gradient back, into one buffer that the layout is told was
+ * rewritten), and the whole-tensor moves of src/layout/rec.c: a
+ * lookup table's output and gradient, a concatenation's two inputs and
+ * its gradient, the logistic head's logits and weight gradient. */
+static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double tok) {
     const cb_layer *l = n->l;
     double H = n->nin ? m->acts[n->in[0]]->H : 0;
-    int split = n->nin && m->acts[n->in[0]]->parity == 1;
-    if (n->kind == N_LINEAR) {
-        *sent += ring(P, 4 * tok * (l->parity == 0 ? l->lin.in : l->lin.out)), *calls += 1;
-    } else if (n->kind == N_EMBED || n->kind == N_LOOKUP) {
-        int k = n->kind == N_LOOKUP ? 2 : 1;
-        *sent += k * ring(P, 4 * tok * m->acts[n->out]->H), *calls += k;
-    } else if (n->kind == N_NORM && split) {
-        *sent += 2 * ring(P, 16 * tok), *calls += 2;
-    } else if (n->kind == N_LOSS) {
-        *sent += ring(P, 4 * tok) + ring(P, 8 * tok) + ring(P, 4 * tok * H), *calls += 3;
-        if (l->emb.smooth > 0) *sent += ring(P, 8 * tok), *calls += 1; /* the smoothing's sum */
-        if (n->l2) *sent += ring(P, 4.0 * l->emb.V), *calls += 1;
-        if (n->l2 && split) *sent += 3 * ring(P, 4 * tok * H), *calls += 3;
+    int par = n->nin ? m->acts[n->in[0]]->parity : 0;
+    switch (n->kind) {
+    case N_LINEAR: cb_plan_tp_linear(o, tok, l->lin.in, l->lin.out, l->parity); break;
+    case N_NORM: cb_plan_tp_norm(o, tok, H, par); break;
+    case N_EMBED: cb_plan_tp_embed(o, tok, l->emb.C, l->emb.V, m->T, !l->sinusoid); break;
+    case N_LOOKUP:
+        for (int k = 0; k < 2; k++) cb_plan_tp_whole(o, 4 * tok * m->acts[n->out]->H);
+        break;
+    case N_CONCAT:
+        cb_plan_tp_whole(o, 4 * tok * H), cb_plan_tp_whole(o, 4 * tok * m->acts[n->in[1]]->H);
+        cb_plan_tp_whole(o, 4 * tok * m->acts[n->out]->H);
+        break;
+    case N_LOGIT: cb_plan_tp_whole(o, 4 * tok), cb_plan_tp_whole(o, 4.0 * l->norm.C); break;
+    case N_LOSS:
+        cb_plan_tp_head(o, tok, l->emb.C, l->emb.V, !cb_loss_plain(&l->emb), n->l2 != NULL,
+                        n->l2 && par == 1);
+        if (n->l2 && par == 1)
+            for (int k = 0; k < 3; k++) cb_plan_tp_whole(o, 4 * tok * H);
+        break;
     }
 }
 
@@ -128,10 +139,11 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
                         size_t cap, cb_plan_gstage *g, cb_err *e) {
     const cb_plan_model *pm = j->model;
     int rows = j->batch / l->M / l->dp;
-    double tok = (double)rows * j->T, P = l->tp;
+    double tok = (double)rows * j->T;
+    cb_plan_tpop o = cb_plan_tpop_of(l->mode, l->tp, j->comm_bf16, l->gathered, 0);
     cb_dist d;
     memset(g, 0, sizeof *g);
-    int rc = dist_of(pm, l, s, &d, e);
+    int rc = dist_of(j, l, s, &d, e);
     if (rc) return rc;
     int reuse = part && part[0] && !d.block_units;
     if (reuse) d.partition = part;
@@ -148,10 +160,12 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             cb_plan_layer y = node_layer(m, n);
             cb_plan_kparts k = cb_plan_layer_parts(j->cluster, &y, l, tok);
             g->k.gemm_s += k.gemm_s, g->k.attn_s += k.attn_s, g->k.mem_s += k.mem_s;
-            node_tp(m, n, P, tok, &g->tp_sent, &g->tp_calls);
+            node_tp(m, n, &o, tok);
             if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
+            if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
         }
+        g->tp_sent = o.sent, g->tp_calls = o.calls;
     }
     cb_model_free(m);
     cb_layout_free(d.L);

@@ -43,6 +43,24 @@ void cb_plan_tp_cost_of(const cb_plan_shape *s, cb_tp_mode mode, int tp, int dia
                         cb_plan_tp_cost *c);
 double cb_plan_tp_sent(const cb_plan_tp_cost *c);
 double cb_plan_tp_calls(const cb_plan_tp_cost *c);
+/* The same counts per operator (counts.c says each form), accumulated
+ * in sent (bytes) and calls: the GPT's closed forms are their sums, a
+ * declared graph is counted node by node. P tensor ranks of mode, q the
+ * grid's side, w bytes an activation element on the wire; diag: 2-D rank
+ * (r, r); gathered: 3-D keeps X^, W^. */
+typedef struct cb_plan_tpop {
+    cb_tp_mode mode;
+    double P, q, w;
+    int gathered, diag;
+    double sent, calls;
+} cb_plan_tpop;
+cb_plan_tpop cb_plan_tpop_of(cb_tp_mode mode, int P, int act_bf16, int gathered, int diag);
+void cb_plan_tp_linear(cb_plan_tpop *o, double N, double in, double out, int parity);
+void cb_plan_tp_norm(cb_plan_tpop *o, double N, double C, int parity);
+void cb_plan_tp_embed(cb_plan_tpop *o, double N, double C, double V, double T, int learned);
+void cb_plan_tp_head(cb_plan_tpop *o, double N, double C, double V, int weighted, int bias,
+                     int rewritten);
+void cb_plan_tp_whole(cb_plan_tpop *o, double bytes);
 /* bytes sent per rank by a ring all-reduce of `bytes` on p ranks */
 double cb_plan_ring_allreduce(double p, double bytes);
 /* V rounded up to a multiple of m: the padded vocabulary of a layout */
@@ -220,6 +238,10 @@ typedef struct cb_plan_pred {
      * nstage 0: not predicted per stage (interleaved, or over 128 blocks) */
     int nstage, stage_bound[CB_PLAN_MAXSTAGE + 1];
     double stage_act[CB_PLAN_MAXSTAGE];
+    /* the graph models under a pipeline with tensor parallelism: each
+     * stage's tensor bytes and calls of a step (tp_bytes is the slowest
+     * stage's); 0 otherwise */
+    double stage_tp_bytes[CB_PLAN_MAXSTAGE], stage_tp_calls[CB_PLAN_MAXSTAGE];
     cb_plan_tp_cost tp; /* one micro-batch of the stage: the exact per-kind counts */
 } cb_plan_pred;
 
@@ -231,15 +253,16 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
 /* One pipeline rank s of a layout, from the model's graph as the engine
  * plans it (src/plan/graph.c): parameters (floats), activation and
  * workspace bytes, the floats and messages one micro-batch sends over the
- * pipeline (exact at tp 1; under 1-D the parameters, activations and
- * workspace are estimates), its forward seconds per micro-batch by kernel
- * class, the 1-D tensor traffic (an estimate), and the loss's counts. */
+ * pipeline, its forward seconds per micro-batch by kernel class, its
+ * tensor traffic (bytes, calls) under any mode, and the loss's counts. */
 typedef struct cb_plan_gstage {
     double params, act, ws, send_floats, msgs;
     cb_plan_kparts k;
     double tp_sent, tp_calls;
     double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM
                              targets, one double; targets not padding, two) */
+    double lookups;       /* embedding nodes (the translation model's encoder and decoder
+                             inputs: 2): rows of the tied table per token */
 } cb_plan_gstage;
 /* part (cap bytes, or NULL): "" on the first stage, which writes there
  * the engine's partition by operation (GPT's modules are blocks: not

@@ -58,27 +58,20 @@ double cb_plan_coll_time(const cb_plan_cluster *c, const char *op, int size, int
 
 static int side(const cb_plan_layout *l) { return cb_grid_side(l->tp, l->mode); }
 
-/* The graph models: tensor parallelism 1-D only (its traffic an
- * estimate), none for NCF, which also has no pipeline here; a stage per
- * block at most; the dense embedding path. */
+/* The graph models: the dense embedding path; a stage per block at most;
+ * under tensor parallelism the engine's own checks of the layout (batch,
+ * heads, widths), by planning the first stage. */
 static int graph_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     const cb_plan_model *m = j->model;
-    int v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1, ncf = m->family == CB_PLAN_FAM_NCF;
-    if (l->tp > 1 && (l->mode != CB_TP_1D || ncf))
-        return cb_fail(e, CB_EINPUT, "--model %s: the planner models %s", m->name,
-                       ncf ? "no tensor parallelism for ncf (use --tp 1)" : "--tp-mode 1d only");
-    if (l->tp > 1 && (m->gpt.n_head % l->tp || m->gpt.d_model % l->tp))
-        return cb_fail(e, CB_EINPUT, "tp %d does not divide heads %d or d-model %d", l->tp,
-                       m->gpt.n_head, m->gpt.d_model);
-    if (ncf && l->pp > 1)
-        return cb_fail(e, CB_EINPUT, "--model ncf: the planner models no pipeline (use --pp 1)");
-    if (l->embed != CB_DP_EMBED_DENSE)
-        return cb_fail(e, CB_EINPUT, "--model %s: the planner models --embed-grad dense only",
-                       m->name);
+    int v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
+    if (l->embed != CB_DP_EMBED_DENSE && (m->family == CB_PLAN_FAM_NCF || l->tp > 1 || l->pp > 1))
+        return cb_fail(e, CB_EINPUT, "--model %s: --embed-grad sparse and split need a tied "
+                       "embedding (bert, roberta, nmt) and --tp 1 --pp 1", m->name);
     if (m->gpt.n_layer < l->pp * v)
         return cb_fail(e, CB_EINPUT, "%d blocks cannot fill %d stages of %d chunks", m->gpt.n_layer,
                        l->pp, v);
-    return CB_OK;
+    cb_plan_gstage g;
+    return l->tp > 1 ? cb_plan_graph_stage(j, l, 0, NULL, 0, &g, e) : CB_OK;
 }
 
 int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
@@ -251,21 +244,27 @@ static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, in
 
 /* Tensor communication seconds of one micro-batch, per group: 1-D one
  * all-reduce group; 2-D rows and columns (SUMMA broadcasts, half each);
- * 3-D the three lines, weights' share (12C^2 of 16NC + 12C^2) on WEIGHT,
- * the rest on INPUT and OUTPUT alike. */
-static double tp_time(const cb_plan_cluster *c, const cb_plan_layout *l, const cb_plan_tp_cost *t,
-                      double N, double C) {
-    double sent = cb_plan_tp_sent(t), calls = cb_plan_tp_calls(t);
+ * 3-D the three lines, `wsent` of the bytes on WEIGHT, the rest on INPUT
+ * and OUTPUT alike. */
+static double tp_groups_s(const cb_plan_cluster *c, const cb_plan_layout *l, double sent,
+                          double calls, double wsent) {
     int q = side(l);
     if (l->tp == 1) return 0;
     if (l->mode == CB_TP_1D) return cb_plan_coll_time(c, "allreduce", l->tp, 1, sent, calls);
     if (l->mode == CB_TP_2D)
         return cb_plan_coll_time(c, "bcast", q, 1, sent / 2, calls / 2) +
                cb_plan_coll_time(c, "bcast", q, q, sent / 2, calls / 2);
-    double w = t->sent[CB_PK_LINEAR] * 12 * C * C / (16 * N * C + 12 * C * C), rest = sent - w;
+    double rest = sent - wsent;
     return cb_plan_coll_time(c, "allgather", q, 1, rest / 2, calls / 3) +
            cb_plan_coll_time(c, "allgather", q, q, rest / 2, calls / 3) +
-           cb_plan_coll_time(c, "allgather", q, q * q, w, calls / 3);
+           cb_plan_coll_time(c, "allgather", q, q * q, wsent, calls / 3);
+}
+
+/* A GPT's: the weights' share of the 3-D linears 12C^2 of 16NC + 12C^2. */
+static double tp_time(const cb_plan_cluster *c, const cb_plan_layout *l, const cb_plan_tp_cost *t,
+                      double N, double C) {
+    double w = t->sent[CB_PK_LINEAR] * 12 * C * C / (16 * N * C + 12 * C * C);
+    return tp_groups_s(c, l, cb_plan_tp_sent(t), cb_plan_tp_calls(t), w);
 }
 
 static double in_flight(const cb_plan_layout *l) {
@@ -469,9 +468,11 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
         if (m > mem) mem = m, big = g;
         sendf = maxf(sendf, g.send_floats), msgs = maxf(msgs, g.msgs);
         p->stage_act[s] = g.act;
+        if (l->tp > 1 && l->pp > 1)
+            p->stage_tp_bytes[s] = g.tp_sent * l->M, p->stage_tp_calls[s] = g.tp_calls * l->M;
     }
     if (l->pp > 1) p->nstage = l->pp, p->stage_bound[l->pp] = -1;
-    double tp_mb = cb_plan_coll_time(c, "allreduce", l->tp, 1, w.tp_sent, w.tp_calls);
+    double tp_mb = tp_groups_s(c, l, w.tp_sent, w.tp_calls, w.tp_sent / 3);
     double rec = l->recompute ? fwd : 0, rec_tp = l->recompute ? tp_mb / 2 : 0;
     double pp_mb = cb_plan_coll_time(c, "p2p", 2, l->tp, 4 * sendf, msgs);
     double mb = 3 * fwd + rec + tp_mb + rec_tp + pp_mb;
@@ -489,7 +490,7 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm;
     p->tp.param_bytes = 8 * big.params;
-    data_parallel(j, l, 2 * fwd, tok * l->M, p);
+    data_parallel(j, l, 2 * fwd, w.lookups * tok * l->M, p); /* every lookup's rows */
     for (int k = 0; k < 2 && l->dp > 1; k++)
         if (w.stat_bytes[k] > 0)
             p->dp_bytes += cb_plan_ring_allreduce(l->dp, w.stat_bytes[k]), p->dp_calls += 1;
