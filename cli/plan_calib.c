@@ -134,7 +134,9 @@ void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread)
     printf("calibration of %s: median of %d run%s; peak %.1f GFLOP/s, memory-bound %.1f GB/s "
            "alone, ", c->name, runs, runs > 1 ? "s" : "", c->peak_flops / 1e9,
            c->mem_bandwidth / 1e9);
-    if (c->mem_bandwidth_shared > 0)
+    if (c->devices_per_node < 2)
+        printf("one device a node (no shared rate)");
+    else if (c->mem_bandwidth_shared > 0)
         printf("%.1f GB/s each with %d streaming", c->mem_bandwidth_shared / 1e9,
                c->devices_per_node);
     else
