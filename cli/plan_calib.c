@@ -38,6 +38,11 @@ static double f_memory_shared(void *ctx, int N, int C, int streams) {
     (void)streams;
     return f_memory(ctx, N, C);
 }
+/* the update: its 44 bytes a parameter at the memory rate */
+static double f_update(void *ctx, int n, int streams) {
+    (void)streams;
+    return 44.0 * n / (((fake *)ctx)->gbs * 1e9);
+}
 static double f_attention(void *ctx, int B, int T, int C, int NH) {
     const fake *f = ctx;
     (void)NH;
@@ -105,7 +110,7 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
         if (parse_fake(fk, &f, e)) return e->code;
         /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
         cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
-                            f_memory_shared, 8 << 20};
+                            f_memory_shared, 8 << 20, f_update};
         cb_plan_calibrate(&pr, quick, c);
         return CB_OK;
     }
@@ -142,12 +147,20 @@ void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread)
     else
         printf("with %d streaming not measured (they never ran together: a loaded machine)",
                c->devices_per_node);
-    printf(", %.1f GB/s in the %.0f MiB cache", c->cache_bandwidth / 1e9, c->cache_bytes / 1048576);
+    printf(", %.1f GB/s in the %.0f MiB cache; the update %.1f GB/s alone", c->cache_bandwidth / 1e9,
+           c->cache_bytes / 1048576, c->update_bandwidth / 1e9);
+    if (c->devices_per_node > 1 && c->update_bandwidth_shared > 0)
+        printf(", %.1f GB/s each with %d updating", c->update_bandwidth_shared / 1e9,
+               c->devices_per_node);
+    else if (c->devices_per_node > 1)
+        printf(", with %d updating not measured", c->devices_per_node);
     if (runs > 1)
         printf("; spread (max - min) / median: peak %.0f%%, memory %.0f%%, shared %.0f%%, "
-               "cache %.0f%%, attention %.0f%%", 100 * spread[CB_PLAN_SPREAD_PEAK],
-               100 * spread[CB_PLAN_SPREAD_MEM], 100 * spread[CB_PLAN_SPREAD_SHARED],
-               100 * spread[CB_PLAN_SPREAD_CACHE], 100 * spread[CB_PLAN_SPREAD_ATTN]);
+               "cache %.0f%%, attention %.0f%%, update %.0f%% alone, %.0f%% shared",
+               100 * spread[CB_PLAN_SPREAD_PEAK], 100 * spread[CB_PLAN_SPREAD_MEM],
+               100 * spread[CB_PLAN_SPREAD_SHARED], 100 * spread[CB_PLAN_SPREAD_CACHE],
+               100 * spread[CB_PLAN_SPREAD_ATTN], 100 * spread[CB_PLAN_SPREAD_UPDATE],
+               100 * spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
     printf("\n");
 }
 

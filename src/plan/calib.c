@@ -80,6 +80,17 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
         double t = pr->memory_shared(pr->ctx, N, C, streams);
         c->mem_bandwidth_shared = t < 1e29 ? bytes / t : 0; /* 0: never ran together */
     }
+    /* the update, 44 bytes a parameter (src/plan/predict.c), on 8M
+     * parameters (128 MB of p, g, m, v): alone and with every device */
+    if (pr->update) {
+        int n = 1 << 23;
+        c->update_bandwidth = 44.0 * n / pr->update(pr->ctx, n, 1);
+        c->update_bandwidth_shared = c->update_bandwidth;
+        if (streams > 1 && c->threads == 1) {
+            double t = pr->update(pr->ctx, n, streams);
+            c->update_bandwidth_shared = t < 1e29 ? 44.0 * n / t : 0;
+        }
+    }
     /* in cache: buffers (60 N C bytes) of a quarter of the last level */
     if (pr->cache_bytes <= 0) return;
     int n = 64;
@@ -168,6 +179,8 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
     MED(mem_bandwidth, &spread[CB_PLAN_SPREAD_MEM]);
     MED(mem_bandwidth_shared, &spread[CB_PLAN_SPREAD_SHARED]);
     MED(cache_bandwidth, &spread[CB_PLAN_SPREAD_CACHE]);
+    MED(update_bandwidth, &spread[CB_PLAN_SPREAD_UPDATE]);
+    MED(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
     MED(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
     /* efficiencies: the median rate over the median peak (each run's are
      * of its own peak) */

@@ -155,15 +155,20 @@ static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
     if (!rc) rc = num(r, dev, "attn_efficiency", "device.attn_efficiency", &c->attn_efficiency);
     if (!rc) rc = read_eff(r, dev, c);
     /* optional (calibrated files): the compute-bound element-wise kernels,
-     * the shared bandwidth, the last-level cache and its rate */
-    const char *const opt[CB_PLAN_NEW + 3] = {"gelu_erf_s", "dropout_s", "mem_bandwidth_shared",
-                                             "cache_bytes", "cache_bandwidth"};
-    const char *const optf[CB_PLAN_NEW + 3] = {"device.gelu_erf_s", "device.dropout_s",
-                                              "device.mem_bandwidth_shared", "device.cache_bytes",
-                                              "device.cache_bandwidth"};
-    double *at[CB_PLAN_NEW + 3] = {&c->ew_s[0], &c->ew_s[1], &c->mem_bandwidth_shared,
-                                   &c->cache_bytes, &c->cache_bandwidth};
-    for (int k = 0; k < CB_PLAN_NEW + 3 && !rc; k++)
+     * the shared bandwidth, the last-level cache and its rate, the update's
+     * rates */
+    enum { NOPT = CB_PLAN_NEW + 5 };
+    const char *const opt[NOPT] = {"gelu_erf_s",      "dropout_s",        "mem_bandwidth_shared",
+                                   "cache_bytes",     "cache_bandwidth",  "update_bandwidth",
+                                   "update_bandwidth_shared"};
+    const char *const optf[NOPT] = {"device.gelu_erf_s",       "device.dropout_s",
+                                    "device.mem_bandwidth_shared", "device.cache_bytes",
+                                    "device.cache_bandwidth",  "device.update_bandwidth",
+                                    "device.update_bandwidth_shared"};
+    double *at[NOPT] = {&c->ew_s[0],          &c->ew_s[1],       &c->mem_bandwidth_shared,
+                        &c->cache_bytes,      &c->cache_bandwidth, &c->update_bandwidth,
+                        &c->update_bandwidth_shared};
+    for (int k = 0; k < NOPT && !rc; k++)
         if (json_get(dev, opt[k])) rc = num(r, dev, opt[k], optf[k], at[k]);
     if (!rc && (c->cache_bytes > 0) != (c->cache_bandwidth > 0))
         rc = bad(r, c->cache_bytes > 0 ? "device.cache_bandwidth" : "device.cache_bytes",
@@ -230,6 +235,10 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
         jb_puts(b, "]");
     if (c->mem_bandwidth_shared > 0)
         jb_printf(b, ",\n    \"mem_bandwidth_shared\": %.6g", c->mem_bandwidth_shared);
+    if (c->update_bandwidth > 0)
+        jb_printf(b, ",\n    \"update_bandwidth\": %.6g", c->update_bandwidth);
+    if (c->update_bandwidth_shared > 0)
+        jb_printf(b, ",\n    \"update_bandwidth_shared\": %.6g", c->update_bandwidth_shared);
     if (c->cache_bytes > 0 && c->cache_bandwidth > 0)
         jb_printf(b, ",\n    \"cache_bytes\": %.6g,\n    \"cache_bandwidth\": %.6g",
                   c->cache_bytes, c->cache_bandwidth);

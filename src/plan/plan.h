@@ -156,6 +156,9 @@ typedef struct cb_plan_cluster {
      * memory-bound kernels on a working set that fits it (docs/plan.md,
      * Memory traffic) */
     double mem_bandwidth_shared, cache_bytes, cache_bandwidth;
+    /* optional: the update's rate (its bytes: optimizer_s's count), alone
+     * and with every device of a node updating at once (0: mem_bandwidth's) */
+    double update_bandwidth, update_bandwidth_shared;
     double attn_efficiency; /* attention kernels, fraction of peak */
     int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
@@ -316,6 +319,10 @@ typedef struct cb_plan_probe {
      * streams running at once on their own buffers; NULL: not measured */
     double (*memory_shared)(void *ctx, int N, int C, int streams);
     double cache_bytes; /* the last-level cache (0: unknown: no in-cache rate) */
+    /* seconds of the step's update (gradient zeroed, its squared norm, the
+     * 1/dp scale, AdamW) of n parameters per stream, `streams` at once (1:
+     * alone); NULL: not measured */
+    double (*update)(void *ctx, int n, int streams);
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */
@@ -332,16 +339,20 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
 /* The median of n calibrations of one machine, figure by figure, into out
  * (the first's name, shape and curve points); spread[k]: (max - min) /
  * median of the peak, the memory bandwidth, the shared bandwidth, the
- * in-cache rate and attention at head size 64 (CB_PLAN_SPREAD_*). */
+ * in-cache rate, attention at head size 64 and the update's rates
+ * (CB_PLAN_SPREAD_*). */
 #define CB_PLAN_MAXRUNS 16
 enum { CB_PLAN_SPREAD_PEAK, CB_PLAN_SPREAD_MEM, CB_PLAN_SPREAD_SHARED, CB_PLAN_SPREAD_CACHE,
-       CB_PLAN_SPREAD_ATTN, CB_PLAN_NSPREAD };
+       CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED, CB_PLAN_NSPREAD };
 void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
                             double spread[CB_PLAN_NSPREAD]);
 /* The bandwidth a rank's memory-bound kernels and update get under layout
  * l with a working set of ws bytes per rank (docs/plan.md, Memory
  * traffic): in cache, streaming alone, or sharing the node's memory. */
 double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws);
+/* The same for the update: its own rates when calibrated, the in-cache
+ * gain of the memory-bound kernels applied to it. */
+double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws);
 /* The probe that times cubist's own CPU kernels (OpenMP threads as set)
  * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
 void cb_plan_probe_cpu(cb_plan_probe *pr);

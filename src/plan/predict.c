@@ -422,7 +422,8 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
  * counted. */
 static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params) {
     double shard = params / (l->zero ? l->dp : 1);
-    return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / c->mem_bandwidth;
+    double rate = c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
+    return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
 }
 
 /* Interleaved GPT pipelines on one tensor rank: every stage's
@@ -542,24 +543,40 @@ static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pr
  * from memory, each rank at most its rate alone and together at most
  * what the node delivers with every device streaming (devices per node x
  * the shared rate). */
-double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+static double rate_of(const cb_plan_cluster *c, const cb_plan_layout *l, double ws, double alone,
+                      double shared) {
     double world = (double)l->dp * l->pp * l->tp, dpn = c->devices_per_node;
     double ranks = minf(world, dpn);
-    if (c->cache_bytes > 0 && ranks * ws <= c->cache_bytes) return c->cache_bandwidth;
-    if (c->mem_bandwidth_shared <= 0 || ranks <= 1) return c->mem_bandwidth;
-    return minf(c->mem_bandwidth, dpn * c->mem_bandwidth_shared / ranks);
+    if (c->cache_bytes > 0 && ranks * ws <= c->cache_bytes)
+        return alone * c->cache_bandwidth / c->mem_bandwidth;
+    if (shared <= 0 || ranks <= 1) return alone;
+    return minf(alone, dpn * shared / ranks);
+}
+
+double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+    return rate_of(c, l, ws, c->mem_bandwidth, c->mem_bandwidth_shared);
+}
+
+double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+    if (c->update_bandwidth <= 0) return cb_plan_mem_rate(c, l, ws);
+    return rate_of(c, l, ws, c->update_bandwidth, c->update_bandwidth_shared);
 }
 
 /* The memory-bound kernels and the update at the bandwidth the layout's
  * working set (the device's memory, every byte of which a step touches)
  * gets: predicted once for the memory, again at that rate. */
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    const cb_plan_cluster *c0 = j->cluster;
     predict_at(j, l, p);
-    double rate = cb_plan_mem_rate(j->cluster, l, p->mem_total);
-    if (rate == j->cluster->mem_bandwidth || !(p->mem_total < 1e300)) return;
-    cb_plan_cluster c = *j->cluster;
+    double rate = cb_plan_mem_rate(c0, l, p->mem_total);
+    double upd = cb_plan_update_rate(c0, l, p->mem_total);
+    if (!(p->mem_total < 1e300) ||
+        (rate == c0->mem_bandwidth && upd == (c0->update_bandwidth > 0 ? c0->update_bandwidth
+                                                                        : c0->mem_bandwidth)))
+        return;
+    cb_plan_cluster c = *c0;
     cb_plan_job at = *j;
-    c.mem_bandwidth = rate, at.cluster = &c;
+    c.mem_bandwidth = rate, c.update_bandwidth = upd, at.cluster = &c;
     predict_at(&at, l, p);
 }
 
