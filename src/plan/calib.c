@@ -68,7 +68,6 @@ static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * fits in cache measures the cache: 10% faster on one core here, more on
  * a team of threads that share one memory bus). */
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    (void)quick;
     int N = 16384, C = 128;
     double bytes = 3.0 * 72 * C * N;
     c->mem_bandwidth = bytes / pr->memory(pr->ctx, N, C);
@@ -81,9 +80,10 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
         c->mem_bandwidth_shared = t < 1e29 ? bytes / t : 0; /* 0: never ran together */
     }
     /* the update, 44 bytes a parameter (src/plan/predict.c), on 8M
-     * parameters (128 MB of p, g, m, v): alone and with every device */
+     * parameters (128 MB of p, g, m, v; --quick 4M, 64 MB, still twice
+     * the cache here): alone and with every device */
     if (pr->update) {
-        int n = 1 << 23;
+        int n = quick ? 1 << 22 : 1 << 23;
         c->update_bandwidth = 44.0 * n / pr->update(pr->ctx, n, 1);
         c->update_bandwidth_shared = c->update_bandwidth;
         if (streams > 1 && c->threads == 1) {
