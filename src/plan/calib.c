@@ -43,9 +43,9 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
 }
 
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
- * 1-D's narrow sides): skinny GEMMs of 32-256 columns run below the square
- * shapes of the same intensity (docs/plan.md, Limits), so they are
- * measured where a layout runs them. */
+ * 1-D's narrow sides), measured where a layout runs them rather than read
+ * off the square shapes' curve: on one core here 0.78-1.19 of it, the
+ * outputs of 32 columns lowest (docs/plan.md, Calibration). */
 static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256}, QKN[] = {64, 256};
     const int *kn = quick ? QKN : KN;
