@@ -135,6 +135,19 @@ int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_clus
     return comm && !getenv("CUBIST_PLAN_FAKE") ? comm_child(quick, c, e) : CB_OK;
 }
 
+/* (max - min) / median of each figure measured (one not measured has none) */
+static void print_spread(const cb_plan_cluster *c, const double *spread) {
+    static const char *const NAME[CB_PLAN_NSPREAD] = {"peak",      "memory", "shared",       "cache",
+                                                      "attention", "update", "update shared"};
+    const double val[CB_PLAN_NSPREAD] = {c->peak_flops,           c->mem_bandwidth,
+                                         c->mem_bandwidth_shared, c->cache_bandwidth,
+                                         c->attn_efficiency,      c->update_bandwidth,
+                                         c->update_bandwidth_shared};
+    printf("; spread (max - min) / median:");
+    for (int k = 0; k < CB_PLAN_NSPREAD; k++)
+        if (val[k] > 0) printf("%s %s %.0f%%", k ? "," : "", NAME[k], 100 * spread[k]);
+}
+
 void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread) {
     printf("calibration of %s: median of %d run%s; peak %.1f GFLOP/s, memory-bound %.1f GB/s "
            "alone, ", c->name, runs, runs > 1 ? "s" : "", c->peak_flops / 1e9,
@@ -154,13 +167,7 @@ void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread)
                c->devices_per_node);
     else if (c->devices_per_node > 1)
         printf(", with %d updating not measured", c->devices_per_node);
-    if (runs > 1)
-        printf("; spread (max - min) / median: peak %.0f%%, memory %.0f%%, shared %.0f%%, "
-               "cache %.0f%%, attention %.0f%%, update %.0f%% alone, %.0f%% shared",
-               100 * spread[CB_PLAN_SPREAD_PEAK], 100 * spread[CB_PLAN_SPREAD_MEM],
-               100 * spread[CB_PLAN_SPREAD_SHARED], 100 * spread[CB_PLAN_SPREAD_CACHE],
-               100 * spread[CB_PLAN_SPREAD_ATTN], 100 * spread[CB_PLAN_SPREAD_UPDATE],
-               100 * spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
+    if (runs > 1) print_spread(c, spread);
     printf("\n");
 }
 
