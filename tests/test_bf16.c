@@ -197,7 +197,7 @@ static void attention_ref(float *out, float *att, const float *qkv, int B, int T
                                round_bf16(base[(size_t)j * 3 * C + C + d]);
                     s[(size_t)t * T + j] = (float)acc * scale;
                 }
-            cb_cpu_masked_softmax(s, T, T, T, T, 1);
+            cb_cpu_masked_softmax(s, NULL, T, T, T, T, 1);
             for (int t = 0; t < T; t++)
                 for (int d = 0; d < hs; d++) {
                     double acc = 0;
@@ -422,6 +422,31 @@ static void adamw_clip_fused(const cb_kernels *bf) {
     }
 }
 
+/* The softmax and its backward writing their bf16 results in the same
+ * pass (the bf16 table's attention operands P, dS and P again) give the bits of
+ * the fp32 result rounded afterwards, masked and padding rows included */
+static void softmax_bf16_fused(void) {
+    enum { T = 37, NQ = 33, NK = 29 }; /* rows past nq and keys past nk are padding */
+    size_t n = (size_t)T * T;
+    float *s = randn(n, 2.0f), *s2 = malloc(4 * n), *d = randn(n, 1.0f), *d2 = malloc(4 * n);
+    uint16_t *h = malloc(2 * n), *h2 = malloc(2 * n);
+    int ok = 1;
+    for (int causal = 0; causal < 2; causal++) {
+        memcpy(s2, s, 4 * n);
+        cb_cpu_masked_softmax(s, NULL, T, T, NQ, NK, causal);
+        cb_cpu_masked_softmax(s2, h, T, T, NQ, NK, causal);
+        for (size_t i = 0; i < n; i++) ok &= s2[i] == s[i] && h[i] == cb_bf16_round(s[i]);
+        memcpy(d2, d, 4 * n);
+        cb_cpu_masked_softmax_backward(d, NULL, NULL, s, T, T, NQ, NK, causal, 0.3f);
+        cb_cpu_masked_softmax_backward(d2, h, h2, s, T, T, NQ, NK, causal, 0.3f);
+        for (size_t i = 0; i < n; i++)
+            ok &= h[i] == cb_bf16_round(d[i]) && h2[i] == cb_bf16_round(s[i]);
+        memcpy(d, d2, 4 * n); /* the fused backward leaves dP as it read it */
+    }
+    report(ok, "softmax and its backward writing bf16 in the same pass: the rounded fp32 result, bit for bit", 0);
+    free(s), free(s2), free(d), free(d2), free(h), free(h2);
+}
+
 int main(void) {
     cb_rng_seed(&rng, 17);
     const cb_kernels *bf = cb_kernels_bf16();
@@ -438,6 +463,7 @@ int main(void) {
     weight_copies(bf);
     packed_copies(bf);
     adamw_clip_fused(bf);
+    softmax_bf16_fused();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

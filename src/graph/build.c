@@ -906,7 +906,9 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) {
         m->params = calloc(m->pt.nparams + 1, sizeof(float));
         m->grads = calloc(m->pt.nparams + 1, sizeof(float));
-        if (!m->params || !m->grads)
+        m->gss = m->d->g.world_size == 1 ? malloc(sizeof(double) * (m->pt.n + 1)) : NULL;
+        for (int t = 0; m->gss && t < m->pt.n; t++) m->gss[t] = -1;
+        if (!m->params || !m->grads || (m->d->g.world_size == 1 && !m->gss))
             rc = cb_fail(e, CB_ENOMEM, "out of memory for %zu parameters", m->pt.nparams);
     }
     for (int i = 0; !rc && i < m->nlayers; i++) bind(m, m->layers[i]);
@@ -963,7 +965,7 @@ void cb_model_free(cb_model *m) {
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
     free(m->part), free(m->part_mod);
     cb_kernels_params_freed(m->params);
-    free(m->params), free(m->grads);
+    free(m->params), free(m->grads), free(m->gss);
     free(m);
 }
 

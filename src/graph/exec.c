@@ -463,6 +463,33 @@ void cb_graph_forward(cb_model *m, int c, int mb, int train) {
     }
 }
 
+/* One process: the sums of squares of the gradients node n finished,
+ * read while its backward's writes are still in cache (the clip's norm
+ * then needs no pass over the whole gradient); the values and their
+ * order of summation (grad_sumsq) are cb_ptable_sumsq's. */
+static void take_sumsq(cb_model *m, const gnode *n) {
+    const cb_kernels *k = m->L->k;
+    for (int j = 0; j < 2; j++) {
+        int t = n->fin[j];
+        if (t >= 0 && m->pt.t[t].owner)
+            m->gss[t] = k->sumsq(k, m->grads + m->pt.t[t].offset, m->pt.t[t].numel);
+    }
+}
+
+/* The gradient's sum of squares over this rank's tensors, in table order:
+ * the ones taken in backward, the others now */
+static double grad_sumsq(cb_model *m) {
+    if (!m->gss) return cb_ptable_sumsq(&m->pt, m->grads);
+    const cb_kernels *k = m->L->k;
+    double s = 0.0;
+    for (int t = 0; t < m->pt.n; t++) {
+        const cb_tensor_info *x = &m->pt.t[t];
+        if (x->owner) s += m->gss[t] >= 0 ? m->gss[t] : k->sumsq(k, m->grads + x->offset, x->numel);
+        m->gss[t] = -1;
+    }
+    return s;
+}
+
 void cb_graph_backward(cb_model *m, int c, int mb) {
     gchunk *ch = &m->ch[c];
     cb_comm *pp = &m->d->g.ppg;
@@ -487,6 +514,7 @@ void cb_graph_backward(cb_model *m, int c, int mb) {
         if (m->node_ms) m->node_ms[i] += now_ms() - s;
         for (int k = 0; dp && last && k < 2; k++)
             if (m->nodes[i].fin[k] >= 0) cb_dp_ready(&m->dp, m->nodes[i].fin[k], m->nodes[i].fin[k]);
+        if (m->gss && last) take_sumsq(m, &m->nodes[i]);
         if (dp) cb_dp_ready(&m->dp, 1, 0); /* MPI progress on the buckets in flight */
     }
     for (int x = 0; x < ch->nein; x++) {
@@ -571,7 +599,7 @@ static float update(cb_model *m, int step) {
         k->scale(k, m->grads + lo, 1.0f / g->dp, hi - lo);
         ss = cb_dp_grad_sumsq(&m->dp);
     } else {
-        ss = cb_ptable_sumsq(&m->pt, m->grads);
+        ss = grad_sumsq(m);
     }
     if (m->on_grads) m->on_grads(m, step, m->on_grads_ctx);
     cb_comm_allreduce_f64(&g->model, "norm", &ss, &ss, 1, CB_COMM_SUM);

@@ -229,6 +229,8 @@ struct cb_model {
     int step, training;  /* the step running (dropout's masks), 1 inside cb_model_train_step */
     int ndrop;           /* dropouts declared */
     int ntie, *tie_t, *tie_owner_rank, *tie_ranks; /* tensors held on several ranks */
+    double *gss; /* one process: tensor t's gradient sum of squares, taken in backward
+                    where it became final (still in cache), < 0 not yet; NULL otherwise */
     int no_lookup;       /* lookups' backward leave their rows out of the tables (split path) */
     int ntables;         /* the leading tensors the sparse and split paths handle (tables) */
     cb_model_step_info info; /* the last step's times */

@@ -5,7 +5,9 @@
  * by copying it, so a kernel added to the CPU table is here too.
  *
  * Activations and weights stay fp32 in memory; each product rounds its
- * operands into bf16 scratch on the way in (one memory pass). A weight's
+ * operands into bf16 scratch on the way in (one memory pass), except
+ * attention's P and dS, which the softmaxes write in bf16 as they make
+ * them (no pass reading them back). A weight's
  * bf16 copy is kept until the parameters are next written
  * (cb_kernels_params_written: AdamW, loading, initialising), so the
  * forward and backward of a step round each weight once. oneDNN
@@ -453,25 +455,32 @@ static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const
     *xkv = kv == q ? *xq : to_bf16(s, ikv, cls, kv, (size_t)a->B * a->Tk * a->ldkv);
 }
 
-/* The masked softmax (or its backward) of every (b,h) pair, fp32 */
-static void attn_softmax(const cb_attn *a, float *sc, const float *att, float scale) {
+/* The masked softmax (or its backward) of every (b,h) pair, in fp32;
+ * h (B,NH,Tq,Tk, may be NULL) gets the result in bf16 from the same pass
+ * (the backward then leaves sc unchanged), and the backward also writes
+ * the probabilities it reads to hp (may be NULL) in bf16: the next
+ * products' operands without rounding passes that read fp32 back */
+static void attn_softmax(const cb_attn *a, float *sc, uint16_t *h, uint16_t *hp,
+                         const float *att, float scale) {
     size_t TT = (size_t)a->Tq * a->Tk;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * a->NH; bh++) {
         int nq, nk;
+        uint16_t *hb = h ? h + bh * TT : NULL, *hpb = hp ? hp + bh * TT : NULL;
         cb_attn_rows(a, bh / a->NH, &nq, &nk);
         if (att)
-            cb_cpu_masked_softmax_backward(sc + bh * TT, att + bh * TT, a->Tq, a->Tk, nq, nk,
-                                           a->causal, scale);
+            cb_cpu_masked_softmax_backward(sc + bh * TT, hb, hpb, att + bh * TT, a->Tq, a->Tk, nq,
+                                           nk, a->causal, scale);
         else
-            cb_cpu_masked_softmax(sc + bh * TT, a->Tq, a->Tk, nq, nk, a->causal);
+            cb_cpu_masked_softmax(sc + bh * TT, hb, a->Tq, a->Tk, nq, nk, a->causal);
     }
 }
 
 /* out (B,Tq,C), att (B,NH,Tq,Tk). S = Q K^T / sqrt(hs) and O = P V are two
  * batched bf16 products over every head and row; the masked softmax
- * between them is the CPU table's, in fp32, and leaves masked
- * probabilities (padding rows whole) zero, so O's padding rows are zero. */
+ * between them is the CPU table's, in fp32, writing P V's bf16 P in the
+ * same pass, and leaves masked probabilities (padding rows whole) zero,
+ * so O's padding rows are zero. */
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     bf16_state *s = state(k);
@@ -483,10 +492,13 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, xq, xkv + a->koff, att, NULL);
-    attn_softmax(a, att, NULL, 0);
     size_t na = (size_t)B * NH * Tq * Tk;
-    if (a->drop > 0) cb_cpu_attn_dropout(a, att);
-    const uint16_t *p = to_bf16(s, 1, CB_RND_ACT_FWD, a->drop > 0 ? att + na : att, na);
+    uint16_t *p = scratch(s, 1, na); /* P V's P: the softmax writes it, unless dropout does */
+    attn_softmax(a, att, a->drop > 0 ? NULL : p, NULL, NULL, 0);
+    if (a->drop > 0) {
+        cb_cpu_attn_dropout(a, att);
+        to_bf16(s, 1, CB_RND_ACT_FWD, att + na, na);
+    }
     mm_desc o = {.nd = 4, .alpha = 1.0f};
     att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
     head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
@@ -494,10 +506,23 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     run(s, &o, p, xkv + a->voff, out, NULL);
 }
 
-/* dV = P^T dY, dP = dY V^T (P and dP through the probability dropout
- * when a->drop > 0), dS from the softmax backward (fp32, zero where
- * masked), dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is
- * folded into dS, as in the CPU table): padding rows come out zero. */
+/* dkv's V columns = P^T dY, p (B,NH,Tq,Tk) bf16 and dy (B,Tq,C) bf16 */
+static void attn_dv(bf16_state *s, const cb_attn *a, const uint16_t *p, const uint16_t *dy,
+                    float *dkv) {
+    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
+    mm_desc v = {.nd = 4, .alpha = 1.0f};
+    att_view(v.ad, v.as, B, NH, Tq, Tk, 1);
+    head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
+    head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
+    run(s, &v, p, dy, dkv + a->voff, NULL);
+}
+
+/* dP = dY V^T, dV = P^T dY (P and dP through the probability dropout
+ * when a->drop > 0), dS from the softmax backward (fp32 arithmetic,
+ * written in bf16, zero where masked), dQ = dS K / sqrt(hs),
+ * dK = dS^T Q / sqrt(hs) (the scale is folded into dS, as in the CPU
+ * table): padding rows come out zero. Without dropout the softmax
+ * backward, which reads P anyway, writes dV's bf16 P, so dV runs after it. */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                float *scratch_, const float *dout, const float *q,
                                const float *kv, const float *att) {
@@ -507,20 +532,19 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     attn_operands(s, a, q, kv, 0, 4, CB_RND_ACT_BWD, &xq, &xkv);
     const uint16_t *dy = to_bf16(s, 1, CB_RND_GRAD, dout, (size_t)B * Tq * a->C);
     size_t na = (size_t)B * NH * Tq * Tk;
-    const uint16_t *p = to_bf16(s, 2, CB_RND_ACT_BWD, a->drop > 0 ? att + na : att, na);
+    uint16_t *p = scratch(s, 2, na), *ds = scratch(s, 3, na);
     mm_desc d = {.nd = 4, .alpha = 1.0f};
     head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
     head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
     att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
     run(s, &d, dy, xkv + a->voff, scratch_, NULL);
-    mm_desc v = {.nd = 4, .alpha = 1.0f}; /* dV = P^T dY */
-    att_view(v.ad, v.as, B, NH, Tq, Tk, 1);
-    head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
-    head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
-    run(s, &v, p, dy, dkv + a->voff, NULL);
-    if (a->drop > 0) cb_cpu_attn_dropout_backward(a, scratch_, att + na);
-    attn_softmax(a, scratch_, att, 1.0f / sqrtf((float)hs));
-    const uint16_t *ds = to_bf16(s, 3, CB_RND_GRAD, scratch_, (size_t)B * NH * Tq * Tk);
+    int drop = a->drop > 0;
+    if (drop) {
+        attn_dv(s, a, to_bf16(s, 2, CB_RND_ACT_BWD, att + na, na), dy, dkv);
+        cb_cpu_attn_dropout_backward(a, scratch_, att + na);
+    }
+    attn_softmax(a, scratch_, ds, drop ? NULL : p, att, 1.0f / sqrtf((float)hs));
+    if (!drop) attn_dv(s, a, p, dy, dkv);
     mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
     att_view(g.ad, g.as, B, NH, Tq, Tk, 0);
     head_view(g.bd, g.bs, B, NH, Tk, hs, a->ldkv, 0);

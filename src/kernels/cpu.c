@@ -209,9 +209,24 @@ void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk) {
 /* keys row i sees: [0, lim) */
 static int seen(int i, int nk, int causal) { return causal && i + 1 < nk ? i + 1 : nk; }
 
-void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal) {
+/* row r (n) *= inv, and h (n, may be NULL) = r rounded to bf16 in the
+ * same pass: the operand of the bf16 table's P V, with no second read of P */
+static void scale_row(float *r, float inv, uint16_t *h, int n) {
+    if (!h) {
+        for (int j = 0; j < n; j++) r[j] *= inv;
+        return;
+    }
+#pragma omp simd
+    for (int j = 0; j < n; j++) {
+        r[j] *= inv;
+        h[j] = cb_bf16_round(r[j]);
+    }
+}
+
+void cb_cpu_masked_softmax(float *s, uint16_t *s16, int Tq, int Tk, int nq, int nk, int causal) {
     for (int t = 0; t < Tq; t++) {
         float *r = s + (size_t)t * Tk, mx = -INFINITY, sum = 0.0f;
+        uint16_t *h = s16 ? s16 + (size_t)t * Tk : NULL;
         int lim = t < nq ? seen(t, nk, causal) : 0;
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < lim; j++) mx = r[j] > mx ? r[j] : mx;
@@ -220,9 +235,9 @@ void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal)
             r[j] = exp_approx(r[j] - mx);
             sum += r[j];
         }
-        float inv = lim ? 1.0f / sum : 0.0f;
-        for (int j = 0; j < lim; j++) r[j] *= inv;
+        scale_row(r, lim ? 1.0f / sum : 0.0f, h, lim);
         for (int j = lim; j < Tk; j++) r[j] = 0.0f;
+        if (h) memset(h + lim, 0, sizeof(uint16_t) * (Tk - lim));
     }
 }
 
@@ -311,7 +326,7 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
         if (p.nq && p.nk)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p.nq, p.nk, hs, scale, q + p.q,
                         a->ldq, kv + p.k, a->ldkv, 0.0f, s, Tk);
-        cb_cpu_masked_softmax(s, Tq, Tk, p.nq, p.nk, a->causal);
+        cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
         float *pv = a->drop > 0 ? s + (size_t)a->B * a->NH * Tq * Tk : s; /* P V's P */
         if (a->drop > 0) attn_drop_pair(a, bh, s, pv);
         if (p.nq && p.nk)
@@ -321,16 +336,42 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     }
 }
 
-void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, int nq, int nk,
-                                    int causal, float scale) {
+/* dS row from dP row d and P row r (n): into d, or only as bf16 into h
+ * when h is given (the bf16 table's operand; its fp32 form is not needed),
+ * with P in bf16 into hp from the same reads */
+static void dsoftmax_row(float *d, const float *r, float dot, float scale, uint16_t *h,
+                         uint16_t *hp, int n) {
+    if (!h) {
+        for (int j = 0; j < n; j++) d[j] = r[j] * (d[j] - dot) * scale;
+        return;
+    }
+    if (hp) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) hp[j] = cb_bf16_round(r[j]);
+    }
+#pragma omp simd
+    for (int j = 0; j < n; j++) {
+        float x = r[j] * (d[j] - dot) * scale;
+        h[j] = cb_bf16_round(x);
+    }
+}
+
+void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, const float *p,
+                                    int Tq, int Tk, int nq, int nk, int causal, float scale) {
     for (int t = 0; t < Tq; t++) {
         float *d = dp + (size_t)t * Tk, dot = 0.0f;
         const float *r = p + (size_t)t * Tk;
+        size_t o = (size_t)t * Tk;
         int lim = t < nq ? seen(t, nk, causal) : 0;
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j < lim; j++) dot += r[j] * d[j];
-        for (int j = 0; j < lim; j++) d[j] = r[j] * (d[j] - dot) * scale;
-        for (int j = lim; j < Tk; j++) d[j] = 0.0f;
+        dsoftmax_row(d, r, dot, scale, ds16 ? ds16 + o : NULL, p16 ? p16 + o : NULL, lim);
+        if (ds16) {
+            memset(ds16 + o + lim, 0, sizeof(uint16_t) * (Tk - lim));
+            if (p16) memset(p16 + o + lim, 0, sizeof(uint16_t) * (Tk - lim));
+        } else {
+            for (int j = lim; j < Tk; j++) d[j] = 0.0f;
+        }
     }
 }
 
@@ -356,7 +397,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
                         a->C, 0.0f, dkv + p.v, a->ldkv);
         }
         if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
-        cb_cpu_masked_softmax_backward(ds, pr, Tq, Tk, nq, nk, a->causal, scale);
+        cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
         if (nq) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, ds, Tk,
                         kv + p.k, a->ldkv, 0.0f, dq + p.q, a->ldq);

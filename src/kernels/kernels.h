@@ -282,11 +282,14 @@ void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
 /* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
- * sees (j < nk and, causal, j <= i), zero elsewhere */
-void cb_cpu_masked_softmax(float *s, int Tq, int Tk, int nq, int nk, int causal);
-/* dp (Tq,Tk): dL/dP in, dL/dS (scaled) out, zero where masked */
-void cb_cpu_masked_softmax_backward(float *dp, const float *p, int Tq, int Tk, int nq, int nk,
-                                    int causal, float scale);
+ * sees (j < nk and, causal, j <= i), zero elsewhere; s16 (Tq,Tk, may be
+ * NULL) also gets it in bf16, from the same pass */
+void cb_cpu_masked_softmax(float *s, uint16_t *s16, int Tq, int Tk, int nq, int nk, int causal);
+/* dp (Tq,Tk): dL/dP in, dL/dS (scaled) out, zero where masked; with ds16
+ * (Tq,Tk) given, dL/dS goes there in bf16 instead (dp is left as read),
+ * and p16 (Tq,Tk, may be NULL) gets P in bf16, from the same pass */
+void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, const float *p,
+                                    int Tq, int Tk, int nq, int nk, int causal, float scale);
 /* a->drop > 0: the dropped probabilities (second half of att) from the
  * probabilities (first half), every (b,h) of a */
 void cb_cpu_attn_dropout(const cb_attn *a, float *att);
