@@ -416,14 +416,16 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
 
 /* The update's memory traffic per parameter (src/graph/exec.c): the
  * gradient zeroed before backward (4 bytes written), its squared norm (4
- * read), AdamW (p, g, m, v read, p, m, v written: 28) and under data
+ * read; one process reads it in backward, in cache), AdamW (p, g, m, v read, p, m, v written: 28) and under data
  * parallelism the averaging scale (8); ZeRO-1 shards all but the zeroing.
  * Clipping's scale (8 more) runs only when the norm exceeds the clip: not
  * counted. */
 static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params) {
     double shard = params / (l->zero ? l->dp : 1);
     double rate = c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
-    return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
+    /* one process takes each gradient's norm in backward, in cache: not here */
+    double norm = l->dp * l->pp * l->tp > 1 ? 4 : 0;
+    return (4 * params + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
 }
 
 /* Interleaved GPT pipelines on one tensor rank: every stage's
