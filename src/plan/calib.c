@@ -72,8 +72,9 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
     double bytes = 3.0 * 72 * C * N;
     c->mem_bandwidth = bytes / pr->memory(pr->ctx, N, C);
     /* every device of the node streaming at once (one thread each): a
-     * rank's share of the memory system */
-    int streams = c->devices_per_node;
+     * rank's share of the memory system (not with quick: the windows in
+     * which the streams run together are what takes time) */
+    int streams = quick ? 1 : c->devices_per_node;
     c->mem_bandwidth_shared = c->mem_bandwidth;
     if (pr->memory_shared && streams > 1 && c->threads == 1) {
         double t = pr->memory_shared(pr->ctx, N, C, streams);
