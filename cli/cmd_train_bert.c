@@ -30,9 +30,14 @@ static const char EPILOG[] =
     "--grad-accum M is --micro-batches M. Lines `step N loss L grad_norm G`;\n"
     "--log JSONL; --dump-batches F writes each step's rows (int32: T ids, T\n"
     "types, T targets (-1: not masked), length) for the PyTorch test;\n"
-    "--dump-grads F step 1's gradients. --fill N (one process) after training\n"
-    "masks one word in each of N sequences of --val-data and prints the model's\n"
-    "five best guesses for it.\n"
+    "--dump-grads F step 1's gradients. --val-data F (one process): at the end and\n"
+    "every --eval-every steps, every 7th text token of each sequence of F is\n"
+    "masked ([MASK]) and scored: `eval step N val_loss (nats) val_acc val_top5`\n"
+    "of the model, `freq_acc freq_top5` of guessing the training text's most\n"
+    "frequent tokens, `unigram_acc unigram_loss` of a guess drawn from its token\n"
+    "frequencies, `val_masked` the count (also in --log). --fill N after\n"
+    "training masks one word in each of N sequences of F and prints its verse,\n"
+    "the answer and the model's five best guesses.\n"
     "Checkpoints and stops as for the GPT (the one training loop, src/train/run.c):\n"
     "--save F writes F and F.state (AdamW moments, step); --save DIR/ one pair per\n"
     "save (--save-every, --keep-last); --resume continues bit for bit (rows and\n"
@@ -56,7 +61,8 @@ int cmd_train_bert(int argc, char **argv) {
     cli_flag flags[80] = {
         {"model", ARG_STR, &model, "bert or roberta here (gpt: the default trainer)"},
         {"data", ARG_STR, &o.data, "training tokens (a file, glob or comma list, as for gpt)"},
-        {"val-data", ARG_STR, &o.val_data, "held-out tokens for --fill"},
+        {"val-data", ARG_STR, &o.val_data, "held-out tokens: masked-token accuracy at the end (one process)"},
+        {"eval-every", ARG_INT, &o.eval_every, "also every N steps (needs --val-data)"},
         {"fill", ARG_INT, &bt.fill, "after training, guess a masked word in N held-out sequences (0)"},
         {"bpe-dir", ARG_STR, &bt.bpe_dir, "GPT-2 tokenizer files for --fill (" CB_BPE_DIR ")"},
         {"layers", ARG_INT, &bt.layers, "encoder blocks (2)"},

@@ -2,6 +2,7 @@
  * training task (train.h, cb_train_task): sequences and masks are pure
  * functions of (seed, sequence, step), so every layout and a resumed run
  * see the same batches; --fill's guesses after training. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,10 @@ enum { SP_PAD, SP_CLS, SP_SEP, SP_MASK, N_SPECIAL }; /* ids special_base + these
 typedef struct bert_task {
     const cb_train_opts *to;
     const cb_bert_task_opts *n;
-    cb_tokens tok, val;
+    cb_tokens tok, val;   /* val: --val-data's held-out tokens */
     cb_tokenizer tk;      /* --fill's, opened before training */
+    float *uni;           /* with --val-data: the training text's unigram frequencies (V) */
+    int freq[5];          /* and its five most frequent ids, most first */
     int roberta, V, T, batch;
     size_t nseq;          /* sequences in one epoch of the stream */
     FILE *dump;           /* --dump-batches, world rank 0 */
@@ -97,37 +100,79 @@ static int bert_batch(void *ctx, int s, int M, int r0, int rows, int *out, int *
     return CB_OK;
 }
 
-/* --fill: the first word (a token decoding to a space and 3+ letters)
- * past the first quarter of row k's text, or -1 */
-static int pick_word(const cb_tokenizer *tk, const int *ids, int len, int base) {
-    uint8_t b[64];
-    for (int i = len / 4; i < len; i++) {
-        if (ids[2 * i] >= base) continue;
-        size_t n = tk->decode(tk, ids[2 * i], b, sizeof b);
-        int letters = 0;
-        for (size_t j = 1; j < n && j < sizeof b; j++) letters += (b[j] | 32) >= 'a' && (b[j] | 32) <= 'z';
-        if (n >= 4 && b[0] == ' ' && letters == (int)n - 1) return i;
-    }
-    return -1;
+/* decodes id into b (cap 64): its length, at most 64 */
+static size_t decode(const cb_tokenizer *tk, int id, uint8_t *b) {
+    size_t n = tk->decode(tk, id, b, 64);
+    return n < 64 ? n : 64;
 }
 
-/* the 5 most probable of the n text ids, best first */
-static void top5(const float *pr, int n, int *best) {
-    for (int j = 0; j < 5; j++) {
-        best[j] = -1;
-        for (int v = 0; v < n; v++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= best[q] == v;
-            if (!taken && (best[j] < 0 || pr[v] > pr[best[j]])) best[j] = v;
-        }
+/* where a verse starts: at token i of a row, a space and 1-3 digits (its
+ * number), or a blank line (a book's or chapter's heading follows); GPT-2
+ * splits "\n\n" before a non-space into two tokens */
+static int verse_break(const cb_tokenizer *tk, const int *ids, int i, int base) {
+    uint8_t b[64], a[64];
+    if (ids[2 * i] >= base) return 0;
+    size_t n = decode(tk, ids[2 * i], b), digits = 0, blank = 0;
+    for (size_t j = 0; j < n; j++) digits += b[j] >= '0' && b[j] <= '9';
+    for (size_t j = 1; j < n; j++) blank |= b[j] == '\n' && b[j - 1] == '\n';
+    if (n && b[0] == '\n' && i > 0 && ids[2 * (i - 1)] < base) {
+        size_t m = decode(tk, ids[2 * (i - 1)], a);
+        blank |= m && a[m - 1] == '\n';
+    }
+    return blank || (n >= 2 && n <= 4 && b[0] == ' ' && digits == n - 1);
+}
+
+/* The verse around position pos of a row: [*i0, *i1), *i0 its break's
+ * position (0, [CLS], when the row starts inside it), *i1 the next break's (len
+ * when the row ends inside it); 1 if both lie inside the row. */
+static int verse_span(const cb_tokenizer *tk, const int *ids, int len, int base, int pos,
+                      int *i0, int *i1) {
+    int a = pos - 1, b = pos + 1;
+    while (a >= 1 && !verse_break(tk, ids, a, base)) a--;
+    while (b < len && !verse_break(tk, ids, b, base)) b++;
+    *i0 = a >= 1 ? a : 0, *i1 = b;
+    return a >= 1 && b < len;
+}
+
+/* a word to mask: a GPT-2 token of a space and 3+ letters; a letter when
+ * the tokens are bytes */
+static int is_word(const cb_tokenizer *tk, int id) {
+    uint8_t b[64];
+    size_t n = decode(tk, id, b), letters = 0;
+    for (size_t j = 0; j < n; j++) letters += (b[j] | 32) >= 'a' && (b[j] | 32) <= 'z';
+    if (tk->vocab <= 256) return n == 1 && letters == 1;
+    return n >= 4 && b[0] == ' ' && letters == n - 1;
+}
+
+/* --fill: the first word past the first quarter of the row's text in a
+ * verse the row holds whole, else the first word past it; -1 if none */
+static int pick_word(const cb_tokenizer *tk, const int *ids, int len, int base) {
+    int first = -1, i0, i1;
+    for (int i = len / 4; i < len; i++) {
+        if (ids[2 * i] >= base || !is_word(tk, ids[2 * i])) continue;
+        if (verse_span(tk, ids, len, base, i, &i0, &i1)) return i;
+        if (first < 0) first = i;
+    }
+    return first;
+}
+
+/* the k (<= 5) most probable of the n ids, best first (ties: the lower id) */
+static void top_k(const float *pr, int n, int k, int *best) {
+    for (int j = 0; j < k; j++) best[j] = -1;
+    for (int v = 0; v < n; v++) {
+        int j = k;
+        while (j > 0 && (best[j - 1] < 0 || pr[v] > pr[best[j - 1]])) j--;
+        if (j == k) continue;
+        for (int q = k - 1; q > j; q--) best[q] = best[q - 1];
+        best[j] = v;
     }
 }
 
 /* one id's text on one line (line breaks as spaces) */
 static void print_id(FILE *f, const cb_tokenizer *tk, int id) {
     uint8_t b[64];
-    size_t n = tk->decode(tk, id, b, sizeof b);
-    for (size_t j = 0; j < n && j < sizeof b; j++) fputc(b[j] == '\n' ? ' ' : b[j], f);
+    size_t n = decode(tk, id, b);
+    for (size_t j = 0; j < n; j++) fputc(b[j] == '\n' ? ' ' : b[j], f);
 }
 
 static void print_ids(FILE *f, const cb_tokenizer *tk, const int *ids, int i0, int i1, int base) {
@@ -137,12 +182,42 @@ static void print_ids(FILE *f, const cb_tokenizer *tk, const int *ids, int i0, i
     }
 }
 
+/* a guess or an answer: without its leading space; a token of only
+ * spaces and line breaks quoted, C-escaped */
+static void print_word(FILE *f, const cb_tokenizer *tk, int id) {
+    uint8_t b[64];
+    size_t n = decode(tk, id, b), blank = 0;
+    if (!n) return; /* an id the tokenizer lacks (between V and --special-base) */
+    for (size_t j = 0; j < n; j++) blank += b[j] == ' ' || b[j] == '\n';
+    if (blank == n) {
+        fputc('"', f);
+        for (size_t j = 0; j < n; j++) fputs(b[j] == '\n' ? "\\n" : " ", f);
+        fputc('"', f);
+    } else fwrite(b + (b[0] == ' '), 1, n - (b[0] == ' '), f);
+}
+
+/* the verse of a row's masked word pos, its answer and the five best
+ * guesses of pr (the position's probabilities) */
+static void print_fill(const bert_task *r, FILE *f, const int *ids, int len, int pos, int truth,
+                       const float *pr) {
+    int base = r->n->special_base, best[5], i0, i1;
+    verse_span(&r->tk, ids, len, base, pos, &i0, &i1);
+    fputs(i0 > 0 ? "" : "...", f);
+    print_ids(f, &r->tk, ids, i0, i1, base);
+    fputs(i1 < len ? "\n    answer: " : " ...\n    answer: ", f);
+    print_word(f, &r->tk, truth);
+    fputs("   guesses: ", f);
+    top_k(pr, base, 5, best);
+    for (int j = 0; j < 5; j++) {
+        print_word(f, &r->tk, best[j]);
+        fprintf(f, " %.3f%s", pr[best[j]], j < 4 ? " | " : "\n");
+    }
+}
+
 /* After training: one masked word in each of o->fill sequences of the
  * validation tokens, with the model's five best guesses (one process). */
 static int fill(bert_task *r, cb_model *m, int *ids_buf, cb_err *e) {
     const cb_bert_task_opts *o = r->n;
-    FILE *f = o->fill_out;
-    const cb_tokenizer tk = r->tk;
     int rc = CB_OK, base = o->special_base;
     int T = r->T, B = r->batch, *row = r->row + T, len, *tg = row + 2 * T;
     int *pos = calloc((size_t)B, sizeof(int)), *truth = calloc((size_t)B, sizeof(int));
@@ -151,29 +226,17 @@ static int fill(bert_task *r, cb_model *m, int *ids_buf, cb_err *e) {
     for (int k0 = 0; !rc && k0 < o->fill && (size_t)k0 < nval; k0 += B) {
         for (int k = 0; k < B; k++) {
             make_row(r, o, &r->val, 0, (uint64_t)((k0 + k) % nval), row, tg, &len);
-            pos[k] = pick_word(&tk, row, len, base);
+            pos[k] = pick_word(&r->tk, row, len, base);
             truth[k] = pos[k] >= 0 ? row[2 * pos[k]] : 0;
             if (pos[k] >= 0) row[2 * pos[k]] = base + SP_MASK;
             memcpy(ids_buf + (size_t)k * 2 * T, row, sizeof(int) * 2 * T);
             r->lens[k] = len;
         }
         const float *p = cb_model_probs(m, ids_buf);
-        for (int k = 0; k < B && k0 + k < o->fill && p; k++) {
-            if (pos[k] < 0) continue;
-            const int *ids = ids_buf + (size_t)k * 2 * T;
-            const float *pr = p + ((size_t)k * T + pos[k]) * (base + N_SPECIAL);
-            int best[5];
-            top5(pr, base, best);
-            fprintf(f, "...");
-            print_ids(f, &tk, ids, pos[k] > 12 ? pos[k] - 12 : 1, pos[k] + 8 < len ? pos[k] + 8 : len, base);
-            fprintf(f, " ...\n    answer:");
-            print_id(f, &tk, truth[k]);
-            fprintf(f, "   guesses:");
-            for (int j = 0; j < 5; j++) {
-                print_id(f, &tk, best[j]);
-                fprintf(f, " (%.3f)%s", pr[best[j]], j < 4 ? "," : "\n");
-            }
-        }
+        for (int k = 0; k < B && k0 + k < o->fill && p; k++)
+            if (pos[k] >= 0)
+                print_fill(r, o->fill_out, ids_buf + (size_t)k * 2 * T, r->lens[k], pos[k],
+                           truth[k], p + ((size_t)k * T + pos[k]) * (base + N_SPECIAL));
         if (!p) rc = cb_fail(e, CB_EINPUT, "--fill needs one process and one micro-batch");
     }
     free(pos), free(truth);
@@ -199,11 +262,89 @@ static void bert_declare(void *ctx, cb_model *m) {
     cb_model_set_lengths(m, r->lens);
 }
 
+/* Held-out accuracy: every EVAL_STRIDE-th text position of a sequence is
+ * masked (as [MASK]: about the 15% training masks), shifted by one per
+ * sequence so every position of the text is scored once in 7 sequences. */
+enum { EVAL_STRIDE = 7 };
+
+/* held-out sequence k with its scored positions masked; targets -1 elsewhere */
+static void eval_row(const bert_task *r, uint64_t k, int *ids, int *tg, int *len) {
+    int base = r->n->special_base;
+    make_row(r, r->n, &r->val, 0, k, ids, tg, len);
+    for (int i = 0; i < *len; i++) {
+        int x = ids[2 * i];
+        tg[i] = x < base && (i + k) % EVAL_STRIDE == 0 ? x : -1;
+        if (tg[i] >= 0) ids[2 * i] = base + SP_MASK;
+    }
+}
+
+/* sums over the scored positions: the model's, the most frequent training
+ * tokens' and a guess drawn from the training unigram frequencies' */
+typedef struct mlm_score {
+    double n, loss, top1, top5, freq1, freq5, uni1, uni_loss;
+} mlm_score;
+
+/* one scored position: pr its probabilities (V + specials), y the answer */
+static void score(const bert_task *r, const float *pr, int y, mlm_score *s) {
+    int best[5], in5 = 0, f5 = 0;
+    top_k(pr, r->n->special_base, 5, best);
+    for (int j = 0; j < 5; j++) in5 |= best[j] == y, f5 |= r->freq[j] == y;
+    s->n++;
+    s->loss -= log(pr[y] > 1e-30f ? pr[y] : 1e-30f); /* a float that underflowed */
+    s->top1 += best[0] == y, s->top5 += in5;
+    s->freq1 += r->freq[0] == y, s->freq5 += f5;
+    s->uni1 += r->uni[y], s->uni_loss -= log(r->uni[y]);
+}
+
+/* --val-data: the model's masked-token accuracy and loss over every
+ * held-out sequence next to the two frequency baselines (one process). */
 static int bert_eval(void *ctx, cb_model *m, int r0, int rows, int *ids, int *targets,
                      cb_train_metric *out, int cap, cb_err *e) {
-    (void)ctx, (void)m, (void)r0, (void)rows, (void)ids, (void)targets, (void)out, (void)cap;
-    (void)e;
-    return 0; /* --fill after training (finish) */
+    bert_task *r = ctx;
+    (void)r0, (void)rows;
+    if (!r->uni || cap < 8) return 0;
+    int T = r->T, B = r->batch, VS = r->n->special_base + N_SPECIAL;
+    size_t nval = r->val.n / (size_t)(r->roberta ? T - 2 : T - 3);
+    mlm_score s = {0};
+    for (size_t k0 = 0; k0 < nval; k0 += (size_t)B) {
+        for (int k = 0; k < B; k++)
+            eval_row(r, (k0 + k) % nval, ids + (size_t)k * 2 * T, targets + (size_t)k * T, &r->lens[k]);
+        const float *p = cb_model_probs(m, ids);
+        if (!p) return cb_fail(e, CB_EINPUT, "--val-data needs one process and one micro-batch"), -1;
+        for (size_t i = 0; i < (size_t)B * T && k0 + i / T < nval; i++)
+            if (targets[i] >= 0) score(r, p + i * VS, targets[i], &s);
+    }
+    double n = s.n > 0 ? s.n : 1;
+    out[0] = (cb_train_metric){"val_loss", s.loss / n, 0};
+    out[1] = (cb_train_metric){"val_acc", s.top1 / n, 0};
+    out[2] = (cb_train_metric){"val_top5", s.top5 / n, 0};
+    out[3] = (cb_train_metric){"freq_acc", s.freq1 / n, 0};
+    out[4] = (cb_train_metric){"freq_top5", s.freq5 / n, 0};
+    out[5] = (cb_train_metric){"unigram_acc", s.uni1 / n, 0};
+    out[6] = (cb_train_metric){"unigram_loss", s.uni_loss / n, 0};
+    out[7] = (cb_train_metric){"val_masked", s.n, 1};
+    return 8;
+}
+
+/* the training text's unigram frequencies (add-one smoothed over the V
+ * text ids, so an unseen held-out word has a finite loss) and its five
+ * most frequent ids */
+static int unigram(bert_task *r, cb_err *e) {
+    enum { CHUNK = 1 << 16 };
+    int *buf = malloc(sizeof(int) * CHUNK);
+    size_t *count = calloc((size_t)r->V, sizeof(size_t));
+    r->uni = malloc(sizeof(float) * (size_t)r->V);
+    int rc = buf && count && r->uni ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for the unigram");
+    for (size_t p = 0; !rc && p < r->tok.n; p += CHUNK) {
+        size_t n = r->tok.n - p < CHUNK ? r->tok.n - p : CHUNK;
+        cb_tokens_read(&r->tok, p, n, buf);
+        for (size_t i = 0; i < n; i++) count[buf[i]]++;
+    }
+    for (int v = 0; !rc && v < r->V; v++)
+        r->uni[v] = (float)((count[v] + 1.0) / ((double)r->tok.n + r->V));
+    if (!rc) top_k(r->uni, r->V, 5, r->freq);
+    free(buf), free(count);
+    return rc;
 }
 
 static int bert_meta(void *ctx, const char **kv, char (*text)[24], int cap) {
@@ -218,7 +359,7 @@ static void bert_close(void *ctx) {
     bert_task *r = ctx;
     if (!r) return;
     if (r->dump) fclose(r->dump);
-    free(r->lens), free(r->row);
+    free(r->lens), free(r->row), free(r->uni);
     cb_tokens_close(&r->tok);
     cb_tokens_close(&r->val);
     cb_tokenizer_free(&r->tk);
@@ -251,6 +392,12 @@ static int bert_prepare(cb_train_opts *to, cb_err *e) {
                        o->V - 1, o->V);
     if (o->fill > 0 && !to->val_data)
         return cb_fail(e, CB_EINPUT, "--fill needs --val-data TOKENS (held-out text)");
+    if (to->eval_every > 0 && !to->val_data)
+        return cb_fail(e, CB_EINPUT, "--eval-every %d needs --val-data TOKENS (held-out text)",
+                       to->eval_every);
+    if (to->val_data && (cb_comm_world()->size > 1 || to->accum > 1))
+        return cb_fail(e, CB_EINPUT, "--val-data (held-out accuracy, --fill) needs one process and "
+                                     "one micro-batch; drop it or the parallel flags");
     return CB_OK;
 }
 
@@ -267,7 +414,7 @@ static int bert_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
                             .finish = bert_finish, .close = bert_close};
     (void)nl;
     int rc = cb_tokens_open(to->data, r->V, &r->tok, e);
-    if (!rc && o->fill > 0) rc = cb_tokens_open(to->val_data, r->V, &r->val, e);
+    if (!rc && to->val_data) rc = cb_tokens_open(to->val_data, r->V, &r->val, e);
     const char *tkname = cb_tokenizer_tag_name(o->tokenizer);
     if (!rc && o->fill > 0) rc = cb_tokenizer_open(tkname ? tkname : "byte", o->bpe_dir, &r->tk, e);
     if (rc) return rc;
@@ -276,6 +423,10 @@ static int bert_open(cb_train_task *task, const cb_train_opts *to, cb_err *e) {
     if (r->nseq < 1)
         return cb_fail(e, CB_EINPUT, "%s: %zu tokens, fewer than one sequence's %zu; use a longer "
                                      "file", to->data, r->tok.n, text);
+    if (to->val_data && r->val.n < text)
+        return cb_fail(e, CB_EINPUT, "--val-data %s: %zu tokens, fewer than one sequence's %zu; "
+                                     "use a longer file", to->val_data, r->val.n, text);
+    if (to->val_data && (rc = unigram(r, e))) return rc;
     r->lens = malloc(sizeof(int) * (size_t)r->batch);
     r->row = malloc(sizeof(int) * (4 * (size_t)T + 1));
     if (!r->lens || !r->row) return cb_fail(e, CB_ENOMEM, "out of memory for batches");
