@@ -236,9 +236,12 @@ static int plan_list(const plan_opts *o, cb_err *e) {
 static const char EPILOG[] =
     "  cubist plan --cluster longhorn --devices 64 --layers 24 --d-model 2048 --heads 64\n"
     "        every layout of 64 devices that fits memory, fastest first (--json, --plot F.png)\n"
-    "  cubist plan --calibrate [--out F]   measure this machine: GEMM efficiency by shape,\n"
-    "        memory-bound bandwidth, MPI alpha/beta per collective (an mpirun child of 2 ranks)\n"
-    "  cubist plan --validate [--quick]    predicted vs measured on this machine\n"
+    "  cubist plan --calibrate [--out F] [--repeat R]   measure this machine: GEMM efficiency\n"
+    "        by shape, memory-bound bandwidth (alone, every device at once, in cache), MPI\n"
+    "        alpha/beta per collective (an mpirun child of 2 ranks); R runs: the median\n"
+    "  cubist plan --validate [--cluster F1[,F2]] [--repeat R] [--quick]\n"
+    "        predicted vs measured on this machine, from the calibrations of 1 and 2 threads\n"
+    "        given (others measured now, the median of R >= 3 runs)\n"
     "  cubist plan --reproduce bian2021|horovod2019\n"
     "  cubist plan --scaling --model nmt --batch B [--strong-batch G] [--cluster F --devices N]\n"
     "        weak (B sequences a rank) and strong (G in all) data-parallel efficiency at 1..N\n"
@@ -304,7 +307,9 @@ int cmd_plan(int argc, char **argv) {
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
         {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
-        {"cluster", ARG_STR, &o.cluster, "cluster file or preset (default: this machine)"},
+        {"cluster", ARG_STR, &o.cluster,
+         "cluster file or preset (default: this machine); --validate: F1[,F2], this machine's "
+         "calibrations of 1 and 2 threads (`--calibrate --threads T`), the missing one measured"},
         {"max-memory", ARG_DOUBLE, &o.max_memory_gb, "GB per device (default: the cluster's)"},
         {"top", ARG_INT, &o.top, "rows listed (20; 0: all)"},
         {"json", ARG_BOOL, &o.json, "one JSON object"},
@@ -315,7 +320,9 @@ int cmd_plan(int argc, char **argv) {
         {"out", ARG_STR, &o.out, "--calibrate: cluster file to write (default: the cache)"},
         {"quick", ARG_BOOL, &o.quick, "--calibrate, --validate: a small, fast set"},
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
-        {"repeat", ARG_INT, &o.repeat, "--validate: runs of every case, the fastest kept (1)"},
+        {"repeat", ARG_INT, &o.repeat,
+         "--validate: runs of every case, the fastest kept, and of its calibration (median, "
+         "3 at least without --quick); --calibrate: runs, the median kept (1)"},
         {"profile", ARG_BOOL, &o.profile,
          "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},

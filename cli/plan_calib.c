@@ -34,6 +34,15 @@ static double f_gemm(void *ctx, int m, int k, int n) {
     return 3 * 2.0 * m * k * n / (f->gflops * 1e9 * eff);
 }
 static double f_memory(void *ctx, int N, int C) { return 3.0 * 72 * C * N / (((fake *)ctx)->gbs * 1e9); }
+static double f_memory_shared(void *ctx, int N, int C, int streams) {
+    (void)streams;
+    return f_memory(ctx, N, C);
+}
+/* the update: its 44 bytes a parameter at the memory rate */
+static double f_update(void *ctx, int n, int streams) {
+    (void)streams;
+    return 44.0 * n / (((fake *)ctx)->gbs * 1e9);
+}
 static double f_attention(void *ctx, int B, int T, int C, int NH) {
     const fake *f = ctx;
     (void)NH;
@@ -99,7 +108,9 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
     if (fk) {
         fake f;
         if (parse_fake(fk, &f, e)) return e->code;
-        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise};
+        /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
+        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
+                            f_memory_shared, 8 << 20, f_update};
         cb_plan_calibrate(&pr, quick, c);
         return CB_OK;
     }
@@ -111,6 +122,53 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
     cb_plan_calibrate(&pr, quick, c);
     omp_set_num_threads(was);
     return comm ? comm_child(quick, c, e) : CB_OK;
+}
+
+int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_cluster *c,
+                        double spread[CB_PLAN_NSPREAD], cb_err *e) {
+    static cb_plan_cluster r[CB_PLAN_MAXRUNS];
+    int n = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
+    for (int i = 0; i < n && !rc; i++) rc = plan_measure(threads, quick, 0, &r[i], e);
+    if (rc) return rc;
+    cb_plan_cluster_median(r, n, c, spread);
+    /* the collectives once (the fake timer's are in every run) */
+    return comm && !getenv("CUBIST_PLAN_FAKE") ? comm_child(quick, c, e) : CB_OK;
+}
+
+/* (max - min) / median of each figure measured (one not measured has none) */
+static void print_spread(const cb_plan_cluster *c, const double *spread) {
+    static const char *const NAME[CB_PLAN_NSPREAD] = {"peak",      "memory", "shared",       "cache",
+                                                      "attention", "update", "update shared"};
+    const double val[CB_PLAN_NSPREAD] = {c->peak_flops,           c->mem_bandwidth,
+                                         c->mem_bandwidth_shared, c->cache_bandwidth,
+                                         c->attn_efficiency,      c->update_bandwidth,
+                                         c->update_bandwidth_shared};
+    printf("; spread (max - min) / median:");
+    for (int k = 0; k < CB_PLAN_NSPREAD; k++)
+        if (val[k] > 0) printf("%s %s %.0f%%", k ? "," : "", NAME[k], 100 * spread[k]);
+}
+
+void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread) {
+    printf("calibration of %s: median of %d run%s; peak %.1f GFLOP/s, memory-bound %.1f GB/s "
+           "alone, ", c->name, runs, runs > 1 ? "s" : "", c->peak_flops / 1e9,
+           c->mem_bandwidth / 1e9);
+    if (c->devices_per_node < 2)
+        printf("one device a node (no shared rate)");
+    else if (c->mem_bandwidth_shared > 0)
+        printf("%.1f GB/s each with %d streaming", c->mem_bandwidth_shared / 1e9,
+               c->devices_per_node);
+    else
+        printf("with %d streaming not measured (they never ran together: a loaded machine)",
+               c->devices_per_node);
+    printf(", %.1f GB/s in the %.0f MiB cache; the update %.1f GB/s alone", c->cache_bandwidth / 1e9,
+           c->cache_bytes / 1048576, c->update_bandwidth / 1e9);
+    if (c->devices_per_node > 1 && c->update_bandwidth_shared > 0)
+        printf(", %.1f GB/s each with %d updating", c->update_bandwidth_shared / 1e9,
+               c->devices_per_node);
+    else if (c->devices_per_node > 1)
+        printf(", with %d updating not measured", c->devices_per_node);
+    if (runs > 1) print_spread(c, spread);
+    printf("\n");
 }
 
 int plan_calibrate_comm(int quick, cb_err *e) {
@@ -135,8 +193,9 @@ static const char SOURCE[] =
     "cubist plan --calibrate on this machine: GEMM rates of cubist's matmul forward + backward on "
     "square shapes (peak = the best, efficiency = rate / peak by arithmetic intensity), the "
     "block's memory-bound kernels, the attention kernel, and MPI collectives of 2 ranks "
-    "(alpha, beta fitted from 64 floats and a large vector); best of 3 repetitions on a shared "
-    "machine. One node: the inter-node tier repeats the intra-node one.";
+    "(alpha, beta fitted from 64 floats and a large vector); each figure the best of 15 windows, "
+    "the median of --repeat runs; the memory-bound kernels also with every device streaming at "
+    "once and on a working set in the last-level cache. One node: the inter-node tier repeats the intra-node one.";
 
 /* the cache file's directory and its parent ($HOME/.cache may not exist yet) */
 static void cache_mkdir(const char *path) {
@@ -171,9 +230,11 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
         return cb_fail(e, CB_EINPUT, "--calibrate: no --out and neither XDG_CACHE_HOME nor HOME set");
     else cache_mkdir(path);
     cb_plan_cluster c;
-    int rc = plan_measure(o->threads, o->quick, 1, &c, e);
+    double spread[CB_PLAN_NSPREAD];
+    int rc = plan_measure_median(o->threads, o->quick, 1, o->repeat, &c, spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;
+    plan_print_spread(&c, o->repeat, spread);
     printf("calibrated %s: peak %.2f GFLOP/s (GEMM efficiency %.2f at intensity %.3g .. %.2f at "
            "%.3g), memory-bound %.2f GB/s, attention %.2f of peak",
            c.name, c.peak_flops / 1e9, c.eff[0], c.eff_intensity[0], c.eff[c.neff - 1],

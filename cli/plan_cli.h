@@ -45,6 +45,13 @@ int plan_calibrate_comm(int quick, cb_err *e);
 /* Calibrates in this process (compute) and, with comm, through an mpirun
  * child of 2 ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
 int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e);
+/* plan_measure `runs` times (compute; the collectives once), the median
+ * of each figure; spread: cb_plan_cluster_median's. */
+int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_cluster *c,
+                        double spread[CB_PLAN_NSPREAD], cb_err *e);
+/* One line: the calibration's headline figures and, over several runs,
+ * their spread. */
+void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread);
 int plan_validate(const plan_opts *o, cb_err *e);
 int plan_reproduce(const plan_opts *o, cb_err *e);
 /* --scaling: predicted weak and strong data-parallel scaling per

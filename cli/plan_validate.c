@@ -388,6 +388,34 @@ static void order(const tally *t) {
            "in %d of %d models\n", kept, groups);
 }
 
+/* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
+ * `threads`, the rest calibrated now (the median of --repeat runs, at
+ * least 3 for the full set; the collectives once, 1 thread per rank as
+ * every multi-rank case runs); the calibration's figures printed. */
+static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *e) {
+    int have[2] = {0, 0}, rc = CB_OK;
+    char list[4096], path[4096];
+    snprintf(list, sizeof list, "%s", o->cluster ? o->cluster : "");
+    for (char *save = NULL, *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
+        cb_plan_cluster c;
+        rc = plan_find_cluster(f, path, sizeof path, e);
+        if (!rc) rc = cb_plan_cluster_read(path, &c, e);
+        if (!rc && (c.threads < 1 || c.threads > 2))
+            rc = cb_fail(e, CB_EINPUT, "--validate --cluster %s: threads %d; give files calibrated "
+                         "with --threads 1 and --threads 2", f, c.threads);
+        if (!rc) cl[c.threads - 1] = c, have[c.threads - 1] = 1;
+        if (!rc) printf("calibration of threads %d: %s (%s)\n", c.threads, path, c.name);
+    }
+    int runs = o->quick ? o->repeat : o->repeat > 3 ? o->repeat : 3;
+    for (int t = 0; t < 2 && !rc; t++) {
+        double spread[CB_PLAN_NSPREAD];
+        if (have[t]) continue;
+        rc = plan_measure_median(t + 1, o->quick, t == 0, runs, &cl[t], spread, e);
+        if (!rc) plan_print_spread(&cl[t], runs, spread);
+    }
+    return rc;
+}
+
 int plan_validate(const plan_opts *o, cb_err *e) {
     char dir[] = "/tmp/cubist-validate-XXXXXX";
     if (!mkdtemp(dir)) return cb_fail(e, CB_ESYS, "cannot make a temporary directory in /tmp");
@@ -395,9 +423,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     cb_plan_cluster cl[2];
     int rc = write_tokens(dir, e);
     if (!rc && !o->quick) rc = write_pairs(dir, e);
-    /* collectives once (1 thread per rank, as every multi-rank case runs) */
-    if (!rc) rc = plan_measure(1, o->quick, 1, &cl[0], e);
-    if (!rc) rc = plan_measure(2, o->quick, 0, &cl[1], e);
+    if (!rc) rc = validate_clusters(o, cl, e);
     double load[3] = {0};
     if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
     if (!rc)

@@ -334,7 +334,10 @@ done
 
 # ---------------------------------------------------------------- calibration
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9" \
-    P --calibrate --out fake.json >cal.out 2>cal.err || fail "fake calibration failed: $(head -c 300 cal.err)"
+    P --calibrate --repeat 2 --out fake.json >cal.out 2>cal.err || fail "fake calibration failed: $(head -c 300 cal.err)"
+grep -q "median of 2 runs.*spread (max - min) / median: peak 0%" cal.out \
+    && pass "calibrate --repeat 2: the median and its spread printed" \
+    || fail "calibrate --repeat 2: no median/spread line in: $(head -c 300 cal.out)"
 /usr/bin/python3 - <<'PY' || failed=$((failed + 1))
 import json
 c = json.load(open("fake.json"))
@@ -343,7 +346,15 @@ close = lambda a, b: abs(a - b) <= 1e-5 * abs(b)
 want = [("peak_flops", d["peak_flops"], 100e9), ("mem_bandwidth", d["mem_bandwidth"], 20e9),
         ("attn_efficiency", d["attn_efficiency"], 0.25),
         # element-wise kernels: 8 bytes an element at the fake bandwidth
-        ("gelu_erf_s", d["gelu_erf_s"], 8 / 20e9), ("dropout_s", d["dropout_s"], 8 / 20e9)]
+        ("gelu_erf_s", d["gelu_erf_s"], 8 / 20e9), ("dropout_s", d["dropout_s"], 8 / 20e9),
+        # the fake's memory runs at gbs alone, shared and in its 8 MiB cache
+        ("mem_bandwidth_shared", d["mem_bandwidth_shared"], 20e9),
+        ("cache_bandwidth", d["cache_bandwidth"], 20e9), ("cache_bytes", d["cache_bytes"], 8 << 20),
+        ("update_bandwidth", d["update_bandwidth"], 20e9),
+        ("update_bandwidth_shared", d["update_bandwidth_shared"], 20e9)]
+# shard shapes: efficiency min(1, min(m, k, n) / knee)
+for m, k, n, e in d["gemm_shapes"]:
+    want.append(("gemm_shapes[%g,%g,%g]" % (m, k, n), e, min(1.0, min(m, k, n) / 256)))
 # square n: efficiency min(1, n / knee) at intensity n / 6
 for i, (x, e) in enumerate(d["gemm_efficiency"]):
     want.append(("gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
@@ -416,6 +427,51 @@ badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
 badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
 badfile "negative dropout rate" device.dropout_s "c['device']['dropout_s'] = -1"
+badfile "negative shared bandwidth" device.mem_bandwidth_shared "c['device']['mem_bandwidth_shared'] = -1"
+badfile "cache size without its rate" device.cache_bandwidth "del c['device']['cache_bandwidth']"
+badfile "shard shape of 3 numbers" device.gemm_shapes "c['device']['gemm_shapes'][0] = [1, 2, 3]"
+
+# --validate --cluster: a missing file, a calibration of neither 1 nor 2 threads: exit 2, one line
+/usr/bin/python3 -c "
+import json; c = json.load(open('fake.json')); c['threads'] = 4; open('t4.json', 'w').write(json.dumps(c))"
+for args in "nope.json|nope.json" "t4.json|threads 4"; do
+    P --validate --quick --cluster "$PWD/${args%|*}" >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \
+        && pass "validate --cluster ${args%|*}: exit 2, '$(cat bad.err)'" \
+        || fail "validate --cluster ${args%|*}: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
+# the memory terms (docs/plan.md, Memory traffic): the update runs at its
+# rate (10 GB/s) x the cache's gain (40 / 20) when the node's working sets fit the
+# cache, else at the node's shared rate split over its streaming ranks
+/usr/bin/python3 -c "
+import json; c = json.load(open('fake.json')); d = c['device']
+d['cache_bandwidth'], d['mem_bandwidth_shared'], d['cache_bytes'] = 40e9, 5e9, 64e6
+d['update_bandwidth'], d['update_bandwidth_shared'] = 10e9, 2.5e9
+c['devices_per_node'] = 2; open('mem.json', 'w').write(json.dumps(c))"
+memcase() { # label rate flags...
+    local label=$1 rate=$2; shift 2
+    P --cluster "$PWD/mem.json" --micro-batches 1 --json "$@" >mem.out 2>mem.err \
+        || { fail "memory terms, $label: $(head -c 300 mem.err)"; return; }
+    /usr/bin/python3 - "$label" "$rate" <<'PY' || failed=$((failed + 1))
+import json, sys
+l = json.load(open("mem.out"))["layouts"][0]
+p, dp = l["mem_params"] / 4, l["dp"]
+shard = p / dp if l["zero"] else p
+norm = 4 if dp * l["pp"] * l["tp"] > 1 else 0  # one process: the norm in backward
+want = (4 * p + (norm + 28 + (8 if dp > 1 else 0)) * shard) / float(sys.argv[2])
+ok = abs(l["opt_s"] - want) <= 1e-5 * want  # opt_s is printed with 6 digits
+print("%s memory terms, %s: update %.6g s, want %.6g (working set %.3g MB)" % (
+    "PASS" if ok else "FAIL", sys.argv[1], l["opt_s"], want, l["mem_total"] / 1e6))
+raise SystemExit(0 if ok else 1)
+PY
+}
+memcase "fits the cache: in-cache rate" 20e9 --devices 1 "${tiny[@]}" --batch 2
+memcase "one rank out of cache: its rate alone" 10e9 --devices 1 --layers 2 --d-model 512 --heads 8 \
+    --seq-len 64 --vocab 257 --batch 2
+memcase "two ranks out of cache: the shared rate" 2.5e9 --devices 2 --dp 2 --tp 1 --pp 1 --layers 2 \
+    --d-model 512 --heads 8 --seq-len 64 --vocab 257 --batch 2
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?

@@ -4,6 +4,7 @@
  * the one number that tells a skinny GEMM from a square one; collectives
  * as alpha + sent / beta from a small and a large vector. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,25 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
     }
 }
 
+/* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
+ * 1-D's narrow sides), measured where a layout runs them rather than read
+ * off the square shapes' curve: on one core here 0.78-1.19 of it, the
+ * outputs of 32 columns lowest (docs/plan.md, Calibration). */
+static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256}, QKN[] = {64, 256};
+    const int *kn = quick ? QKN : KN;
+    int nm = quick ? 1 : 2, nkn = quick ? 2 : 4;
+    c->nshape = 0;
+    for (int a = 0; a < nm; a++)
+        for (int b = 0; b < nkn; b++)
+            for (int d = 0; d < nkn && c->nshape < CB_PLAN_MAXSHAPE; d++) {
+                double *s = c->shape[c->nshape++];
+                s[0] = M[a], s[1] = kn[b], s[2] = kn[d];
+                double t = pr->gemm(pr->ctx, M[a], kn[b], kn[d]);
+                s[3] = fmin(1, 3 * 2 * s[0] * s[1] * s[2] / t / c->peak_flops);
+            }
+}
+
 /* The block's memory-bound kernels on (N, C): 72 C bytes per token forward
  * (src/plan/model.c: two LayerNorms, GELU over 4C, two residuals), twice
  * that backward. N 16384 x C 128: about 120 MB of buffers, several times
@@ -48,9 +68,36 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
  * fits in cache measures the cache: 10% faster on one core here, more on
  * a team of threads that share one memory bus). */
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    (void)quick;
     int N = 16384, C = 128;
-    c->mem_bandwidth = 3.0 * 72 * C * N / pr->memory(pr->ctx, N, C);
+    double bytes = 3.0 * 72 * C * N;
+    c->mem_bandwidth = bytes / pr->memory(pr->ctx, N, C);
+    /* every device of the node streaming at once (one thread each): a
+     * rank's share of the memory system (not with quick: the windows in
+     * which the streams run together are what takes time) */
+    int streams = quick ? 1 : c->devices_per_node;
+    c->mem_bandwidth_shared = c->mem_bandwidth;
+    if (pr->memory_shared && streams > 1 && c->threads == 1) {
+        double t = pr->memory_shared(pr->ctx, N, C, streams);
+        c->mem_bandwidth_shared = t < 1e29 ? bytes / t : 0; /* 0: never ran together */
+    }
+    /* the update, 44 bytes a parameter (src/plan/predict.c), on 8M
+     * parameters (128 MB of p, g, m, v; --quick 4M, 64 MB, still twice
+     * the cache here): alone and with every device */
+    if (pr->update) {
+        int n = quick ? 1 << 22 : 1 << 23;
+        c->update_bandwidth = 44.0 * n / pr->update(pr->ctx, n, 1);
+        c->update_bandwidth_shared = c->update_bandwidth;
+        if (streams > 1 && c->threads == 1) {
+            double t = pr->update(pr->ctx, n, streams);
+            c->update_bandwidth_shared = t < 1e29 ? 44.0 * n / t : 0;
+        }
+    }
+    /* in cache: buffers (60 N C bytes) of a quarter of the last level */
+    if (pr->cache_bytes <= 0) return;
+    int n = 64;
+    while (60.0 * 2 * n * C <= pr->cache_bytes / 4 && n < N) n *= 2;
+    c->cache_bytes = pr->cache_bytes;
+    c->cache_bandwidth = 3.0 * 72 * C * n / pr->memory(pr->ctx, n, C);
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
@@ -99,8 +146,71 @@ static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cl
         c->ew_s[k] = pr->elementwise(pr->ctx, k, n) / n;
 }
 
+static double med(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The median over the runs that measured it (non-zero: an optional
+ * figure a run could not measure is 0) of the double at byte offset `off`
+ * of a cluster; spread: (max - min) / median. */
+static double median_at(const cb_plan_cluster *runs, int n, size_t off, double *spread) {
+    double v[CB_PLAN_MAXRUNS];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        v[k] = *(const double *)((const char *)&runs[i] + off);
+        k += v[k] != 0;
+    }
+    double m = k ? med(v, k) : 0;
+    if (spread) *spread = m > 0 ? (v[k - 1] - v[0]) / m : 0;
+    return m;
+}
+
+void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
+                            double spread[CB_PLAN_NSPREAD]) {
+#define MED(f, s) (out->f = median_at(runs, n, offsetof(cb_plan_cluster, f), s))
+    if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
+    *out = runs[0];
+    for (int k = 0; k < CB_PLAN_NSPREAD; k++) spread[k] = 0;
+    MED(peak_flops, &spread[CB_PLAN_SPREAD_PEAK]);
+    MED(mem_bandwidth, &spread[CB_PLAN_SPREAD_MEM]);
+    MED(mem_bandwidth_shared, &spread[CB_PLAN_SPREAD_SHARED]);
+    MED(cache_bandwidth, &spread[CB_PLAN_SPREAD_CACHE]);
+    MED(update_bandwidth, &spread[CB_PLAN_SPREAD_UPDATE]);
+    MED(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
+    MED(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
+    /* efficiencies: the median rate over the median peak (each run's are
+     * of its own peak) */
+    for (int i = 0; i < out->neff; i++) {
+        double v[CB_PLAN_MAXRUNS];
+        for (int r = 0; r < n; r++) v[r] = runs[r].eff[i] * runs[r].peak_flops;
+        out->eff[i] = fmin(1, fmax(med(v, n) / out->peak_flops, i ? out->eff[i - 1] : 0));
+    }
+    for (int i = 0; i < out->nshape; i++) {
+        double v[CB_PLAN_MAXRUNS];
+        for (int r = 0; r < n; r++) v[r] = runs[r].shape[i][3] * runs[r].peak_flops;
+        out->shape[i][3] = fmin(1, med(v, n) / out->peak_flops);
+    }
+    for (int i = 0; i < out->natt; i++) {
+        double v[CB_PLAN_MAXRUNS];
+        for (int r = 0; r < n; r++) v[r] = runs[r].att_eff[i] * runs[r].peak_flops;
+        out->att_eff[i] = fmin(1, med(v, n) / out->peak_flops);
+    }
+    if (out->natt > 2) out->attn_efficiency = out->att_eff[2];
+    for (int k = 0; k < CB_PLAN_NEW; k++) MED(ew_s[k], NULL);
+    for (int i = 0; i < out->ncoll; i++) MED(coll[i].alpha, NULL), MED(coll[i].beta, NULL);
+    MED(intra.bandwidth, NULL), MED(intra.latency, NULL);
+    MED(inter.bandwidth, NULL), MED(inter.latency, NULL);
+#undef MED
+}
+
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     calibrate_gemm(pr, quick, c);
+    calibrate_shapes(pr, quick, c);
     calibrate_memory(pr, quick, c);
     calibrate_attention(pr, quick, c);
     calibrate_elementwise(pr, quick, c);

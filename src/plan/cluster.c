@@ -90,8 +90,29 @@ static int read_curve(const reader *r, const json_val *dev, const char *key, dou
     return CB_OK;
 }
 
+/* device.gemm_shapes: [[m, k, n, efficiency], ...], sizes > 0, efficiencies in (0, 1] */
+static int read_shapes(const reader *r, const json_val *dev, cb_plan_cluster *c) {
+    const char *f = "device.gemm_shapes";
+    const json_val *a = json_get(dev, "gemm_shapes");
+    if (a->type != JSON_ARR || a->n > CB_PLAN_MAXSHAPE)
+        return bad(r, f, "is not a list of at most 32 [m, k, n, efficiency]");
+    for (int i = 0; i < a->n; i++) {
+        const json_val *p = &a->v[i];
+        int ok = p->type == JSON_ARR && p->n == 4;
+        for (int d = 0; ok && d < 4; d++) {
+            ok = p->v[d].type >= JSON_INT && p->v[d].type <= JSON_NUM && p->v[d].d > 0;
+            c->shape[i][d] = ok ? p->v[d].d : 0;
+        }
+        if (!ok || c->shape[i][3] > 1)
+            return bad(r, f, "needs entries [m, k, n, efficiency], sizes > 0, efficiency in (0, 1]");
+    }
+    c->nshape = a->n;
+    return CB_OK;
+}
+
 static int read_eff(const reader *r, const json_val *dev, cb_plan_cluster *c) {
     int rc = read_curve(r, dev, "gemm_efficiency", c->eff_intensity, c->eff, &c->neff);
+    if (!rc && json_get(dev, "gemm_shapes")) rc = read_shapes(r, dev, c);
     /* optional: attention's efficiency by head size (calibrated files) */
     if (!rc && json_get(dev, "attn_head_efficiency"))
         rc = read_curve(r, dev, "attn_head_efficiency", c->att_hs, c->att_eff, &c->natt);
@@ -133,11 +154,25 @@ static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
     if (!rc) rc = num(r, dev, "mem_bandwidth", "device.mem_bandwidth", &c->mem_bandwidth);
     if (!rc) rc = num(r, dev, "attn_efficiency", "device.attn_efficiency", &c->attn_efficiency);
     if (!rc) rc = read_eff(r, dev, c);
-    /* optional: the compute-bound element-wise kernels (calibrated files) */
-    const char *const ew[CB_PLAN_NEW] = {"gelu_erf_s", "dropout_s"};
-    const char *const ewf[CB_PLAN_NEW] = {"device.gelu_erf_s", "device.dropout_s"};
-    for (int k = 0; k < CB_PLAN_NEW && !rc; k++)
-        if (json_get(dev, ew[k])) rc = num(r, dev, ew[k], ewf[k], &c->ew_s[k]);
+    /* optional (calibrated files): the compute-bound element-wise kernels,
+     * the shared bandwidth, the last-level cache and its rate, the update's
+     * rates */
+    enum { NOPT = CB_PLAN_NEW + 5 };
+    const char *const opt[NOPT] = {"gelu_erf_s",      "dropout_s",        "mem_bandwidth_shared",
+                                   "cache_bytes",     "cache_bandwidth",  "update_bandwidth",
+                                   "update_bandwidth_shared"};
+    const char *const optf[NOPT] = {"device.gelu_erf_s",       "device.dropout_s",
+                                    "device.mem_bandwidth_shared", "device.cache_bytes",
+                                    "device.cache_bandwidth",  "device.update_bandwidth",
+                                    "device.update_bandwidth_shared"};
+    double *at[NOPT] = {&c->ew_s[0],          &c->ew_s[1],       &c->mem_bandwidth_shared,
+                        &c->cache_bytes,      &c->cache_bandwidth, &c->update_bandwidth,
+                        &c->update_bandwidth_shared};
+    for (int k = 0; k < NOPT && !rc; k++)
+        if (json_get(dev, opt[k])) rc = num(r, dev, opt[k], optf[k], at[k]);
+    if (!rc && (c->cache_bytes > 0) != (c->cache_bandwidth > 0))
+        rc = bad(r, c->cache_bytes > 0 ? "device.cache_bandwidth" : "device.cache_bytes",
+                 "is missing (cache_bytes and cache_bandwidth go together)");
     const json_val *links = obj(r, v, "links", &rc);
     if (!rc) rc = read_tier(r, links, "intra", &c->intra);
     if (!rc) rc = read_tier(r, links, "inter", &c->inter);
@@ -186,6 +221,10 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
               c->attn_efficiency);
     for (int i = 0; i < c->neff; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->eff_intensity[i], c->eff[i]);
+    if (c->nshape) jb_puts(b, "],\n    \"gemm_shapes\": [");
+    for (int i = 0; i < c->nshape; i++)
+        jb_printf(b, "%s[%.6g, %.6g, %.6g, %.6g]", i ? ", " : "", c->shape[i][0], c->shape[i][1],
+                  c->shape[i][2], c->shape[i][3]);
     if (c->natt) jb_puts(b, "],\n    \"attn_head_efficiency\": [");
     for (int i = 0; i < c->natt; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
@@ -194,6 +233,15 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
                   c->ew_s[1]);
     else
         jb_puts(b, "]");
+    if (c->mem_bandwidth_shared > 0)
+        jb_printf(b, ",\n    \"mem_bandwidth_shared\": %.6g", c->mem_bandwidth_shared);
+    if (c->update_bandwidth > 0)
+        jb_printf(b, ",\n    \"update_bandwidth\": %.6g", c->update_bandwidth);
+    if (c->update_bandwidth_shared > 0)
+        jb_printf(b, ",\n    \"update_bandwidth_shared\": %.6g", c->update_bandwidth_shared);
+    if (c->cache_bytes > 0 && c->cache_bandwidth > 0)
+        jb_printf(b, ",\n    \"cache_bytes\": %.6g,\n    \"cache_bandwidth\": %.6g",
+                  c->cache_bytes, c->cache_bandwidth);
     jb_puts(b, "\n  },\n  \"links\": {\n");
     put_tier(b, "intra", &c->intra, 0);
     put_tier(b, "inter", &c->inter, 1);
@@ -235,6 +283,22 @@ static double curve_at(const double *xs, const double *ys, int n, double x) {
 
 double cb_plan_gemm_eff(const cb_plan_cluster *c, double x) {
     return curve_at(c->eff_intensity, c->eff, c->neff, x);
+}
+
+static double intensity(double m, double k, double n) {
+    return 2 * m * k * n / (4 * (m * k + k * n + m * n));
+}
+
+double cb_plan_gemm_eff_at(const cb_plan_cluster *c, double m, double k, double n) {
+    double e = cb_plan_gemm_eff(c, intensity(m, k, n)), near = 1e300, fix = 1;
+    for (int i = 0; i < c->nshape; i++) {
+        const double *s = c->shape[i];
+        double a = fabs(log(m / s[0])), b = fabs(log(k / s[1])), d = fabs(log(n / s[2]));
+        if (a > log(2.0) + 1e-9 || b > log(2.0) + 1e-9 || d > log(2.0) + 1e-9 || a + b + d >= near)
+            continue;
+        near = a + b + d, fix = s[3] / cb_plan_gemm_eff(c, intensity(s[0], s[1], s[2]));
+    }
+    return fmin(1, e * fix);
 }
 
 double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size) {

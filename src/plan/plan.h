@@ -144,15 +144,28 @@ typedef struct cb_plan_coll {
 enum { CB_PLAN_EW_GELU_ERF, CB_PLAN_EW_DROPOUT, CB_PLAN_NEW };
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
+#define CB_PLAN_MAXSHAPE 32
 typedef struct cb_plan_cluster {
     char name[160];
     int nodes, devices_per_node, threads; /* threads: OpenMP threads per device (CPU) */
     double peak_flops;     /* per device, fp32 */
     double memory_bytes;   /* per device */
     double mem_bandwidth;  /* per device, bytes/s of memory-bound kernels */
+    /* optional (0: not known): per device with every device of a node
+     * streaming at once; the last-level cache of a node and the rate of the
+     * memory-bound kernels on a working set that fits it (docs/plan.md,
+     * Memory traffic) */
+    double mem_bandwidth_shared, cache_bytes, cache_bandwidth;
+    /* optional: the update's rate (its bytes: optimizer_s's count), alone
+     * and with every device of a node updating at once (0: mem_bandwidth's) */
+    double update_bandwidth, update_bandwidth_shared;
     double attn_efficiency; /* attention kernels, fraction of peak */
     int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
+    /* optional: GEMM efficiency measured at shard shapes (m, k, n, eff):
+     * corrects the curve near them (cb_plan_gemm_eff_at) */
+    int nshape;
+    double shape[CB_PLAN_MAXSHAPE][4];
     int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
     double ew_s[CB_PLAN_NEW]; /* optional: seconds per element, forward + backward, of the
@@ -172,6 +185,10 @@ int cb_plan_cluster_write(const char *path, const cb_plan_cluster *c, const char
                           cb_err *e);
 /* GEMM efficiency at an arithmetic intensity (log-linear between points). */
 double cb_plan_gemm_eff(const cb_plan_cluster *c, double intensity);
+/* A GEMM (m, k) @ (k, n)'s efficiency: the curve at its intensity, times
+ * measured / curve at the nearest shape measured within a factor 2 in
+ * every dimension (none: the curve alone). */
+double cb_plan_gemm_eff_at(const cb_plan_cluster *c, double m, double k, double n);
 /* Attention's efficiency at a head size: the calibrated curve, else
  * attn_efficiency (the presets: one stated figure). */
 double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size);
@@ -298,6 +315,14 @@ typedef struct cb_plan_probe {
     /* one forward + backward of element-wise kernel `kind` (CB_PLAN_EW_*)
      * over n elements; NULL: not measured */
     double (*elementwise)(void *ctx, int kind, int n);
+    /* seconds of one memory() iteration per stream, `streams` single-thread
+     * streams running at once on their own buffers; NULL: not measured */
+    double (*memory_shared)(void *ctx, int N, int C, int streams);
+    double cache_bytes; /* the last-level cache (0: unknown: no in-cache rate) */
+    /* seconds of the step's update (gradient zeroed, its squared norm, the
+     * 1/dp scale, AdamW) of n parameters per stream, `streams` at once (1:
+     * alone); NULL: not measured */
+    double (*update)(void *ctx, int n, int streams);
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */
@@ -311,6 +336,23 @@ double cb_plan_op_sent(const char *op, int p, double n);
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* Only the collectives (and the intra-node tier) of pr->ranks ranks. */
 void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* The median of n calibrations of one machine, figure by figure, into out
+ * (the first's name, shape and curve points); spread[k]: (max - min) /
+ * median of the peak, the memory bandwidth, the shared bandwidth, the
+ * in-cache rate, attention at head size 64 and the update's rates
+ * (CB_PLAN_SPREAD_*). */
+#define CB_PLAN_MAXRUNS 16
+enum { CB_PLAN_SPREAD_PEAK, CB_PLAN_SPREAD_MEM, CB_PLAN_SPREAD_SHARED, CB_PLAN_SPREAD_CACHE,
+       CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED, CB_PLAN_NSPREAD };
+void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
+                            double spread[CB_PLAN_NSPREAD]);
+/* The bandwidth a rank's memory-bound kernels and update get under layout
+ * l with a working set of ws bytes per rank (docs/plan.md, Memory
+ * traffic): in cache, streaming alone, or sharing the node's memory. */
+double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws);
+/* The same for the update: its own rates when calibrated, the in-cache
+ * gain of the memory-bound kernels applied to it. */
+double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws);
 /* The probe that times cubist's own CPU kernels (OpenMP threads as set)
  * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
 void cb_plan_probe_cpu(cb_plan_probe *pr);

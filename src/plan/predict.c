@@ -100,8 +100,7 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
 
 /* Seconds of one forward GEMM (m, k) @ (k, n), `calls` times. */
 static double gemm_s(const cb_plan_cluster *c, double m, double k, double n, double calls) {
-    double flops = 2 * m * k * n, intensity = flops / (4 * (m * k + k * n + m * n));
-    return calls * flops / (c->peak_flops * cb_plan_gemm_eff(c, intensity));
+    return calls * 2 * m * k * n / (c->peak_flops * cb_plan_gemm_eff_at(c, m, k, n));
 }
 
 /* Forward seconds of one layer on this rank for `tok` tokens of its tensor
@@ -417,13 +416,16 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
 
 /* The update's memory traffic per parameter (src/graph/exec.c): the
  * gradient zeroed before backward (4 bytes written), its squared norm (4
- * read), AdamW (p, g, m, v read, p, m, v written: 28) and under data
+ * read; one process reads it in backward, in cache), AdamW (p, g, m, v read, p, m, v written: 28) and under data
  * parallelism the averaging scale (8); ZeRO-1 shards all but the zeroing.
  * Clipping's scale (8 more) runs only when the norm exceeds the clip: not
  * counted. */
 static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params) {
     double shard = params / (l->zero ? l->dp : 1);
-    return (4 * params + (4 + 28 + (l->dp > 1 ? 8 : 0)) * shard) / c->mem_bandwidth;
+    double rate = c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
+    /* one process takes each gradient's norm in backward, in cache: not here */
+    double norm = l->dp * l->pp * l->tp > 1 ? 4 : 0;
+    return (4 * params + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
 }
 
 /* Interleaved GPT pipelines on one tensor rank: every stage's
@@ -499,7 +501,7 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
 }
 
-void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     const cb_plan_cluster *c = j->cluster;
     if (j->model->family != CB_PLAN_FAM_GPT) {
         memset(p, 0, sizeof *p);
@@ -536,6 +538,48 @@ void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred
     data_parallel(j, l, 2 * fwd, tok * l->M, p);
     p->opt_s = optimizer_s(c, l, p->mem_params / 4);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+}
+
+/* A node's ranks (min(world, devices per node)) each with a working set of
+ * ws bytes: all of them in the last-level cache, the in-cache rate; else
+ * from memory, each rank at most its rate alone and together at most
+ * what the node delivers with every device streaming (devices per node x
+ * the shared rate). */
+static double rate_of(const cb_plan_cluster *c, const cb_plan_layout *l, double ws, double alone,
+                      double shared) {
+    double world = (double)l->dp * l->pp * l->tp, dpn = c->devices_per_node;
+    double ranks = minf(world, dpn);
+    if (c->cache_bytes > 0 && ranks * ws <= c->cache_bytes)
+        return alone * c->cache_bandwidth / c->mem_bandwidth;
+    if (shared <= 0 || ranks <= 1) return alone;
+    return minf(alone, dpn * shared / ranks);
+}
+
+double cb_plan_mem_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+    return rate_of(c, l, ws, c->mem_bandwidth, c->mem_bandwidth_shared);
+}
+
+double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, double ws) {
+    if (c->update_bandwidth <= 0) return cb_plan_mem_rate(c, l, ws);
+    return rate_of(c, l, ws, c->update_bandwidth, c->update_bandwidth_shared);
+}
+
+/* The memory-bound kernels and the update at the bandwidth the layout's
+ * working set (the device's memory, every byte of which a step touches)
+ * gets: predicted once for the memory, again at that rate. */
+void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    const cb_plan_cluster *c0 = j->cluster;
+    predict_at(j, l, p);
+    double rate = cb_plan_mem_rate(c0, l, p->mem_total);
+    double upd = cb_plan_update_rate(c0, l, p->mem_total);
+    if (!(p->mem_total < 1e300) ||
+        (rate == c0->mem_bandwidth && upd == (c0->update_bandwidth > 0 ? c0->update_bandwidth
+                                                                        : c0->mem_bandwidth)))
+        return;
+    cb_plan_cluster c = *c0;
+    cb_plan_job at = *j;
+    c.mem_bandwidth = rate, c.update_bandwidth = upd, at.cluster = &c;
+    predict_at(&at, l, p);
 }
 
 const char *cb_plan_embed_name(int embed) {

@@ -11,9 +11,11 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "plan/plan.h"
@@ -166,17 +168,124 @@ static double probe_elementwise(void *ctx, int kind, int n) {
     return t;
 }
 
-static double probe_memory(void *ctx, int N, int C) {
-    (void)ctx;
+/* The memory-bound kernels' buffers on (N, C); 0 when out of memory. */
+static int mem_alloc(mem_arg *a, int N, int C) {
     size_t nc = (size_t)N * C;
-    mem_arg a = {N, C, filled(nc), filled(nc), filled(4 * nc), filled(4 * nc), filled(nc),
-                 filled(4 * nc), filled(C), filled(C), filled(C), filled(C), filled(N), filled(N)};
-    float *all[] = {a.x, a.y, a.h, a.g, a.dx, a.dh, a.w, a.b, a.dw, a.db, a.mean, a.rstd};
+    *a = (mem_arg){N, C, filled(nc), filled(nc), filled(4 * nc), filled(4 * nc), filled(nc),
+                   filled(4 * nc), filled(C), filled(C), filled(C), filled(C), filled(N), filled(N)};
+    float *all[] = {a->x, a->y, a->h, a->g, a->dx, a->dh, a->w, a->b, a->dw, a->db, a->mean, a->rstd};
     int ok = 1;
     for (int i = 0; i < 12; i++) ok &= all[i] != NULL;
-    double t = ok ? best_of(mem_body, &a) : 1e30;
+    return ok;
+}
+
+static void mem_free(mem_arg *a) {
+    float *all[] = {a->x, a->y, a->h, a->g, a->dx, a->dh, a->w, a->b, a->dw, a->db, a->mean, a->rstd};
     for (int i = 0; i < 12; i++) free(all[i]);
+}
+
+static double probe_memory(void *ctx, int N, int C) {
+    (void)ctx;
+    mem_arg a;
+    double t = mem_alloc(&a, N, C) ? best_of(mem_body, &a) : 1e30;
+    mem_free(&a);
     return t;
+}
+
+#define MAX_STREAMS 64
+
+/* n threads, each running f alone (no nested team) on its own arg[i],
+ * all at once: seconds per call, the best of 3 x REPS windows of wall
+ * time until the slowest thread is done, among the windows in which every
+ * thread was on its core 90% of the time or more (thread CPU time against
+ * wall). On a shared machine a thread that loses its core lets the others
+ * run alone (a window too fast) or holds them up (too slow); neither is
+ * the figure. 1e30: no window ran together. */
+static double together_s(body_fn f, void **arg, int n) {
+    double best = 1e30;
+    int levels = omp_get_max_active_levels(), it = 1;
+    omp_set_max_active_levels(1); /* each thread's kernels on that thread */
+    for (int r = 0; r <= 3 * REPS; r++) {
+        double cpu = 1e30, t0 = omp_get_wtime();
+#pragma omp parallel num_threads(n) reduction(min : cpu)
+        {
+            double c0 = thread_cpu_s();
+            for (int i = 0; i < it; i++) f(arg[omp_get_thread_num()]);
+            cpu = omp_get_num_threads() == n ? thread_cpu_s() - c0 : 0;
+        }
+        double wall = omp_get_wtime() - t0;
+        if (r && cpu >= 0.9 * wall && wall / it < best) best = wall / it; /* r 0 touches */
+        if (wall < MIN_S) it = (int)(MIN_S * it / wall) + 1;
+    }
+    omp_set_max_active_levels(levels);
+    return best;
+}
+
+/* the block's memory-bound kernels on every stream's own buffers at once */
+static double probe_memory_shared(void *ctx, int N, int C, int streams) {
+    (void)ctx;
+    mem_arg a[MAX_STREAMS];
+    void *arg[MAX_STREAMS];
+    int ok = 1, n = streams < MAX_STREAMS ? streams : MAX_STREAMS;
+    for (int i = 0; i < n; i++) ok &= mem_alloc(&a[i], N, C), arg[i] = &a[i];
+    double t = ok ? together_s(mem_body, arg, n) : 1e30;
+    for (int i = 0; i < n; i++) mem_free(&a[i]);
+    return t;
+}
+
+typedef struct upd_arg {
+    size_t n;
+    float *p, *g, *m, *v;
+} upd_arg;
+
+/* the step's update of n parameters: the gradient zeroed (before
+ * backward), its squared norm, the 1/dp scale, AdamW */
+static void upd_body(void *x) {
+    upd_arg *a = x;
+    const cb_kernels *k = cb_kernels_cpu();
+    memset(a->g, 0, sizeof(float) * a->n);
+    volatile double norm = k->sumsq(k, a->g, a->n);
+    (void)norm;
+    k->scale(k, a->g, 0.5f, a->n);
+    k->adamw(k, a->p, a->g, 1, a->m, a->v, a->n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f);
+}
+
+static double probe_update(void *ctx, int n, int streams) {
+    (void)ctx;
+    upd_arg a[MAX_STREAMS];
+    void *arg[MAX_STREAMS];
+    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS;
+    for (int i = 0; i < s; i++) {
+        a[i] = (upd_arg){(size_t)n, filled((size_t)n), filled((size_t)n), filled((size_t)n),
+                         filled((size_t)n)};
+        ok &= a[i].p && a[i].g && a[i].m && a[i].v, arg[i] = &a[i];
+    }
+    for (int i = 0; ok && i < s; i++) /* a second moment >= 0, as AdamW keeps it */
+        for (int j = 0; j < n; j++) a[i].v[j] = fabsf(a[i].v[j]);
+    double t = !ok ? 1e30 : s > 1 ? together_s(upd_body, arg, s) : best_of(upd_body, &a[0]);
+    for (int i = 0; i < s; i++) free(a[i].p), free(a[i].g), free(a[i].m), free(a[i].v);
+    return t;
+}
+
+/* The largest cache of cpu0 (sysfs; glibc's sysconf reports the host's on
+ * some virtual machines), else sysconf's last level; 0: unknown. */
+static double llc_bytes(void) {
+    double most = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], unit = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        double v = 0;
+        if (!f) continue;
+        if (fscanf(f, "%lf%c", &v, &unit) >= 1)
+            v *= unit == 'K' ? 1024 : unit == 'M' ? 1048576 : 1;
+        fclose(f);
+        if (v > most) most = v;
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (most <= 0) most = (double)sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return most > 0 ? most : 0;
 }
 
 typedef struct att_arg {
@@ -257,6 +366,8 @@ void cb_plan_probe_cpu(cb_plan_probe *pr) {
     int init = 0, size = 1;
     MPI_Initialized(&init);
     if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    *pr = (cb_plan_probe){probe_gemm, probe_memory, probe_attention, probe_coll, NULL, size,
-                          probe_elementwise};
+    *pr = (cb_plan_probe){probe_gemm,        probe_memory,        probe_attention,
+                          probe_coll,        NULL,                size,
+                          probe_elementwise, probe_memory_shared, llc_bytes(),
+                          probe_update};
 }
