@@ -18,9 +18,10 @@ subprocess this way):
                             steal the shared cores from everything else; it is read
                             when the OpenMP runtime loads, so it cannot be set from
                             inside this script.
-  OPENBLAS_CORETYPE unset   forcing a core type picks GEMM kernels the machine
-                            would not, and the figure stops being the machine's.
-  e.g.  OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/torch_bench.py
+  OPENBLAS_CORETYPE=CORE    the OpenBLAS kernels cubist chose for itself (its
+                            startup line names them; `cubist bench` passes its
+                            own choice), so both sides run the same GEMMs.
+  e.g.  OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_bench.py
 The script warns on stderr when either is not so; stdout carries only the JSON.
 
 Variants (--variant NAME; --variants times every one in interleaved rounds and

@@ -11,7 +11,7 @@ ONE JSON line {"tokens_per_s": ..., "step_ms": ..., "params": ..., "variant": ..
 "masked_rows" (the decoder on the masked rows only, cubist's own trick;
 the same loss). --variant NAME times one only. Run it
 as cubist does:
-  OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/torch_bert.py
+  OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_bert.py
 """
 import argparse
 import json

@@ -5,7 +5,7 @@ float32 on N CPU threads, on uniform random (user, item, label) rows; prints
 ONE JSON line {"samples_per_s": ..., "step_ms": ..., "params": ...}. The model
 is tests/torch/ncf_ref.py's (GMF and ReLU MLP tower on their own tables,
 concatenated into one logit without bias). Run it as cubist does:
-  OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/torch_ncf.py
+  OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_ncf.py
 """
 import argparse
 import json

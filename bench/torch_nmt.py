@@ -20,7 +20,7 @@ fixed position table (a buffer here, a tensor in cubist). Variants
 Both use AdamW(foreach=True) (PyTorch 1.13 has no fused CPU AdamW, no
 scaled_dot_product_attention, no torch.compile) and zero_grad(set_to_none).
 Run it as cubist does:
-  OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/torch_nmt.py
+  OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_nmt.py
 """
 import argparse
 import json

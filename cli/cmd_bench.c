@@ -80,7 +80,7 @@ static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, do
                        cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
     snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
+             "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
              "--steps %d --variant best%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
@@ -297,9 +297,9 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f}\n",
                peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16);
     else if (!b->json)
-        printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS %s kernels; cached in "
-               "%s\n",
-               peak, CB_PEAK_N, b->threads, openblas_get_corename(), path[0] ? path : "(nowhere)");
+        printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS kernels %s; cached "
+               "in %s\n",
+               peak, CB_PEAK_N, b->threads, cb_blas_note(), path[0] ? path : "(nowhere)");
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
                "%.2fx sgemm; %s\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note());
@@ -378,8 +378,8 @@ static const char BENCH_EPILOG[] =
     "MFU is against the sgemm peak measured in the same run (%d^3 sgemm), which is\n"
     "also written to the cache `cubist train` reads. PyTorch (bench/torch_bench.py)\n"
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
-    "AdamW) with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE unset, its best\n"
-    "settings on this machine, each of its program variants in turn (functional,\n"
+    "AdamW) with OMP_WAIT_POLICY=PASSIVE and the OpenBLAS kernels cubist chose (its\n"
+    "best settings on this machine), each of its program variants in turn (functional,\n"
     "nn.Module, foreach AdamW, baddbmm attention), the fastest kept; if it fails, the\n"
     "benchmark fails (or pass --no-torch).\n"
     "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"

@@ -142,10 +142,10 @@ if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st
     # cubist train's seed (one generator keyed by name): one graph on one
     # engine, the same operators in the same order, so every loss, norm and
     # weight is equal bit for bit. That needs the same OpenBLAS kernels in
-    # both programs: the library drops a pinned OPENBLAS_CORETYPE for every
-    # program linking it (src/kernels/cpu.c), so this runs with the
-    # environment as it is (this machine pins Haswell; other kernels would
-    # round differently and break the bit-for-bit match).
+    # both programs: the library sets OPENBLAS_CORETYPE from the CPU's
+    # features for every program linking it (src/kernels/cpu.c), so this
+    # runs with the environment as it is, whatever it pins (other kernels
+    # would round differently and break the bit-for-bit match).
     "$C" train "${gpt[@]}" --log "$d/gpt_seed.jsonl" --save "$d/gpt_seed.st" 2>"$d/gpt_seed.err" ||
         fail "cubist train from its seed: $(head -c 300 "$d/gpt_seed.err")"
     bits() { # name reference-log reference-weights label tiny_gpt-flags...

@@ -3,9 +3,11 @@
  * OpenBLAS is the OpenMP build, so a GEMM called outside a parallel region
  * uses the whole team and one called inside runs on its calling thread. */
 #include <cblas.h>
+#include <cpuid.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -959,18 +961,54 @@ static const cb_kernels cpu = {
 
 const cb_kernels *cb_kernels_cpu(void) { return &cpu; }
 
-/* OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE if set.
- * cubist wants OpenBLAS's own detection (AVX-512 SkylakeX kernels on this
- * class of machine, about 1.8x the pinned Haswell/AVX2 ones), so a pinned
- * core type is dropped by re-executing the program once without it, before
- * main runs: the cubist binary and every program linking the library choose
- * the same kernels. CUBIST_BLAS_CORETYPE pins a core on purpose. glibc passes
- * (argc, argv, envp) to the constructors of a program. */
+/* OpenBLAS picks its kernels when it loads: from OPENBLAS_CORETYPE if set,
+ * else from the CPU's model number. Both fail on some machines: a pinned
+ * core (Haswell's AVX2 kernels, set on shared hosts) forgoes AVX-512, about
+ * 2.7x of sgemm here, and Debian's OpenBLAS 0.3.21 does not know newer
+ * models (Intel family 6 model 207, Emerald Rapids) and falls back to its
+ * SSE3 "Prescott" kernels, 7-9x slower than its AVX-512 ones on the same
+ * cores (measured 2026-11-27, 2048^3 sgemm, 2 threads: Prescott 30-43,
+ * Haswell 98, SkylakeX 269 GFLOP/s). So cubist names the core from the
+ * CPU's feature bits, which do not age: SkylakeX where AVX-512 F, CD, BW,
+ * DQ and VL run with the OS saving their state, Haswell where AVX2 and FMA
+ * do, else OpenBLAS's own detection; CUBIST_BLAS_CORETYPE pins a core on
+ * purpose. The choice is made by re-executing the program once with
+ * OPENBLAS_CORETYPE set before main runs, so the cubist binary and every
+ * program linking the library run the same kernels, and a PyTorch run by
+ * `cubist bench` inherits them. glibc passes (argc, argv, envp) to the
+ * constructors of a program. */
+static const char *blas_why = "OpenBLAS's detection";
+
+static const char *core_from_cpuid(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return NULL; /* OSXSAVE */
+    int fma = (c >> 12) & 1, avx = (c >> 28) & 1;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    unsigned long long xcr0 = ((unsigned long long)hi << 32) | lo;
+    a = b = c = d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return NULL;
+    unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 28) | (1u << 30) | (1u << 31);
+    if ((xcr0 & 0xe6) == 0xe6 && (b & avx512) == avx512) return "SkylakeX"; /* F DQ CD BW VL */
+    if ((xcr0 & 6) == 6 && avx && fma && ((b >> 5) & 1)) return "Haswell";  /* AVX2 */
+    return NULL;
+}
+
 __attribute__((constructor)) static void choose_blas_core(int argc, char **argv, char **envp) {
     (void)argc, (void)envp;
     const char *want = getenv("CUBIST_BLAS_CORETYPE"), *have = getenv("OPENBLAS_CORETYPE");
+    blas_why = want ? "CUBIST_BLAS_CORETYPE" : "chosen by cubist from CPUID";
+    if (!want && !(want = core_from_cpuid())) blas_why = "OpenBLAS's detection";
     if (!argv || (want ? (have && !strcmp(want, have)) : !have)) return;
     if (want) setenv("OPENBLAS_CORETYPE", want, 1);
     else unsetenv("OPENBLAS_CORETYPE");
     execv("/proc/self/exe", argv);
+}
+
+char *openblas_get_corename(void);
+
+const char *cb_blas_note(void) {
+    static char note[96];
+    if (!note[0]) snprintf(note, sizeof note, "%s (%s)", openblas_get_corename(), blas_why);
+    return note;
 }

@@ -249,6 +249,10 @@ int cb_precision_parse(const char *s, cb_precision *p, cb_err *e);
 int cb_kernels_select(cb_precision p, cb_err *e);
 const cb_kernels *cb_kernels_default(void);
 cb_precision cb_kernels_precision(void);
+/* OpenBLAS's core and why it runs (src/kernels/cpu.c), e.g. "SkylakeX (chosen by
+ * cubist from CPUID)": for startup lines */
+const char *cb_blas_note(void);
+
 /* "fp32", or cb_kernels_bf16_note(): for startup lines */
 const char *cb_kernels_note(void);
 

@@ -23,7 +23,6 @@
 #include "train/stop.h"
 #include "train/train.h"
 
-char *openblas_get_corename(void);
 
 static int check_opts(const cb_train_opts *o, cb_err *e) {
     return cb_train_check_flags(o, e);
@@ -489,7 +488,7 @@ static void start_record(const cb_train_opts *o, const trainer *t, const run_sta
     const cb_dp *d = &t->m->dp;
     int dp = g->dp > 1;
     cb_train_start s = {.o = o, .params = np, .threads = omp_get_max_threads(),
-                        .blas = openblas_get_corename(), .kernels = cb_kernels_note(),
+                        .blas = cb_blas_note(), .kernels = cb_kernels_note(),
                         .peak_gflops = r->peak, .dp = g->dp, .pp = g->pp, .tp = g->tp, .M = t->m->M,
                         .schedule = cb_pp_schedule_name(t->d.sched), .layout = t->d.L->ops->name,
                         .rows = t->rows, .buckets = dp ? d->nb + d->nsplit : 0,

@@ -325,16 +325,18 @@ def clip_grads(grads, clip):
 
 def warn_env_for_bench():
     """torch's OpenMP threads spin after each op unless OMP_WAIT_POLICY=PASSIVE, stealing the
-    shared cores from everything else; OPENBLAS_CORETYPE forces a kernel choice that is not the
-    one the machine would pick. Benchmarks are only comparable with the first set and the second
-    unset."""
+    shared cores from everything else. OpenBLAS's kernels: `cubist bench` hands this script the
+    OPENBLAS_CORETYPE that cubist chose for itself (src/kernels/cpu.c), so both sides run the
+    same GEMM kernels; run by hand, set it to the core cubist's startup line names. Benchmarks
+    are only comparable with both set so."""
     import os
     bad = []
     if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
         bad.append("OMP_WAIT_POLICY is not PASSIVE")
-    if "OPENBLAS_CORETYPE" in os.environ:
-        bad.append("OPENBLAS_CORETYPE is set")
+    if "OPENBLAS_CORETYPE" not in os.environ:
+        bad.append("OPENBLAS_CORETYPE is not set (OpenBLAS's own detection may pick slow kernels)")
     for b in bad:
-        print(f"warning: {b}; run as `OMP_WAIT_POLICY=PASSIVE env -u OPENBLAS_CORETYPE ...` "
-              "for figures comparable with cubist's bench", file=sys.stderr)
+        print(f"warning: {b}; run as `OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=CORE ...` with "
+              "the core cubist's startup line names, for figures comparable with cubist's bench",
+              file=sys.stderr)
     return not bad
