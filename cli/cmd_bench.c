@@ -224,7 +224,7 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
                r->graph_tokens_per_s, r->graph_tokens_per_s / r->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch  %8.1f tokens/s  (same %zu parameters; fastest variant, "
-               "OMP_WAIT_POLICY=PASSIVE, own BLAS detection)\n  ratio    %8.2fx PyTorch\n",
+               "OMP_WAIT_POLICY=PASSIVE, the same OpenBLAS kernels)\n  ratio    %8.2fx PyTorch\n",
                r->torch_tokens_per_s, r->params, r->tokens_per_s / r->torch_tokens_per_s);
 }
 
