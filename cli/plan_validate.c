@@ -92,16 +92,10 @@ static int runner(const vcase *c, char *pre, size_t cap) {
     return ranks;
 }
 
-static double children_cpu_s(void) {
-    struct rusage u;
-    getrusage(RUSAGE_CHILDREN, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-/* The job of case c for `steps` steps; its CPU seconds (all its processes).
- * part: the planner's stage boundaries (--partition), so that the run
- * splits the pipeline as the prediction does. */
-static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
+/* The job of case c for `steps` steps. part: the planner's stage
+ * boundaries (--partition), so that the run splits the pipeline as the
+ * prediction does. */
+static int train_job(const vcase *c, const char *dir, const char *part, int steps) {
     char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
     char model[256];
@@ -123,39 +117,29 @@ static int train_job(const vcase *c, const char *dir, const char *part, int step
         pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
         c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
         part[0] ? " --partition " : "", part);
-    double t0 = children_cpu_s();
-    int st = system(cmd);
-    *cpu_s = children_cpu_s() - t0;
-    return st == 0;
+    return system(cmd) == 0;
 }
 
-/* One process of one thread: CPU seconds of 6 steps less those of 1, per
- * step. Time slices taken by other processes are not in it, so it shows
- * the model's error where wall time shows the machine's load. */
-static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
-    const char *part = "";
-    double c6, c1;
-    if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
-    if (!train_job(c, dir, part, 1, &c1) || !train_job(c, dir, part, 6, &c6)) return NAN;
-    return 1e3 * (c6 - c1) / 5;
-}
-
-static int measure_train(const vcase *c, const char *dir, int quick, const char *part,
-                         measured *m) {
+/* The step time and, for one process of one thread, its CPU time: the
+ * fastest step after the first of each. The CPU time is the process's
+ * over the step itself, as the log reports it (`cpu_ms`): the job's
+ * start (the MFU peak, measured on a first run), the evaluation after the
+ * last step and time slices taken by other processes are not in it. */
+static int measure_train(const vcase *c, const char *dir, const char *part, measured *m) {
     char log[600];
-    double cpu;
     snprintf(log, sizeof log, "%s/log.jsonl", dir);
-    m->cpu_ms = cpu_per_step_ms(c, dir, quick);
     unlink(log);
-    if (!train_job(c, dir, part, 6, &cpu)) return 0;
+    if (!train_job(c, dir, part, 6)) return 0;
     FILE *f = fopen(log, "r");
     char line[65536];
-    m->step_ms = 1e30;
+    int cpu = c->dp * c->pp * c->tp == 1 && c->threads == 1;
+    m->step_ms = m->cpu_ms = 1e30;
     for (int s = 0; f && fgets(line, sizeof line, f); s++) {
         json_val v;
         json_error je;
         if (json_parse(line, strlen(line), &v, &je)) continue;
         if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
+        if (s >= 1 && cpu && jd(&v, "cpu_ms") < m->cpu_ms) m->cpu_ms = jd(&v, "cpu_ms");
         tags(json_get(&v, "comm_by_tag"), m);
         m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
         const json_val *pa = json_get(&v, "pp_act_bytes"); /* the first stage's: rank 0's */
@@ -163,6 +147,7 @@ static int measure_train(const vcase *c, const char *dir, int quick, const char 
         json_free(&v);
     }
     if (f) fclose(f);
+    if (!(m->cpu_ms < 1e30)) m->cpu_ms = NAN;
     return m->step_ms < 1e30;
 }
 
@@ -196,7 +181,7 @@ static int measure(const vcase *c, const char *dir, const plan_opts *o, int over
         n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
     for (int r = 0; r < o->repeat; r++) {
         measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
-        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, part, &x))) return 0;
+        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, part, &x))) return 0;
         if (r)
             x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
             x.kcpu = fmin(x.kcpu, m->kcpu);
