@@ -23,15 +23,27 @@ static double intensity(double m, double k, double n) {
     return 2 * m * k * n / (4 * (m * k + k * n + m * n));
 }
 
+/* Sweeps over the shapes: the fastest of each shape's windows over all of
+ * them. This machine's speed drifts from outside (a virtual machine here:
+ * an ALU-bound loop alone on its core ran at 1.9 to 3.0 GHz from one 50
+ * ms window to the next, and one process's sgemm at 76 to 146 GFLOP/s
+ * from one second to the next, with nothing else of the machine on the
+ * cores; docs/plan.md, Calibration); one sweep times each shape in one
+ * stretch of a fraction of a second, so the ratios between shapes, and
+ * the peak, took whatever speed that stretch had. */
+#define SWEEPS(quick) ((quick) ? 1 : 3)
+
 static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     static const int SIZES[] = {16, 32, 64, 128, 256, 512, 1024};
     int n = quick ? 6 : 7;
-    double rate[7], best = 0;
-    for (int i = 0; i < n; i++) {
-        double s = SIZES[i];
-        rate[i] = 3 * 2 * s * s * s / pr->gemm(pr->ctx, SIZES[i], SIZES[i], SIZES[i]);
-        if (rate[i] > best) best = rate[i];
-    }
+    double rate[7] = {0}, best = 0;
+    for (int sw = 0; sw < SWEEPS(quick); sw++)
+        for (int i = 0; i < n; i++) {
+            double s = SIZES[i];
+            double t = pr->gemm(pr->ctx, SIZES[i], SIZES[i], SIZES[i]);
+            rate[i] = fmax(rate[i], 3 * 2 * s * s * s / t);
+            if (rate[i] > best) best = rate[i];
+        }
     c->peak_flops = best;
     c->neff = n;
     /* A GEMM does not get slower as its intensity grows; a dip is another
@@ -110,12 +122,13 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
 static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int B = quick ? 16 : 32, T = 128, C = 256;
     double flops = 3.0 * 4 * T * C * (double)B * T;
-    c->natt = 0;
-    for (int hs = 16; hs <= 128; hs *= 2, c->natt++) {
-        c->att_hs[c->natt] = hs;
-        double t = pr->attention(pr->ctx, B, T, C, C / hs);
-        c->att_eff[c->natt] = fmin(1, flops / t / c->peak_flops);
-    }
+    double t[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int sw = 0; sw < SWEEPS(quick); sw++)
+        for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
+            t[i] = fmin(t[i], pr->attention(pr->ctx, B, T, C, C / hs));
+    c->natt = 4;
+    for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
+        c->att_hs[i] = hs, c->att_eff[i] = fmin(1, flops / t[i] / c->peak_flops);
     c->attn_efficiency = c->att_eff[2];
 }
 
