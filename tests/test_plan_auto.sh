@@ -94,4 +94,11 @@ cpu=$(awk '/ step .* cpu /{for (i = 1; i < NF; i++) if ($i == "step") m = $(i + 
 [ "${cpu%% *}" -ge 1 ] && [ "${cpu#* }" = "" ] \
     && pass "plan --validate --quick: CPU time per step in (0, step] in ${cpu%% *} case(s)" \
     || fail "plan --validate --quick: CPU-time column: '$cpu' (want >= 1 case, each in (0, 1.05 step + 0.5 ms])"
+# the order lines: the strict count, and the count with ties (pairs whose
+# measured ranges overlap), which can only agree in more models
+strict=$(sed -n 's/^order of layouts.* in \([0-9]*\) of \([0-9]*\) models$/\1 \2/p' val.out)
+ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2/p' val.out)
+[ -n "$strict" ] && [ -n "$ties" ] && [ "${strict#* }" = "${ties#* }" ] && [ "${ties%% *}" -ge "${strict%% *}" ] \
+    && pass "plan --validate --quick: order in ${strict% *} of ${strict#* } models, with ties ${ties% *}" \
+    || fail "plan --validate --quick: order lines: strict '$strict', with ties '$ties'"
 finish

@@ -81,8 +81,9 @@ static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * a team of threads that share one memory bus). */
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int N = 16384, C = 128;
-    double bytes = 3.0 * 72 * C * N;
-    c->mem_bandwidth = bytes / pr->memory(pr->ctx, N, C);
+    double bytes = 3.0 * 72 * C * N, t1 = 1e30;
+    for (int sw = 0; sw < SWEEPS(quick); sw++) t1 = fmin(t1, pr->memory(pr->ctx, N, C));
+    c->mem_bandwidth = bytes / t1;
     /* every device of the node streaming at once (one thread each): a
      * rank's share of the memory system (not with quick: the windows in
      * which the streams run together are what takes time) */
@@ -108,8 +109,10 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
     if (pr->cache_bytes <= 0) return;
     int n = 64;
     while (60.0 * 2 * n * C <= pr->cache_bytes / 4 && n < N) n *= 2;
+    double tc = 1e30;
+    for (int sw = 0; sw < SWEEPS(quick); sw++) tc = fmin(tc, pr->memory(pr->ctx, n, C));
     c->cache_bytes = pr->cache_bytes;
-    c->cache_bandwidth = 3.0 * 72 * C * n / pr->memory(pr->ctx, n, C);
+    c->cache_bandwidth = 3.0 * 72 * C * n / tc;
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
