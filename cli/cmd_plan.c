@@ -321,8 +321,9 @@ int cmd_plan(int argc, char **argv) {
         {"quick", ARG_BOOL, &o.quick, "--calibrate, --validate: a small, fast set"},
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
         {"repeat", ARG_INT, &o.repeat,
-         "--validate: runs of every case, the fastest kept, and of its calibration (median, "
-         "3 at least without --quick); --calibrate: runs, the median kept (1)"},
+         "--validate: runs of every case (round-robin over the cases), the fastest kept, and "
+         "of its calibration (median, 3 at least without --quick); --calibrate: runs, the "
+         "median kept (1)"},
         {"profile", ARG_BOOL, &o.profile,
          "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},

@@ -31,7 +31,7 @@ static const char EPILOG[] =
     "exits 75; a second SIGINT exits 130 at once. A wait in communication longer\n"
     "than --stall-timeout ends the job with status 6 (docs/operations.md).\n"
     "--log F: one JSON object per step: step loss lr grad_norm tokens tokens_per_s\n"
-    "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes [val_loss].\n"
+    "step_ms fwd_ms bwd_ms opt_ms mfu peak_rss_bytes comm_* cpu_ms [val_loss].\n"
     "MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 12*L*C*T\n"
     "(N parameters, L layers, C d-model, T seq-len; attention without the causal\n"
     "discount). The peak is --peak-gflops, else the sgemm rate `cubist bench --peak`\n"

@@ -84,7 +84,7 @@ static int comm_child(int quick, cb_plan_cluster *c, cb_err *e) {
         if (sscanf(l, "plan-comm %15s %d %lf %lf", k->op, &k->ranks, &k->alpha, &k->beta) == 4) c->ncoll++;
         if (!strchr(l, '\n')) break;
     }
-    if (st || c->ncoll != 5)
+    if (st || c->ncoll != CB_PLAN_NOPS)
         return cb_fail(e, CB_ESYS, "the collective probe `%s` failed (exit %d); set MPIRUN to the "
                        "MPI launcher", cmd, st);
     c->intra = (cb_plan_tier){c->coll[4].beta, c->coll[4].alpha};

@@ -62,8 +62,12 @@ static const vcase CASES[] = {
 
 typedef struct measured {
     double step_ms, bytes, calls, act, opt, kcpu;
-    double cpu_ms; /* one process, one thread: CPU time per step (NAN otherwise) */
+    double cpu_ms;  /* one process, one thread: CPU time per step (NAN otherwise) */
+    double slow_ms; /* the slowest run's fastest step: step_ms .. slow_ms is the spread */
+    int runs;       /* runs merged in */
 } measured;
+
+#define MEASURED_NONE {0, 0, 0, NAN, NAN, NAN, NAN, NAN, 0}
 
 static double jd(const json_val *v, const char *k) {
     const json_val *x = json_get(v, k);
@@ -92,16 +96,10 @@ static int runner(const vcase *c, char *pre, size_t cap) {
     return ranks;
 }
 
-static double children_cpu_s(void) {
-    struct rusage u;
-    getrusage(RUSAGE_CHILDREN, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-/* The job of case c for `steps` steps; its CPU seconds (all its processes).
- * part: the planner's stage boundaries (--partition), so that the run
- * splits the pipeline as the prediction does. */
-static int train_job(const vcase *c, const char *dir, const char *part, int steps, double *cpu_s) {
+/* The job of case c for `steps` steps. part: the planner's stage
+ * boundaries (--partition), so that the run splits the pipeline as the
+ * prediction does. */
+static int train_job(const vcase *c, const char *dir, const char *part, int steps) {
     char pre[512], cmd[2560];
     runner(c, pre, sizeof pre);
     char model[256];
@@ -123,39 +121,29 @@ static int train_job(const vcase *c, const char *dir, const char *part, int step
         pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
         c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
         part[0] ? " --partition " : "", part);
-    double t0 = children_cpu_s();
-    int st = system(cmd);
-    *cpu_s = children_cpu_s() - t0;
-    return st == 0;
+    return system(cmd) == 0;
 }
 
-/* One process of one thread: CPU seconds of 6 steps less those of 1, per
- * step. Time slices taken by other processes are not in it, so it shows
- * the model's error where wall time shows the machine's load. */
-static double cpu_per_step_ms(const vcase *c, const char *dir, int quick) {
-    const char *part = "";
-    double c6, c1;
-    if (quick || c->dp * c->pp * c->tp > 1 || c->threads > 1) return NAN;
-    if (!train_job(c, dir, part, 1, &c1) || !train_job(c, dir, part, 6, &c6)) return NAN;
-    return 1e3 * (c6 - c1) / 5;
-}
-
-static int measure_train(const vcase *c, const char *dir, int quick, const char *part,
-                         measured *m) {
+/* The step time and, for one process of one thread, its CPU time: the
+ * fastest step after the first of each. The CPU time is the process's
+ * over the step itself, as the log reports it (`cpu_ms`): the job's
+ * start (the MFU peak, measured on a first run), the evaluation after the
+ * last step and time slices taken by other processes are not in it. */
+static int measure_train(const vcase *c, const char *dir, const char *part, measured *m) {
     char log[600];
-    double cpu;
     snprintf(log, sizeof log, "%s/log.jsonl", dir);
-    m->cpu_ms = cpu_per_step_ms(c, dir, quick);
     unlink(log);
-    if (!train_job(c, dir, part, 6, &cpu)) return 0;
+    if (!train_job(c, dir, part, 6)) return 0;
     FILE *f = fopen(log, "r");
     char line[65536];
-    m->step_ms = 1e30;
+    int cpu = c->dp * c->pp * c->tp == 1 && c->threads == 1;
+    m->step_ms = m->cpu_ms = 1e30;
     for (int s = 0; f && fgets(line, sizeof line, f); s++) {
         json_val v;
         json_error je;
         if (json_parse(line, strlen(line), &v, &je)) continue;
         if (s >= 1 && jd(&v, "step_ms") < m->step_ms) m->step_ms = jd(&v, "step_ms");
+        if (s >= 1 && cpu && jd(&v, "cpu_ms") < m->cpu_ms) m->cpu_ms = jd(&v, "cpu_ms");
         tags(json_get(&v, "comm_by_tag"), m);
         m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
         const json_val *pa = json_get(&v, "pp_act_bytes"); /* the first stage's: rank 0's */
@@ -163,6 +151,7 @@ static int measure_train(const vcase *c, const char *dir, int quick, const char 
         json_free(&v);
     }
     if (f) fclose(f);
+    if (!(m->cpu_ms < 1e30)) m->cpu_ms = NAN;
     return m->step_ms < 1e30;
 }
 
@@ -186,22 +175,22 @@ static int measure_tpstep(const vcase *c, measured *m) {
     return 1;
 }
 
-/* The case run o->repeat times, each figure the fastest: the model
- * predicts an unloaded machine, and a shared one slows some runs. */
-static int measure(const vcase *c, const char *dir, const plan_opts *o, int over,
-                   const cb_plan_pred *p, measured *m) {
+/* One run of the case merged into m: each figure the fastest over the
+ * runs (the model predicts an unloaded machine, and a shared one slows
+ * some runs); the slowest run's step kept for the spread. */
+static int measure(const vcase *c, const char *dir, int over, const cb_plan_pred *p,
+                   measured *m) {
     char part[256] = "";
     for (int s = 0, n = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage &&
                            n < (int)sizeof part; s++)
         n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
-    for (int r = 0; r < o->repeat; r++) {
-        measured x = {0, 0, 0, NAN, NAN, NAN, NAN};
-        if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, o->quick, part, &x))) return 0;
-        if (r)
-            x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
-            x.kcpu = fmin(x.kcpu, m->kcpu);
-        *m = x;
-    }
+    measured x = MEASURED_NONE;
+    if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, part, &x))) return 0;
+    x.slow_ms = x.step_ms, x.runs = m->runs + 1;
+    if (m->runs)
+        x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
+        x.kcpu = fmin(x.kcpu, m->kcpu), x.slow_ms = fmax(x.slow_ms, m->slow_ms);
+    *m = x;
     return 1;
 }
 
@@ -293,7 +282,9 @@ static double rel(double pred, double meas) { return (pred - meas) / meas; }
 typedef struct tally {
     double sum, worst, cpu_sum, cpu_worst;
     int n, exact, nexact, ncpu;
-    double pred[NCASES], meas[NCASES]; /* seconds per token; NAN: not timed on 2 cores */
+    /* seconds per token; NAN: not timed on 2 cores. slow: the slowest
+     * run's fastest step, the measurement's own spread above meas */
+    double pred[NCASES], meas[NCASES], slow[NCASES];
 } tally;
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
@@ -319,7 +310,8 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
         if (ranks * c->threads == 2)
-            t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok;
+            t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok,
+            t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
@@ -339,8 +331,9 @@ static const char *kind(const vcase *c) {
     return c->threads > 1 ? "2 threads" : c->dp > 1 ? "dp 2" : c->pp > 1 ? "pp 2" : "tp 2";
 }
 
-/* The group's cases (same model, timed on both cores) in order of x[]. */
-static void print_order(const int *idx, int n, const double *x) {
+/* The group's cases (same model, timed on both cores) in order of x[];
+ * hi (NULL: none): each one's slowest run, printed as a range. */
+static void print_order(const int *idx, int n, const double *x, const double *hi) {
     int o[NCASES];
     for (int i = 0; i < n; i++) o[i] = idx[i];
     for (int i = 1; i < n; i++)
@@ -348,8 +341,10 @@ static void print_order(const int *idx, int n, const double *x) {
             int s = o[j];
             o[j] = o[j - 1], o[j - 1] = s;
         }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         printf("%s%s %.2f", i ? " < " : "", kind(&CASES[o[i]]), 1e6 * x[o[i]]);
+        if (hi && hi[o[i]] > x[o[i]]) printf("..%.2f", 1e6 * hi[o[i]]);
+    }
 }
 
 static int same(const vcase *a, const vcase *b) {
@@ -357,35 +352,54 @@ static int same(const vcase *a, const vcase *b) {
            (a->model && b->model && !strcmp(a->model, b->model)));
 }
 
+/* Measured a tie: the two cases' ranges over the runs (fastest ..
+ * slowest run's fastest step) overlap, so the runs do not order them. */
+static int tie(const tally *t, int a, int b) {
+    return fmax(t->meas[a], t->meas[b]) <= fmin(t->slow[a], t->slow[b]);
+}
+
 /* Do the layouts of one model on both cores (1 process x 2 threads, dp 2,
  * pp 2, tp 2) come out in the measured order of time per token? Each
- * model's two orders are printed (microseconds per token). */
+ * model's two orders are printed (microseconds per token; the measured
+ * one with each case's range over the runs), and the pairs whose order
+ * differs but whose measured ranges overlap, as ties: counted apart, the
+ * strict order line stays as it is. */
 static void order(const tally *t) {
-    int groups = 0, kept = 0;
+    int groups = 0, kept = 0, kept_ties = 0;
     for (int i = 0; i < NCASES; i++) {
-        int first = 1, idx[NCASES], n = 0, ok = 1;
+        int first = 1, idx[NCASES], n = 0, ok = 1, okt = 1;
         for (int j = 0; j < i && first; j++)
             first = !(same(&CASES[j], &CASES[i]) && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
         for (int a = i; a < NCASES; a++)
             if (!isnan(t->pred[a]) && same(&CASES[a], &CASES[i]))
                 idx[n++] = a;
-        for (int a = 0; a < n; a++)
-            for (int b = a + 1; b < n; b++)
-                ok &= (t->pred[idx[a]] < t->pred[idx[b]]) == (t->meas[idx[a]] < t->meas[idx[b]]);
         if (n < 2) continue;
-        groups++, kept += ok;
-        char lab[32];
+        char lab[32], ties[512] = "";
         int w = snprintf(lab, sizeof lab, "%s L%d C%d:", CASES[i].model ? CASES[i].model : "gpt",
-                         CASES[i].L, CASES[i].C);
+                         CASES[i].L, CASES[i].C), nt = 0;
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++) {
+                int x = idx[a], y = idx[b];
+                if ((t->pred[x] < t->pred[y]) == (t->meas[x] < t->meas[y])) continue;
+                ok = 0;
+                if (!tie(t, x, y)) okt = 0;
+                else if (nt < (int)sizeof ties - 64)
+                    nt += snprintf(ties + nt, sizeof ties - nt, "%s%s ~ %s", nt ? ", " : "",
+                                   kind(&CASES[x]), kind(&CASES[y]));
+            }
+        groups++, kept += ok, kept_ties += okt;
         printf("  %s predicted ", lab);
-        print_order(idx, n, t->pred);
+        print_order(idx, n, t->pred, NULL);
         printf("\n  %*s measured  ", w, "");
-        print_order(idx, n, t->meas);
+        print_order(idx, n, t->meas, t->slow);
         printf("  %s\n", ok ? "same order" : "DIFFER");
+        if (nt) printf("  %*s ties (measured ranges overlap): %s\n", w, "", ties);
     }
     printf("order of layouts on both cores (time per token, same model): predicted order = measured "
            "in %d of %d models\n", kept, groups);
+    printf("the same, pairs whose measured ranges over the runs overlap counted as ties: %d of %d "
+           "models\n", kept_ties, groups);
 }
 
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
@@ -429,26 +443,38 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
                "are contended when it exceeds the cores); predicted vs measured, the fastest of "
-               "%d run%s\n"
+               "%d run%s (round-robin over the cases)\n"
                "  case                                             what  predicted measured  error\n",
                sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "");
-    tally t = {0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}};
-    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = NAN;
+    tally t = {0};
+    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
+    cb_plan_pred *p = calloc(NCASES, sizeof *p);
+    measured m[NCASES];
+    int ok[NCASES];
+    if (!rc && !p) rc = cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
     for (int i = 0; i < NCASES && !rc; i++) {
-        const vcase *c = &CASES[i];
-        if (o->quick && !c->quick) continue;
-        int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2 && c->tp > 1;
-        measured m = {0, 0, 0, NAN, NAN, NAN, NAN};
-        cb_plan_pred p;
-        predict(c, &cl[c->threads - 1], &p);
-        if (!measure(c, dir, o, over, &p, &m)) {
-            printf("  case %d failed to run; skipped\n", i + 1);
-            continue;
+        m[i] = (measured)MEASURED_NONE, ok[i] = !o->quick || CASES[i].quick;
+        if (ok[i]) predict(&CASES[i], &cl[CASES[i].threads - 1], &p[i]);
+    }
+    /* run r of every case, then run r + 1: the machine's slow spells
+     * (docs/plan.md, Validation) fall on different cases' runs, not on
+     * every run of one case */
+    for (int r = 0; r < o->repeat && !rc; r++)
+        for (int i = 0; i < NCASES; i++) {
+            const vcase *c = &CASES[i];
+            int over = c->dp * c->pp * c->tp * c->threads > 2 && c->tp > 1;
+            if (ok[i] && !measure(c, dir, over, &p[i], &m[i])) {
+                printf("  case %d failed to run; skipped\n", i + 1);
+                ok[i] = 0;
+            }
         }
-        row(c, &p, &m, &t);
-        if (o->profile && ranks == 1) profile(c, &p);
+    for (int i = 0; i < NCASES && !rc; i++) {
+        if (!ok[i]) continue;
+        row(&CASES[i], &p[i], &m[i], &t);
+        if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);
     }
+    free(p);
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm)) {}

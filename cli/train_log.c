@@ -66,10 +66,10 @@ static int write_object(cli_train_log *l, const cb_train_record *r, cb_err *e) {
             "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%.0f,"
             "\"tokens_per_s\":%.2f,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,"
             "\"opt_ms\":%.3f,\"mfu\":%.5f,\"peak_rss_bytes\":%ld,\"opt_state_bytes\":%zu,"
-            "\"comm_wait_ms\":%.3f%s",
+            "\"comm_wait_ms\":%.3f,\"cpu_ms\":%.3f%s",
             r->step, st->loss, st->lr, st->grad_norm, r->tokens, r->tokens_per_s, st->step_ms,
             st->fwd_ms, st->bwd_ms, st->opt_ms, r->mfu, r->peak_rss_bytes, r->opt_state_bytes,
-            st->comm_wait_ms, r->comm_fields);
+            st->comm_wait_ms, st->cpu_ms, r->comm_fields);
     if (!isnan(r->val_loss)) fprintf(l->f, ",\"val_loss\":%.9g", r->val_loss);
     fprintf(l->f, "%s}\n", r->pp_fields);
     if (!fflush(l->f) && !ferror(l->f)) return CB_OK;

@@ -31,11 +31,11 @@ got="$(stat -c %s va5.bin)"
 "$C" train --data tr.bin --val-data va.bin "${M[@]}" --steps 7 --eval-every 3 --eval-batches 3 \
     --shuffle 0 --seed 3 --lr 3e-3 --save m.st --log m.jsonl || fail "train with validation"
 out=$("$PY" - m.jsonl <<'PY' 2>&1
-import json, sys
+import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 ints = ["step", "tokens", "peak_rss_bytes", "comm_bytes", "comm_calls"]
 nums = ["loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "mfu",
-        "comm_ms", "comm_wait_ms"]
+        "comm_ms", "comm_wait_ms", "cpu_ms"]
 bad = []
 for r in rows:
     for k in ints:
@@ -43,6 +43,10 @@ for r in rows:
     for k in nums:
         if not isinstance(r.get(k), (int, float)) or r[k] < 0: bad.append(f"step {r.get('step')}: {k}={r.get(k)!r}")
     if r["tokens"] != r["step"] * 4 * 16: bad.append(f"step {r['step']}: tokens {r['tokens']} != step*B*T")
+    # the process's CPU time over the step: at most every core's worth of
+    # the step's wall time (+1 ms: the batch's fetch is outside step_ms)
+    if not 0 < r["cpu_ms"] <= (os.cpu_count() or 1) * r["step_ms"] * 1.05 + 1:
+        bad.append(f"step {r['step']}: cpu_ms {r['cpu_ms']} outside (0, cores x step_ms {r['step_ms']}]")
     if not (r["loss"] > 0 and r["tokens_per_s"] > 0 and r["step_ms"] > 0 and r["peak_rss_bytes"] > 0):
         bad.append(f"step {r['step']}: a figure that must be positive is not")
 evald = [r["step"] for r in rows if "val_loss" in r]

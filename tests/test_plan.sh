@@ -361,10 +361,22 @@ for i, (x, e) in enumerate(d["gemm_efficiency"]):
 for k in c["collectives"]:
     want += [(k["op"] + ".alpha", k["alpha"], 2e-6), (k["op"] + ".beta", k["beta"], 3e9)]
 bad = [n for n, a, b in want if not close(a, b)]
+# every collective the probe times, the data-parallel buckets' one included
+ops = sorted(k["op"] for k in c["collectives"])
+if ops != sorted(["allreduce", "allgather", "reduce_scatter", "bcast", "p2p", "iallreduce"]):
+    bad.append("collectives %s" % ops)
 print("%s fake-timer calibration: %d rates as fed%s" % ("FAIL" if bad else "PASS", len(want),
       (": off " + ", ".join(bad)) if bad else ""))
 raise SystemExit(1 if bad else 0)
 PY
+# a calibrated iallreduce: the data-parallel buckets all exposed at its
+# rate. dp 2 of L 2, C 512 (6,502,400 parameters: 26,009,600 ring bytes,
+# 2 buckets of 25 MB): 2 x 2 us + 26009600 / 3e9 = 8.67 ms (the overlap
+# rule would give 4.34, one bucket)
+dpx=$(P --cluster fake.json --devices 2 --layers 2 --d-model 512 --heads 8 --seq-len 128 --batch 4 \
+      --vocab 256 2>&1 | awk '$2 == "dp2" && $3 == "pp1" && $4 == "tp1" && $5 == "1d" && NF == 14 {print $12; exit}')
+[ "$dpx" = "8.67" ] && pass "dp 2 with a calibrated iallreduce: the buckets exposed whole, $dpx ms" \
+    || fail "dp 2 with a calibrated iallreduce: dp exposed '$dpx' ms, want 8.67"
 CUBIST_PLAN_FAKE="gflops=-1" P --calibrate --out x.json >/dev/null 2>bad.err
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && [ ! -e x.json ] \

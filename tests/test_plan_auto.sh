@@ -81,4 +81,24 @@ if [ $rc = 0 ] && grep -q "^mean step-time error" val.out; then
 else
     fail "plan --validate --quick: exit $rc after ${secs} s, $(head -c 300 val.err)"
 fi
+# its CPU-time column (one process, one thread: the log's cpu_ms, the
+# fastest step after the first) lies in (0, the step's wall time]: one
+# thread cannot spend more CPU than wall time, and the column once
+# differenced whole jobs, which took the MFU peak measured at a job's
+# start as a step's (-246 ms against a 21 ms step). 5% + 0.5 ms: the CPU
+# time also covers the batch's fetch, outside the step's clock.
+cpu=$(awk '/ step .* cpu /{for (i = 1; i < NF; i++) if ($i == "step") m = $(i + 2);
+           for (i = 1; i < NF; i++) if ($i == "cpu") c = $(i + 1);
+           n++; if (!(c > 0 && c <= 1.05 * m + 0.5)) bad = bad " cpu " c " step " m}
+           END {print n + 0, bad}' val.out)
+[ "${cpu%% *}" -ge 1 ] && [ "${cpu#* }" = "" ] \
+    && pass "plan --validate --quick: CPU time per step in (0, step] in ${cpu%% *} case(s)" \
+    || fail "plan --validate --quick: CPU-time column: '$cpu' (want >= 1 case, each in (0, 1.05 step + 0.5 ms])"
+# the order lines: the strict count, and the count with ties (pairs whose
+# measured ranges overlap), which can only agree in more models
+strict=$(sed -n 's/^order of layouts.* in \([0-9]*\) of \([0-9]*\) models$/\1 \2/p' val.out)
+ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2/p' val.out)
+[ -n "$strict" ] && [ -n "$ties" ] && [ "${strict#* }" = "${ties#* }" ] && [ "${ties%% *}" -ge "${strict%% *}" ] \
+    && pass "plan --validate --quick: order in ${strict% *} of ${strict#* } models, with ties ${ties% *}" \
+    || fail "plan --validate --quick: order lines: strict '$strict', with ties '$ties'"
 finish

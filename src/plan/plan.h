@@ -326,7 +326,8 @@ typedef struct cb_plan_probe {
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */
-extern const char *const CB_PLAN_OPS[5];
+#define CB_PLAN_NOPS 6
+extern const char *const CB_PLAN_OPS[CB_PLAN_NOPS];
 /* Bytes sent per rank (cb_comm's ring volume) by `op` of n floats on p ranks. */
 double cb_plan_op_sent(const char *op, int p, double n);
 

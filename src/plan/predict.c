@@ -408,8 +408,17 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
     p->dp_calls = nb + (l->zero ? 1 : 0) + x.calls + 1;
     double buckets_s =
         cb_plan_coll_time(j->cluster, "allreduce", l->dp, l->tp * l->pp, ring, nb + l->zero);
+    /* A cluster that timed the non-blocking all-reduce as the buckets run
+     * it (cubist's calibration of CPU ranks): its rate, and no overlap.
+     * On CPUs it advances only inside MPI calls, made between operators,
+     * and its reduction takes the cores backward runs on; 2 ranks here
+     * spent 6-15 ms a step in communication where the all-reduce alone
+     * takes 4-5 (L 2, C 512: 26 MB), 35-60 when they drifted apart
+     * (docs/plan.md, Limits). */
+    const cb_plan_coll *ia = measured(j->cluster, "iallreduce", l->dp);
+    if (ia && !l->zero) buckets_s = nb * ia->alpha + ring / ia->beta;
     p->dp_s = buckets_s + x.s;
-    p->dp_exposed_s = maxf(buckets_s / nb, buckets_s - bwd_s) + x.s;
+    p->dp_exposed_s = (ia && !l->zero ? buckets_s : maxf(buckets_s / nb, buckets_s - bwd_s)) + x.s;
     p->mem_comm += x.buf;
     p->mem_total += x.buf;
 }

@@ -67,6 +67,9 @@ typedef struct cb_step_stats {
     float loss, lr, grad_norm;
     double step_ms, fwd_ms, bwd_ms, opt_ms;
     double comm_wait_ms; /* waiting for gradient buckets after backward */
+    /* this process's CPU time over the step (all its threads; the batch,
+     * the step, its collectives): the load's time slices are not in it */
+    double cpu_ms;
 } cb_step_stats;
 
 /* The resume metadata of a .state file, as (key, value) pairs in
