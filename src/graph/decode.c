@@ -1,8 +1,9 @@
 /* Incremental decoding of an encoder-decoder (cb_model_decode_*,
  * include/cubist.h): the declared model's own nodes, weights and layout
  * operators, run on one position at a time. The encoder's nodes (those
- * that do not depend on the decoder's id field) run once on the whole
- * micro-batch; each step runs the decoder's nodes on position t of each
+ * that do not depend on the decoder's id field) run once, on each
+ * source's row (a source's beams share it, their rows given copies of
+ * its values); each step runs the decoder's nodes on position t of each
  * row. Per-position operators (linear, LayerNorm, ReLU, add, embedding,
  * head) see one row; self-attention reads the keys and values of
  * positions 0..t, which earlier steps wrote into the value's own buffer
@@ -35,7 +36,28 @@ static int row_wise(const gnode *n) {
            n->kind == N_GELU || n->kind == N_ADD || n->kind == N_DROP || n->kind == N_LOSS;
 }
 
-int cb_model_decode_start(cb_model *m, const int *ids, int field, cb_err *e) {
+/* Value v is the encoder's and a decoder node reads it (the cross-
+ * attention's keys and values, or whatever else crosses to the decoder). */
+static int crosses(const cb_model *m, int v) {
+    if (m->nodes[m->acts[v]->node].dec) return 0;
+    for (int i = 0; i < m->nnodes; i++)
+        for (int k = 0; m->nodes[i].dec && k < m->nodes[i].nin; k++)
+            if (m->nodes[i].in[k] == v) return 1;
+    return 0;
+}
+
+/* Rows [0, n) of value v to rows [0, n beams): row r takes row r / beams,
+ * from the last row down, so no source row is overwritten before its
+ * beams have read it (r / beams < r for r > 0). */
+static void spread_rows(cb_model *m, int v, int n, int beams) {
+    float *x = cb_graph_eval_val(m, v);
+    size_t row = (size_t)m->T * row_floats(m, v);
+    for (int r = n * beams - 1; r > 0; r--)
+        memcpy(x + (size_t)r * row, x + (size_t)(r / beams) * row, sizeof(float) * row);
+}
+
+int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, int beams,
+                          cb_err *e) {
     if (!m->built || m->P > 1 || m->v > 1 || !(m->L->caps & CB_LAYOUT_SAMPLES) ||
         m->d->recompute != RC_NONE || m->loss_node < 0 || m->nodes[m->loss_node].kind != N_LOSS ||
         m->nodes[m->loss_node].l2)
@@ -45,20 +67,27 @@ int cb_model_decode_start(cb_model *m, const int *ids, int field, cb_err *e) {
     if (field < 0 || field >= m->fields)
         return cb_fail(e, CB_EINPUT, "decoding field %d: the model's rows carry %d id fields", field,
                        m->fields);
-    m->ids = ids, m->targets = NULL, m->training = 0;
+    if (sources < 1 || beams < 1 || sources > m->Bm / beams)
+        return cb_fail(e, CB_EINPUT, "decoding %d sources x %d beams: the model holds %d rows; "
+                                     "build it with that many", sources, beams, m->Bm);
+    m->ids = ids, m->targets = NULL, m->training = 0, m->dec_beams = beams;
     mark_decoder(m, field);
     for (int i = 0; i < m->nnodes; i++)
         if (m->nodes[i].dec && !row_wise(&m->nodes[i]))
             return cb_fail(e, CB_EINPUT, "decoding: node %d of the decoder is not causal or not "
                                          "per position; declare a causal decoder", i);
     for (int i = 0; i < m->nnodes; i++)
-        if (!m->nodes[i].dec) cb_graph_eval_node(m, i);
+        if (!m->nodes[i].dec) cb_graph_eval_node(m, i, sources);
+    for (int v = 0; beams > 1 && v < m->nacts; v++)
+        if (crosses(m, v)) spread_rows(m, v, sources, beams);
+    m->dec_info.encoder_rows += sources;
     return CB_OK;
 }
 
 /* Attention node n for query row (b, t): self-attention over keys 0..t
  * of row b's QKV output (causal by construction), cross-attention over
- * row b's encoder keys, masked by the node's key lengths. */
+ * row b's encoder keys (its source's), masked by its source row's key
+ * length. */
 static void attend_row(cb_model *m, const gnode *n, int b, int t) {
     const cb_layer *l = n->l;
     int T = m->T, C = l->C, cross = n->nin > 1;
@@ -68,7 +97,7 @@ static void attend_row(cb_model *m, const gnode *n, int b, int t) {
     cb_attn a = {.B = 1, .Tq = 1, .Tk = cross ? T : t + 1, .C = C, .NH = l->heads,
                  .ldq = cross ? C : 3 * C, .ldkv = cross ? 2 * C : 3 * C,
                  .koff = cross ? 0 : C, .voff = cross ? C : 2 * C,
-                 .klen = cross && kl && (l->attn_flags & CB_ATTN_PADDED) ? kl + b : NULL};
+                 .klen = cross && kl && (l->attn_flags & CB_ATTN_PADDED) ? kl + b / m->dec_beams : NULL};
     size_t q = (size_t)b * T + t, kr = (size_t)b * T;
     m->L->ops->attention_forward(m->L, &a, x + q * a.ldq, kv + kr * a.ldkv,
                                  cb_graph_eval_val(m, n->out) + q * C, m->att_scratch);
@@ -113,7 +142,10 @@ void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
     for (int i = 0; i < m->nnodes; i++)
         for (int b = 0; m->nodes[i].dec && b < rows; b++)
             node_row(m, i, b, t, probs + (size_t)b * V);
+    m->dec_info.decoder_positions += rows;
 }
+
+void cb_model_decode_info(const cb_model *m, cb_decode_info *info) { *info = m->dec_info; }
 
 /* Only self-attention's input is read at earlier positions, so only it
  * moves; m->tmp holds any value whole. */
