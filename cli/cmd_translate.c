@@ -146,11 +146,12 @@ static double clock_s(clockid_t id) {
 static void print_stats(const tr_opts *o, const cb_model *m, int n, double wall, double cpu) {
     cb_decode_info in;
     cb_model_decode_info(m, &in);
-    fprintf(stderr, "translate: %d sources, %s %d: encoder on %lld sequences, decoder on %lld "
-                    "positions%s; %.3f s wall, %.3f s CPU\n", n, o->beam > 0 ? "beam" : "greedy",
-            o->beam > 0 ? o->beam : 1, in.encoder_rows, in.decoder_positions,
-            o->no_cache ? " (--no-cache: the whole model each position, not counted)" : "", wall,
-            cpu);
+    fprintf(stderr, "translate: %d sources, %s %d: %.3f s wall, %.3f s CPU; encoder on %lld "
+                    "sequences (%.3f s wall, %.3f s CPU), decoder on %lld positions (%.3f s, "
+                    "%.3f s)%s\n", n, o->beam > 0 ? "beam" : "greedy", o->beam > 0 ? o->beam : 1,
+            wall, cpu, in.encoder_rows, in.encoder_s, in.encoder_cpu_s, in.decoder_positions,
+            in.decoder_s, in.decoder_cpu_s,
+            o->no_cache ? " (--no-cache: the whole model each position, not counted)" : "");
 }
 
 static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_tokenizer *tk,
@@ -195,7 +196,8 @@ static const char EPILOG[] =
     "once. --no-cache recomputes the whole model for every position instead (the\n"
     "reference the cache is tested against). --stats prints one line on stderr:\n"
     "the decoding's wall and CPU time, the sequences the encoder ran on (one a\n"
-    "source, whatever the beam) and the positions the decoder ran on (a row each).\n"
+    "source, whatever the beam) and the positions the decoder ran on (a row each),\n"
+    "with the time of each.\n"
     "One process: under mpirun it exits 2.\n"
     "Bad input (exit 2, one line, nothing translated): a missing file, a\n"
     "checkpoint that is not a translation model, an empty line, a line longer\n"

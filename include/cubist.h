@@ -523,13 +523,15 @@ const float *cb_model_probs(cb_model *m, const int *ids);
  * read one source). One stage, a layout that samples (cb_model_probs), no
  * recompute: else CB_EINPUT from start. cb_model_decode_info: the work
  * done since the model was built, in sequences the encoder ran on and
- * (row, position) pairs the decoder ran on. */
+ * (row, position) pairs the decoder ran on, and its time. */
 int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, int beams,
                           cb_err *e);
 void cb_model_decode_step(cb_model *m, int t, int rows, float *probs);
 void cb_model_decode_reorder(cb_model *m, const int *from, int rows, int t);
 typedef struct cb_decode_info {
     long long encoder_rows, decoder_positions;
+    double encoder_s, decoder_s;         /* wall seconds in start (the encoder, the copies) and step */
+    double encoder_cpu_s, decoder_cpu_s; /* the process's CPU seconds there (every thread) */
 } cb_decode_info;
 void cb_model_decode_info(const cb_model *m, cb_decode_info *info);
 /* Forward only, for a model ending in cb_op_logistic_loss: the logit of

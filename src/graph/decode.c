@@ -10,9 +10,17 @@
  * (each value has its own place in the slot when nothing is recomputed,
  * so the buffers are the KV cache, planned at build), and cross-attention
  * the encoder's keys and values, computed once. */
+#include <omp.h>
 #include <string.h>
+#include <time.h>
 
 #include "graph/graph.h"
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 static size_t row_floats(const cb_model *m, int v) {
     return cb_graph_value_floats(m, v) / ((size_t)m->Bm * m->T);
@@ -76,11 +84,14 @@ int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, i
         if (m->nodes[i].dec && !row_wise(&m->nodes[i]))
             return cb_fail(e, CB_EINPUT, "decoding: node %d of the decoder is not causal or not "
                                          "per position; declare a causal decoder", i);
+    double w0 = omp_get_wtime(), c0 = cpu_s();
     for (int i = 0; i < m->nnodes; i++)
         if (!m->nodes[i].dec) cb_graph_eval_node(m, i, sources);
     for (int v = 0; beams > 1 && v < m->nacts; v++)
         if (crosses(m, v)) spread_rows(m, v, sources, beams);
-    m->dec_info.encoder_rows += sources;
+    cb_decode_info *in = &m->dec_info;
+    in->encoder_rows += sources;
+    in->encoder_s += omp_get_wtime() - w0, in->encoder_cpu_s += cpu_s() - c0;
     return CB_OK;
 }
 
@@ -139,10 +150,13 @@ static void node_row(cb_model *m, int i, int b, int t, float *probs) {
 
 void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
     int V = m->nodes[m->loss_node].l->emb.V;
+    double w0 = omp_get_wtime(), c0 = cpu_s();
     for (int i = 0; i < m->nnodes; i++)
         for (int b = 0; m->nodes[i].dec && b < rows; b++)
             node_row(m, i, b, t, probs + (size_t)b * V);
-    m->dec_info.decoder_positions += rows;
+    cb_decode_info *in = &m->dec_info;
+    in->decoder_positions += rows;
+    in->decoder_s += omp_get_wtime() - w0, in->decoder_cpu_s += cpu_s() - c0;
 }
 
 void cb_model_decode_info(const cb_model *m, cb_decode_info *info) { *info = m->dec_info; }
