@@ -4,12 +4,14 @@
  * that do not depend on the decoder's id field) run once, on each
  * source's row (a source's beams share it, their rows given copies of
  * its values); each step runs the decoder's nodes on position t of each
- * row. Per-position operators (linear, LayerNorm, ReLU, add, embedding,
- * head) see one row; self-attention reads the keys and values of
- * positions 0..t, which earlier steps wrote into the value's own buffer
- * (each value has its own place in the slot when nothing is recomputed,
- * so the buffers are the KV cache, planned at build), and cross-attention
- * the encoder's keys and values, computed once. */
+ * row. Linears and the head take position t of every row in one product
+ * (one read of the weights for all the rows); the other per-position
+ * operators (LayerNorm, ReLU, add, embedding) see one row; self-attention
+ * reads the keys and values of positions 0..t, which earlier steps wrote
+ * into the value's own buffer (each value has its own place in the slot
+ * when nothing is recomputed, so the buffers are the KV cache, planned at
+ * build), and cross-attention the encoder's keys and values, computed
+ * once. */
 #include <omp.h>
 #include <string.h>
 #include <time.h>
@@ -75,6 +77,9 @@ int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, i
     if (field < 0 || field >= m->fields)
         return cb_fail(e, CB_EINPUT, "decoding field %d: the model's rows carry %d id fields", field,
                        m->fields);
+    if (m->T < 2)
+        return cb_fail(e, CB_EINPUT, "decoding needs at least 2 positions (BOS, then a token); "
+                                     "build the model with seq_len >= 2");
     if (sources < 1 || beams < 1 || sources > m->Bm / beams)
         return cb_fail(e, CB_EINPUT, "decoding %d sources x %d beams: the model holds %d rows; "
                                      "build it with that many", sources, beams, m->Bm);
@@ -114,9 +119,39 @@ static void attend_row(cb_model *m, const gnode *n, int b, int t) {
                                  cb_graph_eval_val(m, n->out) + q * C, m->att_scratch);
 }
 
-/* Node n on position t of row b; the head leaves the row's probabilities
- * in probs (V). */
-static void node_row(cb_model *m, int i, int b, int t, float *probs) {
+/* Position t of rows [0, rows) of value v to buf, (rows, the value's
+ * width) contiguous; back: buf to the rows. */
+static void rows_at(cb_model *m, int v, int t, int rows, float *buf, int back) {
+    size_t h = row_floats(m, v);
+    float *x = cb_graph_eval_val(m, v) + (size_t)t * h;
+    for (int b = 0; b < rows; b++) {
+        float *r = x + (size_t)b * m->T * h, *c = buf + (size_t)b * h;
+        memcpy(back ? r : c, back ? c : r, sizeof(float) * h);
+    }
+}
+
+/* A linear node or the head on position t of every row at once: one
+ * product reads each weight once for all the rows, where a row at a time
+ * reads it once a row. Input and output go through m->tmp, which holds a
+ * whole value (Bm x T rows, T >= 2), so rows x (in + out) fits. The head
+ * leaves each row's probabilities in probs (rows x V). */
+static void node_rows(cb_model *m, int i, int t, int rows, float *probs) {
+    const gnode *n = &m->nodes[i];
+    cb_layout *L = m->L;
+    float *x = m->tmp, *y = m->tmp + (size_t)rows * row_floats(m, n->in[0]);
+    rows_at(m, n->in[0], t, rows, x, 0);
+    if (n->kind == N_LINEAR) {
+        L->ops->linear_forward(L, &n->l->lin, x, y, rows);
+        rows_at(m, n->out, t, rows, y, 1);
+        return;
+    }
+    float *s = cb_graph_eval_kept(m, i); /* logits (rows, V), then rows losses */
+    L->ops->head_forward(L, &n->l->emb, x, NULL, s, rows);
+    memcpy(probs, s, sizeof(float) * (size_t)rows * n->l->emb.V);
+}
+
+/* Any other node on position t of row b. */
+static void node_row(cb_model *m, int i, int b, int t) {
     const gnode *n = &m->nodes[i];
     cb_layout *L = m->L;
     cb_layer *l = n->l;
@@ -126,7 +161,6 @@ static void node_row(cb_model *m, int i, int b, int t, float *probs) {
     size_t ny = n->out >= 0 ? row_floats(m, n->out) : 0;
     switch (n->kind) {
     case N_EMBED: cb_graph_embed(m, l, m->ids + r * m->fields + n->field, t, 1, 1, y, ny); break;
-    case N_LINEAR: L->ops->linear_forward(L, &l->lin, x, y, 1); break;
     case N_NORM: {
         float *s = cb_graph_eval_kept(m, i);
         L->ops->norm_forward(L, &l->norm, x, y, s + r, s + n->keep / 2 + r, 1);
@@ -139,21 +173,16 @@ static void node_row(cb_model *m, int i, int b, int t, float *probs) {
         L->k->residual_forward(L->k, y, x, cb_graph_eval_val(m, n->in[1]) + r * ny, ny);
         break;
     case N_DROP: memcpy(y, x, sizeof(float) * ny); break;
-    case N_LOSS: { /* the kept logits hold (V + 1) floats a row many times over */
-        float *s = cb_graph_eval_kept(m, i) + (size_t)b * (l->emb.V + 1);
-        L->ops->head_forward(L, &l->emb, x, NULL, s, 1);
-        memcpy(probs, s, sizeof(float) * l->emb.V);
-        break;
-    }
     }
 }
 
 void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
-    int V = m->nodes[m->loss_node].l->emb.V;
     double w0 = omp_get_wtime(), c0 = cpu_s();
-    for (int i = 0; i < m->nnodes; i++)
-        for (int b = 0; m->nodes[i].dec && b < rows; b++)
-            node_row(m, i, b, t, probs + (size_t)b * V);
+    for (int i = 0; i < m->nnodes; i++) {
+        int k = m->nodes[i].kind;
+        if (m->nodes[i].dec && (k == N_LINEAR || k == N_LOSS)) node_rows(m, i, t, rows, probs);
+        else for (int b = 0; m->nodes[i].dec && b < rows; b++) node_row(m, i, b, t);
+    }
     cb_decode_info *in = &m->dec_info;
     in->decoder_positions += rows;
     in->decoder_s += omp_get_wtime() - w0, in->decoder_cpu_s += cpu_s() - c0;
