@@ -37,9 +37,9 @@ static void mark_decoder(cb_model *m, int field) {
     }
 }
 
-/* A decoder node this file runs a row at a time: per-position operators,
- * and self-attention only when causal (a later position cannot change an
- * earlier one). */
+/* A decoder node this file runs a position at a time: per-position
+ * operators, and self-attention only when causal (a later position cannot
+ * change an earlier one). */
 static int row_wise(const gnode *n) {
     if (n->kind == N_ATTN) return n->nin > 1 || (n->l->attn_flags & CB_ATTN_CAUSAL);
     return n->kind == N_EMBED || n->kind == N_LINEAR || n->kind == N_NORM || n->kind == N_RELU ||
