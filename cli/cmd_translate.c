@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "args.h"
 #include "cli.h"
@@ -15,7 +16,7 @@
 
 typedef struct tr_opts {
     const char *model, *input, *tokenizer, *bpe_dir;
-    int beam, max_len, no_cache, ids;
+    int beam, max_len, no_cache, ids, stats;
     double alpha;
 } tr_opts;
 
@@ -134,6 +135,25 @@ static int load(const tr_opts *o, const cb_nmt_config *c, int rows, int T, int *
     return rc ? rc : cb_model_load(*m, o->model, e);
 }
 
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* --stats: the decoding's time (the model loaded) and the engine's count
+ * of its work, on stderr. */
+static void print_stats(const tr_opts *o, const cb_model *m, int n, double wall, double cpu) {
+    cb_decode_info in;
+    cb_model_decode_info(m, &in);
+    fprintf(stderr, "translate: %d sources, %s %d: %.3f s wall, %.3f s CPU; encoder on %lld "
+                    "sequences (%.3f s wall, %.3f s CPU), decoder on %lld positions (%.3f s, "
+                    "%.3f s)%s\n", n, o->beam > 0 ? "beam" : "greedy", o->beam > 0 ? o->beam : 1,
+            wall, cpu, in.encoder_rows, in.encoder_s, in.encoder_cpu_s, in.decoder_positions,
+            in.decoder_s, in.decoder_cpu_s,
+            o->no_cache ? " (--no-cache: the whole model each position, not counted)" : "");
+}
+
 static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_tokenizer *tk,
                      const sources *s, cb_err *e) {
     int rows = o->beam > 0 ? o->beam : 1, max_len = o->max_len ? o->max_len : T - 1;
@@ -145,6 +165,7 @@ static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_t
     int rc = slen && tlen && out ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for decoding");
     if (!rc) rc = load(o, c, rows, T, slen, tlen, &d, &m, e);
     if (!rc) rc = cb_search_init(&sr, m, rows, T, c->vocab, slen, tlen, !o->no_cache, e);
+    double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; !rc && i < s->n; i++) {
         const uint16_t *src = s->tok[i];
         rc = o->beam > 0 ? cb_search_beam(&sr, src, s->len[i], o->beam, o->alpha, max_len, out, &n, e)
@@ -152,6 +173,9 @@ static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_t
         if (!rc) emit(o, tk, out, n);
     }
     fflush(stdout);
+    if (!rc && o->stats)
+        print_stats(o, m, s->n, clock_s(CLOCK_MONOTONIC) - w0,
+                    clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
     cb_search_free(&sr);
     cb_model_free(m);
     if (d) cb_dist_finalize(d);
@@ -170,7 +194,11 @@ static const char EPILOG[] =
     "position alone, its self-attention reading the keys and values kept from\n"
     "earlier positions (the KV cache) and cross-attention the encoder's, computed\n"
     "once. --no-cache recomputes the whole model for every position instead (the\n"
-    "reference the cache is tested against). One process: under mpirun it exits 2.\n"
+    "reference the cache is tested against). --stats prints one line on stderr:\n"
+    "the decoding's wall and CPU time, the sequences the encoder ran on (one a\n"
+    "source, whatever the beam) and the positions the decoder ran on (a row each),\n"
+    "with the time of each.\n"
+    "One process: under mpirun it exits 2.\n"
     "Bad input (exit 2, one line, nothing translated): a missing file, a\n"
     "checkpoint that is not a translation model, an empty line, a line longer\n"
     "than the model's positions.\n";
@@ -187,6 +215,8 @@ int cmd_translate(int argc, char **argv) {
         {"bpe-dir", ARG_STR, &o.bpe_dir, "gpt2: directory of encoder.json and vocab.bpe (" CB_BPE_DIR ")"},
         {"no-cache", ARG_BOOL, &o.no_cache, "recompute every position (no KV cache): slower, the same"},
         {"ids", ARG_BOOL, &o.ids, "print token ids instead of text"},
+        {"stats", ARG_BOOL, &o.stats, "on stderr: the decoding's time and the engine's work "
+                                      "(sequences encoded, positions decoded)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0, T = 0;
     cb_err e = {0};

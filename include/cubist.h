@@ -506,21 +506,34 @@ float cb_model_eval(cb_model *m, const int *ids, const int *targets);
  * layout, one micro-batch; NULL otherwise. Valid until the next call. */
 const float *cb_model_probs(cb_model *m, const int *ids);
 /* Incremental decoding (an encoder-decoder's KV cache; docs/nmt.md).
- * cb_model_decode_start runs, on every row of ids (batch x seq_len x the
- * model's id fields, kept by pointer), the nodes that do not depend on id
- * field `field` (the encoder), once. cb_model_decode_step(t) runs the
- * others on position t of rows [0, rows) only, field `field` of position
- * t read from ids then (the caller writes it first); self-attention reads
+ * cb_model_decode_start runs the nodes that do not depend on id field
+ * `field` (the encoder) once, on rows [0, sources) of ids (batch x
+ * seq_len x the model's id fields, kept by pointer), then gives each row r
+ * of [0, sources x beams) (<= batch) the encoder's values of source row
+ * r / beams: the beams of a source share one run of its encoder (greedy:
+ * beams 1). cb_model_decode_step(t) runs the others on position t of rows
+ * [0, rows) only (rows <= sources x beams), field `field` of position t
+ * read from ids then (the caller writes it first); self-attention reads
  * the keys and values of positions 0..t that earlier steps left in the
  * engine's own value buffers (the cache, planned with the model), and
- * cross-attention the encoder's. Next-token probabilities of each row go
- * to probs (rows x vocab). cb_model_decode_reorder: row r takes row
- * from[r]'s cache of positions [0, t] (beam search; the rows must share
- * one source). One stage, a layout that samples (cb_model_probs), no
- * recompute: else CB_EINPUT from start. */
-int cb_model_decode_start(cb_model *m, const int *ids, int field, cb_err *e);
+ * cross-attention row r the encoder's of source r / beams, masked by that
+ * source row's key length. Next-token probabilities of each row go to
+ * probs (rows x vocab). cb_model_decode_reorder: row r takes row
+ * from[r]'s cache of positions [0, t] (beam search; r and from[r] must
+ * read one source). One stage, a layout that samples (cb_model_probs), no
+ * recompute: else CB_EINPUT from start. cb_model_decode_info: the work
+ * done since the model was built, in sequences the encoder ran on and
+ * (row, position) pairs the decoder ran on, and its time. */
+int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, int beams,
+                          cb_err *e);
 void cb_model_decode_step(cb_model *m, int t, int rows, float *probs);
 void cb_model_decode_reorder(cb_model *m, const int *from, int rows, int t);
+typedef struct cb_decode_info {
+    long long encoder_rows, decoder_positions;
+    double encoder_s, decoder_s;         /* wall seconds in start (the encoder, the copies) and step */
+    double encoder_cpu_s, decoder_cpu_s; /* the process's CPU seconds there (every thread) */
+} cb_decode_info;
+void cb_model_decode_info(const cb_model *m, cb_decode_info *info);
 /* Forward only, for a model ending in cb_op_logistic_loss: the logit of
  * every row of the step (batch x seq_len, over every data-parallel rank,
  * the same on every rank) into scores; ids as cb_model_train_step's, this

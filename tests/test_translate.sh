@@ -7,7 +7,10 @@
 #    recompute (--no-cache) token for token, and beam search with 4 beams
 #    (reordered caches) equals its --no-cache run: the same arithmetic of
 #    the same weights, one row or all of them at a time.
-# 2. --beam 1 (the beam search code with one beam) equals greedy.
+# 2. --beam 1 (the beam search code with one beam) equals greedy. The
+#    encoder runs once per source: the engine's count of the sequences its
+#    nodes ran on (--stats) is the number of sources under --beam 4 as
+#    under greedy (it was 4x under beam 4 when each beam had its own run).
 # 3. cubist's greedy tokens equal tests/torch/nmt_greedy_ref.py's (the
 #    checkpoint in PyTorch float64, recomputing every position): exact ids;
 #    float32 against float64 moves logits by ~1e-5, and the reference
@@ -60,6 +63,15 @@ xl --ids > greedy.ids && xl --ids --no-cache > full.ids && same "greedy: KV cach
 xl --ids --beam 4 > beam4.ids && xl --ids --beam 4 --no-cache > beam4full.ids &&
     same "beam 4: KV cache (reordered) = full recompute" beam4.ids beam4full.ids
 xl --ids --beam 1 > beam1.ids && same "beam 1 = greedy" beam1.ids greedy.ids
+ns=$(wc -l < src.txt)
+for f in "" "--beam 4"; do
+    xl --ids --stats $f > stats.ids 2> stats.err
+    enc=$(sed -n 's/.*encoder on \([0-9]*\) sequences.*/\1/p' stats.err)
+    want=greedy.ids; [ -n "$f" ] && want=beam4.ids
+    if [ "$enc" = "$ns" ] && cmp -s stats.ids "$want"; then
+        pass "${f:-greedy}: the encoder ran once per source ($enc sequences for $ns sources)"
+    else fail "${f:-greedy}: encoder on '$enc' sequences for $ns sources: $(head -c 300 stats.err)"; fi
+done
 if "$PY" "$ROOT/tests/torch/nmt_greedy_ref.py" --model m.st --input src.txt > torch.ids 2> torch.err; then
     gap=$(sed -n 's/.*ids: //p' torch.err)
     same "greedy tokens = PyTorch float64 reference (smallest top-2 logit gap $gap)" greedy.ids torch.ids

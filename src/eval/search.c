@@ -40,8 +40,9 @@ static void set_row(cb_search *s, int b, const uint16_t *src, int len) {
     s->tlen[b] = s->T; /* causal: position t never sees the padding after it */
 }
 
-static int start(cb_search *s, cb_err *e) {
-    return s->cache ? cb_model_decode_start(s->m, s->ids, 1, e) : CB_OK;
+/* The encoder on the first n rows, once; row r decodes source r / beams. */
+static int start(cb_search *s, int n, int beams, cb_err *e) {
+    return s->cache && n ? cb_model_decode_start(s->m, s->ids, 1, n, beams, e) : CB_OK;
 }
 
 /* Next-token probabilities of rows [0, rows) at position t into s->probs. */
@@ -76,7 +77,7 @@ static void put_next(cb_search *s, int b, int t, int tok) {
 int cb_search_greedy(cb_search *s, const uint16_t *const *src, const int *len, int n,
                      int max_len, int *out, int *olen, cb_err *e) {
     for (int b = 0; b < s->rows; b++) set_row(s, b, b < n ? src[b] : NULL, b < n ? len[b] : 0);
-    int rc = start(s, e), live = n;
+    int rc = start(s, n, 1, e), live = n;
     for (int b = 0; b < n; b++) olen[b] = 0, s->from[b] = 1; /* from[b]: row b still decoding */
     for (int t = 0; !rc && live && t < max_len && t < s->T; t++) {
         if ((rc = probs_at(s, t, n, e))) break;
@@ -148,9 +149,9 @@ static int advance(cb_search *s, const cand *c, int nc, int t, double alpha, bes
 
 int cb_search_beam(cb_search *s, const uint16_t *src, int len, int K, double alpha, int max_len,
                    int *out, int *olen, cb_err *e) {
-    for (int b = 0; b < s->rows; b++) set_row(s, b, b < K ? src : NULL, len);
+    for (int b = 0; b < s->rows; b++) set_row(s, b, b < K ? src : NULL, len); /* all K: --no-cache */
     cand *c = malloc(sizeof(cand) * (size_t)K);
-    int rc = c ? start(s, e) : cb_fail(e, CB_ENOMEM, "out of memory for the beam"), live = 1, t;
+    int rc = c ? start(s, 1, K, e) : cb_fail(e, CB_ENOMEM, "out of memory for the beam"), live = 1, t;
     best bt = {0};
     s->logp[0] = 0;
     for (t = 0; !rc && live && t < max_len && t < s->T; t++) {

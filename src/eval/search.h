@@ -4,8 +4,10 @@
  * far). With cache each position runs through cb_model_decode_* (the
  * decoder's nodes on that position alone, keys and values kept); without,
  * the whole model runs again for every position (cb_model_probs, one
- * micro-batch): the reference the cache is checked against. Only ids below
- * pad and EOS are ever chosen. Private. */
+ * micro-batch): the reference the cache is checked against. The encoder
+ * runs once per source: greedy on each source's row, beam search on row 0,
+ * its K beams reading that run (cb_model_decode_start's beams). Only ids
+ * below pad and EOS are ever chosen. Private. */
 #ifndef CB_EVAL_SEARCH_H
 #define CB_EVAL_SEARCH_H
 

@@ -742,8 +742,14 @@ float *cb_graph_eval_val(cb_model *m, int v) { return val(m, &m->ch[0], eval_slo
 
 float *cb_graph_eval_kept(cb_model *m, int i) { return kept(m, &m->ch[0], eval_slot(&m->ch[0]), i); }
 
-void cb_graph_eval_node(cb_model *m, int i) {
+/* Every operator takes its row count from m->Bm, and under a layout that
+ * samples (serial tensors) a value is (Bm x T, H) row-major, so B rows of
+ * the planned micro-batch are its first B x T rows: nothing new to plan. */
+void cb_graph_eval_node(cb_model *m, int i, int B) {
+    int Bm = m->Bm;
+    m->Bm = B;
     node_forward(m, &m->ch[0], eval_slot(&m->ch[0]), 0, i, 0);
+    m->Bm = Bm;
 }
 
 int cb_model_scores(cb_model *m, const int *ids, float *scores, cb_err *e) {

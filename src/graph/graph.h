@@ -243,6 +243,8 @@ struct cb_model {
     size_t act_none_bytes;   /* the activation plan had it no recompute */
     int local;               /* built by one rank alone (partition profiling's copy) */
     double *node_ms;         /* when set, each node's forward + backward time adds here */
+    int dec_beams;           /* decoding: row r reads source row r / dec_beams's encoder (decode.c) */
+    cb_decode_info dec_info; /* decoding's work since build */
     double rc_flops, flops;  /* forward FLOPs the recompute reruns; a step's (fwd + bwd) */
 };
 
@@ -300,13 +302,14 @@ float cb_graph_eval(cb_model *m, const int *ids, const int *targets, int nmb);
 size_t cb_graph_value_floats(const cb_model *m, int v);
 /* For incremental decoding (decode.c): value v, and node i's kept floats,
  * of micro-batch 0 in the slot an evaluation takes (between steps none is
- * held); node i's forward on the whole micro-batch 0 there. */
+ * held); node i's forward on the first B (<= Bm) rows of micro-batch 0
+ * there (a layout that samples). */
 float *cb_graph_eval_val(cb_model *m, int v);
 /* the scaled embedding lookup of B rows of T positions from t0 (exec.c) */
 void cb_graph_embed(cb_model *m, cb_layer *l, const int *ids, int t0, int B, int T, float *y,
                     size_t ny);
 float *cb_graph_eval_kept(cb_model *m, int i);
-void cb_graph_eval_node(cb_model *m, int i);
+void cb_graph_eval_node(cb_model *m, int i, int B);
 /* Checkpoint pieces (exec.c) for trainers with their own file layout:
  * nb parameter-shaped blocks under prefixes into one safetensors file (the
  * one-process file whatever the layout; collective); the AdamW moments as
