@@ -19,14 +19,16 @@
 #define CB_PEAK_WINDOWS 16
 #define CB_PEAK_WINDOW_S 0.15
 
-/* One measurement: the peak (gflops) is the best window's rate per second
+/* One measurement (cb_peak_time): the peak (gflops) is the best window
+ * by the wall clock when in some window the threads held their CPUs (at
+ * least 90% of its time: clean), else the best window's rate per second
  * that the threads held a CPU (the team's CPU time over the thread
- * count), which time the threads spent waiting for a CPU or stolen by the
- * hypervisor does not enter; wall_gflops is the best window by the wall
- * clock, held the threads' share of the windows' wall time on a CPU
- * (near 1 on a quiet machine, where gflops and wall_gflops agree). */
+ * count), which time spent waiting for a CPU or stolen by the hypervisor
+ * does not enter; wall_gflops is the best window by the wall clock, held
+ * the threads' share of the windows' wall time on a CPU. */
 typedef struct cb_peak_info {
     double gflops, wall_gflops, held;
+    int clean;
 } cb_peak_info;
 
 /* Times calls of call(ctx), each one 2 N^3 FLOP product, as above on the
