@@ -11,9 +11,8 @@
 
 /* Size of the square sgemm measured: C (N,N) = A (N,N) @ B (N,N). */
 #define CB_PEAK_N 2048
-/* Untimed calls first: a process's first half second of products runs
- * slower (first-touch page faults, oneDNN's JIT, the AMX state's first
- * use); measured in docs/precision.md */
+/* Untimed calls first: the first calls include oneDNN's JIT, the AMX
+ * state's first use and the buffers' first-touch page faults */
 #define CB_PEAK_WARMUP_S 0.5
 /* Then CB_PEAK_WINDOWS windows of at least CB_PEAK_WINDOW_S seconds each */
 #define CB_PEAK_WINDOWS 16
