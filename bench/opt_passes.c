@@ -9,7 +9,8 @@
  *         (read p, g, m, v; write p, m, v and the bf16 copy: 30 bytes a
  *         parameter): the bandwidth bound the fused pass can approach
  *   zeroing the gradient for the next step: the floor pass then memset
- *         (the step's way) against the floor pass writing g = 0 itself
+ *         (the step's way) against the floor pass writing g = 0 itself;
+ *         the memset alone on one thread against split over the threads
  * Run: make && OMP_NUM_THREADS=2 build/bench/opt_passes [R] */
 #include <omp.h>
 #include <stdio.h>
@@ -18,11 +19,12 @@
 
 #include "kernels/kernels.h"
 
-enum { SPLIT32, FUSED32, SPLIT16, FUSED16, FLOOR, ZERO_MEMSET, ZERO_FUSED, NWAYS };
+enum { SPLIT32, FUSED32, SPLIT16, FUSED16, FLOOR, ZERO_MEMSET, ZERO_FUSED, MEMSET1, MEMSETN, NWAYS };
 static const char *const names[NWAYS] = {"fp32 clip pass + adamw", "fp32 adamw(g * gs)",
                                          "bf16 clip + adamw + round", "bf16 one fused pass",
                                          "bandwidth floor (same bytes)", "floor, then memset(g)",
-                                         "floor writing g = 0"};
+                                         "floor writing g = 0", "memset(g), one thread",
+                                         "memset(g), split over threads"};
 
 
 typedef struct bufs {
@@ -55,9 +57,18 @@ static double run(const bufs *b, int way) {
     const cb_kernels *k = cb_kernels_cpu();
     const float gs = 0.999f;
     double t0 = omp_get_wtime();
+    if (way == MEMSET1) memset(b->g, 0, sizeof(float) * b->n);
+    if (way == MEMSETN)
+#pragma omp parallel
+    {
+        size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        size_t i0 = b->n * t / nt, i1 = b->n * (t + 1) / nt;
+        memset(b->g + i0, 0, sizeof(float) * (i1 - i0));
+    }
     if (way == FLOOR || way == ZERO_MEMSET || way == ZERO_FUSED) {
         floor_pass(b, way == ZERO_FUSED);
         if (way == ZERO_MEMSET) memset(b->g, 0, sizeof(float) * b->n);
+    } else if (way >= MEMSET1) {
     } else if (way == SPLIT32 || way == SPLIT16) {
         k->scale(k, b->g, gs, b->n);
         cb_cpu_adamw(b->p, b->g, 1.0f, b->m, b->v, NULL, b->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
@@ -71,7 +82,7 @@ static double run(const bufs *b, int way) {
         for (size_t i = 0; i < b->n; i++) b->bf[i] = cb_bf16_round(b->p[i]);
     }
     double ms = (omp_get_wtime() - t0) * 1e3;
-    if (way == ZERO_MEMSET || way == ZERO_FUSED) fill_g(b); /* untimed: the next rows' gradient */
+    if (way == ZERO_MEMSET || way == ZERO_FUSED || way >= MEMSET1) fill_g(b); /* untimed: the next rows' gradient */
     return ms;
 }
 

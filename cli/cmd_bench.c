@@ -284,9 +284,16 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
 /* The MFU peak, measured as `cubist train` would and written to its cache,
  * so that train's MFU is against this figure; with --peak or --precision
  * bf16 also the bf16 GEMM's (*bf16, else 0). With --peak only this prints. */
+static const char *peak_how(const cb_peak_info *i) {
+    return i->clean ? "best of the windows whose threads held their CPUs, by the wall clock"
+                    : "no window had its threads on their CPUs (a busy machine): the best window "
+                      "per second on a CPU";
+}
+
 static double measure_peak(const bench_opts *b, double *bf16) {
-    double peak = cb_peak_measure();
-    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16() : 0;
+    cb_peak_info si, bi = {0};
+    double peak = cb_peak_measure(&si);
+    *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16(&bi) : 0;
     char path[4200] = "";
     cb_err e = {0};
     if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
@@ -294,15 +301,22 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                 path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
     if (b->json && b->peak_only)
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
-               "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f}\n",
-               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16);
+               "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f,\"wall_gflops\":%.1f,"
+               "\"bf16_wall_gflops\":%.1f,\"held\":%.3f,\"bf16_held\":%.3f,\"clean\":%s,"
+               "\"bf16_clean\":%s}\n",
+               peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16, si.wall_gflops,
+               bi.wall_gflops, si.held, bi.held, si.clean ? "true" : "false",
+               bi.clean ? "true" : "false");
     else if (!b->json)
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS kernels %s; cached "
-               "in %s\n",
-               peak, CB_PEAK_N, b->threads, cb_blas_note(), path[0] ? path : "(nowhere)");
+               "in %s\n  %s; by the wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
+               peak, CB_PEAK_N, b->threads, cb_blas_note(), path[0] ? path : "(nowhere)",
+               peak_how(&si), si.wall_gflops, 100 * si.held);
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
-               "%.2fx sgemm; %s\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note());
+               "%.2fx sgemm; %s\n  %s; by the wall clock %.1f, the threads on a CPU %.0f%% of "
+               "the time\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(),
+               peak_how(&bi), bi.wall_gflops, 100 * bi.held);
     return peak;
 }
 

@@ -15,6 +15,7 @@
  * somewhere, or it did not run in bf16. Attention has its own bounds
  * below. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,6 +423,39 @@ static void adamw_clip_fused(const cb_kernels *bf) {
     }
 }
 
+/* cb_cpu_adamw writing the bf16 copy (streamed in 32-element blocks from
+ * the copy's first 64-byte boundary, the ends stored plainly) gives the
+ * bits of the update without a copy, then rounded: every start offset
+ * within a cache line, lengths around the block, 1 and 2 threads */
+static void adamw_copy_streamed(void) {
+    enum { MAXN = 1003 };
+    float *p = randn(MAXN + 32, 1.0f), *g = randn(MAXN + 32, 3.0f), *m0 = randn(MAXN + 32, 0.1f);
+    float *q = malloc(4 * (MAXN + 32)), *m = malloc(4 * (MAXN + 32)), *v = calloc(MAXN + 32, 4);
+    float *q2 = malloc(4 * (MAXN + 32)), *m2 = malloc(4 * (MAXN + 32)), *v2 = calloc(MAXN + 32, 4);
+    uint16_t *raw = aligned_alloc(64, 64 * ((2 * (MAXN + 64) + 63) / 64));
+    const size_t lens[] = {1, 31, 32, 33, 63, 95, 257, MAXN};
+    int ok = 1, nt0 = omp_get_max_threads();
+    for (int nt = 1; nt <= 2; nt++) {
+        omp_set_num_threads(nt);
+        for (int off = 0; off < 32; off++)
+            for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+                size_t n = lens[l];
+                uint16_t *bf = raw + off;
+                memcpy(q, p, 4 * n), memcpy(q2, p, 4 * n), memcpy(m, m0, 4 * n), memcpy(m2, m0, 4 * n);
+                memset(v, 0, 4 * n), memset(v2, 0, 4 * n);
+                cb_cpu_adamw(q, g, 0.37f, m, v, bf, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f);
+                cb_cpu_adamw(q2, g, 0.37f, m2, v2, NULL, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f,
+                             0.05f);
+                ok &= !memcmp(q, q2, 4 * n) && !memcmp(m, m2, 4 * n) && !memcmp(v, v2, 4 * n);
+                for (size_t i = 0; i < n; i++) ok &= bf[i] == cb_bf16_round(q2[i]);
+            }
+    }
+    omp_set_num_threads(nt0);
+    report(ok, "adamw with the bf16 copy (streamed stores): the update and its rounding, bit for bit, "
+               "every alignment", 0);
+    free(p), free(g), free(m0), free(q), free(m), free(v), free(q2), free(m2), free(v2), free(raw);
+}
+
 /* The softmax and its backward writing their bf16 results in the same
  * pass (the bf16 table's attention operands P, dS and P again) give the bits of
  * the fp32 result rounded afterwards, masked and padding rows included */
@@ -463,6 +497,7 @@ int main(void) {
     weight_copies(bf);
     packed_copies(bf);
     adamw_clip_fused(bf);
+    adamw_copy_streamed();
     softmax_bf16_fused();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;

@@ -74,6 +74,16 @@ paste <(grep '^step' g32.out | awk '{print $4}') <(grep '^step' g16.out | awk '{
 out=$("$C" bench --peak --json --threads 1)
 grep -Eq '"bf16_gemm_gflops":[1-9]' <<<"$out" && pass "bench --peak measures the bf16 GEMM too: $out" ||
     fail "bench --peak without a bf16 GEMM figure: $out"
+# each peak is the best window per CPU-second, never below the best by the
+# wall clock; the threads' share of the time on a CPU is a fraction
+/usr/bin/python3 - "$out" <<'PY' && pass "bench --peak: per-CPU-second peaks >= wall-clock ones, held in (0, 1]" ||
+import json, sys
+j = json.loads(sys.argv[1])
+ok = all(j[p] >= j[w] > 0 and 0 < j[h] <= 1 for p, w, h in
+         [("peak_gflops", "wall_gflops", "held"), ("bf16_gemm_gflops", "bf16_wall_gflops", "bf16_held")])
+sys.exit(0 if ok else 1)
+PY
+    fail "bench --peak's CPU-time and wall figures disagree: $out"
 
 "$C" train "${common[@]}" --precision fp16 >bad.out 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <bad.out)" = 1 ] && grep -q "use fp32 or bf16" bad.out &&

@@ -674,7 +674,7 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     loss_weights(m, targets, m->M);
     m->training = 1; /* dropout draws the masks of step m->step */
     mlm_count(m, m->M);
-    memset(m->grads, 0, sizeof(float) * m->pt.nparams);
+    cb_cpu_zero(m->grads, m->pt.nparams);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
     for (int a = 0; a < m->nsched; a++) {
         const cb_pp_action *x = &m->acts_sched[a];

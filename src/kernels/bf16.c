@@ -632,10 +632,22 @@ const cb_kernels *cb_kernels_default(void) {
 
 const char *cb_kernels_note(void) { return chosen == CB_PREC_BF16 ? S.note : "fp32"; }
 
+typedef struct peak_ctx {
+    bf16_state *s;
+    const uint16_t *x, *y;
+    float *c;
+} peak_ctx;
+
+static void peak_call(void *p) {
+    const peak_ctx *q = p;
+    const int N = CB_PEAK_N;
+    gemm(q->s, N, N, N, q->x, 0, N, q->y, 0, N, q->c, N, 0, NULL);
+}
+
 /* The bf16 GEMM peak, measured as cb_peak_measure measures sgemm's: the
  * CB_PEAK_N^3 product on operands already in bf16 (fp32 result), so the
  * figure is oneDNN's rate alone, without the kernels' rounding passes. */
-double cb_peak_measure_bf16(void) {
+double cb_peak_measure_bf16(cb_peak_info *info) {
     bf16_state *s = (bf16_state *)cb_kernels_bf16();
     const size_t n = CB_PEAK_N, nn = n * n;
     float *a = malloc(sizeof(float) * nn);
@@ -644,17 +656,8 @@ double cb_peak_measure_bf16(void) {
         return 0;
     }
     for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f;
-    const uint16_t *x = to_bf16(s, 0, CB_RND_WEIGHT, a, nn),
-                   *y = to_bf16(s, 1, CB_RND_WEIGHT, a, nn);
-    const int N = CB_PEAK_N;
-    gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
-    double t0 = omp_get_wtime(), t;
-    int it = 0;
-    do {
-        gemm(s, N, N, N, x, 0, N, y, 0, N, a, N, 0, NULL);
-        it++;
-        t = omp_get_wtime() - t0;
-    } while (t < CB_PEAK_SECONDS);
+    peak_ctx q = {s, to_bf16(s, 0, CB_RND_WEIGHT, a, nn), to_bf16(s, 1, CB_RND_WEIGHT, a, nn), a};
+    double p = cb_peak_time(peak_call, &q, info);
     free(a);
-    return 2.0 * (double)nn * (double)n * it / t / 1e9;
+    return p;
 }

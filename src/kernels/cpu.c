@@ -4,6 +4,7 @@
  * uses the whole team and one called inside runs on its calling thread. */
 #include <cblas.h>
 #include <cpuid.h>
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -832,10 +833,69 @@ static inline float adamw_one(float p, float g, float *m, float *v, float lr, fl
     return pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
 }
 
+void cb_cpu_zero(float *x, size_t n) {
+#pragma omp parallel if (n > (1u << 20))
+    {
+        size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        memset(x + n * t / nt, 0, sizeof(float) * (n * (t + 1) / nt - n * t / nt));
+    }
+}
+
+/* AdamW over elements [i0, i1) */
+static inline void adamw_range(float *p, const float *g, float gs, float *m, float *v, size_t i0,
+                               size_t i1, float lr, float beta1, float beta2, float eps, float wd,
+                               float bc1, float bc2) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++)
+        p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
+}
+
+/* bf (32) = bf16(x (32)) by cb_bf16_round's arithmetic, stored past the
+ * cache where the CPU can (bf 64-byte aligned): a plain store first reads
+ * each line it writes, 2 bytes a parameter of the update's 32, for a copy
+ * that the next forward reads long after it has left the cache */
+static inline void bf16_stream32(uint16_t *bf, const float *x) {
+#ifdef __AVX512F__
+    __m256i h[2];
+    for (int j = 0; j < 2; j++) {
+        __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + 16 * j));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+        h[j] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+    }
+    _mm512_stream_si512((void *)bf, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+#else
+    for (int j = 0; j < 32; j++) bf[j] = cb_bf16_round(x[j]);
+#endif
+}
+
+/* AdamW over [i0, i1) writing bf too: 32-element blocks from the first
+ * 64-byte boundary of bf streamed, the ends stored plainly */
+static void adamw_bf16_range(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf,
+                             size_t i0, size_t i1, float lr, float beta1, float beta2, float eps,
+                             float wd, float bc1, float bc2) {
+    size_t a = i0;
+    while (a < i1 && ((uintptr_t)(bf + a) & 63)) a++;
+    size_t b = a + (i1 - a) / 32 * 32;
+    for (size_t i = a; i < b; i += 32) {
+        adamw_range(p, g, gs, m, v, i, i + 32, lr, beta1, beta2, eps, wd, bc1, bc2);
+        bf16_stream32(bf + i, p + i);
+    }
+    adamw_range(p, g, gs, m, v, i0, a, lr, beta1, beta2, eps, wd, bc1, bc2);
+    adamw_range(p, g, gs, m, v, b, i1, lr, beta1, beta2, eps, wd, bc1, bc2);
+    for (size_t i = i0; i < a; i++) bf[i] = cb_bf16_round(p[i]);
+    for (size_t i = b; i < i1; i++) bf[i] = cb_bf16_round(p[i]);
+#ifdef __AVX512F__
+    _mm_sfence(); /* this thread's streamed stores land before the region's barrier */
+#endif
+}
+
 /* The gradient is read as fl(g * gs), the value a separate scaling pass
  * would have stored, so folding the clip into the update changes no bit
  * and saves a read and a write of every gradient. bf (n, may be NULL)
- * receives the new parameters rounded to bf16 in the same pass. */
+ * receives the new parameters rounded to bf16 in the same pass. Each
+ * element's arithmetic is the same in every path (no contraction in ISO
+ * C), so the split into threads and blocks changes no bit. */
 void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
     if (!bf) {
@@ -844,10 +904,11 @@ void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16
             p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
         return;
     }
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        p[i] = adamw_one(p[i], g[i] * gs, m + i, v + i, lr, beta1, beta2, eps, wd, bc1, bc2);
-        bf[i] = cb_bf16_round(p[i]);
+#pragma omp parallel
+    {
+        size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        adamw_bf16_range(p, g, gs, m, v, bf, n * t / nt, n * (t + 1) / nt, lr, beta1, beta2, eps,
+                         wd, bc1, bc2);
     }
 }
 

@@ -280,6 +280,10 @@ static inline float cb_bf16_widen(uint16_t h) {
     return f;
 }
 
+/* x (n) = 0, split over the OpenMP threads (a step's gradient: one
+ * thread's memset of GPT-2 124M's 498 MB ran at about two thirds of the
+ * rate of two, bench/opt_passes) */
+void cb_cpu_zero(float *x, size_t n);
 /* CPU pieces the bf16 table reuses around its products */
 /* the table's AdamW on p, g, m, v (n); bf (n, may be NULL) also gets the new p in bf16 */
 void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
