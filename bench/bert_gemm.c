@@ -6,7 +6,10 @@
  * whether any shape or orientation runs below OpenBLAS's large-matrix
  * rate. Then attention's products of one layer (96 (b,h) pairs of 128 x
  * 128 x 64) and the whole attention kernel, forward and backward with the
- * probabilities' dropout 0.1, on the same thread. Best of R rounds.
+ * probabilities' dropout 0.1, on the same thread. Last, the same on 4 KiB
+ * pages against huge pages (cb_mem_hugepages, src/util/mem.c), alternated:
+ * the FFN-up products and the AdamW kernel over 16M parameters. Best of
+ * R rounds.
  * Run: make && OMP_NUM_THREADS=1 build/bench/bert_gemm [R] (docs/bert.md) */
 #include <cblas.h>
 #include <omp.h>
@@ -15,6 +18,7 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "util/mem.h"
 
 enum { B = 8, T = 128, C = 768, NH = 12, HS = C / NH, N = B * T, V = 30522, P = 19 * B };
 
@@ -134,6 +138,54 @@ static void attention(int R) {
     free(qkv), free(o), free(dq), free(att), free(sc), free(dy);
 }
 
+/* n floats, 2 MiB-aligned, on huge pages or not, filled */
+static float *buffer(size_t n, int huge) {
+    void *p = NULL;
+    size_t bytes = (n * sizeof(float) + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    if (posix_memalign(&p, 2u << 20, bytes)) return NULL;
+    if (huge) cb_mem_hugepages(p, bytes);
+    float *f = p;
+    for (size_t i = 0; i < n; i++) f[i] = (float)(i % 7) * 1e-2f;
+    return f;
+}
+
+/* FFN up forward, dx, dW and one AdamW pass: 4 KiB pages against huge */
+static void hugepages(int R) {
+    const cb_kernels *k = cb_kernels_cpu();
+    size_t n = (size_t)4 * C * N, na = (size_t)16 << 20;
+    float *x[2][3], *o[2][4];
+    double gemm[2] = {1e30, 1e30}, adam[2] = {1e30, 1e30};
+    for (int h = 0; h < 2; h++) {
+        for (int j = 0; j < 3; j++) x[h][j] = buffer(n, h);
+        for (int j = 0; j < 4; j++) o[h][j] = buffer(na, h);
+        for (int j = 0; j < 3; j++) if (!x[h][j]) return;
+        for (int j = 0; j < 4; j++) if (!o[h][j]) return;
+    }
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2; h++) {
+            float *a = x[h][0], *w = x[h][1], *y = x[h][2];
+            double t = cpu_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, 4 * C, C, 1.0f, a, C, w, 4 * C,
+                        0.0f, y, 4 * C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, 4 * C, 1.0f, y, 4 * C, w,
+                        4 * C, 0.0f, a, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, 4 * C, N, 1.0f, a, C, y, 4 * C,
+                        1.0f, w, 4 * C);
+            gemm[h] = min2(gemm[h], cpu_s() - t);
+            t = cpu_s();
+            k->adamw(k, o[h][0], o[h][1], 1.0f, o[h][2], o[h][3], na, 1e-4f, 0.9f, 0.999f, 1e-6f,
+                     0.0f, 0.1f, 0.001f);
+            adam[h] = min2(adam[h], cpu_s() - t);
+        }
+    printf("4 KiB pages / huge pages (one thread, CPU time): FFN up's 3 products %.2f / %.2f ms "
+           "(x%.3f), AdamW over 16M parameters %.2f / %.2f ms (x%.3f)\n", gemm[0] * 1e3,
+           gemm[1] * 1e3, gemm[0] / gemm[1], adam[0] * 1e3, adam[1] * 1e3, adam[0] / adam[1]);
+    for (int h = 0; h < 2; h++) {
+        for (int j = 0; j < 3; j++) free(x[h][j]);
+        for (int j = 0; j < 4; j++) free(o[h][j]);
+    }
+}
+
 int main(int argc, char **argv) {
     int R = argc > 1 ? atoi(argv[1]) : 3;
     size_t n = (size_t)V * C + 16;
@@ -149,6 +201,7 @@ int main(int argc, char **argv) {
     printf("BERT-base step's products, best of %d rounds, %s\n", R, cb_blas_note());
     products(R);
     attention(R);
+    hugepages(R);
     free(A), free(Bm), free(Cm);
     return 0;
 }

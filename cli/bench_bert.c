@@ -18,7 +18,7 @@
 #include "util/rng.h"
 
 typedef struct bert_bench {
-    int layers, d_model, heads, seq_len, batch, vocab, steps, threads, no_torch;
+    int layers, d_model, heads, seq_len, batch, vocab, steps, threads, no_torch, kernel_cpu;
     float attn_dropout;
     const char *model;
 } bert_bench;
@@ -74,6 +74,7 @@ static int cubist_run(const bert_bench *b, double *tps, size_t *params, double *
     cb_prof prof;
     const cb_kernels *k0 = m->L->k;
     cb_prof_init(&prof, k0);
+    prof.thread_cpu = b->kernel_cpu;
     m->L->k = cb_prof_kernels(&prof);
     for (int k = 0; !rc && k < B; k++) lens[k] = T;
     cb_model_set_lengths(m, lens);
@@ -120,6 +121,8 @@ int cmd_bench_bert(int argc, char **argv) {
         {"attn-dropout", ARG_FLOAT, &b.attn_dropout, "dropout of the attention probabilities in "
                                                       "both (0.1; 0: hidden dropout only)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "cubist only"},
+        {"kernel-cpu", ARG_BOOL, &b.kernel_cpu, "kernel times in the calling thread's CPU time "
+                                                 "(with --threads 1: load-proof)"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
