@@ -23,7 +23,8 @@ kept, as bench/torch_bench.py does for GPT):
   addmm-foreach  the same with AdamW(foreach=True)
 PyTorch 1.13 has no scaled_dot_product_attention, no fused CPU AdamW and no
 torch.compile, so these are its options. --check compares the programs'
-losses on the same weights and rows with dropout off (within 1e-5). Run it
+losses and gradients on the same weights and rows with dropout off
+(within 1e-5). Run it
 as cubist does:
   OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_bert.py
 """
@@ -117,24 +118,37 @@ PROGRAMS = {  # name: (forward, AdamW foreach, zero_grad set_to_none)
 
 
 def check(a, P, ids, types, tg, lens):
-    """The programs' losses on the same weights and rows, dropout off"""
+    """The programs' losses (1e-5 relative) and gradients (||d|| / ||ref|| <= 1e-5 for
+    every tensor; float32 sums in another order) on the same weights and rows, dropout off"""
     keep = a.dropout, a.attn_dropout, a.native_dropout
     a.dropout, a.attn_dropout, a.native_dropout = 0.0, 0.0, False
     ok = True
-    with torch.no_grad():
-        for rows in (False, True):
-            a.masked_rows = rows
-            for padded in (False, True):
-                ln, t = lens.clone(), tg
-                if padded:
-                    ln[0] = ln[0] // 2
-                    t = torch.where(torch.arange(tg.shape[1])[None, :] < ln[:, None], tg, -1)
-                want = float(bert_ref.forward(P, a, ids, types, t, ln))
-                got = float(fast_loss(P, a, ids, types, t, ln))
-                rel = abs(got - want) / abs(want)
-                ok &= rel <= 1e-5
-                print(f"# check masked_rows={rows} padded={padded}: functional {want:.7f} "
-                      f"addmm {got:.7f} rel {rel:.1e} (tol 1e-5)", file=sys.stderr)
+    with torch.no_grad():  # biases and LayerNorms off their zero / one start, so that they count
+        for v in P.values():
+            if v.dim() == 1:
+                v.add_(torch.randn(v.shape) * 0.1)
+
+    def run(fwd, t, ln):
+        for v in P.values():
+            v.grad = None
+        loss = fwd(P, a, ids, types, t, ln)
+        loss.backward()
+        return float(loss), {n: v.grad.clone() for n, v in P.items() if v.grad is not None}
+    for rows in (False, True):
+        a.masked_rows = rows
+        for padded in (False, True):
+            ln, t = lens.clone(), tg
+            if padded:
+                ln[0] = ln[0] // 2
+                t = torch.where(torch.arange(tg.shape[1])[None, :] < ln[:, None], tg, -1)
+            want, gw = run(bert_ref.forward, t, ln)
+            got, gg = run(fast_loss, t, ln)
+            rel = abs(got - want) / abs(want)
+            gerr = max(float((gg[n] - gw[n]).norm() / gw[n].norm().clamp_min(1e-30)) for n in gw)
+            ok &= rel <= 1e-5 and gerr <= 1e-5 and sorted(gg) == sorted(gw)
+            print(f"# check masked_rows={rows} padded={padded}: functional {want:.7f} addmm "
+                  f"{got:.7f} rel {rel:.1e} (tol 1e-5); {len(gw)} gradients, worst "
+                  f"||d||/||ref|| {gerr:.1e} (tol 1e-5)", file=sys.stderr)
     a.dropout, a.attn_dropout, a.native_dropout = keep
     return ok
 
@@ -152,7 +166,8 @@ def main():
                     help="masked positions per sequence (0: 15%% of the positions, drawn each)")
     ap.add_argument("--program", default="best", choices=["best"] + list(PROGRAMS))
     ap.add_argument("--check", action="store_true",
-                    help="compare the programs' losses (dropout off) and exit 0 if within 1e-5")
+                    help="compare the programs' losses and gradients (dropout off); exit 0 if "
+                         "within 1e-5")
     a = ap.parse_args()
     a.native_dropout = True
     torch.set_num_threads(a.threads)
