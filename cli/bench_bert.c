@@ -133,11 +133,12 @@ int cmd_bench_bert(int argc, char **argv) {
                   "parameter) on random rows (P = round(0.15 T) positions of each sequence\n"
                   "masked, BERT's max_predictions_per_seq), cubist's graph engine and PyTorch\n"
                   "(bench/torch_bert.py --variant masked_rows, the network of\n"
-                  "tests/torch/bert_ref.py in float32) on one process each, the same thread\n"
-                  "count; both run the decoder on the P masked rows of each sequence only. MFU =\n"
-                  "tokens/s x FLOPs per token / the sgemm peak (`cubist bench --peak`); FLOPs\n"
-                  "per token = 6 x (the linears' multiply-adds + the tied decoder's x P / T) +\n"
-                  "12 L C T.\n");
+                  "tests/torch/bert_ref.py in float32, each of its programs in turn, the fastest\n"
+                  "kept; OMP_WAIT_POLICY=PASSIVE, glibc's huge pages) on one process each, the\n"
+                  "same thread count; both run the decoder on the P masked rows of each sequence\n"
+                  "only. MFU = tokens/s x FLOPs per token / the sgemm peak (`cubist bench\n"
+                  "--peak`); FLOPs per token = 6 x (the linears' multiply-adds + the tied\n"
+                  "decoder's x P / T) + 12 L C T.\n");
         return 0;
     }
     if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads ||
