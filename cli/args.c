@@ -103,7 +103,7 @@ int cli_torch_bench(const char *script, const char *args, const char *const *key
     exe[len > 0 ? len : 0] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    snprintf(cmd, sizeof cmd, "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "
+    snprintf(cmd, sizeof cmd, "OMP_WAIT_POLICY=PASSIVE " CLI_TORCH_HUGEPAGES " /usr/bin/python3 "
                               "'%s/../bench/%s' %s 2>&1", exe, script, args);
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");

@@ -25,6 +25,12 @@ void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_flag *f
 /* The graph models' trainers: --grad-accum M is --micro-batches M (one
  * stage accumulates micro-batches); renames the flag in argv. */
 void cli_grad_accum_alias(int argc, char **argv);
+/* glibc's malloc asks for transparent huge pages on its large blocks, as
+ * cubist does for its buffers (src/util/mem.c): PyTorch 1.13 has no switch
+ * of its own, and measured here it gains from them as cubist does
+ * (docs/bert.md, Benchmark), so the reference runs with them */
+#define CLI_TORCH_HUGEPAGES "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+
 /* Runs bench/<script> (beside the cubist binary's directory) with args
  * under /usr/bin/python3, in the environment PyTorch benchmarks need, and
  * reads the numbers after "keys[i]": in its JSON output line into

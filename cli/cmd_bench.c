@@ -72,7 +72,7 @@ static void torch_line(const char *line, double *tps, double *params, char *last
 }
 
 /* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
- * OpenBLAS's own core detection, the fastest of its program variants in
+ * huge pages as cubist's buffers have (CLI_TORCH_HUGEPAGES), OpenBLAS's own core detection, the fastest of its program variants in
  * this run: --variant best) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
@@ -80,7 +80,7 @@ static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, do
                        cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
     snprintf(cmd, sizeof cmd,
-             "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s' --layers %d "
+             "OMP_WAIT_POLICY=PASSIVE " CLI_TORCH_HUGEPAGES " /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
              "--steps %d --variant best%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
@@ -392,8 +392,9 @@ static const char BENCH_EPILOG[] =
     "MFU is against the sgemm peak measured in the same run (%d^3 sgemm), which is\n"
     "also written to the cache `cubist train` reads. PyTorch (bench/torch_bench.py)\n"
     "runs the same model (same parameter count, checked) and step (forward, backward,\n"
-    "AdamW) with OMP_WAIT_POLICY=PASSIVE and the OpenBLAS kernels cubist chose (its\n"
-    "best settings on this machine), each of its program variants in turn (functional,\n"
+    "AdamW) with OMP_WAIT_POLICY=PASSIVE, glibc's huge pages (GLIBC_TUNABLES=\n"
+    "glibc.malloc.hugetlb=1, as cubist's buffers have) and the OpenBLAS kernels cubist\n"
+    "chose (its best settings on this machine), each of its program variants in turn (functional,\n"
     "nn.Module, foreach AdamW, baddbmm attention), the fastest kept; if it fails, the\n"
     "benchmark fails (or pass --no-torch).\n"
     "--precision bf16 adds cubist's bf16 step (docs/precision.md) and PyTorch under bf16\n"

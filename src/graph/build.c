@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "layout/rec.h"
 #include "pipeline/partition.h"
+#include "util/mem.h"
 
 #define BUCKET_MB 25.0 /* gradient fusion buckets, as cubist train's --bucket-mb default */
 
@@ -636,6 +637,9 @@ static int alloc_chunk(cb_model *m, gchunk *ch, cb_err *e) {
     ch->slot = calloc((size_t)ch->nslots * ch->slot_floats, sizeof(float));
     ch->grad = calloc(ch->grad_floats, sizeof(float));
     ch->shared = calloc(ch->shared_floats, sizeof(float));
+    cb_mem_hugepages(ch->slot, sizeof(float) * ch->nslots * ch->slot_floats);
+    cb_mem_hugepages(ch->grad, sizeof(float) * ch->grad_floats);
+    cb_mem_hugepages(ch->shared, sizeof(float) * ch->shared_floats);
     ch->free_slot = malloc(sizeof(int) * ch->nslots);
     ch->pend = calloc((size_t)m->M * (ch->nein + ch->neout) + 1, sizeof(cb_comm_req));
     ch->sendbuf = malloc(sizeof(float) * ((size_t)m->M * ch->send_floats + 1));
@@ -696,6 +700,8 @@ static int plan_scratch(cb_model *m, cb_err *e) {
     scratch s = scratch_floats(m);
     m->tmp = malloc(sizeof(float) * s.tmp);
     m->att_scratch = malloc(sizeof(float) * s.att);
+    cb_mem_hugepages(m->tmp, sizeof(float) * s.tmp);
+    cb_mem_hugepages(m->att_scratch, sizeof(float) * s.att);
     m->tmp2 = s.tmp2 ? malloc(sizeof(float) * s.tmp2) : NULL;
     m->rec_scratch = s.rec ? malloc(sizeof(float) * s.rec) : NULL;
     m->fids = s.fids ? malloc(sizeof(int) * s.fids) : NULL;
@@ -911,6 +917,8 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) {
         m->params = calloc(m->pt.nparams + 1, sizeof(float));
         m->grads = calloc(m->pt.nparams + 1, sizeof(float));
+        cb_mem_hugepages(m->params, sizeof(float) * (m->pt.nparams + 1));
+        cb_mem_hugepages(m->grads, sizeof(float) * (m->pt.nparams + 1));
         m->gss = m->d->g.world_size == 1 ? malloc(sizeof(double) * (m->pt.n + 1)) : NULL;
         for (int t = 0; m->gss && t < m->pt.n; t++) m->gss[t] = -1;
         if (!m->params || !m->grads || (m->d->g.world_size == 1 && !m->gss))

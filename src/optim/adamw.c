@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/mem.h"
+
 float cb_lr_at(const cb_adamw_config *c, int s) {
     if (s < c->warmup) return c->lr * (float)(s + 1) / (float)c->warmup;
     int span = c->steps - c->warmup;
@@ -25,6 +27,8 @@ int cb_adamw_init(cb_adamw *o, const cb_adamw_config *c, size_t lo, size_t hi, c
     o->hi = hi;
     o->m = calloc(hi - lo + 1, sizeof(float));
     o->v = calloc(hi - lo + 1, sizeof(float));
+    cb_mem_hugepages(o->m, sizeof(float) * (hi - lo + 1));
+    cb_mem_hugepages(o->v, sizeof(float) * (hi - lo + 1));
     if (!o->m || !o->v) {
         cb_adamw_free(o);
         return cb_fail(e, CB_ENOMEM, "out of memory for AdamW state (%zu parameters)", hi - lo);
