@@ -58,6 +58,7 @@
 #include "graph/graph.h"
 #include "kernels/profile.h"
 #include "plan/plan.h"
+#include "util/clock.h"
 
 enum { K_LINEAR, K_NORM, K_EMBED, K_HEAD, K_ATTN, K_OTHER, NKIND };
 _Static_assert((int)NKIND == (int)CB_PK_N && (int)K_OTHER == (int)CB_PK_OTHER, "kinds follow src/plan/plan.h");
@@ -132,12 +133,6 @@ static void reset_comm(cb_grid *g) {
     for (int i = 0; i < g->ncomms; i++) cb_comm_stats_reset(g->comms[i]);
 }
 
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* steps forward + backward (cb_graph_grad_step: no update) on
  * deterministic tokens; the counters and timings of the last one */
 static int run_steps(cb_grid *g, cb_model *m, cb_prof *prof, int steps, double *f, cb_err *e) {
@@ -150,10 +145,10 @@ static int run_steps(cb_grid *g, cb_model *m, cb_prof *prof, int steps, double *
         reset_comm(g);
         cb_prof_reset(prof);
         MPI_Barrier(g->world.comm);
-        double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = MPI_Wtime();
+        double c0 = cb_clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = MPI_Wtime();
         memset(m->grads, 0, sizeof(float) * m->pt.nparams);
         cb_graph_grad_step(m, ids, tg);
-        cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+        cpu = cb_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
         wall = MPI_Wtime() - w0;
     }
     f[F_CPU] = cpu;

@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "eval/search.h"
 #include "train/train.h"
+#include "util/clock.h"
 
 typedef struct tr_opts {
     const char *model, *input, *tokenizer, *bpe_dir;
@@ -135,12 +136,6 @@ static int load(const tr_opts *o, const cb_nmt_config *c, int rows, int T, int *
     return rc ? rc : cb_model_load(*m, o->model, e);
 }
 
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* --stats: the decoding's time (the model loaded) and the engine's count
  * of its work, on stderr. */
 static void print_stats(const tr_opts *o, const cb_model *m, int n, double wall, double cpu) {
@@ -165,7 +160,7 @@ static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_t
     int rc = slen && tlen && out ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for decoding");
     if (!rc) rc = load(o, c, rows, T, slen, tlen, &d, &m, e);
     if (!rc) rc = cb_search_init(&sr, m, rows, T, c->vocab, slen, tlen, !o->no_cache, e);
-    double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    double w0 = cb_clock_s(CLOCK_MONOTONIC), c0 = cb_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; !rc && i < s->n; i++) {
         const uint16_t *src = s->tok[i];
         rc = o->beam > 0 ? cb_search_beam(&sr, src, s->len[i], o->beam, o->alpha, max_len, out, &n, e)
@@ -174,8 +169,8 @@ static int translate(const tr_opts *o, const cb_nmt_config *c, int T, const cb_t
     }
     fflush(stdout);
     if (!rc && o->stats)
-        print_stats(o, m, s->n, clock_s(CLOCK_MONOTONIC) - w0,
-                    clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
+        print_stats(o, m, s->n, cb_clock_s(CLOCK_MONOTONIC) - w0,
+                    cb_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
     cb_search_free(&sr);
     cb_model_free(m);
     if (d) cb_dist_finalize(d);

@@ -17,12 +17,7 @@
 #include <time.h>
 
 #include "graph/graph.h"
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+#include "util/clock.h"
 
 static size_t row_floats(const cb_model *m, int v) {
     return cb_graph_value_floats(m, v) / ((size_t)m->Bm * m->T);
@@ -89,14 +84,15 @@ int cb_model_decode_start(cb_model *m, const int *ids, int field, int sources, i
         if (m->nodes[i].dec && !row_wise(&m->nodes[i]))
             return cb_fail(e, CB_EINPUT, "decoding: node %d of the decoder is not causal or not "
                                          "per position; declare a causal decoder", i);
-    double w0 = omp_get_wtime(), c0 = cpu_s();
+    double w0 = omp_get_wtime(), c0 = cb_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; i < m->nnodes; i++)
         if (!m->nodes[i].dec) cb_graph_eval_node(m, i, sources);
     for (int v = 0; beams > 1 && v < m->nacts; v++)
         if (crosses(m, v)) spread_rows(m, v, sources, beams);
     cb_decode_info *in = &m->dec_info;
     in->encoder_rows += sources;
-    in->encoder_s += omp_get_wtime() - w0, in->encoder_cpu_s += cpu_s() - c0;
+    in->encoder_s += omp_get_wtime() - w0;
+    in->encoder_cpu_s += cb_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     return CB_OK;
 }
 
@@ -177,7 +173,7 @@ static void node_row(cb_model *m, int i, int b, int t) {
 }
 
 void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
-    double w0 = omp_get_wtime(), c0 = cpu_s();
+    double w0 = omp_get_wtime(), c0 = cb_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; i < m->nnodes; i++) {
         int k = m->nodes[i].kind;
         if (m->nodes[i].dec && (k == N_LINEAR || k == N_LOSS)) node_rows(m, i, t, rows, probs);
@@ -185,7 +181,8 @@ void cb_model_decode_step(cb_model *m, int t, int rows, float *probs) {
     }
     cb_decode_info *in = &m->dec_info;
     in->decoder_positions += rows;
-    in->decoder_s += omp_get_wtime() - w0, in->decoder_cpu_s += cpu_s() - c0;
+    in->decoder_s += omp_get_wtime() - w0;
+    in->decoder_cpu_s += cb_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
 }
 
 void cb_model_decode_info(const cb_model *m, cb_decode_info *info) { *info = m->dec_info; }

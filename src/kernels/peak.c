@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "formats/fileio.h"
+#include "util/clock.h"
 
 char *openblas_get_corename(void);
 
@@ -23,11 +24,7 @@ enum { CB_PEAK_MAX_AGE_S = 24 * 3600 };
 static double team_cpu_s(void) {
     double s = 0;
 #pragma omp parallel reduction(+ : s)
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        s += ts.tv_sec + 1e-9 * ts.tv_nsec;
-    }
+    s += cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
     return s;
 }
 

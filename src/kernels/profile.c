@@ -1,7 +1,8 @@
 #include "kernels/profile.h"
 
 #include <omp.h>
-#include <time.h>
+
+#include "util/clock.h"
 
 const char *const cb_prof_names[PROF_N] = {"gemm",        "attention", "layernorm",
                                            "elementwise", "loss",      "optimizer"};
@@ -20,10 +21,7 @@ static cb_prof *prof_of(const cb_kernels *k) { return (cb_prof *)k; }
 
 /* Seconds on the profiler's clock. */
 static double now_s(const cb_prof *p) {
-    if (!p->thread_cpu) return omp_get_wtime();
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+    return p->thread_cpu ? cb_clock_s(CLOCK_THREAD_CPUTIME_ID) : omp_get_wtime();
 }
 
 /* Times inner->fn(inner, ...) into class cls of the profiler owning k. */

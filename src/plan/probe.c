@@ -19,23 +19,18 @@
 
 #include "kernels/kernels.h"
 #include "plan/plan.h"
+#include "util/clock.h"
 
 #define MIN_S 0.005
 #define REPS 15
 
 typedef void (*body_fn)(void *arg);
 
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* Each team thread's CPU seconds into t[thread] (OpenMP keeps the team's
  * threads from one parallel region to the next). */
 static void team_cpu_s(double *t) {
 #pragma omp parallel
-    t[omp_get_thread_num()] = thread_cpu_s();
+    t[omp_get_thread_num()] = cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 #define MAX_TEAM 256
@@ -47,11 +42,11 @@ static double window_s(body_fn f, void *arg) {
     double a[MAX_TEAM] = {0}, b[MAX_TEAM] = {0}, t = 0;
     int it = 0, n = omp_get_max_threads() < MAX_TEAM ? omp_get_max_threads() : MAX_TEAM;
     team_cpu_s(a);
-    double t0 = thread_cpu_s();
+    double t0 = cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
     do {
         f(arg);
         it++;
-    } while (thread_cpu_s() - t0 < MIN_S);
+    } while (cb_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0 < MIN_S);
     team_cpu_s(b);
     for (int i = 0; i < n; i++) t = b[i] - a[i] > t ? b[i] - a[i] : t;
     return t / it;
@@ -209,9 +204,9 @@ static double together_s(body_fn f, void **arg, int n) {
         double cpu = 1e30, t0 = omp_get_wtime();
 #pragma omp parallel num_threads(n) reduction(min : cpu)
         {
-            double c0 = thread_cpu_s();
+            double c0 = cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
             for (int i = 0; i < it; i++) f(arg[omp_get_thread_num()]);
-            cpu = omp_get_num_threads() == n ? thread_cpu_s() - c0 : 0;
+            cpu = omp_get_num_threads() == n ? cb_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : 0;
         }
         double wall = omp_get_wtime() - t0;
         if (r && cpu >= 0.9 * wall && wall / it < best) best = wall / it; /* r 0 touches */

@@ -23,6 +23,7 @@
 #include "train/ckpt.h"
 #include "train/stop.h"
 #include "train/train.h"
+#include "util/clock.h"
 
 
 static int check_opts(const cb_train_opts *o, cb_err *e) {
@@ -204,17 +205,11 @@ static void on_grads(cb_model *m, int step, void *ctx) {
         t->dump_err = e;
 }
 
-static double process_cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
 /* One optimizer step on the task's M micro-batches of this step; a batch
  * that failed on any rank fails every rank before the step (collective). */
 static int trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info, cb_err *e) {
     const cb_train_opts *o = t->o;
-    double cpu0 = process_cpu_ms();
+    double cpu0 = 1e3 * cb_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int rc = t->task->batch(t->task->ctx, t->step, o->accum, t->r0, t->rows, t->ids, t->targets, e);
     if ((rc = agree(cb_comm_world(), rc, e))) return rc;
     float norm = 0;
@@ -224,7 +219,7 @@ static int trainer_step(trainer *t, cb_step_stats *st, cb_model_step_info *info,
                           .step_ms = info->step_ms, .fwd_ms = info->forward_ms,
                           .bwd_ms = info->backward_ms, .opt_ms = info->update_ms,
                           .comm_wait_ms = t->d.g.dp > 1 ? t->m->dp.wait_ms : 0,
-                          .cpu_ms = process_cpu_ms() - cpu0};
+                          .cpu_ms = 1e3 * cb_clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0};
     t->step++;
     t->tokens += (uint64_t)o->B * t->task->row_tokens * o->accum;
     return CB_OK;
