@@ -27,7 +27,7 @@
 #include "kernels/kernels.h"
 #include "kernels/peak.h"
 
-#define NSCRATCH 5
+#define NSCRATCH 8
 /* Rows from which a weight product reads its kept copy in oneDNN's own
  * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
  * reorder of the weight (4 bytes of memory traffic an element) per update
@@ -429,30 +429,62 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
          NULL);
 }
 
-/* A (B,NH,rows,cols) view of a (B,T,ld) tensor whose head h's columns
- * start at h*hs: rows are tokens (or, transposed, the head's features). */
-static void head_view(int64_t *dims, int64_t *str, int B, int NH, int T, int hs, int64_t ld,
-                      int transposed) {
-    int64_t d[4] = {B, NH, transposed ? hs : T, transposed ? T : hs};
-    int64_t st[4] = {(int64_t)T * ld, hs, transposed ? 1 : ld, transposed ? ld : 1};
+/* A (B,NH,R,Cc) view of a dense head-major tensor, or (B,NH,Cc,R) of its
+ * per-head transpose. Every operand of attention's products is one: with
+ * dense batches oneDNN runs them on its brgemm kernels (AMX where the CPU
+ * has it), while views of the heads inside (B,T,3C) rows send them to its
+ * gemm:jit fallback (measured in docs/precision.md: S = Q K^T 6x slower). */
+static void heads_view(int64_t *dims, int64_t *str, int B, int NH, int R, int Cc, int transposed) {
+    int64_t d[4] = {B, NH, transposed ? Cc : R, transposed ? R : Cc};
+    int64_t st[4] = {(int64_t)NH * R * Cc, (int64_t)R * Cc, transposed ? 1 : Cc,
+                     transposed ? Cc : 1};
     memcpy(dims, d, sizeof d);
     memcpy(str, st, sizeof st);
 }
 
-/* A (B,NH,Tq,Tk) view of dense att, or (B,NH,Tk,Tq) of its transpose per head */
-static void att_view(int64_t *dims, int64_t *str, int B, int NH, int Tq, int Tk, int transposed) {
-    int64_t d[4] = {B, NH, transposed ? Tk : Tq, transposed ? Tq : Tk};
-    int64_t st[4] = {(int64_t)NH * Tq * Tk, (int64_t)Tq * Tk, transposed ? 1 : Tk,
-                     transposed ? Tk : 1};
-    memcpy(dims, d, sizeof d);
-    memcpy(str, st, sizeof st);
+/* The NH heads of hs columns of x (B,T,ld), rounded to bf16 head-major
+ * (B,NH,T,hs) into scratch slot i; the pass counts to rounding class cls */
+static const uint16_t *to_heads(bf16_state *s, int i, int cls, const float *x, int B, int T,
+                                int64_t ld, int NH, int hs) {
+    uint16_t *d = scratch(s, i, (size_t)B * NH * T * hs);
+    double t0 = omp_get_wtime();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                const float *r = x + ((size_t)b * T + t) * ld + (size_t)h * hs;
+                uint16_t *o = d + (((size_t)b * NH + h) * T + t) * hs;
+#pragma omp simd
+                for (int j = 0; j < hs; j++) o[j] = cb_bf16_round(r[j]);
+            }
+    s->round_ms[cls] += (omp_get_wtime() - t0) * 1e3;
+    return d;
 }
 
-/* q and kv rounded to bf16 (slots iq, ikv; one conversion when q is kv) */
-static void attn_operands(bf16_state *s, const cb_attn *a, const float *q, const float *kv, int iq,
-                          int ikv, int cls, const uint16_t **xq, const uint16_t **xkv) {
-    *xq = to_bf16(s, iq, cls, q, (size_t)a->B * a->Tq * a->ldq);
-    *xkv = kv == q ? *xq : to_bf16(s, ikv, cls, kv, (size_t)a->B * a->Tk * a->ldkv);
+/* y (B,T,ld)'s NH heads of hs columns = x (B,NH,T,hs) */
+static void from_heads(float *y, int64_t ld, const float *x, int B, int T, int NH, int hs) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++)
+                memcpy(y + ((size_t)b * T + t) * ld + (size_t)h * hs,
+                       x + (((size_t)b * NH + h) * T + t) * hs, sizeof(float) * hs);
+}
+
+/* c (B,NH,M,N) = alpha a (B,NH,M,K) b (B,NH,K,N), all dense head-major;
+ * ta / tb: a or b is stored as its per-head transpose */
+static void heads_product(bf16_state *s, int B, int NH, int M, int N, int K, float alpha,
+                          const uint16_t *a, int ta, const uint16_t *b, int tb, float *c) {
+    mm_desc d = {.nd = 4, .alpha = alpha};
+    heads_view(d.ad, d.as, B, NH, ta ? K : M, ta ? M : K, ta);
+    heads_view(d.bd, d.bs, B, NH, tb ? N : K, tb ? K : N, tb);
+    heads_view(d.cd, d.cs, B, NH, M, N, 0);
+    run(s, &d, a, b, c, NULL);
+}
+
+/* fp32 room for (B,NH,T,hs) in scratch slot i */
+static float *heads_out(bf16_state *s, int i, const cb_attn *a, int T) {
+    return (float *)scratch(s, i, 2 * (size_t)a->B * a->C * T);
 }
 
 /* The masked softmax (or its backward) of every (b,h) pair, in fp32;
@@ -476,22 +508,32 @@ static void attn_softmax(const cb_attn *a, float *sc, uint16_t *h, uint16_t *hp,
     }
 }
 
+/* Attention's bf16 operands: Q, K and V head-major (slots 0, 5, 6) */
+typedef struct attn_heads {
+    const uint16_t *q, *k, *v;
+} attn_heads;
+
+static attn_heads heads_of(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
+                           int cls) {
+    int hs = a->C / a->NH;
+    attn_heads h = {to_heads(s, 0, cls, q, a->B, a->Tq, a->ldq, a->NH, hs),
+                    to_heads(s, 5, cls, kv + a->koff, a->B, a->Tk, a->ldkv, a->NH, hs),
+                    to_heads(s, 6, cls, kv + a->voff, a->B, a->Tk, a->ldkv, a->NH, hs)};
+    return h;
+}
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk). S = Q K^T / sqrt(hs) and O = P V are two
- * batched bf16 products over every head and row; the masked softmax
- * between them is the CPU table's, in fp32, writing P V's bf16 P in the
- * same pass, and leaves masked probabilities (padding rows whole) zero,
- * so O's padding rows are zero. */
+ * batched bf16 products over every head and row, on head-major copies of
+ * Q, K, V (the rounding pass writes them); the masked softmax between them
+ * is the CPU table's, in fp32, writing P V's bf16 P in the same pass, and
+ * leaves masked probabilities (padding rows whole) zero, so O's padding
+ * rows are zero. */
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     bf16_state *s = state(k);
     int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
-    const uint16_t *xq, *xkv;
-    attn_operands(s, a, q, kv, 0, 2, CB_RND_ACT_FWD, &xq, &xkv);
-    mm_desc d = {.nd = 4, .alpha = 1.0f / sqrtf((float)hs)};
-    head_view(d.ad, d.as, B, NH, Tq, hs, a->ldq, 0);
-    head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
-    att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
-    run(s, &d, xq, xkv + a->koff, att, NULL);
+    attn_heads h = heads_of(s, a, q, kv, CB_RND_ACT_FWD);
+    heads_product(s, B, NH, Tq, Tk, hs, 1.0f / sqrtf((float)hs), h.q, 0, h.k, 1, att);
     size_t na = (size_t)B * NH * Tq * Tk;
     uint16_t *p = scratch(s, 1, na); /* P V's P: the softmax writes it, unless dropout does */
     attn_softmax(a, att, a->drop > 0 ? NULL : p, NULL, NULL, 0);
@@ -499,22 +541,18 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
         cb_cpu_attn_dropout(a, att);
         to_bf16(s, 1, CB_RND_ACT_FWD, att + na, na);
     }
-    mm_desc o = {.nd = 4, .alpha = 1.0f};
-    att_view(o.ad, o.as, B, NH, Tq, Tk, 0);
-    head_view(o.bd, o.bs, B, NH, Tk, hs, a->ldkv, 0);
-    head_view(o.cd, o.cs, B, NH, Tq, hs, a->C, 0);
-    run(s, &o, p, xkv + a->voff, out, NULL);
+    float *o = heads_out(s, 7, a, Tq);
+    heads_product(s, B, NH, Tq, hs, Tk, 1.0f, p, 0, h.v, 0, o);
+    from_heads(out, a->C, o, B, Tq, NH, hs);
 }
 
-/* dkv's V columns = P^T dY, p (B,NH,Tq,Tk) bf16 and dy (B,Tq,C) bf16 */
+/* dkv's V columns = P^T dY, p (B,NH,Tq,Tk) and dy (B,NH,Tq,hs) bf16 */
 static void attn_dv(bf16_state *s, const cb_attn *a, const uint16_t *p, const uint16_t *dy,
                     float *dkv) {
-    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
-    mm_desc v = {.nd = 4, .alpha = 1.0f};
-    att_view(v.ad, v.as, B, NH, Tq, Tk, 1);
-    head_view(v.bd, v.bs, B, NH, Tq, hs, a->C, 0);
-    head_view(v.cd, v.cs, B, NH, Tk, hs, a->ldkv, 0);
-    run(s, &v, p, dy, dkv + a->voff, NULL);
+    int hs = a->C / a->NH;
+    float *o = heads_out(s, 7, a, a->Tk);
+    heads_product(s, a->B, a->NH, a->Tk, hs, a->Tq, 1.0f, p, 1, dy, 0, o);
+    from_heads(dkv + a->voff, a->ldkv, o, a->B, a->Tk, a->NH, hs);
 }
 
 /* dP = dY V^T, dV = P^T dY (P and dP through the probability dropout
@@ -522,22 +560,18 @@ static void attn_dv(bf16_state *s, const cb_attn *a, const uint16_t *p, const ui
  * written in bf16, zero where masked), dQ = dS K / sqrt(hs),
  * dK = dS^T Q / sqrt(hs) (the scale is folded into dS, as in the CPU
  * table): padding rows come out zero. Without dropout the softmax
- * backward, which reads P anyway, writes dV's bf16 P, so dV runs after it. */
+ * backward, which reads P anyway, writes dV's bf16 P, so dV runs after it.
+ * Every product is head-major, as in the forward. */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                float *scratch_, const float *dout, const float *q,
                                const float *kv, const float *att) {
     bf16_state *s = state(k);
     int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
-    const uint16_t *xq, *xkv;
-    attn_operands(s, a, q, kv, 0, 4, CB_RND_ACT_BWD, &xq, &xkv);
-    const uint16_t *dy = to_bf16(s, 1, CB_RND_GRAD, dout, (size_t)B * Tq * a->C);
+    attn_heads h = heads_of(s, a, q, kv, CB_RND_ACT_BWD);
+    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, B, Tq, a->C, NH, hs);
     size_t na = (size_t)B * NH * Tq * Tk;
     uint16_t *p = scratch(s, 2, na), *ds = scratch(s, 3, na);
-    mm_desc d = {.nd = 4, .alpha = 1.0f};
-    head_view(d.ad, d.as, B, NH, Tq, hs, a->C, 0); /* dP = dY V^T */
-    head_view(d.bd, d.bs, B, NH, Tk, hs, a->ldkv, 1);
-    att_view(d.cd, d.cs, B, NH, Tq, Tk, 0);
-    run(s, &d, dy, xkv + a->voff, scratch_, NULL);
+    heads_product(s, B, NH, Tq, Tk, hs, 1.0f, dy, 0, h.v, 1, scratch_); /* dP = dY V^T */
     int drop = a->drop > 0;
     if (drop) {
         attn_dv(s, a, to_bf16(s, 2, CB_RND_ACT_BWD, att + na, na), dy, dkv);
@@ -545,16 +579,11 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     }
     attn_softmax(a, scratch_, ds, drop ? NULL : p, att, 1.0f / sqrtf((float)hs));
     if (!drop) attn_dv(s, a, p, dy, dkv);
-    mm_desc g = {.nd = 4, .alpha = 1.0f}; /* dQ = dS K */
-    att_view(g.ad, g.as, B, NH, Tq, Tk, 0);
-    head_view(g.bd, g.bs, B, NH, Tk, hs, a->ldkv, 0);
-    head_view(g.cd, g.cs, B, NH, Tq, hs, a->ldq, 0);
-    run(s, &g, ds, xkv + a->koff, dq, NULL);
-    mm_desc t = {.nd = 4, .alpha = 1.0f}; /* dK = dS^T Q */
-    att_view(t.ad, t.as, B, NH, Tq, Tk, 1);
-    head_view(t.bd, t.bs, B, NH, Tq, hs, a->ldq, 0);
-    head_view(t.cd, t.cs, B, NH, Tk, hs, a->ldkv, 0);
-    run(s, &t, ds, xq, dkv + a->koff, NULL);
+    float *o = heads_out(s, 7, a, Tq > Tk ? Tq : Tk);
+    heads_product(s, B, NH, Tq, hs, Tk, 1.0f, ds, 0, h.k, 0, o); /* dQ = dS K */
+    from_heads(dq, a->ldq, o, B, Tq, NH, hs);
+    heads_product(s, B, NH, Tk, hs, Tq, 1.0f, ds, 1, h.q, 0, o); /* dK = dS^T Q */
+    from_heads(dkv + a->koff, a->ldkv, o, B, Tk, NH, hs);
 }
 
 /* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0
