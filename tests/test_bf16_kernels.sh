@@ -2,11 +2,16 @@
 # tests/test_bf16.c (the bf16 kernels against fp32 and a reference path,
 # bounds in the file) on this CPU's bf16 path, then again with
 # CB_BF16_EMULATE=1, the path of a CPU without bf16 instructions: the same
-# bounds hold there, and the program's first line says it emulates.
+# bounds hold there, and the program's first line says it emulates; and
+# once more with CB_BF16_PACK=1, so that the kept-weight checks at 1024
+# rows read oneDNN's own layout on a CPU with AMX too (where the table
+# keeps the plain copy by default).
 set -u
 . "$(dirname "$0")/launcher.sh"
 "$BUILD/tests/test_bf16"
 native=$?
+CB_BF16_PACK=1 "$BUILD/tests/test_bf16" 2>&1 | sed 's/^\(PASS\|FAIL\) /\1 kept layout: /'
+packed=${PIPESTATUS[0]}
 out=$(CB_BF16_EMULATE=1 "$BUILD/tests/test_bf16" 2>&1)
 emulated=$?
 sed 's/^\(PASS\|FAIL\) /\1 emulated: /' <<<"$out"
@@ -15,4 +20,4 @@ if head -1 <<<"$out" | grep -q "oneDNN emulates, expect it to be slow"; then
 else
     echo "FAIL emulated: no warning on the first line: $(head -1 <<<"$out")"
 fi
-[ $native = 0 ] && [ $emulated = 0 ]
+[ $native = 0 ] && [ $packed = 0 ] && [ $emulated = 0 ]

@@ -91,7 +91,8 @@ typedef struct bf16_state {
     const float *lo[MAXRANGES], *hi[MAXRANGES]; /* the parameter blocks seen */
     int nranges;
     double round_ms[CB_RND_N]; /* time in rounding passes, by class */
-    int pack;                  /* kept weights in the primitives' layouts (CB_BF16_PACK=0: plain) */
+    int amx;                   /* oneDNN runs the products on AMX */
+    int pack; /* kept weights in the primitives' layouts: without AMX (CB_BF16_PACK=0|1 overrides) */
 } bf16_state;
 
 static bf16_state S;
@@ -609,6 +610,7 @@ static void describe(bf16_state *s) {
                  emulate ? " (CB_BF16_EMULATE)" : "");
     else
         snprintf(s->note, sizeof s->note, "bf16 via oneDNN on %s", amx ? "amx_bf16" : "avx512_bf16");
+    s->amx = amx && !emulate;
 }
 
 const char *cb_kernels_bf16_note(void) { return S.note; }
@@ -616,8 +618,11 @@ const char *cb_kernels_bf16_note(void) { return S.note; }
 const cb_kernels *cb_kernels_bf16(void) {
     if (S.eng) return &S.table;
     describe(&S);
+    /* oneDNN's AMX kernels read the plain copy as fast as the reordered
+     * one or faster (docs/precision.md, the weights' layout), so the
+     * reorders would be pure cost there */
     const char *pk = getenv("CB_BF16_PACK");
-    S.pack = !(pk && !strcmp(pk, "0"));
+    S.pack = pk && *pk ? strcmp(pk, "0") != 0 : !S.amx;
     if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
     if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(S.eng);
