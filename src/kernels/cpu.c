@@ -1,4 +1,5 @@
-/* CPU kernels: matrix products through OpenBLAS (cblas_sgemm), everything
+/* CPU kernels: matrix products through OpenBLAS (cblas_sgemm) but for
+ * attention's per-head ones (small_gemm.c), everything
  * else in plain C loops that the compiler vectorises, threaded with OpenMP.
  * OpenBLAS is the OpenMP build, so a GEMM called outside a parallel region
  * uses the whole team and one called inside runs on its calling thread. */
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/small_gemm.h"
 #include "util/rng.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
@@ -327,14 +329,12 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
         attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
         float *s = att + (size_t)bh * Tq * Tk, *o = out + p.o;
         if (p.nq && p.nk)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p.nq, p.nk, hs, scale, q + p.q,
-                        a->ldq, kv + p.k, a->ldkv, 0.0f, s, Tk);
+            cb_small_gemm(0, 1, p.nq, p.nk, hs, scale, q + p.q, a->ldq, kv + p.k, a->ldkv, s, Tk);
         cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
         float *pv = a->drop > 0 ? s + (size_t)a->B * a->NH * Tq * Tk : s; /* P V's P */
         if (a->drop > 0) attn_drop_pair(a, bh, s, pv);
         if (p.nq && p.nk)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.nq, hs, p.nk, 1.0f, pv, Tk,
-                        kv + p.v, a->ldkv, 0.0f, o, a->C);
+            cb_small_gemm(0, 0, p.nq, hs, p.nk, 1.0f, pv, Tk, kv + p.v, a->ldkv, o, a->C);
         zero_rows(o, p.nk ? p.nq : 0, Tq, hs, a->C);
     }
 }
@@ -394,18 +394,14 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
         float *ds = scratch + (size_t)bh * Tq * Tk;
         int nq = p.nk ? p.nq : 0, nk = p.nq ? p.nk : 0;
         if (nq) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy, a->C,
-                        kv + p.v, a->ldkv, 0.0f, ds, Tk);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, pd, Tk, dy,
-                        a->C, 0.0f, dkv + p.v, a->ldkv);
+            cb_small_gemm(0, 1, nq, nk, hs, 1.0f, dy, a->C, kv + p.v, a->ldkv, ds, Tk);
+            cb_small_gemm(1, 0, nk, hs, nq, 1.0f, pd, Tk, dy, a->C, dkv + p.v, a->ldkv);
         }
         if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
         cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
         if (nq) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, ds, Tk,
-                        kv + p.k, a->ldkv, 0.0f, dq + p.q, a->ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, ds, Tk, q + p.q,
-                        a->ldq, 0.0f, dkv + p.k, a->ldkv);
+            cb_small_gemm(0, 0, nq, hs, nk, 1.0f, ds, Tk, kv + p.k, a->ldkv, dq + p.q, a->ldq);
+            cb_small_gemm(1, 0, nk, hs, nq, 1.0f, ds, Tk, q + p.q, a->ldq, dkv + p.k, a->ldkv);
         }
         zero_rows(dq + p.q, nq, Tq, hs, a->ldq);
         zero_rows(dkv + p.k, nk, Tk, hs, a->ldkv);
