@@ -459,7 +459,8 @@ static void check_small_gemm(cb_rng *r) {
         for (int x = 0; x < nd; x++)
             for (int y = 0; y < nd; y++) {
                 int M = dims[x], N = dims[y], Kd = dims[(x + 2 * y + o) % nd] - (x == y);
-                worst = fmax(worst, small_gemm_case(r, o & 1, o >> 1, M, N, Kd, x & 1 ? 0.125f : 1.0f));
+                float alpha = x & 1 ? 0.125f : 1.0f;
+                worst = fmax(worst, small_gemm_case(r, o & 1, o >> 1, M, N, Kd, alpha));
                 n++;
             }
     for (int o = 0; o < 4; o++, n += 2) {

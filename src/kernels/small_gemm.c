@@ -7,10 +7,11 @@
  * rows at a time: 16 accumulators. The copy matters: B's rows in place
  * are heads of the interleaved qkv (row stride 3C floats, 9 KB), which
  * all fall in a quarter of the L1's sets and evict each other; the
- * A B^T orientation (Q K^T, dY V^T) transposes B into it. Each output is one chain of fused
- * multiply-adds in k order, then times alpha: the same bits on any thread
- * count and layout (a pair is always one call). Shapes past SG_MAX, and
- * builds without AVX-512, go to cblas_sgemm. */
+ * A B^T orientation (Q K^T, dY V^T) transposes B into it. Each output
+ * is one chain of fused multiply-adds in k order, then times alpha (as
+ * OpenBLAS's SkylakeX kernel at these sizes, mostly to the bit): the same
+ * bits on any thread count and layout (a pair is always one call).
+ * Shapes past SG_MAX, and builds without AVX-512, go to cblas_sgemm. */
 #include "kernels/small_gemm.h"
 
 #include <cblas.h>
@@ -64,7 +65,8 @@ static inline void tr16(float *dst, size_t ldd, const float *src, size_t lds) {
         r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
     for (int c = 0; c < 4; c++) {
-        __m512 p = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), q = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+        __m512 p = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
+               q = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
         __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
         __m512 y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
         _mm512_storeu_ps(dst + (size_t)c * ldd, _mm512_shuffle_f32x4(p, x, 0x88));
@@ -79,7 +81,8 @@ static inline void tr16(float *dst, size_t ldd, const float *src, size_t lds) {
 static void transpose(float *bt, const float *B, int N, int K, size_t ldb) {
     int N16 = N / 16 * 16, K16 = K / 16 * 16;
     for (int j = 0; j < N16; j += 16)
-        for (int k = 0; k < K16; k += 16) tr16(bt + (size_t)k * N + j, (size_t)N, B + j * ldb + k, ldb);
+        for (int k = 0; k < K16; k += 16)
+            tr16(bt + (size_t)k * N + j, (size_t)N, B + j * ldb + k, ldb);
     for (int j = 0; j < N; j++)
         for (int k = j < N16 ? K16 : 0; k < K; k++) bt[(size_t)k * N + j] = B[j * ldb + k];
 }
@@ -106,31 +109,28 @@ static void gemm_rows(int M, int N, int K, float alpha, const float *A, size_t a
         }
     }
 }
+
+/* bt (K,N) = op(B) contiguous: B (K,N) copied, or B (N,K) transposed */
+static void copy_b(float *bt, int tb, int N, int K, const float *B, size_t ldb) {
+    if (tb)
+        transpose(bt, B, N, K, ldb);
+    else
+        for (int k = 0; k < K; k++) memcpy(bt + (size_t)k * N, B + k * ldb, sizeof(float) * N);
+}
 #endif
 
 void cb_small_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
 #ifdef __AVX512F__
     static _Thread_local float bt[SG_PACK];
-    int small = M <= SG_MAX && N <= SG_MAX && K <= SG_MAX && (size_t)K * N <= SG_PACK;
-    if (small && M > 0 && N > 0) {
-        if (K == 0) {
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
-            return;
-        }
-        if (tb) {
-            transpose(bt, B, N, K, (size_t)ldb);
-        } else {
-            for (int k = 0; k < K; k++) memcpy(bt + (size_t)k * N, B + (size_t)k * ldb, sizeof(float) * N);
-        }
-        B = bt, ldb = N;
-        gemm_rows(M, N, K, alpha, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, B, (size_t)ldb, C,
+    if (M <= SG_MAX && N <= SG_MAX && K <= SG_MAX && (size_t)K * N <= SG_PACK) {
+        if (K > 0) copy_b(bt, tb, N, K, B, (size_t)ldb);
+        gemm_rows(M, N, K, alpha, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, bt, (size_t)N, C,
                   (size_t)ldc);
         return;
     }
 #endif
-    if (M <= 0 || N <= 0) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
 }
