@@ -5,7 +5,8 @@
  * sgemm timed in the same round: where the step's GEMM time goes and
  * whether any shape or orientation runs below OpenBLAS's large-matrix
  * rate. Then attention's products of one layer (96 (b,h) pairs of 128 x
- * 128 x 64) and the whole attention kernel, forward and backward with the
+ * 128 x 64) through OpenBLAS and through cb_small_gemm (the kernel's),
+ * alternated, and the whole attention kernel, forward and backward with the
  * probabilities' dropout 0.1, on the same thread. Last, the same on 4 KiB
  * pages against huge pages (cb_mem_hugepages, src/util/mem.c), alternated:
  * the FFN-up products and the AdamW kernel over 16M parameters. Best of
