@@ -5,7 +5,8 @@
  * sgemm timed in the same round: where the step's GEMM time goes and
  * whether any shape or orientation runs below OpenBLAS's large-matrix
  * rate. Then attention's products of one layer (96 (b,h) pairs of 128 x
- * 128 x 64) and the whole attention kernel, forward and backward with the
+ * 128 x 64) through OpenBLAS and through cb_small_gemm (the kernel's),
+ * alternated, and the whole attention kernel, forward and backward with the
  * probabilities' dropout 0.1, on the same thread. Last, the same on 4 KiB
  * pages against huge pages (cb_mem_hugepages, src/util/mem.c), alternated:
  * the FFN-up products and the AdamW kernel over 16M parameters. Best of
@@ -18,6 +19,7 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "kernels/small_gemm.h"
 #include "util/mem.h"
 
 enum { B = 8, T = 128, C = 768, NH = 12, HS = C / NH, N = B * T, V = 30522, P = 19 * B };
@@ -89,8 +91,18 @@ static void products(int R) {
            tot * 1e3, tot_ref * 1e3);
 }
 
+/* C = alpha op(A) op(B) through OpenBLAS (small 0) or cb_small_gemm (1) */
+static void pair_gemm(int small, int ta, int tb, int M, int Nc, int K, float alpha, const float *a,
+                      int lda, const float *b, int ldb, float *c, int ldc) {
+    if (small) cb_small_gemm(ta, tb, M, Nc, K, alpha, a, lda, b, ldb, c, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, Nc, K, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
 /* one layer's 96 pairs: the six products of attention_forward/backward */
-static double pair_products(float *qkv, float *att, float *o, float *dq, float *sc, float *dy) {
+static double pair_products(int sm, float *qkv, float *att, float *o, float *dq, float *sc,
+                            float *dy) {
     double t = cpu_s();
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH, ld = 3 * C;
@@ -98,14 +110,12 @@ static double pair_products(float *qkv, float *att, float *o, float *dq, float *
         float *s = att + (size_t)bh * T * T, *ds = sc + (size_t)bh * T * T;
         float *d = dq + (size_t)b * T * ld + h * HS, *ob = o + (size_t)b * T * C + h * HS;
         const float *g = dy + (size_t)b * T * C + h * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, q, ld, k, ld, 0.0f, s, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, s, T, v, ld, 0.0f, ob, C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, g, C, v, ld, 0.0f, ds, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, s, T, g, C, 0.0f, d + 2 * C,
-                    ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, k, ld, 0.0f, d, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, q, ld, 0.0f, d + C,
-                    ld);
+        pair_gemm(sm, 0, 1, T, T, HS, 1.0f, q, ld, k, ld, s, T);
+        pair_gemm(sm, 0, 0, T, HS, T, 1.0f, s, T, v, ld, ob, C);
+        pair_gemm(sm, 0, 1, T, T, HS, 1.0f, g, C, v, ld, ds, T);
+        pair_gemm(sm, 1, 0, T, HS, T, 1.0f, s, T, g, C, d + 2 * C, ld);
+        pair_gemm(sm, 0, 0, T, HS, T, 1.0f, ds, T, k, ld, d, ld);
+        pair_gemm(sm, 1, 0, T, HS, T, 1.0f, ds, T, q, ld, d + C, ld);
     }
     return cpu_s() - t;
 }
@@ -120,7 +130,7 @@ static void attention(int R) {
     const cb_kernels *k = cb_kernels_cpu();
     cb_attn a = cb_attn_self(B, T, C, NH, 0, NULL);
     a.drop = 0.1f, a.drop_key = 0x5eed, a.NHg = NH;
-    double fwd = 1e30, bwd = 1e30, prod = 1e30, ref = 1e30, t;
+    double fwd = 1e30, bwd = 1e30, prod = 1e30, small = 1e30, ref = 1e30, t;
     for (int r = 0; r < R; r++) {
         t = cpu_s();
         k->attention_forward(k, &a, o, att, qkv, qkv);
@@ -128,13 +138,16 @@ static void attention(int R) {
         t = cpu_s();
         k->attention_backward(k, &a, dq, dq, sc, dy, qkv, qkv, att);
         bwd = min2(bwd, cpu_s() - t);
-        prod = min2(prod, pair_products(qkv, att, o, dq, sc, dy));
+        prod = min2(prod, pair_products(0, qkv, att, o, dq, sc, dy));
+        small = min2(small, pair_products(1, qkv, att, o, dq, sc, dy));
         ref = min2(ref, gemm_s(0, 0, 2048, 2048, 2048));
     }
     double f = 6.0 * 2 * T * T * HS * B * NH, rr = 2.0 * 2048 * 2048 * 2048 / ref / 1e9;
     printf("attention, one layer (one thread, CPU time): forward %.2f ms, backward %.2f ms, of "
-           "which the 6 x %d products %.2f ms (%.1f GFLOP/s; 2048^3 %.1f, ratio %.2f)\n",
-           fwd * 1e3, bwd * 1e3, B * NH, prod * 1e3, f / prod / 1e9, rr, f / prod / 1e9 / rr);
+           "which the 6 x %d products through OpenBLAS %.2f ms (%.1f GFLOP/s; 2048^3 %.1f, ratio "
+           "%.2f), through cb_small_gemm (the kernel's) %.2f ms (%.1f GFLOP/s, ratio %.2f)\n",
+           fwd * 1e3, bwd * 1e3, B * NH, prod * 1e3, f / prod / 1e9, rr, f / prod / 1e9 / rr,
+           small * 1e3, f / small / 1e9, f / small / 1e9 / rr);
     free(qkv), free(o), free(dq), free(att), free(sc), free(dy);
 }
 

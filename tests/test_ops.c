@@ -8,6 +8,7 @@
  * (token ids and targets stored as float), the upstream gradient in.dout,
  * outputs as out.<name>, gradients as grad.<name>; sizes in __metadata__
  * (B T C NH N V IC OC, dloss). */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "cubist.h"
 #include "kernels/kernels.h"
+#include "kernels/small_gemm.h"
 #include "util/rng.h"
 
 #define MAXT 6
@@ -419,6 +421,58 @@ static void check_dropout(void) {
            ok ? "PASS" : "FAIL", bad, rows * ncol, kept);
 }
 
+/* Attention's small products (cb_small_gemm) against a double-precision
+ * product, every orientation, on shapes around its 16-wide vectors,
+ * 64-column panels, 4-row tiles and 16 x 16 transposes (1..70 in each
+ * dimension, K 0 included), then BERT-base's 128 x 128 x 64 and one past
+ * its own limit (OpenBLAS's); row strides wider than the rows, whose
+ * extra columns must stay untouched. Per element |c - ref| <= K 2^-24
+ * sum_k |a b| + tiny: fp32 sums of K terms in any order. */
+static double small_gemm_case(cb_rng *r, int ta, int tb, int M, int N, int Kd, float alpha) {
+    int lda = (ta ? M : Kd) + 3, ldb = (tb ? Kd : N) + 2, ldc = N + 5;
+    size_t na = (size_t)(ta ? Kd : M) * lda + 1, nb = (size_t)(tb ? N : Kd) * ldb + 1;
+    float *a = randn(r, na, 1), *b = randn(r, nb, 1), *c = malloc(sizeof(float) * M * ldc);
+    for (int i = 0; i < M * ldc; i++) c[i] = 7.0f;
+    cb_small_gemm(ta, tb, M, N, Kd, alpha, a, lda, b, ldb, c, ldc);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < Kd && j < N; k++) {
+                double x = ta ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k];
+                double y = tb ? b[(size_t)j * ldb + k] : b[(size_t)k * ldb + j];
+                ref += alpha * x * y, mag += fabs(alpha * x * y);
+            }
+            if (j >= N) ref = 7.0;
+            double e = fabs(c[i * ldc + j] - ref) / ((Kd + 1) * 0x1p-24 * mag + 1e-30);
+            worst = fmax(worst, e);
+        }
+    free(a), free(b), free(c);
+    return worst;
+}
+
+static void check_small_gemm(cb_rng *r) {
+    static const int dims[] = {1, 3, 4, 15, 16, 17, 33, 64, 65, 70};
+    double worst = 0;
+    int n = 0, nd = (int)(sizeof dims / sizeof *dims);
+    for (int o = 0; o < 4; o++)
+        for (int x = 0; x < nd; x++)
+            for (int y = 0; y < nd; y++) {
+                int M = dims[x], N = dims[y], Kd = dims[(x + 2 * y + o) % nd] - (x == y);
+                float alpha = x & 1 ? 0.125f : 1.0f;
+                worst = fmax(worst, small_gemm_case(r, o & 1, o >> 1, M, N, Kd, alpha));
+                n++;
+            }
+    for (int o = 0; o < 4; o++, n += 2) {
+        worst = fmax(worst, small_gemm_case(r, o & 1, o >> 1, 128, 128, 64, 1.0f));
+        worst = fmax(worst, small_gemm_case(r, o & 1, o >> 1, 257, 64, 128, 1.0f));
+    }
+    int ok = worst <= 1.0;
+    ok ? passes++ : failures++;
+    printf("%s cb_small_gemm against double, %d shapes x orientations: max |err| / (K 2^-24 "
+           "sum|ab|) %.3f (tol 1), padding columns untouched\n", ok ? "PASS" : "FAIL", n, worst);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc == 3 && !strcmp(argv[1], "--dump") ? argv[2] : NULL;
     K = cb_kernels_cpu();
@@ -545,6 +599,7 @@ int main(int argc, char **argv) {
 
     check_gelu_erf();
     check_dropout();
+    check_small_gemm(&r);
     (void)passes;
     return failures != 0;
 }
