@@ -147,18 +147,19 @@ static void run_matmul_fwd(const cb_kernels *k, float **in, float **out, const i
     k->matmul_forward(k, out[0], in[0], in[1], in[2], d[0], d[1], d[2]);
 }
 static void run_matmul_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->matmul_backward(k, out[0], out[1], out[2], in[0], in[1], in[2], d[0], d[1], d[2]);
+    k->matmul_backward(k, out[0], out[1], out[2], in[0], in[1], in[2], d[0], d[1], d[2], 1);
 }
 /* rows [IC/4, 3IC/4) of dw */
 static void run_dw_rows(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->matmul_backward_dw_rows(k, out[0], in[0], in[1], d[0], d[1], d[2], d[1] / 4, 3 * d[1] / 4);
+    k->matmul_backward_dw_rows(k, out[0], in[0], in[1], d[0], d[1], d[2], d[1] / 4, 3 * d[1] / 4,
+                               1);
 }
 /* dims: N C V */
 static void run_head_fwd(const cb_kernels *k, float **in, float **out, const int *d) {
     k->head_forward(k, out[0], in[0], in[1], d[0], d[1], d[2]);
 }
 static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2]);
+    k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2], 1);
 }
 
 /* N rows: 96, and 1024, where a kept weight is read in oneDNN's own
