@@ -147,18 +147,19 @@ static void run_matmul_fwd(const cb_kernels *k, float **in, float **out, const i
     k->matmul_forward(k, out[0], in[0], in[1], in[2], d[0], d[1], d[2]);
 }
 static void run_matmul_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->matmul_backward(k, out[0], out[1], out[2], in[0], in[1], in[2], d[0], d[1], d[2]);
+    k->matmul_backward(k, out[0], out[1], out[2], in[0], in[1], in[2], d[0], d[1], d[2], 1);
 }
 /* rows [IC/4, 3IC/4) of dw */
 static void run_dw_rows(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->matmul_backward_dw_rows(k, out[0], in[0], in[1], d[0], d[1], d[2], d[1] / 4, 3 * d[1] / 4);
+    k->matmul_backward_dw_rows(k, out[0], in[0], in[1], d[0], d[1], d[2], d[1] / 4, 3 * d[1] / 4,
+                               1);
 }
 /* dims: N C V */
 static void run_head_fwd(const cb_kernels *k, float **in, float **out, const int *d) {
     k->head_forward(k, out[0], in[0], in[1], d[0], d[1], d[2]);
 }
 static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int *d) {
-    k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2]);
+    k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2], 1);
 }
 
 /* N rows: 96, and 1024, where a kept weight is read in oneDNN's own
@@ -481,6 +482,64 @@ static void softmax_bf16_fused(void) {
     free(s), free(s2), free(d), free(d2), free(h), free(h2);
 }
 
+/* The parameter-gradient kernels' acc 0 (the step's first write: no
+ * zeroing pass, graph.h) against acc 1 over zeroed gradients: the same
+ * bits, under both tables, with the outputs first filled with NaN so a
+ * float left unwritten shows. N rows; N = 4096 puts the GEMMs' reduction
+ * over several of oneDNN's and OpenBLAS's K blocks. */
+static float *nans(size_t n) {
+    float *p = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+static void same_bits(const char *what, const cb_kernels *k, int N, const float *a,
+                      const float *b, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(a + i, b + i, sizeof(float)) != 0;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s %s, %d rows: overwrite (acc 0) = accumulate into zeros, bit for bit",
+             k == cb_kernels_cpu() ? "fp32" : "bf16", what, N);
+    report(bad == 0, msg, (double)bad);
+}
+
+static void overwrite_cases(const cb_kernels *k, int N) {
+    int IC = 80, OC = 112, C = 64, V = 200;
+    float *x = randn((size_t)N * IC, 1.0f), *dy = randn((size_t)N * OC, 1.0f);
+    float *w = randn((size_t)IC * OC, 1.0f), *o[3], *z[3], *dx = calloc((size_t)N * IC, 4);
+    size_t n[3] = {(size_t)IC * OC, (size_t)OC, (size_t)C}, big = (size_t)V * C + n[0];
+    for (int i = 0; i < 3; i++) o[i] = nans(big), z[i] = calloc(big, 4); /* any of the outputs */
+    k->matmul_backward(k, dx, o[0], o[1], dy, x, w, N, IC, OC, 0);
+    k->matmul_backward(k, dx, z[0], z[1], dy, x, w, N, IC, OC, 1);
+    same_bits("matmul_backward dw", k, N, o[0], z[0], n[0]);
+    same_bits("matmul_backward dbias", k, N, o[1], z[1], n[1]);
+    for (size_t i = 0; i < n[0]; i++) o[0][i] = NAN, z[0][i] = 0;
+    k->matmul_backward_dw_rows(k, o[0], dy, x, N, IC, OC, 0, IC, 0);
+    k->matmul_backward_dw_rows(k, z[0], dy, x, N, IC, OC, 0, IC, 1);
+    same_bits("matmul_backward_dw_rows", k, N, o[0], z[0], n[0]);
+    float *lo = randn((size_t)N * V, 1.0f), *h = randn((size_t)N * C, 1.0f);
+    float *wte = randn((size_t)V * C, 1.0f);
+    for (size_t i = 0; i < (size_t)V * C; i++) o[0][i] = NAN, z[0][i] = 0;
+    k->head_backward(k, dx, o[0], lo, h, wte, N, C, V, 0);
+    k->head_backward(k, dx, z[0], lo, h, wte, N, C, V, 1);
+    same_bits("head_backward dw", k, N, o[0], z[0], (size_t)V * C);
+    float *mean = randn((size_t)N, 0.1f), *rstd = randn((size_t)N, 1.0f);
+    for (int i = 1; i < 3; i++)
+        for (int c = 0; c < C; c++) o[i][c] = NAN, z[i][c] = 0;
+    k->layernorm_backward(k, dx, o[1], o[2], h, lo, wte, mean, rstd, N, C, 0);
+    k->layernorm_backward(k, dx, z[1], z[2], h, lo, wte, mean, rstd, N, C, 1);
+    same_bits("layernorm_backward dw", k, N, o[1], z[1], (size_t)C);
+    same_bits("layernorm_backward db", k, N, o[2], z[2], (size_t)C);
+    for (int i = 1; i < 3; i++)
+        for (int c = 0; c < C; c++) o[i][c] = NAN, z[i][c] = 0;
+    k->layernorm_param_grads(k, o[1], o[2], h, lo, mean, rstd, N, C, 0);
+    k->layernorm_param_grads(k, z[1], z[2], h, lo, mean, rstd, N, C, 1);
+    same_bits("layernorm_param_grads dw", k, N, o[1], z[1], (size_t)C);
+    same_bits("layernorm_param_grads db", k, N, o[2], z[2], (size_t)C);
+    free(x), free(dy), free(w), free(dx), free(lo), free(h), free(wte), free(mean), free(rstd);
+    for (int i = 0; i < 3; i++) free(o[i]), free(z[i]);
+}
+
 int main(void) {
     cb_rng_seed(&rng, 17);
     const cb_kernels *bf = cb_kernels_bf16();
@@ -492,6 +551,10 @@ int main(void) {
     inherits(bf);
     gemm_cases(bf, 96);
     gemm_cases(bf, 1024);
+    for (int N = 96; N <= 4096; N *= 4) {
+        overwrite_cases(cb_kernels_cpu(), N);
+        overwrite_cases(bf, N);
+    }
     attention_cases(bf);
     attention_general_cases(bf);
     weight_copies(bf);

@@ -35,6 +35,13 @@ static float *randn(cb_rng *r, size_t n) {
 
 static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
+/* NaN everywhere: a gradient that an overwriting backward must fill whole */
+static float *garbage(size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; p && i < n; i++) p[i] = NAN;
+    return p;
+}
+
 /* this rank's cut of a full tensor, as a fresh buffer */
 static float *cut(const cb_shard *s, const float *full) {
     float *l = zeros(cb_shard_numel(s));
@@ -88,7 +95,7 @@ static void case_linear(const sizes *z, int in, int out, int parts, int parity, 
     float *dy = randn(r, (size_t)N * out);
     float *y = zeros((size_t)N * out), *dx = zeros((size_t)N * in);
     float *dw = zeros((size_t)in * out), *db = zeros(out);
-    cb_linear ls = {in, out, parts, parity, w, b, dw, db, NULL};
+    cb_linear ls = {in, out, parts, parity, w, b, dw, db, NULL, 0};
     S->ops->linear_forward(S, &ls, x, y, N);
     S->ops->linear_backward(S, &ls, x, dy, dx, N);
 
@@ -97,8 +104,8 @@ static void case_linear(const sizes *z, int in, int out, int parts, int parity, 
     cb_shard sb = pshard(CB_P_LINEAR_B, 1, out, parts, parity);
     float *lx = cut(&sx, x), *ldy = cut(&sy, dy), *lw = cut(&sw, w), *lb = cut(&sb, b);
     float *ly = zeros(cb_shard_numel(&sy)), *ldx = zeros(cb_shard_numel(&sx));
-    float *ldw = zeros(cb_shard_numel(&sw)), *ldb = zeros(cb_shard_numel(&sb));
-    cb_linear lp = {in, out, parts, parity, lw, lb, ldw, ldb, NULL};
+    float *ldw = garbage(cb_shard_numel(&sw)), *ldb = garbage(cb_shard_numel(&sb));
+    cb_linear lp = {in, out, parts, parity, lw, lb, ldw, ldb, NULL, 1}; /* the step's first write */
     P->ops->linear_forward(P, &lp, lx, ly, N);
     P->ops->linear_backward(P, &lp, lx, ldy, ldx, N);
     char name[96];
@@ -141,8 +148,8 @@ static void case_chain(const sizes *z, cb_rng *r) {
         ldws[i] = zeros(cb_shard_numel(&sw[i]));
         ldbs[i] = zeros(cb_shard_numel(&sb[i]));
         lacts[i + 1] = zeros(cb_shard_numel(&sa[i + 1]));
-        ls[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, w[i], b[i], dws[i], dbs[i], NULL};
-        lp[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, lw[i], lb[i], ldws[i], ldbs[i], NULL};
+        ls[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, w[i], b[i], dws[i], dbs[i], NULL, 0};
+        lp[i] = (cb_linear){dims[i], dims[i + 1], 1, i % 2, lw[i], lb[i], ldws[i], ldbs[i], NULL, 0};
         S->ops->linear_forward(S, &ls[i], acts[i], acts[i + 1], N);
         P->ops->linear_forward(P, &lp[i], lacts[i], lacts[i + 1], N);
     }
@@ -179,7 +186,7 @@ static void case_norm(const sizes *z, int parity, cb_rng *r) {
     float *y = zeros((size_t)N * C), *mean = zeros(N), *rstd = zeros(N);
     float *dx = malloc(sizeof(float) * N * C), *dw = zeros(C), *db = zeros(C);
     memcpy(dx, dx0, sizeof(float) * N * C); /* backward accumulates into the residual */
-    cb_norm ns = {C, parity, w, b, dw, db};
+    cb_norm ns = {C, parity, w, b, dw, db, 0};
     S->ops->norm_forward(S, &ns, x, y, mean, rstd, N);
     S->ops->norm_backward(S, &ns, x, dy, dx, mean, rstd, N);
 
@@ -188,8 +195,8 @@ static void case_norm(const sizes *z, int parity, cb_rng *r) {
     P->ops->act_shape(P, N, C, parity, &rows, &cols);
     float *lx = cut(&sa, x), *ldy = cut(&sa, dy), *ldx = cut(&sa, dx0), *lw = cut(&sp, w);
     float *lb = cut(&sp, b), *ly = zeros(cb_shard_numel(&sa)), *lm = zeros(rows);
-    float *lr = zeros(rows), *ldw = zeros(cb_shard_numel(&sp)), *ldb = zeros(cb_shard_numel(&sp));
-    cb_norm np = {C, parity, lw, lb, ldw, ldb};
+    float *lr = zeros(rows), *ldw = garbage(cb_shard_numel(&sp)), *ldb = garbage(cb_shard_numel(&sp));
+    cb_norm np = {C, parity, lw, lb, ldw, ldb, 1}; /* the step's first write */
     P->ops->norm_forward(P, &np, lx, ly, lm, lr, N);
     P->ops->norm_backward(P, &np, lx, ldy, ldx, lm, lr, N);
     char what[96];
@@ -274,7 +281,7 @@ static void case_embed_head(const sizes *z, cb_rng *r, float eps, int ign) {
     float *dx = randn(r, (size_t)N * C), *h = randn(r, (size_t)N * C);
     float *x = zeros((size_t)N * C), *dwte = zeros((size_t)V * C), *dwpe = zeros((size_t)T * C);
     float *logits = zeros(S->ops->logits_numel(S, N, V)), *dh = zeros((size_t)N * C);
-    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
+    cb_embed es = {V, C, T, wte, wpe, dwte, dwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL, 0};
     S->ops->embed_forward(S, &es, ids, z->B, T, x);
     S->ops->embed_backward(S, &es, ids, z->B, T, dx);
     float loss = S->ops->head_forward(S, &es, h, tg, logits, N);
@@ -286,7 +293,7 @@ static void case_embed_head(const sizes *z, cb_rng *r, float eps, int ign) {
     float *lx = zeros(cb_shard_numel(&sa)), *ldwte = zeros(cb_shard_numel(&se));
     float *ldwpe = zeros(cb_shard_numel(&spos)), *ldh = zeros(cb_shard_numel(&sa));
     float *ll = zeros(P->ops->logits_numel(P, N, V));
-    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL};
+    cb_embed ep = {V, C, T, lwte, lwpe, ldwte, ldwpe, eps, 1.3f, ign, ign >= 0, NULL, NULL, 0};
     P->ops->embed_forward(P, &ep, ids, z->B, T, lx);
     P->ops->embed_backward(P, &ep, ids, z->B, T, ldx);
     float lloss = P->ops->head_forward(P, &ep, lh, tg, ll, N);
@@ -320,10 +327,10 @@ static size_t run_overlap(const sizes *z, cb_rng *r, float *out) {
     float *y = o, *dx = y + ny, *dw = dx + nx, *db = dw + nw, *loss = db + nb, *hdx = loss + 1;
     float *dwte = hdx + nx, *lg = zeros(P->ops->logits_numel(P, N, V));
     memset(dw, 0, sizeof(float) * (nw + nb)), memset(dwte, 0, sizeof(float) * ne);
-    cb_linear l = {C, 4 * C, 1, 0, w, b, dw, db, NULL};
+    cb_linear l = {C, 4 * C, 1, 0, w, b, dw, db, NULL, 0};
     P->ops->linear_forward(P, &l, x, y, N);
     P->ops->linear_backward(P, &l, x, dy, dx, N);
-    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, 0, 0, 0, 0, NULL, NULL};
+    cb_embed e = {V, C, z->T, wte, NULL, dwte, NULL, 0, 0, 0, 0, NULL, NULL, 0};
     *loss = P->ops->head_forward(P, &e, x, tg, lg, N);
     P->ops->head_backward(P, &e, x, tg, lg, 0.5f, hdx, N);
     float *all[] = {x, w, b, dy, wte, lg};

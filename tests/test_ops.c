@@ -152,7 +152,7 @@ static void ln_fwd(op_case *c) {
 static void ln_bwd(op_case *c) {
     int N = c->B * c->T;
     K->layernorm_backward(K, c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->work,
-                          c->work + N, N, c->C);
+                          c->work + N, N, c->C, 1);
 }
 
 static void mm_fwd(op_case *c) {
@@ -160,14 +160,15 @@ static void mm_fwd(op_case *c) {
 }
 static void mm_bwd(op_case *c) {
     K->matmul_backward(K, c->grad[0], c->grad[1], c->grad[2], c->dout, c->t[0], c->t[1], c->B * c->T,
-                       c->IC, c->OC);
+                       c->IC, c->OC, 1);
 }
 
 static void head_fwd(op_case *c) {
     K->head_forward(K, c->t[2], c->t[0], c->t[1], c->B * c->T, c->C, c->V);
 }
 static void head_bwd(op_case *c) {
-    K->head_backward(K, c->grad[0], c->grad[1], c->dout, c->t[0], c->t[1], c->B * c->T, c->C, c->V);
+    K->head_backward(K, c->grad[0], c->grad[1], c->dout, c->t[0], c->t[1], c->B * c->T, c->C, c->V,
+                     1);
 }
 
 static void att_fwd(op_case *c) {
@@ -273,7 +274,7 @@ static void ln_split_bwd(op_case *c) {
     int N = c->B * c->T;
     double *st = (double *)(c->work + 2 * N);
     K->layernorm_param_grads(K, c->grad[1], c->grad[2], c->dout, c->t[0], c->work, c->work + N, N,
-                             c->C);
+                             c->C, 1);
     K->layernorm_backward_stats(K, st, c->dout, c->t[0], c->t[1], c->work, c->work + N, N, c->C);
     K->layernorm_backward_apply(K, c->grad[0], st, c->dout, c->t[0], c->t[1], c->work, c->work + N,
                                 N, c->C, c->C);

@@ -8,7 +8,9 @@
  * block(all) < none, selective < none; with one micro-batch in flight a
  * rerun of the first block only keeps as much as none: its rerun set
  * replaces its kept set; the pipeline's in-flight savings are measured
- * by tests/test_pp_cli.sh). The parser of
+ * by tests/test_pp_cli.sh). The step's first write of each parameter
+ * gradient overwrites it (no zeroing pass): bit for bit the step over
+ * zeros, only wpe cleared. The parser of
  * --recompute, --recompute-method and --recompute-layers (one for
  * cb_dist_init and cubist train) refuses bad combinations with one line.
  * Split into pipeline stages the same graph runs under mpirun:
@@ -110,6 +112,53 @@ static size_t against(rc_case r, const run_out *none) {
     return o.act_bytes;
 }
 
+/* The step's first write of each parameter gradient overwrites it (graph.h):
+ * the same GPT (two micro-batches accumulated, tied wte) stepped over a
+ * gradient block filled with NaN gives the bits of a step over a zeroed
+ * one, and the plan clears only wpe (the lookup adds its rows; wte is
+ * first written whole by the head). */
+static void first_writes(void) {
+    cb_gpt_config c = {3, 32, 4, 8, 64};
+    enum { B = 4, T = 8, N = B * T };
+    cb_dist *d = NULL;
+    cb_err e = {0};
+    int ids[N], tg[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 5 + 2) % 64, tg[i] = (i * 7 + 3) % 64;
+    cb_model *m = NULL;
+    if (!cb_dist_tensor(&d, 0, CB_TP_1D, &e)) {
+        d->M = 2;
+        m = cb_model_new(d, B, T);
+        cb_model_declare_gpt(m, &c);
+    }
+    if (!m || cb_model_build(m, 9, &OPT, &e)) {
+        printf("FAIL first writes: %s\n", e.msg);
+        fails++;
+        if (d) cb_dist_free(d);
+        return;
+    }
+    size_t n = m->pt.nparams, bad = 0, nan = 0;
+    float *want = malloc(sizeof(float) * n);
+    memset(m->grads, 0, sizeof(float) * n);
+    cb_graph_grad_step(m, ids, tg);
+    memcpy(want, m->grads, sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) m->grads[i] = NAN;
+    cb_graph_grad_step(m, ids, tg);
+    for (size_t i = 0; i < n; i++)
+        bad += memcmp(m->grads + i, want + i, sizeof(float)) != 0, nan += isnan(m->grads[i]);
+    check(bad == 0, "%s %.0f differ",
+          "first writes: a step over NaN gradients = one over zeros, bit for bit:", (double)bad);
+    int wpe = -1;
+    for (int t = 0; t < m->pt.n; t++)
+        if (!strcmp(m->pt.t[t].name, "wpe.weight")) wpe = t;
+    int only = wpe >= 0 && m->nzero == 1 && m->zero_runs[0] == m->pt.t[wpe].offset &&
+               m->zero_runs[1] == m->pt.t[wpe].numel;
+    check(only && nan == 0, "%s %.0f runs", "first writes: only wpe is cleared at the step's start:",
+          (double)m->nzero);
+    free(want);
+    cb_model_free(m);
+    cb_dist_free(d);
+}
+
 static void refusals(void) {
     struct {
         const char *mode, *method;
@@ -155,6 +204,7 @@ int main(int argc, char **argv) {
           (double)u[2] / fn);
     printf("  (bytes: none %zu, selective %zu, block 1 of 3 %zu, block all %zu, uniform 1/2/3/4 "
            "%zu/%zu/%zu/%zu)\n", fn, fs, f1, fa, u[1], u[2], u[3], u[4]);
+    first_writes();
     refusals();
     free(none.grads);
     cb_comm_finalize();

@@ -833,6 +833,63 @@ static int init_dp(cb_model *m, cb_err *e) {
     return !rc && m->d->comm_bf16 ? cb_dp_comm_bf16(&m->dp, e) : rc;
 }
 
+/* The parameter gradients node n's backward writes (this rank's table
+ * indices), each marked dense when every element is written (a linear's,
+ * a LayerNorm's, the head's wte: those can be overwritten); the others add
+ * rows or a reduced share (or, on the split embedding path, are left to
+ * dp.c), which needs a cleared gradient. Returns their count. */
+static int node_grads(const gnode *n, int *t, int *dense) {
+    int k = 0;
+    if (!n->l || n->kind == N_ATTN) return 0;
+    for (int j = 0; j < 2; j++)
+        if (n->l->t[j] >= 0 && uses_tensor(n, j) && !(n->kind == N_EMBED && j == 1 && n->l->sinusoid))
+            t[k] = n->l->t[j], dense[k++] = n->kind == N_LINEAR || n->kind == N_NORM || n->kind == N_LOSS;
+    if (n->l2 && n->l2->t[0] >= 0) t[k] = n->l2->t[0], dense[k++] = 0;
+    return k;
+}
+
+/* Node n's backward of micro-batch mb meets the tensors in seen (1:
+ * written before in the step): its dense ones are overwritten when none
+ * is written yet (then ow_mb = mb), else it accumulates. */
+static void first_write(gnode *n, int mb, unsigned char *seen, unsigned char *cleared) {
+    int t[3], dense[3], k = node_grads(n, t, dense), fresh = 0, old = 0;
+    for (int j = 0; j < k; j++)
+        if (dense[j]) fresh += !seen[t[j]], old += seen[t[j]];
+    int ow = fresh > 0 && old == 0;
+    if (ow && n->ow_mb < 0) n->ow_mb = mb;
+    for (int j = 0; j < k; j++) {
+        if (!seen[t[j]] && !(ow && dense[j])) cleared[t[j]] = 1;
+        seen[t[j]] = 1;
+    }
+}
+
+/* The step's first write of each parameter gradient (graph.h), in the
+ * order this rank's schedule runs the backwards; the tensors that must be
+ * cleared instead, as runs of the gradient block (m->zero_runs). */
+static int plan_first_writes(cb_model *m, cb_err *e) {
+    int n = m->pt.n;
+    unsigned char *seen = calloc((size_t)n + 1, 1), *cleared = calloc((size_t)n + 1, 1);
+    m->zero_runs = malloc(sizeof(size_t) * 2 * ((size_t)n + 1));
+    int rc = seen && cleared && m->zero_runs ? CB_OK
+             : cb_fail(e, CB_ENOMEM, "out of memory planning the gradients' first writes");
+    for (int i = 0; i < m->nnodes; i++) m->nodes[i].ow_mb = -1;
+    for (int a = 0; !rc && a < m->nsched; a++) {
+        const cb_pp_action *x = &m->acts_sched[a];
+        const gchunk *ch = &m->ch[x->chunk];
+        for (int i = ch->n1 - 1; x->bwd && i >= ch->n0; i--)
+            first_write(&m->nodes[i], x->mb, seen, cleared);
+    }
+    m->nzero = 0;
+    for (int t = 0; !rc && t < n; t++) {
+        if (seen[t] && !cleared[t]) continue;
+        size_t off = m->pt.t[t].offset, len = m->pt.t[t].numel, *r = m->zero_runs + 2 * m->nzero;
+        if (m->nzero > 0 && r[-2] + r[-1] == off) r[-1] += len;
+        else r[0] = off, r[1] = len, m->nzero++;
+    }
+    free(seen), free(cleared);
+    return rc;
+}
+
 static void free_chunk(gchunk *ch);
 
 /* For the startup report: the forward FLOPs the recompute reruns here, and
@@ -935,6 +992,7 @@ int cb_model_build(cb_model *m, uint64_t seed, const cb_adamw_config *opt, cb_er
     if (!rc) fill(m, seed);
     int dp = m->d->g.dp > 1;
     if (!rc && dp) rc = init_dp(m, e);
+    if (!rc) rc = plan_first_writes(m, e);
     if (!rc) rc = cb_adamw_init(&m->opt, opt, dp ? m->dp.lo : 0, dp ? m->dp.hi : m->pt.nparams, e);
     m->built = !rc;
     return m->local ? rc : cb_comm_agree_err(cb_comm_world(), e);
@@ -978,7 +1036,7 @@ void cb_model_free(cb_model *m) {
     free(m->tie_t), free(m->tie_owner_rank), free(m->tie_ranks);
     free(m->part), free(m->part_mod);
     cb_kernels_params_freed(m->params);
-    free(m->params), free(m->grads), free(m->gss);
+    free(m->params), free(m->grads), free(m->gss), free(m->zero_runs);
     free(m);
 }
 

@@ -370,6 +370,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
     float *dx = n->nin > 0 ? grad(ch, slot, n->in[0]) : NULL;
     size_t nx = n->nin > 0 ? cb_graph_value_floats(m, n->in[0]) : 0;
     float *to = n->nin > 0 && n->acc[0] ? m->tmp : dx; /* overwriting operators write here */
+    int ow = n->ow_mb == mb; /* the step's first write of the node's dense parameter gradients */
     switch (n->kind) {
     case N_EMBED: {
         cb_embed em = l->emb; /* the split path adds the lookup rows itself */
@@ -380,8 +381,12 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         lookup_rows(m, n, ids, dy);
         return;
     }
-    case N_LINEAR: L->ops->linear_backward(L, &l->lin, x, dy, to, N); break;
+    case N_LINEAR:
+        l->lin.overwrite = ow;
+        L->ops->linear_backward(L, &l->lin, x, dy, to, N);
+        break;
     case N_NORM:
+        l->norm.overwrite = ow;
         if (!n->acc[0]) memset(dx, 0, sizeof(float) * nx);
         L->ops->norm_backward(L, &l->norm, x, dy, dx, s, s + n->keep / 2, N);
         return;
@@ -404,6 +409,7 @@ static void node_backward(cb_model *m, gchunk *ch, int slot, int mb, int i) {
         if (n->alias != 0) share(m, dx, dy, ny, n->acc[0]);
         return;
     case N_LOSS:
+        l->emb.overwrite = ow;
         if (n->l2) mlm_backward(m, n, x, m->targets + r0, s, to, N);
         else L->ops->head_backward(L, &l->emb, x, m->targets + r0, s, 1.0f / m->M, to, N);
         break;
@@ -674,7 +680,8 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     loss_weights(m, targets, m->M);
     m->training = 1; /* dropout draws the masks of step m->step */
     mlm_count(m, m->M);
-    cb_cpu_zero(m->grads, m->pt.nparams);
+    for (int z = 0; z < m->nzero; z++) /* the rest is overwritten first (graph.h) */
+        cb_cpu_zero(m->grads + m->zero_runs[2 * z], m->zero_runs[2 * z + 1]);
     if (m->d->g.dp > 1 && m->v > 1) cb_dp_begin_backward(&m->dp, 1); /* armed for the step */
     for (int a = 0; a < m->nsched; a++) {
         const cb_pp_action *x = &m->acts_sched[a];

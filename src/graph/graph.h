@@ -10,6 +10,17 @@
  * gradient overwrites, later ones accumulate: decided at build time, so no
  * buffer is cleared during a step).
  *
+ * Parameter gradients likewise: walking this rank's schedule at build,
+ * the first backward (node and micro-batch) to write each tensor in a
+ * step overwrites it when it writes it densely (a linear's weight and
+ * bias, a LayerNorm's, the tied head's wte: beta 0 in the GEMM, a plain
+ * store in the sums), and every later write accumulates. Only the tensors
+ * whose first write adds rows or shares (embedding and lookup tables,
+ * positions, the decoder bias, the logistic head), and those no node here
+ * writes, are cleared at the step's start (their runs of the gradient
+ * block, planned at build). GPT's tied wte is first written by the head
+ * (backward starts at the loss), so its lookup's rows add to that.
+ *
  * Stages. The nodes are cut into p x v contiguous virtual stages (the
  * pipeline partition; one stage without --pp); virtual stage vs runs on
  * pipeline rank vs % p as its chunk vs / p. A value produced on one chunk
@@ -147,6 +158,9 @@ typedef struct gnode {
                        the uniform method a group of blocks), -1: kept */
     size_t keep;    /* floats kept from forward per micro-batch (statistics, probabilities, logits) */
     int acc[2];     /* backward into input i accumulates (1) or overwrites (0) */
+    int ow_mb;      /* the micro-batch whose backward of this node is the step's first
+                       write of its dense parameter gradients: they are overwritten
+                       then (cb_linear.overwrite), accumulated otherwise; -1 never */
     int zero_dy;    /* no share of the output's gradient arrives: clear it first */
     int recompute;  /* forward reruns before backward (block: in a segment; selective) */
     int alias;      /* an add's input whose gradient takes over the output's buffer, -1 */
@@ -202,6 +216,9 @@ struct cb_model {
     /* built */
     cb_ptable pt;
     float *params, *grads;
+    size_t *zero_runs;   /* [2 nzero]: offset, floats of each run of the gradient block
+                            cleared at the step's start (graph.h) */
+    int nzero;
     cb_adamw opt;
     cb_dp dp;
     gedge *edges;

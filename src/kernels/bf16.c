@@ -384,6 +384,18 @@ static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_
     run_entry(s, e, a, packed(s, e, w, n, o), c, bias);
 }
 
+/* A weight gradient dw (M,N, contiguous) += (acc) or = a b. Overwriting
+ * still runs the product with the sum post-op, over dw cleared just
+ * before (in cache for the product's read when it fits): oneDNN's product
+ * without the post-op took 1.3-2.2x the thread CPU time of the one with it
+ * on these shapes (GPT-2 124M's dW at 256 rows, transposed A, 2026-11-27),
+ * more than the clearing costs. The bits are those of either. */
+static void gemm_dw(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
+                    const uint16_t *b, float *dw, int acc) {
+    if (!acc) cb_cpu_zero(dw, (size_t)M * N);
+    gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 1, NULL);
+}
+
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
 static void matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC) {
@@ -392,24 +404,25 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
     gemm_w(s, N, OC, IC, x, IC, w, 0, OC, out, OC, 0, bias, 0);
 }
 
-/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
+/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout
+ * (without acc: =, gemm_dw) */
 static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp, const float *w, int N, int IC,
-                            int OC) {
+                            int OC, int acc) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC);
     if (dinp) gemm_w(s, N, IC, OC, d, OC, w, 1, OC, dinp, IC, 0, NULL, 1);
-    gemm(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), 1, IC, d, 0, OC, dw, OC,
-         1, NULL);
-    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
+    gemm_dw(s, IC, OC, N, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC), IC, d, dw, acc);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC, acc);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
-                                    const float *inp, int N, int IC, int OC, int r0, int r1) {
+                                    const float *inp, int N, int IC, int OC, int r0, int r1,
+                                    int acc) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC),
                    *x = to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * IC);
-    gemm(s, r1 - r0, OC, N, x + r0, 1, IC, d, 0, OC, dw + (size_t)r0 * OC, OC, 1, NULL);
+    gemm_dw(s, r1 - r0, OC, N, x + r0, IC, d, dw + (size_t)r0 * OC, acc);
 }
 
 /* out (N,V) = inp (N,C) @ w (V,C)^T */
@@ -420,14 +433,13 @@ static void head_forward(const cb_kernels *k, float *out, const float *inp, cons
     gemm_w(s, N, V, C, x, C, w, 1, C, out, V, 0, NULL, 0);
 }
 
-/* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += dout^T @ inp */
+/* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += (acc) or = dout^T @ inp */
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
-                          const float *inp, const float *w, int N, int C, int V) {
+                          const float *inp, const float *w, int N, int C, int V, int acc) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
     gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
-    gemm(s, V, C, N, d, 1, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), 0, C, dw, C, 1,
-         NULL);
+    gemm_dw(s, V, C, N, d, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), dw, acc);
 }
 
 /* A (B,NH,R,Cc) view of a dense head-major tensor, or (B,NH,Cc,R) of its

@@ -94,11 +94,20 @@ static void layernorm_forward(const cb_kernels *k, float *out, float *mean, floa
     }
 }
 
+/* dw, db [c0, c1) = 0: a thread's columns of a LayerNorm's parameter
+ * gradients before its first write of a step (acc 0) */
+static void clear_cols(float *dw, float *db, int c0, int c1) {
+    memset(dw + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+    memset(db + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+}
+
 /* dinp (N,C) accumulates. dw, db (C) are summed over rows by column chunk,
- * one chunk per thread, so no two threads write the same float. */
+ * one chunk per thread, so no two threads write the same float; without
+ * acc the chunk is cleared first (C floats, in cache: the bits of
+ * accumulating into a zeroed gradient). */
 static void layernorm_backward(const cb_kernels *k, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+                               const float *mean, const float *rstd, int N, int C, int acc) {
     (void)k;
 #pragma omp parallel
     {
@@ -122,6 +131,7 @@ static void layernorm_backward(const cb_kernels *k, float *dinp, float *dw, floa
         }
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
+        if (!acc) clear_cols(dw, db, c0, c1);
         for (int i = 0; i < N; i++) {
             const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
             float m = mean[i], s = rstd[i];
@@ -147,12 +157,14 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
                 out, OC);
 }
 
-/* Column sums of dout (N,OC) into dbias, a column chunk per thread. */
-void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC) {
+/* Column sums of dout (N,OC) into dbias, a column chunk per thread (cleared
+ * first without acc). */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc) {
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int c0 = (int)((long)OC * t / nt), c1 = (int)((long)OC * (t + 1) / nt);
+        if (!acc) memset(dbias + c0, 0, sizeof(float) * (size_t)(c1 - c0));
         for (int i = 0; i < N; i++) {
             const float *d = dout + (size_t)i * OC;
             for (int c = c0; c < c1; c++) dbias[c] += d[c];
@@ -160,24 +172,27 @@ void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC) {
     }
 }
 
-/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout */
+/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout
+ * (without acc: = ; OpenBLAS's beta 0 clears C and then accumulates as
+ * beta 1 does) */
 static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp, const float *w, int N, int IC,
-                            int OC) {
+                            int OC, int acc) {
     (void)k;
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f,
                     dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f,
-                dw, OC);
-    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC,
+                acc ? 1.0f : 0.0f, dw, OC);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC, acc);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
-                                    const float *inp, int N, int IC, int OC, int r0, int r1) {
+                                    const float *inp, int N, int IC, int OC, int r0, int r1,
+                                    int acc) {
     (void)k;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, OC, N, 1.0f, inp + r0, IC, dout,
-                OC, 1.0f, dw + (size_t)r0 * OC, OC);
+                OC, acc ? 1.0f : 0.0f, dw + (size_t)r0 * OC, OC);
 }
 
 /* out (N,V) = inp (N,C) @ w (V,C)^T */
@@ -188,12 +203,12 @@ static void head_forward(const cb_kernels *k, float *out, const float *inp, cons
 }
 
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
-                          const float *inp, const float *w, int N, int C, int V) {
+                          const float *inp, const float *w, int N, int C, int V, int acc) {
     (void)k;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dout, V, w, C, 0.0f, dinp,
                 C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dout, V, inp, C, 1.0f, dw,
-                C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dout, V, inp, C,
+                acc ? 1.0f : 0.0f, dw, C);
 }
 
 cb_attn cb_attn_self(int B, int T, int C, int NH, int causal, const int *lens) {
@@ -649,12 +664,13 @@ static void layernorm_backward_apply(const cb_kernels *k, float *dinp, const dou
 /* A column chunk per thread, rows in order: no two threads write one float. */
 static void layernorm_param_grads(const cb_kernels *k, float *dw, float *db, const float *dout,
                                   const float *inp, const float *mean, const float *rstd, int N,
-                                  int C) {
+                                  int C, int acc) {
     (void)k;
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
+        if (!acc) clear_cols(dw, db, c0, c1);
         for (int i = 0; i < N; i++) {
             const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
             for (int c = c0; c < c1; c++) {
@@ -825,7 +841,7 @@ static void bias_add(const cb_kernels *k, float *out, const float *bias, int N, 
 
 static void bias_backward_k(const cb_kernels *k, float *dbias, const float *dout, int N, int OC) {
     (void)k;
-    cb_cpu_bias_backward(dbias, dout, N, OC);
+    cb_cpu_bias_backward(dbias, dout, N, OC, 1);
 }
 
 /* Counter-based draws: element i depends on (key, e0 + i) only. */

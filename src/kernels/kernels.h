@@ -4,8 +4,11 @@
  * as the profiler (profile.h), finds its own state there instead of in
  * globals; the CPU kernels ignore it. Conventions: row-major;
  * activation gradients (d<inp>) are overwritten unless the comment says
- * "accumulates"; parameter gradients always accumulate (gradient
- * accumulation over micro-batches). Kernels assume valid shapes. */
+ * "accumulates"; parameter gradients accumulate (gradient accumulation
+ * over micro-batches), or, where a kernel takes `acc`, are overwritten
+ * when acc is 0 (the step's first write of them: the engine then needs no
+ * zeroing pass; the results are the bits of accumulating into zeros).
+ * Kernels assume valid shapes. */
 #ifndef CB_KERNELS_H
 #define CB_KERNELS_H
 
@@ -54,28 +57,32 @@ struct cb_kernels {
     /* out (N,C); mean, rstd (N) saved for backward */
     void (*layernorm_forward)(const cb_kernels *k, float *out, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b, int N, int C);
-    /* dinp accumulates (it is the residual stream); dw, db accumulate */
+    /* dinp accumulates (it is the residual stream); dw, db accumulate (acc) or
+     * are overwritten */
     void (*layernorm_backward)(const cb_kernels *k, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C);
+                               const float *mean, const float *rstd, int N, int C, int acc);
     /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias (OC, may be NULL) */
     void (*matmul_forward)(const cb_kernels *k, float *out, const float *inp, const float *w,
                            const float *bias, int N, int IC, int OC);
-    /* dinp (may be NULL) overwritten; dw, dbias (may be NULL) accumulate */
+    /* dinp (may be NULL) overwritten; dw, dbias (may be NULL) accumulate (acc)
+     * or are overwritten */
     void (*matmul_backward)(const cb_kernels *k, float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp, const float *w, int N, int IC,
-                            int OC);
-    /* rows [r0, r1) of dw (IC,OC) accumulate inp[:, r0:r1]^T dout: matmul_backward's
-     * dw in row blocks, so a caller can drive MPI between blocks (inp (N,IC),
-     * dout (N,OC)); the same sums, rounded alike up to BLAS's own blocking */
+                            int OC, int acc);
+    /* rows [r0, r1) of dw (IC,OC) accumulate (acc) or get inp[:, r0:r1]^T dout:
+     * matmul_backward's dw in row blocks, so a caller can drive MPI between
+     * blocks (inp (N,IC), dout (N,OC)); the same sums, rounded alike up to
+     * BLAS's own blocking */
     void (*matmul_backward_dw_rows)(const cb_kernels *k, float *dw, const float *dout,
-                                    const float *inp, int N, int IC, int OC, int r0, int r1);
+                                    const float *inp, int N, int IC, int OC, int r0, int r1,
+                                    int acc);
     /* out (N,V) = inp (N,C) @ w (V,C)^T: the tied LM head */
     void (*head_forward)(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
                          int C, int V);
-    /* dinp overwritten, dw accumulates */
+    /* dinp overwritten, dw accumulates (acc) or is overwritten */
     void (*head_backward)(const cb_kernels *k, float *dinp, float *dw, const float *dout,
-                          const float *inp, const float *w, int N, int C, int V);
+                          const float *inp, const float *w, int N, int C, int V, int acc);
     /* out (B,Tq,C) = attention of a's queries in q over its keys and values
      * in kv (cb_attn); att (B,NH,Tq,Tk) the softmax probabilities, zero
      * where masked */
@@ -133,10 +140,10 @@ struct cb_kernels {
                                      const float *dout, const float *inp, const float *w,
                                      const float *mean, const float *rstd, int N, int C,
                                      int Ctot);
-    /* dw, db (C) accumulate sum over rows of xhat dout and of dout */
+    /* dw, db (C) accumulate (acc) or get the sums over rows of xhat dout and of dout */
     void (*layernorm_param_grads)(const cb_kernels *k, float *dw, float *db, const float *dout,
                                   const float *inp, const float *mean, const float *rstd, int N,
-                                  int C);
+                                  int C, int acc);
     /* logits (N,V) local columns, the first `valid` real (the rest padding):
      * mx (N) = the row maxima over the valid columns */
     void (*crossentropy_max)(const cb_kernels *k, float *mx, const float *logits, int N, int V,
@@ -288,7 +295,8 @@ void cb_cpu_zero(float *x, size_t n);
 /* the table's AdamW on p, g, m, v (n); bf (n, may be NULL) also gets the new p in bf16 */
 void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
-void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC); /* dbias (OC) += column sums of dout (N,OC) */
+/* dbias (OC) += (acc) or = the column sums of dout (N,OC) */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc);
 /* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
  * sees (j < nk and, causal, j <= i), zero elsewhere; s16 (Tq,Tk, may be
  * NULL) also gets it in bf16, from the same pass */

@@ -50,8 +50,8 @@ static void p_layernorm_forward(const cb_kernels *k, float *out, float *mean, fl
 
 static void p_layernorm_backward(const cb_kernels *k, float *dinp, float *dw, float *db,
                                  const float *dout, const float *inp, const float *w,
-                                 const float *mean, const float *rstd, int N, int C) {
-    TIMED(PROF_NORM, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                                 const float *mean, const float *rstd, int N, int C, int acc) {
+    TIMED(PROF_NORM, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc);
 }
 
 static void p_matmul_forward(const cb_kernels *k, float *out, const float *inp, const float *w,
@@ -61,8 +61,8 @@ static void p_matmul_forward(const cb_kernels *k, float *out, const float *inp, 
 
 static void p_matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *dbias,
                               const float *dout, const float *inp, const float *w, int N, int IC,
-                              int OC) {
-    TIMED(PROF_GEMM, matmul_backward, dinp, dw, dbias, dout, inp, w, N, IC, OC);
+                              int OC, int acc) {
+    TIMED(PROF_GEMM, matmul_backward, dinp, dw, dbias, dout, inp, w, N, IC, OC, acc);
 }
 
 static void p_head_forward(const cb_kernels *k, float *out, const float *inp, const float *w, int N,
@@ -71,8 +71,8 @@ static void p_head_forward(const cb_kernels *k, float *out, const float *inp, co
 }
 
 static void p_head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
-                            const float *inp, const float *w, int N, int C, int V) {
-    TIMED(PROF_GEMM, head_backward, dinp, dw, dout, inp, w, N, C, V);
+                            const float *inp, const float *w, int N, int C, int V, int acc) {
+    TIMED(PROF_GEMM, head_backward, dinp, dw, dout, inp, w, N, C, V, acc);
 }
 
 static void p_attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
@@ -129,8 +129,9 @@ static void p_scale(const cb_kernels *k, float *x, float s, size_t n) {
 }
 
 static void p_matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
-                                      const float *inp, int N, int IC, int OC, int r0, int r1) {
-    TIMED(PROF_GEMM, matmul_backward_dw_rows, dw, dout, inp, N, IC, OC, r0, r1);
+                                      const float *inp, int N, int IC, int OC, int r0, int r1,
+                                      int acc) {
+    TIMED(PROF_GEMM, matmul_backward_dw_rows, dw, dout, inp, N, IC, OC, r0, r1, acc);
 }
 
 static void p_adamw(const cb_kernels *k, float *p, const float *g, float gs, float *m, float *v,
@@ -200,8 +201,8 @@ static void p_layernorm_backward_apply(const cb_kernels *k, float *dinp, const d
 
 static void p_layernorm_param_grads(const cb_kernels *k, float *dw, float *db, const float *dout,
                                     const float *inp, const float *mean, const float *rstd, int N,
-                                    int C) {
-    TIMED(PROF_NORM, layernorm_param_grads, dw, db, dout, inp, mean, rstd, N, C);
+                                    int C, int acc) {
+    TIMED(PROF_NORM, layernorm_param_grads, dw, db, dout, inp, mean, rstd, N, C, acc);
 }
 
 static void p_crossentropy_max(const cb_kernels *k, float *mx, const float *logits, int N, int V,

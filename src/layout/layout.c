@@ -132,13 +132,18 @@ void cb_layout_progress(cb_comm_req *const *pending, int n) {
 }
 
 void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
-                             int IC, int OC, cb_comm_req *const *pending, int npending) {
+                             int IC, int OC, cb_comm_req *const *pending, int npending, int acc) {
     int k = L->overlap_chunks > 1 ? L->overlap_chunks : 1;
     for (int c = 0; c < k; c++) {
         int r0 = (int)((int64_t)IC * c / k), r1 = (int)((int64_t)IC * (c + 1) / k);
-        if (r1 > r0) L->k->matmul_backward_dw_rows(L->k, dw, dout, inp, N, IC, OC, r0, r1);
+        if (r1 > r0) L->k->matmul_backward_dw_rows(L->k, dw, dout, inp, N, IC, OC, r0, r1, acc);
         if (c + 1 < k) cb_layout_progress(pending, npending);
     }
+}
+
+void cb_layout_grad_put(cb_layout *L, float *g, const float *x, size_t n, int overwrite) {
+    if (overwrite) memcpy(g, x, sizeof(float) * n);
+    else L->k->residual_forward(L->k, g, g, x, n);
 }
 
 void cb_layout_sum(cb_layout *L, cb_comm *c, const char *tag, float *x, size_t n) {

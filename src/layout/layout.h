@@ -86,16 +86,23 @@ void cb_shard_generate(const cb_shard *s, float value, uint64_t key, float sd, i
                        float *local);
 
 /* Parameter state handed to the operators: local shards (the model owns the
- * memory) and their gradients. */
+ * memory) and their gradients. overwrite: the next backward overwrites the
+ * gradients it writes densely (a linear's dw, db, a LayerNorm's, the
+ * head's dwte) instead of accumulating into them, with the bits that
+ * accumulating into zeros would give; the engine sets it for the step's
+ * first write of each (graph.h). The embedding lookup's rows, the
+ * decoder bias and the logistic head always accumulate. */
 typedef struct cb_linear {
     int in, out, parts, parity;
     float *w, *b, *dw, *db; /* b, db NULL without bias */
     void *saved;            /* layout-private, e.g. 3-D gathered inputs */
+    int overwrite;
 } cb_linear;
 
 typedef struct cb_norm {
     int C, parity;
     float *w, *b, *dw, *db;
+    int overwrite;
 } cb_norm;
 
 typedef struct cb_embed {
@@ -110,6 +117,7 @@ typedef struct cb_embed {
      * every tensor rank, and its gradient, which the head sums over the
      * tensor group; NULL: none */
     float *bias, *dbias;
+    int overwrite; /* the head's dwte (cb_linear) */
 } cb_embed;
 
 typedef struct cb_layout cb_layout;
@@ -151,12 +159,14 @@ typedef struct cb_layout_ops {
                           float *x);
     void (*embed_backward)(cb_layout *L, cb_embed *e, const int *ids, int B, int T,
                            const float *dx);
-    /* y, mean, rstd local; backward accumulates into dx (the residual) */
+    /* y, mean, rstd local; backward accumulates into dx (the residual),
+     * dw, db as n->overwrite says */
     void (*norm_forward)(cb_layout *L, const cb_norm *n, const float *x, float *y, float *mean,
                          float *rstd, int N);
     void (*norm_backward)(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N);
-    /* x parity p -> y parity 1-p; backward overwrites dx, accumulates dw, db */
+    /* x parity p -> y parity 1-p; backward overwrites dx, accumulates dw, db
+     * (or overwrites them: l->overwrite) */
     void (*linear_forward)(cb_layout *L, cb_linear *l, const float *x, float *y, int N);
     void (*linear_backward)(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N);
@@ -181,7 +191,8 @@ typedef struct cb_layout_ops {
      * (sampling, serial layout only) leaves the probabilities in logits. */
     float (*head_forward)(cb_layout *L, const cb_embed *e, const float *x, const int *targets,
                           float *logits, int N);
-    /* dx overwritten; dwte accumulates; dloss scales the mean loss */
+    /* dx overwritten; dwte accumulates (or is overwritten: e->overwrite);
+     * dloss scales the mean loss */
     void (*head_backward)(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N);
     void (*free)(cb_layout *L);
@@ -268,10 +279,13 @@ void cb_layout_note_pad(cb_layout *L, int64_t V, int64_t Vp, const char *what);
 #define CB_OVERLAP_CHUNKS 4 /* default overlap_chunks of the 2-D and 3-D layouts */
 /* MPI progress on the requests in flight: cb_comm_test on each non-NULL one. */
 void cb_layout_progress(cb_comm_req *const *pending, int n);
-/* dw (IC,OC) += inp (N,IC)^T dout (N,OC) in L->overlap_chunks row blocks of
- * dw, with progress on pending between them. */
+/* dw (IC,OC) += (acc) or = inp (N,IC)^T dout (N,OC) in L->overlap_chunks
+ * row blocks of dw, with progress on pending between them. */
 void cb_layout_dw_overlapped(cb_layout *L, float *dw, const float *dout, const float *inp, int N,
-                             int IC, int OC, cb_comm_req *const *pending, int npending);
+                             int IC, int OC, cb_comm_req *const *pending, int npending, int acc);
+/* A parameter gradient's share computed elsewhere (a reduction's result):
+ * g (n) = x when overwrite, else g += x */
+void cb_layout_grad_put(cb_layout *L, float *g, const float *x, size_t n, int overwrite);
 
 /* The collectives of activations and their gradients, in bf16 on the wire
  * when L->wire_bf16 (cb_comm_*_bf16f: fp32 sums, half the bytes), else the

@@ -19,19 +19,19 @@ void cb_split_norm_forward(cb_layout *L, cb_comm *feat, int slot, const cb_norm 
     L->k->layernorm_apply(L->k, y, mean, rstd, x, n->w, n->b, s, N, Cl, n->C);
 }
 
-/* dx accumulates; the weight and bias gradients are summed over rep (their
- * copies) while the row sums are reduced over feat */
+/* dx accumulates; the weight and bias gradients (n->overwrite) are summed
+ * over rep (their copies) while the row sums are reduced over feat */
 void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot, int slot2,
                             cb_norm *n, const float *x, const float *dy, float *dx,
                             const float *mean, const float *rstd, int N, int Cl) {
     float *g = NULL;
     cb_comm_req rg;
     if (rep) {
-        g = cb_layout_zeroed(L, slot2, 2 * sizeof(float) * (size_t)Cl);
-        L->k->layernorm_param_grads(L->k, g, g + Cl, dy, x, mean, rstd, N, Cl);
+        g = cb_layout_scratch(L, slot2, 2 * sizeof(float) * (size_t)Cl);
+        L->k->layernorm_param_grads(L->k, g, g + Cl, dy, x, mean, rstd, N, Cl, 0);
         cb_comm_iallreduce(rep, "norm.bwd", NULL, g, 2 * (size_t)Cl, CB_COMM_SUM, &rg);
     } else {
-        L->k->layernorm_param_grads(L->k, n->dw, n->db, dy, x, mean, rstd, N, Cl);
+        L->k->layernorm_param_grads(L->k, n->dw, n->db, dy, x, mean, rstd, N, Cl, !n->overwrite);
     }
     double *s = cb_layout_scratch(L, slot, 2 * sizeof(double) * (size_t)N);
     L->k->layernorm_backward_stats(L->k, s, dy, x, n->w, mean, rstd, N, Cl);
@@ -39,8 +39,8 @@ void cb_split_norm_backward(cb_layout *L, cb_comm *feat, cb_comm *rep, int slot,
     L->k->layernorm_backward_apply(L->k, dx, s, dy, x, n->w, mean, rstd, N, Cl, n->C);
     if (!rep) return;
     cb_comm_wait(&rg);
-    L->k->residual_forward(L->k, n->dw, n->dw, g, (size_t)Cl);
-    L->k->residual_forward(L->k, n->db, n->db, g + Cl, (size_t)Cl);
+    cb_layout_grad_put(L, n->dw, g, (size_t)Cl, n->overwrite);
+    cb_layout_grad_put(L, n->db, g + Cl, (size_t)Cl, n->overwrite);
 }
 
 void cb_split_norm_reserve(cb_layout *L, int slot, int slot2, int N, int Cl) {

@@ -114,7 +114,8 @@ void cb_rec_logistic_backward(cb_layout *L, cb_norm *w, const float *x, const in
      * rank's columns of w (its copies replicated alike) */
     memset(dwf, 0, sizeof(float) * w->C);
     if (s.owner)
-        L->k->matmul_backward(L->k, NULL, dwf + s.col0[0], NULL, dz + s.row0, x, w->w, rows, nc, 1);
+        L->k->matmul_backward(L->k, NULL, dwf + s.col0[0], NULL, dz + s.row0, x, w->w, rows, nc, 1,
+                              1);
     tp_sum(L, dwf, (size_t)w->C, "logistic.bwd");
     float *mine = dwf + w->C;
     cb_shard_extract(&ws, dwf, mine);

@@ -52,7 +52,8 @@ static void norm_forward(cb_layout *L, const cb_norm *n, const float *x, float *
 
 static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float *dy, float *dx,
                           const float *mean, const float *rstd, int N) {
-    L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
+    L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C,
+                             !n->overwrite);
 }
 
 static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y, int N) {
@@ -61,7 +62,7 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
 
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
-    L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out);
+    L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out, !l->overwrite);
 }
 
 enum { S_LOSS }; /* label smoothing's statistics (ops.c) */
@@ -85,7 +86,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     if (cb_loss_plain(e)) L->k->crossentropy_backward(L->k, logits, targets, dloss / N, N, e->V);
     else cb_vocab_loss_backward(L, e, logits, targets, 0, dloss / N, N, e->V);
     cb_vocab_bias_backward(L, 0, NULL, e, logits, 0, N, e->V);
-    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V);
+    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, e->V, !e->overwrite);
 }
 
 static void plan(cb_layout *L, const cb_layout_use *u) {

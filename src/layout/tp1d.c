@@ -149,7 +149,8 @@ static void norm_backward(cb_layout *L, cb_norm *n, const float *x, const float 
     if (n->parity)
         cb_split_norm_backward(L, group(L), NULL, S_NORM, S_NORM2, n, x, dy, dx, mean, rstd, N,
                                n->C / L->tp);
-    else L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C);
+    else L->k->layernorm_backward(L->k, dx, n->dw, n->db, dy, x, n->w, mean, rstd, N, n->C,
+                                  !n->overwrite);
 }
 
 /* ---------------------------------------------------------------- linear */
@@ -173,10 +174,12 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
                             float *dx, int N) {
     int P = L->tp;
     if (l->parity == 0) {
-        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out / P);
+        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in, l->out / P,
+                              !l->overwrite);
         cb_layout_sum(L, group(L), "linear.bwd", dx, (size_t)N * l->in);
     } else {
-        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in / P, l->out);
+        L->k->matmul_backward(L->k, dx, l->dw, l->db, dy, x, l->w, N, l->in / P, l->out,
+                              !l->overwrite);
     }
 }
 
@@ -202,7 +205,7 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     int Vl = vocab_local(L, e->V), v0 = L->tp_rank * Vl;
     cb_vocab_loss_backward(L, e, logits, targets, v0, dloss / N, N, Vl);
     cb_vocab_bias_backward(L, S_CE, NULL, e, logits, v0, N, Vl); /* every rank: all tokens */
-    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl);
+    L->k->head_backward(L->k, dx, e->dwte, logits, x, e->wte, N, e->C, Vl, !e->overwrite);
     cb_layout_sum(L, group(L), "head.bwd", dx, (size_t)N * e->C);
 }
 

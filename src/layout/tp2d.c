@@ -120,9 +120,9 @@ static void mmt_rows(cb_layout *L, float *y, const float *x, const float *w, int
 
 /* Sum over the ranks of comm of a local contribution v (n), added into acc. */
 static void reduce_add(cb_layout *L, cb_comm *comm, const char *tag, float *v, float *acc,
-                       size_t n) {
+                       size_t n, int overwrite) {
     cb_comm_allreduce(comm, tag, NULL, v, n, CB_COMM_SUM);
-    L->k->residual_forward(L->k, acc, acc, v, n);
+    cb_layout_grad_put(L, acc, v, n, overwrite);
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -308,7 +308,8 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
 
 /* Step t: dx[r,t] = sum_c dy[r,c] w[t,c]^T, reduced along the row to c = t
  * (overwrites); dw[t,c] += sum_r x[r,t]^T dy[r,c], reduced along the column
- * to r = t (accumulates); db_c summed over the column. */
+ * to r = t (accumulates, or overwrites: l->overwrite); db_c summed over the
+ * column. */
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
     int q = L->q, n = N / q, a = l->in / q, b = l->out / q;
@@ -325,16 +326,16 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
                        (size_t)n * a, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
-        if (!root) memset(z, 0, sizeof(float) * a * b);
         pend[1] = next_req(&px, t);
-        cb_layout_dw_overlapped(L, root ? l->dw : z, dy, xt, n, a, b, pend, 2);
+        cb_layout_dw_overlapped(L, root ? l->dw : z, dy, xt, n, a, b, pend, 2,
+                                root && !l->overwrite);
         cb_comm_reduce(colg(L), "linear.bwd", root ? NULL : z, root ? l->dw : NULL,
                        (size_t)a * b, t);
     }
     if (!l->db) return;
     float *g = cb_layout_zeroed(L, S_T3, sizeof(float) * b);
     L->k->bias_backward(L->k, g, dy, n, b);
-    reduce_add(L, colg(L), "linear.bwd", g, l->db, b);
+    reduce_add(L, colg(L), "linear.bwd", g, l->db, b, l->overwrite);
 }
 
 /* ------------------------------------------------------------ LM head */
@@ -385,9 +386,9 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
                        (size_t)n * cq, t);
         const float *xt = bp_get(&px, t);
         root = r == t;
-        if (!root) memset(z, 0, sizeof(float) * Vq * cq);
         pend[1] = next_req(&px, t);
-        cb_layout_dw_overlapped(L, root ? e->dwte : z, xt, logits, n, Vq, cq, pend, 2);
+        cb_layout_dw_overlapped(L, root ? e->dwte : z, xt, logits, n, Vq, cq, pend, 2,
+                                root && !e->overwrite);
         cb_comm_reduce(colg(L), "head.bwd", root ? NULL : z, root ? e->dwte : NULL,
                        (size_t)Vq * cq, t);
     }

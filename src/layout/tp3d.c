@@ -386,7 +386,8 @@ static void linear_forward(cb_layout *L, cb_linear *l, const float *x, float *y,
 /* dy parity 1-p -> dx parity p: dY^ = gather_b(dy); dx = reduce-scatter_a
  * (dY^ W^T) overlapped with dW^ = X^T dY^ (in row blocks, MPI progress
  * between them: cb_layout_dw_overlapped); dw += reduce-scatter_i(dW^);
- * db += all-reduce over the plane (i, b) of the column sums of dy. */
+ * db += all-reduce over the plane (i, b) of the column sums of dy (= for
+ * both when l->overwrite). */
 static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const float *dy,
                             float *dx, int N) {
     linear_shape_check(L, l, N);
@@ -415,16 +416,16 @@ static void linear_backward(cb_layout *L, cb_linear *l, const float *x, const fl
     L->k->head_forward(L->k, dxh, dyh, wh, (int)nh, (int)out, (int)in); /* dY^ W^T */
     ireduce_scatter_act(L, r.la, "linear.bwd", dxh, dx, nb * in, &rdx);
     if (gx) cb_comm_wait(&rx);
-    float *dwh = zeroed(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
+    float *dwh = scratch(L, S_DWH, in * out), *dwl = scratch(L, S_DW, wr * out);
     cb_comm_req *pend[2] = {&rdx, l->db ? &rb : NULL};
-    cb_layout_dw_overlapped(L, dwh, dyh, xh, (int)nh, (int)in, (int)out, pend, 2);
+    cb_layout_dw_overlapped(L, dwh, dyh, xh, (int)nh, (int)in, (int)out, pend, 2, 0);
     cb_comm_ireduce_scatter(W, "linear.bwd", dwh, dwl, wr * out, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
-    add(L, l->dw, dwl, wr * out);
+    cb_layout_grad_put(L, l->dw, dwl, wr * out, l->overwrite);
     if (l->db) {
         cb_comm_wait(&rb);
-        add(L, l->db, dbt, out);
+        cb_layout_grad_put(L, l->db, dbt, out, l->overwrite);
     }
 }
 
@@ -548,7 +549,8 @@ static float head_forward(cb_layout *L, const cb_embed *e, const float *x, const
 }
 
 /* dlogits = (p - onehot) dloss/N; dx = reduce-scatter over INPUT of
- * dZ^ wte^ overlapped with dwte^ = dZ^T X^, reduce-scattered over WEIGHT */
+ * dZ^ wte^ overlapped with dwte^ = dZ^T X^, reduce-scattered over WEIGHT
+ * (added into dwte, or written: e->overwrite) */
 static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *targets,
                           float *logits, float dloss, float *dx, int N) {
     cb_grid *g = L->grid;
@@ -576,13 +578,13 @@ static void head_backward(cb_layout *L, cb_embed *e, const float *x, const int *
     L->k->matmul_forward(L->k, dxh, dzh, wh, NULL, (int)nh, (int)v.vb, (int)v.c);
     ireduce_scatter_act(L, &g->input, "head.bwd", dxh, dx, nb * v.c, &rdx);
     if (gx) cb_comm_wait(&rx);
-    float *dwh = zeroed(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
+    float *dwh = scratch(L, S_DWH, v.vb * v.c), *dwl = scratch(L, S_DW, v.vr * v.c);
     cb_comm_req *pend[1] = {&rdx};
-    cb_layout_dw_overlapped(L, dwh, xh, dzh, (int)nh, (int)v.vb, (int)v.c, pend, 1);
+    cb_layout_dw_overlapped(L, dwh, xh, dzh, (int)nh, (int)v.vb, (int)v.c, pend, 1, 0);
     cb_comm_ireduce_scatter(&g->weight, "head.bwd", dwh, dwl, v.vr * v.c, &rdw);
     cb_comm_wait(&rdx);
     cb_comm_wait(&rdw);
-    add(L, e->dwte, dwl, v.vr * v.c);
+    cb_layout_grad_put(L, e->dwte, dwl, v.vr * v.c, e->overwrite);
 }
 
 /* ------------------------------------------------------------ lifetime */

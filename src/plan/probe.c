@@ -82,7 +82,7 @@ static void gemm_body(void *p) {
     int s = a->cur;
     a->cur = (a->cur + 1) % a->nset;
     k->matmul_forward(k, a->y, a->x[s], a->w[s], a->b, a->m, a->k, a->n);
-    k->matmul_backward(k, a->dx, a->dw[s], a->db, a->y, a->x[s], a->w[s], a->m, a->k, a->n);
+    k->matmul_backward(k, a->dx, a->dw[s], a->db, a->y, a->x[s], a->w[s], a->m, a->k, a->n, 1);
 }
 
 static float *filled(size_t n) {
@@ -129,7 +129,8 @@ static void mem_body(void *p) {
     for (int r = 0; r < 2; r++) {
         k->layernorm_forward(k, a->y, a->mean, a->rstd, a->x, a->w, a->b, a->N, a->C);
         k->residual_forward(k, a->y, a->y, a->x, nc);
-        k->layernorm_backward(k, a->dx, a->dw, a->db, a->y, a->x, a->w, a->mean, a->rstd, a->N, a->C);
+        k->layernorm_backward(k, a->dx, a->dw, a->db, a->y, a->x, a->w, a->mean, a->rstd, a->N, a->C,
+                              1);
     }
     k->gelu_forward(k, a->g, a->h, 4 * nc);
     k->gelu_backward(k, a->dh, a->h, a->g, 4 * nc);
