@@ -22,16 +22,18 @@ run_one() { # name, command...
     [ ${#fast[@]} -gt 0 ] && [[ " ${fast[*]} " != *" $name "* ]] && return
     local log; log=$(mktemp)
     local t0=$SECONDS
-    "$@" >"$log" 2>&1
+    # CPU time (user + sys of the test and every process it waited for)
+    /usr/bin/time -f '%U %S' -o "$log.cpu" "$@" >"$log" 2>&1
     local rc=$?
+    local cpu; cpu=$(awk '{ printf "%d", $1 + $2 + 0.5 }' "$log.cpu" 2>/dev/null)
     local p f
     p=$(grep -c '^PASS' "$log"); f=$(grep -c '^FAIL' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $name exited with status $rc" >>"$log"; fi
     grep -E '^(PASS|FAIL)' "$log" | sed "s|^|  |"
     if [ "$f" -gt 0 ]; then failed+=("$name"); echo "--- $name output (failed):"; tail -n 40 "$log"; fi
-    printf '%-28s %3d passed %3d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - t0))
+    printf '%-28s %3d passed %3d failed  (%ds, cpu %ss)\n' "$name" "$p" "$f" $((SECONDS - t0)) "${cpu:-?}"
     pass=$((pass + p)); fail=$((fail + f))
-    rm -f "$log"
+    rm -f "$log" "$log.cpu"
 }
 for s in tests/test_*.sh; do run_one "$(basename "$s" .sh)" bash "$s"; done
 # a program that a script runs (under mpirun, with arguments) is left to it
