@@ -83,13 +83,11 @@ done
 # ---------------------------------------------------------------- layouts
 S=(--data train.bin --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --steps 30
    --lr 2e-3 --warmup 3 --seed 7)
+. "$ROOT/tests/compare_queue.sh" # cmp_q: compare.py's comparisons, queued, run by cmp_flush
 cmp_() { # LABEL GOT REF [compare.py flags]: loss, grad norm and weights
-    local out label=$1 got=$2 ref=$3; shift 3
-    out=$("$PY" "$ROOT/tests/compare.py" logs "$got.log" "$ref.log" --label "$label loss" "$@" 2>&1
-          "$PY" "$ROOT/tests/compare.py" st "$got.st" "$ref.st" --label "$label weights" "$@" 2>&1)
-    grep '^PASS\|^FAIL' <<<"$out"
-    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
-    [ "$(grep -c '^PASS' <<<"$out")" = 2 ] || [ "$(grep -c '^FAIL' <<<"$out")" != 0 ] || fail "$label: $out"
+    local label=$1 got=$2 ref=$3; shift 3
+    cmp_q logs "$got.log" "$ref.log" --label "$label loss" "$@"
+    cmp_q st "$got.st" "$ref.st" --label "$label weights" "$@"
 }
 run() { # NAME NP flags...
     local name=$1 np=$2; shift 2
@@ -133,9 +131,7 @@ for tpm in "1d 2" "2d 4" "3d 8"; do
     if timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$C" train --model bert --data train.bin \
             --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --special-base 257 --tp "$2" \
             --tp-mode "$1" --steps 0 --init bert.one261.st --save "rt$1.st" > rt.log 2>&1; then
-        out=$("$PY" "$ROOT/tests/compare.py" st "rt$1.st" bert.one261.st --tol 0 \
-              --label "bert checkpoint through tp $1 $2 (decoder bias split)" 2>&1)
-        grep '^PASS\|^FAIL' <<<"$out"; failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+        cmp_q st "rt$1.st" bert.one261.st --tol 0 --label "bert checkpoint through tp $1 $2 (decoder bias split)"
     else fail "bert checkpoint through tp $1 $2: $(tail -n 2 rt.log | tr '\n' ' ')"; fi
 done
 
@@ -169,4 +165,5 @@ for model in bert roberta; do
     loop_checks "$model" 120 --model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 \
         --d-model 32 --heads 4 --lr 2e-3 --warmup 3 --dropout 0.1 --seed 7
 done
+cmp_flush
 [ "$failed" = 0 ]
