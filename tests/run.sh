@@ -25,8 +25,10 @@ jobs_max=${JOBS:-2}
 fast=()
 [ "${FAST:-0}" = 1 ] && mapfile -t fast < <(grep -v '^#' tests/fast.txt)
 # the longest tests start first, so that no long one is left running alone
-# at the end (quiet seconds on 2 cores, one at a time: 132 94 90 75 70 57)
-first=(test_bf16_124m test_example test_ckpt_kill test_pp_cli test_nmt_layers test_bert)
+# at the end (quiet seconds on 2 cores, one at a time, before the queued
+# comparisons: 132 94 90 75 70 57 44 42)
+first=(test_bf16_124m test_example test_ckpt_kill test_pp_cli test_nmt_layers test_bert test_cli
+       test_pp_user)
 
 # run_one NAME COMMAND...: the test's block into $res/NAME.out, then its
 # counts into $res/NAME.sum (written last: the test has ended)
