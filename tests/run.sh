@@ -3,13 +3,14 @@
 # $BUILD/tests without a script of its own. Each prints PASS/FAIL lines; a
 # program that exits non-zero without a FAIL line counts as one failure.
 # The closing line is "N passed, M failed".
-# JOBS tests run at a time (default 2, the cores here): most tests are
+# TEST_JOBS tests run at a time (default 2, the cores here): most tests are
 # chains of one-thread processes, tiny MPI runs and Python checks that keep
 # one core busy, so two side by side fill both (every test has its own
-# scratch directory; none asserts a timing). Each test's lines are printed
+# scratch directory; no check measures speed: a neighbour only brings the
+# hang timeouts, each several times a run's time, nearer). Each test's lines are printed
 # as one block when it ends, with its wall time (longer beside another
 # test) and its CPU time (user + sys of every process it waited for).
-# JOBS=1 runs them one after another.
+# TEST_JOBS=1 runs them one after another.
 set -u
 cd "$(dirname "$0")/.."
 export BUILD=${BUILD:-build}
@@ -20,7 +21,7 @@ XDG_CACHE_HOME=$(mktemp -d); export XDG_CACHE_HOME
 res=$(mktemp -d)
 trap 'rm -rf "$XDG_CACHE_HOME" "$res"' EXIT
 only=${1:-}
-jobs_max=${JOBS:-2}
+jobs_max=${TEST_JOBS:-2}
 # FAST=1 (make check): only the tests listed in tests/fast.txt, the fast tier
 fast=()
 [ "${FAST:-0}" = 1 ] && mapfile -t fast < <(grep -v '^#' tests/fast.txt)
