@@ -7,9 +7,10 @@
 # chains of one-thread processes, tiny MPI runs and Python checks that keep
 # one core busy, so two side by side fill both (every test has its own
 # scratch directory; no check measures speed: a neighbour only brings the
-# hang timeouts, each several times a run's time, nearer). Each test's lines are printed
-# as one block when it ends, with its wall time (longer beside another
-# test) and its CPU time (user + sys of every process it waited for).
+# hang timeouts, each several times a run's time, nearer). Each test's
+# lines are printed as one block when it ends, with its wall time (longer
+# beside another test) and its CPU time (user + sys of every process it
+# waited for).
 # TEST_JOBS=1 runs them one after another.
 set -u
 cd "$(dirname "$0")/.."
