@@ -83,13 +83,17 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libcubist.a $(MPI_STAMP)
 deps:
 	@scripts/deps.sh
 
+# test, check and demo build on every core unless make was given -j itself
+# (the build is about 50 s of CPU time here)
+ALL_JOBS = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc))
+
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(ALL_JOBS) all
 	@BUILD=$(BUILD) tests/run.sh
 
 # the fast tier (under a minute): the tests named in tests/fast.txt
 check: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(ALL_JOBS) all
 	@BUILD=$(BUILD) FAST=1 tests/run.sh
 
 # cubist under srun on a one-node Slurm cluster it starts and stops (root;
@@ -115,11 +119,11 @@ fuzz:
 	@BUILD=$(BUILD) tests/fuzz/fuzz.sh fuzz $(FUZZ_SECONDS)
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(ALL_JOBS) all
 	@scripts/demo.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(ALL_JOBS) all
 	$(BUILD)/cubist bench
 
 clean:

@@ -12,6 +12,9 @@
       whose gradients sit near Adam's eps carry last-bit differences of
       regrouped fp32 sums as visibly different steps, while a real error
       moves whole tensors.
+  compare.py batch FILE
+      one of the above per line of FILE, its arguments tab-separated: one
+      Python start for a test's many comparisons, run after its runs.
 
 The key third of a GPT attn.c_attn.bias is exempt, and the line says why:
 its gradient is zero in exact arithmetic (softmax ignores a constant added
@@ -132,7 +135,7 @@ def compare_logs(pa, pb, tol, keys, lab):
                 f'max rel diff {worst:.2e} (tol {tol:g})')
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser()
     ap.add_argument('kind', choices=['logs', 'st'])
     ap.add_argument('a')
@@ -141,13 +144,39 @@ def main():
     ap.add_argument('--label', default='')
     ap.add_argument('--keys', default='loss,grad_norm')
     ap.add_argument('--grads', default=None)
-    o = ap.parse_args()
+    return ap
+
+
+def compare(argv):
+    """(ok, lines) of one comparison given its command-line arguments"""
+    o = parser().parse_args(argv)
     lab = o.label + ': ' if o.label else ''
     if o.kind == 'logs':
         ok, line = compare_logs(o.a, o.b, o.tol, o.keys.split(','), lab)
-        print(line)
-        return 0 if ok else 1
-    ok, lines = compare_st(o.a, o.b, o.tol, o.grads, lab)
+        return ok, [line]
+    return compare_st(o.a, o.b, o.tol, o.grads, lab)
+
+
+def batch(path):
+    """Every line of PATH one comparison's arguments, tab-separated; a
+    comparison that cannot run (a missing file, bad arguments) is a FAIL
+    line naming it, and the others still run."""
+    ok = True
+    for line in open(path):
+        argv = line.rstrip('\n').split('\t')
+        try:
+            cok, lines = compare(argv)
+        except (Exception, SystemExit) as e:
+            cok, lines = False, [f'FAIL compare.py {" ".join(argv)}: {type(e).__name__}: {e}']
+        ok &= cok
+        print('\n'.join(lines), flush=True)
+    return 0 if ok else 1
+
+
+def main():
+    if sys.argv[1:2] == ['batch'] and len(sys.argv) == 3:
+        return batch(sys.argv[2])
+    ok, lines = compare(sys.argv[1:])
     print('\n'.join(lines))
     return 0 if ok else 1
 

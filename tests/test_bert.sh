@@ -45,6 +45,12 @@ cd "$d" || exit 1
 "$C" prepare --input text.txt --output train.bin >/dev/null || { fail "prepare"; exit 1; }
 
 # ---------------------------------------------------------------- against PyTorch
+# tests/torch/bert_ref.py's three runs per model are queued and run in one
+# process (one torch start) after both models' cubist runs; ref K prints its
+# lines after '@@ K'
+ref_q() { local IFS=$'\t'; echo "$*" >> ref.queue; }
+ref() { awk -v k="$1" '/^@@ / { on = ($2 == k); next } on' ref.out; }
+refs=()
 for model in bert roberta; do
     # roberta with --max-predictions 3 below round(32 x 0.15) = 5: every row capped, 3 decoder slots
     mp=$([ "$model" = roberta ] && echo 3 || echo 0)
@@ -55,41 +61,41 @@ for model in bert roberta; do
        "$C" train "${O[@]}" "${T[@]}" --steps 10 --init "$model.init.st" --log "$model.jsonl" \
            --dump-grads "$model.grads.st" --dump-batches "$model.bin" &&
        "$PY" "$ROOT/scripts/bert_to_hf.py" "$model.init.st" "$model.hf.st"; then
-        out=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
-              --hf "$model.hf.st" --max-predictions "$mp" \
-              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
-              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0.1 --attn-dropout 0.1 --seed 1337 2>&1)
-        grep '^#' <<<"$out"
-        np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
-        if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 48 passed" <<<"$out"; then
-            pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, masking, the Hugging Face layout's loss)"
-        else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
-        nodrop=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
-              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
-              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0 --attn-dropout 0 --max-predictions "$mp" 2>&1 | grep -c '^FAIL')
-        [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
-            fail "$model: the reference without dropout passes too: the test does not see the masks"
-        noattn=$("$PY" "$ROOT/tests/torch/bert_ref.py" --model "$model" --init "$model.init.st" \
-              --batches "$model.bin" --log "$model.jsonl" --grads "$model.grads.st" --batch 4 \
-              --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3 --min-lr 2e-4 --warmup 2 \
-              --clip 1.0 --dropout 0.1 --attn-dropout 0 --seed 1337 --max-predictions "$mp" 2>&1 | grep -c '^FAIL')
-        [ "$noattn" -gt 0 ] && pass "$model: the reference without the attention-probability masks fails ($noattn checks)" ||
-            fail "$model: the reference without attention dropout passes too: the test does not see its masks"
+        R=(--model "$model" --init "$model.init.st" --batches "$model.bin" --log "$model.jsonl"
+           --grads "$model.grads.st" --batch 4 --seq-len 32 --layers 2 --heads 4 --steps 10 --lr 2e-3
+           --min-lr 2e-4 --warmup 2 --clip 1.0 --max-predictions "$mp")
+        ref_q "${R[@]}" --hf "$model.hf.st" --dropout 0.1 --attn-dropout 0.1 --seed 1337
+        ref_q "${R[@]}" --dropout 0 --attn-dropout 0
+        ref_q "${R[@]}" --dropout 0.1 --attn-dropout 0 --seed 1337
+        refs+=("$model")
     else fail "$model one-process run for the PyTorch test"; fi
+done
+[ -s ref.queue ] && "$PY" "$ROOT/tests/torch/bert_ref.py" --runs ref.queue > ref.out 2>&1
+k=0
+for model in "${refs[@]}"; do
+    out=$(ref $k)
+    grep '^#' <<<"$out"
+    np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
+    if [ "$nf" = 0 ] && grep -q "^# $model against PyTorch: 48 passed" <<<"$out"; then
+        pass "$model against PyTorch: $np checks (10 losses, 34 step-1 gradients, names, batches, masking, the Hugging Face layout's loss)"
+    else fail "$model against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+    nodrop=$(ref $((k + 1)) | grep -c '^FAIL')
+    [ "$nodrop" -gt 0 ] && pass "$model: the reference without cubist's dropout masks fails ($nodrop checks)" ||
+        fail "$model: the reference without dropout passes too: the test does not see the masks"
+    noattn=$(ref $((k + 2)) | grep -c '^FAIL')
+    [ "$noattn" -gt 0 ] && pass "$model: the reference without the attention-probability masks fails ($noattn checks)" ||
+        fail "$model: the reference without attention dropout passes too: the test does not see its masks"
+    k=$((k + 3))
 done
 
 # ---------------------------------------------------------------- layouts
 S=(--data train.bin --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --steps 30
    --lr 2e-3 --warmup 3 --seed 7)
+. "$ROOT/tests/compare_queue.sh" # cmp_q: compare.py's comparisons, queued, run by cmp_flush
 cmp_() { # LABEL GOT REF [compare.py flags]: loss, grad norm and weights
-    local out label=$1 got=$2 ref=$3; shift 3
-    out=$("$PY" "$ROOT/tests/compare.py" logs "$got.log" "$ref.log" --label "$label loss" "$@" 2>&1
-          "$PY" "$ROOT/tests/compare.py" st "$got.st" "$ref.st" --label "$label weights" "$@" 2>&1)
-    grep '^PASS\|^FAIL' <<<"$out"
-    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
-    [ "$(grep -c '^PASS' <<<"$out")" = 2 ] || [ "$(grep -c '^FAIL' <<<"$out")" != 0 ] || fail "$label: $out"
+    local label=$1 got=$2 ref=$3; shift 3
+    cmp_q logs "$got.log" "$ref.log" --label "$label loss" "$@"
+    cmp_q st "$got.st" "$ref.st" --label "$label weights" "$@"
 }
 run() { # NAME NP flags...
     local name=$1 np=$2; shift 2
@@ -133,9 +139,7 @@ for tpm in "1d 2" "2d 4" "3d 8"; do
     if timeout "$(tmo 120)" "${launch[@]}" -np "$2" "$C" train --model bert --data train.bin \
             --batch 8 --seq-len 32 --layers 2 --d-model 32 --heads 4 --special-base 257 --tp "$2" \
             --tp-mode "$1" --steps 0 --init bert.one261.st --save "rt$1.st" > rt.log 2>&1; then
-        out=$("$PY" "$ROOT/tests/compare.py" st "rt$1.st" bert.one261.st --tol 0 \
-              --label "bert checkpoint through tp $1 $2 (decoder bias split)" 2>&1)
-        grep '^PASS\|^FAIL' <<<"$out"; failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
+        cmp_q st "rt$1.st" bert.one261.st --tol 0 --label "bert checkpoint through tp $1 $2 (decoder bias split)"
     else fail "bert checkpoint through tp $1 $2: $(tail -n 2 rt.log | tr '\n' ' ')"; fi
 done
 
@@ -169,4 +173,5 @@ for model in bert roberta; do
     loop_checks "$model" 120 --model "$model" --data train.bin --batch 4 --seq-len 32 --layers 2 \
         --d-model 32 --heads 4 --lr 2e-3 --warmup 3 --dropout 0.1 --seed 7
 done
+cmp_flush
 [ "$failed" = 0 ]

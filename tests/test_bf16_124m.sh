@@ -23,8 +23,9 @@
 # 22, where both gradient norms spike to 335-356; median 1.3e-4), last 20 steps 6.7e-5,
 # validation 2.44698 against 2.44694 (1.9e-5).
 # Cost: 2 x 200 steps of 85M parameters on one thread each, side by side:
-# 106 s of CPU time in all (5.3 minutes of wall time under a load average
-# of 22 on the 2 cores), so about a minute on 2 quiet cores.
+# 249 s of CPU time in all (2026-11-27, under a load average of 10-20), over
+# two minutes of wall time on 2 quiet cores: the suite's longest test, so
+# tests/run.sh starts it first.
 set -u
 . "$(dirname "$0")/dp_common.sh"
 kjv_tokens "bf16 124m"

@@ -25,8 +25,9 @@
 #    weight's two uses on stages 0 and 2 and sends the embedding's output
 #    from stage 0 straight to stage 2, and under auto partitions and other
 #    schedules.
-# Every comparison line comes from tests/compare.py; a comparison that
-# crashes or exits non-zero without a FAIL line is a FAIL here too.
+# Every comparison line comes from tests/compare.py, all of them run in one
+# process after the runs (printed last); a comparison that crashes or exits
+# non-zero without a FAIL line is a FAIL here too.
 set -u
 . "$(dirname "$0")/launcher.sh"
 root=$ROOT
@@ -39,17 +40,8 @@ fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 /usr/bin/python3 "$root/tests/gen_text.py" 160000 > "$d/text.txt"
 "$C" prepare --input "$d/text.txt" --output "$d/train.bin" >/dev/null || { fail "example: prepare"; exit 1; }
 
-# compare.py's lines; its crash or a non-zero exit without a FAIL line fails too
-cmp_() {
-    local out rc
-    out=$(/usr/bin/python3 "$root/tests/compare.py" "$@" 2>&1)
-    rc=$?
-    grep '^PASS\|^FAIL' <<<"$out"
-    failed=$((failed + $(grep -c '^FAIL' <<<"$out")))
-    if [ $rc != 0 ] && ! grep -q '^FAIL' <<<"$out"; then
-        fail "compare.py $1 ${*: -1}: exit $rc: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
-    fi
-}
+# compare.py's comparisons, queued; cmp_flush runs them at the end
+. "$root/tests/compare_queue.sh"
 
 # run EXAMPLE LABEL NP flags...: 30 steps against the example's serial run
 run() {
@@ -57,8 +49,8 @@ run() {
     local g=(); [ "$ex" = tiny_gpt ] && g=(--grads "$d/gpt.grads.st")
     if timeout "$(tmo 240)" "${launch[@]}" -np "$np" "$BUILD/examples/$ex" --data "$d/train.bin" \
             --steps 30 --save "$d/$ex.$label.st" "$@" > "$d/$ex.$label.log" 2>&1; then
-        cmp_ logs "$d/$ex.$label.log" "$d/$ex.serial.log" --label "$ex $label loss"
-        cmp_ st "$d/$ex.$label.st" "$d/$ex.serial.st" --label "$ex $label weights" "${g[@]}"
+        cmp_q logs "$d/$ex.$label.log" "$d/$ex.serial.log" --label "$ex $label loss"
+        cmp_q st "$d/$ex.$label.st" "$d/$ex.serial.st" --label "$ex $label weights" "${g[@]}"
     else
         fail "$ex $label: $(tail -n 2 "$d/$ex.$label.log" | tr '\n' ' ')"
     fi
@@ -112,8 +104,8 @@ if "$BUILD/examples/mlp_lm" --data "$d/train.bin" --steps 30 --shared-skip \
         local label=$1 np=$2; shift 2
         if timeout "$(tmo 240)" "${launch[@]}" -np "$np" "$BUILD/examples/mlp_lm" --data "$d/train.bin" \
                 --steps 30 --shared-skip --save "$d/skip.$label.st" "$@" > "$d/skip.$label.log" 2>&1; then
-            cmp_ logs "$d/skip.$label.log" "$d/skip.serial.log" --label "shared-skip $label loss"
-            cmp_ st "$d/skip.$label.st" "$d/skip.serial.st" --label "shared-skip $label weights"
+            cmp_q logs "$d/skip.$label.log" "$d/skip.serial.log" --label "shared-skip $label loss"
+            cmp_q st "$d/skip.$label.st" "$d/skip.serial.st" --label "shared-skip $label weights"
         else
             fail "shared-skip $label: $(tail -n 2 "$d/skip.$label.log" | tr '\n' ' ')"
         fi
@@ -152,8 +144,8 @@ if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st
         local name=$1 log=$2 st=$3 label=$4; shift 4
         if "$BUILD/examples/tiny_gpt" "$@" --data "$d/train.bin" --steps 30 \
                 --save "$d/$name.st" > "$d/$name.log" 2>&1; then
-            cmp_ logs "$d/$name.log" "$log" --keys loss,grad_norm --tol 0 --label "$label: loss and norm bit for bit"
-            cmp_ st "$d/$name.st" "$st" --tol 0 --label "$label: final weights bit for bit"
+            cmp_q logs "$d/$name.log" "$log" --keys loss,grad_norm --tol 0 --label "$label: loss and norm bit for bit"
+            cmp_q st "$d/$name.st" "$st" --tol 0 --label "$label: final weights bit for bit"
         else fail "tiny_gpt $*: $(tail -n 2 "$d/$name.log")"; fi
     }
     bits tiny_bits "$d/gpt.jsonl" "$d/gpt.st" "tiny_gpt = cubist train's GPT from the same weights file"
@@ -195,9 +187,9 @@ if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st
            timeout "$(tmo 240)" "${launch[@]}" -np "$n2" "$BUILD/examples/tiny_gpt" --data "$d/train.bin" \
                 --steps 30 --resume "$d/ck_$label.st" --save "$d/ck_$label.st2" $f2 > "$d/ck_$label.b" 2>&1; then
             cat "$d/ck_$label.a" "$d/ck_$label.b" > "$d/ck_$label.log"
-            cmp_ logs "$d/ck_$label.log" "$full.log" --tol "$tol" --label "tiny_gpt resume $label: loss"
+            cmp_q logs "$d/ck_$label.log" "$full.log" --tol "$tol" --label "tiny_gpt resume $label: loss"
             local g=(); [ "$tol" != 0 ] && g=(--grads "$d/gpt.grads.st") # the key bias: see compare.py
-            cmp_ st "$d/ck_$label.st2" "$full.st" --tol "$tol" --label "tiny_gpt resume $label: weights" "${g[@]}"
+            cmp_q st "$d/ck_$label.st2" "$full.st" --tol "$tol" --label "tiny_gpt resume $label: weights" "${g[@]}"
         else fail "tiny_gpt resume $label: $(tail -qn 1 "$full.log" "$d/ck_$label.a" "$d/ck_$label.b" | tr '\n' ' ')"; fi
     }
     resume serial 1 1 "" "" 0
@@ -211,7 +203,7 @@ if "$BUILD/examples/tiny_gpt" --data "$d/train.bin" --steps 0 --save "$d/init.st
     actb() { sed -nE 's/^# rank 0: ([0-9]+) activation bytes/\1/p' "$1"; }
     for rc in block selective; do
         run tiny_gpt "rc_$rc" 1 --recompute "$rc"
-        cmp_ logs "$d/tiny_gpt.rc_$rc.log" "$d/tiny_gpt.serial.log" --tol 0 \
+        cmp_q logs "$d/tiny_gpt.rc_$rc.log" "$d/tiny_gpt.serial.log" --tol 0 \
             --label "tiny_gpt --recompute $rc: the serial losses bit for bit"
         a=$(actb "$d/tiny_gpt.rc_$rc.log") b=$(actb "$d/tiny_gpt.serial.log")
         if [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ]; then
@@ -244,4 +236,5 @@ refuse pp2_m3 2 "does not divide" --pp 2 --micro-batches 3
 refuse dp2_tp2_split 4 "split needs the whole embedding" --dp 2 --tp 2 --embed-grad split
 refuse pp2_dp2_sparse 4 "sparse needs the model's embedding lookups" --dp 2 --pp 2 --embed-grad sparse
 refuse pp2_badpart 2 "partition" --pp 2 --partition 0,9,2
+cmp_flush
 [ "$failed" = 0 ]

@@ -27,7 +27,12 @@ set -u
 . "$ROOT/tests/loop_common.sh"
 
 # ---------------------------------------------------------------- against PyTorch
+# tests/torch/nmt_ref.py's runs are queued and run in one process (one torch
+# start) after cubist's; ref K prints its lines after '@@ K'
+ref_q() { local IFS=$'\t'; echo "$*" >> ref.queue; }
+ref() { awk -v k="$1" '/^@@ / { on = ($2 == k); next } on' ref.out; }
 T=24 # the longest side (23 bytes) + its EOS
+done_ln=()
 for ln in post pre plain; do
     f=(--dropout 0.1); [ "$ln" = pre ] && f+=(--pre-ln)
     [ "$ln" = plain ] && f=(--dropout 0 --no-emb-scale)
@@ -37,27 +42,30 @@ for ln in post pre plain; do
     if "$C" train "${O[@]}" --steps 0 --save "$ln.init.st" &&
        "$C" train "${O[@]}" "${R[@]}" --steps 10 --init "$ln.init.st" --log "$ln.jsonl" \
            --dump-grads "$ln.grads.st" --dump-batches "$ln.bin" > /dev/null; then
-        out=$("$PY" "$ROOT/tests/torch/nmt_ref.py" --init "$ln.init.st" --batches "$ln.bin" \
-              --log "$ln.jsonl" --grads "$ln.grads.st" --batch 8 --seq-len $T --layers 2 \
-              --dec-layers 2 --heads 4 --steps 10 --vocab 259 "${R[@]}" "${f[@]}" \
-              --label "nmt $ln-LN" 2>&1)
-        grep '^#' <<<"$out"
-        np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
-        if [ "$nf" = 0 ] && [ "$np" -ge 70 ] && grep -q "against PyTorch: $np passed" <<<"$out"; then
-            pass "nmt $ln-LN against PyTorch: $np checks (10 losses, the step-1 gradients, names, batches)"
-        else fail "nmt $ln-LN against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+        X=(--init "$ln.init.st" --batches "$ln.bin" --log "$ln.jsonl" --grads "$ln.grads.st" --batch 8
+           --seq-len $T --layers 2 --dec-layers 2 --heads 4 --steps 10 --vocab 259 "${R[@]}" "${f[@]}")
+        ref_q "${X[@]}" --label "nmt $ln-LN"
         # the check sees the masks and the scale: a reference without either fails
-        for miss in "--dropout 0" "--no-emb-scale"; do
-            [ "$ln" = post ] || break
-            # shellcheck disable=SC2086
-            nf=$("$PY" "$ROOT/tests/torch/nmt_ref.py" --init "$ln.init.st" --batches "$ln.bin" \
-                 --log "$ln.jsonl" --grads "$ln.grads.st" --batch 8 --seq-len $T --layers 2 \
-                 --dec-layers 2 --heads 4 --steps 10 --vocab 259 "${R[@]}" "${f[@]}" $miss 2>&1 |
-                 grep -c '^FAIL')
-            if [ "$nf" -gt 0 ]; then pass "nmt: the reference with $miss fails ($nf checks)"
-            else fail "nmt: the reference with $miss passes too: the test does not see it"; fi
-        done
+        # shellcheck disable=SC2086
+        [ "$ln" = post ] && for miss in "--dropout 0" "--no-emb-scale"; do ref_q "${X[@]}" $miss; done
+        done_ln+=("$ln")
     else fail "nmt $ln-LN one-process run for the PyTorch test"; fi
+done
+[ -s ref.queue ] && "$PY" "$ROOT/tests/torch/nmt_ref.py" --runs ref.queue > ref.out 2>&1
+k=0
+for ln in "${done_ln[@]}"; do
+    out=$(ref $k); k=$((k + 1))
+    grep '^#' <<<"$out"
+    np=$(grep -c '^PASS' <<<"$out"); nf=$(grep -c '^FAIL' <<<"$out")
+    if [ "$nf" = 0 ] && [ "$np" -ge 70 ] && grep -q "against PyTorch: $np passed" <<<"$out"; then
+        pass "nmt $ln-LN against PyTorch: $np checks (10 losses, the step-1 gradients, names, batches)"
+    else fail "nmt $ln-LN against PyTorch: $nf failed"; grep '^FAIL\|Error' <<<"$out"; fi
+    [ "$ln" = post ] || continue
+    for miss in "--dropout 0" "--no-emb-scale"; do
+        nf=$(ref $k | grep -c '^FAIL'); k=$((k + 1))
+        if [ "$nf" -gt 0 ]; then pass "nmt: the reference with $miss fails ($nf checks)"
+        else fail "nmt: the reference with $miss passes too: the test does not see it"; fi
+    done
 done
 
 # ---------------------------------------------------------------- layouts

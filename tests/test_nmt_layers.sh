@@ -39,30 +39,34 @@ done
 
 # ---------------------------------------------------------------- against PyTorch (tests/torch/nmt_layers_ref.py)
 REF="$HERE/torch/nmt_layers_ref.py"
-table() { # LABEL FILE: the table equals PyTorch's, and the initial one bit for bit
-    local out; out=$("$PY" "$REF" table "$2" sinusoid.init.st 2>&1)
-    [[ $out == OK* ]] && pass "$1: $out" || fail "$1: $out"
+# ref_q LABEL ARGS...: a check of nmt_layers_ref.py, queued; ref_flush runs
+# the queue in one Python process (one torch start, about 1.5 s of CPU, instead
+# of one per check) and prints a PASS or FAIL line per label
+labels=()
+ref_q() { labels+=("$1"); shift; local IFS=$'\t'; echo "$*" >> ref.queue; }
+ref_flush() {
+    local out i=0 label line
+    mapfile -t out < <("$PY" "$REF" batch ref.queue 2>&1)
+    for label in "${labels[@]}"; do
+        line=${out[i]:-"no result line: ${out[*]: -2}"}; i=$((i + 1))
+        [[ $line == OK* ]] && pass "$label: $line" || fail "$label: $line"
+    done
 }
+table() { ref_q "$1" table "$2" sinusoid.init.st; } # LABEL FILE: the table equals PyTorch's, and the initial one bit for bit
 table "sinusoid initial" sinusoid.init.st
 table "sinusoid after 30 steps, decay on embeddings" sinusoid.serial.st
 for model in smooth lengths shared; do
-    out=$("$PY" "$REF" $model $model.init.st train.bin $model.serial.log 2>&1)
-    [[ $out == OK* ]] && pass "$model vs PyTorch: $out" || fail "$model vs PyTorch: $out"
+    ref_q "$model vs PyTorch" $model $model.init.st train.bin $model.serial.log
 done
 
 # ---------------------------------------------------------------- layouts against one process
-cmp_() { # compare.py's lines
-    local out; out=$("$PY" "$HERE/compare.py" "$@" 2>&1)
-    echo "$out" | grep '^PASS\|^FAIL'
-    grep -q '^FAIL\|Traceback' <<<"$out" && failed=$((failed + 1))
-    grep -q '^PASS\|^FAIL' <<<"$out" || fail "compare.py $*: $(tail -n 2 <<<"$out")"
-}
+. "$HERE/compare_queue.sh" # cmp_q: compare.py's comparisons, queued
 run() { # MODEL LABEL NP flags...
     local model=$1 label=$2 np=$3; shift 3
     if timeout "$TMO" "${launch[@]}" -np "$np" "$P" --model $model --data train.bin --steps 30 \
             --save "$model.$label.st" "$@" > "$model.$label.log" 2>&1; then
-        cmp_ logs "$model.$label.log" $model.serial.log --label "$model $label loss"
-        cmp_ st "$model.$label.st" $model.serial.st --label "$model $label weights"
+        cmp_q logs "$model.$label.log" $model.serial.log --label "$model $label loss"
+        cmp_q st "$model.$label.st" $model.serial.st --label "$model $label weights"
         [ $model = lengths ] || table "$model $label table" "$model.$label.st"
     else
         fail "$model $label: $(tail -n 2 "$model.$label.log" | tr '\n' ' ')"
@@ -85,4 +89,6 @@ run shared pp2_tp2d4 8 --pp 2 --tp 4 --tp-mode 2d --micro-batches 2
 # embedding-gradient paths (every lookup's rows gathered or reduced)
 run shared dp2_split 2 --dp 2 --embed-grad split
 run shared dp2_sparse 2 --dp 2 --embed-grad sparse
+ref_flush
+cmp_flush
 finish

@@ -19,6 +19,7 @@ set -u
 . "$(dirname "$0")/launcher.sh"
 C="$BUILD/cubist"
 CMP="/usr/bin/python3 $ROOT/tests/compare.py"
+. "$ROOT/tests/compare_queue.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cd "$d"
 /usr/bin/python3 "$ROOT/tests/gen_text.py" 160000 > text.txt
@@ -26,12 +27,14 @@ cd "$d"
 A=(--data train.bin --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 30
    --lr 1e-3 --min-lr 1e-4 --warmup 3 --clip 0.5 --eps 1e-6 --seed 5 --quiet --peak-gflops 100)
 for M in 1 4 6 8; do "$C" train "${A[@]}" --grad-accum $M --log ref$M.jsonl --save ref$M.st --dump-grads ref$M.grads.st || { echo "FAIL pp cli: reference"; exit 1; }; done
+n=0 # each case's own files, compared when the runs are done (tests/compare_queue.sh)
 case_() { # label np M flags...
     local label=$1 np=$2 M=$3; shift 3
+    n=$((n + 1))
     if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" --micro-batches "$M" \
-            --log p.jsonl --save p.st "$@" 2>err.txt; then
-        $CMP logs p.jsonl ref$M.jsonl --label "$label loss"
-        $CMP st p.st ref$M.st --label "$label weights" --grads ref$M.grads.st
+            --log p$n.jsonl --save p$n.st "$@" 2>err.txt; then
+        cmp_q logs p$n.jsonl ref$M.jsonl --label "$label loss"
+        cmp_q st p$n.st ref$M.st --label "$label weights" --grads ref$M.grads.st
     else
         echo "FAIL $label: $(head -c 300 err.txt)"
     fi
@@ -62,8 +65,8 @@ if timeout "$(tmo 120)" "${launch[@]}" -np 4 "$C" train "${A[@]}" --micro-batche
         --tp-mode 1d --log r1.jsonl --save r.st --exit-after 10 2>err.txt &&
    "$C" train "${A[@]}" --grad-accum 4 --resume r.st --log r2.jsonl --save r.st 2>>err.txt; then
     cat r1.jsonl r2.jsonl > r.jsonl
-    $CMP logs r.jsonl ref4.jsonl --label "save pp2 x tp2 at step 10, resume pp1: 30 steps"
-    $CMP st r.st ref4.st --label "save pp2 x tp2, resume pp1: weights" --grads ref4.grads.st
+    cmp_q logs r.jsonl ref4.jsonl --label "save pp2 x tp2 at step 10, resume pp1: 30 steps"
+    cmp_q st r.st ref4.st --label "save pp2 x tp2, resume pp1: weights" --grads ref4.grads.st
 else
     echo "FAIL pp resume: $(head -c 300 err.txt)"
 fi
@@ -75,24 +78,25 @@ if timeout "$(tmo 240)" "${launch[@]}" -np 32 "$C" train "${A[@]}" --micro-batch
         --tp-mode 2d --resume g.st --log g2.jsonl --save g.st --exit-after 10 2>>err.txt &&
    "$C" train "${A[@]}" --grad-accum 4 --resume g.st --log g3.jsonl --save g.st 2>>err.txt; then
     cat g1.jsonl g2.jsonl g3.jsonl > g.jsonl
-    $CMP logs g.jsonl ref4.jsonl --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1, 10 steps each: 30 steps"
-    $CMP st g.st ref4.st --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1: weights" --grads ref4.grads.st
+    cmp_q logs g.jsonl ref4.jsonl --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1, 10 steps each: 30 steps"
+    cmp_q st g.st ref4.st --label "pp4 x 3d8 -> pp2 x 2d4 -> pp1: weights" --grads ref4.grads.st
 else
     echo "FAIL pp4 x 3d8 -> pp2 x 2d4 -> pp1: $(head -c 300 err.txt)"
 fi
 # --recompute without --pp: the whole model, one micro-batch in flight
 for r in block selective "block --recompute-method uniform --recompute-layers 2"; do
-    if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s.jsonl --save s.st 2>err.txt; then
-        $CMP logs s.jsonl ref4.jsonl --label "pp1 recompute $r loss"
-        $CMP st s.st ref4.st --label "pp1 recompute $r weights" --grads ref4.grads.st
+    n=$((n + 1))
+    if "$C" train "${A[@]}" --grad-accum 4 --recompute $r --log s$n.jsonl --save s$n.st 2>err.txt; then
+        cmp_q logs s$n.jsonl ref4.jsonl --label "pp1 recompute $r loss"
+        cmp_q st s$n.st ref4.st --label "pp1 recompute $r weights" --grads ref4.grads.st
     else
         echo "FAIL pp1 recompute $r: $(head -c 300 err.txt)"
     fi
 done
 if timeout "$(tmo 120)" "${launch[@]}" -np 2 "$C" train "${A[@]}" --grad-accum 4 --tp 2 --tp-mode 1d \
-        --recompute selective --log s.jsonl --save s.st 2>err.txt; then
-    $CMP logs s.jsonl ref4.jsonl --label "tp 1d2 recompute selective loss"
-    $CMP st s.st ref4.st --label "tp 1d2 recompute selective weights" --grads ref4.grads.st
+        --recompute selective --log t.jsonl --save t.st 2>err.txt; then
+    cmp_q logs t.jsonl ref4.jsonl --label "tp 1d2 recompute selective loss"
+    cmp_q st t.st ref4.st --label "tp 1d2 recompute selective weights" --grads ref4.grads.st
 else
     echo "FAIL tp 1d2 recompute selective: $(head -c 300 err.txt)"
 fi
@@ -186,8 +190,8 @@ refuse "--micro-batches 0" 1 'micro-batches 0 must be >= 1' --micro-batches 0
 refuse "--micro-batches 0 under --pp" 2 'micro-batches 0 must be >= 1' --pp 2 --micro-batches 0
 refuse "--virtual-stages 5 at pp2 (8 modules)" 2 'use --virtual-stages between 1 and 4' --pp 2 --schedule interleaved --virtual-stages 5
 refuse "--pp 4 for 3 modules" 4 'use --pp between 2 and 3' --pp 4 --layers 1
-if "$C" train "${A[@]}" --micro-batches 4 --log s.jsonl 2>err.txt; then
-    $CMP logs s.jsonl ref4.jsonl --label "--micro-batches 4 without --pp = --grad-accum 4"
+if "$C" train "${A[@]}" --micro-batches 4 --log m.jsonl 2>err.txt; then
+    cmp_q logs m.jsonl ref4.jsonl --label "--micro-batches 4 without --pp = --grad-accum 4"
 else echo "FAIL --micro-batches without --pp: $(head -c 300 err.txt)"; fi
 # --steps 0 under --pp needs no data (it read "(null)" before); the initial
 # weights are saved
@@ -219,9 +223,11 @@ V=(--data tv.bin --val-data vv.bin --eval-every 1 --eval-batches 2 --grad-accum 
 "$C" train "${A[@]}" "${V[@]}" --log vref.jsonl --dump-grads gref.st 2>err.txt || echo "FAIL eval reference: $(head -c 300 err.txt)"
 for x in "2 --pp 2" "4 --pp 4 --schedule interleaved" "4 --pp 2 --dp 2"; do
     set -- $x; np=$1; shift
-    if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" "${V[@]}" "$@" --log v.jsonl \
-            --dump-grads g.st 2>err.txt; then
-        $CMP logs v.jsonl vref.jsonl --keys loss,val_loss --label "$* val_loss every step"
-        $CMP st g.st gref.st --grads gref.st --label "$* --dump-grads"
+    n=$((n + 1))
+    if timeout "$(tmo 120)" "${launch[@]}" -np "$np" "$C" train "${A[@]}" "${V[@]}" "$@" --log v$n.jsonl \
+            --dump-grads v$n.grads.st 2>err.txt; then
+        cmp_q logs v$n.jsonl vref.jsonl --keys loss,val_loss --label "$* val_loss every step"
+        cmp_q st v$n.grads.st gref.st --grads gref.st --label "$* --dump-grads"
     else echo "FAIL $* eval and dump-grads: $(head -c 300 err.txt)"; fi
 done
+cmp_flush

@@ -2,6 +2,8 @@
 """BERT / RoBERTa masked-language models in PyTorch, op by op, against cubist's.
   bert_ref.py --init INIT.st --batches B.bin --log LOG --grads G.st --model bert
               --batch B --seq-len T --layers L --heads H --steps S [optimizer flags]
+  bert_ref.py --runs FILE       one such run per line of FILE, arguments
+                                tab-separated, each after a line '@@ K'
 Retrains from cubist's initial weights (`cubist train --model bert --steps 0
 --save`) on the rows cubist built (--dump-batches: per row int32 T token ids,
 T token types, T targets (-1: not masked), the length) with torch.optim.AdamW
@@ -199,7 +201,7 @@ def decays(name):  # cubist's: weights and embeddings, not biases or LayerNorm
     return name.endswith('.weight') and 'LayerNorm' not in name and 'layer_norm' not in name
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     for f in ('--init', '--batches', '--log', '--grads'):
         ap.add_argument(f, required=True)
@@ -220,7 +222,7 @@ def main():
     ap.add_argument('--mask-prob', type=float, default=0.15)
     ap.add_argument('--max-predictions', type=int, default=0)
     ap.add_argument('--hf', help='also check this scripts/bert_to_hf.py conversion of --init')
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_default_dtype(torch.float64)
     ck = Checks()
     init, _ = read_safetensors(a.init)
@@ -265,5 +267,18 @@ def main():
     return ck.summary(f'{a.model} against PyTorch')
 
 
+def runs(path):
+    """One run of main per line of PATH (its arguments, tab-separated), in one
+    process (one torch start): run K's lines follow a line '@@ K', and an
+    exception ends that run with a FAIL line."""
+    for k, line in enumerate(open(path)):
+        print(f'@@ {k}', flush=True)
+        try:
+            main(line.rstrip('\n').split('\t'))
+        except (Exception, SystemExit) as e:
+            print(f'FAIL run {k}: {type(e).__name__}: {e}', flush=True)
+    return 0
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(runs(sys.argv[2]) if sys.argv[1:2] == ['--runs'] else main())

@@ -8,7 +8,9 @@ float64 from cubist's saved weights; each prints one line starting OK or BAD.
       MODEL smooth | lengths | shared: the step-1 loss of the program's LOG against
       the model recomputed on the same initial weights and batch (1e-5 relative),
       and a variant that must differ (so the check sees what it checks)
-
+  nmt_layers_ref.py batch FILE
+      one of the above per line of FILE, its arguments tab-separated, a result
+      line each: one start of torch for the test's checks
 The batches, lengths and padding repeat test_nmt_layers.c's: row r of step 0 has
 source length (5 r) % (T + 1), target length (3 r + 1) % (T + 1); --model smooth
 ends row r in r % 8 padding targets."""
@@ -158,6 +160,17 @@ def step1(model, init_path, tok_path, log_path):
             f"(tol 1e-5); the variant that must differ: {other:.9g}")
 
 
+def check(a):
+    return table(a[1], a[2]) if a[0] == "table" else step1(*a)
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
-    print(table(a[1], a[2]) if a[0] == "table" else step1(*a))
+    if a[0] != "batch":
+        print(check(a))
+        sys.exit(0)
+    for line in open(a[1]):  # one torch start for a test's checks
+        try:
+            print(check(line.rstrip("\n").split("\t")), flush=True)
+        except Exception as e:
+            print(f"BAD {line.strip()}: {type(e).__name__}: {e}", flush=True)

@@ -5,7 +5,9 @@ initial weights on the rows cubist dumped (--dump-batches: per row T source ids,
 T decoder input ids, T targets, source length, target length), trained by
 torch.optim.AdamW with cubist's schedule and clipping. Checks the loss of every
 step (1e-5 relative) and every gradient of step 1 (1e-4 as ||a-b||/||b||);
-prints PASS/FAIL lines and a summary."""
+prints PASS/FAIL lines and a summary. `nmt_ref.py --runs FILE`: one such run per
+line of FILE (its arguments, tab-separated), each after a line '@@ K', in one
+process."""
 import argparse
 import json
 import math
@@ -80,7 +82,7 @@ def decode_logits(P, a, src_ids, dec_ids, slen, tlen, step=0):
     return y @ P["emb.weight"][:a.vocab].T
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     for f in ("--init", "--batches", "--log", "--grads"):
         ap.add_argument(f, required=True)
@@ -99,7 +101,7 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-9)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--label", default="nmt")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_default_dtype(torch.float64)
     ck = Checks()
     init, _ = read_safetensors(a.init)
@@ -141,5 +143,18 @@ def main():
     return ck.summary(f"{a.label} against PyTorch")
 
 
+def runs(path):
+    """One run of main per line of PATH (its arguments, tab-separated), in one
+    process (one torch start): run K's lines follow a line '@@ K', and an
+    exception ends that run with a FAIL line."""
+    for k, line in enumerate(open(path)):
+        print(f"@@ {k}", flush=True)
+        try:
+            main(line.rstrip("\n").split("\t"))
+        except (Exception, SystemExit) as e:
+            print(f"FAIL run {k}: {type(e).__name__}: {e}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runs(sys.argv[2]) if sys.argv[1:2] == ["--runs"] else main())
