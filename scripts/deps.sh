@@ -2,7 +2,7 @@
 # Installs the Debian packages cubist needs, if any is missing: with apt-get
 # when root, otherwise prints the one command to run and stops.
 set -u
-pkgs=(build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin libmpich-dev mpich python3-torch python3-numpy python3-nltk bible-kjv diatheke sword-text-web sword-text-sparv gnuplot-nox nodejs clang)
+pkgs=(build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin libmpich-dev mpich python3-torch python3-numpy python3-nltk bible-kjv diatheke sword-text-web sword-text-sparv gnuplot-nox nodejs clang time)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
