@@ -563,15 +563,7 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
     (void)k;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *r = logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < V; j++) mx = r[j] > mx ? r[j] : mx;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) {
-            r[j] = exp_approx(r[j] - mx);
-            sum += r[j];
-        }
-        float inv = 1.0f / sum;
+        float *r = logits + (size_t)i * V, inv = 1.0f / exp_row(r, V);
         for (int j = 0; j < V; j++) r[j] *= inv;
         if (targets) losses[i] = targets[i] < 0 ? 0.0f : -logf(r[targets[i]]);
     }

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from cbref import Checks, read_safetensors, lr_at, clip_grads  # noqa: E402
+from cbref import Checks, read_safetensors, lr_at, clip_grads, run_lines  # noqa: E402
 
 
 def attention(qkv, NH, lens, drop=lambda p: p):
@@ -267,18 +267,5 @@ def main(argv=None):
     return ck.summary(f'{a.model} against PyTorch')
 
 
-def runs(path):
-    """One run of main per line of PATH (its arguments, tab-separated), in one
-    process (one torch start): run K's lines follow a line '@@ K', and an
-    exception ends that run with a FAIL line."""
-    for k, line in enumerate(open(path)):
-        print(f'@@ {k}', flush=True)
-        try:
-            main(line.rstrip('\n').split('\t'))
-        except (Exception, SystemExit) as e:
-            print(f'FAIL run {k}: {type(e).__name__}: {e}', flush=True)
-    return 0
-
-
 if __name__ == '__main__':
-    sys.exit(runs(sys.argv[2]) if sys.argv[1:2] == ['--runs'] else main())
+    sys.exit(run_lines(sys.argv[2], main) if sys.argv[1:2] == ['--runs'] else main())

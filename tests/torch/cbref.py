@@ -340,3 +340,16 @@ def warn_env_for_bench():
               "the core cubist's startup line names, for figures comparable with cubist's bench",
               file=sys.stderr)
     return not bad
+
+
+def run_lines(path, main):
+    """main(args) once per line of PATH (its arguments, tab-separated), in one
+    process (one torch start): run K's lines follow a line '@@ K', and an
+    exception ends that run with a FAIL line."""
+    for k, line in enumerate(open(path)):
+        print(f"@@ {k}", flush=True)
+        try:
+            main(line.rstrip("\n").split("\t"))
+        except (Exception, SystemExit) as e:
+            print(f"FAIL run {k}: {type(e).__name__}: {e}", flush=True)
+    return 0
