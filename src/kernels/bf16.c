@@ -5,9 +5,10 @@
  * by copying it, so a kernel added to the CPU table is here too.
  *
  * Activations and weights stay fp32 in memory; each product rounds its
- * operands into bf16 scratch on the way in (one memory pass), except
- * attention's P and dS, which the softmaxes write in bf16 as they make
- * them (no pass reading them back). A weight's
+ * operands into bf16 scratch on the way in (one memory pass; attention's
+ * Q, K, V and dY head-major), except attention's P and dS, which the
+ * softmaxes write in bf16 as they make them (no pass reading them back). A
+ * weight's
  * bf16 copy is kept until the parameters are next written
  * (cb_kernels_params_written: AdamW, loading, initialising), so the
  * forward and backward of a step round each weight once. oneDNN
@@ -37,8 +38,8 @@
 #define PACK_ROWS 1024
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
- * attention's 4-D (B,NH,.,.); strides in elements, so transposes and
- * qkv's interleaved heads need no copies. The key of the primitive cache. */
+ * attention's 4-D (B,NH,.,.) over dense head-major operands; strides in
+ * elements, so transposes need no copies. The key of the primitive cache. */
 typedef struct mm_desc {
     dnnl_dims_t ad, as, bd, bs, cd, cs;
     int nd;

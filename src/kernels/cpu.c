@@ -292,15 +292,10 @@ static void drop_block(float *y, const float *x, int rows, int ncol, int ld, uin
 }
 
 /* attention's probability dropout of pair bh: d = dropped p, (Tq,Tk) each */
-/* The first draw of pair bh's probabilities in a's dropout stream */
-static uint64_t attn_drop_g0(const cb_attn *a, int bh) {
-    int64_t b = bh / a->NH, h = bh % a->NH;
-    return (uint64_t)(((a->b0 + b) * a->NHg + a->h0 + h) * a->Tq) * (uint64_t)a->Tk;
-}
-
 static void attn_drop_pair(const cb_attn *a, int bh, const float *p, float *d) {
-    drop_block(d, p, a->Tq, a->Tk, a->Tk, attn_drop_g0(a, bh), (uint64_t)a->Tk, a->drop_key,
-               a->drop);
+    int64_t b = bh / a->NH, h = bh % a->NH;
+    uint64_t g0 = (uint64_t)(((a->b0 + b) * a->NHg + a->h0 + h) * a->Tq) * (uint64_t)a->Tk;
+    drop_block(d, p, a->Tq, a->Tk, a->Tk, g0, (uint64_t)a->Tk, a->drop_key, a->drop);
 }
 
 /* dp (nq rows of Tk) through the dropout: zero where d dropped, scaled elsewhere */
@@ -311,28 +306,6 @@ static void attn_drop_grad_pair(const cb_attn *a, float *dp, const float *d, int
         const float *r = d + (size_t)i * a->Tk;
 #pragma omp simd
         for (int j = 0; j < nk; j++) g[j] = r[j] != 0.0f ? g[j] * s : 0.0f;
-    }
-}
-
-/* Pair bh's softmax and its dropout in one pass over each row: s (Tq,Tk)
- * the probabilities (rows nq.. and columns past the keys a row sees
- * zero), d the dropped ones; the bits of cb_cpu_masked_softmax then
- * attn_drop_pair, one read of each row fewer */
-static void softmax_drop_pair(const cb_attn *a, int bh, float *s, float *d, int nq, int nk) {
-    int Tq = a->Tq, Tk = a->Tk;
-    uint64_t g0 = attn_drop_g0(a, bh), thr = (uint64_t)ceilf(a->drop * 16777216.0f);
-    float sd = 1.0f / (1.0f - a->drop);
-    for (int t = 0; t < Tq; t++) {
-        float *r = s + (size_t)t * Tk, *y = d + (size_t)t * Tk;
-        uint64_t gi = g0 + (uint64_t)t * Tk;
-        int lim = t < nq ? seen(t, nk, a->causal) : 0;
-        float sum = exp_row(r, lim), inv = lim ? 1.0f / sum : 0.0f;
-#pragma omp simd
-        for (int j = 0; j < lim; j++) {
-            r[j] *= inv;
-            y[j] = (cb_rng_bits_at(a->drop_key, gi + (uint64_t)j) >> 40) >= thr ? r[j] * sd : 0.0f;
-        }
-        for (int j = lim; j < Tk; j++) r[j] = 0.0f, y[j] = 0.0f;
     }
 }
 
@@ -380,8 +353,8 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
         if (p.nq && p.nk)
             cb_small_gemm(0, 1, p.nq, p.nk, hs, scale, q + p.q, a->ldq, kv + p.k, a->ldkv, s, Tk);
         float *pv = a->drop > 0 ? s + (size_t)a->B * a->NH * Tq * Tk : s; /* P V's P */
-        if (a->drop > 0) softmax_drop_pair(a, bh, s, pv, p.nq, p.nk);
-        else cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
+        cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
+        if (a->drop > 0) attn_drop_pair(a, bh, s, pv);
         if (p.nq && p.nk)
             cb_small_gemm(0, 0, p.nq, hs, p.nk, 1.0f, pv, Tk, kv + p.v, a->ldkv, o, a->C);
         zero_rows(o, p.nk ? p.nq : 0, Tq, hs, a->C);
@@ -427,26 +400,6 @@ void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, co
     }
 }
 
-/* dS (Tq,Tk) from dP through the dropout (kept where d is nonzero, scaled)
- * and the softmax backward, the dropout folded into the pass that sums
- * P dP: attn_drop_grad_pair then cb_cpu_masked_softmax_backward */
-static void drop_softmax_backward_pair(const cb_attn *a, float *dp, const float *d,
-                                       const float *p, int nq, int nk, float scale) {
-    float sd = 1.0f / (1.0f - a->drop);
-    for (int t = 0; t < a->Tq; t++) {
-        float *g = dp + (size_t)t * a->Tk, dot = 0.0f;
-        const float *r = p + (size_t)t * a->Tk, *y = d + (size_t)t * a->Tk;
-        int lim = t < nq ? seen(t, nk, a->causal) : 0;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < lim; j++) {
-            g[j] = y[j] != 0.0f ? g[j] * sd : 0.0f;
-            dot += r[j] * g[j];
-        }
-        dsoftmax_row(g, r, dot, scale, NULL, NULL, lim);
-        for (int j = lim; j < a->Tk; j++) g[j] = 0.0f;
-    }
-}
-
 /* dV = P^T dY, dP = dY V^T, dS by the softmax backward (scale folded in),
  * dQ = dS K, dK = dS^T Q, each over the valid rows; padding rows zero */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
@@ -466,8 +419,8 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
             cb_small_gemm(0, 1, nq, nk, hs, 1.0f, dy, a->C, kv + p.v, a->ldkv, ds, Tk);
             cb_small_gemm(1, 0, nk, hs, nq, 1.0f, pd, Tk, dy, a->C, dkv + p.v, a->ldkv);
         }
-        if (a->drop > 0) drop_softmax_backward_pair(a, ds, pd, pr, nq, nk, scale);
-        else cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
+        if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
+        cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
         if (nq) {
             cb_small_gemm(0, 0, nq, hs, nk, 1.0f, ds, Tk, kv + p.k, a->ldkv, dq + p.q, a->ldq);
             cb_small_gemm(1, 0, nk, hs, nq, 1.0f, ds, Tk, q + p.q, a->ldq, dkv + p.k, a->ldkv);
