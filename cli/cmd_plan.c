@@ -90,6 +90,8 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                "\"pp_s\":%.6g,\"bubble_s\":%.6g,\"dp_s\":%.6g,\"dp_exposed_s\":%.6g,\"opt_s\":%.6g,",
                p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->pp_s, p->bubble_s, p->dp_s,
                p->dp_exposed_s, p->opt_s);
+        printf("\"gemm_s\":%.6g,\"attn_s\":%.6g,\"mem_s\":%.6g,", p->kern.gemm_s, p->kern.attn_s,
+               p->kern.mem_s);
         printf("\"mem_params\":%.17g,\"mem_grads\":%.17g,\"mem_opt\":%.17g,\"mem_act\":%.17g,"
                "\"mem_scratch\":%.17g,\"mem_comm\":%.17g,\"mem_total\":%.17g,",
                p->mem_params, p->mem_grads, p->mem_opt, p->mem_act, p->mem_scratch, p->mem_comm,
@@ -251,7 +253,7 @@ static const char EPILOG[] =
     "this machine: the calibrated cache file ($XDG_CACHE_HOME/cubist/cluster-T<threads>.json,\n"
     "written by --calibrate), else a quick calibration now. --batch is the global batch of\n"
     "one optimizer step in sequences; --micro-batches fixes M (0: searched). Test only:\n"
-    "CUBIST_PLAN_FAKE=\"gflops=G,gbs=B,attn=A,knee=K,alpha=S,beta=B\" feeds calibration these\n"
+    "CUBIST_PLAN_FAKE=\"gflops=G,gbs=B,attn=A,knee=K,alpha=S,beta=B[,share=F]\" feeds calibration these\n"
     "rates instead of timing. Formulas and the cluster file format: docs/plan.md.\n";
 
 int cmd_plan(int argc, char **argv) {

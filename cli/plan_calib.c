@@ -25,13 +25,18 @@ int plan_cache_path(int threads, char *buf, size_t cap) {
 /* ------------------------------------------------------------ the fake timer */
 
 typedef struct fake {
-    double gflops, gbs, attn, knee, alpha, beta;
+    double gflops, gbs, attn, knee, alpha, beta, share;
 } fake;
 
 static double f_gemm(void *ctx, int m, int k, int n) {
     const fake *f = ctx;
     double eff = fmin(1, fmin(fmin(m, k), n) / f->knee);
     return 3 * 2.0 * m * k * n / (f->gflops * 1e9 * eff);
+}
+/* every stream at `share` of the rate alone */
+static double f_gemm_shared(void *ctx, int m, int k, int n, int streams) {
+    (void)streams;
+    return f_gemm(ctx, m, k, n) / ((fake *)ctx)->share;
 }
 static double f_memory(void *ctx, int N, int C) { return 3.0 * 72 * C * N / (((fake *)ctx)->gbs * 1e9); }
 static double f_memory_shared(void *ctx, int N, int C, int streams) {
@@ -58,14 +63,18 @@ static double f_coll(void *ctx, const char *op, int n) {
     return f->alpha + cb_plan_op_sent(op, 2, n) / f->beta;
 }
 
+/* gflops=G,gbs=B,attn=A,knee=K,alpha=S,beta=B[,share=F] (share 1 unless given) */
 static int parse_fake(const char *s, fake *f, cb_err *e) {
-    *f = (fake){0, 0, 0, 0, 0, 0};
-    int got = sscanf(s, "gflops=%lf,gbs=%lf,attn=%lf,knee=%lf,alpha=%lf,beta=%lf", &f->gflops,
-                     &f->gbs, &f->attn, &f->knee, &f->alpha, &f->beta);
+    *f = (fake){0, 0, 0, 0, 0, 0, 1};
+    int n = 0, m = 0;
+    int got = sscanf(s, "gflops=%lf,gbs=%lf,attn=%lf,knee=%lf,alpha=%lf,beta=%lf%n", &f->gflops,
+                     &f->gbs, &f->attn, &f->knee, &f->alpha, &f->beta, &n);
+    if (got == 6 && s[n] && (sscanf(s + n, ",share=%lf%n", &f->share, &m) != 1 || s[n + m]))
+        got = 0;
     if (got != 6 || f->gflops <= 0 || f->gbs <= 0 || f->attn <= 0 || f->knee <= 0 ||
-        f->alpha <= 0 || f->beta <= 0)
+        f->alpha <= 0 || f->beta <= 0 || f->share <= 0 || f->share > 1)
         return cb_fail(e, CB_EINPUT, "CUBIST_PLAN_FAKE='%s': want gflops=G,gbs=B,attn=A,knee=K,"
-                       "alpha=S,beta=B, all positive", s);
+                       "alpha=S,beta=B[,share=F], all positive, F at most 1", s);
     return CB_OK;
 }
 
@@ -110,7 +119,7 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
         if (parse_fake(fk, &f, e)) return e->code;
         /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
         cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
-                            f_memory_shared, 8 << 20, f_update};
+                            f_memory_shared, 8 << 20, f_update, f_gemm_shared};
         cb_plan_calibrate(&pr, quick, c);
         return CB_OK;
     }
@@ -137,12 +146,12 @@ int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_clus
 
 /* (max - min) / median of each figure measured (one not measured has none) */
 static void print_spread(const cb_plan_cluster *c, const double *spread) {
-    static const char *const NAME[CB_PLAN_NSPREAD] = {"peak",      "memory", "shared",       "cache",
-                                                      "attention", "update", "update shared"};
+    static const char *const NAME[CB_PLAN_NSPREAD] = {
+        "peak", "memory", "shared", "cache", "attention", "update", "update shared", "GEMM shared"};
     const double val[CB_PLAN_NSPREAD] = {c->peak_flops,           c->mem_bandwidth,
                                          c->mem_bandwidth_shared, c->cache_bandwidth,
                                          c->attn_efficiency,      c->update_bandwidth,
-                                         c->update_bandwidth_shared};
+                                         c->update_bandwidth_shared, c->gemm_shared};
     printf("; spread (max - min) / median:");
     for (int k = 0; k < CB_PLAN_NSPREAD; k++)
         if (val[k] > 0) printf("%s %s %.0f%%", k ? "," : "", NAME[k], 100 * spread[k]);
@@ -167,6 +176,9 @@ void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread)
                c->devices_per_node);
     else if (c->devices_per_node > 1)
         printf(", with %d updating not measured", c->devices_per_node);
+    if (c->gemm_shared > 0)
+        printf("; GEMMs keep %.0f%% of their rate with %d computing", 100 * c->gemm_shared,
+               c->devices_per_node);
     if (runs > 1) print_spread(c, spread);
     printf("\n");
 }
@@ -194,8 +206,9 @@ static const char SOURCE[] =
     "square shapes (peak = the best, efficiency = rate / peak by arithmetic intensity), the "
     "block's memory-bound kernels, the attention kernel, and MPI collectives of 2 ranks "
     "(alpha, beta fitted from 64 floats and a large vector); each figure the best of 15 windows, "
-    "the median of --repeat runs; the memory-bound kernels also with every device streaming at "
-    "once and on a working set in the last-level cache. One node: the inter-node tier repeats the intra-node one.";
+    "the median of --repeat runs; the memory-bound kernels, the update and the square GEMMs of "
+    "256-1024 also with every device running them at once (gemm_shared: the share of the rate "
+    "alone kept), the memory-bound kernels on a working set in the last-level cache. One node: the inter-node tier repeats the intra-node one.";
 
 /* the cache file's directory and its parent ($HOME/.cache may not exist yet) */
 static void cache_mkdir(const char *path) {

@@ -442,6 +442,8 @@ badfile "negative dropout rate" device.dropout_s "c['device']['dropout_s'] = -1"
 badfile "negative shared bandwidth" device.mem_bandwidth_shared "c['device']['mem_bandwidth_shared'] = -1"
 badfile "cache size without its rate" device.cache_bandwidth "del c['device']['cache_bandwidth']"
 badfile "shard shape of 3 numbers" device.gemm_shapes "c['device']['gemm_shapes'][0] = [1, 2, 3]"
+badfile "GEMM shared share above 1" device.gemm_shared "c['device']['gemm_shared'] = 1.5"
+badfile "negative GEMM shared share" device.gemm_shared "c['device']['gemm_shared'] = -0.5"
 
 # --validate --cluster: a missing file, a calibration of neither 1 nor 2 threads: exit 2, one line
 /usr/bin/python3 -c "
@@ -484,6 +486,45 @@ memcase "one rank out of cache: its rate alone" 10e9 --devices 1 --layers 2 --d-
     --seq-len 64 --vocab 257 --batch 2
 memcase "two ranks out of cache: the shared rate" 2.5e9 --devices 2 --dp 2 --tp 1 --pp 1 --layers 2 \
     --d-model 512 --heads 8 --seq-len 64 --vocab 257 --batch 2
+
+# the GEMMs' shared share (docs/plan.md, Compute shared): calibrated from the
+# fake's streams at share 0.8 on a node of 2 devices, it slows the GEMMs and
+# attention of a layout with 2 ranks on the node by 1/0.8 and leaves one
+# process and the memory-bound kernels alone
+CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9,share=0.8" \
+    P --calibrate --out share.json >share.out 2>share.err || fail "fake calibration, share: $(head -c 300 share.err)"
+/usr/bin/python3 -c "
+import json; c = json.load(open('share.json')); d = c['device']
+c['devices_per_node'] = 2; d['gemm_shared'] = d.get('gemm_shared', 0)
+open('share2.json', 'w').write(json.dumps(c)); del d['gemm_shared']
+open('share1.json', 'w').write(json.dumps(c))"
+for dev in 1 2; do
+    for f in share1 share2; do
+        P --cluster "$PWD/$f.json" --devices $dev --micro-batches 1 --json "${tiny[@]}" --batch 4 \
+            >"$f.d$dev" 2>share.err || fail "plan with $f.json, $dev devices: $(head -c 300 share.err)"
+    done
+done
+/usr/bin/python3 - <<'PY' || failed=$((failed + 1))
+import json
+share = json.load(open("share2.json"))["device"]["gemm_shared"]
+bad = [] if abs(share - 0.8) <= 1e-6 else ["calibrated share %g, fed 0.8" % share]
+n = 0
+for dev, f in ((1, 1.0), (2, 1 / 0.8)):
+    a = json.load(open("share1.d%d" % dev))["layouts"]
+    b = json.load(open("share2.d%d" % dev))["layouts"]
+    key = lambda l: (l["dp"], l["pp"], l["tp"], l["mode"], l["schedule"], l["M"], l["recompute"], l["zero"])
+    bb = {key(l): l for l in b}
+    for l in a:
+        m = bb[key(l)]
+        n += 1
+        for k, want in (("gemm_s", f * l["gemm_s"]), ("attn_s", f * l["attn_s"]), ("mem_s", l["mem_s"])):
+            if abs(m[k] - want) > 1e-5 * want:
+                bad.append("%s %s: %g, want %g" % (key(l), k, m[k], want))
+print("%s GEMM shared share: calibrated %g; gemm and attention x1.25 with 2 ranks on the node, "
+      "x1 with one, memory-bound kernels x1, over %d layouts%s" % (
+      "FAIL" if bad else "PASS", share, n, (": " + "; ".join(bad[:4])) if bad else ""))
+raise SystemExit(1 if bad else 0)
+PY
 printf '{"name": "x", "nodes": 1,' >bad.json
 P --cluster "$PWD/bad.json" --devices 2 >/dev/null 2>bad.err
 rc=$?

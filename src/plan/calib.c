@@ -38,6 +38,33 @@ static double intensity(double m, double k, double n) {
  * the peak, took whatever speed that stretch had. */
 #define SWEEPS(quick) ((quick) ? 1 : 3)
 
+/* Every device of the node running the square GEMMs of 256, 512 and 1024
+ * at once, one thread each: the share of its rate alone (rate[], the
+ * sweeps' best) that a device keeps, the median of the three. Two
+ * single-thread GEMMs side by side on this machine's two vCPUs kept 0.84
+ * to 0.99 of their rate alone (a scratch program, best of 15, 2026-11-27):
+ * what one rank's kernels lose to the other rank's, which the rate alone
+ * does not see (docs/plan.md, Compute shared). Not with quick, as for the
+ * shared memory rate; 0 when never measured. */
+static void calibrate_gemm_shared(const cb_plan_probe *pr, int quick, cb_plan_cluster *c,
+                                  const int *size, const double *rate) {
+    int streams = c->devices_per_node;
+    double share[3];
+    c->gemm_shared = 0;
+    if (quick || !pr->gemm_shared || streams < 2 || c->threads != 1) return;
+    for (int i = 0; i < 3; i++) {
+        double s = size[i], t = pr->gemm_shared(pr->ctx, size[i], size[i], size[i], streams);
+        if (t >= 1e29 || rate[i] <= 0) return; /* never ran together: not known */
+        share[i] = fmin(1, 3 * 2 * s * s * s / t / rate[i]);
+    }
+    for (int i = 1; i < 3; i++) /* the median of three */
+        for (int j = i; j > 0 && share[j] < share[j - 1]; j--) {
+            double t = share[j];
+            share[j] = share[j - 1], share[j - 1] = t;
+        }
+    c->gemm_shared = share[1];
+}
+
 static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     static const int SIZES[] = {16, 32, 64, 128, 256, 512, 1024};
     int n = quick ? 6 : 7;
@@ -57,6 +84,7 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
         c->eff_intensity[i] = intensity(SIZES[i], SIZES[i], SIZES[i]);
         c->eff[i] = fmax(rate[i] / best, i ? c->eff[i - 1] : 0);
     }
+    calibrate_gemm_shared(pr, quick, c, SIZES + n - 3, rate + n - 3);
 }
 
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
@@ -204,6 +232,7 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
     MED(update_bandwidth, &spread[CB_PLAN_SPREAD_UPDATE]);
     MED(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
     MED(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
+    MED(gemm_shared, &spread[CB_PLAN_SPREAD_GEMM_SHARED]);
     /* efficiencies: the median rate over the median peak (each run's are
      * of its own peak) */
     for (int i = 0; i < out->neff; i++) {

@@ -156,20 +156,24 @@ static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
     if (!rc) rc = read_eff(r, dev, c);
     /* optional (calibrated files): the compute-bound element-wise kernels,
      * the shared bandwidth, the last-level cache and its rate, the update's
-     * rates */
-    enum { NOPT = CB_PLAN_NEW + 5 };
+     * rates, the GEMM's shared share */
+    enum { NOPT = CB_PLAN_NEW + 6 };
     const char *const opt[NOPT] = {"gelu_erf_s",      "dropout_s",        "mem_bandwidth_shared",
                                    "cache_bytes",     "cache_bandwidth",  "update_bandwidth",
-                                   "update_bandwidth_shared"};
+                                   "update_bandwidth_shared", "gemm_shared"};
     const char *const optf[NOPT] = {"device.gelu_erf_s",       "device.dropout_s",
                                     "device.mem_bandwidth_shared", "device.cache_bytes",
                                     "device.cache_bandwidth",  "device.update_bandwidth",
-                                    "device.update_bandwidth_shared"};
+                                    "device.update_bandwidth_shared", "device.gemm_shared"};
     double *at[NOPT] = {&c->ew_s[0],          &c->ew_s[1],       &c->mem_bandwidth_shared,
                         &c->cache_bytes,      &c->cache_bandwidth, &c->update_bandwidth,
-                        &c->update_bandwidth_shared};
+                        &c->update_bandwidth_shared, &c->gemm_shared};
     for (int k = 0; k < NOPT && !rc; k++)
         if (json_get(dev, opt[k])) rc = num(r, dev, opt[k], optf[k], at[k]);
+    if (!rc && c->gemm_shared > 1)
+        rc = cb_fail(r->e, CB_EINPUT, "cluster file %s: field 'device.gemm_shared' is %g; give it "
+                     "the share of the rate alone, above 0 and at most 1 (see docs/plan.md, "
+                     "cluster files)", r->path, c->gemm_shared);
     if (!rc && (c->cache_bytes > 0) != (c->cache_bandwidth > 0))
         rc = bad(r, c->cache_bytes > 0 ? "device.cache_bandwidth" : "device.cache_bytes",
                  "is missing (cache_bytes and cache_bandwidth go together)");
@@ -239,6 +243,7 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
         jb_printf(b, ",\n    \"update_bandwidth\": %.6g", c->update_bandwidth);
     if (c->update_bandwidth_shared > 0)
         jb_printf(b, ",\n    \"update_bandwidth_shared\": %.6g", c->update_bandwidth_shared);
+    if (c->gemm_shared > 0) jb_printf(b, ",\n    \"gemm_shared\": %.6g", c->gemm_shared);
     if (c->cache_bytes > 0 && c->cache_bandwidth > 0)
         jb_printf(b, ",\n    \"cache_bytes\": %.6g,\n    \"cache_bandwidth\": %.6g",
                   c->cache_bytes, c->cache_bandwidth);

@@ -159,6 +159,11 @@ typedef struct cb_plan_cluster {
     /* optional: the update's rate (its bytes: optimizer_s's count), alone
      * and with every device of a node updating at once (0: mem_bandwidth's) */
     double update_bandwidth, update_bandwidth_shared;
+    /* optional (0: not known, taken as 1): the share of its GEMM rate alone
+     * that a device keeps with every device of a node running GEMMs at once
+     * (one thread each); it scales the compute of layouts with more than
+     * one rank on a node (docs/plan.md, Compute shared) */
+    double gemm_shared;
     double attn_efficiency; /* attention kernels, fraction of peak */
     int neff;              /* GEMM efficiency vs arithmetic intensity (FLOP/byte) */
     double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
@@ -323,6 +328,9 @@ typedef struct cb_plan_probe {
      * 1/dp scale, AdamW) of n parameters per stream, `streams` at once (1:
      * alone); NULL: not measured */
     double (*update)(void *ctx, int n, int streams);
+    /* seconds per call of gemm()'s GEMM on each of `streams` single-thread
+     * streams running at once on their own operands; NULL: not measured */
+    double (*gemm_shared)(void *ctx, int m, int k, int n, int streams);
 } cb_plan_probe;
 
 /* The collectives calibration measures (cb_plan_coll.op). */
@@ -340,11 +348,12 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
 /* The median of n calibrations of one machine, figure by figure, into out
  * (the first's name, shape and curve points); spread[k]: (max - min) /
  * median of the peak, the memory bandwidth, the shared bandwidth, the
- * in-cache rate, attention at head size 64 and the update's rates
- * (CB_PLAN_SPREAD_*). */
+ * in-cache rate, attention at head size 64, the update's rates and the
+ * GEMM's shared share (CB_PLAN_SPREAD_*). */
 #define CB_PLAN_MAXRUNS 16
 enum { CB_PLAN_SPREAD_PEAK, CB_PLAN_SPREAD_MEM, CB_PLAN_SPREAD_SHARED, CB_PLAN_SPREAD_CACHE,
-       CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED, CB_PLAN_NSPREAD };
+       CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED,
+       CB_PLAN_SPREAD_GEMM_SHARED, CB_PLAN_NSPREAD };
 void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
                             double spread[CB_PLAN_NSPREAD]);
 /* The bandwidth a rank's memory-bound kernels and update get under layout

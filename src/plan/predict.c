@@ -576,7 +576,18 @@ double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, do
 /* The memory-bound kernels and the update at the bandwidth the layout's
  * working set (the device's memory, every byte of which a step touches)
  * gets: predicted once for the memory, again at that rate. */
+/* The compute rate a rank gets: its rate alone, times the GEMM's shared
+ * share when the node runs more than one rank (calibrated with one thread
+ * a device; docs/plan.md, Compute shared). */
+static double compute_share(const cb_plan_cluster *c, const cb_plan_layout *l) {
+    double world = (double)l->dp * l->pp * l->tp;
+    return c->gemm_shared > 0 && minf(world, c->devices_per_node) > 1 ? c->gemm_shared : 1;
+}
+
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
+    cb_plan_cluster cs = *j->cluster;
+    cb_plan_job js = *j;
+    cs.peak_flops *= compute_share(&cs, l), js.cluster = &cs, j = &js;
     const cb_plan_cluster *c0 = j->cluster;
     predict_at(j, l, p);
     double rate = cb_plan_mem_rate(c0, l, p->mem_total);

@@ -91,27 +91,37 @@ static float *filled(size_t n) {
     return p;
 }
 
-static double probe_gemm(void *ctx, int m, int k, int n) {
-    (void)ctx;
+/* A GEMM's operand sets and buffers; 0 when out of memory. */
+static int gemm_alloc(gemm_arg *a, int m, int k, int n) {
     size_t mk = (size_t)m * k, kn = (size_t)k * n, mn = (size_t)m * n;
     double set = 4.0 * (mk + 2 * kn);
     int nset = (int)fmin(GEMM_MAX_SETS, fmax(1, ceil(GEMM_SETS_BYTES / set)));
-    gemm_arg a = {.m = m,
-                  .k = k,
-                  .n = n,
-                  .nset = nset,
-                  .y = filled(mn),
-                  .dx = filled(mk),
-                  .b = filled(n),
-                  .db = filled(n)};
-    int ok = a.y && a.dx && a.b && a.db;
-    for (int i = 0; i < a.nset; i++) {
-        a.x[i] = filled(mk), a.w[i] = filled(kn), a.dw[i] = filled(kn);
-        ok &= a.x[i] && a.w[i] && a.dw[i];
+    *a = (gemm_arg){.m = m,
+                    .k = k,
+                    .n = n,
+                    .nset = nset,
+                    .y = filled(mn),
+                    .dx = filled(mk),
+                    .b = filled(n),
+                    .db = filled(n)};
+    int ok = a->y && a->dx && a->b && a->db;
+    for (int i = 0; i < a->nset; i++) {
+        a->x[i] = filled(mk), a->w[i] = filled(kn), a->dw[i] = filled(kn);
+        ok &= a->x[i] && a->w[i] && a->dw[i];
     }
-    double t = ok ? best_of(gemm_body, &a) : 1e30;
-    for (int i = 0; i < a.nset; i++) free(a.x[i]), free(a.w[i]), free(a.dw[i]);
-    free(a.y), free(a.dx), free(a.b), free(a.db);
+    return ok;
+}
+
+static void gemm_free(gemm_arg *a) {
+    for (int i = 0; i < a->nset; i++) free(a->x[i]), free(a->w[i]), free(a->dw[i]);
+    free(a->y), free(a->dx), free(a->b), free(a->db);
+}
+
+static double probe_gemm(void *ctx, int m, int k, int n) {
+    (void)ctx;
+    gemm_arg a;
+    double t = gemm_alloc(&a, m, k, n) ? best_of(gemm_body, &a) : 1e30;
+    gemm_free(&a);
     return t;
 }
 
@@ -226,6 +236,18 @@ static double probe_memory_shared(void *ctx, int N, int C, int streams) {
     for (int i = 0; i < n; i++) ok &= mem_alloc(&a[i], N, C), arg[i] = &a[i];
     double t = ok ? together_s(mem_body, arg, n) : 1e30;
     for (int i = 0; i < n; i++) mem_free(&a[i]);
+    return t;
+}
+
+/* the same GEMM on every stream's own operands at once, one thread each */
+static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
+    (void)ctx;
+    gemm_arg a[MAX_STREAMS];
+    void *arg[MAX_STREAMS];
+    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS;
+    for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], m, k, n), arg[i] = &a[i];
+    double t = ok ? together_s(gemm_body, arg, s) : 1e30;
+    for (int i = 0; i < s; i++) gemm_free(&a[i]);
     return t;
 }
 
@@ -372,5 +394,5 @@ void cb_plan_probe_cpu(cb_plan_probe *pr) {
     *pr = (cb_plan_probe){probe_gemm,        probe_memory,        probe_attention,
                           probe_coll,        NULL,                size,
                           probe_elementwise, probe_memory_shared, llc_bytes(),
-                          probe_update};
+                          probe_update,      probe_gemm_shared};
 }
