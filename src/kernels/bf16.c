@@ -36,6 +36,8 @@
  * off from about 940 rows; measured at T=64, B=4 (256 rows) the GEMMs'
  * CPU time rose from 540 to 590 ms with it. */
 #define PACK_ROWS 1024
+/* The LM head's dX reduction chunk (head_dx) */
+#define HEAD_K 16384
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
  * attention's 4-D (B,NH,.,.) over dense head-major operands; strides in
@@ -95,6 +97,7 @@ typedef struct bf16_state {
     int amx;                   /* oneDNN runs the products on AMX */
     int pack; /* kept weights in the primitives' layouts: without AMX (CB_BF16_PACK=0|1 overrides) */
     int block_rows; /* causal attention's fewest query rows a block (CB_BF16_BLOCK_ROWS overrides) */
+    int head_k;     /* the LM head's dX reduction chunk (CB_BF16_HEAD_K overrides) */
 } bf16_state;
 
 static bf16_state S;
@@ -435,12 +438,32 @@ static void head_forward(const cb_kernels *k, float *out, const float *inp, cons
     gemm_w(s, N, V, C, x, C, w, 1, C, out, V, 0, NULL, 0);
 }
 
+/* dinp (N,C) = dout (N,V) @ w (V,C) over a reduction of V: on AMX (and
+ * the plain weight copy) in chunks of head_k of it, each accumulating
+ * into dinp (sum post-op). A chunk of dout's rows is a strided operand
+ * (row stride V), which oneDNN runs on gemm:jit, and that is the point:
+ * at GPT-2's shape (N 4096, C 768, V 50304, one thread) brgemm ran the
+ * whole reduction at 270-360 GFLOP/s, gemm:jit in chunks of 16384 at
+ * 530-750 (docs/precision.md, the LM head's products). */
+static void head_dx(bf16_state *s, float *dinp, const uint16_t *d, const float *w, int N, int C,
+                    int V) {
+    if (!s->amx || s->pack || V <= s->head_k) {
+        gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
+        return;
+    }
+    const uint16_t *wb = weight_bf16(s, 1, w, (size_t)V * C);
+    for (int k0 = 0; k0 < V; k0 += s->head_k) {
+        int kc = V - k0 < s->head_k ? V - k0 : s->head_k;
+        gemm(s, N, C, kc, d + k0, 0, V, wb + (size_t)k0 * C, 0, C, dinp, C, k0 > 0, NULL);
+    }
+}
+
 /* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += (acc) or = dout^T @ inp */
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, int N, int C, int V, int acc) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
-    gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
+    head_dx(s, dinp, d, w, N, C, V);
     gemm_dw(s, V, C, N, d, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), dw, acc);
 }
 
@@ -820,6 +843,8 @@ const cb_kernels *cb_kernels_bf16(void) {
     S.pack = pk && *pk ? strcmp(pk, "0") != 0 : !S.amx;
     const char *br = getenv("CB_BF16_BLOCK_ROWS");
     S.block_rows = br && atoi(br) > 0 ? atoi(br) : BLOCK_ROWS;
+    const char *hk = getenv("CB_BF16_HEAD_K");
+    S.head_k = hk && atoi(hk) > 0 ? atoi(hk) : HEAD_K;
     if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
     if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(S.eng);
