@@ -483,21 +483,25 @@ static void heads_view(int64_t *dims, int64_t *str, int B, int NH, int R, int Cc
 }
 
 /* Causal attention's query rows in blocks: block i, rows [r[i], r[i+1]),
- * sees keys [0, nk[i]) only, so its four products and the softmaxes skip
- * the keys no row of it sees (with 8 blocks, 9/16 of the T x T products
- * remain). Each block's operands are dense batches of their own shape
+ * sees keys [0, nk[i]) only, so its products and the softmaxes skip the
+ * keys no row of it sees (16 blocks leave 17/32 of the T x T products, 4
+ * leave 5/8). Each block's operands are dense batches of their own shape
  * (heads_view): the query-indexed tensors (Q, dY, O, dQ) block after
  * block, block i's (B,NH,rows,hs) at B NH r[i] hs ("the blocks' rows");
  * the scores, P, dP, dS block after block, block i's (B,NH,rows,nk[i]) at
  * B NH so[i] ("the blocks' scores"); dense copies of K's and V's first
  * nk[i] rows; dK and dV one (B,NH,nk[i],hs) part a block, at B NH ko[i] hs,
- * summed into their rows. Without causal (or with one block, T = 1) there
- * is one block of every query and key, and every layout is the plain
- * head-major one. */
+ * summed into their rows. Without causal, or with fewer than two blocks'
+ * rows, there is one block of every query and key, and every layout is
+ * the plain head-major one. The counts were measured at GPT-2's T=1024
+ * (docs/precision.md): more blocks speed the forward, while the
+ * backward's parts of dK and dV and its smaller products cost more than
+ * they save past 4; a block of fewer than 64 rows is not worth its calls
+ * (T=64 runs whole). */
 #define CAUSAL_BLOCKS 16 /* the most blocks */
 #define FWD_BLOCKS 16
 #define BWD_BLOCKS 4
-#define BLOCK_ROWS 64
+#define BLOCK_ROWS 64 /* the fewest rows a block (CB_BF16_BLOCK_ROWS overrides, for tests) */
 
 typedef struct qblocks {
     int n;                        /* blocks, none empty */
@@ -743,8 +747,9 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     for (int i = 0; i < qb.n; i++)
         heads_product(s, B, NH, rows_of(&qb, i), qb.nk[i], hs, 1.0f / sqrtf((float)hs),
                       h.q + (size_t)BH * qb.r[i] * hs, 0, h.kp[i], 1, sc + (size_t)BH * qb.so[i]);
-    const uint16_t *p = scratch(s, 1, ns); /* P V's P: the softmax writes it, unless dropout does */
-    attn_softmax(a, &qb, sc, att, a->drop > 0 ? NULL : (uint16_t *)p);
+    uint16_t *ps = scratch(s, 1, ns); /* P V's P: the softmax writes it, unless dropout does */
+    const uint16_t *p = ps;
+    attn_softmax(a, &qb, sc, att, a->drop > 0 ? NULL : ps);
     if (a->drop > 0) {
         cb_cpu_attn_dropout(a, att);
         p = to_blocks(s, 1, CB_RND_ACT_FWD, att + na, a, &qb);
