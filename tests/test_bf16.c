@@ -263,31 +263,60 @@ static void attention_cases(const cb_kernels *bf) {
  * cross-attention of Tq = 20 queries over Tk = 28 keys with padded
  * queries and keys (a sequence without keys among them), and the
  * bidirectional padded self-attention, also with dropout 0.2 of the
- * probabilities (a piece at sequence 1 and head 2 of 8). The same bounds
- * as the causal case (masking and dropout only remove terms; the dropout
- * scale is exact in both); padding rows must come out exactly zero in the
- * output and in every gradient. */
+ * probabilities (a piece at sequence 1 and head 2 of 8). Causal attention
+ * runs in blocks of query rows (src/kernels/bf16.c; at this T only with
+ * CB_BF16_BLOCK_ROWS=1, tests/test_bf16_kernels.sh), each seeing only the
+ * keys its rows see: T = 27 (not a multiple of 16 or 4, the blocks of
+ * forward and backward), T = 3 (fewer rows than blocks), with padding,
+ * with dropout, and cross-attention with more queries than keys; and the
+ * non-causal cross-attention. The same
+ * bounds as the causal case (masking and dropout only remove terms; the
+ * dropout scale is exact in both); padding rows must come out exactly
+ * zero in the output and in every gradient, and the probabilities att
+ * (both halves with dropout) exactly zero wherever a row does not see the
+ * key. */
 static void attention_general_cases(const cb_kernels *bf) {
     const cb_kernels *cpu = cb_kernels_cpu();
-    int B = 3, C = 64, NH = 4, lens[6] = {20, 7, 0, 28, 0, 11};
-    for (int cs = 0; cs < 3; cs++) {
-        int cross = cs == 1, Tq = 20, Tk = cross ? 28 : 20;
-        cb_attn a = cb_attn_self(B, Tq, C, NH, cross, lens);
-        if (cross) a.Tk = Tk, a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C, a.klen = lens + 3;
-        if (cs == 2) a.drop = 0.2f, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 2, a.NHg = 8;
+    static const struct {
+        const char *nm;
+        int Tq, Tk, causal, cross, padded;
+        float drop;
+    } cases[] = {
+        {"self padded", 20, 20, 0, 0, 1, 0.0f},
+        {"cross causal padded", 20, 28, 1, 1, 1, 0.0f},
+        {"self padded, dropout 0.2", 20, 20, 0, 0, 1, 0.2f},
+        {"causal T=27 (not a multiple of the blocks)", 27, 27, 1, 0, 0, 0.0f},
+        {"causal T=3 (fewer rows than blocks)", 3, 3, 1, 0, 0, 0.0f},
+        {"causal padded T=27", 27, 27, 1, 0, 1, 0.0f},
+        {"causal padded T=27, dropout 0.2", 27, 27, 1, 0, 1, 0.2f},
+        {"cross causal padded Tq=28 > Tk=20", 28, 20, 1, 1, 1, 0.0f},
+        {"cross padded Tq=20, Tk=28", 20, 28, 0, 1, 1, 0.0f},
+    };
+    int B = 3, C = 64, NH = 4;
+    for (size_t cs = 0; cs < sizeof cases / sizeof cases[0]; cs++) {
+        int cross = cases[cs].cross, Tq = cases[cs].Tq, Tk = cases[cs].Tk;
+        int lens[6] = {Tq, 7, 0, Tk, 0, 11};
+        cb_attn a = cb_attn_self(B, Tq, C, NH, cases[cs].causal, cases[cs].padded ? lens : NULL);
+        if (cross) {
+            a.Tk = Tk, a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C;
+            if (cases[cs].padded) a.klen = lens + 3;
+        }
+        if (cases[cs].drop > 0)
+            a.drop = cases[cs].drop, a.drop_key = 0x5eed, a.b0 = 1, a.h0 = 2, a.NHg = 8;
         size_t nq = (size_t)B * Tq * a.ldq, nkv = (size_t)B * Tk * a.ldkv, no = (size_t)B * Tq * C;
-        size_t na = (size_t)B * NH * Tq * Tk * (cs == 2 ? 2 : 1); /* + the dropped copy */
+        size_t na1 = (size_t)B * NH * Tq * Tk, na = na1 * (a.drop > 0 ? 2 : 1); /* + the dropped copy */
         float *q = randn(nq, 1.0f), *kv = cross ? randn(nkv, 1.0f) : q, *dout = randn(no, 1.0f);
-        float *ob = calloc(no, 4), *of = calloc(no, 4), *ab = calloc(na, 4), *af = calloc(na, 4);
+        float *ob = calloc(no, 4), *of = calloc(no, 4), *ab = malloc(na * 4), *af = calloc(na, 4);
         float *sb = calloc(na, 4), *sf = calloc(na, 4);
         float *dqb = calloc(nq, 4), *dqf = calloc(nq, 4);
         float *dkb = cross ? calloc(nkv, 4) : dqb, *dkf = cross ? calloc(nkv, 4) : dqf;
+        for (size_t i = 0; i < na; i++) ab[i] = NAN; /* every element must be written */
         bf->attention_forward(bf, &a, ob, ab, q, kv);
         cpu->attention_forward(cpu, &a, of, af, q, kv);
         bf->attention_backward(bf, &a, dqb, dkb, sb, dout, q, kv, ab);
         cpu->attention_backward(cpu, &a, dqf, dkf, sf, dout, q, kv, af);
-        const char *nm = cross ? "cross causal padded" : cs ? "self padded, dropout 0.2" : "self padded";
-        char what[160];
+        const char *nm = cases[cs].nm;
+        char what[200];
         double r = rel_frobenius(ob, of, no), tol = 4 * (2 * U + U * U) + 2.0 * Tk * 0x1p-24;
         snprintf(what, sizeof what,
                  "attention %s forward: bf16 vs fp32 within 4(2u+u^2)+2Tk 2^-24, nonzero", nm);
@@ -301,7 +330,8 @@ static void attention_general_cases(const cb_kernels *bf) {
          * and of keys and values past klen (q's columns [0, C), kv's k and v) */
         double bad = 0;
         for (int b = 0; b < B; b++) {
-            int ql = a.qlen[b], kl = a.klen[b];
+            int ql, kl;
+            cb_attn_rows(&a, b, &ql, &kl);
             for (int i = 0; i < Tq; i++)
                 for (int c = 0; c < C; c++) {
                     int padq = i >= ql || !kl;
@@ -318,6 +348,23 @@ static void attention_general_cases(const cb_kernels *bf) {
         snprintf(what, sizeof what,
                  "attention %s: padding rows zero in bf16 (output, dq, dk, dv)", nm);
         report(bad == 0, what, bad);
+        /* att where the row does not see the key: exactly zero (both halves) */
+        double masked = 0;
+        for (int b = 0; b < B; b++) {
+            int ql, kl;
+            cb_attn_rows(&a, b, &ql, &kl);
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < Tq; i++)
+                    for (int j = cb_attn_seen(i, ql, kl, a.causal); j < Tk; j++)
+                        for (size_t half = 0; half < na; half += na1) {
+                            float v = ab[half + (((size_t)b * NH + h) * Tq + i) * Tk + j];
+                            masked += v == 0.0f ? 0.0 : 1.0; /* NaN (unwritten) counts */
+                        }
+        }
+        snprintf(what, sizeof what,
+                 "attention %s: probabilities exactly zero where masked in bf16%s", nm,
+                 a.drop > 0 ? " (and dropped)" : "");
+        report(masked == 0, what, masked);
         free(q), free(dout), free(ob), free(of), free(ab), free(af), free(sb), free(sf);
         free(dqb), free(dqf);
         if (cross) free(kv), free(dkb), free(dkf);

@@ -5,13 +5,20 @@
 # bounds hold there, and the program's first line says it emulates; and
 # once more with CB_BF16_PACK=1, so that the kept-weight checks at 1024
 # rows read oneDNN's own layout on a CPU with AMX too (where the table
-# keeps the plain copy by default).
+# keeps the plain copy by default); and with CB_BF16_BLOCK_ROWS=1 and
+# CB_BF16_HEAD_K=64, so that causal attention runs in blocks of query rows
+# and the LM head's dX in chunks of its reduction (src/kernels/bf16.c) at
+# the test's small T and V too (by default a block has at least 64 rows
+# and a chunk 16384 of V).
 set -u
 . "$(dirname "$0")/launcher.sh"
 "$BUILD/tests/test_bf16"
 native=$?
 CB_BF16_PACK=1 "$BUILD/tests/test_bf16" 2>&1 | sed 's/^\(PASS\|FAIL\) /\1 kept layout: /'
 packed=${PIPESTATUS[0]}
+CB_BF16_BLOCK_ROWS=1 CB_BF16_HEAD_K=64 "$BUILD/tests/test_bf16" 2>&1 |
+    sed 's/^\(PASS\|FAIL\) /\1 small blocks: /'
+blocked=${PIPESTATUS[0]}
 out=$(CB_BF16_EMULATE=1 "$BUILD/tests/test_bf16" 2>&1)
 emulated=$?
 sed 's/^\(PASS\|FAIL\) /\1 emulated: /' <<<"$out"
@@ -20,4 +27,4 @@ if head -1 <<<"$out" | grep -q "oneDNN emulates, expect it to be slow"; then
 else
     echo "FAIL emulated: no warning on the first line: $(head -1 <<<"$out")"
 fi
-[ $native = 0 ] && [ $packed = 0 ] && [ $emulated = 0 ]
+[ $native = 0 ] && [ $packed = 0 ] && [ $blocked = 0 ] && [ $emulated = 0 ]

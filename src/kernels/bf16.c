@@ -28,7 +28,7 @@
 #include "kernels/kernels.h"
 #include "kernels/peak.h"
 
-#define NSCRATCH 8
+#define NSCRATCH 11
 /* Rows from which a weight product reads its kept copy in oneDNN's own
  * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
  * reorder of the weight (4 bytes of memory traffic an element) per update
@@ -36,6 +36,8 @@
  * off from about 940 rows; measured at T=64, B=4 (256 rows) the GEMMs'
  * CPU time rose from 540 to 590 ms with it. */
 #define PACK_ROWS 1024
+/* The LM head's dX reduction chunk (head_dx) */
+#define HEAD_K 16384
 
 /* A product C = alpha A B (+ C when acc) (+ bias), 2-D (M,K)x(K,N) or
  * attention's 4-D (B,NH,.,.) over dense head-major operands; strides in
@@ -94,6 +96,8 @@ typedef struct bf16_state {
     double round_ms[CB_RND_N]; /* time in rounding passes, by class */
     int amx;                   /* oneDNN runs the products on AMX */
     int pack; /* kept weights in the primitives' layouts: without AMX (CB_BF16_PACK=0|1 overrides) */
+    int block_rows; /* causal attention's fewest query rows a block (CB_BF16_BLOCK_ROWS overrides) */
+    int head_k;     /* the LM head's dX reduction chunk (CB_BF16_HEAD_K overrides) */
 } bf16_state;
 
 static bf16_state S;
@@ -434,20 +438,42 @@ static void head_forward(const cb_kernels *k, float *out, const float *inp, cons
     gemm_w(s, N, V, C, x, C, w, 1, C, out, V, 0, NULL, 0);
 }
 
+/* dinp (N,C) = dout (N,V) @ w (V,C) over a reduction of V: on AMX (and
+ * the plain weight copy) in chunks of head_k of it, each accumulating
+ * into dinp (sum post-op). A chunk of dout's rows is a strided operand
+ * (row stride V), which oneDNN runs on gemm:jit, and that is the point:
+ * at GPT-2's shape (N 4096, C 768, V 50304, one thread) brgemm ran the
+ * whole reduction at 270-360 GFLOP/s, gemm:jit in chunks of 16384 at
+ * 530-750 (docs/precision.md, the LM head's products). */
+static void head_dx(bf16_state *s, float *dinp, const uint16_t *d, const float *w, int N, int C,
+                    int V) {
+    if (!s->amx || s->pack || V <= s->head_k) {
+        gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
+        return;
+    }
+    const uint16_t *wb = weight_bf16(s, 1, w, (size_t)V * C);
+    for (int k0 = 0; k0 < V; k0 += s->head_k) {
+        int kc = V - k0 < s->head_k ? V - k0 : s->head_k;
+        gemm(s, N, C, kc, d + k0, 0, V, wb + (size_t)k0 * C, 0, C, dinp, C, k0 > 0, NULL);
+    }
+}
+
 /* dinp (N,C) = dout (N,V) @ w (V,C); dw (V,C) += (acc) or = dout^T @ inp */
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, int N, int C, int V, int acc) {
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * V);
-    gemm_w(s, N, C, V, d, V, w, 0, C, dinp, C, 0, NULL, 1);
+    head_dx(s, dinp, d, w, N, C, V);
     gemm_dw(s, V, C, N, d, V, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), dw, acc);
 }
 
 /* A (B,NH,R,Cc) view of a dense head-major tensor, or (B,NH,Cc,R) of its
  * per-head transpose. Every operand of attention's products is one: with
  * dense batches oneDNN runs them on its brgemm kernels (AMX where the CPU
- * has it), while views of the heads inside (B,T,3C) rows send them to its
- * gemm:jit fallback (measured in docs/precision.md: S = Q K^T 6x slower). */
+ * has it), while any other strides, views of the heads inside (B,T,3C)
+ * rows, a row stride past the row's end, a batch stride past the batch's
+ * end, send them to its gemm:jit fallback (measured in docs/precision.md:
+ * S = Q K^T 6x slower, a causal block's S 2-5x). */
 static void heads_view(int64_t *dims, int64_t *str, int B, int NH, int R, int Cc, int transposed) {
     int64_t d[4] = {B, NH, transposed ? Cc : R, transposed ? R : Cc};
     int64_t st[4] = {(int64_t)NH * R * Cc, (int64_t)R * Cc, transposed ? 1 : Cc,
@@ -456,33 +482,150 @@ static void heads_view(int64_t *dims, int64_t *str, int B, int NH, int R, int Cc
     memcpy(str, st, sizeof st);
 }
 
-/* The NH heads of hs columns of x (B,T,ld), rounded to bf16 head-major
- * (B,NH,T,hs) into scratch slot i; the pass counts to rounding class cls */
-static const uint16_t *to_heads(bf16_state *s, int i, int cls, const float *x, int B, int T,
-                                int64_t ld, int NH, int hs) {
-    uint16_t *d = scratch(s, i, (size_t)B * NH * T * hs);
+/* Causal attention's query rows in blocks: block i, rows [r[i], r[i+1]),
+ * sees keys [0, nk[i]) only, so its products and the softmaxes skip the
+ * keys no row of it sees (16 blocks leave 17/32 of the T x T products, 4
+ * leave 5/8). Each block's operands are dense batches of their own shape
+ * (heads_view): the query-indexed tensors (Q, dY, O, dQ) block after
+ * block, block i's (B,NH,rows,hs) at B NH r[i] hs ("the blocks' rows");
+ * the scores, P, dP, dS block after block, block i's (B,NH,rows,nk[i]) at
+ * B NH so[i] ("the blocks' scores"); dense copies of K's and V's first
+ * nk[i] rows; dK and dV one (B,NH,nk[i],hs) part a block, at B NH ko[i] hs,
+ * summed into their rows. Without causal, or with fewer than two blocks'
+ * rows, there is one block of every query and key, and every layout is
+ * the plain head-major one. The counts were measured at GPT-2's T=1024
+ * (docs/precision.md): more blocks speed the forward, while the
+ * backward's parts of dK and dV and its smaller products cost more than
+ * they save past 4; a block of fewer than 64 rows is not worth its calls
+ * (T=64 runs whole). */
+#define CAUSAL_BLOCKS 16 /* the most blocks */
+#define FWD_BLOCKS 16
+#define BWD_BLOCKS 4
+#define BLOCK_ROWS 64 /* the fewest rows a block (CB_BF16_BLOCK_ROWS overrides, for tests) */
+
+typedef struct qblocks {
+    int n;                        /* blocks, none empty */
+    int r[CAUSAL_BLOCKS + 1];     /* block i: query rows [r[i], r[i+1]) */
+    int nk[CAUSAL_BLOCKS];        /* block i sees keys [0, nk[i]) */
+    size_t so[CAUSAL_BLOCKS + 1]; /* block i's scores a (b,h) pair: sum of rows x nk before it */
+    size_t ko[CAUSAL_BLOCKS + 1]; /* block i's key rows a pair: sum of nk before it */
+    int whole;                    /* one block of every query and key: the plain layouts */
+} qblocks;
+
+static qblocks blocks_of(int Tq, int Tk, int causal, int blocks, int min_rows) {
+    int nb = causal ? blocks : 1;
+    if (nb > Tq / min_rows) nb = Tq / min_rows > 1 ? Tq / min_rows : 1;
+    qblocks q = {0};
+    for (int i = 0; i < nb; i++) {
+        int r1 = (int)((int64_t)(i + 1) * Tq / nb);
+        if (r1 == q.r[q.n]) continue;
+        q.nk[q.n] = causal && r1 < Tk ? r1 : Tk;
+        q.so[q.n + 1] = q.so[q.n] + (size_t)(r1 - q.r[q.n]) * q.nk[q.n];
+        q.ko[q.n + 1] = q.ko[q.n] + (size_t)q.nk[q.n];
+        q.r[++q.n] = r1;
+    }
+    q.whole = q.n == 1 && q.nk[0] == Tk;
+    return q;
+}
+
+static int rows_of(const qblocks *q, int i) { return q->r[i + 1] - q->r[i]; }
+
+/* the block of query row t */
+static int block_of(const qblocks *q, int t) {
+    int i = 0;
+    while (t >= q->r[i + 1]) i++;
+    return i;
+}
+
+/* offset of pair bh's query row t (of block i) in the blocks' rows, in rows */
+static size_t row_at(const qblocks *q, int i, int BH, int bh, int t) {
+    return (size_t)BH * q->r[i] + (size_t)bh * rows_of(q, i) + (t - q->r[i]);
+}
+
+/* offset of pair bh's query row t (of block i) in the blocks' scores */
+static size_t score_at(const qblocks *q, int i, int BH, int bh, int t) {
+    return (size_t)BH * q->so[i] + ((size_t)bh * rows_of(q, i) + (t - q->r[i])) * q->nk[i];
+}
+
+/* The NH heads of hs columns of x (B,T,ld) (T = q's rows), rounded to
+ * bf16 into scratch slot i in the blocks' rows; the pass counts to
+ * rounding class cls */
+static const uint16_t *to_heads(bf16_state *s, int i, int cls, const float *x, int B, int64_t ld,
+                                int NH, int hs, const qblocks *q) {
+    int T = q->r[q->n], BH = B * NH;
+    uint16_t *d = scratch(s, i, (size_t)BH * T * hs);
     double t0 = omp_get_wtime();
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
+            int blk = block_of(q, t);
             for (int h = 0; h < NH; h++) {
                 const float *r = x + ((size_t)b * T + t) * ld + (size_t)h * hs;
-                uint16_t *o = d + (((size_t)b * NH + h) * T + t) * hs;
+                uint16_t *o = d + row_at(q, blk, BH, b * NH + h, t) * hs;
 #pragma omp simd
                 for (int j = 0; j < hs; j++) o[j] = cb_bf16_round(r[j]);
             }
+        }
     s->round_ms[cls] += (omp_get_wtime() - t0) * 1e3;
     return d;
 }
 
-/* y (B,T,ld)'s NH heads of hs columns = x (B,NH,T,hs) */
-static void from_heads(float *y, int64_t ld, const float *x, int B, int T, int NH, int hs) {
+/* y (B,T,ld)'s NH heads of hs columns = x (B,NH,T,hs in the blocks' rows) */
+static void from_heads(float *y, int64_t ld, const float *x, int B, int NH, int hs,
+                       const qblocks *q) {
+    int T = q->r[q->n], BH = B * NH;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
+            int blk = block_of(q, t);
             for (int h = 0; h < NH; h++)
                 memcpy(y + ((size_t)b * T + t) * ld + (size_t)h * hs,
-                       x + (((size_t)b * NH + h) * T + t) * hs, sizeof(float) * hs);
+                       x + row_at(q, blk, BH, b * NH + h, t) * hs, sizeof(float) * hs);
+        }
+}
+
+/* y (B,Tk,ld)'s NH heads of hs columns = the sum of the blocks' parts x
+ * (block i's (B,NH,nk[i],hs) at B NH ko[i] hs) over those that have the
+ * row; zero where none has it (keys past every causal query) */
+static void from_parts(float *y, int64_t ld, const float *x, int B, int Tk, int NH, int hs,
+                       const qblocks *q) {
+    size_t BH = (size_t)B * NH;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tk; t++)
+            for (int h = 0; h < NH; h++) {
+                float *o = y + ((size_t)b * Tk + t) * ld + (size_t)h * hs;
+                int first = 1;
+                for (int i = 0; i < q->n; i++) {
+                    if (t >= q->nk[i]) continue;
+                    const float *p =
+                        x + (BH * q->ko[i] + ((size_t)b * NH + h) * q->nk[i] + t) * hs;
+                    if (first) memcpy(o, p, sizeof(float) * hs);
+                    else {
+#pragma omp simd
+                        for (int j = 0; j < hs; j++) o[j] += p[j];
+                    }
+                    first = 0;
+                }
+                if (first) memset(o, 0, sizeof(float) * hs);
+            }
+}
+
+/* Dense copies of the first nk[i] rows of every head of k (BH pairs of
+ * (Tk,hs), head-major) for the blocks that see fewer than Tk keys, into
+ * scratch slot i; kp[i] is block i's operand (k itself when it sees all) */
+static void key_prefixes(bf16_state *s, int i, const uint16_t *k, int BH, int Tk, int hs,
+                         const qblocks *q, const uint16_t **kp) {
+    uint16_t *d = scratch(s, i, (size_t)BH * q->ko[q->n] * hs);
+    for (int blk = 0; blk < q->n; blk++) {
+        size_t n = (size_t)q->nk[blk] * hs;
+        uint16_t *o = d + (size_t)BH * q->ko[blk] * hs;
+        kp[blk] = q->nk[blk] == Tk ? k : o;
+        if (q->nk[blk] == Tk) continue;
+#pragma omp parallel for schedule(static)
+        for (int bh = 0; bh < BH; bh++)
+            memcpy(o + bh * n, k + (size_t)bh * Tk * hs, sizeof(uint16_t) * n);
+    }
 }
 
 /* c (B,NH,M,N) = alpha a (B,NH,M,K) b (B,NH,K,N), all dense head-major;
@@ -496,108 +639,175 @@ static void heads_product(bf16_state *s, int B, int NH, int M, int N, int K, flo
     run(s, &d, a, b, c, NULL);
 }
 
-/* fp32 room for (B,NH,T,hs) in scratch slot i */
-static float *heads_out(bf16_state *s, int i, const cb_attn *a, int T) {
-    return (float *)scratch(s, i, 2 * (size_t)a->B * a->C * T);
+/* fp32 room for n values in scratch slot i */
+static float *fscratch(bf16_state *s, int i, size_t n) {
+    return (float *)scratch(s, i, 2 * n);
 }
 
-/* The masked softmax (or its backward) of every (b,h) pair, in fp32;
- * h (B,NH,Tq,Tk, may be NULL) gets the result in bf16 from the same pass
- * (the backward then leaves sc unchanged), and the backward also writes
- * the probabilities it reads to hp (may be NULL) in bf16: the next
- * products' operands without rounding passes that read fp32 back */
-static void attn_softmax(const cb_attn *a, float *sc, uint16_t *h, uint16_t *hp,
-                         const float *att, float scale) {
-    size_t TT = (size_t)a->Tq * a->Tk;
+/* The masked softmax of every (b,h) pair's rows, in fp32, from the scores
+ * sc (the blocks' scores) into att (B,NH,Tq,Tk; sc itself when the layout
+ * is whole), zero where masked and past the block's keys; p (the blocks'
+ * scores, may be NULL) gets the probabilities in bf16 from the same pass */
+static void attn_softmax(const cb_attn *a, const qblocks *q, const float *sc, float *att,
+                         uint16_t *p) {
+    int BH = a->B * a->NH;
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < a->B * a->NH; bh++) {
+    for (int bh = 0; bh < BH; bh++) {
         int nq, nk;
-        uint16_t *hb = h ? h + bh * TT : NULL, *hpb = hp ? hp + bh * TT : NULL;
         cb_attn_rows(a, bh / a->NH, &nq, &nk);
-        if (att)
-            cb_cpu_masked_softmax_backward(sc + bh * TT, hb, hpb, att + bh * TT, a->Tq, a->Tk, nq,
-                                           nk, a->causal, scale);
-        else
-            cb_cpu_masked_softmax(sc + bh * TT, hb, a->Tq, a->Tk, nq, nk, a->causal);
+        for (int i = 0; i < q->n; i++)
+            for (int t = q->r[i]; t < q->r[i + 1]; t++) {
+                size_t o = score_at(q, i, BH, bh, t);
+                float *r = att + ((size_t)bh * a->Tq + t) * a->Tk;
+                int lim = cb_attn_seen(t, nq, nk, a->causal), w = q->nk[i];
+                if (sc + o != r) memcpy(r, sc + o, sizeof(float) * lim);
+                cb_cpu_masked_softmax(r, p ? p + o : NULL, 1, w, 1, lim, 0);
+                if (w < a->Tk) memset(r + w, 0, sizeof(float) * (a->Tk - w));
+            }
     }
 }
 
-/* Attention's bf16 operands: Q, K and V head-major (slots 0, 5, 6) */
+/* Its backward: dp (the blocks' scores) dL/dP in (through the dropout
+ * first when a->drop > 0, read off att's dropped half), dL/dS (scale
+ * folded in) out in bf16 into ds (the blocks' scores), zero where masked;
+ * p (may be NULL) gets the probabilities att in bf16 from the same reads.
+ * att is read where rows see keys only. */
+static void attn_softmax_backward(const cb_attn *a, const qblocks *q, float *dp,
+                                  const float *att, uint16_t *ds, uint16_t *p, float scale) {
+    int BH = a->B * a->NH;
+    size_t na = (size_t)BH * a->Tq * a->Tk;
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < BH; bh++) {
+        int nq, nk;
+        cb_attn_rows(a, bh / a->NH, &nq, &nk);
+        for (int i = 0; i < q->n; i++)
+            for (int t = q->r[i]; t < q->r[i + 1]; t++) {
+                size_t o = score_at(q, i, BH, bh, t), r = ((size_t)bh * a->Tq + t) * a->Tk;
+                int lim = cb_attn_seen(t, nq, nk, a->causal);
+                if (a->drop > 0) cb_attn_drop_grad_row(dp + o, att + na + r, lim, a->drop);
+                cb_cpu_masked_softmax_backward(dp + o, ds + o, p ? p + o : NULL, att + r, 1,
+                                               q->nk[i], 1, lim, 0, scale);
+            }
+    }
+}
+
+/* x (B,NH,Tq,Tk)'s rows, each block's keys, rounded to bf16 into scratch
+ * slot i in the blocks' scores (the pass counts to class cls) */
+static const uint16_t *to_blocks(bf16_state *s, int i, int cls, const float *x, const cb_attn *a,
+                                 const qblocks *q) {
+    int BH = a->B * a->NH;
+    uint16_t *d = scratch(s, i, (size_t)BH * q->so[q->n]);
+    double t0 = omp_get_wtime();
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < BH; bh++)
+        for (int blk = 0; blk < q->n; blk++)
+            for (int t = q->r[blk]; t < q->r[blk + 1]; t++) {
+                const float *r = x + ((size_t)bh * a->Tq + t) * a->Tk;
+                uint16_t *o = d + score_at(q, blk, BH, bh, t);
+#pragma omp simd
+                for (int j = 0; j < q->nk[blk]; j++) o[j] = cb_bf16_round(r[j]);
+            }
+    s->round_ms[cls] += (omp_get_wtime() - t0) * 1e3;
+    return d;
+}
+
+/* Attention's bf16 operands: Q in the blocks' rows (slot 0), K and V
+ * head-major (slots 5, 6) and each block's rows of them (kp, vp: copies
+ * in slots 8, 9) */
 typedef struct attn_heads {
-    const uint16_t *q, *k, *v;
+    const uint16_t *q, *k, *v, *kp[CAUSAL_BLOCKS], *vp[CAUSAL_BLOCKS];
 } attn_heads;
 
-static attn_heads heads_of(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
-                           int cls) {
-    int hs = a->C / a->NH;
-    attn_heads h = {to_heads(s, 0, cls, q, a->B, a->Tq, a->ldq, a->NH, hs),
-                    to_heads(s, 5, cls, kv + a->koff, a->B, a->Tk, a->ldkv, a->NH, hs),
-                    to_heads(s, 6, cls, kv + a->voff, a->B, a->Tk, a->ldkv, a->NH, hs)};
+static attn_heads heads_of(bf16_state *s, const cb_attn *a, const qblocks *q, const float *x,
+                           const float *kv, int cls) {
+    int hs = a->C / a->NH, BH = a->B * a->NH;
+    qblocks keys = blocks_of(a->Tk, a->Tk, 0, 1, 1);
+    attn_heads h = {.q = to_heads(s, 0, cls, x, a->B, a->ldq, a->NH, hs, q),
+                    .k = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, hs, &keys),
+                    .v = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, hs, &keys)};
+    key_prefixes(s, 8, h.k, BH, a->Tk, hs, q, h.kp);
+    key_prefixes(s, 9, h.v, BH, a->Tk, hs, q, h.vp);
     return h;
 }
 
-/* out (B,Tq,C), att (B,NH,Tq,Tk). S = Q K^T / sqrt(hs) and O = P V are two
- * batched bf16 products over every head and row, on head-major copies of
- * Q, K, V (the rounding pass writes them); the masked softmax between them
- * is the CPU table's, in fp32, writing P V's bf16 P in the same pass, and
- * leaves masked probabilities (padding rows whole) zero, so O's padding
- * rows are zero. */
+/* out (B,Tq,C), att (B,NH,Tq,Tk). Block by block (qblocks), S = Q K^T /
+ * sqrt(hs) and O = P V are batched bf16 products over every head; the
+ * masked softmax between them is the CPU table's, in fp32, writing att
+ * whole (zero where masked) and P V's bf16 P in the same pass, so O's
+ * padding rows are zero. With one block S is written into att and the
+ * softmax works in place. */
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     bf16_state *s = state(k);
-    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
-    attn_heads h = heads_of(s, a, q, kv, CB_RND_ACT_FWD);
-    heads_product(s, B, NH, Tq, Tk, hs, 1.0f / sqrtf((float)hs), h.q, 0, h.k, 1, att);
-    size_t na = (size_t)B * NH * Tq * Tk;
-    uint16_t *p = scratch(s, 1, na); /* P V's P: the softmax writes it, unless dropout does */
-    attn_softmax(a, att, a->drop > 0 ? NULL : p, NULL, NULL, 0);
+    int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
+    qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, FWD_BLOCKS, s->block_rows);
+    attn_heads h = heads_of(s, a, &qb, q, kv, CB_RND_ACT_FWD);
+    size_t ns = (size_t)BH * qb.so[qb.n], na = (size_t)BH * a->Tq * a->Tk;
+    float *sc = qb.whole ? att : fscratch(s, 10, ns);
+    for (int i = 0; i < qb.n; i++)
+        heads_product(s, B, NH, rows_of(&qb, i), qb.nk[i], hs, 1.0f / sqrtf((float)hs),
+                      h.q + (size_t)BH * qb.r[i] * hs, 0, h.kp[i], 1, sc + (size_t)BH * qb.so[i]);
+    uint16_t *ps = scratch(s, 1, ns); /* P V's P: the softmax writes it, unless dropout does */
+    const uint16_t *p = ps;
+    attn_softmax(a, &qb, sc, att, a->drop > 0 ? NULL : ps);
     if (a->drop > 0) {
         cb_cpu_attn_dropout(a, att);
-        to_bf16(s, 1, CB_RND_ACT_FWD, att + na, na);
+        p = to_blocks(s, 1, CB_RND_ACT_FWD, att + na, a, &qb);
     }
-    float *o = heads_out(s, 7, a, Tq);
-    heads_product(s, B, NH, Tq, hs, Tk, 1.0f, p, 0, h.v, 0, o);
-    from_heads(out, a->C, o, B, Tq, NH, hs);
+    float *o = fscratch(s, 7, (size_t)BH * a->Tq * hs);
+    for (int i = 0; i < qb.n; i++)
+        heads_product(s, B, NH, rows_of(&qb, i), hs, qb.nk[i], 1.0f, p + (size_t)BH * qb.so[i],
+                      0, h.vp[i], 0, o + (size_t)BH * qb.r[i] * hs);
+    from_heads(out, a->C, o, B, NH, hs, &qb);
 }
 
-/* dkv's V columns = P^T dY, p (B,NH,Tq,Tk) and dy (B,NH,Tq,hs) bf16 */
-static void attn_dv(bf16_state *s, const cb_attn *a, const uint16_t *p, const uint16_t *dy,
-                    float *dkv) {
-    int hs = a->C / a->NH;
-    float *o = heads_out(s, 7, a, a->Tk);
-    heads_product(s, a->B, a->NH, a->Tk, hs, a->Tq, 1.0f, p, 1, dy, 0, o);
-    from_heads(dkv + a->voff, a->ldkv, o, a->B, a->Tk, a->NH, hs);
+/* dkv's rows of hs columns at off = the sum of the blocks' x^T y, x in
+ * the blocks' scores (bf16), y (the blocks' rows, bf16): dK from dS and
+ * Q, dV from P and dY */
+static void attn_key_grad(bf16_state *s, const cb_attn *a, const qblocks *q, const uint16_t *x,
+                          const uint16_t *y, float *dkv, int off) {
+    int BH = a->B * a->NH, hs = a->C / a->NH;
+    float *o = fscratch(s, 7, (size_t)BH * q->ko[q->n] * hs);
+    for (int i = 0; i < q->n; i++)
+        heads_product(s, a->B, a->NH, q->nk[i], hs, rows_of(q, i), 1.0f,
+                      x + (size_t)BH * q->so[i], 1, y + (size_t)BH * q->r[i] * hs, 0,
+                      o + (size_t)BH * q->ko[i] * hs);
+    from_parts(dkv + off, a->ldkv, o, a->B, a->Tk, a->NH, hs, q);
 }
 
-/* dP = dY V^T, dV = P^T dY (P and dP through the probability dropout
- * when a->drop > 0), dS from the softmax backward (fp32 arithmetic,
- * written in bf16, zero where masked), dQ = dS K / sqrt(hs),
- * dK = dS^T Q / sqrt(hs) (the scale is folded into dS, as in the CPU
- * table): padding rows come out zero. Without dropout the softmax
- * backward, which reads P anyway, writes dV's bf16 P, so dV runs after it.
- * Every product is head-major, as in the forward. */
+/* Block by block, as the forward: dP = dY V^T, dV = P^T dY (P and dP
+ * through the probability dropout when a->drop > 0), dS from the softmax
+ * backward (fp32 arithmetic, written in bf16, zero where masked),
+ * dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs) (the scale is folded into
+ * dS, as in the CPU table): padding rows come out zero. dV and dK are
+ * one product a block, summed. Without dropout the softmax backward,
+ * which reads P anyway, writes dV's bf16 P, so dV runs after it. */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                float *scratch_, const float *dout, const float *q,
                                const float *kv, const float *att) {
     bf16_state *s = state(k);
-    int B = a->B, NH = a->NH, Tq = a->Tq, Tk = a->Tk, hs = a->C / NH;
-    attn_heads h = heads_of(s, a, q, kv, CB_RND_ACT_BWD);
-    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, B, Tq, a->C, NH, hs);
-    size_t na = (size_t)B * NH * Tq * Tk;
-    uint16_t *p = scratch(s, 2, na), *ds = scratch(s, 3, na);
-    heads_product(s, B, NH, Tq, Tk, hs, 1.0f, dy, 0, h.v, 1, scratch_); /* dP = dY V^T */
+    int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
+    qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, BWD_BLOCKS, s->block_rows);
+    attn_heads h = heads_of(s, a, &qb, q, kv, CB_RND_ACT_BWD);
+    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, B, a->C, NH, hs, &qb);
+    size_t ns = (size_t)BH * qb.so[qb.n], na = (size_t)BH * a->Tq * a->Tk;
+    uint16_t *p = scratch(s, 2, ns), *ds = scratch(s, 3, ns);
+    for (int i = 0; i < qb.n; i++) /* dP = dY V^T */
+        heads_product(s, B, NH, rows_of(&qb, i), qb.nk[i], hs, 1.0f,
+                      dy + (size_t)BH * qb.r[i] * hs, 0, h.vp[i], 1,
+                      scratch_ + (size_t)BH * qb.so[i]);
     int drop = a->drop > 0;
-    if (drop) {
-        attn_dv(s, a, to_bf16(s, 2, CB_RND_ACT_BWD, att + na, na), dy, dkv);
-        cb_cpu_attn_dropout_backward(a, scratch_, att + na);
-    }
-    attn_softmax(a, scratch_, ds, drop ? NULL : p, att, 1.0f / sqrtf((float)hs));
-    if (!drop) attn_dv(s, a, p, dy, dkv);
-    float *o = heads_out(s, 7, a, Tq > Tk ? Tq : Tk);
-    heads_product(s, B, NH, Tq, hs, Tk, 1.0f, ds, 0, h.k, 0, o); /* dQ = dS K */
-    from_heads(dq, a->ldq, o, B, Tq, NH, hs);
-    heads_product(s, B, NH, Tk, hs, Tq, 1.0f, ds, 1, h.q, 0, o); /* dK = dS^T Q */
-    from_heads(dkv + a->koff, a->ldkv, o, B, Tk, NH, hs);
+    if (drop)
+        attn_key_grad(s, a, &qb, to_blocks(s, 2, CB_RND_ACT_BWD, att + na, a, &qb), dy, dkv,
+                      a->voff);
+    attn_softmax_backward(a, &qb, scratch_, att, ds, drop ? NULL : p, 1.0f / sqrtf((float)hs));
+    if (!drop) attn_key_grad(s, a, &qb, p, dy, dkv, a->voff);
+    float *o = fscratch(s, 7, (size_t)BH * a->Tq * hs);
+    for (int i = 0; i < qb.n; i++) /* dQ = dS K */
+        heads_product(s, B, NH, rows_of(&qb, i), hs, qb.nk[i], 1.0f,
+                      ds + (size_t)BH * qb.so[i], 0, h.kp[i], 0, o + (size_t)BH * qb.r[i] * hs);
+    from_heads(dq, a->ldq, o, B, NH, hs, &qb);
+    attn_key_grad(s, a, &qb, ds, h.q, dkv, a->koff); /* dK = dS^T Q */
 }
 
 /* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0
@@ -636,6 +846,10 @@ const cb_kernels *cb_kernels_bf16(void) {
      * reorders would be pure cost there */
     const char *pk = getenv("CB_BF16_PACK");
     S.pack = pk && *pk ? strcmp(pk, "0") != 0 : !S.amx;
+    const char *br = getenv("CB_BF16_BLOCK_ROWS");
+    S.block_rows = br && atoi(br) > 0 ? atoi(br) : BLOCK_ROWS;
+    const char *hk = getenv("CB_BF16_HEAD_K");
+    S.head_k = hk && atoi(hk) > 0 ? atoi(hk) : HEAD_K;
     if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
     if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(S.eng);

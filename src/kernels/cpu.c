@@ -226,8 +226,10 @@ void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk) {
     *nk = clamp_len(a->klen, b, a->Tk);
 }
 
-/* keys row i sees: [0, lim) */
-static int seen(int i, int nk, int causal) { return causal && i + 1 < nk ? i + 1 : nk; }
+int cb_attn_seen(int t, int nq, int nk, int causal) {
+    if (t >= nq) return 0;
+    return causal && t + 1 < nk ? t + 1 : nk;
+}
 
 /* row r (n) *= inv, and h (n, may be NULL) = r rounded to bf16 in the
  * same pass: the operand of the bf16 table's P V, with no second read of P */
@@ -260,7 +262,7 @@ void cb_cpu_masked_softmax(float *s, uint16_t *s16, int Tq, int Tk, int nq, int 
     for (int t = 0; t < Tq; t++) {
         float *r = s + (size_t)t * Tk;
         uint16_t *h = s16 ? s16 + (size_t)t * Tk : NULL;
-        int lim = t < nq ? seen(t, nk, causal) : 0;
+        int lim = cb_attn_seen(t, nq, nk, causal);
         float sum = exp_row(r, lim);
         scale_row(r, lim ? 1.0f / sum : 0.0f, h, lim);
         for (int j = lim; j < Tk; j++) r[j] = 0.0f;
@@ -298,15 +300,16 @@ static void attn_drop_pair(const cb_attn *a, int bh, const float *p, float *d) {
     drop_block(d, p, a->Tq, a->Tk, a->Tk, g0, (uint64_t)a->Tk, a->drop_key, a->drop);
 }
 
+void cb_attn_drop_grad_row(float *g, const float *d, int n, float p) {
+    float s = 1.0f / (1.0f - p);
+#pragma omp simd
+    for (int j = 0; j < n; j++) g[j] = d[j] != 0.0f ? g[j] * s : 0.0f;
+}
+
 /* dp (nq rows of Tk) through the dropout: zero where d dropped, scaled elsewhere */
 static void attn_drop_grad_pair(const cb_attn *a, float *dp, const float *d, int nq, int nk) {
-    float s = 1.0f / (1.0f - a->drop);
-    for (int i = 0; i < nq; i++) {
-        float *g = dp + (size_t)i * a->Tk;
-        const float *r = d + (size_t)i * a->Tk;
-#pragma omp simd
-        for (int j = 0; j < nk; j++) g[j] = r[j] != 0.0f ? g[j] * s : 0.0f;
-    }
+    for (int i = 0; i < nq; i++)
+        cb_attn_drop_grad_row(dp + (size_t)i * a->Tk, d + (size_t)i * a->Tk, nk, a->drop);
 }
 
 void cb_cpu_attn_dropout(const cb_attn *a, float *att) {
@@ -387,7 +390,7 @@ void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, co
         float *d = dp + (size_t)t * Tk, dot = 0.0f;
         const float *r = p + (size_t)t * Tk;
         size_t o = (size_t)t * Tk;
-        int lim = t < nq ? seen(t, nk, causal) : 0;
+        int lim = cb_attn_seen(t, nq, nk, causal);
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j < lim; j++) dot += r[j] * d[j];
         dsoftmax_row(d, r, dot, scale, ds16 ? ds16 + o : NULL, p16 ? p16 + o : NULL, lim);

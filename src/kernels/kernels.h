@@ -314,5 +314,12 @@ void cb_cpu_attn_dropout(const cb_attn *a, float *att);
 void cb_cpu_attn_dropout_backward(const cb_attn *a, float *dp, const float *d);
 /* valid query and key rows of sequence b of a (qlen, klen clamped) */
 void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
+/* how many keys (from the first) query row t sees, nq and nk its
+ * sequence's valid query and key rows: none past nq, and with causal at
+ * most t + 1 */
+int cb_attn_seen(int t, int nq, int nk, int causal);
+/* g (n): dL/d(dropped) in, dL/dP out, read off the dropped probabilities
+ * d (n) of dropout p (the row of cb_cpu_attn_dropout_backward) */
+void cb_attn_drop_grad_row(float *g, const float *d, int n, float p);
 
 #endif
