@@ -644,36 +644,18 @@ static float *fscratch(bf16_state *s, int i, size_t n) {
     return (float *)scratch(s, i, 2 * n);
 }
 
-/* The masked softmax of every (b,h) pair's rows, in fp32, from the scores
- * sc (the blocks' scores) into att (B,NH,Tq,Tk; sc itself when the layout
- * is whole), zero where masked and past the block's keys; p (the blocks'
- * scores, may be NULL) gets the probabilities in bf16 from the same pass */
-static void attn_softmax(const cb_attn *a, const qblocks *q, const float *sc, float *att,
-                         uint16_t *p) {
-    int BH = a->B * a->NH;
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < BH; bh++) {
-        int nq, nk;
-        cb_attn_rows(a, bh / a->NH, &nq, &nk);
-        for (int i = 0; i < q->n; i++)
-            for (int t = q->r[i]; t < q->r[i + 1]; t++) {
-                size_t o = score_at(q, i, BH, bh, t);
-                float *r = att + ((size_t)bh * a->Tq + t) * a->Tk;
-                int lim = cb_attn_seen(t, nq, nk, a->causal), w = q->nk[i];
-                if (sc + o != r) memcpy(r, sc + o, sizeof(float) * lim);
-                cb_cpu_masked_softmax(r, p ? p + o : NULL, 1, w, 1, lim, 0);
-                if (w < a->Tk) memset(r + w, 0, sizeof(float) * (a->Tk - w));
-            }
-    }
-}
-
-/* Its backward: dp (the blocks' scores) dL/dP in (through the dropout
- * first when a->drop > 0, read off att's dropped half), dL/dS (scale
- * folded in) out in bf16 into ds (the blocks' scores), zero where masked;
- * p (may be NULL) gets the probabilities att in bf16 from the same reads.
- * att is read where rows see keys only. */
-static void attn_softmax_backward(const cb_attn *a, const qblocks *q, float *dp,
-                                  const float *att, uint16_t *ds, uint16_t *p, float scale) {
+/* The masked softmax of every (b,h) pair's rows in fp32, block by block,
+ * or its backward (att_in, the forward's att, given). Forward: from the
+ * scores sc (the blocks' scores) into att (B,NH,Tq,Tk; sc itself when the
+ * layout is whole), zero where masked and past the block's keys; h (the
+ * blocks' scores, may be NULL) gets the probabilities in bf16 from the
+ * same pass. Backward: sc holds dL/dP (through the dropout first when
+ * a->drop > 0, read off att_in's dropped half), h gets dL/dS (scale
+ * folded in) in bf16, zero where masked, and hp (may be NULL) the
+ * probabilities att_in in bf16 from the same reads; att_in is read where
+ * rows see keys only. */
+static void attn_softmax(const cb_attn *a, const qblocks *q, float *sc, float *att, uint16_t *h,
+                         uint16_t *hp, const float *att_in, float scale) {
     int BH = a->B * a->NH;
     size_t na = (size_t)BH * a->Tq * a->Tk;
 #pragma omp parallel for schedule(static)
@@ -683,10 +665,16 @@ static void attn_softmax_backward(const cb_attn *a, const qblocks *q, float *dp,
         for (int i = 0; i < q->n; i++)
             for (int t = q->r[i]; t < q->r[i + 1]; t++) {
                 size_t o = score_at(q, i, BH, bh, t), r = ((size_t)bh * a->Tq + t) * a->Tk;
-                int lim = cb_attn_seen(t, nq, nk, a->causal);
-                if (a->drop > 0) cb_attn_drop_grad_row(dp + o, att + na + r, lim, a->drop);
-                cb_cpu_masked_softmax_backward(dp + o, ds + o, p ? p + o : NULL, att + r, 1,
-                                               q->nk[i], 1, lim, 0, scale);
+                int lim = cb_attn_seen(t, nq, nk, a->causal), w = q->nk[i];
+                if (att_in) {
+                    if (a->drop > 0) cb_attn_drop_grad_row(sc + o, att_in + na + r, lim, a->drop);
+                    cb_cpu_masked_softmax_backward(sc + o, h + o, hp ? hp + o : NULL, att_in + r,
+                                                   1, w, 1, lim, 0, scale);
+                    continue;
+                }
+                if (sc + o != att + r) memcpy(att + r, sc + o, sizeof(float) * lim);
+                cb_cpu_masked_softmax(att + r, h ? h + o : NULL, 1, w, 1, lim, 0);
+                if (w < a->Tk) memset(att + r + w, 0, sizeof(float) * (a->Tk - w));
             }
     }
 }
@@ -749,7 +737,7 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
                       h.q + (size_t)BH * qb.r[i] * hs, 0, h.kp[i], 1, sc + (size_t)BH * qb.so[i]);
     uint16_t *ps = scratch(s, 1, ns); /* P V's P: the softmax writes it, unless dropout does */
     const uint16_t *p = ps;
-    attn_softmax(a, &qb, sc, att, a->drop > 0 ? NULL : ps);
+    attn_softmax(a, &qb, sc, att, a->drop > 0 ? NULL : ps, NULL, NULL, 0);
     if (a->drop > 0) {
         cb_cpu_attn_dropout(a, att);
         p = to_blocks(s, 1, CB_RND_ACT_FWD, att + na, a, &qb);
@@ -800,7 +788,7 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     if (drop)
         attn_key_grad(s, a, &qb, to_blocks(s, 2, CB_RND_ACT_BWD, att + na, a, &qb), dy, dkv,
                       a->voff);
-    attn_softmax_backward(a, &qb, scratch_, att, ds, drop ? NULL : p, 1.0f / sqrtf((float)hs));
+    attn_softmax(a, &qb, scratch_, NULL, ds, drop ? NULL : p, att, 1.0f / sqrtf((float)hs));
     if (!drop) attn_key_grad(s, a, &qb, p, dy, dkv, a->voff);
     float *o = fscratch(s, 7, (size_t)BH * a->Tq * hs);
     for (int i = 0; i < qb.n; i++) /* dQ = dS K */
