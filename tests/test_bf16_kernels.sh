@@ -9,14 +9,15 @@
 # CB_BF16_HEAD_K=64, so that causal attention runs in blocks of query rows
 # and the LM head's dX in chunks of its reduction (src/kernels/bf16.c) at
 # the test's small T and V too (by default a block has at least 64 rows
-# and a chunk 16384 of V).
+# and a chunk 16384 of V), the fp32 table's causal attention, the
+# reference, in blocks of 3 rows (CB_CPU_BLOCK_ROWS, src/kernels/cpu.c).
 set -u
 . "$(dirname "$0")/launcher.sh"
 "$BUILD/tests/test_bf16"
 native=$?
 CB_BF16_PACK=1 "$BUILD/tests/test_bf16" 2>&1 | sed 's/^\(PASS\|FAIL\) /\1 kept layout: /'
 packed=${PIPESTATUS[0]}
-CB_BF16_BLOCK_ROWS=1 CB_BF16_HEAD_K=64 "$BUILD/tests/test_bf16" 2>&1 |
+CB_BF16_BLOCK_ROWS=1 CB_BF16_HEAD_K=64 CB_CPU_BLOCK_ROWS=3 "$BUILD/tests/test_bf16" 2>&1 |
     sed 's/^\(PASS\|FAIL\) /\1 small blocks: /'
 blocked=${PIPESTATUS[0]}
 out=$(CB_BF16_EMULATE=1 "$BUILD/tests/test_bf16" 2>&1)

@@ -306,23 +306,18 @@ void cb_attn_drop_grad_row(float *g, const float *d, int n, float p) {
     for (int j = 0; j < n; j++) g[j] = d[j] != 0.0f ? g[j] * s : 0.0f;
 }
 
-/* dp (nq rows of Tk) through the dropout: zero where d dropped, scaled elsewhere */
+/* dp (nq rows of Tk) through the dropout, each row over the keys it sees:
+ * zero where d dropped, scaled elsewhere */
 static void attn_drop_grad_pair(const cb_attn *a, float *dp, const float *d, int nq, int nk) {
     for (int i = 0; i < nq; i++)
-        cb_attn_drop_grad_row(dp + (size_t)i * a->Tk, d + (size_t)i * a->Tk, nk, a->drop);
+        cb_attn_drop_grad_row(dp + (size_t)i * a->Tk, d + (size_t)i * a->Tk,
+                              cb_attn_seen(i, nq, nk, a->causal), a->drop);
 }
 
 void cb_cpu_attn_dropout(const cb_attn *a, float *att) {
     size_t n = (size_t)a->Tq * a->Tk, all = n * a->B * a->NH;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * a->NH; bh++) attn_drop_pair(a, bh, att + bh * n, att + all + bh * n);
-}
-
-void cb_cpu_attn_dropout_backward(const cb_attn *a, float *dp, const float *d) {
-    size_t n = (size_t)a->Tq * a->Tk;
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < a->B * a->NH; bh++)
-        attn_drop_grad_pair(a, dp + bh * n, d + bh * n, a->Tq, a->Tk);
 }
 
 /* The (b,h) pair's operands in a's layout */
@@ -341,26 +336,63 @@ static attn_ptrs attn_at(const cb_attn *a, int b, int h) {
     return p;
 }
 
+/* Causal attention in blocks of BLOCK_ROWS query rows: block [r0, r1)
+ * sees keys [0, min(r1, nk)) only, so its products skip the keys none of
+ * its rows sees (at T 1024, 8 blocks leave 9/16 of the T x T products);
+ * in backward dK and dV go by blocks of keys, key block [k0, k1) seen by
+ * query rows [k0, nq) only. Without causal one block of every row and key. */
+#define BLOCK_ROWS 128
+
+/* the block's rows: BLOCK_ROWS, or CB_CPU_BLOCK_ROWS (tests: blocks at
+ * small T), read once, outside the parallel regions */
+static int causal_rows(void) {
+    static int n;
+    if (!n) {
+        const char *e = getenv("CB_CPU_BLOCK_ROWS");
+        n = e && atoi(e) > 0 ? atoi(e) : BLOCK_ROWS;
+    }
+    return n;
+}
+
+/* the keys that query rows [0, r1) see of nk */
+static int block_keys(const cb_attn *a, int r1, int nk) { return a->causal && r1 < nk ? r1 : nk; }
+
+/* the first query row that sees key k0 */
+static int block_first_row(const cb_attn *a, int k0) { return a->causal ? k0 : 0; }
+
+/* rows of a block of n rows or keys (rows: causal_rows()) */
+static int block_rows(const cb_attn *a, int rows, int n) { return a->causal ? rows : n; }
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk): S = Q K^T / sqrt(hs) and O = P V over
- * the valid rows only (GPT's case, every row, is the whole product). One
- * (b,h) pair per task; each GEMM runs on its calling thread. */
+ * the valid rows only, block by block (above). One (b,h) pair per task;
+ * each GEMM runs on its calling thread. The softmax writes every row of
+ * att whole, zeros past its keys. */
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     (void)k;
     int hs = a->C / a->NH, Tq = a->Tq, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
+    int rows = causal_rows();
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * a->NH; bh++) {
         attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
         float *s = att + (size_t)bh * Tq * Tk, *o = out + p.o;
-        if (p.nq && p.nk)
-            cb_small_gemm(0, 1, p.nq, p.nk, hs, scale, q + p.q, a->ldq, kv + p.k, a->ldkv, s, Tk);
+        int nq = p.nk ? p.nq : 0, rb = block_rows(a, rows, nq);
+        for (int r0 = 0; r0 < nq; r0 += rb) {
+            int r1 = r0 + rb < nq ? r0 + rb : nq;
+            cb_small_gemm(0, 1, r1 - r0, block_keys(a, r1, p.nk), hs, scale,
+                          q + p.q + (size_t)r0 * a->ldq, a->ldq, kv + p.k, a->ldkv,
+                          s + (size_t)r0 * Tk, Tk);
+        }
         float *pv = a->drop > 0 ? s + (size_t)a->B * a->NH * Tq * Tk : s; /* P V's P */
         cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
         if (a->drop > 0) attn_drop_pair(a, bh, s, pv);
-        if (p.nq && p.nk)
-            cb_small_gemm(0, 0, p.nq, hs, p.nk, 1.0f, pv, Tk, kv + p.v, a->ldkv, o, a->C);
-        zero_rows(o, p.nk ? p.nq : 0, Tq, hs, a->C);
+        for (int r0 = 0; r0 < nq; r0 += rb) {
+            int r1 = r0 + rb < nq ? r0 + rb : nq;
+            cb_small_gemm(0, 0, r1 - r0, hs, block_keys(a, r1, p.nk), 1.0f, pv + (size_t)r0 * Tk,
+                          Tk, kv + p.v, a->ldkv, o + (size_t)r0 * a->C, a->C);
+        }
+        zero_rows(o, nq, Tq, hs, a->C);
     }
 }
 
@@ -404,29 +436,53 @@ void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, co
 }
 
 /* dV = P^T dY, dP = dY V^T, dS by the softmax backward (scale folded in),
- * dQ = dS K, dK = dS^T Q, each over the valid rows; padding rows zero */
+ * dQ = dS K, dK = dS^T Q, each over the valid rows, block by block
+ * (above): dP and dQ by blocks of query rows, dV and dK by blocks of keys
+ * (no block adds into another's rows); padding rows zero */
 static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                float *scratch, const float *dout, const float *q, const float *kv,
                                const float *att) {
     (void)k;
     int hs = a->C / a->NH, Tq = a->Tq, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
+    int rows = causal_rows();
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * a->NH; bh++) {
         attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
         const float *pr = att + (size_t)bh * Tq * Tk, *dy = dout + p.o;
         const float *pd = a->drop > 0 ? pr + (size_t)a->B * a->NH * Tq * Tk : pr;
         float *ds = scratch + (size_t)bh * Tq * Tk;
-        int nq = p.nk ? p.nq : 0, nk = p.nq ? p.nk : 0;
-        if (nq) {
-            cb_small_gemm(0, 1, nq, nk, hs, 1.0f, dy, a->C, kv + p.v, a->ldkv, ds, Tk);
-            cb_small_gemm(1, 0, nk, hs, nq, 1.0f, pd, Tk, dy, a->C, dkv + p.v, a->ldkv);
+        int nq = p.nk ? p.nq : 0, nk = p.nq ? p.nk : 0, rb = block_rows(a, rows, nq),
+            kb = block_rows(a, rows, nk);
+        for (int r0 = 0; r0 < nq; r0 += rb) { /* dP */
+            int r1 = r0 + rb < nq ? r0 + rb : nq;
+            cb_small_gemm(0, 1, r1 - r0, block_keys(a, r1, nk), hs, 1.0f,
+                          dy + (size_t)r0 * a->C, a->C, kv + p.v, a->ldkv, ds + (size_t)r0 * Tk, Tk);
+        }
+        for (int k0 = 0; k0 < nk; k0 += kb) { /* dV */
+            int k1 = k0 + kb < nk ? k0 + kb : nk, t0 = block_first_row(a, k0);
+            if (t0 < nq)
+                cb_small_gemm(1, 0, k1 - k0, hs, nq - t0, 1.0f, pd + (size_t)t0 * Tk + k0, Tk,
+                              dy + (size_t)t0 * a->C, a->C, dkv + p.v + (size_t)k0 * a->ldkv,
+                              a->ldkv);
+            else
+                zero_rows(dkv + p.v, k0, k1, hs, a->ldkv);
         }
         if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
         cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
-        if (nq) {
-            cb_small_gemm(0, 0, nq, hs, nk, 1.0f, ds, Tk, kv + p.k, a->ldkv, dq + p.q, a->ldq);
-            cb_small_gemm(1, 0, nk, hs, nq, 1.0f, ds, Tk, q + p.q, a->ldq, dkv + p.k, a->ldkv);
+        for (int r0 = 0; r0 < nq; r0 += rb) { /* dQ */
+            int r1 = r0 + rb < nq ? r0 + rb : nq;
+            cb_small_gemm(0, 0, r1 - r0, hs, block_keys(a, r1, nk), 1.0f, ds + (size_t)r0 * Tk,
+                          Tk, kv + p.k, a->ldkv, dq + p.q + (size_t)r0 * a->ldq, a->ldq);
+        }
+        for (int k0 = 0; k0 < nk; k0 += kb) { /* dK */
+            int k1 = k0 + kb < nk ? k0 + kb : nk, t0 = block_first_row(a, k0);
+            if (t0 < nq)
+                cb_small_gemm(1, 0, k1 - k0, hs, nq - t0, 1.0f, ds + (size_t)t0 * Tk + k0, Tk,
+                              q + p.q + (size_t)t0 * a->ldq, a->ldq,
+                              dkv + p.k + (size_t)k0 * a->ldkv, a->ldkv);
+            else
+                zero_rows(dkv + p.k, k0, k1, hs, a->ldkv);
         }
         zero_rows(dq + p.q, nq, Tq, hs, a->ldq);
         zero_rows(dkv + p.k, nk, Tk, hs, a->ldkv);

@@ -309,9 +309,6 @@ void cb_cpu_masked_softmax_backward(float *dp, uint16_t *ds16, uint16_t *p16, co
 /* a->drop > 0: the dropped probabilities (second half of att) from the
  * probabilities (first half), every (b,h) of a */
 void cb_cpu_attn_dropout(const cb_attn *a, float *att);
-/* dp (B,NH,Tq,Tk): dL/d(dropped) in, dL/dP out (zero where dropped, else
- * scaled by 1/(1-drop)), read off the dropped probabilities d */
-void cb_cpu_attn_dropout_backward(const cb_attn *a, float *dp, const float *d);
 /* valid query and key rows of sequence b of a (qlen, klen clamped) */
 void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
 /* how many keys (from the first) query row t sees, nq and nk its
@@ -319,7 +316,8 @@ void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
  * most t + 1 */
 int cb_attn_seen(int t, int nq, int nk, int causal);
 /* g (n): dL/d(dropped) in, dL/dP out, read off the dropped probabilities
- * d (n) of dropout p (the row of cb_cpu_attn_dropout_backward) */
+ * d (n) of dropout p: zero where d dropped, else scaled by 1/(1-p)
+ * (both tables' attention backward, row by row over the keys a row sees) */
 void cb_attn_drop_grad_row(float *g, const float *d, int n, float p);
 
 #endif
