@@ -72,6 +72,16 @@ if cc -shared -fPIC -O2 -o fail_alloc.so "$ROOT/tests/fail_alloc.c" -ldl 2>cc.tx
             echo "PASS forced allocation failure at build, $label: exit 4, $(cat out.txt)"
         else echo "FAIL forced allocation failure at build, $label: exit $rc, $n lines: $(head -c 300 out.txt)"; fi
     }
-    forced "one process" 1
-    forced "1-D 2" 2 --tp 2 --tp-mode 1d
+    # Under `make asan` (ASAN_OPTIONS set) ASan's runtime owns malloc and
+    # refuses a library preloaded before it; told not to check that order,
+    # the wrapper's dlsym recursion crashes (both tried 2026-11-27), and
+    # ASan's own max_allocation_size_mb counts whole megabytes, above this
+    # model's buffers. So the check runs in `make test`, not under ASan,
+    # and says so (neither a pass nor a failure).
+    if [ -n "${ASAN_OPTIONS:-}" ]; then
+        echo "NOTE forced allocation failure at build: not run under ASan (a preloaded malloc cannot come before ASan's runtime); make test runs it"
+    else
+        forced "one process" 1
+        forced "1-D 2" 2 --tp 2 --tp-mode 1d
+    fi
 else echo "FAIL building tests/fail_alloc.c: $(head -c 300 cc.txt)"; fi
