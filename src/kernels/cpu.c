@@ -363,6 +363,36 @@ static int block_first_row(const cb_attn *a, int k0) { return a->causal ? k0 : 0
 /* rows of a block of n rows or keys (rows: causal_rows()) */
 static int block_rows(const cb_attn *a, int rows, int n) { return a->causal ? rows : n; }
 
+/* A pair's product by blocks of rb query rows, block [r0, r1) against the
+ * keys it sees (kb of them): with keys_out, out[r0:r1, 0:kb] (row stride
+ * ldo) = alpha x[r0:r1] y[0:kb]^T (S, dP: x queries' rows of hs, y keys'
+ * rows); without, out[r0:r1, 0:hs] = x[r0:r1, 0:kb] y[0:kb] (O, dQ: x the
+ * block's rows of probabilities or dS, y the keys' rows). */
+static void query_blocks(const cb_attn *a, int rb, int nq, int nk, int hs, int keys_out,
+                         float alpha, const float *x, int ldx, const float *y, int ldy, float *out,
+                         int ldo) {
+    for (int r0 = 0; r0 < nq; r0 += rb) {
+        int r1 = r0 + rb < nq ? r0 + rb : nq, kb = block_keys(a, r1, nk);
+        cb_small_gemm(0, keys_out, r1 - r0, keys_out ? kb : hs, keys_out ? hs : kb, alpha,
+                      x + (size_t)r0 * ldx, ldx, y, ldy, out + (size_t)r0 * ldo, ldo);
+    }
+}
+
+/* A pair's dV or dK by blocks of kb keys: out[k0:k1] (rows of hs, stride
+ * ldo) = m[t0:nq, k0:k1]^T x[t0:nq], m the probabilities or dS (row stride
+ * Tk), t0 the first row that sees key k0; zero where no row sees the block */
+static void key_blocks(const cb_attn *a, int kb, int nq, int nk, int hs, const float *m,
+                       const float *x, int ldx, float *out, int ldo) {
+    for (int k0 = 0; k0 < nk; k0 += kb) {
+        int k1 = k0 + kb < nk ? k0 + kb : nk, t0 = block_first_row(a, k0);
+        if (t0 < nq)
+            cb_small_gemm(1, 0, k1 - k0, hs, nq - t0, 1.0f, m + (size_t)t0 * a->Tk + k0, a->Tk,
+                          x + (size_t)t0 * ldx, ldx, out + (size_t)k0 * ldo, ldo);
+        else
+            zero_rows(out, k0, k1, hs, ldo);
+    }
+}
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk): S = Q K^T / sqrt(hs) and O = P V over
  * the valid rows only, block by block (above). One (b,h) pair per task;
  * each GEMM runs on its calling thread. The softmax writes every row of
@@ -378,20 +408,11 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
         attn_ptrs p = attn_at(a, bh / a->NH, bh % a->NH);
         float *s = att + (size_t)bh * Tq * Tk, *o = out + p.o;
         int nq = p.nk ? p.nq : 0, rb = block_rows(a, rows, nq);
-        for (int r0 = 0; r0 < nq; r0 += rb) {
-            int r1 = r0 + rb < nq ? r0 + rb : nq;
-            cb_small_gemm(0, 1, r1 - r0, block_keys(a, r1, p.nk), hs, scale,
-                          q + p.q + (size_t)r0 * a->ldq, a->ldq, kv + p.k, a->ldkv,
-                          s + (size_t)r0 * Tk, Tk);
-        }
+        query_blocks(a, rb, nq, p.nk, hs, 1, scale, q + p.q, a->ldq, kv + p.k, a->ldkv, s, Tk);
         float *pv = a->drop > 0 ? s + (size_t)a->B * a->NH * Tq * Tk : s; /* P V's P */
         cb_cpu_masked_softmax(s, NULL, Tq, Tk, p.nq, p.nk, a->causal);
         if (a->drop > 0) attn_drop_pair(a, bh, s, pv);
-        for (int r0 = 0; r0 < nq; r0 += rb) {
-            int r1 = r0 + rb < nq ? r0 + rb : nq;
-            cb_small_gemm(0, 0, r1 - r0, hs, block_keys(a, r1, p.nk), 1.0f, pv + (size_t)r0 * Tk,
-                          Tk, kv + p.v, a->ldkv, o + (size_t)r0 * a->C, a->C);
-        }
+        query_blocks(a, rb, nq, p.nk, hs, 0, 1.0f, pv, Tk, kv + p.v, a->ldkv, o, a->C);
         zero_rows(o, nq, Tq, hs, a->C);
     }
 }
@@ -454,36 +475,12 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
         float *ds = scratch + (size_t)bh * Tq * Tk;
         int nq = p.nk ? p.nq : 0, nk = p.nq ? p.nk : 0, rb = block_rows(a, rows, nq),
             kb = block_rows(a, rows, nk);
-        for (int r0 = 0; r0 < nq; r0 += rb) { /* dP */
-            int r1 = r0 + rb < nq ? r0 + rb : nq;
-            cb_small_gemm(0, 1, r1 - r0, block_keys(a, r1, nk), hs, 1.0f,
-                          dy + (size_t)r0 * a->C, a->C, kv + p.v, a->ldkv, ds + (size_t)r0 * Tk, Tk);
-        }
-        for (int k0 = 0; k0 < nk; k0 += kb) { /* dV */
-            int k1 = k0 + kb < nk ? k0 + kb : nk, t0 = block_first_row(a, k0);
-            if (t0 < nq)
-                cb_small_gemm(1, 0, k1 - k0, hs, nq - t0, 1.0f, pd + (size_t)t0 * Tk + k0, Tk,
-                              dy + (size_t)t0 * a->C, a->C, dkv + p.v + (size_t)k0 * a->ldkv,
-                              a->ldkv);
-            else
-                zero_rows(dkv + p.v, k0, k1, hs, a->ldkv);
-        }
+        query_blocks(a, rb, nq, nk, hs, 1, 1.0f, dy, a->C, kv + p.v, a->ldkv, ds, Tk); /* dP */
+        key_blocks(a, kb, nq, nk, hs, pd, dy, a->C, dkv + p.v, a->ldkv);          /* dV */
         if (a->drop > 0) attn_drop_grad_pair(a, ds, pd, nq, nk);
         cb_cpu_masked_softmax_backward(ds, NULL, NULL, pr, Tq, Tk, nq, nk, a->causal, scale);
-        for (int r0 = 0; r0 < nq; r0 += rb) { /* dQ */
-            int r1 = r0 + rb < nq ? r0 + rb : nq;
-            cb_small_gemm(0, 0, r1 - r0, hs, block_keys(a, r1, nk), 1.0f, ds + (size_t)r0 * Tk,
-                          Tk, kv + p.k, a->ldkv, dq + p.q + (size_t)r0 * a->ldq, a->ldq);
-        }
-        for (int k0 = 0; k0 < nk; k0 += kb) { /* dK */
-            int k1 = k0 + kb < nk ? k0 + kb : nk, t0 = block_first_row(a, k0);
-            if (t0 < nq)
-                cb_small_gemm(1, 0, k1 - k0, hs, nq - t0, 1.0f, ds + (size_t)t0 * Tk + k0, Tk,
-                              q + p.q + (size_t)t0 * a->ldq, a->ldq,
-                              dkv + p.k + (size_t)k0 * a->ldkv, a->ldkv);
-            else
-                zero_rows(dkv + p.k, k0, k1, hs, a->ldkv);
-        }
+        query_blocks(a, rb, nq, nk, hs, 0, 1.0f, ds, Tk, kv + p.k, a->ldkv, dq + p.q, a->ldq);
+        key_blocks(a, kb, nq, nk, hs, ds, q + p.q, a->ldq, dkv + p.k, a->ldkv); /* dK */
         zero_rows(dq + p.q, nq, Tq, hs, a->ldq);
         zero_rows(dkv + p.k, nk, Tk, hs, a->ldkv);
         zero_rows(dkv + p.v, nk, Tk, hs, a->ldkv);

@@ -585,20 +585,17 @@ static double compute_share(const cb_plan_cluster *c, const cb_plan_layout *l) {
 }
 
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
-    cb_plan_cluster cs = *j->cluster;
-    cb_plan_job js = *j;
-    cs.peak_flops *= compute_share(&cs, l), js.cluster = &cs, j = &js;
-    const cb_plan_cluster *c0 = j->cluster;
-    predict_at(j, l, p);
-    double rate = cb_plan_mem_rate(c0, l, p->mem_total);
-    double upd = cb_plan_update_rate(c0, l, p->mem_total);
-    if (!(p->mem_total < 1e300) ||
-        (rate == c0->mem_bandwidth && upd == (c0->update_bandwidth > 0 ? c0->update_bandwidth
-                                                                        : c0->mem_bandwidth)))
-        return;
-    cb_plan_cluster c = *c0;
+    cb_plan_cluster c = *j->cluster;
     cb_plan_job at = *j;
-    c.mem_bandwidth = rate, c.update_bandwidth = upd, at.cluster = &c;
+    c.peak_flops *= compute_share(&c, l), at.cluster = &c;
+    predict_at(&at, l, p);
+    double rate = cb_plan_mem_rate(&c, l, p->mem_total);
+    double upd = cb_plan_update_rate(&c, l, p->mem_total);
+    if (!(p->mem_total < 1e300) ||
+        (rate == c.mem_bandwidth &&
+         upd == (c.update_bandwidth > 0 ? c.update_bandwidth : c.mem_bandwidth)))
+        return;
+    c.mem_bandwidth = rate, c.update_bandwidth = upd;
     predict_at(&at, l, p);
 }
 
