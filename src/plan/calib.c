@@ -38,6 +38,16 @@ static double intensity(double m, double k, double n) {
  * the peak, took whatever speed that stretch had. */
 #define SWEEPS(quick) ((quick) ? 1 : 3)
 
+/* the median of v (n), sorting it in place */
+static double med(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* Every device of the node running the square GEMMs of 256, 512 and 1024
  * at once, one thread each: the share of its rate alone (rate[], the
  * sweeps' best) that a device keeps, the median of the three. Two
@@ -57,12 +67,7 @@ static void calibrate_gemm_shared(const cb_plan_probe *pr, int quick, cb_plan_cl
         if (t >= 1e29 || rate[i] <= 0) return; /* never ran together: not known */
         share[i] = fmin(1, 3 * 2 * s * s * s / t / rate[i]);
     }
-    for (int i = 1; i < 3; i++) /* the median of three */
-        for (int j = i; j > 0 && share[j] < share[j - 1]; j--) {
-            double t = share[j];
-            share[j] = share[j - 1], share[j - 1] = t;
-        }
-    c->gemm_shared = share[1];
+    c->gemm_shared = med(share, 3);
 }
 
 static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
@@ -193,15 +198,6 @@ static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cl
     int n = quick ? 1 << 20 : 1 << 22;
     for (int k = 0; k < CB_PLAN_NEW && pr->elementwise; k++)
         c->ew_s[k] = pr->elementwise(pr->ctx, k, n) / n;
-}
-
-static double med(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The median over the runs that measured it (non-zero: an optional
