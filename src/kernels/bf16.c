@@ -47,7 +47,8 @@ typedef struct mm_desc {
     int nd;
     float alpha;
     int acc, bias;
-    int packb, pad_; /* packb: B is a kept weight, read in the primitive's own layout */
+    int packb; /* B is a kept weight, read in the primitive's own layout */
+    int thr;   /* the OpenMP thread an entry of fused attention serves (its own memory objects) */
 } mm_desc;
 _Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 24,
                "mm_desc is compared with memcmp: it must have no padding");
@@ -98,6 +99,10 @@ typedef struct bf16_state {
     int pack; /* kept weights in the primitives' layouts: without AMX (CB_BF16_PACK=0|1 overrides) */
     int block_rows; /* causal attention's fewest query rows a block (CB_BF16_BLOCK_ROWS overrides) */
     int head_k;     /* the LM head's dX reduction chunk (CB_BF16_HEAD_K overrides) */
+    int fuse;       /* fused causal attention (CB_BF16_FUSED=0 turns it off, for A/B runs) */
+    int fused_rows; /* its query rows a block (CB_BF16_BLOCK_ROWS overrides) */
+    dnnl_stream_t *tstream; /* one stream an OpenMP thread, for fused attention */
+    int ntstream;
 } bf16_state;
 
 static bf16_state S;
@@ -335,16 +340,21 @@ static const void *packed(bf16_state *s, mm_entry *e, const float *w, size_t n, 
     return c->pk[o];
 }
 
-static void run_entry(bf16_state *s, mm_entry *e, const void *a, const void *b, float *c,
-                      const float *bias) {
+static void run_on(dnnl_stream_t st, mm_entry *e, const void *a, const void *b, float *c,
+                   const float *bias) {
     dnnl_memory_set_data_handle(e->a, (void *)a);
     dnnl_memory_set_data_handle(e->b, (void *)b);
     dnnl_memory_set_data_handle(e->c, c);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
                                {DNNL_ARG_BIAS, e->bias}};
     if (e->bias) dnnl_memory_set_data_handle(e->bias, (void *)bias);
-    check(dnnl_primitive_execute(e->prim, s->stream, e->bias ? 4 : 3, args), "matmul");
-    check(dnnl_stream_wait(s->stream), "stream wait");
+    check(dnnl_primitive_execute(e->prim, st, e->bias ? 4 : 3, args), "matmul");
+    check(dnnl_stream_wait(st), "stream wait");
+}
+
+static void run_entry(bf16_state *s, mm_entry *e, const void *a, const void *b, float *c,
+                      const float *bias) {
+    run_on(s->stream, e, a, b, c, bias);
 }
 
 static void run(bf16_state *s, const mm_desc *d, const uint16_t *a, const uint16_t *b, float *c,
@@ -498,10 +508,11 @@ static void heads_view(int64_t *dims, int64_t *str, int B, int NH, int R, int Cc
  * backward's parts of dK and dV and its smaller products cost more than
  * they save past 4; a block of fewer than 64 rows is not worth its calls
  * (T=64 runs whole). */
-#define CAUSAL_BLOCKS 16 /* the most blocks */
+#define CAUSAL_BLOCKS 64 /* the most blocks */
 #define FWD_BLOCKS 16
 #define BWD_BLOCKS 4
 #define BLOCK_ROWS 64 /* the fewest rows a block (CB_BF16_BLOCK_ROWS overrides, for tests) */
+#define FUSED_ROWS 128 /* fused causal attention's rows a block (the same override) */
 
 typedef struct qblocks {
     int n;                        /* blocks, none empty */
@@ -718,6 +729,214 @@ static attn_heads heads_of(bf16_state *s, const cb_attn *a, const qblocks *q, co
     return h;
 }
 
+/* Fused causal attention: without dropout, causal attention with at least
+ * two blocks of block_rows query rows runs pair by pair ((b,h) over the
+ * OpenMP threads) and block by block inside a pair, with every block's
+ * scores, dP, and bf16 P and dS in the thread's own buffers (a block of 64
+ * rows x 1024 keys: 256 KB of fp32 scores, in L2) instead of whole-tensor
+ * passes through memory. The forward's one write to memory is att's fp32
+ * probabilities, on each row's block of keys only (att's columns past the
+ * block's keys are not written), which the backward reads instead of
+ * computing S and its exponentials again (measured: the recomputation cost
+ * more than the read). Each block's products are 2-D oneDNN bf16 matmuls
+ * on dense slices of the head-major operands, run on the calling thread
+ * (oneDNN inside a parallel region runs on one) from the thread's own
+ * primitive entries and stream. The softmaxes are the CPU table's row
+ * functions, as in the unfused path: P, dS and their bf16 roundings are
+ * the same values. */
+enum { F_S, F_PV, F_DP, F_DV, F_DQ, F_DK, F_N };
+
+static int fused(const bf16_state *s, const cb_attn *a) {
+    return s->fuse && a->causal && a->drop <= 0 && a->Tq >= 2 * s->fused_rows;
+}
+
+static qblocks fused_blocks(const bf16_state *s, const cb_attn *a) {
+    int nb = a->Tq / s->fused_rows;
+    return blocks_of(a->Tq, a->Tk, 1, nb < CAUSAL_BLOCKS ? nb : CAUSAL_BLOCKS, s->fused_rows);
+}
+
+int cb_kernels_bf16_att_keys(const cb_attn *a, int t) {
+    if (!fused(&S, a)) return a->Tk;
+    qblocks q = fused_blocks(&S, a);
+    return q.nk[block_of(&q, t)];
+}
+
+static dnnl_stream_t thread_stream(bf16_state *s, int t) {
+    if (t >= s->ntstream) {
+        dnnl_stream_t *n = realloc(s->tstream, sizeof *n * (t + 1));
+        if (!n) cb_comm_fatal("out of memory for oneDNN streams");
+        s->tstream = n;
+        for (; s->ntstream <= t; s->ntstream++)
+            check(dnnl_stream_create(&s->tstream[s->ntstream], s->eng, dnnl_stream_default_flags),
+                  "stream");
+    }
+    return s->tstream[t];
+}
+
+/* the product f of a block of R rows seeing n keys, for thread t */
+static mm_desc fused_desc(int f, int R, int n, int hs, float scale, int t) {
+    mm_desc d;
+    switch (f) {
+    case F_S: d = gemm_desc(R, n, hs, 0, hs, 1, hs, n, 0, NULL), d.alpha = scale; break; /* Q K^T */
+    case F_PV: d = gemm_desc(R, hs, n, 0, n, 0, hs, hs, 0, NULL); break; /* P V */
+    case F_DP: d = gemm_desc(R, n, hs, 0, hs, 1, hs, n, 0, NULL); break; /* dY V^T */
+    case F_DV: d = gemm_desc(n, hs, R, 1, n, 0, hs, hs, 1, NULL); break; /* += P^T dY */
+    case F_DQ: d = gemm_desc(R, hs, n, 0, n, 0, hs, hs, 0, NULL); break; /* dS K */
+    default: d = gemm_desc(n, hs, R, 1, n, 0, hs, hs, 1, NULL); break;   /* += dS^T Q */
+    }
+    d.thr = t;
+    return d;
+}
+
+/* Every thread's entries of products f0..f1-1 for every block, created
+ * before the parallel region (the cache grows only outside it):
+ * e[(t q->n + i) F_N + f]. Kept between calls of the same shape until
+ * the cache moves (one list for the forward's products, one for the
+ * backward's: f0 tells them apart), so a step's 2 L calls search the
+ * cache once each. */
+static int max_rows(const qblocks *q) {
+    int R = 0;
+    for (int i = 0; i < q->n; i++) R = rows_of(q, i) > R ? rows_of(q, i) : R;
+    return R;
+}
+
+typedef struct fentries {
+    int Tq, Tk, hs, rows, nthr, f0;
+    const mm_entry *cache; /* the cache the pointers point into */
+    mm_entry **e;
+} fentries;
+
+static mm_entry **fused_entries(bf16_state *s, const qblocks *q, int Tk, int hs, int f0, int f1,
+                                int nthr) {
+    static fentries memo[2];
+    fentries *m = &memo[f0 != F_S];
+    int Tq = q->r[q->n], rows = max_rows(q);
+    if (m->e && m->cache == s->cache && m->Tq == Tq && m->Tk == Tk && m->hs == hs &&
+        m->rows == rows && m->nthr == nthr && m->f0 == f0)
+        return m->e;
+    free(m->e);
+    mm_entry **e = calloc((size_t)nthr * q->n * F_N, sizeof *e);
+    if (!e) cb_comm_fatal("out of memory for fused attention");
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int pass = 0; pass < 2; pass++) /* create, then find (creating moves the cache) */
+        for (int t = 0; t < nthr; t++) {
+            thread_stream(s, t);
+            for (int i = 0; i < q->n; i++)
+                for (int f = f0; f < f1; f++) {
+                    mm_desc d = fused_desc(f, rows_of(q, i), q->nk[i], hs, scale, t);
+                    e[((size_t)t * q->n + i) * F_N + f] = lookup(s, &d);
+                }
+        }
+    *m = (fentries){Tq, Tk, hs, rows, nthr, f0, s->cache, e};
+    return e;
+}
+
+/* A thread's buffers: fp32 S or dP (R,Tk), O or dQ (R,hs), dK, dV
+ * (Tk,hs); bf16 P, dS (R,Tk) */
+typedef struct fbuf {
+    float *sc, *o, *dk, *dv;
+    uint16_t *p, *ds;
+} fbuf;
+
+static size_t fbuf_floats(int R, int Tk, int hs) {
+    return (size_t)R * Tk + (size_t)R * hs + 2 * (size_t)Tk * hs;
+}
+
+static fbuf fbuf_of(float *f32, uint16_t *b16, int t, int R, int Tk, int hs) {
+    fbuf b;
+    b.sc = f32 + fbuf_floats(R, Tk, hs) * t;
+    b.o = b.sc + (size_t)R * Tk, b.dk = b.o + (size_t)R * hs, b.dv = b.dk + (size_t)Tk * hs;
+    b.p = b16 + 2 * (size_t)R * Tk * t, b.ds = b.p + (size_t)R * Tk;
+    return b;
+}
+
+/* dst (rows of hs columns at stride ld) = src (rows, hs) */
+static void put_rows(float *dst, int64_t ld, const float *src, int rows, int hs) {
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * ld, src + (size_t)r * hs, sizeof(float) * hs);
+}
+
+static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *att,
+                          const float *q, const float *kv) {
+    int B = a->B, NH = a->NH, hs = a->C / NH, nthr = omp_get_max_threads(), Tk = a->Tk;
+    qblocks qb = fused_blocks(s, a), whole = blocks_of(a->Tq, a->Tq, 0, 1, 1),
+            keys = blocks_of(Tk, Tk, 0, 1, 1);
+    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_FWD, q, B, a->ldq, NH, hs, &whole),
+                   *kh = to_heads(s, 5, CB_RND_ACT_FWD, kv + a->koff, B, a->ldkv, NH, hs, &keys),
+                   *vh = to_heads(s, 6, CB_RND_ACT_FWD, kv + a->voff, B, a->ldkv, NH, hs, &keys);
+    int R = max_rows(&qb);
+    mm_entry **e = fused_entries(s, &qb, Tk, hs, F_S, F_PV + 1, nthr);
+    float *f32 = fscratch(s, 10, fbuf_floats(R, Tk, hs) * nthr);
+    uint16_t *b16 = scratch(s, 1, 2 * (size_t)R * Tk * nthr);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int t = omp_get_thread_num(), b = bh / NH, h = bh % NH, nq, nk;
+        dnnl_stream_t st = s->tstream[t];
+        fbuf f = fbuf_of(f32, b16, t, R, Tk, hs);
+        cb_attn_rows(a, b, &nq, &nk);
+        for (int i = 0; i < qb.n; i++) {
+            mm_entry **ei = e + ((size_t)t * qb.n + i) * F_N;
+            int w = qb.nk[i], r0 = qb.r[i];
+            run_on(st, ei[F_S], qh + ((size_t)bh * a->Tq + r0) * hs, kh + (size_t)bh * Tk * hs,
+                   f.sc, NULL);
+            for (int r = r0; r < qb.r[i + 1]; r++) {
+                size_t o = (size_t)(r - r0) * w;
+                cb_cpu_masked_softmax(f.sc + o, f.p + o, 1, w, 1, cb_attn_seen(r, nq, nk, 1), 0);
+                memcpy(att + ((size_t)bh * a->Tq + r) * Tk, f.sc + o, sizeof(float) * w);
+            }
+            run_on(st, ei[F_PV], f.p, vh + (size_t)bh * Tk * hs, f.o, NULL);
+            put_rows(out + ((size_t)b * a->Tq + r0) * a->C + (size_t)h * hs, a->C, f.o,
+                     rows_of(&qb, i), hs);
+        }
+    }
+}
+
+static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dkv,
+                           const float *dout, const float *q, const float *kv, const float *att) {
+    int B = a->B, NH = a->NH, hs = a->C / NH, nthr = omp_get_max_threads(), Tk = a->Tk;
+    float scale = 1.0f / sqrtf((float)hs);
+    qblocks qb = fused_blocks(s, a), whole = blocks_of(a->Tq, a->Tq, 0, 1, 1),
+            keys = blocks_of(Tk, Tk, 0, 1, 1);
+    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_BWD, q, B, a->ldq, NH, hs, &whole),
+                   *kh = to_heads(s, 5, CB_RND_ACT_BWD, kv + a->koff, B, a->ldkv, NH, hs, &keys),
+                   *vh = to_heads(s, 6, CB_RND_ACT_BWD, kv + a->voff, B, a->ldkv, NH, hs, &keys),
+                   *dy = to_heads(s, 4, CB_RND_GRAD, dout, B, a->C, NH, hs, &whole);
+    int R = max_rows(&qb);
+    mm_entry **e = fused_entries(s, &qb, Tk, hs, F_DP, F_N, nthr);
+    float *f32 = fscratch(s, 10, fbuf_floats(R, Tk, hs) * nthr);
+    uint16_t *b16 = scratch(s, 1, 2 * (size_t)R * Tk * nthr);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int t = omp_get_thread_num(), b = bh / NH, h = bh % NH, nq, nk;
+        dnnl_stream_t st = s->tstream[t];
+        fbuf f = fbuf_of(f32, b16, t, R, Tk, hs);
+        cb_attn_rows(a, b, &nq, &nk);
+        memset(f.dk, 0, sizeof(float) * Tk * hs);
+        memset(f.dv, 0, sizeof(float) * Tk * hs);
+        const uint16_t *vb = vh + (size_t)bh * Tk * hs, *kb = kh + (size_t)bh * Tk * hs;
+        for (int i = 0; i < qb.n; i++) {
+            mm_entry **ei = e + ((size_t)t * qb.n + i) * F_N;
+            int w = qb.nk[i], r0 = qb.r[i], rows = rows_of(&qb, i);
+            const uint16_t *qi = qh + ((size_t)bh * a->Tq + r0) * hs,
+                           *dyi = dy + ((size_t)bh * a->Tq + r0) * hs;
+            run_on(st, ei[F_DP], dyi, vb, f.sc, NULL);
+            for (int r = r0; r < qb.r[i + 1]; r++) {
+                size_t o = (size_t)(r - r0) * w;
+                cb_cpu_masked_softmax_backward(f.sc + o, f.ds + o, f.p + o,
+                                               att + ((size_t)bh * a->Tq + r) * Tk, 1, w, 1,
+                                               cb_attn_seen(r, nq, nk, 1), 0, scale);
+            }
+            run_on(st, ei[F_DV], f.p, dyi, f.dv, NULL);
+            run_on(st, ei[F_DQ], f.ds, kb, f.o, NULL);
+            put_rows(dq + ((size_t)b * a->Tq + r0) * a->ldq + (size_t)h * hs, a->ldq, f.o, rows,
+                     hs);
+            run_on(st, ei[F_DK], f.ds, qi, f.dk, NULL);
+        }
+        put_rows(dkv + (size_t)b * Tk * a->ldkv + a->koff + (size_t)h * hs, a->ldkv, f.dk, Tk, hs);
+        put_rows(dkv + (size_t)b * Tk * a->ldkv + a->voff + (size_t)h * hs, a->ldkv, f.dv, Tk, hs);
+    }
+}
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk). Block by block (qblocks), S = Q K^T /
  * sqrt(hs) and O = P V are batched bf16 products over every head; the
  * masked softmax between them is the CPU table's, in fp32, writing att
@@ -727,6 +946,10 @@ static attn_heads heads_of(bf16_state *s, const cb_attn *a, const qblocks *q, co
 static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv) {
     bf16_state *s = state(k);
+    if (fused(s, a)) {
+        fused_forward(s, a, out, att, q, kv);
+        return;
+    }
     int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
     qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, FWD_BLOCKS, s->block_rows);
     attn_heads h = heads_of(s, a, &qb, q, kv, CB_RND_ACT_FWD);
@@ -774,6 +997,10 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
                                float *scratch_, const float *dout, const float *q,
                                const float *kv, const float *att) {
     bf16_state *s = state(k);
+    if (fused(s, a)) {
+        fused_backward(s, a, dq, dkv, dout, q, kv, att);
+        return;
+    }
     int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
     qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, BWD_BLOCKS, s->block_rows);
     attn_heads h = heads_of(s, a, &qb, q, kv, CB_RND_ACT_BWD);
@@ -826,6 +1053,12 @@ static void describe(bf16_state *s) {
 
 const char *cb_kernels_bf16_note(void) { return S.note; }
 
+int cb_kernels_bf16_fuse(int on) {
+    int was = S.fuse;
+    S.fuse = on;
+    return was;
+}
+
 const cb_kernels *cb_kernels_bf16(void) {
     if (S.eng) return &S.table;
     describe(&S);
@@ -836,8 +1069,11 @@ const cb_kernels *cb_kernels_bf16(void) {
     S.pack = pk && *pk ? strcmp(pk, "0") != 0 : !S.amx;
     const char *br = getenv("CB_BF16_BLOCK_ROWS");
     S.block_rows = br && atoi(br) > 0 ? atoi(br) : BLOCK_ROWS;
+    S.fused_rows = br && atoi(br) > 0 ? atoi(br) : FUSED_ROWS;
     const char *hk = getenv("CB_BF16_HEAD_K");
     S.head_k = hk && atoi(hk) > 0 ? atoi(hk) : HEAD_K;
+    const char *fu = getenv("CB_BF16_FUSED");
+    S.fuse = !(fu && !strcmp(fu, "0"));
     if (dnnl_engine_create(&S.eng, dnnl_cpu, 0) != dnnl_success) return NULL;
     if (dnnl_stream_create(&S.stream, S.eng, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(S.eng);

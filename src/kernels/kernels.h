@@ -85,7 +85,8 @@ struct cb_kernels {
                           const float *inp, const float *w, int N, int C, int V, int acc);
     /* out (B,Tq,C) = attention of a's queries in q over its keys and values
      * in kv (cb_attn); att (B,NH,Tq,Tk) the softmax probabilities, zero
-     * where masked */
+     * where masked (the bf16 table's fused path: up to the keys of the
+     * row's block, cb_kernels_bf16_att_keys) */
     void (*attention_forward)(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv);
     /* dq, dkv overwritten in the columns attention reads (rows of ldq and
@@ -241,6 +242,15 @@ const cb_kernels *cb_kernels_cpu(void);
  * or that there are none and it will be slow (startup lines print it). */
 const cb_kernels *cb_kernels_bf16(void);
 const char *cb_kernels_bf16_note(void);
+/* fused causal attention on (1) or off (0; the unfused path that writes
+ * att), for benchmarks and tests; returns the setting before */
+int cb_kernels_bf16_fuse(int on);
+/* the columns of att's row t that the bf16 table's attention_forward
+ * writes: Tk, except on its fused causal path (no dropout, Tq of at least
+ * two blocks of 128 query rows), which writes each row's probabilities up
+ * to the last key its block of rows sees and leaves the rest unwritten
+ * (its backward never reads them) */
+int cb_kernels_bf16_att_keys(const cb_attn *a, int t);
 /* Milliseconds the bf16 table spent in its rounding passes since the
  * process began, by what was rounded: activations for a forward product,
  * the same activations again for a backward product (both would go with
