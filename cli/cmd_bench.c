@@ -303,10 +303,10 @@ static double measure_peak(const bench_opts *b, double *bf16) {
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
                "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f,\"wall_gflops\":%.1f,"
                "\"bf16_wall_gflops\":%.1f,\"held\":%.3f,\"bf16_held\":%.3f,\"clean\":%s,"
-               "\"bf16_clean\":%s}\n",
+               "\"bf16_clean\":%s,\"bf16_kernel\":\"%s\",\"bf16_other_gflops\":%.1f}\n",
                peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16, si.wall_gflops,
                bi.wall_gflops, si.held, bi.held, si.clean ? "true" : "false",
-               bi.clean ? "true" : "false");
+               bi.clean ? "true" : "false", bi.form ? bi.form : "", bi.other_gflops);
     else if (!b->json)
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS kernels %s; cached "
                "in %s\n  %s; by the wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
@@ -314,9 +314,10 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                peak_how(&si), si.wall_gflops, 100 * si.held);
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
-               "%.2fx sgemm; %s\n  %s; by the wall clock %.1f, the threads on a CPU %.0f%% of "
-               "the time\n", *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(),
-               peak_how(&bi), bi.wall_gflops, 100 * bi.held);
+               "%.2fx sgemm; %s\n  the faster of oneDNN's kernels: %s (%s: %.1f); %s; by the "
+               "wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
+               *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(), bi.form,
+               bi.other_form, bi.other_gflops, peak_how(&bi), bi.wall_gflops, 100 * bi.held);
     return peak;
 }
 

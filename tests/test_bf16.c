@@ -162,8 +162,10 @@ static void run_head_bwd(const cb_kernels *k, float **in, float **out, const int
     k->head_backward(k, out[0], out[1], in[0], in[1], in[2], d[0], d[1], d[2], 1);
 }
 
-/* N rows: 96, and 1024, where a kept weight is read in oneDNN's own
- * layout (src/kernels/bf16.c, PACK_ROWS) */
+/* N rows: 96; 1024, where a kept weight is read in oneDNN's own layout
+ * (src/kernels/bf16.c, PACK_ROWS); and 2048, where on AMX a weight
+ * gradient's activation (and the head's dlogits) is read with padded rows
+ * (JIT_ROWS: oneDNN's gemm:jit) */
 static void gemm_cases(const cb_kernels *bf, int N) {
     int IC = 80, OC = 112, C = 64, V = 200;
     size_t nic = (size_t)N * IC, noc = (size_t)N * OC, w = (size_t)IC * OC;
@@ -610,6 +612,7 @@ int main(void) {
     inherits(bf);
     gemm_cases(bf, 96);
     gemm_cases(bf, 1024);
+    gemm_cases(bf, 2048);
     for (int N = 96; N <= 4096; N *= 4) {
         overwrite_cases(cb_kernels_cpu(), N);
         overwrite_cases(bf, N);

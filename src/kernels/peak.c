@@ -61,7 +61,7 @@ double cb_peak_time(void (*call)(void *), void *ctx, cb_peak_info *info) {
         wall_sum += dt, cpu_sum += dc;
     }
     double peak = clean ? best_wall : best_cpu;
-    if (info) *info = (cb_peak_info){peak, best_wall, cpu_sum / wall_sum, clean};
+    if (info) *info = (cb_peak_info){peak, best_wall, cpu_sum / wall_sum, clean, NULL, NULL, 0};
     return peak;
 }
 

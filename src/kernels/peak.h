@@ -28,6 +28,10 @@
 typedef struct cb_peak_info {
     double gflops, wall_gflops, held;
     int clean;
+    /* the bf16 peak's kernel (cb_peak_measure_bf16), and the other one's
+     * figure; NULL and 0 for sgemm */
+    const char *form, *other_form;
+    double other_gflops;
 } cb_peak_info;
 
 /* Times calls of call(ctx), each one 2 N^3 FLOP product, as above on the
