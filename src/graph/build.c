@@ -1052,6 +1052,7 @@ int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e) {
     if (!rc) rc = partition(m, e);
     if (!rc) rc = make_table(m, e);
     if (!rc) rc = plan(m, e);
+    if (!rc) rc = plan_first_writes(m, e);
     if (rc) return rc;
     plan_layout(m);
     *p = (cb_graph_planned){.params = (double)m->pt.nparams,
@@ -1060,5 +1061,6 @@ int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e) {
                                   (double)scratch_bytes(scratch_floats(m))};
     for (int c = 0; c < m->v; c++)
         p->send_floats += (double)m->ch[c].send_floats, p->msgs += m->ch[c].nein + m->ch[c].neout;
+    for (int z = 0; z < m->nzero; z++) p->zeroed += (double)m->zero_runs[2 * z + 1];
     return CB_OK;
 }

@@ -299,6 +299,7 @@ int cb_graph_modules(cb_model *m, cb_pp_module *mod, int cap);
  * values and backward gradients). */
 typedef struct cb_graph_planned {
     double params, act, ws, send_floats, msgs;
+    double zeroed; /* gradient floats cleared when a step starts (the rest are overwritten first) */
 } cb_graph_planned;
 int cb_graph_plan_only(cb_model *m, cb_graph_planned *p, cb_err *e);
 /* Declaration and build (graph.c). */

@@ -131,16 +131,16 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
         double t = pr->memory_shared(pr->ctx, N, C, streams);
         c->mem_bandwidth_shared = t < 1e29 ? bytes / t : 0; /* 0: never ran together */
     }
-    /* the update, 44 bytes a parameter (src/plan/predict.c), on 8M
+    /* the update, 40 bytes a parameter (src/plan/probe.c), on 8M
      * parameters (128 MB of p, g, m, v; --quick 4M, 64 MB, still twice
      * the cache here): alone and with every device */
     if (pr->update) {
         int n = quick ? 1 << 22 : 1 << 23;
-        c->update_bandwidth = 44.0 * n / pr->update(pr->ctx, n, 1);
+        c->update_bandwidth = 40.0 * n / pr->update(pr->ctx, n, 1);
         c->update_bandwidth_shared = c->update_bandwidth;
         if (streams > 1 && c->threads == 1) {
             double t = pr->update(pr->ctx, n, streams);
-            c->update_bandwidth_shared = t < 1e29 ? 44.0 * n / t : 0;
+            c->update_bandwidth_shared = t < 1e29 ? 40.0 * n / t : 0;
         }
     }
     /* in cache: buffers (60 N C bytes) of a quarter of the last level */

@@ -162,7 +162,7 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
     rc = cb_graph_plan_only(m, &pl, e);
     if (!rc && part && !part[0] && !d.block_units && l->pp > 1) partition_of(m, part, cap);
     if (!rc) {
-        g->params = pl.params, g->act = pl.act, g->ws = pl.ws;
+        g->params = pl.params, g->act = pl.act, g->ws = pl.ws, g->zeroed = pl.zeroed;
         g->send_floats = pl.send_floats, g->msgs = pl.msgs;
         for (int i = 0; i < m->nnodes; i++) {
             const gnode *n = &m->nodes[i];

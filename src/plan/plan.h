@@ -265,6 +265,7 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
  * tensor traffic (bytes, calls) under any mode, and the loss's counts. */
 typedef struct cb_plan_gstage {
     double params, act, ws, send_floats, msgs;
+    double zeroed; /* gradient floats the step clears (the engine's first-write plan) */
     cb_plan_kparts k;
     double tp_sent, tp_calls;
     double stat_bytes[2]; /* the loss's per-step counts all-reduced over dp (MLM

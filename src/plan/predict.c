@@ -424,17 +424,20 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
 }
 
 /* The update's memory traffic per parameter (src/graph/exec.c): the
- * gradient zeroed before backward (4 bytes written), its squared norm (4
- * read; one process reads it in backward, in cache), AdamW (p, g, m, v read, p, m, v written: 28) and under data
- * parallelism the averaging scale (8); ZeRO-1 shards all but the zeroing.
- * Clipping's scale (8 more) runs only when the norm exceeds the clip: not
- * counted. */
-static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params) {
+ * gradients of the zeroed floats cleared when the step starts (4 bytes
+ * written; the engine overwrites every other gradient at its first write,
+ * docs/engine.md), the squared norm (4 read; one process reads it in
+ * backward, in cache), AdamW (p, g, m, v read, p, m, v written: 28) and
+ * under data parallelism the averaging scale (8); ZeRO-1 shards all but
+ * the clearing. Clipping's scale (8 more) runs only when the norm exceeds
+ * the clip: not counted. */
+static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params,
+                          double zeroed) {
     double shard = params / (l->zero ? l->dp : 1);
     double rate = c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
     /* one process takes each gradient's norm in backward, in cache: not here */
     double norm = l->dp * l->pp * l->tp > 1 ? 4 : 0;
-    return (4 * params + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
+    return (4 * zeroed + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
 }
 
 /* Interleaved GPT pipelines on one tensor rank: every stage's
@@ -457,7 +460,8 @@ static void interleaved_memory(const cb_plan_job *j, const cb_plan_layout *l, cb
 
 static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double bwd_s, double S,
                           cb_plan_pred *p);
-static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params);
+static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params,
+                          double zeroed);
 
 /* A model from its graph (src/plan/graph.c): each pipeline rank planned
  * by the engine; the device is the rank of most memory, the pace the rank
@@ -506,7 +510,7 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     for (int k = 0; k < 2 && l->dp > 1; k++)
         if (w.stat_bytes[k] > 0)
             p->dp_bytes += cb_plan_ring_allreduce(l->dp, w.stat_bytes[k]), p->dp_calls += 1;
-    p->opt_s = optimizer_s(c, l, big.params);
+    p->opt_s = optimizer_s(c, l, big.params, big.zeroed);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
 }
 
@@ -545,7 +549,11 @@ static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pr
     stages_memory(j, l, rows, &s, block_slot_bytes(j, l, rows), p);
     interleaved_memory(j, l, p);
     data_parallel(j, l, 2 * fwd, tok * l->M, p);
-    p->opt_s = optimizer_s(c, l, p->mem_params / 4);
+    /* GPT's one cleared gradient is wpe's (the head writes all of wte
+     * before the lookup adds its rows), on the first stage: whole under
+     * 1-D, a 1/tp share under 2-D and 3-D */
+    double wpe = (double)j->model->gpt.seq_len * C / (l->mode == CB_TP_1D ? 1 : l->tp);
+    p->opt_s = optimizer_s(c, l, p->mem_params / 4, wpe);
     p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
 }
 

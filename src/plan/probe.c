@@ -82,7 +82,9 @@ static void gemm_body(void *p) {
     int s = a->cur;
     a->cur = (a->cur + 1) % a->nset;
     k->matmul_forward(k, a->y, a->x[s], a->w[s], a->b, a->m, a->k, a->n);
-    k->matmul_backward(k, a->dx, a->dw[s], a->db, a->y, a->x[s], a->w[s], a->m, a->k, a->n, 1);
+    /* acc 0: the step's first write of a weight's gradient overwrites
+     * (docs/engine.md); only later micro-batches accumulate */
+    k->matmul_backward(k, a->dx, a->dw[s], a->db, a->y, a->x[s], a->w[s], a->m, a->k, a->n, 0);
 }
 
 static float *filled(size_t n) {
@@ -256,12 +258,12 @@ typedef struct upd_arg {
     float *p, *g, *m, *v;
 } upd_arg;
 
-/* the step's update of n parameters: the gradient zeroed (before
- * backward), its squared norm, the 1/dp scale, AdamW */
+/* the step's update of n parameters: the gradient's squared norm, the
+ * 1/dp scale, AdamW (40 bytes a parameter; the gradient is not cleared:
+ * the engine overwrites it at its first write) */
 static void upd_body(void *x) {
     upd_arg *a = x;
     const cb_kernels *k = cb_kernels_cpu();
-    memset(a->g, 0, sizeof(float) * a->n);
     volatile double norm = k->sumsq(k, a->g, a->n);
     (void)norm;
     k->scale(k, a->g, 0.5f, a->n);
