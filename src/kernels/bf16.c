@@ -765,11 +765,12 @@ static attn_heads heads_of(bf16_state *s, const cb_attn *a, const qblocks *q, co
 }
 
 /* Fused causal attention: without dropout, causal attention with at least
- * two blocks of block_rows query rows runs pair by pair ((b,h) over the
- * OpenMP threads) and block by block inside a pair, with every block's
- * scores, dP, and bf16 P and dS in the thread's own buffers (a block of 64
- * rows x 1024 keys: 256 KB of fp32 scores, in L2) instead of whole-tensor
- * passes through memory. The forward's one write to memory is att's fp32
+ * two blocks of fused_rows (128) query rows runs pair by pair ((b,h) over
+ * the OpenMP threads) and block by block inside a pair, with every block's
+ * scores, dP, and bf16 P and dS in the thread's own buffers (a block of
+ * 128 rows x 1024 keys: 512 KB of fp32 scores, in L2) instead of
+ * whole-tensor passes through memory (docs/precision.md, "Fused causal
+ * attention"). The forward's one write to memory is att's fp32
  * probabilities, on each row's block of keys only (att's columns past the
  * block's keys are not written), which the backward reads instead of
  * computing S and its exponentials again (measured: the recomputation cost
@@ -823,18 +824,18 @@ static mm_desc fused_desc(int f, int R, int n, int hs, float scale, int t) {
     return d;
 }
 
-/* Every thread's entries of products f0..f1-1 for every block, created
- * before the parallel region (the cache grows only outside it):
- * e[(t q->n + i) F_N + f]. Kept between calls of the same shape until
- * the cache moves (one list for the forward's products, one for the
- * backward's: f0 tells them apart), so a step's 2 L calls search the
- * cache once each. */
 static int max_rows(const qblocks *q) {
     int R = 0;
     for (int i = 0; i < q->n; i++) R = rows_of(q, i) > R ? rows_of(q, i) : R;
     return R;
 }
 
+/* Every thread's entries of products f0..f1-1 for every block, created
+ * before the parallel region (the cache grows only outside it):
+ * e[(t q->n + i) F_N + f]. Kept between calls of the same shape until
+ * the cache moves (one list for the forward's products, one for the
+ * backward's: f0 tells them apart), so a step's 2 L calls search the
+ * cache once each. */
 typedef struct fentries {
     int Tq, Tk, hs, rows, nthr, f0;
     const mm_entry *cache; /* the cache the pointers point into */
