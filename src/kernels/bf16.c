@@ -868,22 +868,17 @@ static mm_entry **fused_entries(bf16_state *s, const qblocks *q, int Tk, int hs,
 }
 
 /* A thread's buffers: fp32 S or dP (R,Tk), O or dQ (R,hs), dK, dV
- * (Tk,hs); bf16 P, dS (R,Tk) */
+ * (Tk,hs); bf16 P, dS (R,Tk); and its stream and product entries
+ * (block i's at e + i F_N) */
 typedef struct fbuf {
     float *sc, *o, *dk, *dv;
     uint16_t *p, *ds;
+    dnnl_stream_t st;
+    mm_entry **e;
 } fbuf;
 
 static size_t fbuf_floats(int R, int Tk, int hs) {
     return (size_t)R * Tk + (size_t)R * hs + 2 * (size_t)Tk * hs;
-}
-
-static fbuf fbuf_of(float *f32, uint16_t *b16, int t, int R, int Tk, int hs) {
-    fbuf b;
-    b.sc = f32 + fbuf_floats(R, Tk, hs) * t;
-    b.o = b.sc + (size_t)R * Tk, b.dk = b.o + (size_t)R * hs, b.dv = b.dk + (size_t)Tk * hs;
-    b.p = b16 + 2 * (size_t)R * Tk * t, b.ds = b.p + (size_t)R * Tk;
-    return b;
 }
 
 /* dst (rows of hs columns at stride ld) = src (rows, hs) */
@@ -892,81 +887,103 @@ static void put_rows(float *dst, int64_t ld, const float *src, int rows, int hs)
         memcpy(dst + (size_t)r * ld, src + (size_t)r * hs, sizeof(float) * hs);
 }
 
+/* What a fused pass needs before its parallel region: the blocks, Q, K, V
+ * head-major in bf16 (rounding class cls), every thread's product entries
+ * f0..f1-1 and its buffers (fbuf_of) */
+typedef struct fused_ctx {
+    qblocks qb;
+    int R, hs, nthr;
+    const uint16_t *qh, *kh, *vh;
+    mm_entry **e;
+    float *f32;
+    uint16_t *b16;
+} fused_ctx;
+
+static fused_ctx fused_setup(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
+                             int cls, int f0, int f1) {
+    fused_ctx c = {.qb = fused_blocks(s, a), .hs = a->C / a->NH, .nthr = omp_get_max_threads()};
+    qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1), keys = blocks_of(a->Tk, a->Tk, 0, 1, 1);
+    c.qh = to_heads(s, 0, cls, q, a->B, a->ldq, a->NH, c.hs, &whole);
+    c.kh = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, c.hs, &keys);
+    c.vh = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, c.hs, &keys);
+    c.R = max_rows(&c.qb);
+    c.e = fused_entries(s, &c.qb, a->Tk, c.hs, f0, f1, c.nthr);
+    c.f32 = fscratch(s, 10, fbuf_floats(c.R, a->Tk, c.hs) * c.nthr);
+    c.b16 = scratch(s, 1, 2 * (size_t)c.R * a->Tk * c.nthr);
+    return c;
+}
+
+/* thread t's part of a fused pass (fused_setup) */
+static fbuf fbuf_of(const bf16_state *s, const fused_ctx *c, int t, int Tk) {
+    fbuf b;
+    b.sc = c->f32 + fbuf_floats(c->R, Tk, c->hs) * t;
+    b.o = b.sc + (size_t)c->R * Tk, b.dk = b.o + (size_t)c->R * c->hs;
+    b.dv = b.dk + (size_t)Tk * c->hs;
+    b.p = c->b16 + 2 * (size_t)c->R * Tk * t, b.ds = b.p + (size_t)c->R * Tk;
+    b.st = s->tstream[t], b.e = c->e + (size_t)t * c->qb.n * F_N;
+    return b;
+}
+
 static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *att,
                           const float *q, const float *kv) {
-    int B = a->B, NH = a->NH, hs = a->C / NH, nthr = omp_get_max_threads(), Tk = a->Tk;
-    qblocks qb = fused_blocks(s, a), whole = blocks_of(a->Tq, a->Tq, 0, 1, 1),
-            keys = blocks_of(Tk, Tk, 0, 1, 1);
-    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_FWD, q, B, a->ldq, NH, hs, &whole),
-                   *kh = to_heads(s, 5, CB_RND_ACT_FWD, kv + a->koff, B, a->ldkv, NH, hs, &keys),
-                   *vh = to_heads(s, 6, CB_RND_ACT_FWD, kv + a->voff, B, a->ldkv, NH, hs, &keys);
-    int R = max_rows(&qb);
-    mm_entry **e = fused_entries(s, &qb, Tk, hs, F_S, F_PV + 1, nthr);
-    float *f32 = fscratch(s, 10, fbuf_floats(R, Tk, hs) * nthr);
-    uint16_t *b16 = scratch(s, 1, 2 * (size_t)R * Tk * nthr);
+    fused_ctx c = fused_setup(s, a, q, kv, CB_RND_ACT_FWD, F_S, F_PV + 1);
+    int NH = a->NH, hs = c.hs, Tk = a->Tk;
+    const qblocks *qb = &c.qb;
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int t = omp_get_thread_num(), b = bh / NH, h = bh % NH, nq, nk;
-        dnnl_stream_t st = s->tstream[t];
-        fbuf f = fbuf_of(f32, b16, t, R, Tk, hs);
+    for (int bh = 0; bh < a->B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, nq, nk;
+        fbuf f = fbuf_of(s, &c, omp_get_thread_num(), Tk);
         cb_attn_rows(a, b, &nq, &nk);
-        for (int i = 0; i < qb.n; i++) {
-            mm_entry **ei = e + ((size_t)t * qb.n + i) * F_N;
-            int w = qb.nk[i], r0 = qb.r[i];
-            run_on(st, ei[F_S], qh + ((size_t)bh * a->Tq + r0) * hs, kh + (size_t)bh * Tk * hs,
-                   f.sc, NULL);
-            for (int r = r0; r < qb.r[i + 1]; r++) {
+        for (int i = 0; i < qb->n; i++) {
+            mm_entry **ei = f.e + (size_t)i * F_N;
+            int w = qb->nk[i], r0 = qb->r[i];
+            run_on(f.st, ei[F_S], c.qh + ((size_t)bh * a->Tq + r0) * hs,
+                   c.kh + (size_t)bh * Tk * hs, f.sc, NULL);
+            for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
                 cb_cpu_masked_softmax(f.sc + o, f.p + o, 1, w, 1, cb_attn_seen(r, nq, nk, 1), 0);
                 memcpy(att + ((size_t)bh * a->Tq + r) * Tk, f.sc + o, sizeof(float) * w);
             }
-            run_on(st, ei[F_PV], f.p, vh + (size_t)bh * Tk * hs, f.o, NULL);
+            run_on(f.st, ei[F_PV], f.p, c.vh + (size_t)bh * Tk * hs, f.o, NULL);
             put_rows(out + ((size_t)b * a->Tq + r0) * a->C + (size_t)h * hs, a->C, f.o,
-                     rows_of(&qb, i), hs);
+                     rows_of(qb, i), hs);
         }
     }
 }
 
 static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dkv,
                            const float *dout, const float *q, const float *kv, const float *att) {
-    int B = a->B, NH = a->NH, hs = a->C / NH, nthr = omp_get_max_threads(), Tk = a->Tk;
+    fused_ctx c = fused_setup(s, a, q, kv, CB_RND_ACT_BWD, F_DP, F_N);
+    int NH = a->NH, hs = c.hs, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
-    qblocks qb = fused_blocks(s, a), whole = blocks_of(a->Tq, a->Tq, 0, 1, 1),
-            keys = blocks_of(Tk, Tk, 0, 1, 1);
-    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_BWD, q, B, a->ldq, NH, hs, &whole),
-                   *kh = to_heads(s, 5, CB_RND_ACT_BWD, kv + a->koff, B, a->ldkv, NH, hs, &keys),
-                   *vh = to_heads(s, 6, CB_RND_ACT_BWD, kv + a->voff, B, a->ldkv, NH, hs, &keys),
-                   *dy = to_heads(s, 4, CB_RND_GRAD, dout, B, a->C, NH, hs, &whole);
-    int R = max_rows(&qb);
-    mm_entry **e = fused_entries(s, &qb, Tk, hs, F_DP, F_N, nthr);
-    float *f32 = fscratch(s, 10, fbuf_floats(R, Tk, hs) * nthr);
-    uint16_t *b16 = scratch(s, 1, 2 * (size_t)R * Tk * nthr);
+    const qblocks *qb = &c.qb;
+    qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1);
+    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, NH, hs, &whole);
 #pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int t = omp_get_thread_num(), b = bh / NH, h = bh % NH, nq, nk;
-        dnnl_stream_t st = s->tstream[t];
-        fbuf f = fbuf_of(f32, b16, t, R, Tk, hs);
+    for (int bh = 0; bh < a->B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, nq, nk;
+        fbuf f = fbuf_of(s, &c, omp_get_thread_num(), Tk);
         cb_attn_rows(a, b, &nq, &nk);
         memset(f.dk, 0, sizeof(float) * Tk * hs);
         memset(f.dv, 0, sizeof(float) * Tk * hs);
-        const uint16_t *vb = vh + (size_t)bh * Tk * hs, *kb = kh + (size_t)bh * Tk * hs;
-        for (int i = 0; i < qb.n; i++) {
-            mm_entry **ei = e + ((size_t)t * qb.n + i) * F_N;
-            int w = qb.nk[i], r0 = qb.r[i], rows = rows_of(&qb, i);
-            const uint16_t *qi = qh + ((size_t)bh * a->Tq + r0) * hs,
+        const uint16_t *vb = c.vh + (size_t)bh * Tk * hs, *kb = c.kh + (size_t)bh * Tk * hs;
+        for (int i = 0; i < qb->n; i++) {
+            mm_entry **ei = f.e + (size_t)i * F_N;
+            int w = qb->nk[i], r0 = qb->r[i], rows = rows_of(qb, i);
+            const uint16_t *qi = c.qh + ((size_t)bh * a->Tq + r0) * hs,
                            *dyi = dy + ((size_t)bh * a->Tq + r0) * hs;
-            run_on(st, ei[F_DP], dyi, vb, f.sc, NULL);
-            for (int r = r0; r < qb.r[i + 1]; r++) {
+            run_on(f.st, ei[F_DP], dyi, vb, f.sc, NULL);
+            for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
                 cb_cpu_masked_softmax_backward(f.sc + o, f.ds + o, f.p + o,
                                                att + ((size_t)bh * a->Tq + r) * Tk, 1, w, 1,
                                                cb_attn_seen(r, nq, nk, 1), 0, scale);
             }
-            run_on(st, ei[F_DV], f.p, dyi, f.dv, NULL);
-            run_on(st, ei[F_DQ], f.ds, kb, f.o, NULL);
+            run_on(f.st, ei[F_DV], f.p, dyi, f.dv, NULL);
+            run_on(f.st, ei[F_DQ], f.ds, kb, f.o, NULL);
             put_rows(dq + ((size_t)b * a->Tq + r0) * a->ldq + (size_t)h * hs, a->ldq, f.o, rows,
                      hs);
-            run_on(st, ei[F_DK], f.ds, qi, f.dk, NULL);
+            run_on(f.st, ei[F_DK], f.ds, qi, f.dk, NULL);
         }
         put_rows(dkv + (size_t)b * Tk * a->ldkv + a->koff + (size_t)h * hs, a->ldkv, f.dk, Tk, hs);
         put_rows(dkv + (size_t)b * Tk * a->ldkv + a->voff + (size_t)h * hs, a->ldkv, f.dv, Tk, hs);
