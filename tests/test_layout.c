@@ -224,14 +224,14 @@ static void attention_variant(const sizes *z, cb_rng *r, int cross, int causal, 
     float *q = randn(r, (size_t)N * wq), *kv = cross ? randn(r, (size_t)N * wkv) : q;
     float *dy = randn(r, (size_t)N * C), *y = zeros((size_t)N * C);
     float *dq = zeros((size_t)N * wq), *dkv = cross ? zeros((size_t)N * wkv) : dq;
-    size_t an = S->ops->att_numel(S, z->B, z->T, z->T, z->NH);
+    size_t an = S->ops->att_numel(S, &a);
     float *att = zeros(an), *scr = zeros(an);
     S->ops->attention_forward(S, &a, q, kv, y, att);
     S->ops->attention_backward(S, &a, q, kv, att, dy, dq, dkv, scr);
 
     cb_shard sq = ashard(N, wq, 1, cross ? 1 : 3), skv = ashard(N, wkv, 1, cross ? 2 : 3);
     cb_shard sy = ashard(N, C, 1, 1);
-    size_t lan = P->ops->att_numel(P, z->B, z->T, z->T, z->NH);
+    size_t lan = P->ops->att_numel(P, &a);
     float *lq = cut(&sq, q), *lkv = cross ? cut(&skv, kv) : lq, *ldy = cut(&sy, dy);
     float *ly = zeros(cb_shard_numel(&sy)), *ldq = zeros(cb_shard_numel(&sq));
     float *ldkv = cross ? zeros(cb_shard_numel(&skv)) : ldq, *latt = zeros(lan), *lscr = zeros(lan);

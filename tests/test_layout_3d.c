@@ -207,12 +207,12 @@ static void attention_variant(int B, int T, int C, int NH, int cross, int causal
     if (cross) a.ldq = C, a.ldkv = 2 * C, a.koff = 0, a.voff = C;
     float *q = rnd((size_t)N * wq, 1.0f), *kv = cross ? rnd((size_t)N * wkv, 1.0f) : q;
     float *dy = rnd((size_t)N * C, 1.0f), *y = zeros((size_t)N * C);
-    size_t sn = S->ops->att_numel(S, B, T, T, NH);
+    size_t sn = S->ops->att_numel(S, &a);
     float *att = zeros(sn), *sc = zeros(sn);
     float *dq = zeros((size_t)N * wq), *dkv = cross ? zeros((size_t)N * wkv) : dq;
     cb_shard sq = act(N, wq, 1, cross ? 1 : 3), skv = act(N, wkv, 1, cross ? 2 : 3),
              sy = act(N, C, 1, 1);
-    size_t an = L->ops->att_numel(L, B, T, T, NH);
+    size_t an = L->ops->att_numel(L, &a);
     float *ql = cut(&sq, q), *kvl = cross ? cut(&skv, kv) : ql, *dyl = cut(&sy, dy);
     float *yl = zeros(cb_shard_numel(&sy)), *al = zeros(an), *scl = zeros(an);
     float *dql = zeros(cb_shard_numel(&sq)), *dkvl = cross ? zeros(cb_shard_numel(&skv)) : dql;

@@ -383,8 +383,12 @@ static size_t keep_floats(const cb_model *m, const gnode *n) {
         L->ops->act_shape(L, N, n->l->norm.C, n->l->parity, &rows, &cols);
         return 2 * (size_t)rows;
     }
-    if (n->kind == N_ATTN) /* with dropout, the dropped probabilities too */
-        return (n->l->attn_drop > 0 ? 2 : 1) * L->ops->att_numel(L, m->Bm, m->T, m->T, n->l->heads);
+    if (n->kind == N_ATTN) { /* training's call (with dropout, the dropped probabilities too) */
+        cb_attn a = cb_attn_self(m->Bm, m->T, n->l->C, n->l->heads,
+                                 !!(n->l->attn_flags & CB_ATTN_CAUSAL), NULL);
+        a.drop = n->l->attn_drop;
+        return L->ops->att_numel(L, &a);
+    }
     if (n->kind == N_LOSS) return L->ops->logits_numel(L, N, n->l->emb.V);
     if (n->kind == N_LOGIT) return 2 * (size_t)N; /* every row's logit and loss */
     return 0;

@@ -771,8 +771,8 @@ static attn_heads heads_of(bf16_state *s, const cb_attn *a, const qblocks *q, co
  * 128 rows x 1024 keys: 512 KB of fp32 scores, in L2) instead of
  * whole-tensor passes through memory (docs/precision.md, "Fused causal
  * attention"). The forward's one write to memory is att's fp32
- * probabilities, on each row's block of keys only (att's columns past the
- * block's keys are not written), which the backward reads instead of
+ * probabilities, each row's block of keys only, rows packed
+ * (fused_att_row: attention_saved plans that much), which the backward reads instead of
  * computing S and its exponentials again (measured: the recomputation cost
  * more than the read). Each block's products are 2-D oneDNN bf16 matmuls
  * on dense slices of the head-major operands, run on the calling thread
@@ -791,10 +791,24 @@ static qblocks fused_blocks(const bf16_state *s, const cb_attn *a) {
     return blocks_of(a->Tq, a->Tk, 1, nb < CAUSAL_BLOCKS ? nb : CAUSAL_BLOCKS, s->fused_rows);
 }
 
-int cb_kernels_bf16_att_keys(const cb_attn *a, int t) {
-    if (!fused(&S, a)) return a->Tk;
+/* The fused path's att: pair bh's blocks of rows one after another, row
+ * t of block i with its nk[i] keys at bh so[n] + so[i] + (t - r[i]) nk[i]
+ * (so: the blocks' scores a pair, qblocks) */
+static size_t fused_att_row(const qblocks *q, int bh, int i, int t) {
+    return (size_t)bh * q->so[q->n] + q->so[i] + (size_t)(t - q->r[i]) * q->nk[i];
+}
+
+long long cb_kernels_bf16_att_at(const cb_attn *a, int bh, int t, int j) {
+    if (!fused(&S, a)) return ((long long)bh * a->Tq + t) * a->Tk + j;
     qblocks q = fused_blocks(&S, a);
-    return q.nk[block_of(&q, t)];
+    int i = block_of(&q, t);
+    return j < q.nk[i] ? (long long)fused_att_row(&q, bh, i, t) + j : -1;
+}
+
+static size_t attention_saved(const cb_kernels *k, const cb_attn *a) {
+    if (!fused(state(k), a)) return cb_cpu_attention_saved(k, a);
+    qblocks q = fused_blocks(state(k), a);
+    return (size_t)a->B * a->NH * q.so[q.n];
 }
 
 static dnnl_stream_t thread_stream(bf16_state *s, int t) {
@@ -942,7 +956,7 @@ static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *at
             for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
                 cb_cpu_masked_softmax(f.sc + o, f.p + o, 1, w, 1, cb_attn_seen(r, nq, nk, 1), 0);
-                memcpy(att + ((size_t)bh * a->Tq + r) * Tk, f.sc + o, sizeof(float) * w);
+                memcpy(att + fused_att_row(qb, bh, i, r), f.sc + o, sizeof(float) * w);
             }
             run_on(f.st, ei[F_PV], f.p, c.vh + (size_t)bh * Tk * hs, f.o, NULL);
             put_rows(out + ((size_t)b * a->Tq + r0) * a->C + (size_t)h * hs, a->C, f.o,
@@ -976,7 +990,7 @@ static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dk
             for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
                 cb_cpu_masked_softmax_backward(f.sc + o, f.ds + o, f.p + o,
-                                               att + ((size_t)bh * a->Tq + r) * Tk, 1, w, 1,
+                                               att + fused_att_row(qb, bh, i, r), 1, w, 1,
                                                cb_attn_seen(r, nq, nk, 1), 0, scale);
             }
             run_on(f.st, ei[F_DV], f.p, dyi, f.dv, NULL);
@@ -1142,6 +1156,7 @@ const cb_kernels *cb_kernels_bf16(void) {
     S.table.head_backward = head_backward;
     S.table.attention_forward = attention_forward;
     S.table.attention_backward = attention_backward;
+    S.table.attention_saved = attention_saved;
     S.table.adamw = adamw;
     return &S.table;
 }

@@ -393,6 +393,11 @@ static void key_blocks(const cb_attn *a, int kb, int nq, int nk, int hs, const f
     }
 }
 
+size_t cb_cpu_attention_saved(const cb_kernels *k, const cb_attn *a) {
+    (void)k;
+    return (a->drop > 0 ? 2 : 1) * (size_t)a->B * a->NH * a->Tq * a->Tk;
+}
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk): S = Q K^T / sqrt(hs) and O = P V over
  * the valid rows only, block by block (above). One (b,h) pair per task;
  * each GEMM runs on its calling thread. The softmax writes every row of
@@ -1046,6 +1051,7 @@ static const cb_kernels cpu = {
     .head_backward = head_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attention_saved = cb_cpu_attention_saved,
     .matmul_backward_dw_rows = matmul_backward_dw_rows,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,

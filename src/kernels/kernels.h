@@ -85,8 +85,9 @@ struct cb_kernels {
                           const float *inp, const float *w, int N, int C, int V, int acc);
     /* out (B,Tq,C) = attention of a's queries in q over its keys and values
      * in kv (cb_attn); att (B,NH,Tq,Tk) the softmax probabilities, zero
-     * where masked (the bf16 table's fused path: up to the keys of the
-     * row's block, cb_kernels_bf16_att_keys) */
+     * where masked (the bf16 table's fused path: its own compact layout of
+     * each row's block of keys, cb_kernels_bf16_att_at; attention_saved
+     * floats either way) */
     void (*attention_forward)(const cb_kernels *k, const cb_attn *a, float *out, float *att,
                               const float *q, const float *kv);
     /* dq, dkv overwritten in the columns attention reads (rows of ldq and
@@ -95,6 +96,10 @@ struct cb_kernels {
     void (*attention_backward)(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                float *scratch, const float *dout, const float *q, const float *kv,
                                const float *att);
+    /* the floats of att that attention_forward writes for this call (what
+     * the engine plans for it): B NH Tq Tk, twice that with dropout; the
+     * bf16 table's fused causal path keeps each row's block of keys only */
+    size_t (*attention_saved)(const cb_kernels *k, const cb_attn *a);
     /* elementwise over n; tanh approximation */
     void (*gelu_forward)(const cb_kernels *k, float *out, const float *inp, size_t n);
     void (*gelu_backward)(const cb_kernels *k, float *dinp, const float *inp, const float *dout,
@@ -245,12 +250,13 @@ const char *cb_kernels_bf16_note(void);
 /* fused causal attention on (1) or off (0; the unfused path that writes
  * att), for benchmarks and tests; returns the setting before */
 int cb_kernels_bf16_fuse(int on);
-/* the columns of att's row t that the bf16 table's attention_forward
- * writes: Tk, except on its fused causal path (no dropout, Tq of at least
- * two blocks of 128 query rows), which writes each row's probabilities up
- * to the last key its block of rows sees and leaves the rest unwritten
- * (its backward never reads them) */
-int cb_kernels_bf16_att_keys(const cb_attn *a, int t);
+/* where the bf16 table's attention_forward keeps probability (pair bh =
+ * b NH + h, query t, key j) in att: (bh Tq + t) Tk + j, except on its
+ * fused causal path (no dropout, Tq of at least two blocks of 128 query
+ * rows), which keeps each pair's blocks of rows one after another, each
+ * row only up to the last key its block sees; -1 where not kept (its
+ * backward never needs those) */
+long long cb_kernels_bf16_att_at(const cb_attn *a, int bh, int t, int j);
 /* Milliseconds the bf16 table spent in its rounding passes since the
  * process began, by what was rounded: activations for a forward product,
  * the same activations again for a backward product (both would go with
@@ -325,6 +331,8 @@ void cb_attn_rows(const cb_attn *a, int b, int *nq, int *nk);
  * sequence's valid query and key rows: none past nq, and with causal at
  * most t + 1 */
 int cb_attn_seen(int t, int nq, int nk, int causal);
+/* the CPU table's attention_saved (every table's outside a fused path) */
+size_t cb_cpu_attention_saved(const cb_kernels *k, const cb_attn *a);
 /* g (n): dL/d(dropped) in, dL/dP out, read off the dropped probabilities
  * d (n) of dropout p: zero where d dropped, else scaled by 1/(1-p)
  * (both tables' attention backward, row by row over the keys a row sees) */

@@ -80,6 +80,11 @@ static void p_attention_forward(const cb_kernels *k, const cb_attn *a, float *ou
     TIMED(PROF_ATTENTION, attention_forward, a, out, att, q, kv);
 }
 
+static size_t p_attention_saved(const cb_kernels *k, const cb_attn *a) {
+    const cb_prof *p = prof_of(k);
+    return p->inner->attention_saved(p->inner, a);
+}
+
 static void p_attention_backward(const cb_kernels *k, const cb_attn *a, float *dq, float *dkv,
                                  float *scratch, const float *dout, const float *q,
                                  const float *kv, const float *att) {
@@ -309,6 +314,7 @@ void cb_prof_init(cb_prof *p, const cb_kernels *inner) {
         .head_backward = p_head_backward,
         .attention_forward = p_attention_forward,
         .attention_backward = p_attention_backward,
+        .attention_saved = p_attention_saved,
         .gelu_forward = p_gelu_forward,
         .gelu_backward = p_gelu_backward,
         .gelu_erf_forward = p_gelu_erf_forward,

@@ -147,8 +147,9 @@ typedef struct cb_layout_ops {
      * holds (parts as for the linear that produced it: the QKV output has
      * parts 3); for tests and for gathering activations */
     cb_shard (*act_shard)(const cb_layout *L, int tp_rank, int N, int H, int parity, int parts);
-    /* floats of the saved attention probabilities and of the local logits */
-    size_t (*att_numel)(const cb_layout *L, int B, int Tq, int Tk, int NH);
+    /* floats of the saved attention probabilities of a micro-batch's call a
+     * (this rank's part, as its kernel table keeps them) and of the local logits */
+    size_t (*att_numel)(const cb_layout *L, const cb_attn *a);
     size_t (*logits_numel)(const cb_layout *L, int N, int V);
     /* the shard of tensor group rank tp_rank; parts as in the linear */
     cb_shard (*shard)(const cb_layout *L, int tp_rank, cb_param_kind kind, int64_t R, int64_t C,
@@ -373,7 +374,7 @@ void cb_split_attention_forward(cb_layout *L, const cb_attn *a, const float *q, 
 void cb_split_attention_backward(cb_layout *L, const cb_attn *a, const float *q, const float *kv,
                                  const float *att, const float *dy, float *dq, float *dkv,
                                  float *scratch);
-size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH);
+size_t cb_split_att_numel(const cb_layout *L, const cb_attn *a);
 
 /* input_rewritten of a layout that keeps nothing from forward. */
 void cb_layout_nothing_kept(cb_layout *L, const float *x);

@@ -172,8 +172,7 @@ void cb_split_attention_backward(cb_layout *L, const cb_attn *a, const float *q,
     L->k->attention_backward(L->k, &l, dq, dkv, scratch, dy, q, kv, att);
 }
 
-size_t cb_split_att_numel(const cb_layout *L, int B, int Tq, int Tk, int NH) {
-    cb_attn a = {.B = B, .Tq = Tq, .Tk = Tk, .C = NH, .NH = NH};
-    cb_attn l = local_attn(L, &a);
-    return (size_t)l.B * l.NH * Tq * Tk;
+size_t cb_split_att_numel(const cb_layout *L, const cb_attn *a) {
+    cb_attn l = local_attn(L, a);
+    return L->k->attention_saved(L->k, &l);
 }
