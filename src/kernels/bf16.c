@@ -811,16 +811,15 @@ static size_t attention_saved(const cb_kernels *k, const cb_attn *a) {
     return (size_t)a->B * a->NH * q.so[q.n];
 }
 
-static dnnl_stream_t thread_stream(bf16_state *s, int t) {
-    if (t >= s->ntstream) {
-        dnnl_stream_t *n = realloc(s->tstream, sizeof *n * (t + 1));
-        if (!n) cb_comm_fatal("out of memory for oneDNN streams");
-        s->tstream = n;
-        for (; s->ntstream <= t; s->ntstream++)
-            check(dnnl_stream_create(&s->tstream[s->ntstream], s->eng, dnnl_stream_default_flags),
-                  "stream");
-    }
-    return s->tstream[t];
+/* a stream for each of nthr OpenMP threads (s->tstream[t]) */
+static void thread_streams(bf16_state *s, int nthr) {
+    if (nthr <= s->ntstream) return;
+    dnnl_stream_t *n = realloc(s->tstream, sizeof *n * nthr);
+    if (!n) cb_comm_fatal("out of memory for oneDNN streams");
+    s->tstream = n;
+    for (; s->ntstream < nthr; s->ntstream++)
+        check(dnnl_stream_create(&s->tstream[s->ntstream], s->eng, dnnl_stream_default_flags),
+              "stream");
 }
 
 /* the product f of a block of R rows seeing n keys, for thread t */
@@ -851,7 +850,7 @@ static int max_rows(const qblocks *q) {
  * backward's: f0 tells them apart), so a step's 2 L calls search the
  * cache once each. */
 typedef struct fentries {
-    int Tq, Tk, hs, rows, nthr, f0;
+    int Tq, Tk, hs, rows, nthr;
     const mm_entry *cache; /* the cache the pointers point into */
     mm_entry **e;
 } fentries;
@@ -862,33 +861,34 @@ static mm_entry **fused_entries(bf16_state *s, const qblocks *q, int Tk, int hs,
     fentries *m = &memo[f0 != F_S];
     int Tq = q->r[q->n], rows = max_rows(q);
     if (m->e && m->cache == s->cache && m->Tq == Tq && m->Tk == Tk && m->hs == hs &&
-        m->rows == rows && m->nthr == nthr && m->f0 == f0)
+        m->rows == rows && m->nthr == nthr)
         return m->e;
     free(m->e);
     mm_entry **e = calloc((size_t)nthr * q->n * F_N, sizeof *e);
     if (!e) cb_comm_fatal("out of memory for fused attention");
     float scale = 1.0f / sqrtf((float)hs);
+    thread_streams(s, nthr);
     for (int pass = 0; pass < 2; pass++) /* create, then find (creating moves the cache) */
-        for (int t = 0; t < nthr; t++) {
-            thread_stream(s, t);
+        for (int t = 0; t < nthr; t++)
             for (int i = 0; i < q->n; i++)
                 for (int f = f0; f < f1; f++) {
                     mm_desc d = fused_desc(f, rows_of(q, i), q->nk[i], hs, scale, t);
                     e[((size_t)t * q->n + i) * F_N + f] = lookup(s, &d);
                 }
-        }
-    *m = (fentries){Tq, Tk, hs, rows, nthr, f0, s->cache, e};
+    *m = (fentries){Tq, Tk, hs, rows, nthr, s->cache, e};
     return e;
 }
 
-/* A thread's buffers: fp32 S or dP (R,Tk), O or dQ (R,hs), dK, dV
- * (Tk,hs); bf16 P, dS (R,Tk); and its stream and product entries
- * (block i's at e + i F_N) */
+/* Pair bh = b NH + h on the calling thread: the thread's buffers, fp32
+ * S or dP (R,Tk), O or dQ (R,hs), dK, dV (Tk,hs), bf16 P, dS (R,Tk); its
+ * stream and product entries (block i's at e + i F_N); the sequence's
+ * valid query and key rows nq, nk */
 typedef struct fbuf {
     float *sc, *o, *dk, *dv;
     uint16_t *p, *ds;
     dnnl_stream_t st;
     mm_entry **e;
+    int b, h, nq, nk;
 } fbuf;
 
 static size_t fbuf_floats(int R, int Tk, int hs) {
@@ -902,24 +902,26 @@ static void put_rows(float *dst, int64_t ld, const float *src, int rows, int hs)
 }
 
 /* What a fused pass needs before its parallel region: the blocks, Q, K, V
- * head-major in bf16 (rounding class cls), every thread's product entries
- * f0..f1-1 and its buffers (fbuf_of) */
+ * (and the backward's dY) head-major in bf16 (rounding class cls; dY's is
+ * the gradients'), every thread's product entries f0..f1-1 and its
+ * buffers (fbuf_of) */
 typedef struct fused_ctx {
     qblocks qb;
     int R, hs, nthr;
-    const uint16_t *qh, *kh, *vh;
+    const uint16_t *qh, *kh, *vh, *dy;
     mm_entry **e;
     float *f32;
     uint16_t *b16;
 } fused_ctx;
 
 static fused_ctx fused_setup(bf16_state *s, const cb_attn *a, const float *q, const float *kv,
-                             int cls, int f0, int f1) {
+                             const float *dout, int cls, int f0, int f1) {
     fused_ctx c = {.qb = fused_blocks(s, a), .hs = a->C / a->NH, .nthr = omp_get_max_threads()};
     qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1), keys = blocks_of(a->Tk, a->Tk, 0, 1, 1);
     c.qh = to_heads(s, 0, cls, q, a->B, a->ldq, a->NH, c.hs, &whole);
     c.kh = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, c.hs, &keys);
     c.vh = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, c.hs, &keys);
+    if (dout) c.dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, a->NH, c.hs, &whole);
     c.R = max_rows(&c.qb);
     c.e = fused_entries(s, &c.qb, a->Tk, c.hs, f0, f1, c.nthr);
     c.f32 = fscratch(s, 10, fbuf_floats(c.R, a->Tk, c.hs) * c.nthr);
@@ -927,27 +929,28 @@ static fused_ctx fused_setup(bf16_state *s, const cb_attn *a, const float *q, co
     return c;
 }
 
-/* thread t's part of a fused pass (fused_setup) */
-static fbuf fbuf_of(const bf16_state *s, const fused_ctx *c, int t, int Tk) {
+/* pair bh's view of a fused pass (fused_setup), on the calling thread */
+static fbuf fbuf_of(const bf16_state *s, const fused_ctx *c, const cb_attn *a, int bh) {
+    int t = omp_get_thread_num(), Tk = a->Tk;
     fbuf b;
     b.sc = c->f32 + fbuf_floats(c->R, Tk, c->hs) * t;
     b.o = b.sc + (size_t)c->R * Tk, b.dk = b.o + (size_t)c->R * c->hs;
     b.dv = b.dk + (size_t)Tk * c->hs;
     b.p = c->b16 + 2 * (size_t)c->R * Tk * t, b.ds = b.p + (size_t)c->R * Tk;
     b.st = s->tstream[t], b.e = c->e + (size_t)t * c->qb.n * F_N;
+    b.b = bh / a->NH, b.h = bh % a->NH;
+    cb_attn_rows(a, b.b, &b.nq, &b.nk);
     return b;
 }
 
-static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *att,
-                          const float *q, const float *kv) {
-    fused_ctx c = fused_setup(s, a, q, kv, CB_RND_ACT_FWD, F_S, F_PV + 1);
+static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *att, const float *q,
+                          const float *kv) {
+    fused_ctx c = fused_setup(s, a, q, kv, NULL, CB_RND_ACT_FWD, F_S, F_PV + 1);
     int NH = a->NH, hs = c.hs, Tk = a->Tk;
     const qblocks *qb = &c.qb;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, nq, nk;
-        fbuf f = fbuf_of(s, &c, omp_get_thread_num(), Tk);
-        cb_attn_rows(a, b, &nq, &nk);
+        fbuf f = fbuf_of(s, &c, a, bh);
         for (int i = 0; i < qb->n; i++) {
             mm_entry **ei = f.e + (size_t)i * F_N;
             int w = qb->nk[i], r0 = qb->r[i];
@@ -955,11 +958,12 @@ static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *at
                    c.kh + (size_t)bh * Tk * hs, f.sc, NULL);
             for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
-                cb_cpu_masked_softmax(f.sc + o, f.p + o, 1, w, 1, cb_attn_seen(r, nq, nk, 1), 0);
+                cb_cpu_masked_softmax(f.sc + o, f.p + o, 1, w, 1, cb_attn_seen(r, f.nq, f.nk, 1),
+                                      0);
                 memcpy(att + fused_att_row(qb, bh, i, r), f.sc + o, sizeof(float) * w);
             }
             run_on(f.st, ei[F_PV], f.p, c.vh + (size_t)bh * Tk * hs, f.o, NULL);
-            put_rows(out + ((size_t)b * a->Tq + r0) * a->C + (size_t)h * hs, a->C, f.o,
+            put_rows(out + ((size_t)f.b * a->Tq + r0) * a->C + (size_t)f.h * hs, a->C, f.o,
                      rows_of(qb, i), hs);
         }
     }
@@ -967,17 +971,13 @@ static void fused_forward(bf16_state *s, const cb_attn *a, float *out, float *at
 
 static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dkv,
                            const float *dout, const float *q, const float *kv, const float *att) {
-    fused_ctx c = fused_setup(s, a, q, kv, CB_RND_ACT_BWD, F_DP, F_N);
+    fused_ctx c = fused_setup(s, a, q, kv, dout, CB_RND_ACT_BWD, F_DP, F_N);
     int NH = a->NH, hs = c.hs, Tk = a->Tk;
     float scale = 1.0f / sqrtf((float)hs);
     const qblocks *qb = &c.qb;
-    qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1);
-    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, NH, hs, &whole);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < a->B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, nq, nk;
-        fbuf f = fbuf_of(s, &c, omp_get_thread_num(), Tk);
-        cb_attn_rows(a, b, &nq, &nk);
+        fbuf f = fbuf_of(s, &c, a, bh);
         memset(f.dk, 0, sizeof(float) * Tk * hs);
         memset(f.dv, 0, sizeof(float) * Tk * hs);
         const uint16_t *vb = c.vh + (size_t)bh * Tk * hs, *kb = c.kh + (size_t)bh * Tk * hs;
@@ -985,22 +985,24 @@ static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dk
             mm_entry **ei = f.e + (size_t)i * F_N;
             int w = qb->nk[i], r0 = qb->r[i], rows = rows_of(qb, i);
             const uint16_t *qi = c.qh + ((size_t)bh * a->Tq + r0) * hs,
-                           *dyi = dy + ((size_t)bh * a->Tq + r0) * hs;
+                           *dyi = c.dy + ((size_t)bh * a->Tq + r0) * hs;
             run_on(f.st, ei[F_DP], dyi, vb, f.sc, NULL);
             for (int r = r0; r < qb->r[i + 1]; r++) {
                 size_t o = (size_t)(r - r0) * w;
                 cb_cpu_masked_softmax_backward(f.sc + o, f.ds + o, f.p + o,
                                                att + fused_att_row(qb, bh, i, r), 1, w, 1,
-                                               cb_attn_seen(r, nq, nk, 1), 0, scale);
+                                               cb_attn_seen(r, f.nq, f.nk, 1), 0, scale);
             }
             run_on(f.st, ei[F_DV], f.p, dyi, f.dv, NULL);
             run_on(f.st, ei[F_DQ], f.ds, kb, f.o, NULL);
-            put_rows(dq + ((size_t)b * a->Tq + r0) * a->ldq + (size_t)h * hs, a->ldq, f.o, rows,
+            put_rows(dq + ((size_t)f.b * a->Tq + r0) * a->ldq + (size_t)f.h * hs, a->ldq, f.o, rows,
                      hs);
             run_on(f.st, ei[F_DK], f.ds, qi, f.dk, NULL);
         }
-        put_rows(dkv + (size_t)b * Tk * a->ldkv + a->koff + (size_t)h * hs, a->ldkv, f.dk, Tk, hs);
-        put_rows(dkv + (size_t)b * Tk * a->ldkv + a->voff + (size_t)h * hs, a->ldkv, f.dv, Tk, hs);
+        put_rows(dkv + (size_t)f.b * Tk * a->ldkv + a->koff + (size_t)f.h * hs, a->ldkv, f.dk, Tk,
+                 hs);
+        put_rows(dkv + (size_t)f.b * Tk * a->ldkv + a->voff + (size_t)f.h * hs, a->ldkv, f.dv, Tk,
+                 hs);
     }
 }
 
@@ -1203,15 +1205,15 @@ static void peak_call(void *p) {
  * figure is oneDNN's rate alone, without the kernels' rounding passes;
  * the faster of oneDNN's two kernels for it. On dense operands oneDNN
  * runs brgemm (AMX where the CPU has it); with A's rows padded (a row
- * stride past the row's end) its gemm:jit, which on the AMX host of
- * 2026-11-27 ran this product 1.1-1.6x faster than brgemm (docs/
- * precision.md, "The peak's two kernels"). A peak that is not the best
- * the library does would flatter every MFU against it. */
-#define PEAK_PAD 16
+ * stride past the row's end, as JIT_PAD pads a weight gradient's
+ * activation) its gemm:jit, which on the AMX host of 2026-11-27 ran this
+ * product 1.24-1.66x faster than brgemm (docs/precision.md, "The weight
+ * gradients on gemm:jit, and the peak's two kernels"). A peak that is not
+ * the best the library does would flatter every MFU against it. */
 
 double cb_peak_measure_bf16(cb_peak_info *info) {
     bf16_state *s = (bf16_state *)cb_kernels_bf16();
-    const size_t n = CB_PEAK_N, nn = n * n, np = n * (n + PEAK_PAD);
+    const size_t n = CB_PEAK_N, nn = n * n, np = n * (n + JIT_PAD);
     float *a = malloc(sizeof(float) * np);
     if (!s || !a) {
         free(a);
@@ -1222,7 +1224,7 @@ double cb_peak_measure_bf16(cb_peak_info *info) {
                   (int64_t)n};
     cb_peak_info dense, padded;
     double pd = cb_peak_time(peak_call, &q, &dense);
-    q.lda = (int64_t)n + PEAK_PAD;
+    q.lda = (int64_t)n + JIT_PAD;
     double pp = cb_peak_time(peak_call, &q, &padded);
     cb_peak_info *best = pp > pd ? &padded : &dense;
     best->form = pp > pd ? "gemm:jit, A's rows padded" : "dense operands (brgemm)";

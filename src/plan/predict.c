@@ -581,9 +581,6 @@ double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, do
     return rate_of(c, l, ws, c->update_bandwidth, c->update_bandwidth_shared);
 }
 
-/* The memory-bound kernels and the update at the bandwidth the layout's
- * working set (the device's memory, every byte of which a step touches)
- * gets: predicted once for the memory, again at that rate. */
 /* The compute rate a rank gets: its rate alone, times the GEMM's shared
  * share when the node runs more than one rank (calibrated with one thread
  * a device; docs/plan.md, Compute shared). */
@@ -591,6 +588,11 @@ static double compute_share(const cb_plan_cluster *c, const cb_plan_layout *l) {
     double world = (double)l->dp * l->pp * l->tp;
     return c->gemm_shared > 0 && minf(world, c->devices_per_node) > 1 ? c->gemm_shared : 1;
 }
+
+/* The compute at the rank's shared rate; the memory-bound kernels and the
+ * update at the bandwidth the layout's working set (the device's memory,
+ * every byte of which a step touches) gets: predicted once for the
+ * memory, again at that rate. */
 
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     cb_plan_cluster c = *j->cluster;
