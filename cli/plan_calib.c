@@ -35,8 +35,8 @@ static double f_gemm(void *ctx, int m, int k, int n) {
 }
 /* every stream at `share` of the rate alone */
 static double f_gemm_shared(void *ctx, int m, int k, int n, int streams) {
-    (void)streams;
-    return f_gemm(ctx, m, k, n) / ((fake *)ctx)->share;
+    (void)m, (void)k, (void)n, (void)streams;
+    return ((fake *)ctx)->share;
 }
 static double f_memory(void *ctx, int N, int C) { return 3.0 * 72 * C * N / (((fake *)ctx)->gbs * 1e9); }
 static double f_memory_shared(void *ctx, int N, int C, int streams) {

@@ -5,6 +5,7 @@
  * as alpha + sent / beta from a small and a large vector. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,23 +50,20 @@ static double med(double *v, int n) {
 }
 
 /* Every device of the node running the square GEMMs of 256, 512 and 1024
- * at once, one thread each: the share of its rate alone (rate[], the
- * sweeps' best) that a device keeps, the median of the three. Two
- * single-thread GEMMs side by side on this machine's two vCPUs kept 0.84
- * to 0.99 of their rate alone (a scratch program, best of 15, 2026-11-27):
- * what one rank's kernels lose to the other rank's, which the rate alone
- * does not see (docs/plan.md, Compute shared). Not with quick, as for the
- * shared memory rate; 0 when never measured. */
+ * at once, one thread each: the share of its rate alone that a device
+ * keeps (the probe alternates windows alone and together), the median of
+ * the three: what one rank's kernels lose to the other ranks', which the
+ * rate alone does not see (docs/plan.md, Compute shared). Not with quick,
+ * as for the shared memory rate; 0 when never measured. */
 static void calibrate_gemm_shared(const cb_plan_probe *pr, int quick, cb_plan_cluster *c,
-                                  const int *size, const double *rate) {
+                                  const int *size) {
     int streams = c->devices_per_node;
     double share[3];
     c->gemm_shared = 0;
     if (quick || !pr->gemm_shared || streams < 2 || c->threads != 1) return;
     for (int i = 0; i < 3; i++) {
-        double s = size[i], t = pr->gemm_shared(pr->ctx, size[i], size[i], size[i], streams);
-        if (t >= 1e29 || rate[i] <= 0) return; /* never ran together: not known */
-        share[i] = fmin(1, 3 * 2 * s * s * s / t / rate[i]);
+        share[i] = pr->gemm_shared(pr->ctx, size[i], size[i], size[i], streams);
+        if (share[i] <= 0) return; /* never ran together: not known */
     }
     c->gemm_shared = med(share, 3);
 }
@@ -89,7 +87,7 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
         c->eff_intensity[i] = intensity(SIZES[i], SIZES[i], SIZES[i]);
         c->eff[i] = fmax(rate[i] / best, i ? c->eff[i - 1] : 0);
     }
-    calibrate_gemm_shared(pr, quick, c, SIZES + n - 3, rate + n - 3);
+    calibrate_gemm_shared(pr, quick, c, SIZES + n - 3);
 }
 
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and

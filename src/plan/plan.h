@@ -329,8 +329,9 @@ typedef struct cb_plan_probe {
      * 1/dp scale, AdamW) of n parameters per stream, `streams` at once (1:
      * alone); NULL: not measured */
     double (*update)(void *ctx, int n, int streams);
-    /* seconds per call of gemm()'s GEMM on each of `streams` single-thread
-     * streams running at once on their own operands; NULL: not measured */
+    /* the share of its rate alone that gemm()'s GEMM keeps on each of
+     * `streams` single-thread streams running it at once on their own
+     * operands (0: never ran together); NULL: not measured */
     double (*gemm_shared)(void *ctx, int m, int k, int n, int streams);
 } cb_plan_probe;
 

@@ -202,30 +202,44 @@ static double probe_memory(void *ctx, int N, int C) {
 
 #define MAX_STREAMS 64
 
-/* n threads, each running f alone (no nested team) on its own arg[i],
- * all at once: seconds per call, the best of 3 x REPS windows of wall
- * time until the slowest thread is done, among the windows in which every
- * thread was on its core 90% of the time or more (thread CPU time against
- * wall). On a shared machine a thread that loses its core lets the others
- * run alone (a window too fast) or holds them up (too slow); neither is
- * the figure. 1e30: no window ran together. */
-static double together_s(body_fn f, void **arg, int n) {
-    double best = 1e30;
-    int levels = omp_get_max_active_levels(), it = 1;
+/* One window of n threads, each running f alone (no nested team) `it`
+ * times on its own arg[i], all at once: seconds per call. The threads
+ * start together; each thread's span ends when its own calls are done,
+ * and the window's time is the longest span (a step goes at its slowest
+ * rank). The window counts when every thread was on its core 90% of its
+ * own span or more (its CPU time against its span): on a shared machine a
+ * thread that loses its core lets the others run alone (a window too
+ * fast) or holds them up (too slow); neither is the figure. A thread that
+ * finishes first is not judged on its wait: this VM's two vCPUs ran the
+ * same GEMMs up to 10% apart, and judging both on the slower one's span
+ * rejected every window of the 512 GEMMs. 1e30: the window did not run
+ * together. *it grows until a window lasts MIN_S. */
+static double together_window(body_fn f, void **arg, int n, int *it) {
+    double span = 0, ok = 1;
+    int levels = omp_get_max_active_levels(), k = *it;
     omp_set_max_active_levels(1); /* each thread's kernels on that thread */
-    for (int r = 0; r <= 3 * REPS; r++) {
-        double cpu = 1e30, t0 = omp_get_wtime();
-#pragma omp parallel num_threads(n) reduction(min : cpu)
-        {
-            double c0 = cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
-            for (int i = 0; i < it; i++) f(arg[omp_get_thread_num()]);
-            cpu = omp_get_num_threads() == n ? cb_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : 0;
-        }
-        double wall = omp_get_wtime() - t0;
-        if (r && cpu >= 0.9 * wall && wall / it < best) best = wall / it; /* r 0 touches */
-        if (wall < MIN_S) it = (int)(MIN_S * it / wall) + 1;
+#pragma omp parallel num_threads(n) reduction(max : span) reduction(min : ok)
+    {
+#pragma omp barrier
+        double t0 = omp_get_wtime(), c0 = cb_clock_s(CLOCK_THREAD_CPUTIME_ID);
+        for (int i = 0; i < k; i++) f(arg[omp_get_thread_num()]);
+        double mine = omp_get_wtime() - t0;
+        span = mine;
+        ok = omp_get_num_threads() == n && cb_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 >= 0.9 * mine;
     }
     omp_set_max_active_levels(levels);
+    if (span < MIN_S) *it = (int)(MIN_S * k / span) + 1;
+    return ok ? span / k : 1e30;
+}
+
+/* the best of 3 x REPS windows together (the first only touches) */
+static double together_s(body_fn f, void **arg, int n) {
+    double best = 1e30;
+    int it = 1;
+    for (int r = 0; r <= 3 * REPS; r++) {
+        double t = together_window(f, arg, n, &it);
+        if (r && t < best) best = t;
+    }
     return best;
 }
 
@@ -241,16 +255,25 @@ static double probe_memory_shared(void *ctx, int N, int C, int streams) {
     return t;
 }
 
-/* the same GEMM on every stream's own operands at once, one thread each */
+/* The share of its rate alone that the GEMM keeps on each of `streams`
+ * threads running it at once on their own operands: the best of 3 x REPS
+ * windows alone (the calling thread) against the best of as many windows
+ * together, the two alternated window by window, so that the host's speed
+ * moving between them (1.5-2x within an hour on this VM) is in both. 0:
+ * never ran together. */
 static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
     (void)ctx;
     gemm_arg a[MAX_STREAMS];
     void *arg[MAX_STREAMS];
-    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS;
+    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it = 1;
     for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], m, k, n), arg[i] = &a[i];
-    double t = ok ? together_s(gemm_body, arg, s) : 1e30;
+    double alone = 1e30, both = 1e30;
+    for (int r = 0; ok && r <= 3 * REPS; r++) {
+        double t = window_s(gemm_body, &a[0]), u = together_window(gemm_body, arg, s, &it);
+        if (r) alone = fmin(alone, t), both = fmin(both, u); /* r 0 touches */
+    }
     for (int i = 0; i < s; i++) gemm_free(&a[i]);
-    return t;
+    return ok && both < 1e29 ? fmin(1, alone / both) : 0;
 }
 
 typedef struct upd_arg {
