@@ -133,15 +133,19 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
     return comm ? comm_child(quick, c, e) : CB_OK;
 }
 
-int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_cluster *c,
-                        double spread[CB_PLAN_NSPREAD], cb_err *e) {
-    static cb_plan_cluster r[CB_PLAN_MAXRUNS];
-    int n = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
-    for (int i = 0; i < n && !rc; i++) rc = plan_measure(threads, quick, 0, &r[i], e);
-    if (rc) return rc;
-    cb_plan_cluster_median(r, n, c, spread);
-    /* the collectives once (the fake timer's are in every run) */
-    return comm && !getenv("CUBIST_PLAN_FAKE") ? comm_child(quick, c, e) : CB_OK;
+int plan_measure_medians(int n, const int *threads, int quick, int comm, int runs,
+                         cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
+    static cb_plan_cluster r[2][CB_PLAN_MAXRUNS];
+    int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
+    n = n < 1 ? 1 : n > 2 ? 2 : n;
+    for (int i = 0; i < k && !rc; i++) /* round-robin: every count in the same minutes */
+        for (int t = 0; t < n && !rc; t++) rc = plan_measure(threads[t], quick, 0, &r[t][i], e);
+    for (int t = 0; t < n && !rc; t++) {
+        cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
+        /* the collectives once (the fake timer's are in every run) */
+        if (comm && !t && !getenv("CUBIST_PLAN_FAKE")) rc = comm_child(quick, &c[t], e);
+    }
+    return rc;
 }
 
 /* (max - min) / median of each figure measured (one not measured has none) */
@@ -244,7 +248,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     else cache_mkdir(path);
     cb_plan_cluster c;
     double spread[CB_PLAN_NSPREAD];
-    int rc = plan_measure_median(o->threads, o->quick, 1, o->repeat, &c, spread, e);
+    int rc = plan_measure_medians(1, &o->threads, o->quick, 1, o->repeat, &c, &spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;
     plan_print_spread(&c, o->repeat, spread);

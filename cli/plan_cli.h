@@ -45,10 +45,13 @@ int plan_calibrate_comm(int quick, cb_err *e);
 /* Calibrates in this process (compute) and, with comm, through an mpirun
  * child of 2 ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
 int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e);
-/* plan_measure `runs` times (compute; the collectives once), the median
- * of each figure; spread: cb_plan_cluster_median's. */
-int plan_measure_median(int threads, int quick, int comm, int runs, cb_plan_cluster *c,
-                        double spread[CB_PLAN_NSPREAD], cb_err *e);
+/* plan_measure `runs` times for each of n (1 or 2) thread counts,
+ * round-robin over the counts so that their runs share the same minutes
+ * (this VM's speed moves between minutes), and the median of each figure
+ * into c[t]; spread[t]: cb_plan_cluster_median's. The collectives once,
+ * with comm, into c[0]. */
+int plan_measure_medians(int n, const int *threads, int quick, int comm, int runs,
+                         cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e);
 /* One line: the calibration's headline figures and, over several runs,
  * their spread. */
 void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread);

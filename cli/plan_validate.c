@@ -404,8 +404,9 @@ static void order(const tally *t) {
 
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
  * `threads`, the rest calibrated now (the median of --repeat runs, at
- * least 3 for the full set; the collectives once, 1 thread per rank as
- * every multi-rank case runs); the calibration's figures printed. */
+ * least 3 for the full set, the two counts' runs round-robin; the
+ * collectives once, 1 thread per rank as every multi-rank case runs);
+ * the calibration's figures printed. */
 static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *e) {
     int have[2] = {0, 0}, rc = CB_OK;
     char list[4096], path[4096];
@@ -420,12 +421,15 @@ static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *
         if (!rc) cl[c.threads - 1] = c, have[c.threads - 1] = 1;
         if (!rc) printf("calibration of threads %d: %s (%s)\n", c.threads, path, c.name);
     }
-    int runs = o->quick ? o->repeat : o->repeat > 3 ? o->repeat : 3;
-    for (int t = 0; t < 2 && !rc; t++) {
-        double spread[CB_PLAN_NSPREAD];
-        if (have[t]) continue;
-        rc = plan_measure_median(t + 1, o->quick, t == 0, runs, &cl[t], spread, e);
-        if (!rc) plan_print_spread(&cl[t], runs, spread);
+    int runs = o->quick ? o->repeat : o->repeat > 3 ? o->repeat : 3, want[2], n = 0;
+    for (int t = 0; t < 2; t++)
+        if (!have[t]) want[n++] = t + 1;
+    cb_plan_cluster got[2];
+    double spread[2][CB_PLAN_NSPREAD];
+    if (!rc && n) rc = plan_measure_medians(n, want, o->quick, !have[0], runs, got, spread, e);
+    for (int i = 0; i < n && !rc; i++) {
+        cl[want[i] - 1] = got[i];
+        plan_print_spread(&got[i], runs, spread[i]);
     }
     return rc;
 }

@@ -257,19 +257,21 @@ static double probe_memory_shared(void *ctx, int N, int C, int streams) {
 
 /* The share of its rate alone that the GEMM keeps on each of `streams`
  * threads running it at once on their own operands: the best of 3 x REPS
- * windows alone (the calling thread) against the best of as many windows
- * together, the two alternated window by window, so that the host's speed
+ * windows of one thread alone against the best of as many windows of all
+ * together (both timed and judged alike, together_window), the two
+ * alternated window by window, so that the host's speed
  * moving between them (1.5-2x within an hour on this VM) is in both. 0:
  * never ran together. */
 static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
     (void)ctx;
     gemm_arg a[MAX_STREAMS];
     void *arg[MAX_STREAMS];
-    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it = 1;
+    int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it1 = 1, it = 1;
     for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], m, k, n), arg[i] = &a[i];
     double alone = 1e30, both = 1e30;
     for (int r = 0; ok && r <= 3 * REPS; r++) {
-        double t = window_s(gemm_body, &a[0]), u = together_window(gemm_body, arg, s, &it);
+        double t = together_window(gemm_body, arg, 1, &it1);
+        double u = together_window(gemm_body, arg, s, &it);
         if (r) alone = fmin(alone, t), both = fmin(both, u); /* r 0 touches */
     }
     for (int i = 0; i < s; i++) gemm_free(&a[i]);
