@@ -5,7 +5,6 @@
  * as alpha + sent / beta from a small and a large vector. */
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -325,9 +325,9 @@ typedef struct cb_plan_probe {
      * streams running at once on their own buffers; NULL: not measured */
     double (*memory_shared)(void *ctx, int N, int C, int streams);
     double cache_bytes; /* the last-level cache (0: unknown: no in-cache rate) */
-    /* seconds of the step's update (gradient zeroed, its squared norm, the
-     * 1/dp scale, AdamW) of n parameters per stream, `streams` at once (1:
-     * alone); NULL: not measured */
+    /* seconds of the step's update (the gradient's squared norm, the 1/dp
+     * scale, AdamW: 40 bytes a parameter, no clearing) of n parameters per
+     * stream, `streams` at once (1: alone); NULL: not measured */
     double (*update)(void *ctx, int n, int streams);
     /* the share of its rate alone that gemm()'s GEMM keeps on each of
      * `streams` single-thread streams running it at once on their own

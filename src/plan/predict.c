@@ -593,7 +593,6 @@ static double compute_share(const cb_plan_cluster *c, const cb_plan_layout *l) {
  * update at the bandwidth the layout's working set (the device's memory,
  * every byte of which a step touches) gets: predicted once for the
  * memory, again at that rate. */
-
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     cb_plan_cluster c = *j->cluster;
     cb_plan_job at = *j;
