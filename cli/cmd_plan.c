@@ -96,6 +96,7 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                "\"mem_scratch\":%.17g,\"mem_comm\":%.17g,\"mem_total\":%.17g,",
                p->mem_params, p->mem_grads, p->mem_opt, p->mem_act, p->mem_scratch, p->mem_comm,
                p->mem_total);
+        printf("\"mem_bf16\":%.17g,", p->mem_bf16);
         printf("\"tp_bytes\":%.17g,\"tp_calls\":%.17g,\"pp_bytes\":%.17g,\"pp_calls\":%.17g,"
                "\"dp_bytes\":%.17g,\"dp_calls\":%.17g,\"tp_act_model_bytes\":%.17g,"
                "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g",
@@ -167,8 +168,13 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     int rc = plan_model_of(o, m, e);
     if (!rc && o->cluster) rc = plan_find_cluster(o->cluster, path, sizeof path, e);
     if (!rc) rc = o->cluster ? cb_plan_cluster_read(path, c, e) : plan_local_cluster(o->threads, c, e);
-    *j = (cb_plan_job){m, c, o->batch, m->T, 25e6, 0};
+    *j = (cb_plan_job){m, c, o->batch, m->T, 25e6, 0, 0};
     if (!rc && o->comm_dtype) rc = cb_dp_comm_dtype_parse(o->comm_dtype, &j->comm_bf16, e);
+    cb_precision p = CB_PREC_FP32;
+    if (!rc && o->precision) rc = cb_precision_parse(o->precision, &p, e);
+    j->bf16 = p == CB_PREC_BF16;
+    cb_plan_cluster bf;
+    if (!rc && j->bf16) rc = cb_plan_cluster_bf16(c, &bf, e);
     return rc;
 }
 
@@ -308,6 +314,9 @@ int cmd_plan(int argc, char **argv) {
         {"tp3d-save", ARG_STR, &o.save, "3-D: gathered (keep X^, W^; default) or shard"},
         {"embed-grad", ARG_STR, &o.embed_grad,
          "data parallelism alone: dense (default), sparse or split"},
+        {"precision", ARG_STR, &o.precision,
+         "fp32 (default) or bf16: products at the cluster's bf16 rates (device.bf16), the "
+         "bf16 table's memory; --calibrate: measure the bf16 rates too"},
         {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
         {"cluster", ARG_STR, &o.cluster,
          "cluster file or preset (default: this machine); --validate: F1[,F2], this machine's "

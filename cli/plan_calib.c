@@ -25,7 +25,7 @@ int plan_cache_path(int threads, char *buf, size_t cap) {
 /* ------------------------------------------------------------ the fake timer */
 
 typedef struct fake {
-    double gflops, gbs, attn, knee, alpha, beta, share;
+    double gflops, gbs, attn, knee, alpha, beta, share, bf16;
 } fake;
 
 static double f_gemm(void *ctx, int m, int k, int n) {
@@ -63,18 +63,27 @@ static double f_coll(void *ctx, const char *op, int n) {
     return f->alpha + cb_plan_op_sent(op, 2, n) / f->beta;
 }
 
-/* gflops=G,gbs=B,attn=A,knee=K,alpha=S,beta=B[,share=F] (share 1 unless given) */
+/* gflops=G,gbs=B,attn=A,knee=K,alpha=S,beta=B[,share=F][,bf16=H] (share
+ * 1 unless given; H: the bf16 products' GFLOP/s, G unless given) */
 static int parse_fake(const char *s, fake *f, cb_err *e) {
-    *f = (fake){0, 0, 0, 0, 0, 0, 1};
+    *f = (fake){0, 0, 0, 0, 0, 0, 1, 0};
     int n = 0, m = 0;
     int got = sscanf(s, "gflops=%lf,gbs=%lf,attn=%lf,knee=%lf,alpha=%lf,beta=%lf%n", &f->gflops,
                      &f->gbs, &f->attn, &f->knee, &f->alpha, &f->beta, &n);
-    if (got == 6 && s[n] && (sscanf(s + n, ",share=%lf%n", &f->share, &m) != 1 || s[n + m]))
-        got = 0;
+    if (got == 6 && !strncmp(s + n, ",share=", 7)) {
+        if (sscanf(s + n, ",share=%lf%n", &f->share, &m) != 1) got = 0;
+        n += m;
+    }
+    if (got == 6 && !strncmp(s + n, ",bf16=", 6)) {
+        if (sscanf(s + n, ",bf16=%lf%n", &f->bf16, &m) != 1) got = 0;
+        n += m;
+    }
+    if (got == 6 && s[n]) got = 0;
+    if (!f->bf16) f->bf16 = f->gflops;
     if (got != 6 || f->gflops <= 0 || f->gbs <= 0 || f->attn <= 0 || f->knee <= 0 ||
-        f->alpha <= 0 || f->beta <= 0 || f->share <= 0 || f->share > 1)
+        f->alpha <= 0 || f->beta <= 0 || f->share <= 0 || f->share > 1 || f->bf16 <= 0)
         return cb_fail(e, CB_EINPUT, "CUBIST_PLAN_FAKE='%s': want gflops=G,gbs=B,attn=A,knee=K,"
-                       "alpha=S,beta=B[,share=F], all positive, F at most 1", s);
+                       "alpha=S,beta=B[,share=F][,bf16=H], all positive, F at most 1", s);
     return CB_OK;
 }
 
@@ -110,7 +119,7 @@ static void machine(int threads, cb_plan_cluster *c) {
     c->memory_bytes = (double)pages * sysconf(_SC_PAGESIZE) / c->devices_per_node;
 }
 
-int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e) {
+int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e) {
     const char *fk = getenv("CUBIST_PLAN_FAKE");
     memset(c, 0, sizeof *c);
     machine(threads, c);
@@ -121,25 +130,34 @@ int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e
         cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
                             f_memory_shared, 8 << 20, f_update, f_gemm_shared};
         cb_plan_calibrate(&pr, quick, c);
+        fake fb = f;
+        fb.gflops = f.bf16, pr.ctx = &fb;
+        if (bf16) cb_plan_calibrate_bf16(&pr, quick, c);
         return CB_OK;
     }
     cb_plan_probe pr;
-    int was = omp_get_max_threads();
+    int was = omp_get_max_threads(), rc = CB_OK;
     omp_set_num_threads(threads);
     cb_plan_probe_cpu(&pr);
     pr.ranks = 1;
     cb_plan_calibrate(&pr, quick, c);
+    if (bf16) {
+        cb_plan_probe_cpu_bf16(&pr);
+        pr.ranks = 1;
+        if (!pr.ctx) rc = cb_fail(e, CB_ESYS, "--precision bf16: oneDNN could not start a CPU engine");
+        else cb_plan_calibrate_bf16(&pr, quick, c);
+    }
     omp_set_num_threads(was);
-    return comm ? comm_child(quick, c, e) : CB_OK;
+    return rc ? rc : comm ? comm_child(quick, c, e) : CB_OK;
 }
 
-int plan_measure_medians(int n, const int *threads, int quick, int comm, int runs,
+int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf16, int runs,
                          cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
     static cb_plan_cluster r[2][CB_PLAN_MAXRUNS];
     int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
     n = n < 1 ? 1 : n > 2 ? 2 : n;
     for (int i = 0; i < k && !rc; i++) /* round-robin: every count in the same minutes */
-        for (int t = 0; t < n && !rc; t++) rc = plan_measure(threads[t], quick, 0, &r[t][i], e);
+        for (int t = 0; t < n && !rc; t++) rc = plan_measure(threads[t], quick, 0, bf16, &r[t][i], e);
     for (int t = 0; t < n && !rc; t++) {
         cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
         /* the collectives once (the fake timer's are in every run) */
@@ -232,7 +250,7 @@ int plan_local_cluster(int threads, cb_plan_cluster *c, cb_err *e) {
     if (plan_cache_path(threads, path, sizeof path) && access(path, R_OK) == 0 &&
         cb_plan_cluster_read(path, c, &ignore) == CB_OK)
         return CB_OK;
-    int rc = plan_measure(threads, 1, 1, c, e);
+    int rc = plan_measure(threads, 1, 1, 0, c, e);
     if (!rc && plan_cache_path(threads, path, sizeof path)) {
         cache_mkdir(path);
         cb_plan_cluster_write(path, c, SOURCE, &ignore); /* a failed cache costs a re-measure */
@@ -248,7 +266,11 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     else cache_mkdir(path);
     cb_plan_cluster c;
     double spread[CB_PLAN_NSPREAD];
-    int rc = plan_measure_medians(1, &o->threads, o->quick, 1, o->repeat, &c, &spread, e);
+    cb_precision p = CB_PREC_FP32;
+    int rc = o->precision ? cb_precision_parse(o->precision, &p, e) : CB_OK;
+    if (!rc)
+        rc = plan_measure_medians(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, &c,
+                                  &spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;
     plan_print_spread(&c, o->repeat, spread);
@@ -256,6 +278,13 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
            "%.3g), memory-bound %.2f GB/s, attention %.2f of peak",
            c.name, c.peak_flops / 1e9, c.eff[0], c.eff_intensity[0], c.eff[c.neff - 1],
            c.eff_intensity[c.neff - 1], c.mem_bandwidth / 1e9, c.attn_efficiency);
+    if (c.bf16.peak_flops > 0) {
+        cb_plan_cluster b;
+        cb_plan_cluster_bf16(&c, &b, e);
+        printf("; bf16 peak %.2f GFLOP/s (%.2fx; GEMM efficiency %.2f .. %.2f), attention %.2f "
+               "of it", b.peak_flops / 1e9, b.peak_flops / c.peak_flops, b.eff[0],
+               b.eff[b.neff - 1], b.attn_efficiency);
+    }
     for (int i = 0; i < c.ncoll; i++)
         printf("%s %s alpha %.2f us beta %.2f GB/s", i ? ";" : "\n  2 ranks:", c.coll[i].op,
                1e6 * c.coll[i].alpha, c.coll[i].beta / 1e9);

@@ -11,6 +11,7 @@ typedef struct plan_opts {
     int dp, pp, tp;                       /* 0: any */
     const char *tp_mode, *schedule, *save; /* NULL: any; save: 3-D gathered or shard */
     const char *comm_dtype;               /* fp32 (default) or bf16 */
+    const char *precision;                /* fp32 (default) or bf16: the products' arithmetic */
     const char *embed_grad;                /* --embed-grad; embed: its cb_dp_embed */
     int embed;
     int layers, d_model, heads, vocab, batch, seq_len, devices, micro_batches, top;
@@ -42,15 +43,16 @@ int plan_plot(const plan_opts *o, const cb_plan_job *j, cb_err *e);
 int plan_calibrate(const plan_opts *o, cb_err *e);
 /* The child under mpirun: prints "plan-comm OP RANKS ALPHA BETA" lines. */
 int plan_calibrate_comm(int quick, cb_err *e);
-/* Calibrates in this process (compute) and, with comm, through an mpirun
- * child of 2 ranks, the collectives; fake rates from CUBIST_PLAN_FAKE (tests). */
-int plan_measure(int threads, int quick, int comm, cb_plan_cluster *c, cb_err *e);
+/* Calibrates in this process (compute; with bf16 also the bf16 rates)
+ * and, with comm, through an mpirun child of 2 ranks, the collectives;
+ * fake rates from CUBIST_PLAN_FAKE (tests). */
+int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e);
 /* plan_measure `runs` times for each of n (1 or 2) thread counts,
  * round-robin over the counts so that their runs share the same minutes
  * (this VM's speed moves between minutes), and the median of each figure
  * into c[t]; spread[t]: cb_plan_cluster_median's. The collectives once,
  * with comm, into c[0]. */
-int plan_measure_medians(int n, const int *threads, int quick, int comm, int runs,
+int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf16, int runs,
                          cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e);
 /* One line: the calibration's headline figures and, over several runs,
  * their spread. */

@@ -18,7 +18,7 @@ static int load_preset(const plan_opts *o, const char *name, cb_plan_cluster *c,
 
 static void predict(const cb_plan_cluster *c, const cb_plan_model *m, int batch, int T,
                     cb_plan_layout l, cb_plan_pred *p) {
-    cb_plan_job j = {m, c, batch, T, 25e6, 0};
+    cb_plan_job j = {m, c, batch, T, 25e6, 0, 0};
     cb_plan_predict(&j, &l, p);
 }
 
@@ -101,7 +101,7 @@ static double dp_step_embed(const cb_plan_cluster *c, int dp, int batch, int emb
     cb_nmt_config n = {6, 6, 512, 8, 2048, 32768, 0.1f, 0, 0, 0.1f, 1};
     cb_err e;
     if (cb_plan_model_nmt(&n, 56, &m, &e)) return -1; /* the fixed sizes always declare */
-    cb_plan_job j = {&m, c, batch, 56, 25e6, 0};
+    cb_plan_job j = {&m, c, batch, 56, 25e6, 0, 0};
     return plan_dp_step(&j, dp, batch, embed, p);
 }
 

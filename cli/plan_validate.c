@@ -23,40 +23,48 @@ typedef struct vcase {
     const char *mode, *sched;
     int M;
     const char *model; /* NULL: gpt; bert or nmt (planned from their graph) */
+    int bf16;          /* --precision bf16 */
 } vcase;
 
 /* B is the micro-batch of `cubist train` (--batch); M micro-batches per step. */
 static const vcase CASES[] = {
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL},
-    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1, NULL},
-    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4, NULL},
-    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4, NULL},
-    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4, NULL},
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1, NULL},
-    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1, NULL},
-    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1, NULL},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 2, 4, 256, 8, 128, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 2, 2, 512, 8, 128, 4, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 2, 6, 384, 6, 64, 16, 1, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {1, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 4, 256, 8, 128, 8, 2, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 2, 512, 8, 128, 4, 2, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {1, 1, 2, 128, 4, 64, 8, 1, 2, 1, "1d", "1f1b", 4, NULL, 0},
+    {0, 1, 4, 256, 8, 128, 8, 1, 2, 1, "1d", "1f1b", 4, NULL, 0},
+    {0, 1, 6, 384, 6, 64, 16, 1, 2, 1, "1d", "gpipe", 4, NULL, 0},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 2, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 4, 256, 8, 128, 8, 1, 1, 2, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 2, 512, 8, 128, 4, 1, 1, 2, "1d", "gpipe", 1, NULL, 0},
     /* models planned from their declared graph (bert: vocabulary 256 + 4
      * specials; nmt: 256 + 3, L encoder and L decoder blocks, ffn 4C) */
-    {0, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert"},
-    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert"},
-    {0, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, "bert"},
-    {0, 1, 1, 128, 4, 32, 8, 1, 1, 1, "1d", "gpipe", 1, "nmt"},
-    {0, 1, 1, 128, 4, 32, 8, 2, 1, 1, "1d", "gpipe", 1, "nmt"},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert", 0},
+    {0, 2, 2, 128, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, "bert", 0},
+    {0, 1, 2, 128, 4, 64, 8, 2, 1, 1, "1d", "gpipe", 1, "bert", 0},
+    {0, 1, 1, 128, 4, 32, 8, 1, 1, 1, "1d", "gpipe", 1, "nmt", 0},
+    {0, 1, 1, 128, 4, 32, 8, 2, 1, 1, "1d", "gpipe", 1, "nmt", 0},
+    /* --precision bf16 (the cluster's bf16 rates): T 64 on the blocked
+     * attention, T 256 on the fused one (the bf16 table's smaller att) */
+    {0, 1, 2, 256, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 1},
+    {0, 2, 2, 256, 4, 64, 8, 1, 1, 1, "1d", "gpipe", 1, NULL, 1},
+    {0, 1, 2, 256, 4, 256, 4, 1, 1, 1, "1d", "gpipe", 1, NULL, 1},
+    {0, 2, 2, 256, 4, 256, 4, 1, 1, 1, "1d", "gpipe", 1, NULL, 1},
+    {0, 1, 2, 256, 4, 256, 4, 2, 1, 1, "1d", "gpipe", 1, NULL, 1},
     /* more ranks than cores: bytes, calls, memory and thread CPU */
-    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1, NULL},
-    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1, NULL},
-    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1, NULL},
-    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1, NULL},
-    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8, NULL},
+    {1, 1, 2, 128, 4, 64, 8, 1, 1, 4, "2d", "gpipe", 1, NULL, 0},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 4, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 2, 128, 4, 64, 8, 1, 1, 8, "3d", "gpipe", 1, NULL, 0},
+    {0, 1, 4, 256, 8, 64, 8, 4, 1, 1, "1d", "gpipe", 1, NULL, 0},
+    {0, 1, 4, 256, 8, 64, 8, 1, 4, 1, "1d", "1f1b", 8, NULL, 0},
 };
 #define NCASES (int)(sizeof CASES / sizeof *CASES)
 
@@ -117,10 +125,10 @@ static int train_job(const vcase *c, const char *dir, const char *part, int step
         "%s '%s' train %s --layers %d --d-model %d --heads %d "
         "--seq-len %d --steps %d --threads %d --quiet --log %s/log.jsonl "
         "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d"
-        "%s%s >/dev/null 2>&1",
+        "%s%s%s >/dev/null 2>&1",
         pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
         c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
-        part[0] ? " --partition " : "", part);
+        part[0] ? " --partition " : "", part, c->bf16 ? " --precision bf16" : "");
     return system(cmd) == 0;
 }
 
@@ -237,7 +245,7 @@ static void predict(const vcase *c, const cb_plan_cluster *cl, cb_plan_pred *p) 
     cb_tp_mode mode;
     cb_grid_parse_mode(c->mode, &mode, NULL);
     int sched = !strcmp(c->sched, "1f1b") ? CB_PLAN_1F1B : CB_PLAN_GPIPE;
-    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6, 0};
+    cb_plan_job j = {&m, cl, c->B * c->M, c->T, 25e6, 0, c->bf16};
     cb_plan_layout l = {c->dp, c->pp, c->tp, mode, sched, c->M, 1, 0, 0, 1, 0};
     cb_plan_predict(&j, &l, p);
 }
@@ -304,8 +312,8 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
     printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ",
-           c->model ? c->model : "gpt", c->L, c->C, c->T, c->B, c->dp, c->pp, c->tp, c->mode,
-           c->pp > 1 ? c->sched : "", c->M, c->threads);
+           c->model ? c->model : c->bf16 ? "bf16" : "gpt", c->L, c->C, c->T, c->B, c->dp, c->pp,
+           c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
@@ -348,7 +356,8 @@ static void print_order(const int *idx, int n, const double *x, const double *hi
 }
 
 static int same(const vcase *a, const vcase *b) {
-    return a->L == b->L && a->C == b->C && (a->model == b->model ||
+    return a->L == b->L && a->C == b->C && a->T == b->T && a->bf16 == b->bf16 &&
+           (a->model == b->model ||
            (a->model && b->model && !strcmp(a->model, b->model)));
 }
 
@@ -376,7 +385,8 @@ static void order(const tally *t) {
                 idx[n++] = a;
         if (n < 2) continue;
         char lab[32], ties[512] = "";
-        int w = snprintf(lab, sizeof lab, "%s L%d C%d:", CASES[i].model ? CASES[i].model : "gpt",
+        int w = snprintf(lab, sizeof lab, "%s L%d C%d:",
+                         CASES[i].model ? CASES[i].model : CASES[i].bf16 ? "bf16" : "gpt",
                          CASES[i].L, CASES[i].C), nt = 0;
         for (int a = 0; a < n; a++)
             for (int b = a + 1; b < n; b++) {
@@ -426,7 +436,9 @@ static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *
         if (!have[t]) want[n++] = t + 1;
     cb_plan_cluster got[2];
     double spread[2][CB_PLAN_NSPREAD];
-    if (!rc && n) rc = plan_measure_medians(n, want, o->quick, !have[0], runs, got, spread, e);
+    /* the bf16 cases' rates with the full set (none of them is quick) */
+    if (!rc && n)
+        rc = plan_measure_medians(n, want, o->quick, !have[0], !o->quick, runs, got, spread, e);
     for (int i = 0; i < n && !rc; i++) {
         cl[want[i] - 1] = got[i];
         plan_print_spread(&got[i], runs, spread[i]);
@@ -458,6 +470,11 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc && !p) rc = cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
     for (int i = 0; i < NCASES && !rc; i++) {
         m[i] = (measured)MEASURED_NONE, ok[i] = !o->quick || CASES[i].quick;
+        if (ok[i] && CASES[i].bf16 && !(cl[CASES[i].threads - 1].bf16.peak_flops > 0)) {
+            printf("  case %d (bf16): the calibration of %d thread%s has no bf16 rates; skipped\n",
+                   i + 1, CASES[i].threads, CASES[i].threads > 1 ? "s" : "");
+            ok[i] = 0;
+        }
         if (ok[i]) predict(&CASES[i], &cl[CASES[i].threads - 1], &p[i]);
     }
     /* run r of every case, then run r + 1: the machine's slow spells

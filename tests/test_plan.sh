@@ -23,6 +23,13 @@
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
 #   fed (peak, the efficiency knee, bandwidth, attention, the element-wise
 #   kernels, alpha and beta of every collective) to 1e-5 (the file keeps 6 significant digits);
+#   with --precision bf16 also the bf16 rates (device.bf16), and a plan in
+#   bf16 on them runs its GEMMs and attention at their ratio to fp32's;
+# - --precision bf16 under `cubist train` (one rank at T 16 and T 256, dp 2,
+#   tp 1d 2, 2d 4): the engine's planned activations and the bf16 table's
+#   weight copies and operand staging (not under 2-D: only its
+#   activations), exactly; --precision bf16 on a cluster without bf16
+#   rates, an unknown precision: exit 2, one line;
 # - a cluster file with a missing, negative or non-numeric field, or bad
 #   JSON: exit 2 and one line naming the field; every preset parses and
 #   names a source for each of its fields;
@@ -135,6 +142,46 @@ trcase "tp 2d 4 bf16"  4 1 --tp 4 --tp-mode 2d --comm-dtype bf16 -- --tp 4 --tp-
 trcase "tp 3d 8 bf16"  8 1 --tp 8 --tp-mode 3d --comm-dtype bf16 -- --tp 8 --tp-mode 3d --comm-dtype bf16
 trcase "pp 2 1f1b M4"  2 4 --pp 2 --schedule 1f1b -- --pp 2 --schedule 1f1b --micro-batches 4
 trcase "1 recompute"   1 1 -- --recompute block
+
+# --precision bf16 (the h100 preset's bf16 rates; one thread, the preset's
+# device): the engine's planned activations (at T 256 causal attention runs
+# fused and keeps each query block's keys only) and what the bf16 table
+# holds after the steps (the log's bf16_copies_bytes + bf16_staging_bytes:
+# weight copies and operand staging) equal the plan's mem_act and
+# mem_bf16, exactly; under 2-D and 3-D the activations (their staging is
+# not predicted: the plan's mem_bf16 is 0)
+bfcase() { # name np T plan-filter... -- train flags...
+    local name=$1 np=$2 T=$3; shift 3
+    local pf=() tf=() sz=(--layers 2 --d-model 32 --heads 4 --seq-len "$T" --vocab 257)
+    while [ "$1" != -- ]; do pf+=("$1"); shift; done; shift; tf=("$@")
+    if ! OMP_NUM_THREADS=1 timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --data train.bin \
+            "${sz[@]}" --batch 8 --steps 2 --quiet --threads 1 --precision bf16 --embed-grad dense \
+            --log tr.jsonl "${tf[@]}" 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${sz[@]}" --batch 8 --micro-batches 1 \
+        --precision bf16 "${pf[@]}" --top 0 --json >plan.json 2>plan.err \
+        || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+name = sys.argv[1]
+log = [json.loads(l) for l in open("tr.jsonl")][-1]
+p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"]][0]
+pairs = [("act_bytes", log["act_bytes"], p["mem_act"])]
+held = log["bf16_copies_bytes"] + log["bf16_staging_bytes"]
+if p["mode"] == "1d": pairs.append(("bf16 held", held, p["mem_bf16"]))
+bad = [k for k, a, b in pairs if a != b]
+print("%s %s: measured/predicted %s%s" % ("FAIL" if bad else "PASS", name,
+      ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs),
+      "" if p["mode"] == "1d" else " (bf16 held %.0f, not predicted)" % held))
+sys.exit(1 if bad else 0)
+PY
+}
+bfcase "bf16 1 rank T 16"  1 16  --
+bfcase "bf16 1 rank T 256" 1 256 --
+bfcase "bf16 dp 2 T 256"   2 256 --dp 2 -- --dp 2
+bfcase "bf16 tp 1d 2 T 256" 2 256 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
+bfcase "bf16 tp 2d 4 T 256" 4 256 --tp 4 --tp-mode 2d -- --tp 4 --tp-mode 2d
 
 # ---------------------------------------------------------------- pipeline memory per stage
 # the plan's stage boundaries given to train (--partition), so both split
@@ -369,6 +416,48 @@ print("%s fake-timer calibration: %d rates as fed%s" % ("FAIL" if bad else "PASS
       (": off " + ", ".join(bad)) if bad else ""))
 raise SystemExit(1 if bad else 0)
 PY
+# --precision bf16: the fake's bf16 rate (bf16=250) calibrated into
+# device.bf16 (peak, curve, shard shapes, attention: the fake's shapes at
+# that peak), the fp32 rates as before; a plan in bf16 on the file runs
+# its GEMMs and attention at 2.5x the fp32 plan's rate, to 1e-5 (the
+# JSON's 6 digits), and its memory-bound kernels at the same
+CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9,bf16=250" \
+    P --calibrate --precision bf16 --out fakeb.json >calb.out 2>calb.err \
+    || fail "fake bf16 calibration failed: $(head -c 300 calb.err)"
+for pr in fp32 bf16; do
+    P --cluster fakeb.json --devices 1 "${tiny[@]}" --batch 8 --micro-batches 1 --precision $pr \
+        --json >"plan-$pr.json" 2>plan.err || fail "plan --precision $pr: $(head -c 300 plan.err)"
+done
+/usr/bin/python3 - <<'PY' || failed=$((failed + 1))
+import json
+c = json.load(open("fakeb.json"))
+d, b = c["device"], c["device"].get("bf16", {})
+close = lambda a, b, r=1e-5: abs(a - b) <= r * abs(b)
+want = [("peak_flops", d["peak_flops"], 100e9), ("bf16.peak_flops", b.get("peak_flops", 0), 250e9),
+        ("bf16.attn_efficiency", b.get("attn_efficiency", 0), 0.25)]
+for i, (x, e) in enumerate(b.get("gemm_efficiency", [])):
+    want.append(("bf16.gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
+for m, k, n, e in b.get("gemm_shapes", []):
+    want.append(("bf16.gemm_shapes[%g,%g,%g]" % (m, k, n), e, min(1.0, min(m, k, n) / 256)))
+f, h = (json.load(open("plan-%s.json" % p))["layouts"][0] for p in ("fp32", "bf16"))
+want += [("gemm_s fp32/bf16", f["gemm_s"] / h["gemm_s"], 2.5), ("attn_s fp32/bf16", f["attn_s"] / h["attn_s"], 2.5),
+         ("mem_s fp32/bf16", f["mem_s"] / h["mem_s"], 1.0)]
+bad = [n for n, a, x in want if not close(a, x)]
+if not b.get("gemm_shapes") or len(b.get("gemm_efficiency", [])) < 6: bad.append("bf16 curve or shapes missing")
+print("%s fake-timer bf16 calibration and plan: %d figures as fed%s" % ("FAIL" if bad else "PASS",
+      len(want), (": off " + ", ".join(bad)) if bad else ""))
+raise SystemExit(1 if bad else 0)
+PY
+# --precision bf16 on a cluster without bf16 rates, or an unknown precision: exit 2, one line
+for args in "fake.json bf16|device.bf16" "fakeb.json fp16|fp16"; do
+    set -- ${args%|*}
+    P --cluster "$PWD/$1" --devices 2 "${tiny[@]}" --precision "$2" >/dev/null 2>bad.err
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q -- "${args#*|}" bad.err \
+        && pass "plan --precision $2 on $1: exit 2, '$(cat bad.err)'" \
+        || fail "plan --precision $2 on $1: exit $rc (want 2, one line), stderr '$(head -c 300 bad.err)'"
+done
+
 # a calibrated iallreduce: the data-parallel buckets all exposed at its
 # rate. dp 2 of L 2, C 512 (6,502,400 parameters: 26,009,600 ring bytes,
 # 2 buckets of 25 MB): 2 x 2 us + 26009600 / 3e9 = 8.67 ms (the overlap
@@ -444,6 +533,10 @@ badfile "cache size without its rate" device.cache_bandwidth "del c['device']['c
 badfile "shard shape of 3 numbers" device.gemm_shapes "c['device']['gemm_shapes'][0] = [1, 2, 3]"
 badfile "GEMM shared share above 1" device.gemm_shared "c['device']['gemm_shared'] = 1.5"
 badfile "negative GEMM shared share" device.gemm_shared "c['device']['gemm_shared'] = -0.5"
+badfile "bf16 rates without a peak" device.bf16.peak_flops \
+    "c['device']['bf16'] = {'attn_efficiency': 0.3, 'gemm_efficiency': [[1, 0.5]]}"
+badfile "bf16 curve above 1" device.bf16.gemm_efficiency \
+    "c['device']['bf16'] = {'peak_flops': 1e12, 'attn_efficiency': 0.3, 'gemm_efficiency': [[1, 1.5]]}"
 
 # --validate --cluster: a missing file, a calibration of neither 1 nor 2 threads: exit 2, one line
 /usr/bin/python3 -c "
@@ -545,7 +638,8 @@ for f in "$ROOT"/clusters/*.json; do
 import json, sys
 c = json.load(open(sys.argv[1]))
 fields = ["nodes", "devices_per_node", "threads"]
-fields += ["device." + k for k in c["device"]] + ["links.%s.%s" % (t, k) for t in c["links"] for k in c["links"][t]]
+fields += ["device." + k for k in c["device"] if k != "bf16"] + ["links.%s.%s" % (t, k) for t in c["links"] for k in c["links"][t]]
+fields += ["device.bf16." + k for k in c["device"].get("bf16", {})]
 missing = [f for f in fields if not c["sources"].get(f)]
 print("%s preset %s: %d fields, each with a source%s" % ("FAIL" if missing else "PASS", sys.argv[2],
       len(fields), (": none for " + ", ".join(missing)) if missing else ""))

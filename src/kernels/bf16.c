@@ -28,7 +28,7 @@
 #include "kernels/kernels.h"
 #include "kernels/peak.h"
 
-#define NSCRATCH 11
+#define NSCRATCH CB_BF16_SLOTS
 /* Rows from which a weight product reads its kept copy in oneDNN's own
  * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
  * reorder of the weight (4 bytes of memory traffic an element) per update
@@ -173,6 +173,13 @@ static const uint16_t *to_bf16_ld(bf16_state *s, int i, int cls, const float *x,
 }
 
 void cb_kernels_bf16_round_ms(double ms[CB_RND_N]) { memcpy(ms, S.round_ms, sizeof S.round_ms); }
+
+void cb_kernels_bf16_held(double *copies, double *staging) {
+    double c = 0, st = 0;
+    for (int i = 0; i < S.nw; i++) c += 2.0 * S.w[i].n + S.w[i].pk_bytes[0] + S.w[i].pk_bytes[1];
+    for (int i = 0; i < NSCRATCH; i++) st += 2.0 * S.scratch_n[i];
+    *copies = c, *staging = st;
+}
 
 static int in_params(const bf16_state *s, const float *w, size_t n) {
     for (int i = 0; i < s->nranges; i++)
@@ -1092,6 +1099,57 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
                       ds + (size_t)BH * qb.so[i], 0, h.kp[i], 0, o + (size_t)BH * qb.r[i] * hs);
     from_heads(dq, a->ldq, o, B, NH, hs, &qb);
     attn_key_grad(s, a, &qb, ds, h.q, dkv, a->koff); /* dK = dS^T Q */
+}
+
+/* ------------------------------------------------------------ staging
+ * The bf16 values each scratch slot holds for one call of a product or
+ * of attention, as the functions above take them (need[i] = max(need[i],
+ * that)): the slots grow to the largest operand a step passes, so a
+ * step's staging is the sum over slots of the maxima over its calls
+ * (cb_kernels_bf16_held measures it). kept: the weight is a parameter
+ * (read from its kept copy); else it is rounded into slot 1. */
+static void need(double *n, int i, double v) {
+    if (v > n[i]) n[i] = v;
+}
+
+void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC, int kept) {
+    const bf16_state *s = state(cb_kernels_bf16());
+    if (!s) return;
+    need(n, 0, (double)N * IC), need(n, 0, (double)N * OC); /* forward's X; backward's dY */
+    need(n, 2, (double)N * dw_ld(s, N, IC));                /* dW's X, its rows padded */
+    if (!kept) need(n, 1, (double)IC * OC);
+}
+
+void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int kept) {
+    const bf16_state *s = state(cb_kernels_bf16());
+    if (!s) return;
+    need(n, 0, (double)N * C), need(n, 0, (double)N * dw_ld(s, N, V)), need(n, 2, (double)N * C);
+    if (!kept) need(n, 1, (double)V * C);
+}
+
+/* forward and backward; nthr: the OpenMP threads of the fused path */
+void cb_kernels_bf16_need_attention(double n[CB_BF16_SLOTS], const cb_attn *a, int nthr) {
+    const bf16_state *s = state(cb_kernels_bf16());
+    if (!s) return;
+    double BH = (double)a->B * a->NH, hs = a->C / a->NH, q = BH * a->Tq * hs, k = BH * a->Tk * hs;
+    need(n, 0, q), need(n, 5, k), need(n, 6, k), need(n, 4, q); /* Q, K, V, dY head-major */
+    if (fused(s, a)) {
+        qblocks qb = fused_blocks(s, a);
+        int R = max_rows(&qb);
+        need(n, 10, 2.0 * fbuf_floats(R, a->Tk, (int)hs) * nthr), need(n, 1, 2.0 * R * a->Tk * nthr);
+        return;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, pass ? BWD_BLOCKS : FWD_BLOCKS,
+                               s->block_rows);
+        double ns = BH * qb.so[qb.n], kp = BH * qb.ko[qb.n] * hs;
+        need(n, 8, kp), need(n, 9, kp), need(n, 7, 2 * q);
+        if (!pass) {
+            if (!qb.whole) need(n, 10, 2 * ns);
+            need(n, 1, ns);
+        } else
+            need(n, 2, ns), need(n, 3, ns), need(n, 7, 2 * kp);
+    }
 }
 
 /* CPUID leaf 7: avx512_bf16 is subleaf 1 EAX bit 5, amx_bf16 subleaf 0

@@ -264,6 +264,19 @@ long long cb_kernels_bf16_att_at(const cb_attn *a, int bh, int t, int j);
  * refreshed outside AdamW, and panels outside the parameters) */
 enum { CB_RND_ACT_FWD, CB_RND_ACT_BWD, CB_RND_GRAD, CB_RND_WEIGHT, CB_RND_N };
 void cb_kernels_bf16_round_ms(double ms[CB_RND_N]);
+/* Bytes the bf16 table holds outside the engine's plan: the weights'
+ * kept bf16 copies (and their packed layouts), and the operand staging
+ * (its scratch slots, each grown to the largest operand it has held) */
+void cb_kernels_bf16_held(double *copies, double *staging);
+/* The bf16 table's operand staging, predicted (the planner): each call
+ * adds the bf16 values it stages per scratch slot to need[] as maxima,
+ * whose sum x 2 bytes is what cb_kernels_bf16_held's staging reaches
+ * after a step of those calls; kept: the weight is a parameter (its copy
+ * is read, not staged) */
+#define CB_BF16_SLOTS 11
+void cb_kernels_bf16_need_linear(double need[CB_BF16_SLOTS], int N, int IC, int OC, int kept);
+void cb_kernels_bf16_need_head(double need[CB_BF16_SLOTS], int N, int C, int V, int kept);
+void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a, int nthr);
 
 /* --precision fp32|bf16: the table every layout built afterwards installs
  * (cb_kernels_default), chosen once per process before the model. */

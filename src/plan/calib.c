@@ -67,7 +67,7 @@ static void calibrate_gemm_shared(const cb_plan_probe *pr, int quick, cb_plan_cl
     c->gemm_shared = med(share, 3);
 }
 
-static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_plan_cluster *c) {
     static const int SIZES[] = {16, 32, 64, 128, 256, 512, 1024};
     int n = quick ? 6 : 7;
     double rate[7] = {0}, best = 0;
@@ -86,7 +86,7 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *
         c->eff_intensity[i] = intensity(SIZES[i], SIZES[i], SIZES[i]);
         c->eff[i] = fmax(rate[i] / best, i ? c->eff[i - 1] : 0);
     }
-    calibrate_gemm_shared(pr, quick, c, SIZES + n - 3);
+    if (shared) calibrate_gemm_shared(pr, quick, c, SIZES + n - 3);
 }
 
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
@@ -157,8 +157,8 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * at 64). B 32: probabilities of tens of MB, out of the caches like the
  * step's (a small batch kept in cache runs 10-20% faster than the model
  * sees it). attn_efficiency is the curve's value at head size 64. */
-static void calibrate_attention(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    int B = quick ? 16 : 32, T = 128, C = 256;
+static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_plan_cluster *c) {
+    int B = (quick ? 2048 : 4096) / T, C = 256;
     double flops = 3.0 * 4 * T * C * (double)B * T;
     double t[4] = {1e30, 1e30, 1e30, 1e30};
     for (int sw = 0; sw < SWEEPS(quick); sw++)
@@ -245,6 +245,18 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
     }
     if (out->natt > 2) out->attn_efficiency = out->att_eff[2];
     for (int k = 0; k < CB_PLAN_NEW; k++) MED(ew_s[k], NULL);
+    if (runs[0].bf16.peak_flops > 0) { /* the same, of the bf16 rates (a view's are not) */
+        static cb_plan_cluster view[CB_PLAN_MAXRUNS];
+        cb_plan_cluster m;
+        double sp[CB_PLAN_NSPREAD];
+        for (int r = 0; r < n; r++) {
+            cb_err e;
+            if (cb_plan_cluster_bf16(&runs[r], &view[r], &e)) view[r] = runs[r];
+            view[r].bf16.peak_flops = 0;
+        }
+        cb_plan_cluster_median(view, n, &m, sp);
+        cb_plan_cluster_set_bf16(out, &m);
+    }
     for (int i = 0; i < out->ncoll; i++) MED(coll[i].alpha, NULL), MED(coll[i].beta, NULL);
     MED(intra.bandwidth, NULL), MED(intra.latency, NULL);
     MED(inter.bandwidth, NULL), MED(inter.latency, NULL);
@@ -252,10 +264,23 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
 }
 
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    calibrate_gemm(pr, quick, c);
+    calibrate_gemm(pr, quick, 1, c);
     calibrate_shapes(pr, quick, c);
     calibrate_memory(pr, quick, c);
-    calibrate_attention(pr, quick, c);
+    calibrate_attention(pr, quick, 128, c);
     calibrate_elementwise(pr, quick, c);
     if (pr->ranks >= 2) cb_plan_calibrate_comm(pr, quick, c);
+}
+
+/* The bf16 rates: the GEMM sweep, the shard shapes and attention, as
+ * above, on a probe of the bf16 table, into c->bf16. Attention at T 512,
+ * where the bf16 table's causal attention runs fused, keeping only each
+ * query block's keys, as it does at GPT-2's T 1024 (at T 128 it runs
+ * blocked: another kernel); the FLOPs counted are still all T^2. */
+void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    cb_plan_cluster t = *c;
+    calibrate_gemm(pr, quick, 0, &t);
+    calibrate_shapes(pr, quick, &t);
+    calibrate_attention(pr, quick, 512, &t);
+    cb_plan_cluster_set_bf16(c, &t);
 }

@@ -69,10 +69,10 @@ static int read_tier(const reader *r, const json_val *links, const char *name, c
 }
 
 /* device.<key>: [[x, efficiency], ...], x increasing, efficiencies in (0, 1] */
-static int read_curve(const reader *r, const json_val *dev, const char *key, double *x, double *y,
-                      int *n) {
+static int read_curve(const reader *r, const json_val *dev, const char *pre, const char *key,
+                      double *x, double *y, int *n) {
     char f[64];
-    snprintf(f, sizeof f, "device.%s", key);
+    snprintf(f, sizeof f, "%s.%s", pre, key);
     const json_val *a = json_get(dev, key);
     if (!a) return bad(r, f, "is missing");
     if (a->type != JSON_ARR || a->n < 1 || a->n > CB_PLAN_MAXEFF)
@@ -91,8 +91,9 @@ static int read_curve(const reader *r, const json_val *dev, const char *key, dou
 }
 
 /* device.gemm_shapes: [[m, k, n, efficiency], ...], sizes > 0, efficiencies in (0, 1] */
-static int read_shapes(const reader *r, const json_val *dev, cb_plan_cluster *c) {
-    const char *f = "device.gemm_shapes";
+static int read_shapes(const reader *r, const json_val *dev, const char *pre, cb_plan_cluster *c) {
+    char f[64];
+    snprintf(f, sizeof f, "%s.gemm_shapes", pre);
     const json_val *a = json_get(dev, "gemm_shapes");
     if (a->type != JSON_ARR || a->n > CB_PLAN_MAXSHAPE)
         return bad(r, f, "is not a list of at most 32 [m, k, n, efficiency]");
@@ -110,13 +111,64 @@ static int read_shapes(const reader *r, const json_val *dev, cb_plan_cluster *c)
     return CB_OK;
 }
 
-static int read_eff(const reader *r, const json_val *dev, cb_plan_cluster *c) {
-    int rc = read_curve(r, dev, "gemm_efficiency", c->eff_intensity, c->eff, &c->neff);
-    if (!rc && json_get(dev, "gemm_shapes")) rc = read_shapes(r, dev, c);
-    /* optional: attention's efficiency by head size (calibrated files) */
+/* The compute rates of object dev (pre: its name in errors): peak,
+ * attention, the GEMM curve, and optionally the GEMM shapes and
+ * attention by head size (calibrated files) */
+static int read_rates(const reader *r, const json_val *dev, const char *pre, cb_plan_cluster *c) {
+    char f[64];
+    snprintf(f, sizeof f, "%s.peak_flops", pre);
+    int rc = num(r, dev, "peak_flops", f, &c->peak_flops);
+    snprintf(f, sizeof f, "%s.attn_efficiency", pre);
+    if (!rc) rc = num(r, dev, "attn_efficiency", f, &c->attn_efficiency);
+    if (!rc) rc = read_curve(r, dev, pre, "gemm_efficiency", c->eff_intensity, c->eff, &c->neff);
+    if (!rc && json_get(dev, "gemm_shapes")) rc = read_shapes(r, dev, pre, c);
     if (!rc && json_get(dev, "attn_head_efficiency"))
-        rc = read_curve(r, dev, "attn_head_efficiency", c->att_hs, c->att_eff, &c->natt);
+        rc = read_curve(r, dev, pre, "attn_head_efficiency", c->att_hs, c->att_eff, &c->natt);
     return rc;
+}
+
+/* the compute rates of c (peak, attention, GEMM curve and shapes): of
+ * a cluster into b, and back */
+#define RATES(X) X(peak_flops) X(attn_efficiency) X(neff) X(eff_intensity) X(eff) \
+    X(nshape) X(shape) X(natt) X(att_hs) X(att_eff)
+static void rates_of(const cb_plan_cluster *c, cb_plan_bf16_rates *b) {
+#define COPY(f) memcpy(&b->f, &c->f, sizeof b->f);
+    RATES(COPY)
+#undef COPY
+}
+
+static void rates_into(cb_plan_cluster *c, const cb_plan_bf16_rates *b) {
+#define COPY(f) memcpy(&c->f, &b->f, sizeof c->f);
+    RATES(COPY)
+#undef COPY
+}
+
+/* optional: device.bf16, the same rates for bf16 products */
+static int read_bf16(const reader *r, const json_val *dev, cb_plan_cluster *c) {
+    const json_val *b = json_get(dev, "bf16");
+    if (!b) return CB_OK;
+    if (b->type != JSON_OBJ)
+        return cb_fail(r->e, CB_EINPUT, "cluster file %s: field 'device.bf16' is not an object; "
+                       "see docs/plan.md, cluster files", r->path);
+    cb_plan_cluster t;
+    memset(&t, 0, sizeof t);
+    int rc = read_rates(r, b, "device.bf16", &t);
+    if (!rc) rates_of(&t, &c->bf16);
+    return rc;
+}
+
+void cb_plan_cluster_set_bf16(cb_plan_cluster *c, const cb_plan_cluster *rates) {
+    rates_of(rates, &c->bf16);
+}
+
+int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err *e) {
+    if (!(c->bf16.peak_flops > 0))
+        return cb_fail(e, CB_EINPUT, "--precision bf16: cluster '%s' has no bf16 rates (device.bf16); "
+                       "calibrate them with `cubist plan --calibrate --precision bf16`, or give "
+                       "the section (docs/plan.md, cluster files)", c->name);
+    *out = *c;
+    rates_into(out, &c->bf16);
+    return CB_OK;
 }
 
 static int read_colls(const reader *r, const json_val *root, cb_plan_cluster *c) {
@@ -149,11 +201,10 @@ static int read_root(const reader *r, const json_val *v, cb_plan_cluster *c) {
     if (!rc) rc = inum(r, v, "devices_per_node", "devices_per_node", &c->devices_per_node);
     if (!rc) rc = inum(r, v, "threads", "threads", &c->threads);
     const json_val *dev = obj(r, v, "device", &rc);
-    if (!rc) rc = num(r, dev, "peak_flops", "device.peak_flops", &c->peak_flops);
     if (!rc) rc = num(r, dev, "memory_bytes", "device.memory_bytes", &c->memory_bytes);
     if (!rc) rc = num(r, dev, "mem_bandwidth", "device.mem_bandwidth", &c->mem_bandwidth);
-    if (!rc) rc = num(r, dev, "attn_efficiency", "device.attn_efficiency", &c->attn_efficiency);
-    if (!rc) rc = read_eff(r, dev, c);
+    if (!rc) rc = read_rates(r, dev, "device", c);
+    if (!rc) rc = read_bf16(r, dev, c);
     /* optional (calibrated files): the compute-bound element-wise kernels,
      * the shared bandwidth, the last-level cache and its rate, the update's
      * rates, the GEMM's shared share */
@@ -214,29 +265,41 @@ static void put_tier(json_buf *b, const char *name, const cb_plan_tier *t, int l
               t->latency, last ? "" : ",");
 }
 
+/* c's compute rates, each line indented by in; the last list left open */
+static void put_rates(json_buf *b, const cb_plan_cluster *c, const char *in) {
+    jb_printf(b, "%s\"peak_flops\": %.6g,\n%s\"attn_efficiency\": %.6g,\n%s\"gemm_efficiency\": [",
+              in, c->peak_flops, in, c->attn_efficiency, in);
+    for (int i = 0; i < c->neff; i++)
+        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->eff_intensity[i], c->eff[i]);
+    if (c->nshape) jb_printf(b, "],\n%s\"gemm_shapes\": [", in);
+    for (int i = 0; i < c->nshape; i++)
+        jb_printf(b, "%s[%.6g, %.6g, %.6g, %.6g]", i ? ", " : "", c->shape[i][0], c->shape[i][1],
+                  c->shape[i][2], c->shape[i][3]);
+    if (c->natt) jb_printf(b, "],\n%s\"attn_head_efficiency\": [", in);
+    for (int i = 0; i < c->natt; i++)
+        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
+}
+
 static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *source) {
     jb_puts(b, "{\n  \"name\": ");
     jb_str(b, c->name);
     jb_printf(b, ",\n  \"nodes\": %d,\n  \"devices_per_node\": %d,\n  \"threads\": %d,\n", c->nodes,
               c->devices_per_node, c->threads);
-    jb_printf(b, "  \"device\": {\n    \"peak_flops\": %.6g,\n    \"memory_bytes\": %.6g,\n"
-              "    \"mem_bandwidth\": %.6g,\n    \"attn_efficiency\": %.6g,\n"
-              "    \"gemm_efficiency\": [", c->peak_flops, c->memory_bytes, c->mem_bandwidth,
-              c->attn_efficiency);
-    for (int i = 0; i < c->neff; i++)
-        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->eff_intensity[i], c->eff[i]);
-    if (c->nshape) jb_puts(b, "],\n    \"gemm_shapes\": [");
-    for (int i = 0; i < c->nshape; i++)
-        jb_printf(b, "%s[%.6g, %.6g, %.6g, %.6g]", i ? ", " : "", c->shape[i][0], c->shape[i][1],
-                  c->shape[i][2], c->shape[i][3]);
-    if (c->natt) jb_puts(b, "],\n    \"attn_head_efficiency\": [");
-    for (int i = 0; i < c->natt; i++)
-        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
-    if (c->ew_s[0] > 0 && c->ew_s[1] > 0)
-        jb_printf(b, "],\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0],
-                  c->ew_s[1]);
+    jb_printf(b, "  \"device\": {\n    \"memory_bytes\": %.6g,\n    \"mem_bandwidth\": %.6g,\n",
+              c->memory_bytes, c->mem_bandwidth);
+    put_rates(b, c, "    ");
+    if (c->bf16.peak_flops > 0) {
+        cb_plan_cluster t;
+        rates_into(&t, &c->bf16);
+        jb_puts(b, "],\n    \"bf16\": {\n");
+        put_rates(b, &t, "      ");
+        jb_puts(b, "]}");
+    }
     else
         jb_puts(b, "]");
+    if (c->ew_s[0] > 0 && c->ew_s[1] > 0)
+        jb_printf(b, ",\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0],
+                  c->ew_s[1]);
     if (c->mem_bandwidth_shared > 0)
         jb_printf(b, ",\n    \"mem_bandwidth_shared\": %.6g", c->mem_bandwidth_shared);
     if (c->update_bandwidth > 0)

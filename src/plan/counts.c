@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "plan/plan.h"
 
 /* bytes sent per rank by an all-reduce of `bytes` on p ranks */
@@ -78,6 +79,18 @@ static void graph_act(cb_plan_tp_cost *f, double L, double a0, double rows, doub
 }
 
 double cb_plan_pad(double V, double m) { return ceil(V / m) * m; }
+
+/* The floats causal attention keeps for backward on a rank with B
+ * sequences and NH heads of T tokens: B NH T^2, or under --precision
+ * bf16 what the bf16 table's attention_saved says (its fused path keeps
+ * each query block's keys only: 9/16 of that at T 1024); the one rule,
+ * asked, not copied */
+static double att_floats(const cb_plan_shape *s, double B, double NH) {
+    const cb_kernels *k = s->bf16 ? cb_kernels_bf16() : NULL;
+    if (!k || B < 1 || NH < 1) return B * NH * s->T * s->T;
+    cb_attn a = cb_attn_self((int)B, (int)s->T, (int)NH, (int)NH, 1, NULL);
+    return (double)k->attention_saved(k, &a);
+}
 
 static double pad(double V, double m) { return cb_plan_pad(V, m); }
 
@@ -256,7 +269,7 @@ static void cost_1d(const cb_plan_shape *s, double P, cb_plan_tp_cost *f) {
     gpt_traffic(s, CB_TP_1D, P, 1, 1, f);
     f->param_bytes = 8 * (Vp * C / P + s->T * C + L * (12 * C * C / P + 7 * C / P + 6 * C) + 2 * C);
     graph_act(f, L, N * C, N, N * C / P, 3 * N * C / P, 4 * N * C / P,
-              s->B * (s->NH / P) * s->T * s->T, N * Vp / P + N);
+              att_floats(s, s->B, s->NH / P), N * Vp / P + N);
     f->act_scratch_bytes = 4 * 3 * N + (s->act_bf16 ? 2 * N * C : 0); /* + the sums' bf16 staging */
 }
 
@@ -289,7 +302,7 @@ static void cost_2d(const cb_plan_shape *s, double q, int diag, cb_plan_tp_cost 
     gpt_traffic(s, CB_TP_2D, q2, diag, 1, f);
     f->param_bytes = 8 * (Vp * C / q2 + Tp * C / q2 + L * (12 * C * C / q2 + 13 * C / q) + 2 * C / q);
     double a = N * C / q2;
-    graph_act(f, L, a, N / q, a, 3 * a, 4 * a, (s->B / q) * (s->NH / q) * T * T,
+    graph_act(f, L, a, N / q, a, 3 * a, 4 * a, att_floats(s, s->B / q, s->NH / q),
               (N / q) * (Vp / q) + N / q);
     double t1 = max2(max2(N * C / q, 4 * a), max2(N * Vp / q2, 4 * N / q));
     double t2 = max2(max2(max2(a, Tp * C / q), max2(4 * C * C / q2, Vp * C / q2)), 3 * N / q);
@@ -330,7 +343,7 @@ static void cost_3d(const cb_plan_shape *s, double q, int gathered, cb_plan_tp_c
     gpt_traffic(s, CB_TP_3D, q3, 1, gathered, f);
     f->param_bytes = 8 * (Vp * C / q3 + Tp * C / q3 + L * (12 * C * C / q3 + 13 * C / q) + 2 * C / q);
     double a = N * C / q3;
-    graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, (s->B / q2) * (s->NH / q) * T * T,
+    graph_act(f, L, a, N / q2, a, 3 * a, 4 * a, att_floats(s, s->B / q2, s->NH / q),
               (N / q2) * (Vp / q) + N / q2);
     double nx = N * C / q2, wv = Vp * C / q2, big = max2(4 * nx, N * Vp / q2);
     double slots = 2 * big + 4 * nx + max2(4 * C * C / q2, wv) + max2(4 * C * C, Vp * C) / q3 +

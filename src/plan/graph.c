@@ -47,6 +47,7 @@ static int dist_of(const cb_plan_job *j, const cb_plan_layout *l, int s, cb_dist
         d->L->wire_bf16 = j->comm_bf16;
     } else if (!(d->L = cb_layout_serial()))
         return cb_fail(e, CB_ENOMEM, "out of memory planning the model");
+    if (j->bf16 && cb_kernels_bf16()) d->L->k = cb_kernels_bf16(); /* its attention_saved */
     d->M = l->M, d->sched = K[l->schedule], d->v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     d->partition = "auto", d->mem_weight = 0.8, d->embed_grad = CB_DP_EMBED_DENSE;
     d->recompute = l->recompute ? RC_BLOCK : RC_NONE;
@@ -131,6 +132,27 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
     }
 }
 
+/* --precision bf16 on one rank: the bf16 table's operand staging of the
+ * stage's products and attention, bytes (predict.c, bf16_staging) */
+static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, int nthr) {
+    double need[CB_BF16_SLOTS] = {0}, sum = 0;
+    for (int i = 0; i < m->nnodes; i++) {
+        const gnode *n = &m->nodes[i];
+        const cb_layer *l = n->l;
+        if (n->vs % pp != s) continue;
+        if (n->kind == N_LINEAR) cb_kernels_bf16_need_linear(need, tok, l->lin.in, l->lin.out, 1);
+        if (n->kind == N_LOSS) cb_kernels_bf16_need_head(need, head_tok, l->emb.C, l->emb.V, 1);
+        if (n->kind == N_ATTN) {
+            cb_attn a = cb_attn_self(tok / m->T, m->T, l->C, l->heads,
+                                     !!(l->attn_flags & CB_ATTN_CAUSAL), NULL);
+            a.drop = l->attn_drop;
+            cb_kernels_bf16_need_attention(need, &a, nthr);
+        }
+    }
+    for (int i = 0; i < CB_BF16_SLOTS; i++) sum += 2 * need[i];
+    return sum;
+}
+
 /* The partition a plan made, as --partition's list: each virtual stage's
  * first node (every node is a module) and the end. */
 static void partition_of(const cb_model *m, char *part, size_t cap) {
@@ -175,8 +197,12 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             if (n->kind == N_LOSS && n->l2) g->stat_bytes[0] = 8; /* src/graph/exec.c */
             if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
+            if (n->kind == N_LINEAR) g->bf16_weights += (double)n->l->lin.in * n->l->lin.out;
+            if (n->kind == N_LOSS) g->bf16_weights += (double)n->l->emb.V * n->l->emb.C;
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;
+        if (j->bf16 && l->tp == 1)
+            g->bf16_staging = staging(m, l->pp, s, (int)tok, (int)head_tok, j->cluster->threads);
     }
     cb_model_free(m);
     cb_layout_free(d.L);
@@ -188,7 +214,7 @@ static int finish(cb_plan_model *m, const char *name, cb_err *e) {
     snprintf(m->name, sizeof m->name, "%s", name);
     cb_plan_cluster c = {.peak_flops = 1, .mem_bandwidth = 1, .attn_efficiency = 1, .neff = 1,
                          .eff_intensity = {1}, .eff = {1}};
-    cb_plan_job j = {m, &c, 1, m->T, 25e6, 0};
+    cb_plan_job j = {m, &c, 1, m->T, 25e6, 0, 0};
     cb_plan_layout l = {1, 1, 1, CB_TP_1D, CB_PLAN_GPIPE, 1, 1, 0, 0, 1, CB_DP_EMBED_DENSE};
     cb_plan_gstage g;
     int rc = cb_plan_graph_stage(&j, &l, 0, NULL, 0, &g, e);

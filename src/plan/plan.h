@@ -22,6 +22,7 @@ enum { CB_PK_LINEAR, CB_PK_NORM, CB_PK_EMBED, CB_PK_HEAD, CB_PK_ATTN, CB_PK_OTHE
 typedef struct cb_plan_shape {
     double N, B, T, C, NH, V, L;
     int act_bf16; /* --comm-dtype bf16: activation collectives send 2 bytes an element */
+    int bf16;     /* --precision bf16: attention keeps what the bf16 table's attention_saved says */
 } cb_plan_shape;
 
 /* Per rank, one step (forward + backward, no optimizer): bytes sent as
@@ -145,6 +146,21 @@ enum { CB_PLAN_EW_GELU_ERF, CB_PLAN_EW_DROPOUT, CB_PLAN_NEW };
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
 #define CB_PLAN_MAXSHAPE 32
+/* A device's compute rates for bf16 products (--precision bf16): the
+ * fields of the same names below, for GEMMs on bf16 operands with fp32
+ * accumulation and attention's products through them (a calibrated CPU's
+ * rates include the kernels' rounding passes). peak_flops 0: the device
+ * has no bf16 rates (a V100, a CPU without bf16 instructions, a file
+ * calibrated without --precision bf16). */
+typedef struct cb_plan_bf16_rates {
+    double peak_flops, attn_efficiency;
+    int neff;
+    double eff_intensity[CB_PLAN_MAXEFF], eff[CB_PLAN_MAXEFF];
+    int nshape;
+    double shape[CB_PLAN_MAXSHAPE][4];
+    int natt;
+    double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
+} cb_plan_bf16_rates;
 typedef struct cb_plan_cluster {
     char name[160];
     int nodes, devices_per_node, threads; /* threads: OpenMP threads per device (CPU) */
@@ -178,7 +194,15 @@ typedef struct cb_plan_cluster {
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
     int ncoll;
     cb_plan_coll coll[CB_PLAN_MAXCOLL];
+    cb_plan_bf16_rates bf16; /* optional ("device.bf16"): peak_flops 0 when absent */
 } cb_plan_cluster;
+
+/* c as the planner sees it under --precision bf16: out = c with its
+ * compute rates (peak, GEMM curve and shapes, attention) the bf16 ones;
+ * CB_EINPUT naming the file's missing section when c has none. */
+int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err *e);
+/* c->bf16 = the compute rates of `rates` (a cluster calibrated on bf16 products) */
+void cb_plan_cluster_set_bf16(cb_plan_cluster *c, const cb_plan_cluster *rates);
 
 /* Reads and checks a cluster file: a missing, negative or zero field is
  * CB_EINPUT naming the field. */
@@ -221,6 +245,7 @@ typedef struct cb_plan_job {
     int batch, T;
     double bucket_bytes; /* data-parallel fusion bucket (25 MB) */
     int comm_bf16;       /* --comm-dtype bf16: the gradient buckets travel in bf16 */
+    int bf16;            /* --precision bf16: the cluster's bf16 rates, the bf16 table's memory */
 } cb_plan_job;
 
 #define CB_PLAN_MAXSTAGE 64
@@ -237,6 +262,8 @@ typedef struct cb_plan_kparts {
 typedef struct cb_plan_pred {
     double step_s, compute_s, recompute_s, tp_s, pp_s, bubble_s, dp_s, dp_exposed_s, opt_s;
     double mem_params, mem_grads, mem_opt, mem_act, mem_scratch, mem_comm, mem_total;
+    double mem_bf16; /* --precision bf16: the bf16 table's weight copies and operand
+                        staging (in mem_total; docs/plan.md) */
     double tp_bytes, tp_calls, pp_bytes, pp_calls, dp_bytes, dp_calls;
     cb_plan_kparts kern; /* compute_s by kernel class */
     /* pipeline of one chunk per stage: stage s holds modules [bound[s],
@@ -272,6 +299,10 @@ typedef struct cb_plan_gstage {
                              targets, one double; targets not padding, two) */
     double lookups;       /* embedding nodes (the translation model's encoder and decoder
                              inputs: 2): rows of the tied table per token */
+    double bf16_weights;  /* floats of the weights the stage's products read (linears, the
+                             head's table), whole: the bf16 table's copies (predict.c) */
+    double bf16_staging;  /* --precision bf16, one rank: the bf16 table's operand staging
+                             for the stage's calls, bytes (0 under tensor parallelism) */
 } cb_plan_gstage;
 /* part (cap bytes, or NULL): "" on the first stage, which writes there
  * the engine's partition by operation (GPT's modules are blocks: not
@@ -345,6 +376,9 @@ double cb_plan_op_sent(const char *op, int p, double n);
  * curve, memory bandwidth, attention efficiency) and, with ranks >= 2,
  * its collectives and intra-node tier. quick: fewer, smaller shapes. */
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* c->bf16 from a probe of bf16 products (cb_plan_probe_cpu_bf16): the
+ * GEMM curve and shapes, attention (at T 512: the fused kernel). */
+void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* Only the collectives (and the intra-node tier) of pr->ranks ranks. */
 void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* The median of n calibrations of one machine, figure by figure, into out
@@ -368,6 +402,9 @@ double cb_plan_update_rate(const cb_plan_cluster *c, const cb_plan_layout *l, do
 /* The probe that times cubist's own CPU kernels (OpenMP threads as set)
  * and, when MPI is running with more than one rank, MPI_COMM_WORLD. */
 void cb_plan_probe_cpu(cb_plan_probe *pr);
+/* The same on the bf16 kernel table (ctx: the table; NULL when oneDNN
+ * cannot start) */
+void cb_plan_probe_cpu_bf16(cb_plan_probe *pr);
 
 /* ------------------------------------------------------------ --layout auto */
 

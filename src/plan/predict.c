@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "pipeline/schedule.h"
 #include "plan/plan.h"
 
@@ -79,6 +80,8 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     int q = side(l), mb = l->M > 0 ? j->batch / l->M : 0, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     if (l->dp < 1 || l->pp < 1 || l->tp < 1 || l->M < 1 || v < 1 || q < 1)
         return cb_fail(e, CB_EINPUT, "layout sizes must be >= 1 and tp a square (2d) or cube (3d)");
+    cb_plan_cluster bf;
+    if (j->bf16 && cb_plan_cluster_bf16(j->cluster, &bf, e)) return CB_EINPUT;
     if (j->batch % l->M || mb % l->dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not split into %d micro-batches of dp %d rows",
                        j->batch, l->M, l->dp);
@@ -218,7 +221,7 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
                          cb_plan_tp_cost *c) {
     const cb_gpt_config *g = &j->model->gpt;
     cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks,
-                        j->comm_bf16};
+                        j->comm_bf16, j->bf16};
     int diag = side(l) == 1; /* off the 2-D diagonal a rank sends more: the maximum */
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, diag, l->gathered, c);
     if (s.embed || s.head) return;
@@ -234,7 +237,7 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
 static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, int rows) {
     const cb_gpt_config *g = &j->model->gpt;
     cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1,
-                        j->comm_bf16};
+                        j->comm_bf16, j->bf16};
     cb_plan_tp_cost one, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &one);
     sh.L = 0;
@@ -274,6 +277,43 @@ static double in_flight(const cb_plan_layout *l) {
     return l->schedule == CB_PLAN_INTERLEAVED ? f * (1 + (l->pp - 1.0) / (l->pp * l->v)) : f;
 }
 
+/* --precision bf16: the bf16 table keeps a copy (2 bytes a float) of
+ * each weight a product reads from the parameters, made once per update:
+ * every weight on one rank, the rank's shard under 1-D; 2-D and 3-D
+ * products read broadcast or gathered panels, rounded at each call, and
+ * keep none (src/kernels/bf16.c; the log's bf16_copies_bytes, checked in
+ * tests/test_plan.sh). weights: the floats of the stage's product
+ * weights, whole (1-D's share of a padded vocabulary is the caller's). */
+static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double weights) {
+    if (!j->bf16 || (l->tp > 1 && l->mode != CB_TP_1D)) return 0;
+    return 2 * weights / l->tp;
+}
+
+/* --precision bf16: the bf16 table's operand staging, bytes (each of its
+ * scratch slots grows to the largest operand it holds; the table says
+ * what each call stages, cb_kernels_bf16_need_*): a GPT stage's calls, a
+ * block's four linears and attention and the head, on one rank or a 1-D
+ * rank (their shards). 2-D and 3-D pass the table SUMMA chunks and
+ * gathered panels: not predicted (0; docs/plan.md). */
+static double bf16_staging(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
+                           int head) {
+    if (!j->bf16 || (l->tp > 1 && l->mode != CB_TP_1D)) return 0;
+    const cb_gpt_config *g = &j->model->gpt;
+    int P = l->tp, N = rows * j->T, C = g->d_model, V = (int)cb_plan_pad(g->vocab, P) / P;
+    double need[CB_BF16_SLOTS] = {0}, sum = 0;
+    if (blocks > 0) {
+        cb_kernels_bf16_need_linear(need, N, C, 3 * C / P, 1);
+        cb_kernels_bf16_need_linear(need, N, C / P, C, 1);
+        cb_kernels_bf16_need_linear(need, N, C, 4 * C / P, 1);
+        cb_kernels_bf16_need_linear(need, N, 4 * C / P, C, 1);
+        cb_attn a = cb_attn_self(rows, j->T, C / P, g->n_head / P, 1, NULL);
+        cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
+    }
+    if (head) cb_kernels_bf16_need_head(need, N, C, V, 1);
+    for (int i = 0; i < CB_BF16_SLOTS; i++) sum += 2 * need[i];
+    return sum;
+}
+
 /* The graph engine's activation plan (src/graph/build.c): a slot per
  * micro-batch in flight, the gradient buffers, the region recompute
  * shares (one float without it) and, with a pipeline, a message buffer per
@@ -292,8 +332,12 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
     p->mem_act = slot * in_flight(l) + p->tp.act_grad_bytes + shared + l->M * msg;
     p->mem_scratch = p->tp.act_scratch_bytes;
     p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
+    const cb_gpt_config *g = &j->model->gpt;
+    double Vp = cb_plan_pad(g->vocab, l->mode == CB_TP_1D ? l->tp : 1);
+    p->mem_bf16 = bf16_copies(j, l, (s.head ? Vp * C : 0) + s.blocks * 12 * C * C) +
+                  bf16_staging(j, l, (int)(tok / j->T), s.blocks, s.head);
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
-                   p->mem_comm;
+                   p->mem_comm + p->mem_bf16;
 }
 
 /* The tied embedding's exchange under --embed-grad sparse or split
@@ -354,7 +398,7 @@ static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows,
     int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
     for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
     cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb,
-                        j->comm_bf16};
+                        j->comm_bf16, j->bf16};
     cb_plan_tp_cost mine, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
     sh.L = 0;
@@ -479,7 +523,9 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
             p->step_s = p->mem_total = 1e300;
             return;
         }
-        double f = g.k.gemm_s + g.k.attn_s + g.k.mem_s, m = 16 * g.params + g.act + g.ws;
+        double f = g.k.gemm_s + g.k.attn_s + g.k.mem_s,
+               m = 16 * g.params + g.act + g.ws + bf16_copies(j, l, g.bf16_weights) +
+                   g.bf16_staging;
         if (f > fwd) fwd = f, w = g;
         if (m > mem) mem = m, big = g;
         sendf = maxf(sendf, g.send_floats), msgs = maxf(msgs, g.msgs);
@@ -503,8 +549,9 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
     p->mem_opt = 8 * big.params / (l->zero ? l->dp : 1);
     p->mem_act = big.act, p->mem_scratch = big.ws;
     p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
+    p->mem_bf16 = bf16_copies(j, l, big.bf16_weights) + big.bf16_staging;
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
-                   p->mem_comm;
+                   p->mem_comm + p->mem_bf16;
     p->tp.param_bytes = 8 * big.params;
     data_parallel(j, l, 2 * fwd, w.lookups * tok * l->M, p); /* every lookup's rows */
     for (int k = 0; k < 2 && l->dp > 1; k++)
@@ -596,6 +643,12 @@ static double compute_share(const cb_plan_cluster *c, const cb_plan_layout *l) {
 void cb_plan_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
     cb_plan_cluster c = *j->cluster;
     cb_plan_job at = *j;
+    cb_err e;
+    if (j->bf16 && cb_plan_cluster_bf16(j->cluster, &c, &e)) { /* cb_plan_check refuses it */
+        memset(p, 0, sizeof *p);
+        p->step_s = p->mem_total = 1e300;
+        return;
+    }
     c.peak_flops *= compute_share(&c, l), at.cluster = &c;
     predict_at(&at, l, p);
     double rate = cb_plan_mem_rate(&c, l, p->mem_total);

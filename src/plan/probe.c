@@ -69,16 +69,22 @@ static double best_of(body_fn f, void *arg) {
 #define GEMM_SETS_BYTES (64.0 * (1 << 20))
 #define GEMM_MAX_SETS 64
 
+/* The probe's kernel table: the CPU table (ctx NULL) or the one in ctx
+ * (cb_plan_probe_cpu_bf16: the bf16 table) */
+static const cb_kernels *table(const void *ctx) { return ctx ? ctx : cb_kernels_cpu(); }
+
 typedef struct gemm_arg {
+    const cb_kernels *kt;
     int m, k, n, nset, cur;
     float *x[GEMM_MAX_SETS], *w[GEMM_MAX_SETS], *y, *dx, *dw[GEMM_MAX_SETS], *b, *db;
+    float *wblock; /* the sets' weights, one block: parameters to a table that keeps copies */
 } gemm_arg;
 
 /* with a bias, as the model's linears have one (its add and its gradient's
  * column sums are part of the linear's time) */
 static void gemm_body(void *p) {
     gemm_arg *a = p;
-    const cb_kernels *k = cb_kernels_cpu();
+    const cb_kernels *k = a->kt;
     int s = a->cur;
     a->cur = (a->cur + 1) % a->nset;
     k->matmul_forward(k, a->y, a->x[s], a->w[s], a->b, a->m, a->k, a->n);
@@ -93,36 +99,42 @@ static float *filled(size_t n) {
     return p;
 }
 
-/* A GEMM's operand sets and buffers; 0 when out of memory. */
-static int gemm_alloc(gemm_arg *a, int m, int k, int n) {
+/* A GEMM's operand sets and buffers; 0 when out of memory. The weights
+ * are the parameters of a step: a table that keeps converted copies of
+ * them (bf16) converts each once, as the step's forward and backward do
+ * between two updates. */
+static int gemm_alloc(gemm_arg *a, const cb_kernels *kt, int m, int k, int n) {
     size_t mk = (size_t)m * k, kn = (size_t)k * n, mn = (size_t)m * n;
     double set = 4.0 * (mk + 2 * kn);
     int nset = (int)fmin(GEMM_MAX_SETS, fmax(1, ceil(GEMM_SETS_BYTES / set)));
-    *a = (gemm_arg){.m = m,
+    *a = (gemm_arg){.kt = kt,
+                    .m = m,
                     .k = k,
                     .n = n,
                     .nset = nset,
                     .y = filled(mn),
                     .dx = filled(mk),
                     .b = filled(n),
-                    .db = filled(n)};
-    int ok = a->y && a->dx && a->b && a->db;
+                    .db = filled(n),
+                    .wblock = filled(kn * nset)};
+    int ok = a->y && a->dx && a->b && a->db && a->wblock;
     for (int i = 0; i < a->nset; i++) {
-        a->x[i] = filled(mk), a->w[i] = filled(kn), a->dw[i] = filled(kn);
-        ok &= a->x[i] && a->w[i] && a->dw[i];
+        a->x[i] = filled(mk), a->w[i] = a->wblock ? a->wblock + kn * i : NULL, a->dw[i] = filled(kn);
+        ok &= a->x[i] && a->dw[i];
     }
+    if (ok && kt != cb_kernels_cpu()) cb_kernels_params_written(a->wblock, kn * nset);
     return ok;
 }
 
 static void gemm_free(gemm_arg *a) {
-    for (int i = 0; i < a->nset; i++) free(a->x[i]), free(a->w[i]), free(a->dw[i]);
-    free(a->y), free(a->dx), free(a->b), free(a->db);
+    if (a->wblock && a->kt != cb_kernels_cpu()) cb_kernels_params_freed(a->wblock);
+    for (int i = 0; i < a->nset; i++) free(a->x[i]), free(a->dw[i]);
+    free(a->y), free(a->dx), free(a->b), free(a->db), free(a->wblock);
 }
 
 static double probe_gemm(void *ctx, int m, int k, int n) {
-    (void)ctx;
     gemm_arg a;
-    double t = gemm_alloc(&a, m, k, n) ? best_of(gemm_body, &a) : 1e30;
+    double t = gemm_alloc(&a, table(ctx), m, k, n) ? best_of(gemm_body, &a) : 1e30;
     gemm_free(&a);
     return t;
 }
@@ -263,11 +275,10 @@ static double probe_memory_shared(void *ctx, int N, int C, int streams) {
  * moving between them (1.5-2x within an hour on this VM) is in both. 0:
  * never ran together. */
 static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
-    (void)ctx;
     gemm_arg a[MAX_STREAMS];
     void *arg[MAX_STREAMS];
     int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it1 = 1, it = 1;
-    for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], m, k, n), arg[i] = &a[i];
+    for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], table(ctx), m, k, n), arg[i] = &a[i];
     double alone = 1e30, both = 1e30;
     for (int r = 0; ok && r <= 3 * REPS; r++) {
         double t = together_window(gemm_body, arg, 1, &it1);
@@ -334,22 +345,23 @@ static double llc_bytes(void) {
 }
 
 typedef struct att_arg {
+    const cb_kernels *kt;
     int B, T, C, NH;
     float *qkv, *out, *att, *dqkv, *sc;
 } att_arg;
 
 static void att_body(void *p) {
     att_arg *a = p;
-    const cb_kernels *k = cb_kernels_cpu();
+    const cb_kernels *k = a->kt;
     cb_attn d = cb_attn_self(a->B, a->T, a->C, a->NH, 1, NULL);
     k->attention_forward(k, &d, a->out, a->att, a->qkv, a->qkv);
     k->attention_backward(k, &d, a->dqkv, a->dqkv, a->sc, a->out, a->qkv, a->qkv, a->att);
 }
 
 static double probe_attention(void *ctx, int B, int T, int C, int NH) {
-    (void)ctx;
     size_t btc = (size_t)B * T * C, att = (size_t)B * NH * T * T;
-    att_arg a = {B, T, C, NH, filled(3 * btc), filled(btc), filled(att), filled(3 * btc), filled(att)};
+    att_arg a = {table(ctx),  B,           T,           C,           NH, filled(3 * btc),
+                 filled(btc), filled(att), filled(3 * btc), filled(att)};
     double t = a.qkv && a.out && a.att && a.dqkv && a.sc ? best_of(att_body, &a) : 1e30;
     free(a.qkv), free(a.out), free(a.att), free(a.dqkv), free(a.sc);
     return t;
@@ -422,4 +434,9 @@ void cb_plan_probe_cpu(cb_plan_probe *pr) {
                           probe_coll,        NULL,                size,
                           probe_elementwise, probe_memory_shared, llc_bytes(),
                           probe_update,      probe_gemm_shared};
+}
+
+void cb_plan_probe_cpu_bf16(cb_plan_probe *pr) {
+    cb_plan_probe_cpu(pr);
+    pr->ctx = (void *)cb_kernels_bf16();
 }

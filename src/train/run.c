@@ -353,6 +353,18 @@ static void pp_fields(trainer *t, const cb_model_step_info *in, cb_step_stats *s
     free(all);
 }
 
+/* --precision bf16: the bytes this rank's bf16 table holds outside the
+ * engine's plan (cb_kernels_bf16_held), appended to the log's fields */
+static void bf16_fields(char *buf, size_t cap) {
+    if (cb_kernels_precision() != CB_PREC_BF16) return;
+    double copies, staging;
+    size_t len = strlen(buf);
+    cb_kernels_bf16_held(&copies, &staging);
+    if (len < cap)
+        snprintf(buf + len, cap - len, ",\"bf16_copies_bytes\":%.0f,\"bf16_staging_bytes\":%.0f",
+                 copies, staging);
+}
+
 static cb_comm *world_of(run_state *r) { return r->grid ? &r->grid->world : NULL; }
 
 static int save(run_state *r, const cb_train_opts *o, int step, cb_ckpt_writer wr, void *ctx,
@@ -421,6 +433,7 @@ static int train_loop(trainer *t, run_state *r, cb_err *e) {
         if ((rc = trainer_step(t, &st, &info, e))) return rc;
         comm_delta(r, o);
         pp_fields(t, &info, &st, extra, sizeof extra);
+        bf16_fields(extra, sizeof extra);
         float vl = NAN;
         nmt = 0;
         if (eval_due(o, t->step)) rc = trainer_eval(t, r->sink, mt, &nmt, &vl, e);
