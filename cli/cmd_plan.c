@@ -228,9 +228,10 @@ static int plan_list(const plan_opts *o, cb_err *e) {
         else
             snprintf(what, sizeof what, "%s %dL d%d %dH V%d", m.name, m.gpt.n_layer,
                      m.gpt.d_model, m.gpt.n_head, m.gpt.vocab);
-        printf("%s, batch %d x T %d, %.3g parameters, on %s: %d devices; %d layouts fit %.2f GB "
+        printf("%s, batch %d x T %d, %.3g parameters%s, on %s: %d devices; %d layouts fit %.2f GB "
                "per device (times per optimizer step)\n", what, o->batch, m.T,
-               m.family ? m.params : cb_plan_model_params(&m), c.name, o->devices, n,
+               m.family ? m.params : cb_plan_model_params(&m), j.bf16 ? ", bf16 products" : "",
+               c.name, o->devices, n,
                (o->max_memory_gb > 0 ? o->max_memory_gb * 1e9 : c.memory_bytes) / 1e9);
         plan_print_header();
         for (int i = 0; i < shown; i++) plan_print_row(i + 1, &ch[i]);

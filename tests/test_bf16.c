@@ -272,7 +272,9 @@ static void attention_cases(const cb_kernels *bf) {
  * forward and backward), T = 3 (fewer rows than blocks), with padding,
  * with dropout, and cross-attention with more queries than keys; and the
  * non-causal cross-attention. T = 300 takes the fused causal path at the
- * default 128 rows a block (two blocks of 150), as does every causal case
+ * default 128 rows a block (two blocks of 150), and so does T = 256 at
+ * head sizes 32 and 64 (GPT-2's; blocks of 128 rows seeing 128 and 256
+ * keys), as does every causal case
  * without dropout under CB_BF16_BLOCK_ROWS=1 (the script runs those once
  * more with CB_BF16_FUSED=0, the unfused blocks). The same
  * bounds as the causal case (masking and dropout only remove terms; the
@@ -286,20 +288,24 @@ static void attention_general_cases(const cb_kernels *bf) {
         const char *nm;
         int Tq, Tk, causal, cross, padded;
         float drop;
+        int nh; /* heads (0: 4, head size 16) */
     } cases[] = {
-        {"self padded", 20, 20, 0, 0, 1, 0.0f},
-        {"cross causal padded", 20, 28, 1, 1, 1, 0.0f},
-        {"self padded, dropout 0.2", 20, 20, 0, 0, 1, 0.2f},
-        {"causal T=27 (not a multiple of the blocks)", 27, 27, 1, 0, 0, 0.0f},
-        {"causal T=3 (fewer rows than blocks)", 3, 3, 1, 0, 0, 0.0f},
-        {"causal padded T=27", 27, 27, 1, 0, 1, 0.0f},
-        {"causal padded T=27, dropout 0.2", 27, 27, 1, 0, 1, 0.2f},
-        {"cross causal padded Tq=28 > Tk=20", 28, 20, 1, 1, 1, 0.0f},
-        {"cross padded Tq=20, Tk=28", 20, 28, 0, 1, 1, 0.0f},
-        {"causal padded T=300 (fused at the default rows)", 300, 300, 1, 0, 1, 0.0f},
+        {"self padded", 20, 20, 0, 0, 1, 0.0f, 0},
+        {"cross causal padded", 20, 28, 1, 1, 1, 0.0f, 0},
+        {"self padded, dropout 0.2", 20, 20, 0, 0, 1, 0.2f, 0},
+        {"causal T=27 (not a multiple of the blocks)", 27, 27, 1, 0, 0, 0.0f, 0},
+        {"causal T=3 (fewer rows than blocks)", 3, 3, 1, 0, 0, 0.0f, 0},
+        {"causal padded T=27", 27, 27, 1, 0, 1, 0.0f, 0},
+        {"causal padded T=27, dropout 0.2", 27, 27, 1, 0, 1, 0.2f, 0},
+        {"cross causal padded Tq=28 > Tk=20", 28, 20, 1, 1, 1, 0.0f, 0},
+        {"cross padded Tq=20, Tk=28", 20, 28, 0, 1, 1, 0.0f, 0},
+        {"causal padded T=300 (fused at the default rows)", 300, 300, 1, 0, 1, 0.0f, 0},
+        {"causal padded T=256, head size 32 (fused)", 256, 256, 1, 0, 1, 0.0f, 2},
+        {"causal T=256, head size 64 (fused)", 256, 256, 1, 0, 0, 0.0f, 1},
     };
-    int B = 3, C = 64, NH = 4;
+    int B = 3, C = 64;
     for (size_t cs = 0; cs < sizeof cases / sizeof cases[0]; cs++) {
+        int NH = cases[cs].nh ? cases[cs].nh : 4;
         int cross = cases[cs].cross, Tq = cases[cs].Tq, Tk = cases[cs].Tk;
         int lens[6] = {Tq, 7, 0, Tk, 0, 11};
         cb_attn a = cb_attn_self(B, Tq, C, NH, cases[cs].causal, cases[cs].padded ? lens : NULL);

@@ -5,8 +5,10 @@
 # a launcher to 1e-5 relative (tests/dp_compare.py, the tolerance of every
 # equivalence test: sums regrouped across ranks). Cases: 2 ranks on this
 # machine's calibration (a fake-timer one in a private cache) and 4 ranks on
-# the H100 and Longhorn presets; BERT on 2 ranks of the H100 preset. Refusals: --layout with --tp, an unknown
-# value, no calibration: exit 2, one line. Then `cubist plan --validate
+# the H100 and Longhorn presets; BERT on 2 ranks of the H100 preset; bf16
+# on 4 ranks of the H100 preset (the layout `plan --precision bf16` ranks
+# first, and the run completes). Refusals: --layout with --tp, an unknown
+# value, no calibration, bf16 on a cluster without bf16 rates: exit 2, one line. Then `cubist plan --validate
 # --quick` runs and prints its mean error and its duration (timings on a
 # shared machine are noise: printed, not asserted).
 set -u
@@ -62,6 +64,27 @@ else
     fail "bert auto: single-process reference: $(head -c 300 bref.err)"
 fi
 
+# --precision bf16: the layout is chosen at the cluster's bf16 rates (the
+# H100 preset's) and the run trains (its trajectory against the single
+# process in bf16 is test_bf16_layouts'); a cluster without bf16 rates
+# (Longhorn's V100) is refused: exit 2, one line naming device.bf16
+if timeout "$TMO" "${launch[@]}" -np 4 "$C" train "${common[@]}" --precision bf16 --layout auto \
+        --cluster "$ROOT/clusters/h100.json" --log b16.jsonl >b16.out 2>b16.err; then
+    want=$("$C" plan --cluster "$ROOT/clusters/h100.json" --devices 4 --layers 2 --d-model 32 \
+           --heads 4 --seq-len 16 --vocab 257 --batch 8 --micro-batches 1 --precision bf16 --top 0 \
+           | awk '$1 == 1 {print $2, $3, $4, $5; exit}')
+    got=$(grep -m1 "^layout auto on 4 ranks" b16.out)
+    [ -n "$got" ] && [ "$(wc -l <b16.jsonl)" = 10 ] && grep -q "$want" <<<"$got" \
+        && pass "bf16 auto 4 ranks on h100: $got (plan --precision bf16's first: $want)" \
+        || fail "bf16 auto 4 ranks on h100: '$got', plan's first '$want', $(wc -l <b16.jsonl) log lines"
+else
+    fail "bf16 auto 4 ranks on h100: run failed: $(head -c 300 b16.err)"
+fi
+timeout "$TMO" "$C" train "${common[@]}" --precision bf16 --layout auto \
+    --cluster "$ROOT/clusters/longhorn.json" >/dev/null 2>bad.err; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && grep -q "device.bf16" bad.err \
+    && pass "bf16 auto on longhorn (no bf16 rates): exit 2, '$(cat bad.err)'" \
+    || fail "bf16 auto on longhorn: exit $rc (want 2, one line naming device.bf16), '$(head -c 300 bad.err)'"
 for bad in "--layout auto --tp 2" "--layout manual"; do
     timeout "$TMO" "$C" train "${common[@]}" $bad >/dev/null 2>bad.err; rc=$?
     [ $rc = 2 ] && [ "$(wc -l <bad.err)" = 1 ] && pass "$bad: exit 2, '$(cat bad.err)'" \
