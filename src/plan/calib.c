@@ -93,10 +93,8 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_pl
  * 1-D's narrow sides), measured where a layout runs them rather than read
  * off the square shapes' curve: on one core here 0.78-1.19 of it, the
  * outputs of 32 columns lowest (docs/plan.md, Calibration). */
-static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256}, QKN[] = {64, 256};
-    const int *kn = quick ? QKN : KN;
-    int nm = quick ? 1 : 2, nkn = quick ? 2 : 4;
+static void shapes_of(const cb_plan_probe *pr, const int *M, int nm, const int *kn, int nkn,
+                      cb_plan_cluster *c) {
     c->nshape = 0;
     for (int a = 0; a < nm; a++)
         for (int b = 0; b < nkn; b++)
@@ -106,6 +104,11 @@ static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster
                 double t = pr->gemm(pr->ctx, M[a], kn[b], kn[d]);
                 s[3] = fmin(1, 3 * 2 * s[0] * s[1] * s[2] / t / c->peak_flops);
             }
+}
+
+static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256}, QKN[] = {64, 256};
+    shapes_of(pr, M, quick ? 1 : 2, quick ? QKN : KN, quick ? 2 : 4, c);
 }
 
 /* The block's memory-bound kernels on (N, C): 72 C bytes per token forward
@@ -272,15 +275,20 @@ void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     if (pr->ranks >= 2) cb_plan_calibrate_comm(pr, quick, c);
 }
 
-/* The bf16 rates: the GEMM sweep, the shard shapes and attention, as
- * above, on a probe of the bf16 table, into c->bf16. Attention at T 512,
+/* The bf16 rates: the GEMM sweep, shapes and attention, as above, on a
+ * probe of the bf16 table, into c->bf16. The shapes are the layers' own
+ * (rows 256 to 4096, widths 64 to 1024): oneDNN's bf16 products fall
+ * further below the square GEMMs' curve on them than OpenBLAS's (a
+ * 1024-row step of widths 256 and 768 ran its GEMMs at half the bf16
+ * peak where the curve said 0.85-1; docs/plan.md). Attention at T 512,
  * where the bf16 table's causal attention runs fused, keeping only each
  * query block's keys, as it does at GPT-2's T 1024 (at T 128 it runs
  * blocked: another kernel); the FLOPs counted are still all T^2. */
 void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    static const int M[] = {256, 1024, 4096}, KN[] = {64, 256, 1024};
     cb_plan_cluster t = *c;
     calibrate_gemm(pr, quick, 0, &t);
-    calibrate_shapes(pr, quick, &t);
+    shapes_of(pr, quick ? M + 1 : M, quick ? 1 : 3, KN, quick ? 2 : 3, &t);
     calibrate_attention(pr, quick, 512, &t);
     cb_plan_cluster_set_bf16(c, &t);
 }
