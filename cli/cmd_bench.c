@@ -271,6 +271,8 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                    "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
                    r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
+            for (int k = 0; k < PROF_N; k++)
+                printf(",\"%s_ms\":%.1f", cb_prof_names[k], r16[i].prof[k]);
             printf(
                 ",\"round_ms\":{\"act_fwd\":%.2f,\"act_bwd\":%.2f,\"grad\":%.2f,\"weight\":%.2f}}",
                 r16[i].rnd[CB_RND_ACT_FWD], r16[i].rnd[CB_RND_ACT_BWD], r16[i].rnd[CB_RND_GRAD],

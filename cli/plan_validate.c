@@ -212,9 +212,9 @@ static void profile(const vcase *c, const cb_plan_pred *p) {
     snprintf(cmd, sizeof cmd,
              "OMP_NUM_THREADS=%d timeout 300 '%s' bench --layers %d --d-model %d "
              "--heads %d --vocab 256 --ctx %d --seq-lens %d --batch %d --threads %d --no-torch "
-             "--json --steps 3%s 2>/dev/null",
+             "--json --steps 3%s%s 2>/dev/null",
              c->threads, plan_exe(), c->L, c->C, c->H, c->T, c->T, c->B, c->threads,
-             c->threads == 1 ? " --kernel-cpu" : "");
+             c->threads == 1 ? " --kernel-cpu" : "", c->bf16 ? " --precision bf16" : "");
     json_val v;
     json_error je;
     if (plan_run(cmd, "{", out, sizeof out) || !out[0] || json_parse(out, strlen(out), &v, &je)) {
@@ -222,6 +222,7 @@ static void profile(const vcase *c, const cb_plan_pred *p) {
         return;
     }
     const json_val *runs = json_get(&v, "runs"), *r = runs && runs->n ? &runs->v[0] : NULL;
+    if (c->bf16 && r) r = json_get(r, "bf16"); /* the bf16 step's classes */
     double mem = jd(r, "layernorm_ms") + jd(r, "elementwise_ms") + jd(r, "loss_ms");
     printf("    by class, ms predicted/profiled: GEMM %.2f/%.2f attention %.2f/%.2f memory-bound "
            "%.2f/%.2f update %.2f/%.2f\n",

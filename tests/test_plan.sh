@@ -417,15 +417,17 @@ print("%s fake-timer calibration: %d rates as fed%s" % ("FAIL" if bad else "PASS
 raise SystemExit(1 if bad else 0)
 PY
 # --precision bf16: the fake's bf16 rate (bf16=250) calibrated into
-# device.bf16 (peak, curve, shard shapes, attention: the fake's shapes at
-# that peak), the fp32 rates as before; a plan in bf16 on the file runs
-# its GEMMs and attention at 2.5x the fp32 plan's rate, to 1e-5 (the
-# JSON's 6 digits), and its memory-bound kernels at the same
+# device.bf16 (peak, curve, shapes, attention: the fake's shapes at that
+# peak), the fp32 rates as before; a plan in bf16 on the file runs its
+# GEMMs and attention at 2.5x the fp32 plan's rate, to 1e-5 (the JSON's
+# 6 digits), and its memory-bound kernels at the same (one sequence of 16
+# tokens: GEMMs of 16 rows, far from both files' shapes, so both read
+# the same curve)
 CUBIST_PLAN_FAKE="gflops=100,gbs=20,attn=0.25,knee=256,alpha=2e-6,beta=3e9,bf16=250" \
     P --calibrate --precision bf16 --out fakeb.json >calb.out 2>calb.err \
     || fail "fake bf16 calibration failed: $(head -c 300 calb.err)"
 for pr in fp32 bf16; do
-    P --cluster fakeb.json --devices 1 "${tiny[@]}" --batch 8 --micro-batches 1 --precision $pr \
+    P --cluster fakeb.json --devices 1 "${tiny[@]}" --batch 1 --micro-batches 1 --precision $pr \
         --json >"plan-$pr.json" 2>plan.err || fail "plan --precision $pr: $(head -c 300 plan.err)"
 done
 /usr/bin/python3 - <<'PY' || failed=$((failed + 1))

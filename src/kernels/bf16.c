@@ -49,8 +49,9 @@ typedef struct mm_desc {
     int acc, bias;
     int packb; /* B is a kept weight, read in the primitive's own layout */
     int thr;   /* the OpenMP thread an entry of fused attention serves (its own memory objects) */
+    int64_t team; /* the OpenMP team it runs on (lookup sets it) */
 } mm_desc;
-_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 24,
+_Static_assert(sizeof(mm_desc) == 6 * sizeof(dnnl_dims_t) + 32,
                "mm_desc is compared with memcmp: it must have no padding");
 
 typedef struct mm_entry {
@@ -342,7 +343,15 @@ static void create(bf16_state *s, mm_entry *e) {
     dnnl_primitive_attr_destroy(attr);
 }
 
-static mm_entry *lookup(bf16_state *s, const mm_desc *d) {
+/* The entry of d, created on first use. oneDNN splits a primitive's work
+ * over the OpenMP threads there are when it is created, so an entry is
+ * kept per team size: a process that changes its team (the planner's
+ * calibration, 1 and 2 threads round-robin) would otherwise run its
+ * second size's products on the first size's split (found when the
+ * 2-thread calibration of 2026-11-28 measured one thread's bf16 rates). */
+static mm_entry *lookup(bf16_state *s, const mm_desc *dd) {
+    mm_desc key = *dd, *d = &key;
+    key.team = omp_in_parallel() ? 1 : omp_get_max_threads();
     for (int i = 0; i < s->ncache; i++)
         if (!memcmp(&s->cache[i].d, d, sizeof *d)) return &s->cache[i];
     grow((void **)&s->cache, &s->cap, s->ncache, sizeof *s->cache,
