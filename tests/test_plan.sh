@@ -21,7 +21,8 @@
 #   GPipe and 1F1B, recompute, pp 2 x tp 1d 2), the plan's stage
 #   boundaries given to train (--partition), exactly;
 # - calibration on a fake timer (CUBIST_PLAN_FAKE) writes the rates it was
-#   fed (peak, the efficiency knee, bandwidth, attention, the element-wise
+#   fed (peak, the efficiency knee, bandwidth, attention by head size and
+#   by sequence length, the element-wise
 #   kernels, alpha and beta of every collective) to 1e-5 (the file keeps 6 significant digits);
 #   with --precision bf16 also the bf16 rates (device.bf16), and a plan in
 #   bf16 on them runs its GEMMs and attention at their ratio to fp32's;
@@ -399,6 +400,9 @@ want = [("peak_flops", d["peak_flops"], 100e9), ("mem_bandwidth", d["mem_bandwid
         ("cache_bandwidth", d["cache_bandwidth"], 20e9), ("cache_bytes", d["cache_bytes"], 8 << 20),
         ("update_bandwidth", d["update_bandwidth"], 20e9),
         ("update_bandwidth_shared", d["update_bandwidth_shared"], 20e9)]
+# attention by sequence length (the fake's rate is the same at every T)
+for t, e in d["attn_seq_efficiency"]:
+    want.append(("attn_seq_efficiency[%g]" % t, e, 0.25))
 # shard shapes: efficiency min(1, min(m, k, n) / knee)
 for m, k, n, e in d["gemm_shapes"]:
     want.append(("gemm_shapes[%g,%g,%g]" % (m, k, n), e, min(1.0, min(m, k, n) / 256)))
@@ -529,6 +533,7 @@ badfile "string latency" links.intra.latency "c['links']['intra']['latency'] = '
 badfile "missing links" links "del c['links']"
 badfile "efficiency above 1" device.gemm_efficiency "c['device']['gemm_efficiency'][0][1] = 2"
 badfile "attention curve above 1" device.attn_head_efficiency "c['device']['attn_head_efficiency'][0][1] = 2"
+badfile "sequence curve not increasing" device.attn_seq_efficiency "c['device']['attn_seq_efficiency'][1][0] = 1"
 badfile "negative dropout rate" device.dropout_s "c['device']['dropout_s'] = -1"
 badfile "negative shared bandwidth" device.mem_bandwidth_shared "c['device']['mem_bandwidth_shared'] = -1"
 badfile "cache size without its rate" device.cache_bandwidth "del c['device']['cache_bandwidth']"

@@ -157,20 +157,35 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * context, no causal discount), forward + backward = 3x, by head size:
  * the kernel's inner loops run over the head's C / NH channels, so a
  * small head runs slower (1 thread here: 0.55 of peak at 32 against 0.65
- * at 64). B 32: probabilities of tens of MB, out of the caches like the
- * step's (a small batch kept in cache runs 10-20% faster than the model
- * sees it). attn_efficiency is the curve's value at head size 64. */
+ * at 64). 4096 tokens (B 32 at T 128): probabilities of tens of MB, out
+ * of the caches like the step's (a small batch kept in cache runs 10-20%
+ * faster than the model sees it). attn_efficiency is the curve's value at
+ * head size 64. Then by sequence length at head size 64, T 64 to 1024 on
+ * the same 4096 tokens: the kernels change with T (the bf16 table's
+ * causal attention runs whole, in blocks, or fused; the counted FLOPs
+ * keep every key, so the causal half skipped is in the rate). */
 static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_plan_cluster *c) {
-    int B = (quick ? 2048 : 4096) / T, C = 256;
+    static const int SEQ[] = {64, 128, 256, 512, 1024}, QSEQ[] = {64, 256};
+    const int *seq = quick ? QSEQ : SEQ;
+    int B = (quick ? 2048 : 4096) / T, C = 256, ns = quick ? 2 : 5;
     double flops = 3.0 * 4 * T * C * (double)B * T;
-    double t[4] = {1e30, 1e30, 1e30, 1e30};
-    for (int sw = 0; sw < SWEEPS(quick); sw++)
+    double t[4] = {1e30, 1e30, 1e30, 1e30}, ts[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
+    for (int sw = 0; sw < SWEEPS(quick); sw++) {
         for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
             t[i] = fmin(t[i], pr->attention(pr->ctx, B, T, C, C / hs));
+        /* by sequence length at head size 64, the same tokens (B T) each */
+        for (int i = 0; i < ns; i++)
+            ts[i] = fmin(ts[i], pr->attention(pr->ctx, (quick ? 2048 : 4096) / seq[i], seq[i], C, 4));
+    }
     c->natt = 4;
     for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
         c->att_hs[i] = hs, c->att_eff[i] = fmin(1, flops / t[i] / c->peak_flops);
     c->attn_efficiency = c->att_eff[2];
+    c->nseq = ns;
+    for (int i = 0; i < ns; i++) {
+        double f = 3.0 * 4 * seq[i] * C * (double)((quick ? 2048 : 4096) / seq[i]) * seq[i];
+        c->att_seq[i] = seq[i], c->att_seq_eff[i] = fmin(1, f / ts[i] / c->peak_flops);
+    }
 }
 
 /* alpha, beta from a small (64 floats) and a large vector. */
@@ -247,6 +262,11 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
         out->att_eff[i] = fmin(1, med(v, n) / out->peak_flops);
     }
     if (out->natt > 2) out->attn_efficiency = out->att_eff[2];
+    for (int i = 0; i < out->nseq; i++) {
+        double v[CB_PLAN_MAXRUNS];
+        for (int r = 0; r < n; r++) v[r] = runs[r].att_seq_eff[i] * runs[r].peak_flops;
+        out->att_seq_eff[i] = fmin(1, med(v, n) / out->peak_flops);
+    }
     for (int k = 0; k < CB_PLAN_NEW; k++) MED(ew_s[k], NULL);
     if (runs[0].bf16.peak_flops > 0) { /* the same, of the bf16 rates (a view's are not) */
         static cb_plan_cluster view[CB_PLAN_MAXRUNS];

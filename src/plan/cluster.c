@@ -2,7 +2,9 @@
  *   {"name", "nodes", "devices_per_node", "threads",
  *    "device": {"peak_flops", "memory_bytes", "mem_bandwidth", "attn_efficiency",
  *               "gemm_efficiency": [[intensity, efficiency], ...],
- *               "attn_head_efficiency": [[head size, efficiency], ...] (optional)},
+ *               "attn_head_efficiency": [[head size, efficiency], ...] (optional),
+ *               "attn_seq_efficiency": [[T, efficiency], ...] (optional),
+ *               "bf16": {the same rates for bf16 products} (optional)},
  *    "links": {"intra": {"bandwidth", "latency"}, "inter": {...}},
  *    "collectives": [{"op", "ranks", "alpha", "beta"}, ...]   (optional),
  *    "sources": {"field": "where the figure comes from", ...}}
@@ -124,13 +126,15 @@ static int read_rates(const reader *r, const json_val *dev, const char *pre, cb_
     if (!rc && json_get(dev, "gemm_shapes")) rc = read_shapes(r, dev, pre, c);
     if (!rc && json_get(dev, "attn_head_efficiency"))
         rc = read_curve(r, dev, pre, "attn_head_efficiency", c->att_hs, c->att_eff, &c->natt);
+    if (!rc && json_get(dev, "attn_seq_efficiency"))
+        rc = read_curve(r, dev, pre, "attn_seq_efficiency", c->att_seq, c->att_seq_eff, &c->nseq);
     return rc;
 }
 
 /* the compute rates of c (peak, attention, GEMM curve and shapes): of
  * a cluster into b, and back */
 #define RATES(X) X(peak_flops) X(attn_efficiency) X(neff) X(eff_intensity) X(eff) \
-    X(nshape) X(shape) X(natt) X(att_hs) X(att_eff)
+    X(nshape) X(shape) X(natt) X(att_hs) X(att_eff) X(nseq) X(att_seq) X(att_seq_eff)
 static void rates_of(const cb_plan_cluster *c, cb_plan_bf16_rates *b) {
 #define COPY(f) memcpy(&b->f, &c->f, sizeof b->f);
     RATES(COPY)
@@ -278,6 +282,9 @@ static void put_rates(json_buf *b, const cb_plan_cluster *c, const char *in) {
     if (c->natt) jb_printf(b, "],\n%s\"attn_head_efficiency\": [", in);
     for (int i = 0; i < c->natt; i++)
         jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_hs[i], c->att_eff[i]);
+    if (c->nseq) jb_printf(b, "],\n%s\"attn_seq_efficiency\": [", in);
+    for (int i = 0; i < c->nseq; i++)
+        jb_printf(b, "%s[%.6g, %.6g]", i ? ", " : "", c->att_seq[i], c->att_seq_eff[i]);
 }
 
 static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *source) {
@@ -369,6 +376,9 @@ double cb_plan_gemm_eff_at(const cb_plan_cluster *c, double m, double k, double 
     return fmin(1, e * fix);
 }
 
-double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size) {
-    return c->natt ? curve_at(c->att_hs, c->att_eff, c->natt, head_size) : c->attn_efficiency;
+double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size, double T) {
+    double e = c->natt ? curve_at(c->att_hs, c->att_eff, c->natt, head_size) : c->attn_efficiency;
+    if (!c->nseq || T <= 0) return e;
+    double at64 = c->natt ? curve_at(c->att_hs, c->att_eff, c->natt, 64) : c->attn_efficiency;
+    return fmin(1, curve_at(c->att_seq, c->att_seq_eff, c->nseq, T) * e / at64);
 }

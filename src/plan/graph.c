@@ -71,6 +71,7 @@ static cb_plan_layer node_layer(const cb_model *m, const gnode *n) {
     case N_LINEAR: y.ngemm = 1, y.gemm[0] = (cb_plan_gemm){n->l->lin.in, n->l->lin.out}; break;
     case N_ATTN: /* with dropout of the probabilities: a mask element per key and head */
         y.attn_flops = 4.0 * m->T * n->l->C, y.head_size = (double)n->l->C / n->l->heads;
+        y.seq = m->T;
         if (n->l->attn_drop > 0) y.ew[CB_PLAN_EW_DROPOUT] = (double)m->T * n->l->heads;
         break;
     case N_EMBED: y.mem_bytes = 12 * H; break;

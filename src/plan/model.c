@@ -20,7 +20,7 @@ void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m) {
     m->gpt = *c;
     m->T = c->seq_len;
     m->nlayer = 3;
-    m->layer[0] = (cb_plan_layer){"embed", 1, 0, {{0, 0}}, 0, 0, 0, 12 * C, (V + T) * C, {0, 0}};
+    m->layer[0] = (cb_plan_layer){"embed", 1, 0, {{0, 0}}, 0, 0, 0, 12 * C, (V + T) * C, {0, 0}, 0};
     m->layer[1] = (cb_plan_layer){"block",
                                   c->n_layer,
                                   4,
@@ -30,8 +30,9 @@ void cb_plan_model_gpt(const cb_gpt_config *c, cb_plan_model *m) {
                                   32 * C,
                                   2 * 8 * C + 2 * 12 * C,
                                   12 * C * C + 13 * C,
-                                  {0, 0}};
-    m->layer[2] = (cb_plan_layer){"head", 1, 1, {{C, V}}, 0, 0, 12 * V, 8 * C, 2 * C, {0, 0}};
+                                  {0, 0},
+                                  T};
+    m->layer[2] = (cb_plan_layer){"head", 1, 1, {{C, V}}, 0, 0, 12 * V, 8 * C, 2 * C, {0, 0}, 0};
 }
 
 double cb_plan_model_params(const cb_plan_model *m) {

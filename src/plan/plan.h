@@ -92,6 +92,7 @@ typedef struct cb_plan_layer {
     double params;      /* parameters (floats) of one layer */
     double ew[2];       /* elements per token of the compute-bound element-wise kernels
                            (CB_PLAN_EW_*), at the cluster's per-element rate */
+    double seq;         /* the keys a query of its attention sees (T): its rate depends on it */
 } cb_plan_layer;
 
 #define CB_PLAN_MAXLAYER 4
@@ -160,6 +161,8 @@ typedef struct cb_plan_bf16_rates {
     double shape[CB_PLAN_MAXSHAPE][4];
     int natt;
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
+    int nseq;
+    double att_seq[CB_PLAN_MAXEFF], att_seq_eff[CB_PLAN_MAXEFF];
 } cb_plan_bf16_rates;
 typedef struct cb_plan_cluster {
     char name[160];
@@ -189,6 +192,10 @@ typedef struct cb_plan_cluster {
     double shape[CB_PLAN_MAXSHAPE][4];
     int natt; /* optional: attention efficiency vs head size (0: attn_efficiency) */
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
+    /* optional: attention efficiency vs sequence length at head size 64
+     * (0: none; the head-size curve's alone) */
+    int nseq;
+    double att_seq[CB_PLAN_MAXEFF], att_seq_eff[CB_PLAN_MAXEFF];
     double ew_s[CB_PLAN_NEW]; /* optional: seconds per element, forward + backward, of the
                                  CB_PLAN_EW_* kernels (0: timed as 8 bytes at mem_bandwidth) */
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
@@ -218,9 +225,11 @@ double cb_plan_gemm_eff(const cb_plan_cluster *c, double intensity);
  * measured / curve at the nearest shape measured within a factor 2 in
  * every dimension (none: the curve alone). */
 double cb_plan_gemm_eff_at(const cb_plan_cluster *c, double m, double k, double n);
-/* Attention's efficiency at a head size: the calibrated curve, else
- * attn_efficiency (the presets: one stated figure). */
-double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size);
+/* Attention's efficiency at a head size and sequence length T: the
+ * head-size curve (else attn_efficiency, the presets' one stated figure),
+ * and with a sequence-length curve that curve at T times the head-size
+ * curve's ratio at this head size to 64 (T <= 0: the head-size curve). */
+double cb_plan_attn_eff(const cb_plan_cluster *c, double head_size, double T);
 
 /* ------------------------------------------------------------ prediction */
 

@@ -124,7 +124,8 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
             k.gemm_s += gemm_s(c, tok / q, in / q, out / q, 1);
     }
     if (y->attn_flops > 0)
-        k.attn_s = y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size));
+        k.attn_s = y->attn_flops * tok / P /
+                   (c->peak_flops * cb_plan_attn_eff(c, y->head_size, y->seq));
     double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P, ew = 0;
     for (int i = 0; i < CB_PLAN_NEW; i++) /* forward's third of forward + backward */
         ew += y->ew[i] * (c->ew_s[i] > 0 ? c->ew_s[i] / 3 : 8 / c->mem_bandwidth);
