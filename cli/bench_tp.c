@@ -244,8 +244,9 @@ static int tp_step(const tp_bench *b, cb_err *e) {
     f[F_ACT_SCRATCH] = (double)cb_layout_workspace_bytes(L);
     f[F_RSS] = rss_bytes();
     totals(f);
+    /* the fp32 wire, fp32 products */
     cb_plan_shape s = {(double)b->batch * b->seq_len, b->batch, b->seq_len, b->d_model, b->heads,
-               b->vocab, b->layers, 0, 0}; /* the fp32 wire, fp32 products */
+                       b->vocab, b->layers, 0, 0};
     formula(&s, g, L->save_gathered, fm);
     double *all = g->world_rank == 0 ? malloc(sizeof(double) * 2 * NF * g->world_size) : NULL;
     MPI_Gather(f, 2 * NF, MPI_DOUBLE, all, 2 * NF, MPI_DOUBLE, 0, g->world.comm);

@@ -229,9 +229,9 @@ static int plan_list(const plan_opts *o, cb_err *e) {
             snprintf(what, sizeof what, "%s %dL d%d %dH V%d", m.name, m.gpt.n_layer,
                      m.gpt.d_model, m.gpt.n_head, m.gpt.vocab);
         printf("%s, batch %d x T %d, %.3g parameters%s, on %s: %d devices; %d layouts fit %.2f GB "
-               "per device (times per optimizer step)\n", what, o->batch, m.T,
-               m.family ? m.params : cb_plan_model_params(&m), j.bf16 ? ", bf16 products" : "",
-               c.name, o->devices, n,
+               "per device (times per optimizer step)\n",
+               what, o->batch, m.T, m.family ? m.params : cb_plan_model_params(&m),
+               j.bf16 ? ", bf16 products" : "", c.name, o->devices, n,
                (o->max_memory_gb > 0 ? o->max_memory_gb * 1e9 : c.memory_bytes) / 1e9);
         plan_print_header();
         for (int i = 0; i < shown; i++) plan_print_row(i + 1, &ch[i]);
@@ -318,7 +318,9 @@ int cmd_plan(int argc, char **argv) {
         {"precision", ARG_STR, &o.precision,
          "fp32 (default) or bf16: products at the cluster's bf16 rates (device.bf16), the "
          "bf16 table's memory; --calibrate: measure the bf16 rates too"},
-        {"comm-dtype", ARG_STR, &o.comm_dtype, "fp32 (default) or bf16: the wire type of the data-parallel gradient and the tensor-parallel activations"},
+        {"comm-dtype", ARG_STR, &o.comm_dtype,
+         "fp32 (default) or bf16: the wire type of the data-parallel gradient and the "
+         "tensor-parallel activations"},
         {"cluster", ARG_STR, &o.cluster,
          "cluster file or preset (default: this machine); --validate: F1[,F2], this machine's "
          "calibrations of 1 and 2 threads (`--calibrate --threads T`), the missing one measured"},

@@ -82,8 +82,10 @@ static int parse_fake(const char *s, fake *f, cb_err *e) {
     if (!f->bf16) f->bf16 = f->gflops;
     if (got != 6 || f->gflops <= 0 || f->gbs <= 0 || f->attn <= 0 || f->knee <= 0 ||
         f->alpha <= 0 || f->beta <= 0 || f->share <= 0 || f->share > 1 || f->bf16 <= 0)
-        return cb_fail(e, CB_EINPUT, "CUBIST_PLAN_FAKE='%s': want gflops=G,gbs=B,attn=A,knee=K,"
-                       "alpha=S,beta=B[,share=F][,bf16=H], all positive, F at most 1", s);
+        return cb_fail(e, CB_EINPUT,
+                       "CUBIST_PLAN_FAKE='%s': want gflops=G,gbs=B,attn=A,knee=K,"
+                       "alpha=S,beta=B[,share=F][,bf16=H], all positive, F at most 1",
+                       s);
     return CB_OK;
 }
 
@@ -144,8 +146,10 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
     if (bf16) {
         cb_plan_probe_cpu_bf16(&pr);
         pr.ranks = 1;
-        if (!pr.ctx) rc = cb_fail(e, CB_ESYS, "--precision bf16: oneDNN could not start a CPU engine");
-        else cb_plan_calibrate_bf16(&pr, quick, c);
+        if (!pr.ctx)
+            rc = cb_fail(e, CB_ESYS, "--precision bf16: oneDNN could not start a CPU engine");
+        else
+            cb_plan_calibrate_bf16(&pr, quick, c);
     }
     omp_set_num_threads(was);
     return rc ? rc : comm ? comm_child(quick, c, e) : CB_OK;
@@ -157,7 +161,8 @@ int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf1
     int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
     n = n < 1 ? 1 : n > 2 ? 2 : n;
     for (int i = 0; i < k && !rc; i++) /* round-robin: every count in the same minutes */
-        for (int t = 0; t < n && !rc; t++) rc = plan_measure(threads[t], quick, 0, bf16, &r[t][i], e);
+        for (int t = 0; t < n && !rc; t++)
+            rc = plan_measure(threads[t], quick, 0, bf16, &r[t][i], e);
     for (int t = 0; t < n && !rc; t++) {
         cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
         /* the collectives once (the fake timer's are in every run) */
@@ -282,8 +287,9 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
         cb_plan_cluster b;
         cb_plan_cluster_bf16(&c, &b, e);
         printf("; bf16 peak %.2f GFLOP/s (%.2fx; GEMM efficiency %.2f .. %.2f), attention %.2f "
-               "of it", b.peak_flops / 1e9, b.peak_flops / c.peak_flops, b.eff[0],
-               b.eff[b.neff - 1], b.attn_efficiency);
+               "of it",
+               b.peak_flops / 1e9, b.peak_flops / c.peak_flops, b.eff[0], b.eff[b.neff - 1],
+               b.attn_efficiency);
     }
     for (int i = 0; i < c.ncoll; i++)
         printf("%s %s alpha %.2f us beta %.2f GB/s", i ? ";" : "\n  2 ranks:", c.coll[i].op,

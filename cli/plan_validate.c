@@ -120,15 +120,14 @@ static int train_job(const vcase *c, const char *dir, const char *part, int step
     else
         snprintf(model, sizeof model, "--model nmt --data %s/pairs.bin --dec-layers %d --ffn %d "
                  "--batch %d", dir, c->L, 4 * c->C, c->B * c->M);
-    snprintf(
-        cmd, sizeof cmd,
-        "%s '%s' train %s --layers %d --d-model %d --heads %d "
-        "--seq-len %d --steps %d --threads %d --quiet --log %s/log.jsonl "
-        "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d"
-        "%s%s%s >/dev/null 2>&1",
-        pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
-        c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
-        part[0] ? " --partition " : "", part, c->bf16 ? " --precision bf16" : "");
+    snprintf(cmd, sizeof cmd,
+             "%s '%s' train %s --layers %d --d-model %d --heads %d "
+             "--seq-len %d --steps %d --threads %d --quiet --log %s/log.jsonl "
+             "--dp %d --pp %d --tp %d --tp-mode %s --embed-grad dense%s%s --micro-batches %d"
+             "%s%s%s >/dev/null 2>&1",
+             pre, plan_exe(), model, c->L, c->C, c->H, c->T, steps, c->threads, dir, c->dp, c->pp,
+             c->tp, c->mode, c->pp > 1 ? " --schedule " : "", c->pp > 1 ? c->sched : "", c->M,
+             part[0] ? " --partition " : "", part, c->bf16 ? " --precision bf16" : "");
     return system(cmd) == 0;
 }
 
@@ -312,9 +311,9 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
-    printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ",
-           c->model ? c->model : c->bf16 ? "bf16" : "gpt", c->L, c->C, c->T, c->B, c->dp, c->pp,
-           c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
+    const char *name = c->model ? c->model : c->bf16 ? "bf16" : "gpt";
+    printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", name, c->L, c->C, c->T,
+           c->B, c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
@@ -358,8 +357,7 @@ static void print_order(const int *idx, int n, const double *x, const double *hi
 
 static int same(const vcase *a, const vcase *b) {
     return a->L == b->L && a->C == b->C && a->T == b->T && a->bf16 == b->bf16 &&
-           (a->model == b->model ||
-           (a->model && b->model && !strcmp(a->model, b->model)));
+           (a->model == b->model || (a->model && b->model && !strcmp(a->model, b->model)));
 }
 
 /* Measured a tie: the two cases' ranges over the runs (fastest ..
@@ -387,8 +385,11 @@ static void order(const tally *t) {
         if (n < 2) continue;
         char lab[32], ties[512] = "";
         int w = snprintf(lab, sizeof lab, "%s L%d C%d:",
-                         CASES[i].model ? CASES[i].model : CASES[i].bf16 ? "bf16" : "gpt",
-                         CASES[i].L, CASES[i].C), nt = 0;
+                         CASES[i].model  ? CASES[i].model
+                         : CASES[i].bf16 ? "bf16"
+                                         : "gpt",
+                         CASES[i].L, CASES[i].C),
+            nt = 0;
         for (int a = 0; a < n; a++)
             for (int b = a + 1; b < n; b++) {
                 int x = idx[a], y = idx[b];

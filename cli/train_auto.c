@@ -34,7 +34,11 @@ static int plan_layout(cb_train_opts *o, const cb_plan_model *m, int T, const ch
     if (rc) return rc;
     int M = o->pipe.micro_batches != CB_PP_UNSET ? o->pipe.micro_batches : o->accum;
     if (M < 1) M = 1;
-    cb_plan_job j = {m, &c, o->B * M, T, o->bucket_mb * 1e6,
+    cb_plan_job j = {m,
+                     &c,
+                     o->B * M,
+                     T,
+                     o->bucket_mb * 1e6,
                      .comm_bf16 = !strcmp(o->comm_dtype, "bf16"),
                      .bf16 = o->precision && !strcmp(o->precision, "bf16")};
     cb_plan_layout l;

@@ -1145,12 +1145,13 @@ void cb_kernels_bf16_need_attention(double n[CB_BF16_SLOTS], const cb_attn *a, i
     if (fused(s, a)) {
         qblocks qb = fused_blocks(s, a);
         int R = max_rows(&qb);
-        need(n, 10, 2.0 * fbuf_floats(R, a->Tk, (int)hs) * nthr), need(n, 1, 2.0 * R * a->Tk * nthr);
+        need(n, 10, 2.0 * fbuf_floats(R, a->Tk, (int)hs) * nthr);
+        need(n, 1, 2.0 * R * a->Tk * nthr);
         return;
     }
     for (int pass = 0; pass < 2; pass++) {
-        qblocks qb = blocks_of(a->Tq, a->Tk, a->causal, pass ? BWD_BLOCKS : FWD_BLOCKS,
-                               s->block_rows);
+        qblocks qb =
+            blocks_of(a->Tq, a->Tk, a->causal, pass ? BWD_BLOCKS : FWD_BLOCKS, s->block_rows);
         double ns = BH * qb.so[qb.n], kp = BH * qb.ko[qb.n] * hs;
         need(n, 8, kp), need(n, 9, kp), need(n, 7, 2 * q);
         if (!pass) {

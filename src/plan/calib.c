@@ -175,7 +175,8 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_pl
             t[i] = fmin(t[i], pr->attention(pr->ctx, B, T, C, C / hs));
         /* by sequence length at head size 64, the same tokens (B T) each */
         for (int i = 0; i < ns; i++)
-            ts[i] = fmin(ts[i], pr->attention(pr->ctx, (quick ? 2048 : 4096) / seq[i], seq[i], C, 4));
+            ts[i] =
+                fmin(ts[i], pr->attention(pr->ctx, (quick ? 2048 : 4096) / seq[i], seq[i], C, 4));
     }
     c->natt = 4;
     for (int i = 0, hs = 16; i < 4; i++, hs *= 2)

@@ -115,7 +115,7 @@ static int read_shapes(const reader *r, const json_val *dev, const char *pre, cb
 
 /* The compute rates of object dev (pre: its name in errors): peak,
  * attention, the GEMM curve, and optionally the GEMM shapes and
- * attention by head size (calibrated files) */
+ * attention by head size and by sequence length (calibrated files) */
 static int read_rates(const reader *r, const json_val *dev, const char *pre, cb_plan_cluster *c) {
     char f[64];
     snprintf(f, sizeof f, "%s.peak_flops", pre);
@@ -131,10 +131,12 @@ static int read_rates(const reader *r, const json_val *dev, const char *pre, cb_
     return rc;
 }
 
-/* the compute rates of c (peak, attention, GEMM curve and shapes): of
- * a cluster into b, and back */
-#define RATES(X) X(peak_flops) X(attn_efficiency) X(neff) X(eff_intensity) X(eff) \
-    X(nshape) X(shape) X(natt) X(att_hs) X(att_eff) X(nseq) X(att_seq) X(att_seq_eff)
+/* the compute rates of c (peak, GEMM curve and shapes, attention by head
+ * size and sequence length): of a cluster into b, and back */
+/* clang-format off */
+#define RATES(X) X(peak_flops) X(attn_efficiency) X(neff) X(eff_intensity) X(eff) X(nshape) \
+                 X(shape) X(natt) X(att_hs) X(att_eff) X(nseq) X(att_seq) X(att_seq_eff)
+/* clang-format on */
 static void rates_of(const cb_plan_cluster *c, cb_plan_bf16_rates *b) {
 #define COPY(f) memcpy(&b->f, &c->f, sizeof b->f);
     RATES(COPY)
@@ -152,8 +154,10 @@ static int read_bf16(const reader *r, const json_val *dev, cb_plan_cluster *c) {
     const json_val *b = json_get(dev, "bf16");
     if (!b) return CB_OK;
     if (b->type != JSON_OBJ)
-        return cb_fail(r->e, CB_EINPUT, "cluster file %s: field 'device.bf16' is not an object; "
-                       "see docs/plan.md, cluster files", r->path);
+        return cb_fail(r->e, CB_EINPUT,
+                       "cluster file %s: field 'device.bf16' is not an object; "
+                       "see docs/plan.md, cluster files",
+                       r->path);
     cb_plan_cluster t;
     memset(&t, 0, sizeof t);
     int rc = read_rates(r, b, "device.bf16", &t);
@@ -167,9 +171,11 @@ void cb_plan_cluster_set_bf16(cb_plan_cluster *c, const cb_plan_cluster *rates) 
 
 int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err *e) {
     if (!(c->bf16.peak_flops > 0))
-        return cb_fail(e, CB_EINPUT, "--precision bf16: cluster '%s' has no bf16 rates (device.bf16); "
+        return cb_fail(e, CB_EINPUT,
+                       "--precision bf16: cluster '%s' has no bf16 rates (device.bf16); "
                        "calibrate them with `cubist plan --calibrate --precision bf16`, or give "
-                       "the section (docs/plan.md, cluster files)", c->name);
+                       "the section (docs/plan.md, cluster files)",
+                       c->name);
     *out = *c;
     rates_into(out, &c->bf16);
     return CB_OK;
@@ -301,8 +307,7 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
         jb_puts(b, "],\n    \"bf16\": {\n");
         put_rates(b, &t, "      ");
         jb_puts(b, "]}");
-    }
-    else
+    } else
         jb_puts(b, "]");
     if (c->ew_s[0] > 0 && c->ew_s[1] > 0)
         jb_printf(b, ",\n    \"gelu_erf_s\": %.6g,\n    \"dropout_s\": %.6g", c->ew_s[0],

@@ -124,8 +124,8 @@ cb_plan_kparts cb_plan_layer_parts(const cb_plan_cluster *c, const cb_plan_layer
             k.gemm_s += gemm_s(c, tok / q, in / q, out / q, 1);
     }
     if (y->attn_flops > 0)
-        k.attn_s = y->attn_flops * tok / P /
-                   (c->peak_flops * cb_plan_attn_eff(c, y->head_size, y->seq));
+        k.attn_s =
+            y->attn_flops * tok / P / (c->peak_flops * cb_plan_attn_eff(c, y->head_size, y->seq));
     double norm = l->mode == CB_TP_1D ? y->mem_norm : y->mem_norm / P, ew = 0;
     for (int i = 0; i < CB_PLAN_NEW; i++) /* forward's third of forward + backward */
         ew += y->ew[i] * (c->ew_s[i] > 0 ? c->ew_s[i] / 3 : 8 / c->mem_bandwidth);
@@ -221,8 +221,9 @@ static stage split_stages(const cb_plan_job *j, const cb_plan_layout *l, double 
 static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows, stage s,
                          cb_plan_tp_cost *c) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, s.blocks,
-                        j->comm_bf16, j->bf16};
+    cb_plan_shape sh = {
+        (double)rows * j->T, rows,   j->T, g->d_model, g->n_head, g->vocab, s.blocks,
+        j->comm_bf16,        j->bf16};
     int diag = side(l) == 1; /* off the 2-D diagonal a rank sends more: the maximum */
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, diag, l->gathered, c);
     if (s.embed || s.head) return;
@@ -237,8 +238,8 @@ static void stage_counts(const cb_plan_job *j, const cb_plan_layout *l, int rows
 /* The slot bytes of one block (the plan is linear in the blocks). */
 static double block_slot_bytes(const cb_plan_job *j, const cb_plan_layout *l, int rows) {
     const cb_gpt_config *g = &j->model->gpt;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, 1,
-                        j->comm_bf16, j->bf16};
+    cb_plan_shape sh = {(double)rows * j->T, rows,   j->T, g->d_model, g->n_head, g->vocab, 1,
+                        j->comm_bf16,        j->bf16};
     cb_plan_tp_cost one, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &one);
     sh.L = 0;
@@ -398,8 +399,8 @@ static double stage_act(const cb_plan_job *j, const cb_plan_layout *l, int rows,
     double act = 4.0 * rows * j->T * g->d_model / (l->mode == CB_TP_1D ? 1 : l->tp);
     int a = w->bound[s], b = w->bound[s + 1], n = w->bound[l->pp], nb = 0;
     for (int x = a; x < b; x++) nb += x > 0 && x < n - 1;
-    cb_plan_shape sh = {(double)rows * j->T, rows, j->T, g->d_model, g->n_head, g->vocab, nb,
-                        j->comm_bf16, j->bf16};
+    cb_plan_shape sh = {(double)rows * j->T, rows,   j->T, g->d_model, g->n_head, g->vocab, nb,
+                        j->comm_bf16,        j->bf16};
     cb_plan_tp_cost mine, none;
     cb_plan_tp_cost_of(&sh, l->mode, l->tp, side(l) == 1, l->gathered, &mine);
     sh.L = 0;
@@ -524,9 +525,9 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
             p->step_s = p->mem_total = 1e300;
             return;
         }
-        double f = g.k.gemm_s + g.k.attn_s + g.k.mem_s,
-               m = 16 * g.params + g.act + g.ws + bf16_copies(j, l, g.bf16_weights) +
-                   g.bf16_staging;
+        double f = g.k.gemm_s + g.k.attn_s + g.k.mem_s, m = 16 * g.params + g.act + g.ws +
+                                                            bf16_copies(j, l, g.bf16_weights) +
+                                                            g.bf16_staging;
         if (f > fwd) fwd = f, w = g;
         if (m > mem) mem = m, big = g;
         sendf = maxf(sendf, g.send_floats), msgs = maxf(msgs, g.msgs);

@@ -119,7 +119,8 @@ static int gemm_alloc(gemm_arg *a, const cb_kernels *kt, int m, int k, int n) {
                     .wblock = filled(kn * nset)};
     int ok = a->y && a->dx && a->b && a->db && a->wblock;
     for (int i = 0; i < a->nset; i++) {
-        a->x[i] = filled(mk), a->w[i] = a->wblock ? a->wblock + kn * i : NULL, a->dw[i] = filled(kn);
+        a->x[i] = filled(mk), a->w[i] = a->wblock ? a->wblock + kn * i : NULL,
+        a->dw[i] = filled(kn);
         ok &= a->x[i] && a->dw[i];
     }
     if (ok && kt != cb_kernels_cpu()) cb_kernels_params_written(a->wblock, kn * nset);
@@ -360,8 +361,8 @@ static void att_body(void *p) {
 
 static double probe_attention(void *ctx, int B, int T, int C, int NH) {
     size_t btc = (size_t)B * T * C, att = (size_t)B * NH * T * T;
-    att_arg a = {table(ctx),  B,           T,           C,           NH, filled(3 * btc),
-                 filled(btc), filled(att), filled(3 * btc), filled(att)};
+    att_arg a = {table(ctx),      B,          T, C, NH, filled(3 * btc), filled(btc), filled(att),
+                 filled(3 * btc), filled(att)};
     double t = a.qkv && a.out && a.att && a.dqkv && a.sc ? best_of(att_body, &a) : 1e30;
     free(a.qkv), free(a.out), free(a.att), free(a.dqkv), free(a.sc);
     return t;
