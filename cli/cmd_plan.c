@@ -173,8 +173,7 @@ int plan_load_job(const plan_opts *o, cb_plan_model *m, cb_plan_cluster *c, cb_p
     cb_precision p = CB_PREC_FP32;
     if (!rc && o->precision) rc = cb_precision_parse(o->precision, &p, e);
     j->bf16 = p == CB_PREC_BF16;
-    cb_plan_cluster bf;
-    if (!rc && j->bf16) rc = cb_plan_cluster_bf16(c, &bf, e);
+    if (!rc && j->bf16) rc = cb_plan_cluster_bf16(c, NULL, e);
     return rc;
 }
 

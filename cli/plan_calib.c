@@ -132,7 +132,7 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
         cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
                             f_memory_shared, 8 << 20, f_update, f_gemm_shared};
         cb_plan_calibrate(&pr, quick, c);
-        fake fb = f;
+        fake fb = f; /* the same fake at the bf16 rate */
         fb.gflops = f.bf16, pr.ctx = &fb;
         if (bf16) cb_plan_calibrate_bf16(&pr, quick, c);
         return CB_OK;

@@ -96,6 +96,11 @@ static void tags(const json_val *by, measured *m) {
     }
 }
 
+/* the model's name in the table: bert, nmt, bf16 (GPT in bf16) or gpt */
+static const char *case_name(const vcase *c) {
+    return c->model ? c->model : c->bf16 ? "bf16" : "gpt";
+}
+
 static int runner(const vcase *c, char *pre, size_t cap) {
     int ranks = c->dp * c->pp * c->tp;
     const char *mr = cli_mpirun_cmd();
@@ -311,9 +316,9 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
     int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
     t->nexact++, t->exact += eq;
-    const char *name = c->model ? c->model : c->bf16 ? "bf16" : "gpt";
-    printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", name, c->L, c->C, c->T,
-           c->B, c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M, c->threads);
+    printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", case_name(c), c->L,
+           c->C, c->T, c->B, c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M,
+           c->threads);
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
@@ -384,11 +389,8 @@ static void order(const tally *t) {
                 idx[n++] = a;
         if (n < 2) continue;
         char lab[32], ties[512] = "";
-        int w = snprintf(lab, sizeof lab, "%s L%d C%d:",
-                         CASES[i].model  ? CASES[i].model
-                         : CASES[i].bf16 ? "bf16"
-                                         : "gpt",
-                         CASES[i].L, CASES[i].C),
+        int w = snprintf(lab, sizeof lab, "%s L%d C%d:", case_name(&CASES[i]), CASES[i].L,
+                         CASES[i].C),
             nt = 0;
         for (int a = 0; a < n; a++)
             for (int b = a + 1; b < n; b++) {

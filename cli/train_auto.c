@@ -42,8 +42,7 @@ static int plan_layout(cb_train_opts *o, const cb_plan_model *m, int T, const ch
                      .comm_bf16 = !strcmp(o->comm_dtype, "bf16"),
                      .bf16 = o->precision && !strcmp(o->precision, "bf16")};
     cb_plan_layout l;
-    cb_plan_cluster bf;
-    if (j.bf16 && (rc = cb_plan_cluster_bf16(&c, &bf, e))) return rc;
+    if (j.bf16 && (rc = cb_plan_cluster_bf16(&c, NULL, e))) return rc;
     if ((rc = cb_plan_auto(&j, world, M, &l, why, sizeof why, e))) return rc;
     snprintf(mode, sizeof mode, "%s", cb_grid_mode_name(l.mode));
     o->dp = l.dp, o->pp = l.pp, o->tp = l.tp, o->tp_mode = mode;

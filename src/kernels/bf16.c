@@ -911,6 +911,9 @@ static size_t fbuf_floats(int R, int Tk, int hs) {
     return (size_t)R * Tk + (size_t)R * hs + 2 * (size_t)Tk * hs;
 }
 
+/* and its bf16 values: P, dS (R,Tk) */
+static size_t fbuf_halves(int R, int Tk) { return 2 * (size_t)R * Tk; }
+
 /* dst (rows of hs columns at stride ld) = src (rows, hs) */
 static void put_rows(float *dst, int64_t ld, const float *src, int rows, int hs) {
     for (int r = 0; r < rows; r++)
@@ -941,7 +944,7 @@ static fused_ctx fused_setup(bf16_state *s, const cb_attn *a, const float *q, co
     c.R = max_rows(&c.qb);
     c.e = fused_entries(s, &c.qb, a->Tk, c.hs, f0, f1, c.nthr);
     c.f32 = fscratch(s, 10, fbuf_floats(c.R, a->Tk, c.hs) * c.nthr);
-    c.b16 = scratch(s, 1, 2 * (size_t)c.R * a->Tk * c.nthr);
+    c.b16 = scratch(s, 1, fbuf_halves(c.R, a->Tk) * c.nthr);
     return c;
 }
 
@@ -952,7 +955,7 @@ static fbuf fbuf_of(const bf16_state *s, const fused_ctx *c, const cb_attn *a, i
     b.sc = c->f32 + fbuf_floats(c->R, Tk, c->hs) * t;
     b.o = b.sc + (size_t)c->R * Tk, b.dk = b.o + (size_t)c->R * c->hs;
     b.dv = b.dk + (size_t)Tk * c->hs;
-    b.p = c->b16 + 2 * (size_t)c->R * Tk * t, b.ds = b.p + (size_t)c->R * Tk;
+    b.p = c->b16 + fbuf_halves(c->R, Tk) * t, b.ds = b.p + (size_t)c->R * Tk;
     b.st = s->tstream[t], b.e = c->e + (size_t)t * c->qb.n * F_N;
     b.b = bh / a->NH, b.h = bh % a->NH;
     cb_attn_rows(a, b.b, &b.nq, &b.nk);
@@ -1136,6 +1139,12 @@ void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int
     if (!kept) need(n, 1, (double)V * C);
 }
 
+double cb_kernels_bf16_need_bytes(const double n[CB_BF16_SLOTS]) {
+    double b = 0;
+    for (int i = 0; i < CB_BF16_SLOTS; i++) b += 2 * n[i];
+    return b;
+}
+
 /* forward and backward; nthr: the OpenMP threads of the fused path */
 void cb_kernels_bf16_need_attention(double n[CB_BF16_SLOTS], const cb_attn *a, int nthr) {
     const bf16_state *s = state(cb_kernels_bf16());
@@ -1146,7 +1155,7 @@ void cb_kernels_bf16_need_attention(double n[CB_BF16_SLOTS], const cb_attn *a, i
         qblocks qb = fused_blocks(s, a);
         int R = max_rows(&qb);
         need(n, 10, 2.0 * fbuf_floats(R, a->Tk, (int)hs) * nthr);
-        need(n, 1, 2.0 * R * a->Tk * nthr);
+        need(n, 1, (double)fbuf_halves(R, a->Tk) * nthr);
         return;
     }
     for (int pass = 0; pass < 2; pass++) {

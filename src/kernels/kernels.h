@@ -277,6 +277,8 @@ void cb_kernels_bf16_held(double *copies, double *staging);
 void cb_kernels_bf16_need_linear(double need[CB_BF16_SLOTS], int N, int IC, int OC, int kept);
 void cb_kernels_bf16_need_head(double need[CB_BF16_SLOTS], int N, int C, int V, int kept);
 void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a, int nthr);
+/* the bytes of the slots need[] asks for */
+double cb_kernels_bf16_need_bytes(const double need[CB_BF16_SLOTS]);
 
 /* --precision fp32|bf16: the table every layout built afterwards installs
  * (cb_kernels_default), chosen once per process before the model. */

@@ -167,7 +167,7 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
 static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_plan_cluster *c) {
     static const int SEQ[] = {64, 128, 256, 512, 1024}, QSEQ[] = {64, 256};
     const int *seq = quick ? QSEQ : SEQ;
-    int B = (quick ? 2048 : 4096) / T, C = 256, ns = quick ? 2 : 5;
+    int tokens = quick ? 2048 : 4096, B = tokens / T, C = 256, ns = quick ? 2 : 5;
     double flops = 3.0 * 4 * T * C * (double)B * T;
     double t[4] = {1e30, 1e30, 1e30, 1e30}, ts[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
     for (int sw = 0; sw < SWEEPS(quick); sw++) {
@@ -175,8 +175,7 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_pl
             t[i] = fmin(t[i], pr->attention(pr->ctx, B, T, C, C / hs));
         /* by sequence length at head size 64, the same tokens (B T) each */
         for (int i = 0; i < ns; i++)
-            ts[i] =
-                fmin(ts[i], pr->attention(pr->ctx, (quick ? 2048 : 4096) / seq[i], seq[i], C, 4));
+            ts[i] = fmin(ts[i], pr->attention(pr->ctx, tokens / seq[i], seq[i], C, 4));
     }
     c->natt = 4;
     for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
@@ -184,7 +183,7 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_pl
     c->attn_efficiency = c->att_eff[2];
     c->nseq = ns;
     for (int i = 0; i < ns; i++) {
-        double f = 3.0 * 4 * seq[i] * C * (double)((quick ? 2048 : 4096) / seq[i]) * seq[i];
+        double f = 3.0 * 4 * seq[i] * C * (double)(tokens / seq[i]) * seq[i];
         c->att_seq[i] = seq[i], c->att_seq_eff[i] = fmin(1, f / ts[i] / c->peak_flops);
     }
 }

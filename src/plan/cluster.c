@@ -176,8 +176,7 @@ int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err 
                        "calibrate them with `cubist plan --calibrate --precision bf16`, or give "
                        "the section (docs/plan.md, cluster files)",
                        c->name);
-    *out = *c;
-    rates_into(out, &c->bf16);
+    if (out) *out = *c, rates_into(out, &c->bf16);
     return CB_OK;
 }
 

@@ -136,7 +136,7 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
 /* --precision bf16 on one rank: the bf16 table's operand staging of the
  * stage's products and attention, bytes (predict.c, bf16_staging) */
 static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, int nthr) {
-    double need[CB_BF16_SLOTS] = {0}, sum = 0;
+    double need[CB_BF16_SLOTS] = {0};
     for (int i = 0; i < m->nnodes; i++) {
         const gnode *n = &m->nodes[i];
         const cb_layer *l = n->l;
@@ -150,8 +150,7 @@ static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, i
             cb_kernels_bf16_need_attention(need, &a, nthr);
         }
     }
-    for (int i = 0; i < CB_BF16_SLOTS; i++) sum += 2 * need[i];
-    return sum;
+    return cb_kernels_bf16_need_bytes(need);
 }
 
 /* The partition a plan made, as --partition's list: each virtual stage's

@@ -205,8 +205,9 @@ typedef struct cb_plan_cluster {
 } cb_plan_cluster;
 
 /* c as the planner sees it under --precision bf16: out = c with its
- * compute rates (peak, GEMM curve and shapes, attention) the bf16 ones;
- * CB_EINPUT naming the file's missing section when c has none. */
+ * compute rates (peak, GEMM curve and shapes, attention) the bf16 ones
+ * (out NULL: only the check); CB_EINPUT naming the file's missing
+ * section when c has none. */
 int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err *e);
 /* c->bf16 = the compute rates of `rates` (a cluster calibrated on bf16 products) */
 void cb_plan_cluster_set_bf16(cb_plan_cluster *c, const cb_plan_cluster *rates);

@@ -80,8 +80,7 @@ int cb_plan_check(const cb_plan_job *j, const cb_plan_layout *l, cb_err *e) {
     int q = side(l), mb = l->M > 0 ? j->batch / l->M : 0, v = l->schedule == CB_PLAN_INTERLEAVED ? l->v : 1;
     if (l->dp < 1 || l->pp < 1 || l->tp < 1 || l->M < 1 || v < 1 || q < 1)
         return cb_fail(e, CB_EINPUT, "layout sizes must be >= 1 and tp a square (2d) or cube (3d)");
-    cb_plan_cluster bf;
-    if (j->bf16 && cb_plan_cluster_bf16(j->cluster, &bf, e)) return CB_EINPUT;
+    if (j->bf16 && cb_plan_cluster_bf16(j->cluster, NULL, e)) return CB_EINPUT;
     if (j->batch % l->M || mb % l->dp)
         return cb_fail(e, CB_EINPUT, "batch %d does not split into %d micro-batches of dp %d rows",
                        j->batch, l->M, l->dp);
@@ -286,8 +285,10 @@ static double in_flight(const cb_plan_layout *l) {
  * keep none (src/kernels/bf16.c; the log's bf16_copies_bytes, checked in
  * tests/test_plan.sh). weights: the floats of the stage's product
  * weights, whole (1-D's share of a padded vocabulary is the caller's). */
+static int own_weights(const cb_plan_layout *l) { return l->tp == 1 || l->mode == CB_TP_1D; }
+
 static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double weights) {
-    if (!j->bf16 || (l->tp > 1 && l->mode != CB_TP_1D)) return 0;
+    if (!j->bf16 || !own_weights(l)) return 0;
     return 2 * weights / l->tp;
 }
 
@@ -299,10 +300,10 @@ static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double 
  * gathered panels: not predicted (0; docs/plan.md). */
 static double bf16_staging(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
                            int head) {
-    if (!j->bf16 || (l->tp > 1 && l->mode != CB_TP_1D)) return 0;
+    if (!j->bf16 || !own_weights(l)) return 0;
     const cb_gpt_config *g = &j->model->gpt;
     int P = l->tp, N = rows * j->T, C = g->d_model, V = (int)cb_plan_pad(g->vocab, P) / P;
-    double need[CB_BF16_SLOTS] = {0}, sum = 0;
+    double need[CB_BF16_SLOTS] = {0};
     if (blocks > 0) {
         cb_kernels_bf16_need_linear(need, N, C, 3 * C / P, 1);
         cb_kernels_bf16_need_linear(need, N, C / P, C, 1);
@@ -312,8 +313,7 @@ static double bf16_staging(const cb_plan_job *j, const cb_plan_layout *l, int ro
         cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
     }
     if (head) cb_kernels_bf16_need_head(need, N, C, V, 1);
-    for (int i = 0; i < CB_BF16_SLOTS; i++) sum += 2 * need[i];
-    return sum;
+    return cb_kernels_bf16_need_bytes(need);
 }
 
 /* The graph engine's activation plan (src/graph/build.c): a slot per
