@@ -1124,19 +1124,30 @@ static void need(double *n, int i, double v) {
     if (v > n[i]) n[i] = v;
 }
 
-void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC, int kept) {
-    const bf16_state *s = state(cb_kernels_bf16());
-    if (!s) return;
-    need(n, 0, (double)N * IC), need(n, 0, (double)N * OC); /* forward's X; backward's dY */
-    need(n, 2, (double)N * dw_ld(s, N, IC));                /* dW's X, its rows padded */
-    if (!kept) need(n, 1, (double)IC * OC);
-}
-
 void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int kept) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return;
     need(n, 0, (double)N * C), need(n, 0, (double)N * dw_ld(s, N, V)), need(n, 2, (double)N * C);
     if (!kept) need(n, 1, (double)V * C);
+}
+
+void cb_kernels_bf16_need_product(double n[CB_BF16_SLOTS], int N, int K, int M, int kept) {
+    if (!state(cb_kernels_bf16())) return;
+    need(n, 0, (double)N * K); /* the rows' operand (matmul_forward's, head_forward's) */
+    if (!kept) need(n, 1, (double)K * M);
+}
+
+void cb_kernels_bf16_need_dw_rows(double n[CB_BF16_SLOTS], int N, int IC, int OC) {
+    const bf16_state *s = state(cb_kernels_bf16());
+    if (!s) return;
+    need(n, 0, (double)N * OC), need(n, 2, (double)N * dw_ld(s, N, IC)); /* dY; X, rows padded */
+}
+
+/* matmul_forward, then matmul_backward: its dY and X as dw_rows stages
+ * them, its dX product reading the weight as the forward does */
+void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC, int kept) {
+    cb_kernels_bf16_need_product(n, N, IC, OC, kept);
+    cb_kernels_bf16_need_dw_rows(n, N, IC, OC);
 }
 
 double cb_kernels_bf16_need_bytes(const double n[CB_BF16_SLOTS]) {

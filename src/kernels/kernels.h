@@ -277,6 +277,10 @@ void cb_kernels_bf16_held(double *copies, double *staging);
 void cb_kernels_bf16_need_linear(double need[CB_BF16_SLOTS], int N, int IC, int OC, int kept);
 void cb_kernels_bf16_need_head(double need[CB_BF16_SLOTS], int N, int C, int V, int kept);
 void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a, int nthr);
+/* one matmul_forward (N rows, K -> M) or head_forward (N rows, C -> V:
+ * K = C, M = V) call; one matmul_backward_dw_rows call over N rows */
+void cb_kernels_bf16_need_product(double need[CB_BF16_SLOTS], int N, int K, int M, int kept);
+void cb_kernels_bf16_need_dw_rows(double need[CB_BF16_SLOTS], int N, int IC, int OC);
 /* the bytes of the slots need[] asks for */
 double cb_kernels_bf16_need_bytes(const double need[CB_BF16_SLOTS]);
 

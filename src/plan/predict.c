@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "layout/layout.h"
 #include "pipeline/schedule.h"
 #include "plan/plan.h"
 
@@ -292,27 +293,70 @@ static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double 
     return 2 * weights / l->tp;
 }
 
+/* The largest of the k row chunks [n c / k, n (c + 1) / k) of n rows (the
+ * 2-D layout's products between its MPI progress calls) */
+static int max_chunk(int n, int k) {
+    int most = 0;
+    for (int c = 0; c < k; c++) {
+        int r = (int)((int64_t)n * (c + 1) / k - (int64_t)n * c / k);
+        most = r > most ? r : most;
+    }
+    return most;
+}
+
+/* A 2-D or 3-D linear (in -> out, this rank's shares): the forward and
+ * dX products on chunks of ch rows, each against a gathered or broadcast
+ * weight panel (staged: not a parameter), and the weight gradient over
+ * all n rows (src/layout/tp2d.c, tp3d.c) */
+static void grid_linear(double *need, int ch, int n, int in, int out) {
+    cb_kernels_bf16_need_product(need, ch, in, out, 0);
+    cb_kernels_bf16_need_product(need, ch, out, in, 0); /* dX = dY W^T, as head_forward */
+    cb_kernels_bf16_need_dw_rows(need, n, in, out);
+}
+
 /* --precision bf16: the bf16 table's operand staging, bytes (each of its
  * scratch slots grows to the largest operand it holds; the table says
  * what each call stages, cb_kernels_bf16_need_*): a GPT stage's calls, a
- * block's four linears and attention and the head, on one rank or a 1-D
- * rank (their shards). 2-D and 3-D pass the table SUMMA chunks and
- * gathered panels: not predicted (0; docs/plan.md). */
+ * block's four linears and attention and the head. One rank and 1-D read
+ * their own weights (kept copies); 2-D (SUMMA: N/q rows, its products in
+ * CB_OVERLAP_CHUNKS chunks of them) and 3-D (N/q rows gathered, one
+ * product) stage every weight panel they receive. */
 static double bf16_staging(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
                            int head) {
-    if (!j->bf16 || !own_weights(l)) return 0;
+    if (!j->bf16) return 0;
     const cb_gpt_config *g = &j->model->gpt;
-    int P = l->tp, N = rows * j->T, C = g->d_model, V = (int)cb_plan_pad(g->vocab, P) / P;
+    int P = l->tp, N = rows * j->T, C = g->d_model;
     double need[CB_BF16_SLOTS] = {0};
+    if (own_weights(l)) {
+        int V = (int)cb_plan_pad(g->vocab, P) / P;
+        if (blocks > 0) {
+            cb_kernels_bf16_need_linear(need, N, C, 3 * C / P, 1);
+            cb_kernels_bf16_need_linear(need, N, C / P, C, 1);
+            cb_kernels_bf16_need_linear(need, N, C, 4 * C / P, 1);
+            cb_kernels_bf16_need_linear(need, N, 4 * C / P, C, 1);
+            cb_attn a = cb_attn_self(rows, j->T, C / P, g->n_head / P, 1, NULL);
+            cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
+        }
+        if (head) cb_kernels_bf16_need_head(need, N, C, V, 1);
+        return cb_kernels_bf16_need_bytes(need);
+    }
+    int q = side(l), d3 = l->mode == CB_TP_3D;
+    int n = N / q, ch = d3 ? n : max_chunk(n, CB_OVERLAP_CHUNKS), c = C / q;
     if (blocks > 0) {
-        cb_kernels_bf16_need_linear(need, N, C, 3 * C / P, 1);
-        cb_kernels_bf16_need_linear(need, N, C / P, C, 1);
-        cb_kernels_bf16_need_linear(need, N, C, 4 * C / P, 1);
-        cb_kernels_bf16_need_linear(need, N, 4 * C / P, C, 1);
-        cb_attn a = cb_attn_self(rows, j->T, C / P, g->n_head / P, 1, NULL);
+        grid_linear(need, ch, n, c, 3 * c);
+        grid_linear(need, ch, n, c, c);
+        grid_linear(need, ch, n, c, 4 * c);
+        grid_linear(need, ch, n, 4 * c, c);
+        /* attention on the rank's tokens (3-D: N/q^2 of them) and heads */
+        cb_attn a = cb_attn_self(rows / (d3 ? q * q : q), j->T, c, g->n_head / q, 1, NULL);
         cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
     }
-    if (head) cb_kernels_bf16_need_head(need, N, C, V, 1);
+    if (head) { /* logits = x wte^T (head_forward), dX = dlogits wte, dwte = dlogits^T x */
+        int V = (int)cb_plan_pad(g->vocab, d3 ? q * q : q) / q;
+        cb_kernels_bf16_need_product(need, ch, c, V, 0);
+        cb_kernels_bf16_need_product(need, ch, V, c, 0);
+        cb_kernels_bf16_need_dw_rows(need, n, V, c);
+    }
     return cb_kernels_bf16_need_bytes(need);
 }
 
