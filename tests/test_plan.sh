@@ -27,8 +27,10 @@
 #   with --precision bf16 also the bf16 rates (device.bf16), and a plan in
 #   bf16 on them runs its GEMMs and attention at their ratio to fp32's;
 # - --precision bf16 under `cubist train` (one rank at T 16 and T 256, dp 2,
-#   tp 1d 2, 2d 4, 3d 8): the engine's planned activations and the bf16 table's
-#   weight copies and operand staging, exactly; --precision bf16 on a cluster without bf16
+#   tp 1d 2, 2d 4, 3d 8; BERT, the translation model and NCF on one rank;
+#   with CB_BF16_PACK=1 the weights' copies in oneDNN's layout that CPUs
+#   without AMX keep): the engine's planned activations and the bf16
+#   table's weight copies and operand staging, exactly; --precision bf16 on a cluster without bf16
 #   rates, an unknown precision: exit 2, one line;
 # - a cluster file with a missing, negative or non-numeric field, or bad
 #   JSON: exit 2 and one line naming the field; every preset parses and
@@ -182,6 +184,11 @@ bfcase "bf16 dp 2 T 256"   2 256 --dp 2 -- --dp 2
 bfcase "bf16 tp 1d 2 T 256" 2 256 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 bfcase "bf16 tp 2d 4 T 256" 4 256 --tp 4 --tp-mode 2d -- --tp 4 --tp-mode 2d
 bfcase "bf16 tp 3d 8 T 256" 8 256 --tp 8 --tp-mode 3d -- --tp 8 --tp-mode 3d
+# a CPU without AMX keeps the weights of products of 1024 rows or more in
+# oneDNN's layout too (CB_BF16_PACK=1 does it here, for train and plan):
+# the 2048 rows of T 256 are such products
+CB_BF16_PACK=1 bfcase "bf16 1 rank T 256, weights in oneDNN's layout" 1 256 --
+CB_BF16_PACK=1 bfcase "bf16 tp 1d 2 T 256, weights in oneDNN's layout" 2 256 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 
 # ---------------------------------------------------------------- pipeline memory per stage
 # the plan's stage boundaries given to train (--partition), so both split
@@ -339,6 +346,37 @@ gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d 
 # 2-D and 3-D: one micro-batch of 8 rows; the diagonal's swaps are 8 N C / q^2
 # bytes and 4 calls per embedding node (BERT one of N = 8 x 16 tokens, the
 # translation model two, encoder and decoder, of N = 8 x 40), C 32, q 2
+# --precision bf16, one rank: the graph models' activations and the bf16
+# table's memory (its copies, the staging, and with CB_BF16_PACK=1 the
+# copies in oneDNN's layout: BERT at T 128, 1024 rows) against the log
+bgcase() { # name model "plan flags" -- train flags
+    local name=$1 model=$2 pf=($3); shift 4
+    P --cluster "$ROOT/clusters/h100.json" --devices 1 --model "$model" "${pf[@]}" --precision bf16 \
+        --micro-batches 1 --top 0 --json >plan.json 2>plan.err \
+        || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
+    if ! OMP_NUM_THREADS=1 timeout "$TMO" "$C" train --model "$model" --steps 2 --quiet --threads 1 \
+            --precision bf16 --log tr.jsonl "$@" >/dev/null 2>tr.err; then
+        fail "$name: train failed: $(head -c 300 tr.err)"; return
+    fi
+    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+import json, sys
+log = [json.loads(l) for l in open("tr.jsonl") if '"step"' in l][-1]
+p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"]][0]
+held = log["bf16_copies_bytes"] + log["bf16_staging_bytes"]
+pairs = [("act_bytes", log["act_bytes"], p["mem_act"]), ("bf16 held", held, p["mem_bf16"])]
+bad = [k for k, a, b in pairs if a != b]
+print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", sys.argv[1],
+      ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs)))
+sys.exit(1 if bad else 0)
+PY
+}
+bertl=(--layers 2 --d-model 32 --heads 4 --seq-len 128)
+bgcase "bf16 bert" bert "${bertf[*]} --vocab 260 --batch 8" -- --data train.bin "${bertf[@]}" --batch 8
+CB_BF16_PACK=1 bgcase "bf16 bert T 128, weights in oneDNN's layout" bert "${bertl[*]} --vocab 260 --batch 8" -- \
+    --data train.bin "${bertl[@]}" --batch 8
+bgcase "bf16 nmt" nmt "${nmtf[*]} --vocab 259 --batch 8" -- --data pairs.bin "${nmtf[@]}" --batch 8
+bgcase "bf16 ncf" ncf "${ncff[*]} --users $nu --items $ni --batch 64" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --eval-users 5
 DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
     --data train.bin "${bertf[@]}" --batch 8 --tp 4 --tp-mode 2d
 # pipeline x 2-D: rank 0 is the first stage's (r, r), 2 micro-batches of 4 rows (N 64)

@@ -1150,6 +1150,41 @@ void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC,
     cb_kernels_bf16_need_dw_rows(n, N, IC, OC);
 }
 
+/* The copy in the primitive's own layout that gemm_w keeps beside a kept
+ * weight's plain one (where the table packs, from PACK_ROWS rows: CPUs
+ * without AMX), for a call with gemm_w's arguments on a team of nthr
+ * threads: its bytes (the primitive's weights descriptor), else 0. The
+ * table keeps one such copy per weight and orientation, as large as the
+ * largest call's. */
+static double packed_bytes(int nthr, int M, int N, int K, int64_t lda, int tb, int64_t ldb,
+                           int64_t ldc, int bias) {
+    bf16_state *s = (bf16_state *)state(cb_kernels_bf16());
+    if (!s || !s->pack || M < PACK_ROWS) return 0;
+    mm_desc d = gemm_desc(M, N, K, 0, lda, tb, ldb, ldc, 0, NULL);
+    d.bias = bias != 0, d.packb = 1;
+    int keep = omp_get_max_threads();
+    omp_set_num_threads(nthr > 0 ? nthr : 1);
+    double b = (double)lookup(s, &d)->packed_bytes;
+    omp_set_num_threads(keep);
+    return b;
+}
+
+/* a linear's weight (IC x OC) read by matmul_forward and matmul_backward's
+ * dX product on N rows: its copies in the primitives' layouts, bytes */
+double cb_kernels_bf16_linear_packed(int nthr, int N, int IC, int OC, int bias) {
+    return packed_bytes(nthr, N, OC, IC, IC, 0, OC, OC, bias) +
+           packed_bytes(nthr, N, IC, OC, OC, 1, OC, IC, 0);
+}
+
+/* the tied head's table (V x C) read by head_forward and head_backward's
+ * dX on N rows */
+double cb_kernels_bf16_head_packed(int nthr, int N, int C, int V) {
+    const bf16_state *s = state(cb_kernels_bf16());
+    if (!s) return 0;
+    return packed_bytes(nthr, N, V, C, C, 1, C, V, 0) +
+           packed_bytes(nthr, N, C, V, dw_ld(s, N, V), 0, C, C, 0);
+}
+
 double cb_kernels_bf16_need_bytes(const double n[CB_BF16_SLOTS]) {
     double b = 0;
     for (int i = 0; i < CB_BF16_SLOTS; i++) b += 2 * n[i];

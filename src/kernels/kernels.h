@@ -281,6 +281,12 @@ void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a
  * K = C, M = V) call; one matmul_backward_dw_rows call over N rows */
 void cb_kernels_bf16_need_product(double need[CB_BF16_SLOTS], int N, int K, int M, int kept);
 void cb_kernels_bf16_need_dw_rows(double need[CB_BF16_SLOTS], int N, int IC, int OC);
+/* The weight copies the table keeps in oneDNN's own layout beside the
+ * plain bf16 copy (CPUs without AMX, products of 1024 rows and more; 0
+ * elsewhere), on a team of nthr threads: a linear's (IC x OC, with or
+ * without a bias) and the tied head's (V x C), read on N rows */
+double cb_kernels_bf16_linear_packed(int nthr, int N, int IC, int OC, int bias);
+double cb_kernels_bf16_head_packed(int nthr, int N, int C, int V);
 /* the bytes of the slots need[] asks for */
 double cb_kernels_bf16_need_bytes(const double need[CB_BF16_SLOTS]);
 

@@ -134,15 +134,29 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
 }
 
 /* --precision bf16 on one rank: the bf16 table's operand staging of the
- * stage's products and attention, bytes (predict.c, bf16_staging) */
+ * stage's products and attention (predict.c, bf16_staging), and on CPUs
+ * without AMX its weights' copies in oneDNN's layout (bf16_packed), bytes.
+ * The logistic head's weight (NCF) is a product's weight too: a dot on
+ * each row forward, its outer product backward (src/layout/rec.c). */
 static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, int nthr) {
-    double need[CB_BF16_SLOTS] = {0};
+    double need[CB_BF16_SLOTS] = {0}, packed = 0;
     for (int i = 0; i < m->nnodes; i++) {
         const gnode *n = &m->nodes[i];
         const cb_layer *l = n->l;
         if (n->vs % pp != s) continue;
-        if (n->kind == N_LINEAR) cb_kernels_bf16_need_linear(need, tok, l->lin.in, l->lin.out, 1);
-        if (n->kind == N_LOSS) cb_kernels_bf16_need_head(need, head_tok, l->emb.C, l->emb.V, 1);
+        if (n->kind == N_LINEAR) {
+            cb_kernels_bf16_need_linear(need, tok, l->lin.in, l->lin.out, 1);
+            packed += cb_kernels_bf16_linear_packed(nthr, tok, l->lin.in, l->lin.out, 1);
+        }
+        if (n->kind == N_LOSS) {
+            cb_kernels_bf16_need_head(need, head_tok, l->emb.C, l->emb.V, 1);
+            packed += cb_kernels_bf16_head_packed(nthr, head_tok, l->emb.C, l->emb.V);
+        }
+        if (n->kind == N_LOGIT) {
+            cb_kernels_bf16_need_product(need, tok, l->norm.C, 1, 1);
+            cb_kernels_bf16_need_product(need, tok, 1, l->norm.C, 1);
+            cb_kernels_bf16_need_dw_rows(need, tok, l->norm.C, 1);
+        }
         if (n->kind == N_ATTN) {
             cb_attn a = cb_attn_self(tok / m->T, m->T, l->C, l->heads,
                                      !!(l->attn_flags & CB_ATTN_CAUSAL), NULL);
@@ -150,7 +164,7 @@ static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, i
             cb_kernels_bf16_need_attention(need, &a, nthr);
         }
     }
-    return cb_kernels_bf16_need_bytes(need);
+    return cb_kernels_bf16_need_bytes(need) + packed;
 }
 
 /* The partition a plan made, as --partition's list: each virtual stage's
@@ -199,6 +213,7 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
             if (n->kind == N_LINEAR) g->bf16_weights += (double)n->l->lin.in * n->l->lin.out;
             if (n->kind == N_LOSS) g->bf16_weights += (double)n->l->emb.V * n->l->emb.C;
+            if (n->kind == N_LOGIT) g->bf16_weights += n->l->norm.C;
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;
         if (j->bf16 && l->tp == 1)

@@ -312,7 +312,8 @@ typedef struct cb_plan_gstage {
     double bf16_weights;  /* floats of the weights the stage's products read (linears, the
                              head's table), whole: the bf16 table's copies (predict.c) */
     double bf16_staging;  /* --precision bf16, one rank: the bf16 table's operand staging
-                             for the stage's calls, bytes (0 under tensor parallelism) */
+                             for the stage's calls and (CPUs without AMX) its copies of the
+                             weights in oneDNN's layout, bytes (0 under tensor parallelism) */
 } cb_plan_gstage;
 /* part (cap bytes, or NULL): "" on the first stage, which writes there
  * the engine's partition by operation (GPT's modules are blocks: not

@@ -293,6 +293,26 @@ static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double 
     return 2 * weights / l->tp;
 }
 
+/* ... and beside them, on CPUs without AMX, the copies in oneDNN's own
+ * layout of the weights products of 1024 rows or more read (the table
+ * says their size, cb_kernels_bf16_linear_packed): a GPT stage's blocks
+ * (1-D's row-parallel linears add their bias after the sum, outside the
+ * product) and its head */
+static double bf16_packed(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
+                          int head) {
+    if (!j->bf16 || !own_weights(l)) return 0;
+    const cb_gpt_config *g = &j->model->gpt;
+    int P = l->tp, N = rows * j->T, C = g->d_model, nt = j->cluster->threads, rb = P == 1;
+    double b = 0;
+    if (blocks > 0)
+        b = blocks * (cb_kernels_bf16_linear_packed(nt, N, C, 3 * C / P, 1) +
+                      cb_kernels_bf16_linear_packed(nt, N, C / P, C, rb) +
+                      cb_kernels_bf16_linear_packed(nt, N, C, 4 * C / P, 1) +
+                      cb_kernels_bf16_linear_packed(nt, N, 4 * C / P, C, rb));
+    if (head) b += cb_kernels_bf16_head_packed(nt, N, C, (int)cb_plan_pad(g->vocab, P) / P);
+    return b;
+}
+
 /* The largest of the k row chunks [n c / k, n (c + 1) / k) of n rows (the
  * 2-D layout's products between its MPI progress calls) */
 static int max_chunk(int n, int k) {
@@ -380,8 +400,10 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
     p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
     const cb_gpt_config *g = &j->model->gpt;
     double Vp = cb_plan_pad(g->vocab, l->mode == CB_TP_1D ? l->tp : 1);
+    int rows = (int)(tok / j->T);
     p->mem_bf16 = bf16_copies(j, l, (s.head ? Vp * C : 0) + s.blocks * 12 * C * C) +
-                  bf16_staging(j, l, (int)(tok / j->T), s.blocks, s.head);
+                  bf16_packed(j, l, rows, s.blocks, s.head) +
+                  bf16_staging(j, l, rows, s.blocks, s.head);
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm + p->mem_bf16;
 }
