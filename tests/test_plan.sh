@@ -27,7 +27,8 @@
 #   with --precision bf16 also the bf16 rates (device.bf16), and a plan in
 #   bf16 on them runs its GEMMs and attention at their ratio to fp32's;
 # - --precision bf16 under `cubist train` (one rank at T 16 and T 256, dp 2,
-#   tp 1d 2, 2d 4, 3d 8; BERT, the translation model and NCF on one rank;
+#   tp 1d 2, 2d 4, 3d 8; BERT, the translation model and NCF on one rank
+#   and under 1-D, 2-D or 3-D;
 #   with CB_BF16_PACK=1 the weights' copies in oneDNN's layout that CPUs
 #   without AMX keep): the engine's planned activations and the bf16
 #   table's weight copies and operand staging, exactly; --precision bf16 on a cluster without bf16
@@ -346,16 +347,17 @@ gcase "nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d 
 # 2-D and 3-D: one micro-batch of 8 rows; the diagonal's swaps are 8 N C / q^2
 # bytes and 4 calls per embedding node (BERT one of N = 8 x 16 tokens, the
 # translation model two, encoder and decoder, of N = 8 x 40), C 32, q 2
-# --precision bf16, one rank: the graph models' activations and the bf16
-# table's memory (its copies, the staging, and with CB_BF16_PACK=1 the
-# copies in oneDNN's layout: BERT at T 128, 1024 rows) against the log
-bgcase() { # name model "plan flags" -- train flags
-    local name=$1 model=$2 pf=($3); shift 4
-    P --cluster "$ROOT/clusters/h100.json" --devices 1 --model "$model" "${pf[@]}" --precision bf16 \
+# --precision bf16: the graph models' activations and the bf16 table's
+# memory (its copies, the staging, and with CB_BF16_PACK=1 the copies in
+# oneDNN's layout: BERT at T 128, 1024 rows) against the log, one rank and
+# under tensor parallelism (the vocabulary of 259 pads to 260 under 1-D)
+bgcase() { # name np model "plan flags" -- train flags
+    local name=$1 np=$2 model=$3 pf=($4); shift 5
+    P --cluster "$ROOT/clusters/h100.json" --devices "$np" --model "$model" "${pf[@]}" --precision bf16 \
         --micro-batches 1 --top 0 --json >plan.json 2>plan.err \
         || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
-    if ! OMP_NUM_THREADS=1 timeout "$TMO" "$C" train --model "$model" --steps 2 --quiet --threads 1 \
-            --precision bf16 --log tr.jsonl "$@" >/dev/null 2>tr.err; then
+    if ! OMP_NUM_THREADS=1 timeout "$TMO" "${launch[@]}" -np "$np" "$C" train --model "$model" \
+            --steps 2 --quiet --threads 1 --precision bf16 --log tr.jsonl "$@" >/dev/null 2>tr.err; then
         fail "$name: train failed: $(head -c 300 tr.err)"; return
     fi
     /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
@@ -371,12 +373,22 @@ sys.exit(1 if bad else 0)
 PY
 }
 bertl=(--layers 2 --d-model 32 --heads 4 --seq-len 128)
-bgcase "bf16 bert" bert "${bertf[*]} --vocab 260 --batch 8" -- --data train.bin "${bertf[@]}" --batch 8
-CB_BF16_PACK=1 bgcase "bf16 bert T 128, weights in oneDNN's layout" bert "${bertl[*]} --vocab 260 --batch 8" -- \
+bgcase "bf16 bert" 1 bert "${bertf[*]} --vocab 260 --batch 8" -- --data train.bin "${bertf[@]}" --batch 8
+CB_BF16_PACK=1 bgcase "bf16 bert T 128, weights in oneDNN's layout" 1 bert "${bertl[*]} --vocab 260 --batch 8" -- \
     --data train.bin "${bertl[@]}" --batch 8
-bgcase "bf16 nmt" nmt "${nmtf[*]} --vocab 259 --batch 8" -- --data pairs.bin "${nmtf[@]}" --batch 8
-bgcase "bf16 ncf" ncf "${ncff[*]} --users $nu --items $ni --batch 64" -- \
+bgcase "bf16 bert tp 3d 8" 8 bert "${bertf[*]} --vocab 260 --batch 8 --tp 8 --tp-mode 3d" -- \
+    --data train.bin "${bertf[@]}" --batch 8 --tp 8 --tp-mode 3d
+bgcase "bf16 nmt" 1 nmt "${nmtf[*]} --vocab 259 --batch 8" -- --data pairs.bin "${nmtf[@]}" --batch 8
+bgcase "bf16 nmt tp 1d 2" 2 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 2 --tp-mode 1d" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 2 --tp-mode 1d
+bgcase "bf16 nmt tp 2d 4" 4 nmt "${nmtf[*]} --vocab 259 --batch 8 --tp 4 --tp-mode 2d" -- \
+    --data pairs.bin "${nmtf[@]}" --batch 8 --tp 4 --tp-mode 2d
+bgcase "bf16 ncf" 1 ncf "${ncff[*]} --users $nu --items $ni --batch 64" -- \
     --data inter.bin "${ncff[@]}" --batch 64 --eval-users 5
+bgcase "bf16 ncf tp 1d 2" 2 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --tp 2 --tp-mode 1d" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --eval-users 5 --tp 2 --tp-mode 1d
+bgcase "bf16 ncf tp 2d 4" 4 ncf "${ncff[*]} --users $nu --items $ni --batch 64 --tp 4 --tp-mode 2d" -- \
+    --data inter.bin "${ncff[@]}" --batch 64 --eval-users 5 --tp 4 --tp-mode 2d
 DIAG="8192 4" gcase "bert tp 2d 4" 4 bert "${bertf[*]} --vocab 260 --batch 8 --tp 4 --tp-mode 2d --micro-batches 1" -- \
     --data train.bin "${bertf[@]}" --batch 8 --tp 4 --tp-mode 2d
 # pipeline x 2-D: rank 0 is the first stage's (r, r), 2 micro-batches of 4 rows (N 64)

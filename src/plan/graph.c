@@ -133,35 +133,40 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
     }
 }
 
-/* --precision bf16 on one rank: the bf16 table's operand staging of the
- * stage's products and attention (predict.c, bf16_staging), and on CPUs
- * without AMX its weights' copies in oneDNN's layout (bf16_packed), bytes.
- * The logistic head's weight (NCF) is a product's weight too: a dot on
- * each row forward, its outer product backward (src/layout/rec.c). */
-static double staging(const cb_model *m, int pp, int s, int tok, int head_tok, int nthr) {
+/* --precision bf16: what the bf16 table holds for the stage's products and
+ * attention beside the plain copies of the linears' and the head's
+ * weights, bytes (predict.c, cb_plan_bf16_*). The logistic head's weight
+ * (NCF), a norm-like vector every layout reads in place, is a product's
+ * weight too: a dot on each of the rank's rows forward and its outer
+ * product backward (src/layout/rec.c), on the rank's block of the input
+ * (1-D: every row, the features split on parity 1; 2-D: N/q rows, 3-D:
+ * N/q^2, of C/q features), its copy with them. */
+static double held(const cb_model *m, const cb_plan_layout *l, int s, int tok, int head_tok,
+                   int nthr) {
     double need[CB_BF16_SLOTS] = {0}, packed = 0;
     for (int i = 0; i < m->nnodes; i++) {
         const gnode *n = &m->nodes[i];
-        const cb_layer *l = n->l;
-        if (n->vs % pp != s) continue;
-        if (n->kind == N_LINEAR) {
-            cb_kernels_bf16_need_linear(need, tok, l->lin.in, l->lin.out, 1);
-            packed += cb_kernels_bf16_linear_packed(nthr, tok, l->lin.in, l->lin.out, 1);
-        }
-        if (n->kind == N_LOSS) {
-            cb_kernels_bf16_need_head(need, head_tok, l->emb.C, l->emb.V, 1);
-            packed += cb_kernels_bf16_head_packed(nthr, head_tok, l->emb.C, l->emb.V);
-        }
+        const cb_layer *y = n->l;
+        if (n->vs % l->pp != s) continue;
+        if (n->kind == N_LINEAR)
+            cb_plan_bf16_linear(l, nthr, need, &packed, tok, y->lin.in, y->lin.out, y->parity);
+        if (n->kind == N_LOSS)
+            cb_plan_bf16_head(l, nthr, need, &packed, head_tok, y->emb.C, y->emb.V);
         if (n->kind == N_LOGIT) {
-            cb_kernels_bf16_need_product(need, tok, l->norm.C, 1, 1);
-            cb_kernels_bf16_need_product(need, tok, 1, l->norm.C, 1);
-            cb_kernels_bf16_need_dw_rows(need, tok, l->norm.C, 1);
+            int C = y->norm.C, P = l->tp, own = P == 1 || l->mode == CB_TP_1D;
+            int q = own ? 1 : cb_grid_side(P, l->mode);
+            int rows = tok / (l->mode == CB_TP_3D && !own ? q * q : q);
+            int cols = own ? (P > 1 && y->norm.parity == 1 ? C / P : C) : C / q;
+            cb_kernels_bf16_need_product(need, rows, cols, 1, 1);
+            cb_kernels_bf16_need_product(need, rows, 1, cols, 1);
+            cb_kernels_bf16_need_dw_rows(need, rows, cols, 1);
+            packed += 2.0 * cols; /* its plain copy */
         }
         if (n->kind == N_ATTN) {
-            cb_attn a = cb_attn_self(tok / m->T, m->T, l->C, l->heads,
-                                     !!(l->attn_flags & CB_ATTN_CAUSAL), NULL);
-            a.drop = l->attn_drop;
-            cb_kernels_bf16_need_attention(need, &a, nthr);
+            cb_attn a = cb_attn_self(tok / m->T, m->T, y->C, y->heads,
+                                     !!(y->attn_flags & CB_ATTN_CAUSAL), NULL);
+            a.drop = y->attn_drop;
+            cb_plan_bf16_attention(l, nthr, need, a);
         }
     }
     return cb_kernels_bf16_need_bytes(need) + packed;
@@ -212,12 +217,12 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
             if (n->kind == N_LINEAR) g->bf16_weights += (double)n->l->lin.in * n->l->lin.out;
-            if (n->kind == N_LOSS) g->bf16_weights += (double)n->l->emb.V * n->l->emb.C;
-            if (n->kind == N_LOGIT) g->bf16_weights += n->l->norm.C;
+            if (n->kind == N_LOSS) /* 1-D's shares of a padded vocabulary */
+                g->bf16_weights +=
+                    cb_plan_pad(n->l->emb.V, l->mode == CB_TP_1D ? l->tp : 1) * n->l->emb.C;
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;
-        if (j->bf16 && l->tp == 1)
-            g->bf16_staging = staging(m, l->pp, s, (int)tok, (int)head_tok, j->cluster->threads);
+        if (j->bf16) g->bf16_staging = held(m, l, s, (int)tok, (int)head_tok, j->cluster->threads);
     }
     cb_model_free(m);
     cb_layout_free(d.L);

@@ -293,26 +293,6 @@ static double bf16_copies(const cb_plan_job *j, const cb_plan_layout *l, double 
     return 2 * weights / l->tp;
 }
 
-/* ... and beside them, on CPUs without AMX, the copies in oneDNN's own
- * layout of the weights products of 1024 rows or more read (the table
- * says their size, cb_kernels_bf16_linear_packed): a GPT stage's blocks
- * (1-D's row-parallel linears add their bias after the sum, outside the
- * product) and its head */
-static double bf16_packed(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
-                          int head) {
-    if (!j->bf16 || !own_weights(l)) return 0;
-    const cb_gpt_config *g = &j->model->gpt;
-    int P = l->tp, N = rows * j->T, C = g->d_model, nt = j->cluster->threads, rb = P == 1;
-    double b = 0;
-    if (blocks > 0)
-        b = blocks * (cb_kernels_bf16_linear_packed(nt, N, C, 3 * C / P, 1) +
-                      cb_kernels_bf16_linear_packed(nt, N, C / P, C, rb) +
-                      cb_kernels_bf16_linear_packed(nt, N, C, 4 * C / P, 1) +
-                      cb_kernels_bf16_linear_packed(nt, N, 4 * C / P, C, rb));
-    if (head) b += cb_kernels_bf16_head_packed(nt, N, C, (int)cb_plan_pad(g->vocab, P) / P);
-    return b;
-}
-
 /* The largest of the k row chunks [n c / k, n (c + 1) / k) of n rows (the
  * 2-D layout's products between its MPI progress calls) */
 static int max_chunk(int n, int k) {
@@ -324,60 +304,76 @@ static int max_chunk(int n, int k) {
     return most;
 }
 
-/* A 2-D or 3-D linear (in -> out, this rank's shares): the forward and
- * dX products on chunks of ch rows, each against a gathered or broadcast
- * weight panel (staged: not a parameter), and the weight gradient over
- * all n rows (src/layout/tp2d.c, tp3d.c) */
-static void grid_linear(double *need, int ch, int n, int in, int out) {
-    cb_kernels_bf16_need_product(need, ch, in, out, 0);
-    cb_kernels_bf16_need_product(need, ch, out, in, 0); /* dX = dY W^T, as head_forward */
-    cb_kernels_bf16_need_dw_rows(need, n, in, out);
+/* --precision bf16: what the bf16 table holds for one operation of a
+ * rank beside the weights' plain copies (bf16_copies): the operands it
+ * stages (need[], the slots' maxima: each scratch slot grows to the
+ * largest operand it holds) and, on CPUs without AMX, the copies of the
+ * weights in oneDNN's own layout (*packed, bytes); the table says what
+ * each call stages and keeps (cb_kernels_bf16_need_*, _packed). One rank
+ * and 1-D read their own weights: 1-D splits a linear on a parity-0 input
+ * by its columns, on parity 1 by its rows (its bias added after the sum,
+ * outside the product). 2-D (SUMMA: N/q rows, the forward and dX products
+ * in CB_OVERLAP_CHUNKS chunks of them) and 3-D (the N/q rows it gathers,
+ * one product) stage every weight panel they receive and keep no copy
+ * (src/layout/tp1d.c, tp2d.c, tp3d.c). */
+void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
+                         int in, int out, int parity) {
+    int P = l->tp;
+    if (own_weights(l)) {
+        int row = P > 1 && parity == 1, i = row ? in / P : in, o = row ? out : out / P;
+        cb_kernels_bf16_need_linear(need, N, i, o, 1);
+        *packed += cb_kernels_bf16_linear_packed(nthr, N, i, o, !row);
+        return;
+    }
+    int q = side(l), n = N / q, ch = l->mode == CB_TP_3D ? n : max_chunk(n, CB_OVERLAP_CHUNKS);
+    cb_kernels_bf16_need_product(need, ch, in / q, out / q, 0);
+    cb_kernels_bf16_need_product(need, ch, out / q, in / q, 0); /* dX = dY W^T: head_forward */
+    cb_kernels_bf16_need_dw_rows(need, n, in / q, out / q);
 }
 
-/* --precision bf16: the bf16 table's operand staging, bytes (each of its
- * scratch slots grows to the largest operand it holds; the table says
- * what each call stages, cb_kernels_bf16_need_*): a GPT stage's calls, a
- * block's four linears and attention and the head. One rank and 1-D read
- * their own weights (kept copies); 2-D (SUMMA: N/q rows, its products in
- * CB_OVERLAP_CHUNKS chunks of them) and 3-D (N/q rows gathered, one
- * product) stage every weight panel they receive. */
-static double bf16_staging(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
-                           int head) {
+/* the tied head on N rows: logits = x wte^T, dX = dlogits wte, dwte =
+ * dlogits^T x, over the rank's share of the padded vocabulary */
+void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
+                       int C, int V) {
+    if (own_weights(l)) {
+        int Vl = (int)cb_plan_pad(V, l->tp) / l->tp;
+        cb_kernels_bf16_need_head(need, N, C, Vl, 1);
+        *packed += cb_kernels_bf16_head_packed(nthr, N, C, Vl);
+        return;
+    }
+    int q = side(l), d3 = l->mode == CB_TP_3D, n = N / q,
+        ch = d3 ? n : max_chunk(n, CB_OVERLAP_CHUNKS);
+    int c = C / q, Vq = (int)cb_plan_pad(V, d3 ? q * q : q) / q;
+    cb_kernels_bf16_need_product(need, ch, c, Vq, 0);
+    cb_kernels_bf16_need_product(need, ch, Vq, c, 0);
+    cb_kernels_bf16_need_dw_rows(need, n, Vq, c);
+}
+
+/* attention a on N = a->B a->Tq tokens, as the rank runs it: its heads
+ * (and under 2-D its N/q tokens, under 3-D its N/q^2) */
+void cb_plan_bf16_attention(const cb_plan_layout *l, int nthr, double *need, cb_attn a) {
+    int P = l->tp, q = own_weights(l) ? 1 : side(l), f = own_weights(l) ? P : q;
+    a.B /= l->mode == CB_TP_3D && q > 1 ? q * q : q;
+    a.C /= f, a.NH /= f;
+    cb_kernels_bf16_need_attention(need, &a, nthr);
+}
+
+/* A GPT stage's: a block's four linears and attention, the head */
+static double bf16_held(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
+                        int head) {
     if (!j->bf16) return 0;
     const cb_gpt_config *g = &j->model->gpt;
-    int P = l->tp, N = rows * j->T, C = g->d_model;
-    double need[CB_BF16_SLOTS] = {0};
-    if (own_weights(l)) {
-        int V = (int)cb_plan_pad(g->vocab, P) / P;
-        if (blocks > 0) {
-            cb_kernels_bf16_need_linear(need, N, C, 3 * C / P, 1);
-            cb_kernels_bf16_need_linear(need, N, C / P, C, 1);
-            cb_kernels_bf16_need_linear(need, N, C, 4 * C / P, 1);
-            cb_kernels_bf16_need_linear(need, N, 4 * C / P, C, 1);
-            cb_attn a = cb_attn_self(rows, j->T, C / P, g->n_head / P, 1, NULL);
-            cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
-        }
-        if (head) cb_kernels_bf16_need_head(need, N, C, V, 1);
-        return cb_kernels_bf16_need_bytes(need);
-    }
-    int q = side(l), d3 = l->mode == CB_TP_3D;
-    int n = N / q, ch = d3 ? n : max_chunk(n, CB_OVERLAP_CHUNKS), c = C / q;
+    int N = rows * j->T, C = g->d_model, nt = j->cluster->threads;
+    double need[CB_BF16_SLOTS] = {0}, block = 0, packed = 0;
     if (blocks > 0) {
-        grid_linear(need, ch, n, c, 3 * c);
-        grid_linear(need, ch, n, c, c);
-        grid_linear(need, ch, n, c, 4 * c);
-        grid_linear(need, ch, n, 4 * c, c);
-        /* attention on the rank's tokens (3-D: N/q^2 of them) and heads */
-        cb_attn a = cb_attn_self(rows / (d3 ? q * q : q), j->T, c, g->n_head / q, 1, NULL);
-        cb_kernels_bf16_need_attention(need, &a, j->cluster->threads);
+        cb_plan_bf16_linear(l, nt, need, &block, N, C, 3 * C, 0);
+        cb_plan_bf16_linear(l, nt, need, &block, N, C, C, 1);
+        cb_plan_bf16_linear(l, nt, need, &block, N, C, 4 * C, 0);
+        cb_plan_bf16_linear(l, nt, need, &block, N, 4 * C, C, 1);
+        cb_plan_bf16_attention(l, nt, need, cb_attn_self(rows, j->T, C, g->n_head, 1, NULL));
     }
-    if (head) { /* logits = x wte^T (head_forward), dX = dlogits wte, dwte = dlogits^T x */
-        int V = (int)cb_plan_pad(g->vocab, d3 ? q * q : q) / q;
-        cb_kernels_bf16_need_product(need, ch, c, V, 0);
-        cb_kernels_bf16_need_product(need, ch, V, c, 0);
-        cb_kernels_bf16_need_dw_rows(need, n, V, c);
-    }
-    return cb_kernels_bf16_need_bytes(need);
+    if (head) cb_plan_bf16_head(l, nt, need, &packed, N, C, g->vocab);
+    return cb_kernels_bf16_need_bytes(need) + blocks * block + packed;
 }
 
 /* The graph engine's activation plan (src/graph/build.c): a slot per
@@ -402,8 +398,7 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
     double Vp = cb_plan_pad(g->vocab, l->mode == CB_TP_1D ? l->tp : 1);
     int rows = (int)(tok / j->T);
     p->mem_bf16 = bf16_copies(j, l, (s.head ? Vp * C : 0) + s.blocks * 12 * C * C) +
-                  bf16_packed(j, l, rows, s.blocks, s.head) +
-                  bf16_staging(j, l, rows, s.blocks, s.head);
+                  bf16_held(j, l, rows, s.blocks, s.head);
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm + p->mem_bf16;
 }
