@@ -73,9 +73,10 @@ typedef struct measured {
     double cpu_ms;  /* one process, one thread: CPU time per step (NAN otherwise) */
     double slow_ms; /* the slowest run's fastest step: step_ms .. slow_ms is the spread */
     int runs;       /* runs merged in */
+    double held;    /* --precision bf16: the bf16 table's copies and staging (NAN otherwise) */
 } measured;
 
-#define MEASURED_NONE {0, 0, 0, NAN, NAN, NAN, NAN, NAN, 0}
+#define MEASURED_NONE {0, 0, 0, NAN, NAN, NAN, NAN, NAN, 0, NAN}
 
 static double jd(const json_val *v, const char *k) {
     const json_val *x = json_get(v, k);
@@ -158,6 +159,7 @@ static int measure_train(const vcase *c, const char *dir, const char *part, meas
         if (s >= 1 && cpu && jd(&v, "cpu_ms") < m->cpu_ms) m->cpu_ms = jd(&v, "cpu_ms");
         tags(json_get(&v, "comm_by_tag"), m);
         m->act = jd(&v, "act_bytes"), m->opt = jd(&v, "opt_state_bytes");
+        if (c->bf16) m->held = jd(&v, "bf16_copies_bytes") + jd(&v, "bf16_staging_bytes");
         const json_val *pa = json_get(&v, "pp_act_bytes"); /* the first stage's: rank 0's */
         if (pa && pa->type == JSON_ARR && pa->n > 0) m->act = pa->v[0].d;
         json_free(&v);
@@ -314,7 +316,8 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                 : p->nstage ? p->stage_act[0]
                             : p->mem_act;
     if (bench) pb = p->tp_bytes, pc = p->tp_calls; /* bench --tp-step: no dp, one micro-batch */
-    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act);
+    int eq = pb == m->bytes && pc == m->calls && (isnan(m->act) || pa == m->act) &&
+             (isnan(m->held) || p->mem_bf16 == m->held);
     t->nexact++, t->exact += eq;
     printf("  %-4s L%d C%-4d T%-3d B%-2d dp%d pp%d tp%d %s %-5s M%d thr%d ", case_name(c), c->L,
            c->C, c->T, c->B, c->dp, c->pp, c->tp, c->mode, c->pp > 1 ? c->sched : "", c->M,
@@ -324,7 +327,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
         if (ranks * c->threads == 2)
             t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok,
-            t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
+                        t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
@@ -336,8 +339,10 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                100 * rel(p->compute_s, m->kcpu));
     else
         printf("%-32s", "(oversubscribed: counts only)");
-    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f %s\n", pb, m->bytes, pc, m->calls, pa,
-           m->act, eq ? "exact" : "DIFFER");
+    printf("  bytes %.0f/%.0f calls %.0f/%.0f act %.0f/%.0f", pb, m->bytes, pc, m->calls, pa,
+           m->act);
+    if (!isnan(m->held)) printf(" bf16 %.0f/%.0f", p->mem_bf16, m->held);
+    printf(" %s\n", eq ? "exact" : "DIFFER");
 }
 
 static const char *kind(const vcase *c) {
@@ -505,7 +510,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (system(rm)) {}
     if (!rc && t.n)
         printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
-               "activations exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
+               "activations (and the bf16 table's memory) exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
                t.nexact);
     if (!rc && t.ncpu)
         printf("one process, one thread, against its CPU time per step (what the load does not "
