@@ -135,12 +135,7 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
 
 /* --precision bf16: what the bf16 table holds for the stage's products and
  * attention beside the plain copies of the linears' and the head's
- * weights, bytes (predict.c, cb_plan_bf16_*). The logistic head's weight
- * (NCF), a norm-like vector every layout reads in place, is a product's
- * weight too: a dot on each of the rank's rows forward and its outer
- * product backward (src/layout/rec.c), on the rank's block of the input
- * (1-D: every row, the features split on parity 1; 2-D: N/q rows, 3-D:
- * N/q^2, of C/q features), its copy with them. */
+ * weights, bytes (predict.c, cb_plan_bf16_*) */
 static double held(const cb_model *m, const cb_plan_layout *l, int s, int tok, int head_tok,
                    int nthr) {
     double need[CB_BF16_SLOTS] = {0}, packed = 0;
@@ -152,16 +147,8 @@ static double held(const cb_model *m, const cb_plan_layout *l, int s, int tok, i
             cb_plan_bf16_linear(l, nthr, need, &packed, tok, y->lin.in, y->lin.out, y->parity);
         if (n->kind == N_LOSS)
             cb_plan_bf16_head(l, nthr, need, &packed, head_tok, y->emb.C, y->emb.V);
-        if (n->kind == N_LOGIT) {
-            int C = y->norm.C, P = l->tp, own = P == 1 || l->mode == CB_TP_1D;
-            int q = own ? 1 : cb_grid_side(P, l->mode);
-            int rows = tok / (l->mode == CB_TP_3D && !own ? q * q : q);
-            int cols = own ? (P > 1 && y->norm.parity == 1 ? C / P : C) : C / q;
-            cb_kernels_bf16_need_product(need, rows, cols, 1, 1);
-            cb_kernels_bf16_need_product(need, rows, 1, cols, 1);
-            cb_kernels_bf16_need_dw_rows(need, rows, cols, 1);
-            packed += 2.0 * cols; /* its plain copy */
-        }
+        if (n->kind == N_LOGIT)
+            cb_plan_bf16_logit(l, need, &packed, tok, y->norm.C, y->norm.parity);
         if (n->kind == N_ATTN) {
             cb_attn a = cb_attn_self(tok / m->T, m->T, y->C, y->heads,
                                      !!(y->attn_flags & CB_ATTN_CAUSAL), NULL);

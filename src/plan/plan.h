@@ -318,13 +318,16 @@ typedef struct cb_plan_gstage {
 /* --precision bf16: the bf16 table's operand staging (need[], its
  * CB_BF16_SLOTS slots' maxima) and copies in oneDNN's layout (*packed,
  * bytes, added) for one linear (whole widths in -> out, on an input of
- * parity p), the tied head (V x C) or attention a (whole), on N rows of a
- * rank of layout l, nthr threads (predict.c) */
+ * parity p), the tied head (V x C), attention a (whole) or the logistic
+ * head (C features; its weight's plain copy in *packed too), on N rows of
+ * a rank of layout l, nthr threads (predict.c) */
 void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
                          int in, int out, int parity);
 void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
                        int C, int V);
 void cb_plan_bf16_attention(const cb_plan_layout *l, int nthr, double *need, cb_attn a);
+void cb_plan_bf16_logit(const cb_plan_layout *l, double *need, double *packed, int N, int C,
+                        int parity);
 /* part (cap bytes, or NULL): "" on the first stage, which writes there
  * the engine's partition by operation (GPT's modules are blocks: not
  * written); the next stages reuse it instead of partitioning again. */

@@ -304,6 +304,22 @@ static int max_chunk(int n, int k) {
     return most;
 }
 
+/* A 2-D or 3-D product's rows on a rank, N/q, and into *ch those of one
+ * call: 2-D runs its forward and dX products in CB_OVERLAP_CHUNKS chunks
+ * of them between MPI progress calls, 3-D on all it gathers at once */
+static int grid_rows(const cb_plan_layout *l, int N, int *ch) {
+    int n = N / side(l);
+    *ch = l->mode == CB_TP_3D ? n : max_chunk(n, CB_OVERLAP_CHUNKS);
+    return n;
+}
+
+/* The share of the tokens in a rank's block of an activation: all on one
+ * rank and 1-D, 1/q under 2-D, 1/q^2 under 3-D */
+static int block_div(const cb_plan_layout *l) {
+    int q = own_weights(l) ? 1 : side(l);
+    return l->mode == CB_TP_3D ? q * q : q;
+}
+
 /* --precision bf16: what the bf16 table holds for one operation of a
  * rank beside the weights' plain copies (bf16_copies): the operands it
  * stages (need[], the slots' maxima: each scratch slot grows to the
@@ -312,10 +328,9 @@ static int max_chunk(int n, int k) {
  * each call stages and keeps (cb_kernels_bf16_need_*, _packed). One rank
  * and 1-D read their own weights: 1-D splits a linear on a parity-0 input
  * by its columns, on parity 1 by its rows (its bias added after the sum,
- * outside the product). 2-D (SUMMA: N/q rows, the forward and dX products
- * in CB_OVERLAP_CHUNKS chunks of them) and 3-D (the N/q rows it gathers,
- * one product) stage every weight panel they receive and keep no copy
- * (src/layout/tp1d.c, tp2d.c, tp3d.c). */
+ * outside the product). 2-D and 3-D stage every weight panel they
+ * receive and keep no copy (grid_rows; src/layout/tp1d.c, tp2d.c,
+ * tp3d.c). */
 void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
                          int in, int out, int parity) {
     int P = l->tp;
@@ -325,7 +340,7 @@ void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double
         *packed += cb_kernels_bf16_linear_packed(nthr, N, i, o, !row);
         return;
     }
-    int q = side(l), n = N / q, ch = l->mode == CB_TP_3D ? n : max_chunk(n, CB_OVERLAP_CHUNKS);
+    int q = side(l), ch, n = grid_rows(l, N, &ch);
     cb_kernels_bf16_need_product(need, ch, in / q, out / q, 0);
     cb_kernels_bf16_need_product(need, ch, out / q, in / q, 0); /* dX = dY W^T: head_forward */
     cb_kernels_bf16_need_dw_rows(need, n, in / q, out / q);
@@ -341,21 +356,34 @@ void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *
         *packed += cb_kernels_bf16_head_packed(nthr, N, C, Vl);
         return;
     }
-    int q = side(l), d3 = l->mode == CB_TP_3D, n = N / q,
-        ch = d3 ? n : max_chunk(n, CB_OVERLAP_CHUNKS);
-    int c = C / q, Vq = (int)cb_plan_pad(V, d3 ? q * q : q) / q;
+    int q = side(l), ch, n = grid_rows(l, N, &ch), c = C / q;
+    int Vq = (int)cb_plan_pad(V, l->mode == CB_TP_3D ? q * q : q) / q;
     cb_kernels_bf16_need_product(need, ch, c, Vq, 0);
     cb_kernels_bf16_need_product(need, ch, Vq, c, 0);
     cb_kernels_bf16_need_dw_rows(need, n, Vq, c);
 }
 
 /* attention a on N = a->B a->Tq tokens, as the rank runs it: its heads
- * (and under 2-D its N/q tokens, under 3-D its N/q^2) */
+ * on the tokens of its block */
 void cb_plan_bf16_attention(const cb_plan_layout *l, int nthr, double *need, cb_attn a) {
-    int P = l->tp, q = own_weights(l) ? 1 : side(l), f = own_weights(l) ? P : q;
-    a.B /= l->mode == CB_TP_3D && q > 1 ? q * q : q;
-    a.C /= f, a.NH /= f;
+    int f = own_weights(l) ? l->tp : side(l);
+    a.B /= block_div(l), a.C /= f, a.NH /= f;
     cb_kernels_bf16_need_attention(need, &a, nthr);
+}
+
+/* The logistic head (NCF) on N rows: its weight, a vector of C that every
+ * layout reads in place (so kept, plain copy included in *packed), dotted
+ * with each row of the rank's block forward, its outer product with the
+ * rows' gradient backward (src/layout/rec.c); the block's features: all
+ * under 1-D on a parity-0 input, else the rank's share */
+void cb_plan_bf16_logit(const cb_plan_layout *l, double *need, double *packed, int N, int C,
+                        int parity) {
+    int rows = N / block_div(l);
+    int cols = !own_weights(l) ? C / side(l) : l->tp > 1 && parity == 1 ? C / l->tp : C;
+    cb_kernels_bf16_need_product(need, rows, cols, 1, 1);
+    cb_kernels_bf16_need_product(need, rows, 1, cols, 1);
+    cb_kernels_bf16_need_dw_rows(need, rows, cols, 1);
+    *packed += 2.0 * cols;
 }
 
 /* A GPT stage's: a block's four linears and attention, the head */
