@@ -39,7 +39,9 @@ prints a table):
                   the same steps each, and the fastest one's figure: the
                   reference is PyTorch's best program in the same run, so no
                   simpler one beats it there ("variants" in the JSON holds
-                  each one's tokens/s)
+                  each one's tokens/s; "timed" how many windows of --steps
+                  steps the figure is the best of, so that `cubist bench`
+                  times its own step in as many windows and keeps its best)
 The default is module-foreach, the nn.Module program with the multi-tensor
 AdamW; on a shared machine the variants' order changes from run to run, so
 `cubist bench` asks for best.
@@ -256,6 +258,7 @@ def main():
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "variant": a.variant, "bf16_autocast": a.bf16,
+        "timed": len(figures) if figures else 1,
         "B": B, "T": T, "L": a.layers, "C": a.d_model, "NH": a.heads, "V": a.vocab,
         "params": cbref.num_params(cfg),
         **({"variants": figures} if figures else {}),

@@ -6,7 +6,8 @@ tests/torch/bert_ref.py's network (hidden and attention-probability dropout
 random rows (two token types, full length, 15% of positions masked, or
 exactly --max-predictions P of each sequence as cubist's bench); prints
 ONE JSON line {"tokens_per_s": ..., "step_ms": ..., "params": ..., "variant": ...,
-"variants": {...}}. Two variants are timed in turn and the faster one reported:
+"timed": ..., "variants": {...}} ("timed": how many windows of --steps steps the
+figure is the best of; `cubist bench` times its own step in as many). Two variants are timed in turn and the faster one reported:
 "all_rows" (the decoder on every row, as Hugging Face's BertForMaskedLM) and
 "masked_rows" (the decoder on the masked rows only, cubist's own trick;
 the same loss). --variant NAME times one only. Each is timed as each of
@@ -214,6 +215,7 @@ def main():
     best = min(secs, key=secs.get)
     dt = secs[best]
     print(json.dumps({"tokens_per_s": B * T / dt, "step_ms": dt * 1e3, "variant": best,
+                      "timed": len(secs),
                       "variants": {n: round(B * T / s, 2) for n, s in secs.items()},
                       "params": sum(t.numel() for t in P.values()), "threads": a.threads,
                       "torch": torch.__version__}))

@@ -9,7 +9,9 @@ targets left out) as an nn.Module in float32 on N CPU threads. Rows: B pairs of
 T positions a side, row k's source holding T - k % (T/8) tokens and its target
 T - 3k % (T/8) (a length-bucketed batch; the rest padding), ids uniform over
 the vocabulary less the three specials. Prints ONE JSON line
-  {"tokens_per_s": ..., "step_ms": ..., "params": ..., "variant": ..., "variants": {...}}
+  {"tokens_per_s": ..., "step_ms": ..., "params": ..., "variant": ..., "variants": {...},
+   "timed": ...} ("timed": the windows of --steps steps the figure is the best of;
+  `cubist bench` times its own step in as many)
 tokens = the real source + target tokens of the step; params leaves out the
 fixed position table (a buffer here, a tensor in cubist). Variants
 (--variant NAME, default best: every one in turn, the fastest one's figure):
@@ -220,7 +222,8 @@ def main():
             best = (n, dt, tokens, params)
     n, dt, tokens, params = best
     print(json.dumps({"tokens_per_s": tokens / dt, "step_ms": dt * 1e3, "params": params,
-                      "variant": n, "variants": figures, "threads": a.threads,
+                      "variant": n, "variants": figures, "timed": len(figures),
+                      "threads": a.threads,
                       "torch": torch.__version__}))
 
 

@@ -39,6 +39,8 @@ typedef struct bench_result {
     double rnd[CB_RND_N]; /* bf16 rounding passes per step, ms (kernels.h) */
     double torch_tokens_per_s;
     double graph_tokens_per_s; /* --graph */
+    int windows;               /* cubist's timed windows, the best kept */
+    double first_tokens_per_s; /* cubist's first window */
 } bench_result;
 
 /* --precision bf16: cubist's bf16 step (MFU against the bf16 GEMM peak) and
@@ -46,6 +48,8 @@ typedef struct bench_result {
 typedef struct bench_bf16 {
     double tokens_per_s, gflops, mfu, step_ms, prof[PROF_N], torch_tokens_per_s;
     double rnd[CB_RND_N];
+    int windows;
+    double first_tokens_per_s;
 } bench_bf16;
 
 
@@ -58,14 +62,18 @@ void cli_bench_file(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/../bench/%s", exe, name);
 }
 
-/* One line of the PyTorch script's output: its JSON figures, or anything
- * else (a traceback), of which the last non-empty line is kept for the
- * error message. */
-static void torch_line(const char *line, double *tps, double *params, char *last, size_t cap) {
+/* One line of the PyTorch script's output: its JSON figures (tokens/s,
+ * parameters, the windows its figure is the best of), or anything else (a
+ * traceback), of which the last non-empty line is kept for the error
+ * message. */
+static void torch_line(const char *line, double *tps, double *params, int *timed, char *last,
+                       size_t cap) {
     const char *k = strstr(line, "\"tokens_per_s\":"), *n = strstr(line, "\"params\":");
+    const char *w = strstr(line, "\"timed\":");
     if (line[0] == '{' && k && n) {
         *tps = atof(k + 15);
         *params = atof(n + 9);
+        *timed = w ? atoi(w + 8) : 1;
         return;
     }
     if (line[0] != '\n') snprintf(last, cap, "%.*s", (int)strcspn(line, "\n"), line);
@@ -76,8 +84,8 @@ static void torch_line(const char *line, double *tps, double *params, char *last
  * this run: --variant best) on the same model (context ctx, so wpe has
  * the same rows) and fills r->torch_tokens_per_s. A failure is an error
  * carrying the script's last line; a different parameter count is too. */
-static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, double *out,
-                       cb_err *e) {
+static int torch_bench(const bench_opts *b, int T, int bf16, double *out, double *nparams,
+                       int *timed, cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
     snprintf(cmd, sizeof cmd,
              "OMP_WAIT_POLICY=PASSIVE " CLI_TORCH_HUGEPAGES " /usr/bin/python3 '%s' --layers %d "
@@ -88,27 +96,34 @@ static int torch_bench(const bench_opts *b, int T, int bf16, bench_result *r, do
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
     double tps = 0, params = 0;
-    while (fgets(line, sizeof line, p)) torch_line(line, &tps, &params, last, sizeof last);
+    *timed = 1;
+    while (fgets(line, sizeof line, p)) torch_line(line, &tps, &params, timed, last, sizeof last);
     int st = pclose(p);
     if (st != 0 || !(tps > 0))
         return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
                                    "python3-torch (make deps), fix --torch-script, or pass --no-torch",
                        WIFEXITED(st) ? WEXITSTATUS(st) : st, last);
-    if ((size_t)params != r->params)
-        return cb_fail(e, CB_EINTERNAL, "PyTorch's model has %.0f parameters, cubist's %zu: the two "
-                                        "benchmarks do not run the same model; check %s",
-                       params, r->params, b->torch_script);
-    *out = tps;
+    *out = tps, *nparams = params;
     return CB_OK;
+}
+
+/* PyTorch's model must be cubist's: the same parameter count */
+static int same_model(const bench_opts *b, double torch_params, size_t params, cb_err *e) {
+    if ((size_t)torch_params == params) return CB_OK;
+    return cb_fail(e, CB_EINTERNAL,
+                   "PyTorch's model has %.0f parameters, cubist's %zu: the two "
+                   "benchmarks do not run the same model; check %s",
+                   torch_params, params, b->torch_script);
 }
 
 /* The benchmark's model: the GPT of b as a graph of batch x T tokens, and
  * its step's token ids and targets (a fixed hash of the position). */
-static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, cb_err *e) {
+static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, int windows,
+                       cb_err *e) {
     cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
     cb_adamw_config opt = {.lr = 6e-4f, .min_lr = 6e-5f, .beta1 = 0.9f, .beta2 = 0.95f,
                            .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 1,
-                           .steps = b->steps + 1};
+                           .steps = windows * b->steps + 1};
     b->dist->L->k = cb_kernels_default(); /* the table cb_kernels_select installed last */
     *m = cb_model_new(b->dist, b->batch, T);
     if (*m) cb_model_declare_gpt(*m, &c);
@@ -124,12 +139,14 @@ static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, cb_e
 }
 
 /* cubist's step (the engine `cubist train` runs), timed per phase and per
- * kernel after a warm-up step that touches every buffer. */
-static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_result *r,
+ * kernel after a warm-up step that touches every buffer, in `windows`
+ * windows of b->steps steps: the fastest window's figures (docs/cli.md,
+ * Matched windows) */
+static int bench_cubist_with(const bench_opts *b, int T, double peak, int windows, bench_result *r,
                              cb_err *e) {
     cb_model *m = NULL;
     int *ids = NULL;
-    int rc = bench_model(b, T, &m, &ids, e);
+    int rc = bench_model(b, T, &m, &ids, windows, e);
     if (rc) {
         cb_model_free(m), free(ids);
         return rc;
@@ -141,30 +158,36 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     cb_prof_init(&prof, k0);
     prof.thread_cpu = b->kernel_cpu;
     L->k = cb_prof_kernels(&prof);
-    cb_model_step_info in, sum = {0};
+    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
     cb_model_train_step(m, ids, ids + n, 0, NULL);
-    cb_prof_reset(&prof);
-    double rnd0[CB_RND_N];
-    cb_kernels_bf16_round_ms(rnd0);
-    for (int s = 1; s <= b->steps; s++) {
-        cb_model_train_step(m, ids, ids + n, s, NULL);
-        cb_model_last_step(m, &in);
-        sum.step_ms += in.step_ms, sum.forward_ms += in.forward_ms;
-        sum.backward_ms += in.backward_ms, sum.update_ms += in.update_ms;
+    for (int w = 0, s = 1; w < windows; w++) {
+        cb_model_step_info in, sum = {0};
+        cb_prof_reset(&prof);
+        double rnd0[CB_RND_N], rnd[CB_RND_N];
+        cb_kernels_bf16_round_ms(rnd0);
+        for (int k = 0; k < b->steps; k++, s++) {
+            cb_model_train_step(m, ids, ids + n, s, NULL);
+            cb_model_last_step(m, &in);
+            sum.step_ms += in.step_ms, sum.forward_ms += in.forward_ms;
+            sum.backward_ms += in.backward_ms, sum.update_ms += in.update_ms;
+        }
+        double tps = (double)n / (sum.step_ms / b->steps / 1e3);
+        if (w == 0) r->first_tokens_per_s = tps;
+        if (w > 0 && tps <= r->tokens_per_s) continue;
+        r->step_ms = sum.step_ms / b->steps;
+        r->fwd_ms = sum.forward_ms / b->steps;
+        r->bwd_ms = sum.backward_ms / b->steps;
+        r->opt_ms = sum.update_ms / b->steps;
+        for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
+        cb_kernels_bf16_round_ms(rnd);
+        for (int i = 0; i < CB_RND_N; i++) r->rnd[i] = (rnd[i] - rnd0[i]) / b->steps;
+        r->tokens_per_s = tps;
     }
     L->k = k0;
-    cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
     size_t adam;
     r->T = T;
+    r->windows = windows;
     cb_model_sizes(m, &r->params, &adam);
-    r->step_ms = sum.step_ms / b->steps;
-    r->fwd_ms = sum.forward_ms / b->steps;
-    r->bwd_ms = sum.backward_ms / b->steps;
-    r->opt_ms = sum.update_ms / b->steps;
-    for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
-    cb_kernels_bf16_round_ms(r->rnd);
-    for (int i = 0; i < CB_RND_N; i++) r->rnd[i] = (r->rnd[i] - rnd0[i]) / b->steps;
-    r->tokens_per_s = (double)n / (r->step_ms / 1e3);
     r->gflops = r->tokens_per_s * cb_gpt_flops_per_token(&c, T) / 1e9;
     r->mfu = r->gflops / peak;
     cb_model_free(m);
@@ -172,18 +195,21 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, bench_resu
     return CB_OK;
 }
 
-static int bench_cubist(const bench_opts *b, int T, double peak, bench_result *r, cb_err *e) {
+static int bench_cubist(const bench_opts *b, int T, double peak, int windows, bench_result *r,
+                        cb_err *e) {
     int rc = cb_kernels_select(CB_PREC_FP32, e);
-    return rc ? rc : bench_cubist_with(b, T, peak, r, e);
+    return rc ? rc : bench_cubist_with(b, T, peak, windows, r, e);
 }
 
 /* The bf16 row: the same step with the bf16 kernel table installed. */
-static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16 *r, cb_err *e) {
+static int bench_cubist_bf16(const bench_opts *b, int T, double peak, int windows, bench_bf16 *r,
+                             size_t *params, cb_err *e) {
     int rc = cb_kernels_select(CB_PREC_BF16, e);
     bench_result x = {0};
-    if (!rc) rc = bench_cubist_with(b, T, peak, &x, e);
+    if (!rc) rc = bench_cubist_with(b, T, peak, windows, &x, e);
     cb_kernels_select(CB_PREC_FP32, e);
     r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
+    r->windows = x.windows, r->first_tokens_per_s = x.first_tokens_per_s, *params = x.params;
     memcpy(r->prof, x.prof, sizeof r->prof);
     memcpy(r->rnd, x.rnd, sizeof r->rnd);
     return rc;
@@ -194,7 +220,7 @@ static int bench_cubist_bf16(const bench_opts *b, int T, double peak, bench_bf16
 static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
     cb_model *m = NULL;
     int *ids = NULL;
-    int rc = bench_model(b, T, &m, &ids, e);
+    int rc = bench_model(b, T, &m, &ids, 1, e);
     size_t n = (size_t)b->batch * T;
     double ms = 0;
     for (int s = 0; !rc && s <= b->steps; s++) { /* step 0 warms up */
@@ -208,12 +234,22 @@ static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
     return rc;
 }
 
+/* cubist's windows, when more than one (as many as PyTorch's figure is the
+ * best of) */
+static void print_windows(const bench_opts *b, int windows, double first) {
+    if (windows > 1)
+        printf("           the fastest of %d windows of %d steps, as PyTorch's figure is the "
+               "fastest of %d programs (the first window: %.1f tokens/s)\n",
+               windows, b->steps, windows, first);
+}
+
 static void print_result(const bench_opts *b, const bench_result *r, double peak) {
     printf("GPT-2 %dL d%d %dH V%d context %d (%zu parameters)  B=%d T=%d  fp32, %d threads\n",
            b->layers, b->d_model, b->heads, b->vocab, b->ctx, r->params, b->batch, r->T,
            b->threads);
     printf("  cubist   %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of %.0f  step %.0f ms\n",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms);
+    print_windows(b, r->windows, r->first_tokens_per_s);
     printf("           forward %.0f ms, backward %.0f ms, optimizer %.0f ms | by kernel:",
            r->fwd_ms, r->bwd_ms, r->opt_ms);
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
@@ -238,6 +274,7 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
            "gradients %.1f, weights %.1f ms\n",
            r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD],
            r->rnd[CB_RND_WEIGHT]);
+    print_windows(b, r->windows, r->first_tokens_per_s);
     printf("  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
@@ -262,14 +299,17 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
     printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
         printf("%s{\"T\":%d,\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
-               "\"step_ms\":%.1f",
-               i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms);
+               "\"step_ms\":%.1f,\"windows\":%d,\"first_tokens_per_s\":%.2f",
+               i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms,
+               r[i].windows, r[i].first_tokens_per_s);
         json_torch("pytorch_tokens_per_s", r[i].torch_tokens_per_s, torch);
         for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
         if (b->bf16) {
             printf(",\"bf16\":{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
-                   "\"peak_gflops\":%.1f,\"step_ms\":%.1f",
-                   r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms);
+                   "\"peak_gflops\":%.1f,\"step_ms\":%.1f,\"windows\":%d,"
+                   "\"first_tokens_per_s\":%.2f",
+                   r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms,
+                   r16[i].windows, r16[i].first_tokens_per_s);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
             for (int k = 0; k < PROF_N; k++)
                 printf(",\"%s_ms\":%.1f", cb_prof_names[k], r16[i].prof[k]);
@@ -323,13 +363,23 @@ static double measure_peak(const bench_opts *b, double *bf16) {
     return peak;
 }
 
-/* Every row at T once, into r and r16. */
+/* Every row at T once, into r and r16: each PyTorch row first, then
+ * cubist's in as many windows of --steps steps as PyTorch's figure is the
+ * best of (its programs, one window each; docs/cli.md, Matched windows),
+ * so that neither side's figure is the best of more tries on a machine
+ * whose speed moves between them. */
 static int measure_T(const bench_opts *b, int T, double peak, double peak_bf16, bench_result *r,
                      bench_bf16 *r16, cb_err *e) {
-    return bench_cubist(b, T, peak, r, e) || (b->graph && bench_graph(b, T, r, e)) ||
-           (!b->no_torch && torch_bench(b, T, 0, r, &r->torch_tokens_per_s, e)) ||
-           (b->bf16 && bench_cubist_bf16(b, T, peak_bf16, r16, e)) ||
-           (b->bf16 && !b->no_torch && torch_bench(b, T, 1, r, &r16->torch_tokens_per_s, e));
+    double tp = 0, tp16 = 0;
+    int w = 1, w16 = 1;
+    size_t p16 = 0;
+    return (!b->no_torch && torch_bench(b, T, 0, &r->torch_tokens_per_s, &tp, &w, e)) ||
+           bench_cubist(b, T, peak, w, r, e) || (!b->no_torch && same_model(b, tp, r->params, e)) ||
+           (b->graph && bench_graph(b, T, r, e)) ||
+           (b->bf16 && !b->no_torch &&
+            torch_bench(b, T, 1, &r16->torch_tokens_per_s, &tp16, &w16, e)) ||
+           (b->bf16 && bench_cubist_bf16(b, T, peak_bf16, w16, r16, &p16, e)) ||
+           (b->bf16 && !b->no_torch && same_model(b, tp16, p16, e));
 }
 
 /* --rounds: each row's fastest round, the least disturbed on a shared
