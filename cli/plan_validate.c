@@ -297,6 +297,10 @@ static double rel(double pred, double meas) { return (pred - meas) / meas; }
 typedef struct tally {
     double sum, worst, cpu_sum, cpu_worst;
     int n, exact, nexact, ncpu;
+    /* the measurement against itself: the slowest run's fastest step over
+     * the fastest run's, less 1, of each timed case run more than once */
+    double spread_sum, spread_worst;
+    int nspread;
     /* seconds per token; NAN: not timed on 2 cores. slow: the slowest
      * run's fastest step, the measurement's own spread above meas */
     double pred[NCASES], meas[NCASES], slow[NCASES];
@@ -325,6 +329,10 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
     if (!over) {
         double e = rel(1e3 * p->step_s, m->step_ms), tok = (double)c->B * c->M * c->T;
         t->sum += fabs(e), t->n++, t->worst = fmax(t->worst, fabs(e));
+        if (m->runs > 1) {
+            double sp = m->slow_ms / m->step_ms - 1;
+            t->spread_sum += sp, t->nspread++, t->spread_worst = fmax(t->spread_worst, sp);
+        }
         if (ranks * c->threads == 2)
             t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok,
                         t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
@@ -512,6 +520,11 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         printf("mean step-time error %.1f%% (worst %.1f%%) over %d timed cases; bytes, calls and "
                "activations (and the bf16 table's memory) exact in %d of %d\n", 100 * t.sum / t.n, 100 * t.worst, t.n, t.exact,
                t.nexact);
+    if (!rc && t.nspread)
+        printf("the measurement against itself: the slowest of the %d runs' fastest steps is "
+               "%.1f%% above the fastest on average (worst %.1f%%) over %d timed cases: the "
+               "machine's own noise, which the step-time error above includes\n",
+               o->repeat, 100 * t.spread_sum / t.nspread, 100 * t.spread_worst, t.nspread);
     if (!rc && t.ncpu)
         printf("one process, one thread, against its CPU time per step (what the load does not "
                "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",

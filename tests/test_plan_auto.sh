@@ -9,8 +9,9 @@
 # on 4 ranks of the H100 preset (the layout `plan --precision bf16` ranks
 # first, and the run completes). Refusals: --layout with --tp, an unknown
 # value, no calibration, bf16 on a cluster without bf16 rates: exit 2, one line. Then `cubist plan --validate
-# --quick` runs and prints its mean error and its duration (timings on a
-# shared machine are noise: printed, not asserted).
+# --quick --repeat 2` runs and prints its mean error, the runs' spread
+# against each other and its duration (timings on a shared machine are
+# noise: printed, not asserted).
 set -u
 . "$(dirname "$0")/dp_common.sh"
 export XDG_CACHE_HOME=$d/cache
@@ -91,10 +92,10 @@ for bad in "--layout auto --tp 2" "--layout manual"; do
         || fail "$bad: exit $rc (want 2, one line), '$(head -c 300 bad.err)'"
 done
 
-# the quick validation: runs and prints the mean error
+# the quick validation (two runs of each case): runs and prints the mean error
 unset XDG_CACHE_HOME
 start=$(date +%s)
-timeout "$(tmo 300)" "$C" plan --validate --quick >val.out 2>val.err; rc=$?
+timeout "$(tmo 300)" "$C" plan --validate --quick --repeat 2 >val.out 2>val.err; rc=$?
 secs=$(( $(date +%s) - start ))
 cat val.out
 # under a minute on a lightly loaded machine (18 s at load average 10); the
@@ -117,6 +118,13 @@ cpu=$(awk '/ step .* cpu /{for (i = 1; i < NF; i++) if ($i == "step") m = $(i + 
 [ "${cpu%% *}" -ge 1 ] && [ "${cpu#* }" = "" ] \
     && pass "plan --validate --quick: CPU time per step in (0, step] in ${cpu%% *} case(s)" \
     || fail "plan --validate --quick: CPU-time column: '$cpu' (want >= 1 case, each in (0, 1.05 step + 0.5 ms])"
+# with two runs of each case, the measurement against itself: the slowest
+# run's fastest step over the fastest run's, mean and worst, each >= 0
+self=$(sed -n 's/^the measurement against itself: .* is \([0-9.]*\)% above .*(worst \([0-9.]*\)%) over \([0-9]*\) timed cases.*/\1 \2 \3/p' val.out)
+set -- $self
+[ $# = 3 ] && awk -v m="$1" -v w="$2" 'BEGIN {exit !(m >= 0 && w >= m)}' \
+    && pass "plan --validate --quick --repeat 2: runs of one case disagree by $1% on average (worst $2%) over $3 cases" \
+    || fail "plan --validate --quick --repeat 2: no line of the measurement against itself: '$self'"
 # the order lines: the strict count, and the count with ties (pairs whose
 # measured ranges overlap), which can only agree in more models
 strict=$(sed -n 's/^order of layouts.* in \([0-9]*\) of \([0-9]*\) models$/\1 \2/p' val.out)
