@@ -197,6 +197,17 @@ done
 rc=$?
 [ $rc = 1 ] && grep -q "PyTorch benchmark failed.*nothere.py" b.err && pass "bench: a failing PyTorch run fails the benchmark: $(cat b.err)" \
     || fail "bench with a broken PyTorch script: exit $rc: $(cat b.err)"
+# the model benches' --rounds: the rows R times, each side's best kept
+out=$("$C" bench --model bert --layers 1 --d-model 32 --heads 2 --seq-len 16 --batch 2 --vocab 64 \
+    --steps 1 --threads 1 --no-torch --rounds 2 2>&1)
+grep -q "the best of 2 rounds" <<<"$out" && grep -Eq "^cubist: +[1-9][0-9]* tokens/s" <<<"$out" \
+    && pass "bench --model bert --rounds 2: runs both rounds and keeps the best" \
+    || fail "bench --model bert --rounds 2: $out"
+"$C" bench --model bert --rounds 0 >/dev/null 2>b.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <b.err)" = 1 ] && grep -q -- "--rounds >= 1" b.err \
+    && pass "bench --model bert --rounds 0 refused before measuring: $(cat b.err)" \
+    || fail "bench --model bert --rounds 0: exit $rc: $(cat b.err)"
 "$C" bench --seq-lens abc >/dev/null 2>b.err
 rc=$?
 [ $rc = 2 ] && grep -q -- "--seq-lens 'abc'" b.err && pass "bench --seq-lens abc refused before measuring: $(cat b.err)" \

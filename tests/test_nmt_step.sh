@@ -37,6 +37,10 @@ if out=$(OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE timeout "$(tmo 300)" "$C" ben
         pass "bench --model nmt --quick: the same parameter count in both, tokens/s, MFU and the ratio"
     else fail "bench --model nmt --quick output: $out"; fi
 else fail "bench --model nmt --quick: $(tail -n 2 <<<"$out")"; fi
+out=$(OMP_NUM_THREADS=1 timeout "$(tmo 300)" "$C" bench --model nmt --quick --threads 1 --no-torch --rounds 2 2>&1)
+if grep -q "^the best of 2 rounds" <<<"$out" && grep -q '^cubist: *[1-9][0-9]* tokens/s' <<<"$out"; then
+    pass "bench --model nmt --quick --rounds 2: runs both rounds and keeps the best"
+else fail "bench --model nmt --quick --rounds 2: $out"; fi
 "$C" bench --model nmt --quick --heads 3 > bad.out 2> bad.err
 rc=$?
 if [ "$rc" = 2 ] && [ "$(grep -c . bad.err)" = 1 ] && grep -q "does not divide --d-model" bad.err; then
