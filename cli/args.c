@@ -1,5 +1,9 @@
 #include "args.h"
 
+#include <omp.h>
+
+#include "kernels/profile.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -124,4 +128,13 @@ int cli_torch_bench(const char *script, const char *args, const char *const *key
         return cb_fail(e, CB_ESYS, "the PyTorch benchmark failed (status %d): %s; install "
                                    "python3-torch (make deps) or pass --no-torch", st, last);
     return CB_OK;
+}
+
+void cli_window_end(double tokens, int steps, double t0, const cb_prof *prof, double *tps,
+                    double *first, double *prof_ms) {
+    double t = tokens * steps / (omp_get_wtime() - t0);
+    if (*tps == 0) *first = t;
+    if (t <= *tps) return;
+    *tps = t;
+    for (int i = 0; i < PROF_N; i++) prof_ms[i] = cb_prof_ms(prof, i) / steps;
 }

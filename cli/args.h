@@ -38,4 +38,13 @@ void cli_grad_accum_alias(int argc, char **argv);
  * or values[0] is not positive. */
 int cli_torch_bench(const char *script, const char *args, const char *const *keys,
                     double *values, int n, cb_err *e);
+
+struct cb_prof;
+/* A timed window of `steps` steps over `tokens` tokens a step, begun at
+ * t0 (omp_get_wtime), ends: its tokens/s, the first window's into *first
+ * (when *tps is still 0), the fastest window's into *tps and its kernel
+ * classes, ms per step, from prof into prof_ms (the model benches'
+ * matched windows: docs/cli.md) */
+void cli_window_end(double tokens, int steps, double t0, const struct cb_prof *prof, double *tps,
+                    double *first, double *prof_ms);
 #endif

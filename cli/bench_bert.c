@@ -55,18 +55,6 @@ static int torch_run(const bert_bench *b, double *tps, int *timed, cb_err *e) {
     return rc;
 }
 
-/* A window of b->steps steps begun at t0 ends: its tokens/s, the first
- * window's into *first, the fastest window's into *tps and its kernel
- * classes into prof_ms */
-static void window_end(const bert_bench *b, double t0, const cb_prof *prof, double *tps,
-                       double *first, double *prof_ms) {
-    double t = (double)b->batch * b->seq_len * b->steps / (omp_get_wtime() - t0);
-    if (*tps == 0) *first = t;
-    if (t <= *tps) return;
-    *tps = t;
-    for (int i = 0; i < PROF_N; i++) prof_ms[i] = cb_prof_ms(prof, i) / b->steps;
-}
-
 /* cubist's tokens/s over b->steps steps after one untimed step, and the
  * milliseconds of each kernel class per step (the profiler's table): the
  * fastest of `windows` windows of b->steps steps (as many as PyTorch's
@@ -97,7 +85,7 @@ static int cubist_run(const bert_bench *b, cb_dist *d, int windows, double *tps,
     *tps = 0;
     for (int s = 0; !rc && s <= windows * b->steps; s++) {
         if (s >= 1 && (s - 1) % b->steps == 0) { /* a window starts */
-            if (s > 1) window_end(b, t0, &prof, tps, first, prof_ms);
+            if (s > 1) cli_window_end((double)B * T, b->steps, t0, &prof, tps, first, prof_ms);
             t0 = omp_get_wtime(), cb_prof_reset(&prof);
         }
         for (int i = 0; i < B * T; i++) {
@@ -113,7 +101,7 @@ static int cubist_run(const bert_bench *b, cb_dist *d, int windows, double *tps,
         cb_model_train_step(m, ids, tg, s, NULL);
     }
     if (!rc) {
-        window_end(b, t0, &prof, tps, first, prof_ms);
+        cli_window_end((double)B * T, b->steps, t0, &prof, tps, first, prof_ms);
         size_t adam;
         cb_model_sizes(m, params, &adam);
     }

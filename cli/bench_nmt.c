@@ -67,18 +67,6 @@ static void fill_rows(const nmt_bench *b, cb_rng *r, int *ids, int *tg) {
     }
 }
 
-/* A window of b->steps steps begun at t0 ends: its tokens/s, the first
- * window's into *first, the fastest window's into *tps and its kernel
- * classes into prof_ms */
-static void window_end(const nmt_bench *b, double t0, const cb_prof *prof, double *tps,
-                       double *first, double *prof_ms) {
-    double t = (double)(b->src_tokens + b->tgt_tokens) * b->steps / (omp_get_wtime() - t0);
-    if (*tps == 0) *first = t;
-    if (t <= *tps) return;
-    *tps = t;
-    for (int i = 0; i < PROF_N; i++) prof_ms[i] = cb_prof_ms(prof, i) / b->steps;
-}
-
 /* cubist's tokens/s over b->steps steps after one untimed step, its
  * parameters (the fixed position table left out) and the milliseconds of
  * each kernel class per step: the fastest of `windows` windows of b->steps
@@ -87,6 +75,7 @@ static void window_end(const nmt_bench *b, double t0, const cb_prof *prof, doubl
 static int cubist_run(const nmt_bench *b, cb_dist *d, int windows, double *tps, double *first,
                       size_t *params, double *prof_ms, cb_err *e) {
     int B = b->batch, T = b->seq_len;
+    double tok = b->src_tokens + b->tgt_tokens; /* real tokens a step */
     cb_model *m = cb_model_new(d, B, T);
     cb_nmt_config c = {.enc_layers = b->layers, .dec_layers = b->layers, .d_model = b->d_model,
                        .n_head = b->heads, .d_ff = b->ffn, .vocab = b->vocab, .smoothing = 0.1f,
@@ -112,14 +101,14 @@ static int cubist_run(const nmt_bench *b, cb_dist *d, int windows, double *tps, 
     *tps = 0;
     for (int s = 0; !rc && s <= windows * b->steps; s++) {
         if (s >= 1 && (s - 1) % b->steps == 0) { /* a window starts */
-            if (s > 1) window_end(b, t0, &prof, tps, first, prof_ms);
+            if (s > 1) cli_window_end(tok, b->steps, t0, &prof, tps, first, prof_ms);
             t0 = omp_get_wtime(), cb_prof_reset(&prof);
         }
         fill_rows(b, &r, ids, tg);
         cb_model_train_step(m, ids, tg, s, NULL);
     }
     if (!rc) {
-        window_end(b, t0, &prof, tps, first, prof_ms);
+        cli_window_end(tok, b->steps, t0, &prof, tps, first, prof_ms);
         size_t adam;
         cb_model_sizes(m, params, &adam);
         *params -= (size_t)T * b->d_model; /* emb.pos: fixed, a buffer in PyTorch */
@@ -220,9 +209,10 @@ int cmd_bench_nmt(int argc, char **argv) {
     if (cb_dist_init(&ac, &av, &d, &e)) return cli_fail(&e);
     for (int r = 0; r < rounds; r++) { /* --rounds: the rows alternate, each side's best kept */
         double t = 0, f = 0, pr[PROF_N];
-        if ((!b.no_torch && torch_run(&b, tr, &e)) ||
-            (windows = tr[2] >= 1 ? (int)tr[2] : 1,
-             cubist_run(&b, d, windows, &t, &f, &params, pr, &e))) {
+        rc = !b.no_torch ? torch_run(&b, tr, &e) : CB_OK;
+        windows = tr[2] >= 1 ? (int)tr[2] : 1;
+        if (!rc) rc = cubist_run(&b, d, windows, &t, &f, &params, pr, &e);
+        if (rc) {
             cb_dist_finalize(d);
             return cli_fail(&e);
         }

@@ -82,8 +82,10 @@ static void torch_line(const char *line, double *tps, double *params, int *timed
 /* Runs the PyTorch benchmark at its best settings (OMP_WAIT_POLICY=PASSIVE,
  * huge pages as cubist's buffers have (CLI_TORCH_HUGEPAGES), OpenBLAS's own core detection, the fastest of its program variants in
  * this run: --variant best) on the same model (context ctx, so wpe has
- * the same rows) and fills r->torch_tokens_per_s. A failure is an error
- * carrying the script's last line; a different parameter count is too. */
+ * the same rows): its tokens/s into *out, its parameter count into
+ * *nparams (same_model compares it with cubist's) and the windows its
+ * figure is the best of into *timed. A failure is an error carrying the
+ * script's last line. */
 static int torch_bench(const bench_opts *b, int T, int bf16, double *out, double *nparams,
                        int *timed, cb_err *e) {
     char cmd[2048], line[4096], last[400] = "no output";
@@ -383,20 +385,25 @@ static int measure_T(const bench_opts *b, int T, double peak, double peak_bf16, 
 }
 
 /* --rounds: each row's fastest round, the least disturbed on a shared
- * machine; the rows of a round run back to back, so rounds interleave them */
+ * machine; the rows of a round run back to back, so rounds interleave them.
+ * cubist's first window stays the first round's, as the model benches'. */
 static void keep_best(bench_result *best, const bench_result *r, bench_bf16 *best16,
                       const bench_bf16 *r16) {
     bench_result keep = *best;
+    bench_bf16 keep16 = *best16;
     if (r->tokens_per_s > best->tokens_per_s) {
         *best = *r;
         best->torch_tokens_per_s = keep.torch_tokens_per_s;
         best->graph_tokens_per_s = keep.graph_tokens_per_s;
+        if (keep.tokens_per_s > 0) best->first_tokens_per_s = keep.first_tokens_per_s;
     }
     best->torch_tokens_per_s = fmax(keep.torch_tokens_per_s, r->torch_tokens_per_s);
     best->graph_tokens_per_s = fmax(keep.graph_tokens_per_s, r->graph_tokens_per_s);
-    double t16 = fmax(best16->torch_tokens_per_s, r16->torch_tokens_per_s);
-    if (r16->tokens_per_s > best16->tokens_per_s) *best16 = *r16;
-    best16->torch_tokens_per_s = t16;
+    if (r16->tokens_per_s > best16->tokens_per_s) {
+        *best16 = *r16;
+        if (keep16.tokens_per_s > 0) best16->first_tokens_per_s = keep16.first_tokens_per_s;
+    }
+    best16->torch_tokens_per_s = fmax(keep16.torch_tokens_per_s, r16->torch_tokens_per_s);
 }
 
 static int run_bench(bench_opts *b) {
