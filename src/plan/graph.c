@@ -204,9 +204,8 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
             if (n->kind == N_EMBED) g->lookups += 1;
             if (n->kind == N_LOSS && n->l->emb.has_ignore) g->stat_bytes[1] = 16;
             if (n->kind == N_LINEAR) g->bf16_weights += (double)n->l->lin.in * n->l->lin.out;
-            if (n->kind == N_LOSS) /* 1-D's shares of a padded vocabulary */
-                g->bf16_weights +=
-                    cb_plan_pad(n->l->emb.V, l->mode == CB_TP_1D ? l->tp : 1) * n->l->emb.C;
+            if (n->kind == N_LOSS)
+                g->bf16_weights += cb_plan_bf16_head_weights(l, n->l->emb.V, n->l->emb.C);
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;
         if (j->bf16) g->bf16_staging = held(m, l, s, (int)tok, (int)head_tok, j->cluster->threads);

@@ -326,6 +326,10 @@ void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double
 void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
                        int C, int V);
 void cb_plan_bf16_attention(const cb_plan_layout *l, int nthr, double *need, cb_attn a);
+/* the floats of the tied head's weight (V x C) that a stage holding the
+ * head keeps a bf16 copy of, before the rank's 1/tp share is taken: under
+ * 1-D V padded to a multiple of tp, else V (predict.c) */
+double cb_plan_bf16_head_weights(const cb_plan_layout *l, int V, int C);
 void cb_plan_bf16_logit(const cb_plan_layout *l, double *need, double *packed, int N, int C,
                         int parity);
 /* part (cap bytes, or NULL): "" on the first stage, which writes there

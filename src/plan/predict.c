@@ -346,6 +346,10 @@ void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double
     cb_kernels_bf16_need_dw_rows(need, n, in / q, out / q);
 }
 
+double cb_plan_bf16_head_weights(const cb_plan_layout *l, int V, int C) {
+    return cb_plan_pad(V, l->mode == CB_TP_1D ? l->tp : 1) * C;
+}
+
 /* the tied head on N rows: logits = x wte^T, dX = dlogits wte, dwte =
  * dlogits^T x, over the rank's share of the padded vocabulary */
 void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *packed, int N,
@@ -423,9 +427,9 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
     p->mem_scratch = p->tp.act_scratch_bytes;
     p->mem_comm = l->dp > 1 ? minf(j->bucket_bytes, p->mem_grads) : 0;
     const cb_gpt_config *g = &j->model->gpt;
-    double Vp = cb_plan_pad(g->vocab, l->mode == CB_TP_1D ? l->tp : 1);
     int rows = (int)(tok / j->T);
-    p->mem_bf16 = bf16_copies(j, l, (s.head ? Vp * C : 0) + s.blocks * 12 * C * C) +
+    double head = s.head ? cb_plan_bf16_head_weights(l, g->vocab, C) : 0;
+    p->mem_bf16 = bf16_copies(j, l, head + s.blocks * 12 * C * C) +
                   bf16_held(j, l, rows, s.blocks, s.head);
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm + p->mem_bf16;
