@@ -156,18 +156,27 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
 }
 
 int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf16, int runs,
-                         cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
-    static cb_plan_cluster r[2][CB_PLAN_MAXRUNS];
+                         plan_round_fn round, void *ctx, cb_plan_cluster *c,
+                         double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
+    static cb_plan_cluster r[2][CB_PLAN_MAXRUNS], coll;
     int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
     n = n < 1 ? 1 : n > 2 ? 2 : n;
-    for (int i = 0; i < k && !rc; i++) /* round-robin: every count in the same minutes */
-        for (int t = 0; t < n && !rc; t++)
+    /* the collectives once, first, so that every run has them (the fake
+     * timer's are in every run) */
+    comm = comm && !getenv("CUBIST_PLAN_FAKE");
+    if (comm) rc = comm_child(quick, &coll, e);
+    for (int i = 0; i < k && !rc; i++) { /* round-robin: every count in the same minutes */
+        const cb_plan_cluster *now[2] = {&r[0][i], &r[1][i]};
+        for (int t = 0; t < n && !rc; t++) {
             rc = plan_measure(threads[t], quick, 0, bf16, &r[t][i], e);
-    for (int t = 0; t < n && !rc; t++) {
-        cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
-        /* the collectives once (the fake timer's are in every run) */
-        if (comm && !t && !getenv("CUBIST_PLAN_FAKE")) rc = comm_child(quick, &c[t], e);
+            if (comm && !t) {
+                memcpy(r[t][i].coll, coll.coll, sizeof coll.coll);
+                r[t][i].ncoll = coll.ncoll, r[t][i].intra = coll.intra, r[t][i].inter = coll.inter;
+            }
+        }
+        if (!rc && round) rc = round(ctx, i, now, e);
     }
+    for (int t = 0; t < n && !rc; t++) cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
     return rc;
 }
 
@@ -274,7 +283,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     cb_precision p = CB_PREC_FP32;
     int rc = o->precision ? cb_precision_parse(o->precision, &p, e) : CB_OK;
     if (!rc)
-        rc = plan_measure_medians(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, &c,
+        rc = plan_measure_medians(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, NULL, NULL, &c,
                                   &spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;

@@ -47,13 +47,19 @@ int plan_calibrate_comm(int quick, cb_err *e);
  * and, with comm, through an mpirun child of 2 ranks, the collectives;
  * fake rates from CUBIST_PLAN_FAKE (tests). */
 int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e);
-/* plan_measure `runs` times for each of n (1 or 2) thread counts,
- * round-robin over the counts so that their runs share the same minutes
- * (this VM's speed moves between minutes), and the median of each figure
- * into c[t]; spread[t]: cb_plan_cluster_median's. The collectives once,
- * with comm, into c[0]. */
+/* After run i of every thread count (now[t]: those runs' figures): the
+ * validation runs round i of its cases there, so that the calibrations
+ * and the measurements share the same minutes. */
+typedef int (*plan_round_fn)(void *ctx, int i, const cb_plan_cluster *const now[2], cb_err *e);
+/* plan_measure `runs` times (at most CB_PLAN_MAXRUNS) for each of n (1 or
+ * 2) thread counts, round-robin over the counts so that their runs share
+ * the same minutes (this VM's speed moves between minutes), calling round
+ * (when not NULL) after each, and the median of each figure into c[t];
+ * spread[t]: cb_plan_cluster_median's. The collectives once, first, with
+ * comm, into every run of c[0]'s count. */
 int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf16, int runs,
-                         cb_plan_cluster *c, double (*spread)[CB_PLAN_NSPREAD], cb_err *e);
+                         plan_round_fn round, void *ctx, cb_plan_cluster *c,
+                         double (*spread)[CB_PLAN_NSPREAD], cb_err *e);
 /* One line: the calibration's headline figures and, over several runs,
  * their spread. */
 void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread);

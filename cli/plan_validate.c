@@ -189,15 +189,20 @@ static int measure_tpstep(const vcase *c, measured *m) {
     return 1;
 }
 
+/* The planner's stage boundaries of p (--partition), "" when it has none
+ * to give (one stage, or the engine's own partition). */
+static void partition(const cb_plan_pred *p, char *part, size_t cap) {
+    part[0] = 0;
+    for (int s = 0, n = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage &&
+                           n < (int)cap; s++)
+        n += snprintf(part + n, cap - n, "%s%d", s ? "," : "", p->stage_bound[s]);
+}
+
 /* One run of the case merged into m: each figure the fastest over the
  * runs (the model predicts an unloaded machine, and a shared one slows
- * some runs); the slowest run's step kept for the spread. */
-static int measure(const vcase *c, const char *dir, int over, const cb_plan_pred *p,
-                   measured *m) {
-    char part[256] = "";
-    for (int s = 0, n = 0; p->nstage && p->stage_bound[p->nstage] >= 0 && s <= p->nstage &&
-                           n < (int)sizeof part; s++)
-        n += snprintf(part + n, sizeof part - n, "%s%d", s ? "," : "", p->stage_bound[s]);
+ * some runs); the slowest run's step kept for the spread. part: the
+ * stage boundaries it runs under. */
+static int measure(const vcase *c, const char *dir, int over, const char *part, measured *m) {
     measured x = MEASURED_NONE;
     if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, part, &x))) return 0;
     x.slow_ms = x.step_ms, x.runs = m->runs + 1;
@@ -429,12 +434,85 @@ static void order(const tally *t) {
            "models\n", kept_ties, groups);
 }
 
+/* The validation across its rounds: the rates each case is predicted
+ * from, its predictions, what the runs measured. */
+typedef struct vstate {
+    const plan_opts *o;
+    const char *dir;
+    cb_plan_cluster cl[2]; /* by threads - 1 */
+    int want[2], n;        /* the thread counts calibrated here, not read from --cluster */
+    cb_plan_pred *p;       /* NCASES */
+    measured m[NCASES];
+    int ok[NCASES], rounds;
+    char part[NCASES][256]; /* the stage boundaries each case ran under */
+} vstate;
+
+/* Every case's prediction from s->cl; first: also which cases run (the
+ * quick set; bf16 needs the calibration's bf16 rates). */
+static void predict_all(vstate *s, int first) {
+    for (int i = 0; i < NCASES; i++) {
+        if (first) {
+            s->ok[i] = !s->o->quick || CASES[i].quick;
+            if (s->ok[i] && CASES[i].bf16 && !(s->cl[CASES[i].threads - 1].bf16.peak_flops > 0)) {
+                printf("  case %d (bf16): the calibration of %d thread%s has no bf16 rates; skipped\n",
+                       i + 1, CASES[i].threads, CASES[i].threads > 1 ? "s" : "");
+                s->ok[i] = 0;
+            }
+        }
+        if (s->ok[i]) predict(&CASES[i], &s->cl[CASES[i].threads - 1], &s->p[i]);
+    }
+}
+
+/* Run r of every case (round-robin: run r of every case, then run r + 1,
+ * so that the machine's slow spells (docs/plan.md, Validation) fall on
+ * different cases' runs, not on every run of one). A pipeline runs under
+ * the stage boundaries of the first prediction in every round. */
+static void run_round(vstate *s) {
+    for (int i = 0; i < NCASES; i++) {
+        const vcase *c = &CASES[i];
+        int over = c->dp * c->pp * c->tp * c->threads > 2 && c->tp > 1;
+        if (!s->ok[i]) continue;
+        if (!s->rounds) partition(&s->p[i], s->part[i], sizeof s->part[i]);
+        if (!measure(c, s->dir, over, s->part[i], &s->m[i])) {
+            printf("  case %d failed to run; skipped\n", i + 1);
+            s->ok[i] = 0;
+        }
+    }
+    s->rounds++;
+}
+
+/* After calibration i of every count: its figures stand in for the
+ * medians to come until the cases are first predicted (round 0: the
+ * pipelines' stage boundaries), then round i of the cases runs. */
+static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_err *e) {
+    vstate *s = ctx;
+    (void)e;
+    printf("round %d: calibrated", i + 1);
+    for (int k = 0; k < s->n; k++)
+        printf("%s %d thread%s (peak %.1f GFLOP/s)", k ? " and" : "", s->want[k],
+               s->want[k] > 1 ? "s" : "", now[k]->peak_flops / 1e9);
+    if (!i) {
+        for (int k = 0; k < s->n; k++) s->cl[s->want[k] - 1] = *now[k];
+        predict_all(s, 1);
+    }
+    if (s->rounds < s->o->repeat) {
+        printf("; run %d of every case\n", s->rounds + 1);
+        fflush(stdout);
+        run_round(s);
+    } else
+        printf("\n");
+    fflush(stdout);
+    return CB_OK;
+}
+
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
  * `threads`, the rest calibrated now (the median of --repeat runs, at
  * least 3 for the full set, the two counts' runs round-robin; the
- * collectives once, 1 thread per rank as every multi-rank case runs);
- * the calibration's figures printed. */
-static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *e) {
+ * collectives once, 1 thread per rank as every multi-rank case runs),
+ * each run of them followed by a round of the cases (on_round); the
+ * calibration's figures printed. */
+static int validate_clusters(vstate *s, cb_err *e) {
+    const plan_opts *o = s->o;
     int have[2] = {0, 0}, rc = CB_OK;
     char list[4096], path[4096];
     snprintf(list, sizeof list, "%s", o->cluster ? o->cluster : "");
@@ -445,19 +523,20 @@ static int validate_clusters(const plan_opts *o, cb_plan_cluster cl[2], cb_err *
         if (!rc && (c.threads < 1 || c.threads > 2))
             rc = cb_fail(e, CB_EINPUT, "--validate --cluster %s: threads %d; give files calibrated "
                          "with --threads 1 and --threads 2", f, c.threads);
-        if (!rc) cl[c.threads - 1] = c, have[c.threads - 1] = 1;
+        if (!rc) s->cl[c.threads - 1] = c, have[c.threads - 1] = 1;
         if (!rc) printf("calibration of threads %d: %s (%s)\n", c.threads, path, c.name);
     }
-    int runs = o->quick ? o->repeat : o->repeat > 3 ? o->repeat : 3, want[2], n = 0;
+    int runs = o->quick ? o->repeat : o->repeat > 3 ? o->repeat : 3;
     for (int t = 0; t < 2; t++)
-        if (!have[t]) want[n++] = t + 1;
+        if (!have[t]) s->want[s->n++] = t + 1;
     cb_plan_cluster got[2];
     double spread[2][CB_PLAN_NSPREAD];
+    if (rc || !s->n) return rc;
     /* the bf16 cases' rates with the full set (none of them is quick) */
-    if (!rc && n)
-        rc = plan_measure_medians(n, want, o->quick, !have[0], !o->quick, runs, got, spread, e);
-    for (int i = 0; i < n && !rc; i++) {
-        cl[want[i] - 1] = got[i];
+    rc = plan_measure_medians(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
+                              spread, e);
+    for (int i = 0; i < s->n && !rc; i++) {
+        s->cl[s->want[i] - 1] = got[i];
         plan_print_spread(&got[i], runs, spread[i]);
     }
     return rc;
@@ -467,52 +546,45 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     char dir[] = "/tmp/cubist-validate-XXXXXX";
     if (!mkdtemp(dir)) return cb_fail(e, CB_ESYS, "cannot make a temporary directory in /tmp");
     cli_mpirun_allow_root();
-    cb_plan_cluster cl[2];
-    int rc = write_tokens(dir, e);
-    if (!rc && !o->quick) rc = write_pairs(dir, e);
-    if (!rc) rc = validate_clusters(o, cl, e);
     double load[3] = {0};
-    if (!rc && getloadavg(load, 3) < 1) load[0] = NAN;
+    if (getloadavg(load, 3) < 1) load[0] = NAN;
+    vstate *s = calloc(1, sizeof *s);
+    cb_plan_pred *p = calloc(NCASES, sizeof *p);
+    int rc = s && p ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
+    if (!rc) {
+        s->o = o, s->dir = dir, s->p = p;
+        for (int i = 0; i < NCASES; i++) s->m[i] = (measured)MEASURED_NONE;
+        rc = write_tokens(dir, e);
+    }
+    if (!rc && !o->quick) rc = write_pairs(dir, e);
+    if (!rc) rc = validate_clusters(s, e);
+    if (!rc && !s->rounds) predict_all(s, 1); /* every rate from --cluster files */
+    while (!rc && s->rounds < o->repeat) run_round(s);
+    /* the calibrated counts' medians: the predictions printed */
+    if (!rc) predict_all(s, 0);
+    tally t = {0};
+    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
                "are contended when it exceeds the cores); predicted vs measured, the fastest of "
-               "%d run%s (round-robin over the cases)\n"
+               "%d run%s (round-robin over the cases%s)\n"
                "  case                                             what  predicted measured  error\n",
-               sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "");
-    tally t = {0};
-    for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
-    cb_plan_pred *p = calloc(NCASES, sizeof *p);
-    measured m[NCASES];
-    int ok[NCASES];
-    if (!rc && !p) rc = cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
+               sysconf(_SC_NPROCESSORS_ONLN), load[0], o->repeat, o->repeat > 1 ? "s" : "",
+               s->n ? ", each round after a calibration: the rates and the steps from the same "
+                      "minutes" : "");
     for (int i = 0; i < NCASES && !rc; i++) {
-        m[i] = (measured)MEASURED_NONE, ok[i] = !o->quick || CASES[i].quick;
-        if (ok[i] && CASES[i].bf16 && !(cl[CASES[i].threads - 1].bf16.peak_flops > 0)) {
-            printf("  case %d (bf16): the calibration of %d thread%s has no bf16 rates; skipped\n",
-                   i + 1, CASES[i].threads, CASES[i].threads > 1 ? "s" : "");
-            ok[i] = 0;
-        }
-        if (ok[i]) predict(&CASES[i], &cl[CASES[i].threads - 1], &p[i]);
-    }
-    /* run r of every case, then run r + 1: the machine's slow spells
-     * (docs/plan.md, Validation) fall on different cases' runs, not on
-     * every run of one case */
-    for (int r = 0; r < o->repeat && !rc; r++)
-        for (int i = 0; i < NCASES; i++) {
-            const vcase *c = &CASES[i];
-            int over = c->dp * c->pp * c->tp * c->threads > 2 && c->tp > 1;
-            if (ok[i] && !measure(c, dir, over, &p[i], &m[i])) {
-                printf("  case %d failed to run; skipped\n", i + 1);
-                ok[i] = 0;
-            }
-        }
-    for (int i = 0; i < NCASES && !rc; i++) {
-        if (!ok[i]) continue;
-        row(&CASES[i], &p[i], &m[i], &t);
+        if (!s->ok[i]) continue;
+        row(&CASES[i], &p[i], &s->m[i], &t);
+        char now[256];
+        partition(&p[i], now, sizeof now);
+        if (strcmp(now, s->part[i]))
+            printf("    (ran under the stage boundaries %s of the first calibration; the medians' "
+                   "plan has %s)\n", s->part[i], now);
         if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);
     }
     free(p);
+    free(s);
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm)) {}

@@ -9,8 +9,8 @@
 # on 4 ranks of the H100 preset (the layout `plan --precision bf16` ranks
 # first, and the run completes). Refusals: --layout with --tp, an unknown
 # value, no calibration, bf16 on a cluster without bf16 rates: exit 2, one line. Then `cubist plan --validate
-# --quick --repeat 2` runs and prints its mean error, the runs' spread
-# against each other and its duration (timings on a shared machine are
+# --quick --repeat 2` runs, a calibration before each of its two rounds, and
+# prints its mean error, the runs' spread against each other and its duration (timings on a shared machine are
 # noise: printed, not asserted).
 set -u
 . "$(dirname "$0")/dp_common.sh"
@@ -118,6 +118,13 @@ cpu=$(awk '/ step .* cpu /{for (i = 1; i < NF; i++) if ($i == "step") m = $(i + 
 [ "${cpu%% *}" -ge 1 ] && [ "${cpu#* }" = "" ] \
     && pass "plan --validate --quick: CPU time per step in (0, step] in ${cpu%% *} case(s)" \
     || fail "plan --validate --quick: CPU-time column: '$cpu' (want >= 1 case, each in (0, 1.05 step + 0.5 ms])"
+# the calibrations interleaved with the rounds: one calibration of both
+# thread counts before each of the two runs of the cases, all before the
+# table (its predictions take the calibrations' medians)
+rounds=$(awk '/^validation on this machine/ {exit} /^round [0-9]+: calibrated 1 thread .* and 2 threads .*; run [0-9]+ of every case$/ {n++} END {print n + 0}' val.out)
+[ "$rounds" = 2 ] && grep -q "each round after a calibration" val.out \
+    && pass "plan --validate --quick --repeat 2: a calibration of 1 and 2 threads before each of the 2 rounds" \
+    || fail "plan --validate --quick --repeat 2: $rounds round lines before the table (want 2): $(grep '^round' val.out | head -c 300)"
 # with two runs of each case, the measurement against itself: the slowest
 # run's fastest step over the fastest run's, mean and worst, each >= 0
 self=$(sed -n 's/^the measurement against itself: .* is \([0-9.]*\)% above .*(worst \([0-9.]*\)%) over \([0-9]*\) timed cases.*/\1 \2 \3/p' val.out)
