@@ -39,6 +39,15 @@ void cli_grad_accum_alias(int argc, char **argv);
 int cli_torch_bench(const char *script, const char *args, const char *const *keys,
                     double *values, int n, cb_err *e);
 
+struct cb_dist;
+/* `cubist bench --quick`'s rows for a GPT of the given depth, width and
+ * heads (GPT-2 124M at 12, 768, 12; vocabulary 50304, T 64, B 4, 3 steps a
+ * window) on `threads` threads of d's process: PyTorch's tokens/s (the
+ * fastest of its programs) and cubist's (the fastest of as many windows):
+ * the model benches' --vs-gpt reference ratio */
+int cli_bench_gpt_quick(struct cb_dist *d, int layers, int d_model, int heads, int threads,
+                        double *cubist_tps, double *torch_tps, cb_err *e);
+
 struct cb_prof;
 /* A timed window of `steps` steps over `tokens` tokens a step, begun at
  * t0 (omp_get_wtime), ends: its tokens/s, the first window's into *first

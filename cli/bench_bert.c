@@ -20,6 +20,7 @@
 typedef struct bert_bench {
     int layers, d_model, heads, seq_len, batch, vocab, steps, threads, no_torch, kernel_cpu;
     int rounds; /* --rounds: PyTorch's row and cubist's this many times, each side's best kept */
+    int vs_gpt; /* --vs-gpt: the GPT benchmark's rows in every round too */
     float attn_dropout;
     const char *model;
 } bert_bench;
@@ -132,6 +133,9 @@ int cmd_bench_bert(int argc, char **argv) {
                                         "(1): ratios that hold on a busy machine"},
         {"kernel-cpu", ARG_BOOL, &b.kernel_cpu, "kernel times in the calling thread's CPU time "
                                                  "(with --threads 1: load-proof)"},
+        {"vs-gpt", ARG_BOOL, &b.vs_gpt, "also `cubist bench --quick`'s rows (a GPT of the same "
+                                        "depth, width and heads) in every round: BERT's ratio "
+                                        "over the GPT benchmark's, from the same minutes"},
     };
     int n = (int)(sizeof flags / sizeof *flags), help = 0;
     cb_err e = {0};
@@ -157,6 +161,8 @@ int cmd_bench_bert(int argc, char **argv) {
         rc = cb_fail(&e, CB_EINPUT, "--layers, --heads (dividing --d-model), --batch, --steps, "
                                     "--rounds >= 1, --seq-len >= 2, --vocab >= 8, --attn-dropout "
                                     "in [0, 1), --model bert or roberta");
+    if (!rc && b.vs_gpt && b.no_torch)
+        rc = cb_fail(&e, CB_EINPUT, "--vs-gpt compares two ratios against PyTorch: drop --no-torch");
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);
@@ -170,16 +176,21 @@ int cmd_bench_bert(int argc, char **argv) {
     int ac = 1;
     cb_dist *d;
     if (cb_dist_init(&ac, &av, &d, &e)) return cli_fail(&e);
+    double gpt = 0, gpt_torch = 0; /* --vs-gpt: each side's best */
     for (int r = 0; r < b.rounds; r++) { /* --rounds: the rows alternate, each side's best kept */
-        double t = 0, tt = 0, f = 0, pr[PROF_N];
+        double t = 0, tt = 0, f = 0, pr[PROF_N], g = 0, gt = 0;
         if ((!b.no_torch && torch_run(&b, &tt, &windows, &e)) ||
-            cubist_run(&b, d, windows, &t, &f, &params, pr, &e)) {
+            cubist_run(&b, d, windows, &t, &f, &params, pr, &e) ||
+            (b.vs_gpt && cli_bench_gpt_quick(d, b.layers, b.d_model, b.heads, b.threads, &g, &gt,
+                                             &e))) {
             cb_dist_finalize(d);
             return cli_fail(&e);
         }
+        omp_set_num_threads(b.threads);
         if (!r) first = f;
         ttps = tt > ttps ? tt : ttps;
         if (t > tps) tps = t, memcpy(prof, pr, sizeof prof);
+        gpt = g > gpt ? g : gpt, gpt_torch = gt > gpt_torch ? gt : gpt_torch;
     }
     cb_dist_finalize(d);
     double gf = tps * flops_per_token(&b) / 1e9;
@@ -200,5 +211,11 @@ int cmd_bench_bert(int argc, char **argv) {
     if (!b.no_torch)
         printf("PyTorch: %.0f tokens/s, MFU %.2f%%; cubist / PyTorch = %.2f\n", ttps,
                100 * ttps * flops_per_token(&b) / 1e9 / peak, tps / ttps);
+    if (b.vs_gpt)
+        printf("GPT (%d layers, d %d, %d heads, vocab 50304, T 64, batch 4: `cubist bench "
+               "--quick`), in the same round%s: cubist %.1f tokens/s, PyTorch %.1f; cubist / "
+               "PyTorch = %.2f\n%s's ratio over the GPT benchmark's: %.2f\n",
+               b.layers, b.d_model, b.heads, b.rounds > 1 ? "s, each side's best" : "", gpt,
+               gpt_torch, gpt / gpt_torch, b.model, (tps / ttps) / (gpt / gpt_torch));
     return 0;
 }

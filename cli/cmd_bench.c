@@ -406,6 +406,29 @@ static void keep_best(bench_result *best, const bench_result *r, bench_bf16 *bes
     best16->torch_tokens_per_s = fmax(keep16.torch_tokens_per_s, r16->torch_tokens_per_s);
 }
 
+/* The benchmark's flags before parsing: GPT-2 124M, B 4, T 64 and 1024, 2
+ * threads; script: a buffer for bench/torch_bench.py's path */
+static bench_opts gpt_defaults(char *script, size_t cap) {
+    cli_bench_file(script, cap, "torch_bench.py");
+    return (bench_opts){.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
+                        .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
+                        .torch_script = script, .precision = "fp32", .rounds = 1};
+}
+
+int cli_bench_gpt_quick(cb_dist *d, int layers, int d_model, int heads, int threads,
+                        double *cubist_tps, double *torch_tps, cb_err *e) {
+    char script[PATH_MAX + 32];
+    bench_opts b = gpt_defaults(script, sizeof script);
+    b.layers = layers, b.d_model = d_model, b.heads = heads, b.threads = threads, b.dist = d;
+    b.seq_lens = "64", b.T[0] = 64, b.nT = 1;
+    bench_result r = {0};
+    bench_bf16 r16 = {0};
+    omp_set_num_threads(threads);
+    int rc = measure_T(&b, 64, cb_peak_gflops(), 0, &r, &r16, e);
+    *cubist_tps = r.tokens_per_s, *torch_tps = r.torch_tokens_per_s;
+    return rc;
+}
+
 static int run_bench(bench_opts *b) {
     omp_set_num_threads(b->threads);
     double peak_bf16, peak = measure_peak(b, &peak_bf16);
@@ -503,10 +526,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* GPT-2's BPE against js-tiktoken: cli/bench_tok.c */
         if (!strcmp(argv[i], "--tokenizer")) return cmd_bench_tok(argc, argv);
     char script[PATH_MAX + 32];
-    cli_bench_file(script, sizeof script, "torch_bench.py");
-    bench_opts b = {.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
-                    .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
-                    .torch_script = script, .precision = "fp32", .rounds = 1};
+    bench_opts b = gpt_defaults(script, sizeof script);
     const cli_flag flags[] = {
         {"peak", ARG_BOOL, &b.peak_only,
          "only measure the sgemm and bf16 GEMM GFLOP/s (MFU peaks)"},

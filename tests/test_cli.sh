@@ -203,6 +203,21 @@ out=$("$C" bench --model bert --layers 1 --d-model 32 --heads 2 --seq-len 16 --b
 grep -q "the best of 2 rounds" <<<"$out" && grep -Eq "^cubist: +[1-9][0-9]* tokens/s" <<<"$out" \
     && pass "bench --model bert --rounds 2: runs both rounds and keeps the best" \
     || fail "bench --model bert --rounds 2: $out"
+# --vs-gpt: the GPT benchmark's rows (a GPT of the same depth and width) in
+# the same rounds, and BERT's ratio over GPT's, which the printed figures give
+out=$("$C" bench --model bert --layers 1 --d-model 32 --heads 2 --seq-len 16 --batch 2 --vocab 64 \
+    --steps 1 --rounds 2 --vs-gpt 2>&1)
+chk=$(awk '/^cubist: / {c = $2} /^PyTorch: / {t = $2}
+           /^GPT \(1 layers, d 32, 2 heads/ {for (i = 2; i < NF; i++) {if ($i == "tokens/s," && $(i - 2) == "cubist") g = $(i - 1); if ($(i - 1) == "PyTorch" && $i ~ /;$/) gt = $i + 0}}
+           /ratio over the GPT benchmark.s:/ {r = $NF}
+           END {w = (c / t) / (g / gt); print (c > 0 && t > 0 && g > 0 && gt > 0 && r > 0 && (r - w) ^ 2 <= (0.01 * w + 0.006) ^ 2) ? "OK " r : "bad c " c " t " t " g " g " gt " gt " r " r}' <<<"$out")
+[[ $chk == OK* ]] && pass "bench --model bert --vs-gpt: both ratios from the same rounds, their ratio ${chk#OK }" \
+    || fail "bench --model bert --vs-gpt: $chk: $(tail -c 600 <<<"$out")"
+"$C" bench --model bert --vs-gpt --no-torch >/dev/null 2>b.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <b.err)" = 1 ] && grep -q -- "drop --no-torch" b.err \
+    && pass "bench --model bert --vs-gpt --no-torch refused: $(cat b.err)" \
+    || fail "bench --model bert --vs-gpt --no-torch: exit $rc: $(cat b.err)"
 "$C" bench --model bert --rounds 0 >/dev/null 2>b.err
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l <b.err)" = 1 ] && grep -q -- "--rounds >= 1" b.err \
