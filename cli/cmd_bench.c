@@ -495,7 +495,10 @@ static const char BENCH_EPILOG[] =
     "  cubist bench --tp-step                  (the child job of --tp-compare)\n"
     "  cubist bench --pipeline                 schedules x stages x micro-batches\n"
     "  cubist bench --recompute-compare        activation recompute none/block/selective\n"
-    "  cubist bench --tokenizer --text FILE    GPT-2 BPE encoding MB/s vs js-tiktoken\n";
+    "  cubist bench --tokenizer --text FILE    GPT-2 BPE encoding MB/s vs js-tiktoken\n"
+    "  cubist bench --model bert|roberta|nmt|ncf   the other models' steps vs PyTorch;\n"
+    "    --model bert --vs-gpt                 with this benchmark's --quick rows in the same\n"
+    "                                          rounds: BERT's ratio over GPT's\n";
 
 int cmd_bench_tp(int argc, char **argv); /* cli/bench_tp.c */
 int cmd_bench_pp(int argc, char **argv); /* cli/bench_pp.c */
