@@ -44,9 +44,10 @@ struct cb_dist;
  * heads (GPT-2 124M at 12, 768, 12; vocabulary 50304, T 64, B 4, 3 steps a
  * window) on `threads` threads of d's process: PyTorch's tokens/s (the
  * fastest of its programs) and cubist's (the fastest of as many windows):
- * the model benches' --vs-gpt reference ratio */
+ * the model benches' --vs-gpt reference ratio. peak: the caller's sgemm
+ * peak (cb_peak_gflops), for the step's MFU */
 int cli_bench_gpt_quick(struct cb_dist *d, int layers, int d_model, int heads, int threads,
-                        double *cubist_tps, double *torch_tps, cb_err *e);
+                        double peak, double *cubist_tps, double *torch_tps, cb_err *e);
 
 struct cb_prof;
 /* A timed window of `steps` steps over `tokens` tokens a step, begun at

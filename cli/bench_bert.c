@@ -181,12 +181,11 @@ int cmd_bench_bert(int argc, char **argv) {
         double t = 0, tt = 0, f = 0, pr[PROF_N], g = 0, gt = 0;
         if ((!b.no_torch && torch_run(&b, &tt, &windows, &e)) ||
             cubist_run(&b, d, windows, &t, &f, &params, pr, &e) ||
-            (b.vs_gpt && cli_bench_gpt_quick(d, b.layers, b.d_model, b.heads, b.threads, &g, &gt,
-                                             &e))) {
+            (b.vs_gpt && cli_bench_gpt_quick(d, b.layers, b.d_model, b.heads, b.threads, peak,
+                                             &g, &gt, &e))) {
             cb_dist_finalize(d);
             return cli_fail(&e);
         }
-        omp_set_num_threads(b.threads);
         if (!r) first = f;
         ttps = tt > ttps ? tt : ttps;
         if (t > tps) tps = t, memcpy(prof, pr, sizeof prof);

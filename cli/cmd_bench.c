@@ -415,16 +415,15 @@ static bench_opts gpt_defaults(char *script, size_t cap) {
                         .torch_script = script, .precision = "fp32", .rounds = 1};
 }
 
-int cli_bench_gpt_quick(cb_dist *d, int layers, int d_model, int heads, int threads,
+int cli_bench_gpt_quick(cb_dist *d, int layers, int d_model, int heads, int threads, double peak,
                         double *cubist_tps, double *torch_tps, cb_err *e) {
     char script[PATH_MAX + 32];
     bench_opts b = gpt_defaults(script, sizeof script);
     b.layers = layers, b.d_model = d_model, b.heads = heads, b.threads = threads, b.dist = d;
-    b.seq_lens = "64", b.T[0] = 64, b.nT = 1;
     bench_result r = {0};
     bench_bf16 r16 = {0};
     omp_set_num_threads(threads);
-    int rc = measure_T(&b, 64, cb_peak_gflops(), 0, &r, &r16, e);
+    int rc = measure_T(&b, 64, peak, 0, &r, &r16, e);
     *cubist_tps = r.tokens_per_s, *torch_tps = r.torch_tokens_per_s;
     return rc;
 }
