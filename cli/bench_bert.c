@@ -169,7 +169,7 @@ int cmd_bench_bert(int argc, char **argv) {
     /* PyTorch first: cubist's step is timed in as many windows as PyTorch's
      * figure is the best of (its programs), so that neither side's figure
      * is the best of more tries on a machine whose speed moves */
-    double tps = 0, first = 0, ttps = 0, peak = cb_peak_gflops(), prof[PROF_N] = {0};
+    double tps = 0, first = 0, ttps = 0, peak = cb_peak_gflops(CB_PREC_FP32), prof[PROF_N] = {0};
     size_t params = 0;
     int windows = 1;
     char *argv0[] = {"bench", NULL}, **av = argv0;

@@ -106,7 +106,7 @@ int cmd_bench_ncf(int argc, char **argv) {
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);
-    double sps = 0, tsps = 0, tparams = 0, peak = cb_peak_gflops();
+    double sps = 0, tsps = 0, tparams = 0, peak = cb_peak_gflops(CB_PREC_FP32);
     size_t params = 0;
     if (cubist_run(&b, &c, &sps, &params, &e) || (!b.no_torch && torch_run(&b, &tsps, &tparams, &e)))
         return cli_fail(&e);

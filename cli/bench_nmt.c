@@ -199,7 +199,7 @@ int cmd_bench_nmt(int argc, char **argv) {
     for (int k = 0; k < b.batch; k++) b.src_tokens += src_len(&b, k), b.tgt_tokens += tgt_len(&b, k);
     /* PyTorch first: cubist's step is timed in as many windows as PyTorch's
      * figure is the best of (its programs) */
-    double tps = 0, first = 0, tr[3] = {0, 0, 1}, peak = cb_peak_gflops(), prof[PROF_N] = {0};
+    double tps = 0, first = 0, tr[3] = {0, 0, 1}, peak = cb_peak_gflops(CB_PREC_FP32), prof[PROF_N] = {0};
     double ttps = 0;
     size_t params = 0;
     int windows = 1, rounds = b.rounds;

@@ -338,19 +338,24 @@ static double measure_peak(const bench_opts *b, double *bf16) {
     cb_peak_info si, bi = {0};
     double peak = cb_peak_measure(&si);
     *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16(&bi) : 0;
-    char path[4200] = "";
+    char path[4200] = "", path16[4200] = "";
     cb_err e = {0};
-    if (!cb_peak_cache_path(path, sizeof path) || cb_peak_store(peak, &e))
+    if (!cb_peak_cache_path(CB_PREC_FP32, path, sizeof path) || cb_peak_store(CB_PREC_FP32, peak, &e))
         fprintf(stderr, "cubist: warning: the peak is not cached: %s\n",
                 path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+    if (*bf16 > 0 && (!cb_peak_cache_path(CB_PREC_BF16, path16, sizeof path16) ||
+                      cb_peak_store(CB_PREC_BF16, *bf16, &e)))
+        fprintf(stderr, "cubist: warning: the bf16 peak is not cached: %s\n",
+                path16[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
     if (b->json && b->peak_only)
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
                "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f,\"wall_gflops\":%.1f,"
                "\"bf16_wall_gflops\":%.1f,\"held\":%.3f,\"bf16_held\":%.3f,\"clean\":%s,"
-               "\"bf16_clean\":%s,\"bf16_kernel\":\"%s\",\"bf16_other_gflops\":%.1f}\n",
+               "\"bf16_clean\":%s,\"bf16_kernel\":\"%s\",\"bf16_other_gflops\":%.1f,"
+               "\"bf16_cache\":\"%s\"}\n",
                peak, b->threads, openblas_get_corename(), CB_PEAK_N, path, *bf16, si.wall_gflops,
                bi.wall_gflops, si.held, bi.held, si.clean ? "true" : "false",
-               bi.clean ? "true" : "false", bi.form ? bi.form : "", bi.other_gflops);
+               bi.clean ? "true" : "false", bi.form ? bi.form : "", bi.other_gflops, path16);
     else if (!b->json)
         printf("sgemm peak %.1f GFLOP/s: %d^3 sgemm on %d threads, OpenBLAS kernels %s; cached "
                "in %s\n  %s; by the wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
@@ -358,10 +363,11 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                peak_how(&si), si.wall_gflops, 100 * si.held);
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
-               "%.2fx sgemm; %s\n  the faster of oneDNN's kernels: %s (%s: %.1f); %s; by the "
-               "wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
-               *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(), bi.form,
-               bi.other_form, bi.other_gflops, peak_how(&bi), bi.wall_gflops, 100 * bi.held);
+               "%.2fx sgemm; %s; cached in %s\n  the faster of oneDNN's kernels: %s (%s: %.1f); "
+               "%s; by the wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
+               *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(),
+               path16[0] ? path16 : "(nowhere)", bi.form, bi.other_form, bi.other_gflops,
+               peak_how(&bi), bi.wall_gflops, 100 * bi.held);
     return peak;
 }
 

@@ -166,9 +166,10 @@ static void log_start(void *ctx, const cb_train_start *s) {
     const cb_gpt_config *c = &r->model;
     fprintf(stderr,
             "cubist: GPT %d layers, d_model %d, %d heads, context %d, vocab %d: %zu "
-            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, peak %.0f GFLOP/s | %s\n",
+            "parameters here | B=%d T=%d accum %d | %d threads, BLAS %s, %speak %.0f GFLOP/s | %s\n",
             c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab, s->params, r->B, r->T,
-            r->accum, s->threads, s->blas, s->peak_gflops, s->kernels);
+            r->accum, s->threads, s->blas, r->precision && !strcmp(r->precision, "bf16") ? "bf16 " : "",
+            s->peak_gflops, s->kernels);
     int bf16 = !strcmp(r->comm_dtype, "bf16");
     const char *tp_wire = bf16 && s->tp > 1 ? " | activation collectives in bf16 (--comm-dtype bf16)" : "";
     if (s->pp > 1)

@@ -142,6 +142,7 @@ cmp -s g1 g2 && pass "sample --top-k 1 is greedy: the same text for seeds 1 and 
 
 # ---------------------------------------------------------------- MFU peak cache
 out=$("$C" bench --peak --json --threads 1) || fail "bench --peak"
+out0=$out
 cache=$(sed -E 's/.*"cache":"([^"]*)".*/\1/' <<<"$out")
 peak=$(sed -E 's/.*"peak_gflops":([0-9.]+).*/\1/' <<<"$out")
 case $cache in "$XDG_CACHE_HOME"/cubist/peak-*)
@@ -162,6 +163,31 @@ print(("OK" if abs(r["mfu"] - want) <= 1e-3 * want else "BAD") + f" mfu {r['mfu'
 PY
 )
 [[ $out == OK* ]] && pass "train reads the cached peak: ${out#OK }" || fail "train against the cached peak: $out"
+# bf16's MFU is against the bf16 GEMM's peak, cached beside sgemm's in its own file
+cache16=$(sed -E 's/.*"bf16_cache":"([^"]*)".*/\1/' <<<"$out0")
+peak16=$(sed -E 's/.*"bf16_gemm_gflops":([0-9.]+).*/\1/' <<<"$out0")
+case $cache16 in "$XDG_CACHE_HOME"/cubist/peak-bf16-*)
+    [ "$(cat "$cache16")" = "$peak16" ] && [ "$cache16" != "$cache" ] \
+        && pass "bench --peak writes the bf16 peak ($peak16) to its own file: $cache16" \
+        || fail "bench --peak: bf16 cache $cache16 holds '$(cat "$cache16")', printed $peak16" ;;
+*) fail "bench --peak bf16 cache path '$cache16' is not under \$XDG_CACHE_HOME ($out0)" ;;
+esac
+echo 0.25 >"$cache16"
+"$C" train --data tr.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --batch 4 --steps 2 \
+    --threads 1 --precision bf16 --log p16.jsonl 2>p16.err || fail "train --precision bf16: $(tail -1 p16.err)"
+out=$("$PY" - p16.jsonl <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][-1]
+N = 256 * 32 + 16 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32
+want = r["tokens_per_s"] * (6 * N + 12 * 2 * 32 * 16) / 0.25e9
+print(("OK" if abs(r["mfu"] - want) <= 1e-3 * want else "BAD") + f" mfu {r['mfu']} = tokens/s x FLOPs / 0.25 GFLOP/s = {want:.5f}")
+PY
+)
+[[ $out == OK* ]] && grep -q "bf16 peak 0 GFLOP/s" p16.err \
+    && pass "train --precision bf16 reads the cached bf16 peak and says so: ${out#OK }" \
+    || fail "train --precision bf16 against the cached bf16 peak: $out; $(head -1 p16.err)"
+[ "$(cat "$cache")" = "0.5" ] && pass "the bf16 run left sgemm's cached peak alone" \
+    || fail "the bf16 run changed sgemm's cache to $(cat "$cache")"
 "$C" bench --peak --threads 1 >/dev/null && [ "$(cat "$cache")" != "0.5" ] \
     && pass "bench --peak re-measures and rewrites the cache ($(cat "$cache"))" || fail "bench --peak left the cache at $(cat "$cache")"
 [ ! -e "$HOME/.cache" ] && pass "nothing written under \$HOME/.cache" || fail "\$HOME/.cache was written: $(ls -R "$HOME/.cache")"

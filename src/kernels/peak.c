@@ -97,7 +97,7 @@ static int cache_dir(char *dir, size_t cap) {
     return n > 0 && (size_t)n < cap;
 }
 
-int cb_peak_cache_path(char *buf, size_t cap) {
+int cb_peak_cache_path(cb_precision p, char *buf, size_t cap) {
     char dir[4096];
     if (!cache_dir(dir, sizeof dir)) return 0;
     /* the host's name is in the key: a home directory shared between
@@ -108,14 +108,18 @@ int cb_peak_cache_path(char *buf, size_t cap) {
     host[sizeof host - 1] = 0;
     for (char *h = host; *h; h++)
         if (*h == '/') *h = '_';
-    int n = snprintf(buf, cap, "%s/peak-%s-%s-%d", dir, host, openblas_get_corename(),
-                     omp_get_max_threads());
+    /* fp32's rate is the BLAS core's; bf16's is oneDNN's, which picks its
+     * own kernels for the CPU (the host names it) */
+    int n = p == CB_PREC_BF16
+                ? snprintf(buf, cap, "%s/peak-bf16-%s-%d", dir, host, omp_get_max_threads())
+                : snprintf(buf, cap, "%s/peak-%s-%s-%d", dir, host, openblas_get_corename(),
+                           omp_get_max_threads());
     return n > 0 && (size_t)n < cap;
 }
 
-double cb_peak_cached(void) {
+double cb_peak_cached(cb_precision prec) {
     char path[4200];
-    if (!cb_peak_cache_path(path, sizeof path)) return 0;
+    if (!cb_peak_cache_path(prec, path, sizeof path)) return 0;
     /* a figure older than a day is measured again: a peak taken while the
      * machine was busy would otherwise inflate every MFU printed after it */
     struct stat st;
@@ -139,9 +143,9 @@ static void make_dirs(char *dir) {
     mkdir(dir, 0755);
 }
 
-int cb_peak_store(double gflops, cb_err *e) {
+int cb_peak_store(cb_precision prec, double gflops, cb_err *e) {
     char dir[4096], path[4200], text[64];
-    if (!cache_dir(dir, sizeof dir) || !cb_peak_cache_path(path, sizeof path))
+    if (!cache_dir(dir, sizeof dir) || !cb_peak_cache_path(prec, path, sizeof path))
         return cb_fail(e, CB_EINPUT, "no cache directory: set XDG_CACHE_HOME or HOME");
     make_dirs(dir);
     int len = snprintf(text, sizeof text, "%.1f\n", gflops);
@@ -162,11 +166,11 @@ int cb_peak_store(double gflops, cb_err *e) {
     return rc;
 }
 
-double cb_peak_gflops(void) {
-    double p = cb_peak_cached();
+double cb_peak_gflops(cb_precision prec) {
+    double p = cb_peak_cached(prec);
     if (p > 0) return p;
-    p = cb_peak_measure(NULL);
+    p = prec == CB_PREC_BF16 ? cb_peak_measure_bf16(NULL) : cb_peak_measure(NULL);
     cb_err e;
-    if (p > 0) cb_peak_store(p, &e);
+    if (p > 0) cb_peak_store(prec, p, &e);
     return p;
 }

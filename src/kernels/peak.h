@@ -1,13 +1,16 @@
-/* The MFU peak: the sgemm rate of this machine, measured one way for both
- * `cubist bench --peak` and `cubist train`, and cached per BLAS core and
- * thread count in $XDG_CACHE_HOME/cubist/peak-<core>-<threads> (default
- * ~/.cache/cubist), a text file holding GFLOP/s. */
+/* The MFU peak: the GEMM rate of this machine at a precision (fp32: the
+ * sgemm's; bf16: oneDNN's bf16 matmul's), measured one way for both
+ * `cubist bench --peak` and `cubist train`, and cached per host, kernel
+ * and thread count in $XDG_CACHE_HOME/cubist (default ~/.cache/cubist):
+ * peak-<host>-<BLAS core>-<threads> and peak-bf16-<host>-<threads>, text
+ * files holding GFLOP/s. */
 #ifndef CB_PEAK_H
 #define CB_PEAK_H
 
 #include <stddef.h>
 
 #include "cubist.h"
+#include "kernels/kernels.h"
 
 /* Size of the square sgemm measured: C (N,N) = A (N,N) @ B (N,N). */
 #define CB_PEAK_N 2048
@@ -40,15 +43,17 @@ double cb_peak_time(void (*call)(void *), void *ctx, cb_peak_info *info);
 /* The N^3 sgemm's peak; info as cb_peak_time's (may be NULL). */
 double cb_peak_measure(cb_peak_info *info);
 /* The same for the bf16 GEMM through oneDNN (fp32 result); 0 when oneDNN
- * cannot start. Not cached: only bench measures it. */
+ * cannot start (bf16.c). */
 double cb_peak_measure_bf16(cb_peak_info *info);
-/* The cache file's path; 0 when neither XDG_CACHE_HOME nor HOME is set. */
-int cb_peak_cache_path(char *buf, size_t cap);
-/* The cached figure, 0 when absent or unreadable. */
-double cb_peak_cached(void);
+/* The cache file's path of precision p's peak; 0 when neither
+ * XDG_CACHE_HOME nor HOME is set. */
+int cb_peak_cache_path(cb_precision p, char *buf, size_t cap);
+/* The cached figure, 0 when absent, older than a day or unreadable. */
+double cb_peak_cached(cb_precision p);
 /* Writes the figure (directory created, file replaced atomically). */
-int cb_peak_store(double gflops, cb_err *e);
+int cb_peak_store(cb_precision p, double gflops, cb_err *e);
 /* The cached figure, else measures and caches it (a failed write only
- * costs the next run another measurement). */
-double cb_peak_gflops(void);
+ * costs the next run another measurement); 0 when it cannot be measured
+ * (bf16 without oneDNN). */
+double cb_peak_gflops(cb_precision p);
 #endif

@@ -560,7 +560,7 @@ int cb_train_run(const cb_train_opts *in, const cb_train_sink *sink, cb_err *e) 
     if (!rc) rc = comm_init(&r, e);
     rc = agree(w, rc, e);
     if (!rc) {
-        if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops();
+        if (r.peak <= 0) r.peak = r.rank ? 1 : cb_peak_gflops(cb_kernels_precision());
         r.flops_per_token = task.flops_per_token;
         r.row_tokens = task.row_tokens;
         r.tokens = (long)t.tokens;
