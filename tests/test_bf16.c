@@ -582,6 +582,18 @@ static void overwrite_cases(const cb_kernels *k, int N) {
     k->matmul_backward(k, dx, z[0], z[1], dy, x, w, N, IC, OC, 1);
     same_bits("matmul_backward dw", k, N, o[0], z[0], n[0]);
     same_bits("matmul_backward dbias", k, N, o[1], z[1], n[1]);
+    if (k != cb_kernels_cpu()) { /* the sums taken in the rounding pass: the fp32 table's bits */
+        const cb_kernels *f = cb_kernels_cpu();
+        float *dxf = calloc((size_t)N * IC, 4), *dwf = calloc(n[0], 4), *dbf = nans(n[1]);
+        f->matmul_backward(f, dxf, dwf, dbf, dy, x, w, N, IC, OC, 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < n[1]; i++) bad += memcmp(o[1] + i, dbf + i, sizeof(float)) != 0;
+        char msg[160];
+        snprintf(msg, sizeof msg, "bf16 matmul_backward dbias, %d rows: the fp32 table's sums, bit for "
+                 "bit", N);
+        report(bad == 0, msg, (double)bad);
+        free(dxf), free(dwf), free(dbf);
+    }
     for (size_t i = 0; i < n[0]; i++) o[0][i] = NAN, z[0][i] = 0;
     k->matmul_backward_dw_rows(k, o[0], dy, x, N, IC, OC, 0, IC, 0);
     k->matmul_backward_dw_rows(k, z[0], dy, x, N, IC, OC, 0, IC, 1);

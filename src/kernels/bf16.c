@@ -141,6 +141,35 @@ static const uint16_t *to_bf16(bf16_state *s, int i, int cls, const float *x, si
     return d;
 }
 
+/* dout (N,OC) rounded to bf16 into scratch slot i (class CB_RND_GRAD),
+ * and dbias (OC) += (acc) or = its column sums from the same reads: each
+ * thread's block of columns summed over the rows in order, as
+ * cb_cpu_bias_backward sums them (the same bits), without a second pass
+ * over dout. dbias NULL: to_bf16. */
+static const uint16_t *to_bf16_bias(bf16_state *s, int i, const float *dout, int N, int OC,
+                                    float *dbias, int acc) {
+    if (!dbias) return to_bf16(s, i, CB_RND_GRAD, dout, (size_t)N * OC);
+    uint16_t *h = scratch(s, i, (size_t)N * OC);
+    double t0 = omp_get_wtime();
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long)OC * t / nt), c1 = (int)((long)OC * (t + 1) / nt);
+        if (!acc) memset(dbias + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+        for (int r = 0; r < N; r++) {
+            const float *d = dout + (size_t)r * OC;
+            uint16_t *o = h + (size_t)r * OC;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                dbias[c] += d[c];
+                o[c] = cb_bf16_round(d[c]);
+            }
+        }
+    }
+    s->round_ms[CB_RND_GRAD] += (omp_get_wtime() - t0) * 1e3;
+    return h;
+}
+
 /* A weight gradient's product (gemm_dw) reads its A, an activation of N
  * rows transposed, with each row padded by JIT_PAD elements when N is at
  * least JIT_ROWS on AMX: oneDNN then runs the product on its gemm:jit
@@ -473,11 +502,10 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                             const float *dout, const float *inp, const float *w, int N, int IC,
                             int OC, int acc) {
     bf16_state *s = state(k);
-    const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC);
+    const uint16_t *d = to_bf16_bias(s, 0, dout, N, OC, dbias, acc);
     if (dinp) gemm_w(s, N, IC, OC, d, OC, w, 1, OC, dinp, IC, 0, NULL, 1);
     int64_t ldx = dw_ld(s, N, IC);
     gemm_dw(s, IC, OC, N, to_bf16_ld(s, 2, CB_RND_ACT_BWD, inp, N, IC, ldx), ldx, d, dw, acc);
-    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC, acc);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,

@@ -260,7 +260,8 @@ long long cb_kernels_bf16_att_at(const cb_attn *a, int bh, int t, int j);
 /* Milliseconds the bf16 table spent in its rounding passes since the
  * process began, by what was rounded: activations for a forward product,
  * the same activations again for a backward product (both would go with
- * activations stored in bf16), gradients, weights (the kept copies
+ * activations stored in bf16), gradients (a linear's with its bias
+ * gradient's sums, taken in the same pass), weights (the kept copies
  * refreshed outside AdamW, and panels outside the parameters) */
 enum { CB_RND_ACT_FWD, CB_RND_ACT_BWD, CB_RND_GRAD, CB_RND_WEIGHT, CB_RND_N };
 void cb_kernels_bf16_round_ms(double ms[CB_RND_N]);
