@@ -192,6 +192,45 @@ PY
     && pass "bench --peak re-measures and rewrites the cache ($(cat "$cache"))" || fail "bench --peak left the cache at $(cat "$cache")"
 [ ! -e "$HOME/.cache" ] && pass "nothing written under \$HOME/.cache" || fail "\$HOME/.cache was written: $(ls -R "$HOME/.cache")"
 
+# ---------------------------------------------------------------- bench --peak-again
+# every length's rows measure the peaks again (0 s: always); each row's MFU
+# is against the highest peak printed so far, and the cache holds it
+"$C" bench --layers 1 --d-model 32 --heads 2 --vocab 256 --ctx 64 --seq-lens 16,32 --batch 2 \
+    --steps 1 --threads 1 --no-torch --precision bf16 --peak-again 0 >pa.txt 2>pa.err \
+    || fail "bench --peak-again 0: $(tail -1 pa.err)"
+out=$("$PY" - pa.txt "$XDG_CACHE_HOME/cubist" <<'PY'
+import glob, re, sys
+best = {"fp32": 0.0, "bf16": 0.0}
+bad, rows, again = [], 0, 0
+for l in open(sys.argv[1]):
+    m = re.match(r"sgemm peak ([0-9.]+)", l) or re.search(r"again .*: sgemm ([0-9.]+)", l)
+    if m: best["fp32"] = max(best["fp32"], float(m.group(1)))
+    m = re.match(r"bf16 GEMM peak ([0-9.]+)", l) or re.search(r"again .*, bf16 ([0-9.]+)", l)
+    if m: best["bf16"] = max(best["bf16"], float(m.group(1)))
+    again += "measured again" in l
+    for kind, pat in (("fp32", r"^  cubist .*MFU +([0-9.]+)% of ([0-9]+)"),
+                      ("bf16", r"^  bf16 .*MFU +([0-9.]+)% of the bf16 GEMM's ([0-9]+)")):
+        m = re.search(pat, l)
+        if m:
+            rows += 1
+            if int(m.group(2)) != round(best[kind]):
+                bad.append(f"{kind} row against {m.group(2)}, highest so far {best[kind]}")
+files = glob.glob(sys.argv[2] + "/peak-*-1")
+c16 = [f for f in files if "/peak-bf16-" in f]
+c32 = [f for f in files if f not in c16]
+for kind, files in (("fp32", c32), ("bf16", c16)):
+    v = [float(open(f).read()) for f in files]
+    if not v or abs(max(v) - best[kind]) > 0.051:
+        bad.append(f"{kind} cache {v}, highest printed {best[kind]}")
+ok = not bad and rows == 4 and again == 2
+print(("OK" if ok else "BAD") + f" {rows} rows, {again} re-measurements, highest {best}; {bad}")
+PY
+)
+[[ $out == OK* ]] && pass "bench --peak-again 0: ${out#OK }" || fail "bench --peak-again: $out"
+"$C" bench --peak-again -1 >/dev/null 2>pa.err; st=$?
+[ $st = 2 ] && grep -q -- "--peak-again" pa.err && [ "$(wc -l <pa.err)" = 1 ] \
+    && pass "bench --peak-again -1: status 2, one line" || fail "bench --peak-again -1: status $st, $(cat pa.err)"
+
 # ---------------------------------------------------------------- bench --json
 B=(bench --json --layers 1 --d-model 32 --heads 2 --vocab 256 --ctx 64 --seq-lens 16 --batch 2 --steps 1 --threads 1)
 for torch in no-torch torch; do
