@@ -142,30 +142,15 @@ static const uint16_t *to_bf16(bf16_state *s, int i, int cls, const float *x, si
 }
 
 /* dout (N,OC) rounded to bf16 into scratch slot i (class CB_RND_GRAD),
- * and dbias (OC) += (acc) or = its column sums from the same reads: each
- * thread's block of columns summed over the rows in order, as
- * cb_cpu_bias_backward sums them (the same bits), without a second pass
- * over dout. dbias NULL: to_bf16. */
+ * and with dbias its column sums from the same reads
+ * (cb_cpu_bias_backward: the fp32 table's bits), no second pass over
+ * dout. dbias NULL: to_bf16. */
 static const uint16_t *to_bf16_bias(bf16_state *s, int i, const float *dout, int N, int OC,
                                     float *dbias, int acc) {
     if (!dbias) return to_bf16(s, i, CB_RND_GRAD, dout, (size_t)N * OC);
     uint16_t *h = scratch(s, i, (size_t)N * OC);
     double t0 = omp_get_wtime();
-#pragma omp parallel
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int c0 = (int)((long)OC * t / nt), c1 = (int)((long)OC * (t + 1) / nt);
-        if (!acc) memset(dbias + c0, 0, sizeof(float) * (size_t)(c1 - c0));
-        for (int r = 0; r < N; r++) {
-            const float *d = dout + (size_t)r * OC;
-            uint16_t *o = h + (size_t)r * OC;
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dbias[c] += d[c];
-                o[c] = cb_bf16_round(d[c]);
-            }
-        }
-    }
+    cb_cpu_bias_backward(dbias, dout, N, OC, acc, h);
     s->round_ms[CB_RND_GRAD] += (omp_get_wtime() - t0) * 1e3;
     return h;
 }

@@ -158,8 +158,10 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
 }
 
 /* Column sums of dout (N,OC) into dbias, a column chunk per thread (cleared
- * first without acc). */
-void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc) {
+ * first without acc), each column over the rows in order; h (N,OC, may be
+ * NULL): dout rounded to bf16 from the same reads (the bf16 table's
+ * operand of the linear's products), the sums' bits unchanged. */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc, uint16_t *h) {
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -167,7 +169,16 @@ void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int ac
         if (!acc) memset(dbias + c0, 0, sizeof(float) * (size_t)(c1 - c0));
         for (int i = 0; i < N; i++) {
             const float *d = dout + (size_t)i * OC;
-            for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            uint16_t *o = h ? h + (size_t)i * OC : NULL;
+            if (o) {
+#pragma omp simd
+                for (int c = c0; c < c1; c++) {
+                    dbias[c] += d[c];
+                    o[c] = cb_bf16_round(d[c]);
+                }
+            } else {
+                for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            }
         }
     }
 }
@@ -184,7 +195,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
                     dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC,
                 acc ? 1.0f : 0.0f, dw, OC);
-    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC, acc);
+    if (dbias) cb_cpu_bias_backward(dbias, dout, N, OC, acc, NULL);
 }
 
 static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float *dout,
@@ -847,7 +858,7 @@ static void bias_add(const cb_kernels *k, float *out, const float *bias, int N, 
 
 static void bias_backward_k(const cb_kernels *k, float *dbias, const float *dout, int N, int OC) {
     (void)k;
-    cb_cpu_bias_backward(dbias, dout, N, OC, 1);
+    cb_cpu_bias_backward(dbias, dout, N, OC, 1, NULL);
 }
 
 /* Counter-based draws: element i depends on (key, e0 + i) only. */

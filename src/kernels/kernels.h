@@ -337,8 +337,9 @@ void cb_cpu_zero(float *x, size_t n);
 /* the table's AdamW on p, g, m, v (n); bf (n, may be NULL) also gets the new p in bf16 */
 void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16_t *bf, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2);
-/* dbias (OC) += (acc) or = the column sums of dout (N,OC) */
-void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc);
+/* dbias (OC) += (acc) or = the column sums of dout (N,OC); h (N,OC, may
+ * be NULL) also gets dout in bf16, from the same pass */
+void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc, uint16_t *h);
 /* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
  * sees (j < nk and, causal, j <= i), zero elsewhere; s16 (Tq,Tk, may be
  * NULL) also gets it in bf16, from the same pass */
