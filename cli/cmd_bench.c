@@ -336,19 +336,22 @@ static const char *peak_how(const cb_peak_info *i) {
                       "per second on a CPU";
 }
 
+/* gflops written to precision p's cache, its path into path (left "" when
+ * there is no cache directory); a failure warned of on stderr */
+static void cache_peak(cb_precision p, const char *what, double gflops, char *path, size_t cap) {
+    cb_err e = {0};
+    if (!cb_peak_cache_path(p, path, cap) || cb_peak_store(p, gflops, &e))
+        fprintf(stderr, "cubist: warning: %s is not cached: %s\n", what,
+                path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+}
+
 static double measure_peak(const bench_opts *b, double *bf16) {
     cb_peak_info si, bi = {0};
     double peak = cb_peak_measure(&si);
     *bf16 = b->bf16 || b->peak_only ? cb_peak_measure_bf16(&bi) : 0;
     char path[4200] = "", path16[4200] = "";
-    cb_err e = {0};
-    if (!cb_peak_cache_path(CB_PREC_FP32, path, sizeof path) || cb_peak_store(CB_PREC_FP32, peak, &e))
-        fprintf(stderr, "cubist: warning: the peak is not cached: %s\n",
-                path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
-    if (*bf16 > 0 && (!cb_peak_cache_path(CB_PREC_BF16, path16, sizeof path16) ||
-                      cb_peak_store(CB_PREC_BF16, *bf16, &e)))
-        fprintf(stderr, "cubist: warning: the bf16 peak is not cached: %s\n",
-                path16[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+    cache_peak(CB_PREC_FP32, "the peak", peak, path, sizeof path);
+    if (*bf16 > 0) cache_peak(CB_PREC_BF16, "the bf16 peak", *bf16, path16, sizeof path16);
     if (b->json && b->peak_only)
         printf("{\"peak_gflops\":%.1f,\"threads\":%d,\"blas_core\":\"%s\",\"sgemm_n\":%d,"
                "\"cache\":\"%s\",\"bf16_gemm_gflops\":%.1f,\"wall_gflops\":%.1f,"
