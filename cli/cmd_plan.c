@@ -246,10 +246,10 @@ static const char EPILOG[] =
     "        every layout of 64 devices that fits memory, fastest first (--json, --plot F.png)\n"
     "  cubist plan --calibrate [--out F] [--repeat R]   measure this machine: GEMM efficiency\n"
     "        by shape, memory-bound bandwidth (alone, every device at once, in cache), MPI\n"
-    "        alpha/beta per collective (an mpirun child of 2 ranks); R runs: the median\n"
+    "        alpha/beta per collective (an mpirun child of 2 ranks); R runs: the best\n"
     "  cubist plan --validate [--cluster F1[,F2]] [--repeat R] [--quick]\n"
     "        predicted vs measured on this machine, from the calibrations of 1 and 2 threads\n"
-    "        given (others measured now, the median of R >= 3 runs)\n"
+    "        given (others measured now, the best of R >= 3 runs)\n"
     "  cubist plan --reproduce bian2021|horovod2019\n"
     "  cubist plan --scaling --model nmt --batch B [--strong-batch G] [--cluster F --devices N]\n"
     "        weak (B sequences a rank) and strong (G in all) data-parallel efficiency at 1..N\n"
@@ -335,8 +335,8 @@ int cmd_plan(int argc, char **argv) {
         {"validate", ARG_BOOL, &o.validate, "predicted vs measured steps on this machine"},
         {"repeat", ARG_INT, &o.repeat,
          "--validate: runs of every case (round-robin over the cases), the fastest kept, and "
-         "of its calibration (median, 3 at least without --quick); --calibrate: runs, the "
-         "median kept (1)"},
+         "of its calibration (the best, 3 at least without --quick); --calibrate: runs, the "
+         "best of each figure kept (1)"},
         {"profile", ARG_BOOL, &o.profile,
          "--validate: one process's kernel classes, predicted and profiled"},
         {"reproduce", ARG_STR, &o.reproduce, "bian2021 or horovod2019: the seeds' results"},

@@ -155,9 +155,9 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
     return rc ? rc : comm ? comm_child(quick, c, e) : CB_OK;
 }
 
-int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf16, int runs,
-                         plan_round_fn round, void *ctx, cb_plan_cluster *c,
-                         double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
+int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, int runs,
+                      plan_round_fn round, void *ctx, cb_plan_cluster *c,
+                      double (*spread)[CB_PLAN_NSPREAD], cb_err *e) {
     static cb_plan_cluster r[2][CB_PLAN_MAXRUNS], coll;
     int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
     n = n < 1 ? 1 : n > 2 ? 2 : n;
@@ -176,7 +176,7 @@ int plan_measure_medians(int n, const int *threads, int quick, int comm, int bf1
         }
         if (!rc && round) rc = round(ctx, i, now, e);
     }
-    for (int t = 0; t < n && !rc; t++) cb_plan_cluster_median(r[t], k, &c[t], spread[t]);
+    for (int t = 0; t < n && !rc; t++) cb_plan_cluster_best(r[t], k, &c[t], spread[t]);
     return rc;
 }
 
@@ -194,7 +194,7 @@ static void print_spread(const cb_plan_cluster *c, const double *spread) {
 }
 
 void plan_print_spread(const cb_plan_cluster *c, int runs, const double *spread) {
-    printf("calibration of %s: median of %d run%s; peak %.1f GFLOP/s, memory-bound %.1f GB/s "
+    printf("calibration of %s: best of %d run%s; peak %.1f GFLOP/s, memory-bound %.1f GB/s "
            "alone, ", c->name, runs, runs > 1 ? "s" : "", c->peak_flops / 1e9,
            c->mem_bandwidth / 1e9);
     if (c->devices_per_node < 2)
@@ -242,7 +242,7 @@ static const char SOURCE[] =
     "square shapes (peak = the best, efficiency = rate / peak by arithmetic intensity), the "
     "block's memory-bound kernels, the attention kernel, and MPI collectives of 2 ranks "
     "(alpha, beta fitted from 64 floats and a large vector); each figure the best of 15 windows, "
-    "the median of --repeat runs; the memory-bound kernels, the update and the square GEMMs of "
+    "the best of --repeat runs; the memory-bound kernels, the update and the square GEMMs of "
     "256-1024 also with every device running them at once (gemm_shared: the share of the rate "
     "alone kept), the memory-bound kernels on a working set in the last-level cache. One node: the inter-node tier repeats the intra-node one.";
 
@@ -283,7 +283,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     cb_precision p = CB_PREC_FP32;
     int rc = o->precision ? cb_precision_parse(o->precision, &p, e) : CB_OK;
     if (!rc)
-        rc = plan_measure_medians(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, NULL,
+        rc = plan_measure_best(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, NULL,
                                   NULL, &c, &spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;

@@ -482,7 +482,7 @@ static void run_round(vstate *s) {
 }
 
 /* After calibration i of every count: its figures stand in for the
- * medians to come until the cases are first predicted (round 0: the
+ * best figures to come until the cases are first predicted (round 0: the
  * pipelines' stage boundaries), then round i of the cases runs. */
 static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_err *e) {
     vstate *s = ctx;
@@ -506,7 +506,7 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
 }
 
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
- * `threads`, the rest calibrated now (the median of --repeat runs, at
+ * `threads`, the rest calibrated now (the best of --repeat runs, at
  * least 3 for the full set, the two counts' runs round-robin; the
  * collectives once, 1 thread per rank as every multi-rank case runs),
  * each run of them followed by a round of the cases (on_round); the
@@ -533,7 +533,7 @@ static int validate_clusters(vstate *s, cb_err *e) {
     double spread[2][CB_PLAN_NSPREAD];
     if (rc || !s->n) return rc;
     /* the bf16 cases' rates with the full set (none of them is quick) */
-    rc = plan_measure_medians(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
+    rc = plan_measure_best(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
                               spread, e);
     for (int i = 0; i < s->n && !rc; i++) {
         s->cl[s->want[i] - 1] = got[i];
@@ -560,7 +560,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc) rc = validate_clusters(s, e);
     if (!rc && !s->rounds) predict_all(s, 1); /* every rate from --cluster files */
     while (!rc && s->rounds < o->repeat) run_round(s);
-    /* the calibrated counts' medians: the predictions printed */
+    /* the calibrated counts' best figures: the predictions printed */
     if (!rc) predict_all(s, 0);
     tally t = {0};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
@@ -578,7 +578,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         char now[256];
         partition(&p[i], now, sizeof now);
         if (strcmp(now, s->part[i]))
-            printf("    (ran under the stage boundaries %s of the first calibration; the medians' "
+            printf("    (ran under the stage boundaries %s of the first calibration; the best figures' "
                    "plan has %s)\n", s->part[i], now);
         if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);

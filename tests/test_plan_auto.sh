@@ -120,7 +120,7 @@ cpu=$(awk '/ step .* cpu /{for (i = 1; i < NF; i++) if ($i == "step") m = $(i + 
     || fail "plan --validate --quick: CPU-time column: '$cpu' (want >= 1 case, each in (0, 1.05 step + 0.5 ms])"
 # the calibrations interleaved with the rounds: one calibration of both
 # thread counts before each of the two runs of the cases, all before the
-# table (its predictions take the calibrations' medians)
+# table (its predictions take the calibrations' best figures)
 rounds=$(awk '/^validation on this machine/ {exit} /^round [0-9]+: calibrated 1 thread .* and 2 threads .*; run [0-9]+ of every case$/ {n++} END {print n + 0}' val.out)
 [ "$rounds" = 2 ] && grep -q "each round after a calibration" val.out \
     && pass "plan --validate --quick --repeat 2: a calibration of 1 and 2 threads before each of the 2 rounds" \

@@ -215,59 +215,55 @@ static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cl
         c->ew_s[k] = pr->elementwise(pr->ctx, k, n) / n;
 }
 
-/* The median over the runs that measured it (non-zero: an optional
- * figure a run could not measure is 0) of the double at byte offset `off`
- * of a cluster; spread: (max - min) / median. */
-static double median_at(const cb_plan_cluster *runs, int n, size_t off, double *spread) {
+/* The best over the runs that measured it (non-zero: an optional figure a
+ * run could not measure is 0) of the double at byte offset `off` of a
+ * cluster: the highest of a rate (hi), the lowest of a time. spread:
+ * (max - min) / median. */
+static double best_at(const cb_plan_cluster *runs, int n, size_t off, int hi, double *spread) {
     double v[CB_PLAN_MAXRUNS];
     int k = 0;
     for (int i = 0; i < n; i++) {
         v[k] = *(const double *)((const char *)&runs[i] + off);
         k += v[k] != 0;
     }
-    double m = k ? med(v, k) : 0;
+    double m = k ? med(v, k) : 0; /* sorts v */
     if (spread) *spread = m > 0 ? (v[k - 1] - v[0]) / m : 0;
-    return m;
+    return k ? hi ? v[k - 1] : v[0] : 0;
 }
 
-void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
-                            double spread[CB_PLAN_NSPREAD]) {
-#define MED(f, s) (out->f = median_at(runs, n, offsetof(cb_plan_cluster, f), s))
+/* the highest of the runs' rates, each the efficiency at byte offset off
+ * times its own peak, over the best peak */
+static double best_rate(const cb_plan_cluster *runs, int n, size_t off, double peak) {
+    double b = 0;
+    for (int r = 0; r < n; r++)
+        b = fmax(b, *(const double *)((const char *)&runs[r] + off) * runs[r].peak_flops);
+    return fmin(1, b / peak);
+}
+
+void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
+                          double spread[CB_PLAN_NSPREAD]) {
+#define HI(f, s) (out->f = best_at(runs, n, offsetof(cb_plan_cluster, f), 1, s))
+#define LO(f) (out->f = best_at(runs, n, offsetof(cb_plan_cluster, f), 0, NULL))
     if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
     *out = runs[0];
     for (int k = 0; k < CB_PLAN_NSPREAD; k++) spread[k] = 0;
-    MED(peak_flops, &spread[CB_PLAN_SPREAD_PEAK]);
-    MED(mem_bandwidth, &spread[CB_PLAN_SPREAD_MEM]);
-    MED(mem_bandwidth_shared, &spread[CB_PLAN_SPREAD_SHARED]);
-    MED(cache_bandwidth, &spread[CB_PLAN_SPREAD_CACHE]);
-    MED(update_bandwidth, &spread[CB_PLAN_SPREAD_UPDATE]);
-    MED(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
-    MED(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
-    MED(gemm_shared, &spread[CB_PLAN_SPREAD_GEMM_SHARED]);
-    /* efficiencies: the median rate over the median peak (each run's are
-     * of its own peak) */
-    for (int i = 0; i < out->neff; i++) {
-        double v[CB_PLAN_MAXRUNS];
-        for (int r = 0; r < n; r++) v[r] = runs[r].eff[i] * runs[r].peak_flops;
-        out->eff[i] = fmin(1, fmax(med(v, n) / out->peak_flops, i ? out->eff[i - 1] : 0));
-    }
-    for (int i = 0; i < out->nshape; i++) {
-        double v[CB_PLAN_MAXRUNS];
-        for (int r = 0; r < n; r++) v[r] = runs[r].shape[i][3] * runs[r].peak_flops;
-        out->shape[i][3] = fmin(1, med(v, n) / out->peak_flops);
-    }
-    for (int i = 0; i < out->natt; i++) {
-        double v[CB_PLAN_MAXRUNS];
-        for (int r = 0; r < n; r++) v[r] = runs[r].att_eff[i] * runs[r].peak_flops;
-        out->att_eff[i] = fmin(1, med(v, n) / out->peak_flops);
-    }
+    HI(peak_flops, &spread[CB_PLAN_SPREAD_PEAK]);
+    HI(mem_bandwidth, &spread[CB_PLAN_SPREAD_MEM]);
+    HI(mem_bandwidth_shared, &spread[CB_PLAN_SPREAD_SHARED]);
+    HI(cache_bandwidth, &spread[CB_PLAN_SPREAD_CACHE]);
+    HI(update_bandwidth, &spread[CB_PLAN_SPREAD_UPDATE]);
+    HI(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
+    HI(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
+    HI(gemm_shared, &spread[CB_PLAN_SPREAD_GEMM_SHARED]);
+    /* efficiencies: the best rate over the best peak (each run's are of
+     * its own peak), the curve kept non-decreasing */
+#define RATE(f, i) best_rate(runs, n, offsetof(cb_plan_cluster, f) + sizeof(double) * (i), out->peak_flops)
+    for (int i = 0; i < out->neff; i++) out->eff[i] = fmax(RATE(eff, i), i ? out->eff[i - 1] : 0);
+    for (int i = 0; i < out->nshape; i++) out->shape[i][3] = RATE(shape, 4 * i + 3);
+    for (int i = 0; i < out->natt; i++) out->att_eff[i] = RATE(att_eff, i);
     if (out->natt > 2) out->attn_efficiency = out->att_eff[2];
-    for (int i = 0; i < out->nseq; i++) {
-        double v[CB_PLAN_MAXRUNS];
-        for (int r = 0; r < n; r++) v[r] = runs[r].att_seq_eff[i] * runs[r].peak_flops;
-        out->att_seq_eff[i] = fmin(1, med(v, n) / out->peak_flops);
-    }
-    for (int k = 0; k < CB_PLAN_NEW; k++) MED(ew_s[k], NULL);
+    for (int i = 0; i < out->nseq; i++) out->att_seq_eff[i] = RATE(att_seq_eff, i);
+    for (int k = 0; k < CB_PLAN_NEW; k++) LO(ew_s[k]);
     if (runs[0].bf16.peak_flops > 0) { /* the same, of the bf16 rates (a view's are not) */
         static cb_plan_cluster view[CB_PLAN_MAXRUNS];
         cb_plan_cluster m;
@@ -277,13 +273,15 @@ void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster 
             if (cb_plan_cluster_bf16(&runs[r], &view[r], &e)) view[r] = runs[r];
             view[r].bf16.peak_flops = 0;
         }
-        cb_plan_cluster_median(view, n, &m, sp);
+        cb_plan_cluster_best(view, n, &m, sp);
         cb_plan_cluster_set_bf16(out, &m);
     }
-    for (int i = 0; i < out->ncoll; i++) MED(coll[i].alpha, NULL), MED(coll[i].beta, NULL);
-    MED(intra.bandwidth, NULL), MED(intra.latency, NULL);
-    MED(inter.bandwidth, NULL), MED(inter.latency, NULL);
-#undef MED
+    for (int i = 0; i < out->ncoll; i++) LO(coll[i].alpha), HI(coll[i].beta, NULL);
+    HI(intra.bandwidth, NULL), LO(intra.latency);
+    HI(inter.bandwidth, NULL), LO(inter.latency);
+#undef HI
+#undef LO
+#undef RATE
 }
 
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {

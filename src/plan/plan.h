@@ -409,8 +409,12 @@ void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* Only the collectives (and the intra-node tier) of pr->ranks ranks. */
 void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
-/* The median of n calibrations of one machine, figure by figure, into out
- * (the first's name, shape and curve points); spread[k]: (max - min) /
+/* The best of n calibrations of one machine, figure by figure, into out
+ * (the first's name, shape and curve points): the highest rate, the
+ * lowest time and latency; efficiencies the highest rate (efficiency x
+ * its run's peak) over the highest peak. The machine slows a run, never
+ * speeds one up, as the validation's fastest run of each case assumes
+ * (docs/plan.md, Calibration). spread[k]: (max - min) /
  * median of the peak, the memory bandwidth, the shared bandwidth, the
  * in-cache rate, attention at head size 64, the update's rates and the
  * GEMM's shared share (CB_PLAN_SPREAD_*). */
@@ -418,8 +422,8 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
 enum { CB_PLAN_SPREAD_PEAK, CB_PLAN_SPREAD_MEM, CB_PLAN_SPREAD_SHARED, CB_PLAN_SPREAD_CACHE,
        CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED,
        CB_PLAN_SPREAD_GEMM_SHARED, CB_PLAN_NSPREAD };
-void cb_plan_cluster_median(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
-                            double spread[CB_PLAN_NSPREAD]);
+void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
+                          double spread[CB_PLAN_NSPREAD]);
 /* The bandwidth a rank's memory-bound kernels and update get under layout
  * l with a working set of ws bytes per rank (docs/plan.md, Memory
  * traffic): in cache, streaming alone, or sharing the node's memory. */
