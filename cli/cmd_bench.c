@@ -338,11 +338,15 @@ static const char *peak_how(const cb_peak_info *i) {
 
 /* gflops written to precision p's cache, its path into path (left "" when
  * there is no cache directory); a failure warned of on stderr */
+/* path: the file written, or "" when none was (the lines then say
+ * "(nowhere)", after the warning that says why) */
 static void cache_peak(cb_precision p, const char *what, double gflops, char *path, size_t cap) {
     cb_err e = {0};
-    if (!cb_peak_cache_path(p, path, cap) || cb_peak_store(p, gflops, &e))
+    if (!cb_peak_cache_path(p, path, cap) || cb_peak_store(p, gflops, &e)) {
         fprintf(stderr, "cubist: warning: %s is not cached: %s\n", what,
                 path[0] ? e.msg : "set XDG_CACHE_HOME or HOME");
+        path[0] = 0;
+    }
 }
 
 static double measure_peak(const bench_opts *b, double *bf16) {

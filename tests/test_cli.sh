@@ -190,6 +190,21 @@ PY
     || fail "the bf16 run changed sgemm's cache to $(cat "$cache")"
 "$C" bench --peak --threads 1 >/dev/null && [ "$(cat "$cache")" != "0.5" ] \
     && pass "bench --peak re-measures and rewrites the cache ($(cat "$cache"))" || fail "bench --peak left the cache at $(cat "$cache")"
+# a cache that cannot be written (a file where its directory would be):
+# a warning each, and the lines name no file ("(nowhere)"), --json's caches ""
+: >not-a-dir
+XDG_CACHE_HOME=$PWD/not-a-dir "$C" bench --peak --threads 1 >np.out 2>np.err
+np_st=$?
+[ $np_st = 0 ] && [ "$(grep -c "warning: the .*peak is not cached" np.err)" = 2 ] \
+    && [ "$(grep -c "cached in (nowhere)" np.out)" = 2 ] && ! grep -q not-a-dir np.out \
+    && pass "bench --peak with an unwritable cache: two warnings, both peaks cached in (nowhere)" \
+    || fail "bench --peak with an unwritable cache: status $np_st, $(head -c 300 np.err) / $(grep -i cached np.out)"
+XDG_CACHE_HOME=$PWD/not-a-dir "$C" bench --peak --json --threads 1 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+sys.exit(0 if j["cache"] == "" and j["bf16_cache"] == "" else 1)' \
+    && pass "bench --peak --json with an unwritable cache: cache and bf16_cache empty" \
+    || fail "bench --peak --json with an unwritable cache names a file"
 [ ! -e "$HOME/.cache" ] && pass "nothing written under \$HOME/.cache" || fail "\$HOME/.cache was written: $(ls -R "$HOME/.cache")"
 
 # ---------------------------------------------------------------- bench --peak-again
