@@ -336,10 +336,9 @@ static const char *peak_how(const cb_peak_info *i) {
                       "per second on a CPU";
 }
 
-/* gflops written to precision p's cache, its path into path (left "" when
- * there is no cache directory); a failure warned of on stderr */
-/* path: the file written, or "" when none was (the lines then say
- * "(nowhere)", after the warning that says why) */
+/* gflops written to precision p's cache, its path into path: "" when
+ * none was written (no cache directory, or the write failed; the lines
+ * then say "(nowhere)"), the reason warned of on stderr */
 static void cache_peak(cb_precision p, const char *what, double gflops, char *path, size_t cap) {
     cb_err e = {0};
     if (!cb_peak_cache_path(p, path, cap) || cb_peak_store(p, gflops, &e)) {

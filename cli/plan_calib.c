@@ -284,7 +284,7 @@ int plan_calibrate(const plan_opts *o, cb_err *e) {
     int rc = o->precision ? cb_precision_parse(o->precision, &p, e) : CB_OK;
     if (!rc)
         rc = plan_measure_best(1, &o->threads, o->quick, 1, p == CB_PREC_BF16, o->repeat, NULL,
-                                  NULL, &c, &spread, e);
+                               NULL, &c, &spread, e);
     if (!rc) rc = cb_plan_cluster_write(path, &c, SOURCE, e);
     if (rc) return rc;
     plan_print_spread(&c, o->repeat, spread);

@@ -55,9 +55,8 @@ typedef int (*plan_round_fn)(void *ctx, int i, const cb_plan_cluster *const now[
  * 2) thread counts, round-robin over the counts so that their runs share
  * the same minutes (this VM's speed moves between minutes), calling round
  * (when not NULL) after each, and the best of each figure into c[t]
- * (cb_plan_cluster_best);
- * spread[t]: cb_plan_cluster_best's. The collectives once, first, with
- * comm, into every run of c[0]'s count. */
+ * (cb_plan_cluster_best), spread[t] its spread. The collectives once,
+ * first, with comm, into every run of c[0]'s count. */
 int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, int runs,
                       plan_round_fn round, void *ctx, cb_plan_cluster *c,
                       double (*spread)[CB_PLAN_NSPREAD], cb_err *e);

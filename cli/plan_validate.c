@@ -534,7 +534,7 @@ static int validate_clusters(vstate *s, cb_err *e) {
     if (rc || !s->n) return rc;
     /* the bf16 cases' rates with the full set (none of them is quick) */
     rc = plan_measure_best(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
-                              spread, e);
+                           spread, e);
     for (int i = 0; i < s->n && !rc; i++) {
         s->cl[s->want[i] - 1] = got[i];
         plan_print_spread(&got[i], runs, spread[i]);
@@ -578,8 +578,8 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         char now[256];
         partition(&p[i], now, sizeof now);
         if (strcmp(now, s->part[i]))
-            printf("    (ran under the stage boundaries %s of the first calibration; the best figures' "
-                   "plan has %s)\n", s->part[i], now);
+            printf("    (ran under the stage boundaries %s of the first calibration; the best "
+                   "figures' plan has %s)\n", s->part[i], now);
         if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);
     }

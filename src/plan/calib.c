@@ -257,7 +257,8 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *o
     HI(gemm_shared, &spread[CB_PLAN_SPREAD_GEMM_SHARED]);
     /* efficiencies: the best rate over the best peak (each run's are of
      * its own peak), the curve kept non-decreasing */
-#define RATE(f, i) best_rate(runs, n, offsetof(cb_plan_cluster, f) + sizeof(double) * (i), out->peak_flops)
+#define RATE(f, i)                                                                                 \
+    best_rate(runs, n, offsetof(cb_plan_cluster, f) + sizeof(double) * (i), out->peak_flops)
     for (int i = 0; i < out->neff; i++) out->eff[i] = fmax(RATE(eff, i), i ? out->eff[i - 1] : 0);
     for (int i = 0; i < out->nshape; i++) out->shape[i][3] = RATE(shape, 4 * i + 3);
     for (int i = 0; i < out->natt; i++) out->att_eff[i] = RATE(att_eff, i);
