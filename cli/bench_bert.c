@@ -149,9 +149,10 @@ int cmd_bench_bert(int argc, char **argv) {
                   "tests/torch/bert_ref.py in float32, each of its programs in turn, the fastest\n"
                   "kept; OMP_WAIT_POLICY=PASSIVE, glibc's huge pages) on one process each, the\n"
                   "same thread count; both run the decoder on the P masked rows of each sequence\n"
-                  "only. MFU = tokens/s x FLOPs per token / the sgemm peak (`cubist bench\n"
-                  "--peak`); FLOPs per token = 6 x (the linears' multiply-adds + the tied\n"
-                  "decoder's x P / T) + 12 L C T.\n");
+                  "only. MFU = tokens/s x FLOPs per token / the sgemm peak, measured at the\n"
+                  "run's start as `cubist bench --peak` measures and caches it; FLOPs per\n"
+                  "token = 6 x (the linears' multiply-adds + the tied decoder's x P / T)\n"
+                  "+ 12 L C T.\n");
         return 0;
     }
     if (!rc && (b.layers < 1 || b.d_model < 1 || b.heads < 1 || b.d_model % b.heads ||
@@ -169,7 +170,7 @@ int cmd_bench_bert(int argc, char **argv) {
     /* PyTorch first: cubist's step is timed in as many windows as PyTorch's
      * figure is the best of (its programs), so that neither side's figure
      * is the best of more tries on a machine whose speed moves */
-    double tps = 0, first = 0, ttps = 0, peak = cb_peak_gflops(CB_PREC_FP32), prof[PROF_N] = {0};
+    double tps = 0, first = 0, ttps = 0, peak = cb_peak_fresh(CB_PREC_FP32), prof[PROF_N] = {0};
     size_t params = 0;
     int windows = 1;
     char *argv0[] = {"bench", NULL}, **av = argv0;

@@ -95,8 +95,9 @@ int cmd_bench_ncf(int argc, char **argv) {
                   "NeuMF's training step (forward, backward, AdamW on every parameter) on random\n"
                   "rows, cubist's graph engine and PyTorch (bench/torch_ncf.py) on one process\n"
                   "each, the same thread count. MFU = samples/s x FLOPs per row / the sgemm\n"
-                  "peak (`cubist bench --peak`); FLOPs per row = 6 x (the linears' and the\n"
-                  "head's multiply-adds), lookups and element-wise work left out.\n");
+                  "peak, measured at the run's start as `cubist bench --peak` does; FLOPs per\n"
+                  "row = 6 x (the linears' and the head's multiply-adds), lookups and\n"
+                  "element-wise work left out.\n");
         return 0;
     }
     if (!rc && (b.users < 1 || b.items < 1 || b.batch < 1 || b.steps < 1))
@@ -106,7 +107,7 @@ int cmd_bench_ncf(int argc, char **argv) {
     if (rc) return cli_fail(&e);
     if (b.threads < 1) b.threads = omp_get_max_threads();
     omp_set_num_threads(b.threads);
-    double sps = 0, tsps = 0, tparams = 0, peak = cb_peak_gflops(CB_PREC_FP32);
+    double sps = 0, tsps = 0, tparams = 0, peak = cb_peak_fresh(CB_PREC_FP32);
     size_t params = 0;
     if (cubist_run(&b, &c, &sps, &params, &e) || (!b.no_torch && torch_run(&b, &tsps, &tparams, &e)))
         return cli_fail(&e);

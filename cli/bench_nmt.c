@@ -150,8 +150,9 @@ static const char HELP[] =
     "Bible pairs' BPE verses: 32 and 47 tokens on average, 113 and 180 at most). Row k\n"
     "holds T - k % (T/8) source and T - 3k % (T/8) target tokens, the rest padding.\n"
     "tokens/s counts the real source + target tokens; MFU = tokens/s x model FLOPs per\n"
-    "token / the sgemm peak (`cubist bench --peak`); a step's FLOPs = 6 x the linears'\n"
-    "and the output projection's multiply-adds + 12 C T per query of each attention.\n"
+    "token / the sgemm peak, measured at the run's start as `cubist bench --peak` does;\n"
+    "a step's FLOPs = 6 x the linears' and the output projection's multiply-adds +\n"
+    "12 C T per query of each attention.\n"
     "--quick: 2 + 2 blocks, d 128, 4 heads, FFN 512, vocabulary 259 (bytes), T 32,\n"
     "batch 8, 2 steps (seconds; the other flags given still apply).\n"
     "On a shared machine run it under OMP_WAIT_POLICY=PASSIVE (PyTorch always is):\n"
@@ -199,7 +200,7 @@ int cmd_bench_nmt(int argc, char **argv) {
     for (int k = 0; k < b.batch; k++) b.src_tokens += src_len(&b, k), b.tgt_tokens += tgt_len(&b, k);
     /* PyTorch first: cubist's step is timed in as many windows as PyTorch's
      * figure is the best of (its programs) */
-    double tps = 0, first = 0, tr[3] = {0, 0, 1}, peak = cb_peak_gflops(CB_PREC_FP32), prof[PROF_N] = {0};
+    double tps = 0, first = 0, tr[3] = {0, 0, 1}, peak = cb_peak_fresh(CB_PREC_FP32), prof[PROF_N] = {0};
     double ttps = 0;
     size_t params = 0;
     int windows = 1, rounds = b.rounds;

@@ -190,6 +190,15 @@ PY
     || fail "the bf16 run changed sgemm's cache to $(cat "$cache")"
 "$C" bench --peak --threads 1 >/dev/null && [ "$(cat "$cache")" != "0.5" ] \
     && pass "bench --peak re-measures and rewrites the cache ($(cat "$cache"))" || fail "bench --peak left the cache at $(cat "$cache")"
+# the other models' benchmarks take their MFU against a peak of the same
+# run (and cache it), not a cached one: a planted 0.5 is not used
+echo 0.5 >"$cache"
+out=$("$C" bench --model ncf --users 50 --items 40 --factors 8 --mlp 32,16,8 --batch 64 --steps 2 \
+      --no-torch --threads 1 2>&1)
+np=$(sed -n 's/.*MFU .* of \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$out")
+[ -n "$np" ] && [ "$np" != "0.5" ] && [ "$(cat "$cache")" != "0.5" ] \
+    && pass "bench --model ncf: MFU against a peak measured in the run ($np GFLOP/s), cached ($(cat "$cache"))" \
+    || fail "bench --model ncf: peak '$np', cache $(cat "$cache"): $out"
 # a cache that cannot be written (a file where its directory would be):
 # a warning each, and the lines name no file ("(nowhere)"), --json's caches ""
 : >not-a-dir

@@ -166,11 +166,14 @@ int cb_peak_store(cb_precision prec, double gflops, cb_err *e) {
     return rc;
 }
 
-double cb_peak_gflops(cb_precision prec) {
-    double p = cb_peak_cached(prec);
-    if (p > 0) return p;
-    p = prec == CB_PREC_BF16 ? cb_peak_measure_bf16(NULL) : cb_peak_measure(NULL);
+double cb_peak_fresh(cb_precision prec) {
+    double p = prec == CB_PREC_BF16 ? cb_peak_measure_bf16(NULL) : cb_peak_measure(NULL);
     cb_err e;
     if (p > 0) cb_peak_store(prec, p, &e);
     return p;
+}
+
+double cb_peak_gflops(cb_precision prec) {
+    double p = cb_peak_cached(prec);
+    return p > 0 ? p : cb_peak_fresh(prec);
 }

@@ -52,8 +52,10 @@ int cb_peak_cache_path(cb_precision p, char *buf, size_t cap);
 double cb_peak_cached(cb_precision p);
 /* Writes the figure (directory created, file replaced atomically). */
 int cb_peak_store(cb_precision p, double gflops, cb_err *e);
-/* The cached figure, else measures and caches it (a failed write only
+/* Measures precision p's peak now and caches it (a failed write only
  * costs the next run another measurement); 0 when it cannot be measured
- * (bf16 without oneDNN). */
+ * (bf16 without oneDNN). The benchmarks' MFU: a peak of the same run. */
+double cb_peak_fresh(cb_precision p);
+/* The cached figure, else cb_peak_fresh's (`cubist train`'s MFU). */
 double cb_peak_gflops(cb_precision p);
 #endif
