@@ -461,14 +461,23 @@ static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_
     run_entry(s, e, a, packed(s, e, w, n, o), c, bias);
 }
 
-/* A weight gradient dw (M,N, contiguous) += (acc) or = a b. Overwriting
- * still runs the product with the sum post-op, over dw cleared just
- * before (in cache for the product's read when it fits): oneDNN's product
- * without the post-op took 1.3-2.2x the thread CPU time of the one with it
- * on these shapes (GPT-2 124M's dW at 256 rows, transposed A, 2026-11-27),
- * more than the clearing costs. The bits are those of either. */
+/* A weight gradient dw (M,N, contiguous) += (acc) or = a b. Which
+ * overwriting product is faster depends on oneDNN's kernel for the CPU
+ * (docs/precision.md, the step's first gradient write). On AMX it runs
+ * with the sum post-op, over dw cleared just before (in cache for the
+ * product's read when it fits): without the post-op the product took
+ * 1.3-2.2x the thread CPU time of the one with it on these shapes (GPT-2
+ * 124M's dW at 256 rows, transposed A, 2026-11-27), more than the
+ * clearing costs. On AVX512-BF16 without AMX the product writes dw
+ * itself: there the post-op was the slower one, and the clearing and the
+ * read back of 4 bytes a weight come on top (124M's products at 256 rows,
+ * AMD EPYC family 26, 2026-11-28: 208 ms against 236 for a step's). */
 static void gemm_dw(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
                     const uint16_t *b, float *dw, int acc) {
+    if (!acc && !s->amx) {
+        gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 0, NULL);
+        return;
+    }
     if (!acc) cb_cpu_zero(dw, (size_t)M * N);
     gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 1, NULL);
 }
