@@ -6,10 +6,9 @@
  * is timed in its CPU time, which leaves out the slices other processes
  * take. A team of threads is timed by the wall clock in the windows where
  * its threads were on their CPUs 90% of the time (as the MFU peak is,
- * src/kernels/peak.c): the busiest thread's CPU time, used before, hides
- * threads that ran one after the other, each alone on the memory bus (a
- * two-thread update at 138 GB/s where the step's ran at 60, 2026-11-28).
- * With no such window (a loaded machine) the busiest thread's CPU time
+ * src/kernels/peak.c), as its steps are timed; the busiest thread's CPU
+ * time, used before, does not see threads that ran one after the other,
+ * each alone on the memory bus. With no such window (a loaded machine) the busiest thread's CPU time
  * stands in: wall time on a loaded machine measured two threads slower
  * than one. */
 #include <math.h>
