@@ -8,9 +8,9 @@
  * its threads were on their CPUs 90% of the time (as the MFU peak is,
  * src/kernels/peak.c), as its steps are timed; the busiest thread's CPU
  * time, used before, does not see threads that ran one after the other,
- * each alone on the memory bus. With no such window (a loaded machine) the busiest thread's CPU time
- * stands in: wall time on a loaded machine measured two threads slower
- * than one. */
+ * each alone on the memory bus. With no such window (a loaded machine)
+ * the busiest thread's CPU time stands in: wall time on a loaded machine
+ * measured two threads slower than one. */
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
