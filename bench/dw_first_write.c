@@ -10,7 +10,7 @@
  * for the fp32 table (OpenBLAS, beta 0) or the bf16 one (oneDNN: on AMX
  * the block cleared in place, then the sum post-op; without AMX the
  * product alone; docs/precision.md says why).
- * Run: make && OMP_NUM_THREADS=1 build/bench/dw_first_write [R] [fp32|bf16] */
+ * Run: make && OMP_NUM_THREADS=1 build/bench/dw_first_write [R] [fp32|bf16] [rows (256)] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +24,8 @@ static double cpu_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-enum { N = 256, C = 768, V = 50304, SHAPES = 5 };
+enum { C = 768, V = 50304, SHAPES = 5 };
+static int N = 256;
 static const int shape[SHAPES][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {V, C}};
 static const int count[SHAPES] = {12, 12, 12, 12, 1}; /* the last: the head's (V,C) */
 
@@ -47,6 +48,7 @@ static void products(const cb_kernels *k, float *dw, float *dx, const float *x, 
 
 int main(int argc, char **argv) {
     int R = argc > 1 ? atoi(argv[1]) : 7;
+    if (argc > 3 && atoi(argv[3]) > 0) N = atoi(argv[3]);
     const cb_kernels *k = argc > 2 && !strcmp(argv[2], "fp32") ? cb_kernels_cpu() : cb_kernels_bf16();
     if (!k) return fprintf(stderr, "dw_first_write: oneDNN did not start\n"), 1;
     size_t n = 0, nio = (size_t)N * V;
