@@ -28,10 +28,6 @@ static double team_cpu_s(void) {
     return s;
 }
 
-/* Quiet enough for the wall clock: a window whose threads were on a CPU
- * this share of its time */
-#define HELD_CLEAN 0.9
-
 /* The best window by the wall clock when any window had its threads on
  * their CPUs (the rate of the threads running together, which is what a
  * step gets); else, on a busy machine, the best by the seconds the
@@ -55,7 +51,7 @@ double cb_peak_time(void (*call)(void *), void *ctx, cb_peak_info *info) {
         while ((dt = omp_get_wtime() - w0) < CB_PEAK_WINDOW_S);
         double dc = (team_cpu_s() - c0) / nt;
         if (dc > dt) dc = dt;
-        clean |= dc >= HELD_CLEAN * dt;
+        clean |= dc >= CB_PEAK_HELD * dt;
         best_cpu = fmax(best_cpu, flops * calls / dc / 1e9);
         best_wall = fmax(best_wall, flops * calls / dt / 1e9);
         wall_sum += dt, cpu_sum += dc;

@@ -20,6 +20,10 @@
 /* Then CB_PEAK_WINDOWS windows of at least CB_PEAK_WINDOW_S seconds each */
 #define CB_PEAK_WINDOWS 16
 #define CB_PEAK_WINDOW_S 0.15
+/* Quiet enough for the wall clock: a window whose threads were on a CPU
+ * this share of its time (their mean CPU time over its wall time; the
+ * planner's calibration of a team judges its windows by it too) */
+#define CB_PEAK_HELD 0.9
 
 /* One measurement (cb_peak_time): the peak (gflops) is the best window
  * by the wall clock when in some window the threads held their CPUs (at

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/peak.h"
 #include "plan/plan.h"
 #include "util/clock.h"
 
@@ -40,15 +41,13 @@ static void team_cpu_s(double *t) {
 
 /* A window of calls of f: seconds per call by the wall clock, and by the
  * team's busiest thread's CPU time; whether its threads were on their
- * CPUs (their mean CPU time at least 90% of the wall). The window's
- * length is judged on the calling thread's CPU time (cheap, and it works
- * in every call). */
+ * CPUs (their mean CPU time at least CB_PEAK_HELD of the wall). The
+ * window's length is judged on the calling thread's CPU time (cheap, and
+ * it works in every call). */
 typedef struct window {
     double wall, cpu;
     int held;
 } window;
-
-#define HELD 0.9
 
 static window window_s(body_fn f, void *arg) {
     double a[MAX_TEAM] = {0}, b[MAX_TEAM] = {0}, busiest = 0, sum = 0;
@@ -62,7 +61,7 @@ static window window_s(body_fn f, void *arg) {
     double wall = omp_get_wtime() - w0;
     team_cpu_s(b);
     for (int i = 0; i < n; i++) busiest = fmax(busiest, b[i] - a[i]), sum += b[i] - a[i];
-    return (window){wall / it, busiest / it, sum / n >= HELD * wall};
+    return (window){wall / it, busiest / it, sum / n >= CB_PEAK_HELD * wall};
 }
 
 /* The best window of REPS: one thread's CPU time; a team's wall time over
