@@ -43,6 +43,9 @@ typedef struct bench_result {
     double graph_tokens_per_s; /* --graph */
     int windows;               /* cubist's timed windows, the best kept */
     double first_tokens_per_s; /* cubist's first window */
+    double rt_ns[2]; /* the threads' cache-line round trip before and after the length's rows,
+                        NAN with one thread (cb_core_round_trip) */
+    double win_rt_ns; /* the same just before cubist's fastest window */
 } bench_result;
 
 /* --precision bf16: cubist's bf16 step (MFU against the bf16 GEMM peak) and
@@ -52,6 +55,7 @@ typedef struct bench_bf16 {
     double rnd[CB_RND_N];
     int windows;
     double first_tokens_per_s;
+    double win_rt_ns; /* the cores' round trip just before the fastest window (bench_result's) */
 } bench_bf16;
 
 
@@ -166,6 +170,8 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, int window
     cb_model_train_step(m, ids, ids + n, 0, NULL);
     for (int w = 0, s = 1; w < windows; w++) {
         cb_model_step_info in, sum = {0};
+        /* where the cores sat for this window (a VM's hypervisor moves them) */
+        double rt = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
         cb_prof_reset(&prof);
         double rnd0[CB_RND_N], rnd[CB_RND_N];
         cb_kernels_bf16_round_ms(rnd0);
@@ -185,7 +191,7 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, int window
         for (int i = 0; i < PROF_N; i++) r->prof[i] = cb_prof_ms(&prof, i) / b->steps;
         cb_kernels_bf16_round_ms(rnd);
         for (int i = 0; i < CB_RND_N; i++) r->rnd[i] = (rnd[i] - rnd0[i]) / b->steps;
-        r->tokens_per_s = tps;
+        r->tokens_per_s = tps, r->win_rt_ns = rt;
     }
     L->k = k0;
     size_t adam;
@@ -214,6 +220,7 @@ static int bench_cubist_bf16(const bench_opts *b, int T, double peak, int window
     cb_kernels_select(CB_PREC_FP32, e);
     r->tokens_per_s = x.tokens_per_s, r->gflops = x.gflops, r->mfu = x.mfu, r->step_ms = x.step_ms;
     r->windows = x.windows, r->first_tokens_per_s = x.first_tokens_per_s, *params = x.params;
+    r->win_rt_ns = x.win_rt_ns;
     memcpy(r->prof, x.prof, sizeof r->prof);
     memcpy(r->rnd, x.rnd, sizeof r->rnd);
     return rc;
@@ -254,6 +261,10 @@ static void print_result(const bench_opts *b, const bench_result *r, double peak
     printf("  cubist   %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of %.0f  step %.0f ms\n",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms);
     print_windows(b, r->windows, r->first_tokens_per_s);
+    if (!isnan(r->rt_ns[0]))
+        printf("           the threads' cores: a cache line's round trip %.0f ns before the "
+               "fastest window (the length's rows: %.0f ns before, %.0f after)\n",
+               r->win_rt_ns, r->rt_ns[0], r->rt_ns[1]);
     printf("           forward %.0f ms, backward %.0f ms, optimizer %.0f ms | by kernel:",
            r->fwd_ms, r->bwd_ms, r->opt_ms);
     for (int i = 0; i < PROF_N; i++) printf(" %s %.0f", cb_prof_names[i], r->prof[i]);
@@ -279,6 +290,9 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
            r->rnd[CB_RND_ACT_FWD], r->rnd[CB_RND_ACT_BWD], r->rnd[CB_RND_GRAD],
            r->rnd[CB_RND_WEIGHT]);
     print_windows(b, r->windows, r->first_tokens_per_s);
+    if (!isnan(r->win_rt_ns))
+        printf("           the threads' cores: a cache line's round trip %.0f ns before the "
+               "fastest window\n", r->win_rt_ns);
     printf("  ratio    %8.2fx cubist fp32\n", r->tokens_per_s / f->tokens_per_s);
     if (!b->no_torch)
         printf("  PyTorch bf16 autocast %8.1f tokens/s\n  ratio    %8.2fx PyTorch bf16 autocast\n",
@@ -289,6 +303,13 @@ static void print_bf16(const bench_opts *b, const bench_result *f, const bench_b
 static void json_torch(const char *key, double v, int measured) {
     if (measured) printf(",\"%s\":%.3f", key, v);
     else printf(",\"%s\":null", key);
+}
+
+/* a round trip in ns, null when not measured (one thread) or when every
+ * trip of the probe timed out (NAN) */
+static void json_ns(double ns) {
+    if (isnan(ns)) printf("null");
+    else printf("%.1f", ns);
 }
 
 static void print_json(const bench_opts *b, const bench_result *r, const bench_bf16 *r16, int n,
@@ -307,6 +328,12 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                i ? "," : "", r[i].T, r[i].tokens_per_s, r[i].gflops, r[i].mfu, r[i].step_ms,
                r[i].windows, r[i].first_tokens_per_s);
         json_torch("pytorch_tokens_per_s", r[i].torch_tokens_per_s, torch);
+        if (b->threads < 2) printf(",\"round_trip_ns\":null");
+        else {
+            printf(",\"round_trip_ns\":[");
+            json_ns(r[i].rt_ns[0]), printf(","), json_ns(r[i].rt_ns[1]), printf("]");
+        }
+        printf(",\"window_round_trip_ns\":"), json_ns(r[i].win_rt_ns);
         for (int k = 0; k < PROF_N; k++) printf(",\"%s_ms\":%.1f", cb_prof_names[k], r[i].prof[k]);
         if (b->bf16) {
             printf(",\"bf16\":{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,"
@@ -315,6 +342,7 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
                    r16[i].tokens_per_s, r16[i].gflops, r16[i].mfu, peak_bf16, r16[i].step_ms,
                    r16[i].windows, r16[i].first_tokens_per_s);
             json_torch("pytorch_tokens_per_s", r16[i].torch_tokens_per_s, torch);
+            printf(",\"window_round_trip_ns\":"), json_ns(r16[i].win_rt_ns);
             for (int k = 0; k < PROF_N; k++)
                 printf(",\"%s_ms\":%.1f", cb_prof_names[k], r16[i].prof[k]);
             printf(
@@ -471,13 +499,15 @@ static int run_bench(bench_opts *b) {
     for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
         bench_result *r = &res[i];
-        double t0 = omp_get_wtime();
+        /* where the threads' cores sat (a VM's hypervisor moves them) */
+        double t0 = omp_get_wtime(), rt0 = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
         for (int k = 0; k < b->rounds; k++) {
             bench_result one = {0};
             bench_bf16 one16 = {0};
             if (measure_T(b, b->T[i], peak, peak_bf16, &one, &one16, &e)) return cli_fail(&e);
             keep_best(r, &one, &r16[i], &one16);
         }
+        r->rt_ns[0] = rt0, r->rt_ns[1] = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
         if (omp_get_wtime() - t0 >= b->peak_again)
             peak_again(b, omp_get_wtime() - t0, &peak, &peak_bf16);
         for (int j = 0; j <= i; j++) { /* every row's MFU against the peaks as they stand */

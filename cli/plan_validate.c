@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "formats/json.h"
+#include "kernels/peak.h"
 #include "plan_cli.h"
 
 typedef struct vcase {
@@ -74,9 +75,11 @@ typedef struct measured {
     double slow_ms; /* the slowest run's fastest step: step_ms .. slow_ms is the spread */
     int runs;       /* runs merged in */
     double held;    /* --precision bf16: the bf16 table's copies and staging (NAN otherwise) */
+    double rt_ns;   /* timed on both cores: their round trip (cb_core_round_trip) just before
+                       the run that gave step_ms (NAN otherwise) */
 } measured;
 
-#define MEASURED_NONE {0, 0, 0, NAN, NAN, NAN, NAN, NAN, 0, NAN}
+#define MEASURED_NONE {0, 0, 0, NAN, NAN, NAN, NAN, NAN, 0, NAN, NAN}
 
 static double jd(const json_val *v, const char *k) {
     const json_val *x = json_get(v, k);
@@ -204,8 +207,10 @@ static void partition(const cb_plan_pred *p, char *part, size_t cap) {
  * stage boundaries it runs under. */
 static int measure(const vcase *c, const char *dir, int over, const char *part, measured *m) {
     measured x = MEASURED_NONE;
+    double rt = !over && c->dp * c->pp * c->tp * c->threads == 2 ? 1e9 * cb_core_round_trip() : NAN;
     if (!(over ? measure_tpstep(c, &x) : measure_train(c, dir, part, &x))) return 0;
-    x.slow_ms = x.step_ms, x.runs = m->runs + 1;
+    x.slow_ms = x.step_ms, x.runs = m->runs + 1, x.rt_ns = rt;
+    if (m->runs && m->step_ms < x.step_ms) x.rt_ns = m->rt_ns;
     if (m->runs)
         x.step_ms = fmin(x.step_ms, m->step_ms), x.cpu_ms = fmin(x.cpu_ms, m->cpu_ms),
         x.kcpu = fmin(x.kcpu, m->kcpu), x.slow_ms = fmax(x.slow_ms, m->slow_ms);
@@ -309,7 +314,17 @@ typedef struct tally {
     /* seconds per token; NAN: not timed on 2 cores. slow: the slowest
      * run's fastest step, the measurement's own spread above meas */
     double pred[NCASES], meas[NCASES], slow[NCASES];
+    /* the cases timed on both cores by where the cores sat for their
+     * fastest run: near when the round trip was within RT_NEAR times the
+     * smallest seen in the validation (rt_min_ns), else apart */
+    double rt_min_ns, err_near, err_apart;
+    int n_near, n_apart;
 } tally;
+
+/* A round trip up to this many times the validation's smallest counts as
+ * the cores near each other: on the host of 2026-11-29 the two placements
+ * read 80-125 and 350-430 ns (kernels/peak.h) */
+#define RT_NEAR 2.0
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
     int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
@@ -342,6 +357,12 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
             t->pred[c - CASES] = p->step_s / tok, t->meas[c - CASES] = 1e-3 * m->step_ms / tok,
                         t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
+        if (!isnan(m->rt_ns)) {
+            int near = m->rt_ns <= RT_NEAR * t->rt_min_ns;
+            if (near) t->err_near += fabs(e), t->n_near++;
+            else t->err_apart += fabs(e), t->n_apart++;
+            printf(" cores %3.0f ns%s", m->rt_ns, near ? " " : "*");
+        }
         if (!isnan(m->cpu_ms)) {
             double ec = rel(1e3 * p->step_s, m->cpu_ms);
             t->cpu_sum += fabs(ec), t->ncpu++, t->cpu_worst = fmax(t->cpu_worst, fabs(ec));
@@ -441,6 +462,7 @@ typedef struct vstate {
     const char *dir;
     cb_plan_cluster cl[2]; /* by threads - 1 */
     int want[2], n;        /* the thread counts calibrated here, not read from --cluster */
+    double cal_rt_ns;      /* the cores' smallest round trip after a calibration */
     cb_plan_pred *p;       /* NCASES */
     measured m[NCASES];
     int ok[NCASES], rounds;
@@ -491,6 +513,9 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
     for (int k = 0; k < s->n; k++)
         printf("%s %d thread%s (peak %.1f GFLOP/s)", k ? " and" : "", s->want[k],
                s->want[k] > 1 ? "s" : "", now[k]->peak_flops / 1e9);
+    double rt = 1e9 * cb_core_round_trip();
+    if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt);
+    if (!isnan(rt) && !(s->cal_rt_ns <= rt)) s->cal_rt_ns = rt;
     if (!i) {
         for (int k = 0; k < s->n; k++) s->cl[s->want[k] - 1] = *now[k];
         predict_all(s, 1);
@@ -552,7 +577,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     cb_plan_pred *p = calloc(NCASES, sizeof *p);
     int rc = s && p ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
     if (!rc) {
-        s->o = o, s->dir = dir, s->p = p;
+        s->o = o, s->dir = dir, s->p = p, s->cal_rt_ns = NAN;
         for (int i = 0; i < NCASES; i++) s->m[i] = (measured)MEASURED_NONE;
         rc = write_tokens(dir, e);
     }
@@ -564,6 +589,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc) predict_all(s, 0);
     tally t = {0};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
+    t.rt_min_ns = s ? s->cal_rt_ns : NAN;
+    for (int i = 0; s && i < NCASES; i++)
+        if (s->ok[i] && !isnan(s->m[i].rt_ns) && !(t.rt_min_ns <= s->m[i].rt_ns))
+            t.rt_min_ns = s->m[i].rt_ns;
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
                "are contended when it exceeds the cores); predicted vs measured, the fastest of "
@@ -597,6 +626,13 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "%.1f%% above the fastest on average (worst %.1f%%) over %d timed cases: the "
                "machine's own noise, which the step-time error above includes\n",
                o->repeat, 100 * t.spread_sum / t.nspread, 100 * t.spread_worst, t.nspread);
+    if (!rc && t.n_near + t.n_apart)
+        printf("the cases timed on both cores, by where the cores sat for their fastest run (a "
+               "cache line's round trip between them, `cores`): within %.0f ns, %.0fx the "
+               "smallest seen (calibrations included), mean error %.1f%% over %d; farther apart "
+               "(*), %.1f%% over %d\n",
+               RT_NEAR * t.rt_min_ns, RT_NEAR, t.n_near ? 100 * t.err_near / t.n_near : 0,
+               t.n_near, t.n_apart ? 100 * t.err_apart / t.n_apart : 0, t.n_apart);
     if (!rc && t.ncpu)
         printf("one process, one thread, against its CPU time per step (what the load does not "
                "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",

@@ -269,6 +269,9 @@ N = 256 * 32 + 64 * 32 + 12 * 32 * 32 + 13 * 32 + 2 * 32  # L1 C32 context 64 V2
 bad = miss + ([] if j.get("params") == N else [f"params {j.get('params')} != {N}"])
 bad += [] if j["tokens_per_s"] > 0 and j["model_gflops"] > 0 and j["mfu"] > 0 else ["non-positive figures"]
 w = j["runs"][0].get("windows")
+# one thread: no cores' round trip to report
+rts = [j["runs"][0].get(k, 0) for k in ("round_trip_ns", "window_round_trip_ns")]
+bad += [] if rts == [None, None] else [f"round trips {rts} with one thread"]
 if sys.argv[2] == "no-torch":
     bad += [] if j["pytorch_tokens_per_s"] is None and j["ratio_vs_pytorch"] is None else ["PyTorch figures not null"]
     bad += [] if w == 1 else [f"{w} windows without PyTorch (1: nothing to match)"]
@@ -282,6 +285,18 @@ PY
 )
     [[ $out == OK* ]] && pass "bench --json ($torch): valid JSON with the required keys; ${out#OK }" || fail "bench --json ($torch): $out"
 done
+# two threads: a cache line's round trip between their cores before and
+# after the rows and before the fastest window, each a real time (under
+# the probe's 50 ms budget)
+out=$("$C" bench --json --layers 1 --d-model 32 --heads 2 --vocab 256 --ctx 64 --seq-lens 16 --batch 2 \
+    --steps 1 --threads 2 --no-torch 2>b.err | "$PY" -c '
+import json, sys
+r = json.load(sys.stdin)["runs"][0]
+rt = r.get("round_trip_ns", []) + [r.get("window_round_trip_ns")]
+ok = len(rt) == 3 and all(isinstance(x, float) and 1 < x < 5e7 for x in rt)
+print(("OK " if ok else "BAD ") + str(rt))')
+[[ $out == OK* ]] && pass "bench --json --threads 2: the cores' round trip before, after and before the fastest window, ${out#OK } ns" \
+    || fail "bench --json --threads 2: round_trip_ns $out $(tail -1 b.err)"
 "$C" "${B[@]}" --torch-script "$d/nothere.py" >/dev/null 2>b.err
 rc=$?
 [ $rc = 1 ] && grep -q "PyTorch benchmark failed.*nothere.py" b.err && pass "bench: a failing PyTorch run fails the benchmark: $(cat b.err)" \

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,4 +173,54 @@ double cb_peak_fresh(cb_precision prec) {
 double cb_peak_gflops(cb_precision prec) {
     double p = cb_peak_cached(prec);
     return p > 0 ? p : cb_peak_fresh(prec);
+}
+
+/* Two threads hand a cache line back and forth: in trip i thread 0
+ * writes 2i + 1 and waits for 2i + 2, which thread 1 writes once it sees
+ * 2i + 1. A thread that waits past the budget (its partner off its CPU)
+ * stops both; the trips made so far count. Seconds per trip, NAN when no
+ * team of two threads forms or no trip was made. */
+typedef struct rt_line {
+    _Alignas(64) atomic_int turn;
+    _Alignas(64) atomic_int stop;
+} rt_line;
+
+static int rt_wait(rt_line *l, int want, double t0, double budget_s) {
+    for (unsigned spin = 1; atomic_load_explicit(&l->turn, memory_order_acquire) != want; spin++)
+        if (!(spin & 1023) && (atomic_load_explicit(&l->stop, memory_order_relaxed) ||
+                               omp_get_wtime() - t0 > budget_s)) {
+            atomic_store(&l->stop, 1);
+            return 0;
+        }
+    return 1;
+}
+
+static double round_trip_once(rt_line *l, int trips, double budget_s) {
+    double per = NAN;
+    atomic_store(&l->turn, 0);
+    atomic_store(&l->stop, 0);
+#pragma omp parallel num_threads(2)
+    if (omp_get_num_threads() == 2) {
+        int me = omp_get_thread_num(), done = 0;
+#pragma omp barrier
+        double t0 = omp_get_wtime();
+        for (int i = 0; i < trips; i++) {
+            if (!me) atomic_store_explicit(&l->turn, 2 * i + 1, memory_order_release);
+            if (!rt_wait(l, 2 * i + 1 + !me, t0, budget_s)) break;
+            if (me) atomic_store_explicit(&l->turn, 2 * i + 2, memory_order_release);
+            done++;
+        }
+        if (!me && done) per = (omp_get_wtime() - t0) / done;
+    }
+    return per;
+}
+
+double cb_core_round_trip(void) {
+    static rt_line line;
+    double best = NAN;
+    for (int r = 0; r < CB_RT_REPS; r++) {
+        double t = round_trip_once(&line, CB_RT_TRIPS, CB_RT_BUDGET_S);
+        if (isnan(best) || t < best) best = t;
+    }
+    return best;
 }

@@ -62,4 +62,17 @@ int cb_peak_store(cb_precision p, double gflops, cb_err *e);
 double cb_peak_fresh(cb_precision p);
 /* The cached figure, else cb_peak_fresh's (`cubist train`'s MFU). */
 double cb_peak_gflops(cb_precision p);
+
+/* Where the CPUs sit: the round trip of a cache line between two threads
+ * of the OpenMP team, in seconds, the best of CB_RT_REPS runs of
+ * CB_RT_TRIPS trips (a run stops after CB_RT_BUDGET_S, counting the trips
+ * made); NAN without a team of two. On a VM it tells where the hypervisor
+ * put the two CPUs: on the 2-vCPU AMD EPYC (Zen 5) host of 2026-11-29 it
+ * read 80-125 ns (near) or 350-430 ns (apart) for minutes at a time, and
+ * two-thread steps of small models ran 25-40% slower apart, one thread's
+ * not at all (docs/results.md, 2026-11-29). */
+#define CB_RT_REPS 5
+#define CB_RT_TRIPS 20000
+#define CB_RT_BUDGET_S 0.05
+double cb_core_round_trip(void);
 #endif
