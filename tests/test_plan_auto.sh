@@ -139,4 +139,14 @@ ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2
 [ -n "$strict" ] && [ -n "$ties" ] && [ "${strict#* }" = "${ties#* }" ] && [ "${ties%% *}" -ge "${strict%% *}" ] \
     && pass "plan --validate --quick: order in ${strict% *} of ${strict#* } models, with ties ${ties% *}" \
     || fail "plan --validate --quick: order lines: strict '$strict', with ties '$ties'"
+# where the cores sat: every case timed on both cores (dp 2, pp 2, tp 2
+# here) names its cores' round trip, a real time; the split of the error
+# by it; and the order again within each state, counting no more models
+# than the order overall, none kept that it does not compare
+cores=$(grep -c " cores *[0-9][0-9]* ns" val.out)
+states=$(sed -n 's/^the same, each case.s runs with the cores \(near\|apart\).*: predicted order = measured in \([0-9]*\) of \([0-9]*\) models (with ties \([0-9]*\))$/\1 \2 \3 \4/p' val.out)
+ok=$(awk -v g="${strict#* }" '{n++; if (!($2 <= $4 && $4 <= $3 && $3 <= g)) bad = 1} END {print (n == 2 && !bad) ? "ok" : "bad"}' <<<"$states")
+[ "$cores" = 3 ] && grep -q "^the cases timed on both cores, by where the cores sat" val.out && [ "$ok" = ok ] \
+    && pass "plan --validate --quick: the cores' round trip on the 3 two-core cases; the order by state: $(tr '\n' ';' <<<"$states")" \
+    || fail "plan --validate --quick: cores on $cores cases (want 3); order by state '$states'"
 finish
