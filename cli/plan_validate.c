@@ -331,7 +331,7 @@ typedef struct tally {
 
 /* A round trip up to this many times the validation's smallest counts as
  * the cores near each other: on the host of 2026-11-29 the two placements
- * read 80-125 and 350-430 ns (kernels/peak.h) */
+ * read 45-125 and 345-430 ns (kernels/peak.h) */
 #define RT_NEAR 2.0
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {

@@ -68,7 +68,7 @@ double cb_peak_gflops(cb_precision p);
  * CB_RT_TRIPS trips (a run stops after CB_RT_BUDGET_S, counting the trips
  * made); NAN without a team of two. On a VM it tells where the hypervisor
  * put the two CPUs: on the 2-vCPU AMD EPYC (Zen 5) host of 2026-11-29 it
- * read 80-125 ns (near) or 350-430 ns (apart) for minutes at a time, and
+ * read 45-125 ns (near) or 345-430 ns (apart) for minutes at a time, and
  * two-thread steps of small models ran 25-40% slower apart, one thread's
  * not at all (docs/results.md, 2026-11-29). */
 #define CB_RT_REPS 5
