@@ -146,6 +146,12 @@ static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, int 
     return rc;
 }
 
+/* Where the threads' cores sit now (a VM's hypervisor moves them): their
+ * cache-line round trip in ns, NAN with one thread */
+static double cores_rt_ns(const bench_opts *b) {
+    return b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
+}
+
 /* cubist's step (the engine `cubist train` runs), timed per phase and per
  * kernel after a warm-up step that touches every buffer, in `windows`
  * windows of b->steps steps: the fastest window's figures (docs/cli.md,
@@ -170,8 +176,7 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, int window
     cb_model_train_step(m, ids, ids + n, 0, NULL);
     for (int w = 0, s = 1; w < windows; w++) {
         cb_model_step_info in, sum = {0};
-        /* where the cores sat for this window (a VM's hypervisor moves them) */
-        double rt = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
+        double rt = cores_rt_ns(b); /* where the cores sat for this window */
         cb_prof_reset(&prof);
         double rnd0[CB_RND_N], rnd[CB_RND_N];
         cb_kernels_bf16_round_ms(rnd0);
@@ -499,15 +504,14 @@ static int run_bench(bench_opts *b) {
     for (int i = 0; i < b->nT; i++) {
         cb_err e = {0};
         bench_result *r = &res[i];
-        /* where the threads' cores sat (a VM's hypervisor moves them) */
-        double t0 = omp_get_wtime(), rt0 = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
+        double t0 = omp_get_wtime(), rt0 = cores_rt_ns(b);
         for (int k = 0; k < b->rounds; k++) {
             bench_result one = {0};
             bench_bf16 one16 = {0};
             if (measure_T(b, b->T[i], peak, peak_bf16, &one, &one16, &e)) return cli_fail(&e);
             keep_best(r, &one, &r16[i], &one16);
         }
-        r->rt_ns[0] = rt0, r->rt_ns[1] = b->threads > 1 ? 1e9 * cb_core_round_trip() : NAN;
+        r->rt_ns[0] = rt0, r->rt_ns[1] = cores_rt_ns(b);
         if (omp_get_wtime() - t0 >= b->peak_again)
             peak_again(b, omp_get_wtime() - t0, &peak, &peak_bf16);
         for (int j = 0; j <= i; j++) { /* every row's MFU against the peaks as they stand */

@@ -334,6 +334,9 @@ typedef struct tally {
  * read 45-125 and 345-430 ns (kernels/peak.h) */
 #define RT_NEAR 2.0
 
+/* a round trip counts as the cores near: within RT_NEAR of the smallest */
+static int cores_near(const tally *t, double rt_ns) { return rt_ns <= RT_NEAR * t->rt_min_ns; }
+
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
     int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
     /* the log is rank 0's: the first stage, which of a pipeline longer than
@@ -366,7 +369,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                         t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->rt_ns)) {
-            int near = m->rt_ns <= RT_NEAR * t->rt_min_ns;
+            int near = cores_near(t, m->rt_ns);
             if (near) t->err_near += fabs(e), t->n_near++;
             else t->err_apart += fabs(e), t->n_apart++;
             printf(" cores %3.0f ns%s", m->rt_ns, near ? " " : "*");
@@ -486,7 +489,7 @@ static void order_by_state(const tally *t, const measured *m) {
             const vcase *c = &CASES[i];
             double tok = (double)c->B * c->M * c->T;
             for (int r = 0; r < m[i].runs && r < RUNS_KEPT; r++) {
-                if (isnan(m[i].run_rt[r]) || (m[i].run_rt[r] <= RT_NEAR * t->rt_min_ns) != near)
+                if (isnan(m[i].run_rt[r]) || cores_near(t, m[i].run_rt[r]) != near)
                     continue;
                 double x = 1e-3 * m[i].run_ms[r] / tok;
                 if (!(u.meas[i] <= x)) u.meas[i] = x;
