@@ -8,6 +8,9 @@ model_gflops is the achieved model FLOP rate (GFLOP/s) with model FLOPs per toke
 = 6*N_params + 12*L*C*T, the count cb_gpt_flops_per_token uses, so the two
 programs' figures compare directly. Defaults: GPT-2 124M (L 12, C 768, NH 12,
 V 50304, wpe rows --ctx 1024), B 4, T 64, 2 threads, 1 warm-up step then 3 timed.
+--grad-accum M makes a step M micro-batches of B sequences, each forward and
+backward of loss/M adding into the gradients, then one AdamW update (tokens/s
+counts all M*B*T tokens), as cubist's --micro-batches.
 `cubist bench` passes its own --ctx (the model's context, not T) so that both
 programs build the same model, and refuses the run when "params" differs from
 its own parameter count; a failure here (non-zero exit) fails `cubist bench`.
@@ -132,11 +135,14 @@ def module_step(cfg, x, y, bf16, foreach, baddbmm):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = m(x, y)
-        loss.backward()
+        total = 0.0
+        for xm, ym in zip(x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = m(xm, ym) / len(x)
+            loss.backward()
+            total += loss.item()  # forces completion before the clock stops
         opt.step()
-        return loss.item()  # forces completion before the clock stops
+        return total
     return step, sum(p.numel() for p in m.parameters())
 
 
@@ -150,11 +156,14 @@ def functional_step(cfg, x, y, bf16):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = cbref.gpt2_loss(P, cfg, x, y, gelu_fn=cbref.gelu_fused)
-        loss.backward()
+        total = 0.0
+        for xm, ym in zip(x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = cbref.gpt2_loss(P, cfg, xm, ym, gelu_fn=cbref.gelu_fused) / len(x)
+            loss.backward()
+            total += loss.item()
         opt.step()
-        return loss.item()
+        return total
     return step, cbref.num_params(cfg)
 
 
@@ -169,7 +178,7 @@ DEFAULT = "module-foreach"
 
 def best_variant(cfg, x, y, bf16, steps):
     """Every variant timed in turn; (name, seconds per step, params, {name: tokens/s})."""
-    B, T = x.shape
+    M, B, T = x.shape
     best, figures = None, {}
     for name in VARIANTS:
         step, params = VARIANTS[name](cfg, x, y, bf16)
@@ -177,7 +186,7 @@ def best_variant(cfg, x, y, bf16, steps):
             sys.exit(f"variant {name} has {params} parameters, expected {cbref.num_params(cfg)}")
         dt = timed(step, steps)
         del step  # frees the model and its AdamW state before the next one
-        figures[name] = round(B * T / dt, 3)
+        figures[name] = round(M * B * T / dt, 3)
         if best is None or dt < best[1]:
             best = (name, dt, params)
     return best + (figures,)
@@ -194,15 +203,15 @@ def timed(step, steps):
 def variants(a, cfg, x, y):
     """Every variant, fp32 and bf16 autocast, in --rounds interleaved rounds; the best
     round of each (the least disturbed on a shared machine) is its figure."""
-    B, T = x.shape
-    print(f"# B={B} T={T} {a.threads} threads, torch {torch.__version__}: tokens/s, best of "
+    M, B, T = x.shape
+    print(f"# B={B} T={T} x {M} micro-batches {a.threads} threads, torch {torch.__version__}: tokens/s, best of "
           f"{a.rounds} interleaved rounds of {a.steps} steps", flush=True)
     best = {}
     for r in range(a.rounds):
         for name in VARIANTS:
             for bf16 in (False, True):
                 step, _ = VARIANTS[name](cfg, x, y, bf16)
-                tps = B * T / timed(step, a.steps)
+                tps = M * B * T / timed(step, a.steps)
                 best[name, bf16] = max(best.get((name, bf16), 0.0), tps)
                 print(f"# round {r + 1} {name} {'bf16' if bf16 else 'fp32'} {tps:.1f}", flush=True)
     for name in VARIANTS:
@@ -215,7 +224,9 @@ def main():
     ap.add_argument("--d-model", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=50304)
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4, help="B, sequences per micro-batch")
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="M micro-batches per optimizer step, gradients accumulated (1)")
     ap.add_argument("--seq-len", type=int, default=64, help="T, tokens per sequence of the step")
     ap.add_argument("--ctx", type=int, default=1024, help="rows of wpe (model context), >= T")
     ap.add_argument("--threads", type=int, default=2)
@@ -229,7 +240,9 @@ def main():
                     help="time every variant in fp32 and bf16 autocast and print a table")
     ap.add_argument("--rounds", type=int, default=3, help="--variants: interleaved rounds (3)")
     a = ap.parse_args()
-    B, T = a.batch, a.seq_len
+    B, T, M = a.batch, a.seq_len, a.grad_accum
+    if M < 1:
+        sys.exit("--grad-accum must be at least 1")
     if a.ctx < T:
         sys.exit(f"--ctx {a.ctx} is below --seq-len {T}; raise --ctx")
     if a.steps < 1:
@@ -237,8 +250,8 @@ def main():
     torch.set_num_threads(a.threads)
     cfg = cbref.Config(a.layers, a.d_model, a.heads, a.ctx, a.vocab)
     gen = torch.Generator().manual_seed(0)
-    tok = torch.randint(0, a.vocab, (B, T + 1), generator=gen)
-    x, y = tok[:, :T].contiguous(), tok[:, 1:].contiguous()
+    tok = torch.randint(0, a.vocab, (M, B, T + 1), generator=gen)
+    x, y = tok[:, :, :T].contiguous(), tok[:, :, 1:].contiguous()
     if a.variants:
         variants(a, cfg, x, y)
         return
@@ -250,7 +263,7 @@ def main():
         if params != cbref.num_params(cfg):
             sys.exit(f"variant {a.variant} has {params} parameters, expected {cbref.num_params(cfg)}")
         dt = timed(step, a.steps)
-    tps = B * T / dt
+    tps = M * B * T / dt
     print(json.dumps({
         "tokens_per_s": round(tps, 3),
         "step_ms": round(dt * 1e3, 3),
@@ -259,7 +272,7 @@ def main():
         "torch": torch.__version__,
         "variant": a.variant, "bf16_autocast": a.bf16,
         "timed": len(figures) if figures else 1,
-        "B": B, "T": T, "L": a.layers, "C": a.d_model, "NH": a.heads, "V": a.vocab,
+        "B": B, "T": T, "grad_accum": M, "L": a.layers, "C": a.d_model, "NH": a.heads, "V": a.vocab,
         "params": cbref.num_params(cfg),
         **({"variants": figures} if figures else {}),
     }), flush=True)

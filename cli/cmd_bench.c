@@ -28,6 +28,7 @@ typedef struct bench_opts {
     const char *seq_lens, *torch_script;
     int T[MAX_SEQ_LENS], nT; /* --seq-lens parsed */
     int rounds;     /* --rounds: best of this many interleaved measurements */
+    int accum;      /* --grad-accum: micro-batches of --batch sequences per optimizer step */
     const char *precision; /* --precision: bf16 adds the bf16 rows to fp32's */
     int bf16;
     double peak_again; /* --peak-again: seconds of a length's rows after which the peaks are
@@ -98,9 +99,9 @@ static int torch_bench(const bench_opts *b, int T, int bf16, double *out, double
     snprintf(cmd, sizeof cmd,
              "OMP_WAIT_POLICY=PASSIVE " CLI_TORCH_HUGEPAGES " /usr/bin/python3 '%s' --layers %d "
              "--d-model %d --heads %d --vocab %d --ctx %d --batch %d --seq-len %d --threads %d "
-             "--steps %d --variant best%s 2>&1",
+             "--grad-accum %d --steps %d --variant best%s 2>&1",
              b->torch_script, b->layers, b->d_model, b->heads, b->vocab, b->ctx, b->batch, T,
-             b->threads, b->steps, bf16 ? " --bf16" : "");
+             b->threads, b->accum, b->steps, bf16 ? " --bf16" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return cb_fail(e, CB_ESYS, "cannot start /usr/bin/python3 for the PyTorch benchmark");
     double tps = 0, params = 0;
@@ -124,8 +125,14 @@ static int same_model(const bench_opts *b, double torch_params, size_t params, c
                    torch_params, params, b->torch_script);
 }
 
-/* The benchmark's model: the GPT of b as a graph of batch x T tokens, and
- * its step's token ids and targets (a fixed hash of the position). */
+/* tokens of one optimizer step: every micro-batch's */
+static size_t step_tokens(const bench_opts *b, int T) {
+    return (size_t)b->batch * b->accum * T;
+}
+
+/* The benchmark's model: the GPT of b as a graph of a step of batch x accum
+ * sequences of T tokens (accum micro-batches, b->dist's --micro-batches),
+ * and its step's token ids and targets (a fixed hash of the position). */
 static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, int windows,
                        cb_err *e) {
     cb_gpt_config c = {b->layers, b->d_model, b->heads, b->ctx, b->vocab};
@@ -133,10 +140,10 @@ static int bench_model(const bench_opts *b, int T, cb_model **m, int **ids, int 
                            .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 1,
                            .steps = windows * b->steps + 1};
     b->dist->L->k = cb_kernels_default(); /* the table cb_kernels_select installed last */
-    *m = cb_model_new(b->dist, b->batch, T);
+    *m = cb_model_new(b->dist, b->batch * b->accum, T);
     if (*m) cb_model_declare_gpt(*m, &c);
     int rc = cb_model_build(*m, 1337, &opt, e);
-    size_t n = (size_t)b->batch * T;
+    size_t n = step_tokens(b, T);
     *ids = malloc(sizeof(int) * 2 * n);
     if (!rc && !*ids) rc = cb_fail(e, CB_ENOMEM, "out of memory for benchmark tokens");
     for (size_t i = 0; !rc && i < n; i++) {
@@ -165,7 +172,7 @@ static int bench_cubist_with(const bench_opts *b, int T, double peak, int window
         cb_model_free(m), free(ids);
         return rc;
     }
-    size_t n = (size_t)b->batch * T;
+    size_t n = step_tokens(b, T);
     cb_layout *L = m->L;
     const cb_kernels *k0 = L->k;
     cb_prof prof;
@@ -237,7 +244,7 @@ static int bench_graph(const bench_opts *b, int T, bench_result *r, cb_err *e) {
     cb_model *m = NULL;
     int *ids = NULL;
     int rc = bench_model(b, T, &m, &ids, 1, e);
-    size_t n = (size_t)b->batch * T;
+    size_t n = step_tokens(b, T);
     double ms = 0;
     for (int s = 0; !rc && s <= b->steps; s++) { /* step 0 warms up */
         double t0 = omp_get_wtime() * 1e3;
@@ -260,9 +267,11 @@ static void print_windows(const bench_opts *b, int windows, double first) {
 }
 
 static void print_result(const bench_opts *b, const bench_result *r, double peak) {
-    printf("GPT-2 %dL d%d %dH V%d context %d (%zu parameters)  B=%d T=%d  fp32, %d threads\n",
-           b->layers, b->d_model, b->heads, b->vocab, b->ctx, r->params, b->batch, r->T,
-           b->threads);
+    printf("GPT-2 %dL d%d %dH V%d context %d (%zu parameters)  B=%d T=%d", b->layers, b->d_model,
+           b->heads, b->vocab, b->ctx, r->params, b->batch, r->T);
+    if (b->accum > 1)
+        printf(" x %d micro-batches (%zu tokens an optimizer step)", b->accum, step_tokens(b, r->T));
+    printf("  fp32, %d threads\n", b->threads);
     printf("  cubist   %8.1f tokens/s  %7.1f model GFLOP/s  MFU %5.1f%% of %.0f  step %.0f ms\n",
            r->tokens_per_s, r->gflops, 100 * r->mfu, peak, r->step_ms);
     print_windows(b, r->windows, r->first_tokens_per_s);
@@ -322,8 +331,8 @@ static void print_json(const bench_opts *b, const bench_result *r, const bench_b
     const bench_result *f = &r[0];
     int torch = !b->no_torch;
     printf("{\"tokens_per_s\":%.2f,\"model_gflops\":%.2f,\"mfu\":%.4f,\"peak_gflops\":%.1f,"
-           "\"params\":%zu,\"T\":%d",
-           f->tokens_per_s, f->gflops, f->mfu, peak, f->params, f->T);
+           "\"params\":%zu,\"T\":%d,\"batch\":%d,\"grad_accum\":%d",
+           f->tokens_per_s, f->gflops, f->mfu, peak, f->params, f->T, b->batch, b->accum);
     json_torch("pytorch_tokens_per_s", f->torch_tokens_per_s, torch);
     json_torch("ratio_vs_pytorch", torch ? f->tokens_per_s / f->torch_tokens_per_s : 0, torch);
     printf(",\"runs\":[");
@@ -459,7 +468,7 @@ static bench_opts gpt_defaults(char *script, size_t cap) {
     cli_bench_file(script, cap, "torch_bench.py");
     return (bench_opts){.layers = 12, .d_model = 768, .heads = 12, .vocab = 50304, .ctx = 1024,
                         .batch = 4, .steps = 3, .threads = 2, .seq_lens = "64,1024",
-                        .torch_script = script, .precision = "fp32", .rounds = 1,
+                        .torch_script = script, .precision = "fp32", .rounds = 1, .accum = 1,
                         .peak_again = 30};
 }
 
@@ -618,7 +627,9 @@ int cmd_bench(int argc, char **argv) {
         {"heads", ARG_INT, &b.heads, "(12)"},
         {"vocab", ARG_INT, &b.vocab, "(50304)"},
         {"ctx", ARG_INT, &b.ctx, "context: rows of wpe, at least every T (1024)"},
-        {"batch", ARG_INT, &b.batch, "sequences B (4)"},
+        {"batch", ARG_INT, &b.batch, "sequences B of a micro-batch (4)"},
+        {"grad-accum", ARG_INT, &b.accum,
+         "micro-batches of B sequences per optimizer step, gradients accumulated (1)"},
         {"no-torch", ARG_BOOL, &b.no_torch, "skip the PyTorch reference"},
         {"kernel-cpu", ARG_BOOL, &b.kernel_cpu,
          "per-kernel times in the thread's CPU time (one thread: load-proof)"},
@@ -643,8 +654,9 @@ int cmd_bench(int argc, char **argv) {
     }
     if (b.quick) b.seq_lens = "64";
     cb_gpt_config c = {b.layers, b.d_model, b.heads, b.ctx, b.vocab};
-    if (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.rounds < 1)
-        cb_fail(&e, CB_EINPUT, "--threads, --steps, --batch and --rounds must be >= 1");
+    if (b.threads < 1 || b.steps < 1 || b.batch < 1 || b.rounds < 1 || b.accum < 1)
+        cb_fail(&e, CB_EINPUT,
+                "--threads, --steps, --batch, --grad-accum and --rounds must be >= 1");
     else if (!(b.peak_again >= 0))
         cb_fail(&e, CB_EINPUT, "--peak-again %g: give seconds >= 0 (0: after every length)",
                 b.peak_again);
@@ -653,9 +665,11 @@ int cmd_bench(int argc, char **argv) {
         if (!cb_precision_parse(b.precision, &prec, &e)) b.bf16 = prec == CB_PREC_BF16;
     }
     if (e.code) return cli_fail(&e);
-    int one = 1;
-    char *args[] = {"cubist", NULL}, **argp = args;
-    if (cb_dist_init(&one, &argp, &b.dist, &e)) return cli_fail(&e);
+    char accum[16];
+    snprintf(accum, sizeof accum, "%d", b.accum);
+    int argn = 3;
+    char *args[] = {"cubist", "--micro-batches", accum, NULL}, **argp = args;
+    if (cb_dist_init(&argn, &argp, &b.dist, &e)) return cli_fail(&e);
     int rc = run_bench(&b);
     cb_dist_finalize(b.dist);
     return rc;

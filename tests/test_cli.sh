@@ -301,6 +301,49 @@ print(("OK " if ok else "BAD ") + str(rt))')
 rc=$?
 [ $rc = 1 ] && grep -q "PyTorch benchmark failed.*nothere.py" b.err && pass "bench: a failing PyTorch run fails the benchmark: $(cat b.err)" \
     || fail "bench with a broken PyTorch script: exit $rc: $(cat b.err)"
+# --grad-accum M: a step of M micro-batches of B sequences on both sides.
+# PyTorch's accumulated step is the full batch's: the same losses over three
+# steps for M=2 of B=1 as for M=1 of B=2, every variant (fp32: the sums of
+# the two orders agree to about 1e-7 relative; Adam's first steps move the
+# weights by the same lr-sized amounts, so 1e-4 is wide and a step that
+# updated after each micro-batch, or summed instead of averaging, misses it
+# by far more)
+out=$("$PY" - "$ROOT/bench" 2>tb.err <<'PY'
+
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.argv = sys.argv[:1]
+import torch
+import torch_bench as tb
+cfg = tb.cbref.Config(1, 32, 2, 16, 64)
+tok = torch.randint(0, 64, (1, 2, 17), generator=torch.Generator().manual_seed(5))
+xa, ya = tok[:, :, :16].contiguous(), tok[:, :, 1:].contiguous()
+xb, yb = xa.reshape(2, 1, 16), ya.reshape(2, 1, 16)
+bad = []
+for name, make in tb.VARIANTS.items():
+    sa, _ = make(cfg, xa, ya, False)
+    sb, _ = make(cfg, xb, yb, False)
+    la, lb = [sa() for _ in range(3)], [sb() for _ in range(3)]
+    bad += [f"{name}: {la} vs {lb}" for a, b in zip(la, lb) if abs(a - b) > 1e-4 * abs(a)]
+    s16, _ = make(cfg, xb, yb, True)
+    bad += [] if abs(s16() - la[0]) < 0.05 * la[0] else [f"{name} bf16 autocast: loss far from fp32's"]
+print("; ".join(bad) if bad else f"OK {len(tb.VARIANTS)} variants")
+PY
+)
+[[ $out == OK* ]] && pass "torch_bench.py --grad-accum: 2 micro-batches of 1 give the losses of one of 2 (${out#OK })" \
+    || fail "torch_bench.py accumulation: $(tail -c 600 <<<"$out") $(tail -c 300 tb.err)"
+out=$("$C" bench --json --layers 1 --d-model 32 --heads 2 --vocab 256 --ctx 64 --seq-lens 16 --batch 1 \
+    --grad-accum 3 --steps 1 --threads 1 2>b.err | "$PY" -c '
+import json, sys
+j = json.load(sys.stdin)
+ok = j.get("grad_accum") == 3 and j.get("batch") == 1 and j["pytorch_tokens_per_s"] > 0 and j["tokens_per_s"] > 0
+print(("OK " if ok else "BAD ") + str({k: j.get(k) for k in ("batch", "grad_accum", "tokens_per_s", "pytorch_tokens_per_s")}))')
+[[ $out == OK* ]] && pass "bench --grad-accum 3: both sides run 3 micro-batches a step, ${out#OK }" \
+    || fail "bench --grad-accum 3: $out $(tail -1 b.err)"
+"$C" bench --grad-accum 0 >/dev/null 2>b.err
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <b.err)" = 1 ] && grep -q -- "--grad-accum" b.err \
+    && pass "bench --grad-accum 0 refused: $(cat b.err)" || fail "bench --grad-accum 0: exit $rc: $(cat b.err)"
 # the model benches' --rounds: the rows R times, each side's best kept
 out=$("$C" bench --model bert --layers 1 --d-model 32 --heads 2 --seq-len 16 --batch 2 --vocab 64 \
     --steps 1 --threads 1 --no-torch --rounds 2 2>&1)
