@@ -184,6 +184,25 @@ static void gemm_cases(const cb_kernels *bf, int N) {
         for (int kept = 0; kept <= (cases[i].weight > 0); kept++) check_case(&cases[i], bf, kept);
 }
 
+/* Accumulating weight gradients larger than one block of the bf16
+ * table's accumulation (ACC_FLOATS, 2^20 floats, in src/kernels/bf16.c:
+ * without AMX the product is written a block of rows at a time into
+ * scratch and added to dW): 1040 x 1024 and the head's 1100 x 1024 take
+ * two blocks each, the second of 16 and 76 rows */
+static void acc_block_cases(const cb_kernels *bf) {
+    int N = 64, IC = 1040, OC = 1024, C = 1024, V = 1100;
+    size_t nic = (size_t)N * IC, noc = (size_t)N * OC, w = (size_t)IC * OC;
+    gcase cases[] = {
+        {"matmul_backward, dW of two accumulation blocks", 3, 3, OC, {noc, nic, w}, {nic, w, OC},
+         {0, 1, 1}, 0, 3, run_matmul_bwd, {N, IC, OC}, 3},
+        {"head_backward, dW of two accumulation blocks", 3, 2, V,
+         {(size_t)N * V, (size_t)N * C, (size_t)V * C}, {(size_t)N * C, (size_t)V * C}, {0, 1}, 0, 0,
+         run_head_bwd, {N, C, V}, 3},
+    };
+    printf("# accumulating products over several blocks\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], bf, 1);
+}
+
 /* Forward reference of the bf16 path in double: S from rounded q, k;
  * the CPU softmax; O from rounded P and v. */
 static void attention_ref(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
@@ -633,6 +652,7 @@ int main(void) {
     gemm_cases(bf, 96);
     gemm_cases(bf, 1024);
     gemm_cases(bf, 2048);
+    acc_block_cases(bf);
     for (int N = 96; N <= 4096; N *= 4) {
         overwrite_cases(cb_kernels_cpu(), N);
         overwrite_cases(bf, N);

@@ -189,6 +189,13 @@ bfcase "bf16 dp 2 T 256"   2 256 --dp 2 -- --dp 2
 bfcase "bf16 tp 1d 2 T 256" 2 256 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
 bfcase "bf16 tp 2d 4 T 256" 4 256 --tp 4 --tp-mode 2d -- --tp 4 --tp-mode 2d
 bfcase "bf16 tp 3d 8 T 256" 8 256 --tp 8 --tp-mode 3d -- --tp 8 --tp-mode 3d
+# two micro-batches: the second's weight-gradient products accumulate,
+# which on a CPU without AMX stages blocks of the product in the slot that
+# attention's P uses (gemm_dw); at T 16 the head's block (257 x 32 floats)
+# is the larger, so the staging grows by it (the later --batch and
+# --micro-batches override bfcase's)
+bfcase "bf16 1 rank T 16, 2 micro-batches" 1 16 --batch 16 --micro-batches 2 -- --grad-accum 2
+bfcase "bf16 tp 2d 4 T 16, 2 micro-batches" 4 16 --tp 4 --tp-mode 2d --batch 16 --micro-batches 2 -- --tp 4 --tp-mode 2d --grad-accum 2
 # a CPU without AMX keeps the weights of products of 1024 rows or more in
 # oneDNN's layout too (CB_BF16_PACK=1 does it here, for train and plan):
 # the 2048 rows of T 256 are such products

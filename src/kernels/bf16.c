@@ -130,6 +130,11 @@ static uint16_t *scratch(bf16_state *s, int i, size_t n) {
     return s->scratch[i];
 }
 
+/* fp32 room for n values in scratch slot i */
+static float *fscratch(bf16_state *s, int i, size_t n) {
+    return (float *)scratch(s, i, 2 * n);
+}
+
 /* dst (n) = bf16(x (n)) into scratch slot i; the pass's time counts to
  * class cls (cb_kernels_bf16_round_ms) */
 static const uint16_t *to_bf16(bf16_state *s, int i, int cls, const float *x, size_t n) {
@@ -462,24 +467,49 @@ static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_
 }
 
 /* A weight gradient dw (M,N, contiguous) += (acc) or = a b. Which
- * overwriting product is faster depends on oneDNN's kernel for the CPU
+ * product is faster depends on oneDNN's kernel for the CPU
  * (docs/precision.md, the step's first gradient write). On AMX it runs
  * with the sum post-op, over dw cleared just before (in cache for the
  * product's read when it fits): without the post-op the product took
  * 1.3-2.2x the thread CPU time of the one with it on these shapes (GPT-2
  * 124M's dW at 256 rows, transposed A, 2026-11-27), more than the
- * clearing costs. On AVX512-BF16 without AMX the product writes dw
- * itself: there the post-op was the slower one, and the clearing and the
- * read back of 4 bytes a weight come on top (124M's products at 256 rows,
- * AMD EPYC family 26, 2026-11-28: 208 ms against 236 for a step's). */
+ * clearing costs. On AVX512-BF16 without AMX the product without the
+ * post-op is the fast one (124M's products at 256 rows, AMD EPYC family
+ * 26, 2026-11-28: 208 ms against 236 for a step's): an overwrite writes
+ * dw itself, and an accumulation (the second and later micro-batches)
+ * writes blocks of ACC_FLOATS into scratch slot 1 and adds each to dw
+ * while it is in cache (2026-11-29: 114-127 ms against the post-op's
+ * 145-159 for all of 124M's products, the overwrite's 101-117). */
+#define ACC_FLOATS (1 << 20)
+
+/* the rows of dw (M,N) an accumulating product writes a block on a CPU
+ * without AMX */
+static int acc_rows(int M, int N) {
+    int r = ACC_FLOATS / (N > 0 ? N : 1);
+    return r < 1 ? 1 : r < M ? r : M;
+}
+
 static void gemm_dw(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
                     const uint16_t *b, float *dw, int acc) {
-    if (!acc && !s->amx) {
+    if (s->amx) {
+        if (!acc) cb_cpu_zero(dw, (size_t)M * N);
+        gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 1, NULL);
+        return;
+    }
+    if (!acc) {
         gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 0, NULL);
         return;
     }
-    if (!acc) cb_cpu_zero(dw, (size_t)M * N);
-    gemm(s, M, N, K, a, 1, lda, b, 0, N, dw, N, 1, NULL);
+    int R = acc_rows(M, N);
+    float *blk = fscratch(s, 1, (size_t)R * N);
+    for (int r0 = 0; r0 < M; r0 += R) {
+        int r = M - r0 < R ? M - r0 : R;
+        gemm(s, r, N, K, a + r0, 1, lda, b, 0, N, blk, N, 0, NULL); /* a: (K,M), row stride lda */
+        float *d = dw + (size_t)r0 * N;
+        size_t n = (size_t)r * N;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) d[i] += blk[i];
+    }
 }
 
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) + bias */
@@ -721,11 +751,6 @@ static void heads_product(bf16_state *s, int B, int NH, int M, int N, int K, flo
     heads_view(d.bd, d.bs, B, NH, tb ? N : K, tb ? K : N, tb);
     heads_view(d.cd, d.cs, B, NH, M, N, 0);
     run(s, &d, a, b, c, NULL);
-}
-
-/* fp32 room for n values in scratch slot i */
-static float *fscratch(bf16_state *s, int i, size_t n) {
-    return (float *)scratch(s, i, 2 * n);
 }
 
 /* The masked softmax of every (b,h) pair's rows in fp32, block by block,
@@ -1146,11 +1171,18 @@ static void need(double *n, int i, double v) {
     if (v > n[i]) n[i] = v;
 }
 
-void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int kept) {
+/* an accumulating weight-gradient product of rows x cols (acc 1): its
+ * blocks in slot 1 on a CPU without AMX (gemm_dw) */
+static void need_acc(const bf16_state *s, double *n, int acc, int rows, int cols) {
+    if (acc && !s->amx) need(n, 1, 2.0 * acc_rows(rows, cols) * cols);
+}
+
+void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int kept, int acc) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return;
     need(n, 0, (double)N * C), need(n, 0, (double)N * dw_ld(s, N, V)), need(n, 2, (double)N * C);
     if (!kept) need(n, 1, (double)V * C);
+    need_acc(s, n, acc, V, C);
 }
 
 void cb_kernels_bf16_need_product(double n[CB_BF16_SLOTS], int N, int K, int M, int kept) {
@@ -1159,17 +1191,19 @@ void cb_kernels_bf16_need_product(double n[CB_BF16_SLOTS], int N, int K, int M, 
     if (!kept) need(n, 1, (double)K * M);
 }
 
-void cb_kernels_bf16_need_dw_rows(double n[CB_BF16_SLOTS], int N, int IC, int OC) {
+void cb_kernels_bf16_need_dw_rows(double n[CB_BF16_SLOTS], int N, int IC, int OC, int acc_ic) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return;
     need(n, 0, (double)N * OC), need(n, 2, (double)N * dw_ld(s, N, IC)); /* dY; X, rows padded */
+    need_acc(s, n, acc_ic > 0, acc_ic, OC);
 }
 
 /* matmul_forward, then matmul_backward: its dY and X as dw_rows stages
  * them, its dX product reading the weight as the forward does */
-void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC, int kept) {
+void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC, int kept,
+                                 int acc) {
     cb_kernels_bf16_need_product(n, N, IC, OC, kept);
-    cb_kernels_bf16_need_dw_rows(n, N, IC, OC);
+    cb_kernels_bf16_need_dw_rows(n, N, IC, OC, acc ? IC : 0);
 }
 
 /* The copy in the primitive's own layout that gemm_w keeps beside a kept

@@ -275,13 +275,18 @@ void cb_kernels_bf16_held(double *copies, double *staging);
  * after a step of those calls; kept: the weight is a parameter (its copy
  * is read, not staged) */
 #define CB_BF16_SLOTS 11
-void cb_kernels_bf16_need_linear(double need[CB_BF16_SLOTS], int N, int IC, int OC, int kept);
-void cb_kernels_bf16_need_head(double need[CB_BF16_SLOTS], int N, int C, int V, int kept);
+/* acc: the weight gradient's product accumulates (not the step's first
+ * write: a second micro-batch), which stages blocks of the product on
+ * CPUs without AMX */
+void cb_kernels_bf16_need_linear(double need[CB_BF16_SLOTS], int N, int IC, int OC, int kept,
+                                 int acc);
+void cb_kernels_bf16_need_head(double need[CB_BF16_SLOTS], int N, int C, int V, int kept, int acc);
 void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a, int nthr);
 /* one matmul_forward (N rows, K -> M) or head_forward (N rows, C -> V:
- * K = C, M = V) call; one matmul_backward_dw_rows call over N rows */
+ * K = C, M = V) call; one matmul_backward_dw_rows call over N rows,
+ * acc_ic > 0 when it accumulates, over acc_ic of dW's IC rows */
 void cb_kernels_bf16_need_product(double need[CB_BF16_SLOTS], int N, int K, int M, int kept);
-void cb_kernels_bf16_need_dw_rows(double need[CB_BF16_SLOTS], int N, int IC, int OC);
+void cb_kernels_bf16_need_dw_rows(double need[CB_BF16_SLOTS], int N, int IC, int OC, int acc_ic);
 /* The weight copies the table keeps in oneDNN's own layout beside the
  * plain bf16 copy (CPUs without AMX, products of 1024 rows and more; 0
  * elsewhere), on a team of nthr threads: a linear's (IC x OC, with or

@@ -320,6 +320,15 @@ static int block_div(const cb_plan_layout *l) {
     return l->mode == CB_TP_3D ? q * q : q;
 }
 
+/* The rows of a 2-D or 3-D rank's accumulating dW products (each of
+ * CB_OVERLAP_CHUNKS chunks of its a rows; cb_layout_dw_overlapped), 0
+ * where none accumulates: 2-D's owner of the panel adds into the gradient
+ * from the second micro-batch on, 3-D always writes a scratch that it
+ * reduce-scatters */
+static int grid_acc_rows(const cb_plan_layout *l, int a) {
+    return l->mode == CB_TP_2D && l->M > 1 ? max_chunk(a, CB_OVERLAP_CHUNKS) : 0;
+}
+
 /* --precision bf16: what the bf16 table holds for one operation of a
  * rank beside the weights' plain copies (bf16_copies): the operands it
  * stages (need[], the slots' maxima: each scratch slot grows to the
@@ -336,14 +345,14 @@ void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double
     int P = l->tp;
     if (own_weights(l)) {
         int row = P > 1 && parity == 1, i = row ? in / P : in, o = row ? out : out / P;
-        cb_kernels_bf16_need_linear(need, N, i, o, 1);
+        cb_kernels_bf16_need_linear(need, N, i, o, 1, l->M > 1);
         *packed += cb_kernels_bf16_linear_packed(nthr, N, i, o, !row);
         return;
     }
     int q = side(l), ch, n = grid_rows(l, N, &ch);
     cb_kernels_bf16_need_product(need, ch, in / q, out / q, 0);
     cb_kernels_bf16_need_product(need, ch, out / q, in / q, 0); /* dX = dY W^T: head_forward */
-    cb_kernels_bf16_need_dw_rows(need, n, in / q, out / q);
+    cb_kernels_bf16_need_dw_rows(need, n, in / q, out / q, grid_acc_rows(l, in / q));
 }
 
 double cb_plan_bf16_head_weights(const cb_plan_layout *l, int V, int C) {
@@ -356,7 +365,7 @@ void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *
                        int C, int V) {
     if (own_weights(l)) {
         int Vl = (int)cb_plan_pad(V, l->tp) / l->tp;
-        cb_kernels_bf16_need_head(need, N, C, Vl, 1);
+        cb_kernels_bf16_need_head(need, N, C, Vl, 1, l->M > 1);
         *packed += cb_kernels_bf16_head_packed(nthr, N, C, Vl);
         return;
     }
@@ -364,7 +373,7 @@ void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *
     int Vq = (int)cb_plan_pad(V, l->mode == CB_TP_3D ? q * q : q) / q;
     cb_kernels_bf16_need_product(need, ch, c, Vq, 0);
     cb_kernels_bf16_need_product(need, ch, Vq, c, 0);
-    cb_kernels_bf16_need_dw_rows(need, n, Vq, c);
+    cb_kernels_bf16_need_dw_rows(need, n, Vq, c, grid_acc_rows(l, Vq));
 }
 
 /* attention a on N = a->B a->Tq tokens, as the rank runs it: its heads
@@ -386,7 +395,7 @@ void cb_plan_bf16_logit(const cb_plan_layout *l, double *need, double *packed, i
     int cols = !own_weights(l) ? C / side(l) : l->tp > 1 && parity == 1 ? C / l->tp : C;
     cb_kernels_bf16_need_product(need, rows, cols, 1, 1);
     cb_kernels_bf16_need_product(need, rows, 1, cols, 1);
-    cb_kernels_bf16_need_dw_rows(need, rows, cols, 1);
+    cb_kernels_bf16_need_dw_rows(need, rows, cols, 1, cols); /* accumulates into cleared dw */
     *packed += 2.0 * cols;
 }
 
