@@ -327,6 +327,11 @@ typedef struct tally {
      * run), else apart */
     double rt_min_ns, err_near, err_apart;
     int n_near, n_apart;
+    /* by state (1 near, 0 apart): seconds per token predicted from the
+     * calibration rounds that ran wholly in it (the round trip before and
+     * after each), and how many rounds; 0 rounds: the overall prediction */
+    double spred[2][NCASES];
+    int scal[2];
 } tally;
 
 /* A round trip up to this many times the validation's smallest counts as
@@ -500,6 +505,21 @@ static void order_by_state(const tally *t, const measured *m) {
         snprintf(state, sizeof state, "the same, each case's runs with the cores %s only",
                  near ? "near" : "apart (*)");
         printf("%s\n", state);
+        if (t->scal[near]) {
+            double err = 0;
+            int n = 0;
+            for (int i = 0; i < NCASES; i++) {
+                if (isnan(u.pred[i])) continue;
+                u.pred[i] = t->spred[near][i];
+                if (!isnan(u.meas[i])) err += fabs(rel(u.pred[i], u.meas[i])), n++;
+            }
+            printf("  predicted from the %d calibration round%s with the cores %s before and after "
+                   "(the best of each figure): mean error %.1f%% over the %d two-core case%s run "
+                   "so\n", t->scal[near], t->scal[near] > 1 ? "s" : "", near ? "near" : "apart",
+                   n ? 100 * err / n : 0, n, n == 1 ? "" : "s");
+        } else
+            printf("  predicted from every calibration's best figures: no calibration round ran "
+                   "with the cores %s before and after\n", near ? "near" : "apart");
         order(&u, state);
     }
 }
@@ -512,6 +532,11 @@ typedef struct vstate {
     cb_plan_cluster cl[2]; /* by threads - 1 */
     int want[2], n;        /* the thread counts calibrated here, not read from --cluster */
     double cal_rt_ns;      /* the cores' smallest round trip after a calibration */
+    /* each calibration round's clusters (by index into want[]) and the
+     * cores' round trip before and after it (NAN: one thread) */
+    cb_plan_cluster cal[CB_PLAN_MAXRUNS][2];
+    double cal_rt[CB_PLAN_MAXRUNS][2], rt_prev;
+    int ncal;
     cb_plan_pred *p;       /* NCASES */
     measured m[NCASES];
     int ok[NCASES], rounds;
@@ -565,6 +590,11 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
     double rt = 1e9 * cb_core_round_trip();
     if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt);
     if (!isnan(rt) && !(s->cal_rt_ns <= rt)) s->cal_rt_ns = rt;
+    if (s->ncal < CB_PLAN_MAXRUNS) {
+        for (int k = 0; k < s->n; k++) s->cal[s->ncal][k] = *now[k];
+        s->cal_rt[s->ncal][0] = s->rt_prev, s->cal_rt[s->ncal][1] = rt;
+        s->ncal++;
+    }
     if (!i) {
         for (int k = 0; k < s->n; k++) s->cl[s->want[k] - 1] = *now[k];
         predict_all(s, 1);
@@ -575,8 +605,42 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
         run_round(s);
     } else
         printf("\n");
+    s->rt_prev = 1e9 * cb_core_round_trip(); /* before the next calibration */
     fflush(stdout);
     return CB_OK;
+}
+
+/* t->spred[state] and t->scal[state]: the two-core cases predicted from
+ * the best figures of the calibration rounds whose round trips before and
+ * after both count as that state (the thread counts read from --cluster
+ * files as they are), once t->rt_min_ns is known */
+static void predict_by_state(const vstate *s, tally *t) {
+    cb_plan_pred *p = malloc(sizeof *p);
+    for (int near = 0; near <= 1 && p; near++) {
+        cb_plan_cluster sel[CB_PLAN_MAXRUNS], cl[2] = {s->cl[0], s->cl[1]};
+        int idx[CB_PLAN_MAXRUNS], n = 0;
+        for (int r = 0; r < s->ncal; r++) {
+            const double *rt = s->cal_rt[r];
+            if (!isnan(rt[0]) && !isnan(rt[1]) && cores_near(t, rt[0]) == near &&
+                cores_near(t, rt[1]) == near)
+                idx[n++] = r;
+        }
+        t->scal[near] = n;
+        if (!n) continue;
+        for (int k = 0; k < s->n; k++) {
+            double spread[CB_PLAN_NSPREAD];
+            for (int r = 0; r < n; r++) sel[r] = s->cal[idx[r]][k];
+            cb_plan_cluster_best(sel, n, &cl[s->want[k] - 1], spread);
+        }
+        for (int i = 0; i < NCASES; i++) {
+            t->spred[near][i] = NAN;
+            if (!s->ok[i] || isnan(t->pred[i])) continue;
+            const vcase *c = &CASES[i];
+            predict(c, &cl[c->threads - 1], p);
+            t->spred[near][i] = p->step_s / ((double)c->B * c->M * c->T);
+        }
+    }
+    free(p);
 }
 
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
@@ -606,6 +670,7 @@ static int validate_clusters(vstate *s, cb_err *e) {
     cb_plan_cluster got[2];
     double spread[2][CB_PLAN_NSPREAD];
     if (rc || !s->n) return rc;
+    s->rt_prev = 1e9 * cb_core_round_trip(); /* before the first calibration */
     /* the bf16 cases' rates with the full set (none of them is quick) */
     rc = plan_measure_best(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
                            spread, e);
@@ -662,6 +727,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);
     }
+    if (s && !rc && !isnan(t.rt_min_ns)) predict_by_state(s, &t);
     /* the runs by state, for order_by_state after the tables */
     measured *ms = s && !rc ? malloc(sizeof s->m) : NULL;
     if (ms) memcpy(ms, s->m, sizeof s->m);
