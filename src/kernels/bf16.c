@@ -1072,6 +1072,175 @@ static void fused_backward(bf16_state *s, const cb_attn *a, float *dq, float *dk
     }
 }
 
+/* Attention in chunks of pairs: without dropout, attention whose every
+ * query row sees all keys of its one block (causal below 2 block_rows
+ * of queries, or not causal) and whose scores of a few pairs fit a
+ * thread's cache runs G pairs ((b,h), consecutive) at a time per OpenMP
+ * thread: the chunk's six products are batched bf16 matmuls of G pairs on
+ * the thread's own stream, its scores, dP, O, dQ, dK, dV and bf16 P, dS in
+ * the thread.s buffers (CHUNK_SCORES floats of scores: 512 KB), the
+ * softmaxes the CPU table's row functions as elsewhere. The whole-tensor
+ * passes of the batched path between the products (scores, probabilities
+ * in bf16, the output and gradients in head-major fp32) stay in cache:
+ * at GPT-2's T=64 those passes were 9.5 of a layer's 15.5 ms
+ * (docs/precision.md, "Attention in chunks of pairs"). att is the
+ * batched path's, dense (B,NH,Tq,Tk). */
+#define CHUNK_SCORES 131072
+
+/* pairs a chunk: the largest divisor of BH whose scores fit CHUNK_SCORES;
+ * below 2 the batched path runs */
+static int chunk_pairs(const bf16_state *s, const cb_attn *a) {
+    if (!s->fuse || a->drop > 0 || fused(s, a)) return 0;
+    qblocks f = blocks_of(a->Tq, a->Tk, a->causal, FWD_BLOCKS, s->block_rows),
+            b = blocks_of(a->Tq, a->Tk, a->causal, BWD_BLOCKS, s->block_rows);
+    if (!f.whole || !b.whole) return 0;
+    int BH = a->B * a->NH, G = 0;
+    for (int g = 1; g <= BH && (size_t)g * a->Tq * a->Tk <= CHUNK_SCORES; g++)
+        if (BH % g == 0) G = g;
+    return G >= 2 ? G : 0;
+}
+
+/* a thread's buffers for a chunk of G pairs: fp32 S or dP (G,Tq,Tk), O or
+ * dQ (G,Tq,hs), dK and dV (G,Tk,hs); bf16 P and dS (G,Tq,Tk) */
+static size_t chunk_floats(int G, int Tq, int Tk, int hs) {
+    return (size_t)G * ((size_t)Tq * Tk + (size_t)Tq * hs + 2 * (size_t)Tk * hs);
+}
+static size_t chunk_halves(int G, int Tq, int Tk) { return 2 * (size_t)G * Tq * Tk; }
+
+/* product f (F_S..F_DK) of a chunk of G pairs as a batched matmul for
+ * thread t: as heads_product's (B 1, NH G) */
+static mm_desc chunk_desc(int f, int G, int Tq, int Tk, int hs, float scale, int t) {
+    /* M, N, K, ta, tb of each: S = Q K^T, O = P V, dP = dY V^T, dV = P^T dY,
+     * dQ = dS K, dK = dS^T Q */
+    static const int ta_[F_N] = {0, 0, 0, 1, 0, 1}, tb_[F_N] = {1, 0, 1, 0, 0, 0};
+    int M = f == F_DV || f == F_DK ? Tk : Tq;
+    int N = f == F_S || f == F_DP ? Tk : hs;
+    int K = f == F_S || f == F_DP ? hs : f == F_PV || f == F_DQ ? Tk : Tq;
+    int ta = ta_[f], tb = tb_[f];
+    mm_desc d = {.nd = 4, .alpha = f == F_S ? scale : 1.0f, .thr = t};
+    heads_view(d.ad, d.as, 1, G, ta ? K : M, ta ? M : K, ta);
+    heads_view(d.bd, d.bs, 1, G, tb ? N : K, tb ? K : N, tb);
+    heads_view(d.cd, d.cs, 1, G, M, N, 0);
+    return d;
+}
+
+/* every thread's entries of products f0..f1-1: e[t F_N + f], created
+ * before the parallel region (then found again: creating moves the
+ * cache) */
+static mm_entry **chunk_entries(bf16_state *s, int G, int Tq, int Tk, int hs, int f0, int f1,
+                                int nthr) {
+    static mm_entry **e;
+    static int cap;
+    if (cap < nthr * F_N) {
+        free(e);
+        e = calloc((size_t)nthr * F_N, sizeof *e);
+        if (!e) cb_comm_fatal("out of memory for attention in chunks");
+        cap = nthr * F_N;
+    }
+    float scale = 1.0f / sqrtf((float)hs);
+    thread_streams(s, nthr);
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = 0; t < nthr; t++)
+            for (int f = f0; f < f1; f++) {
+                mm_desc d = chunk_desc(f, G, Tq, Tk, hs, scale, t);
+                e[(size_t)t * F_N + f] = lookup(s, &d);
+            }
+    return e;
+}
+
+/* out's heads of the chunk's pairs c0.. (G of them, rows of hs at
+ * stride ld, Tr rows a pair) = x (G,Tr,hs) */
+static void chunk_put(float *out, int64_t ld, const float *x, int c0, int G, int NH, int Tr,
+                      int hs) {
+    for (int g = 0; g < G; g++) {
+        int b = (c0 + g) / NH, h = (c0 + g) % NH;
+        put_rows(out + (size_t)b * Tr * ld + (size_t)h * hs, ld, x + (size_t)g * Tr * hs, Tr, hs);
+    }
+}
+
+static void chunk_forward(bf16_state *s, const cb_attn *a, int G, float *out, float *att,
+                          const float *q, const float *kv) {
+    int NH = a->NH, hs = a->C / NH, Tq = a->Tq, Tk = a->Tk, BH = a->B * NH;
+    int nthr = omp_get_max_threads();
+    qblocks whole = blocks_of(Tq, Tq, 0, 1, 1), keys = blocks_of(Tk, Tk, 0, 1, 1);
+    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_FWD, q, a->B, a->ldq, NH, hs, &whole);
+    const uint16_t *kh = to_heads(s, 5, CB_RND_ACT_FWD, kv + a->koff, a->B, a->ldkv, NH, hs, &keys);
+    const uint16_t *vh = to_heads(s, 6, CB_RND_ACT_FWD, kv + a->voff, a->B, a->ldkv, NH, hs, &keys);
+    mm_entry **e = chunk_entries(s, G, Tq, Tk, hs, F_S, F_PV + 1, nthr);
+    size_t nf = chunk_floats(G, Tq, Tk, hs), nh = chunk_halves(G, Tq, Tk);
+    float *f32 = fscratch(s, 10, nf * nthr);
+    uint16_t *b16 = scratch(s, 1, nh * nthr);
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < BH; c0 += G) {
+        int t = omp_get_thread_num();
+        float *o = f32 + nf * t + (size_t)G * Tq * Tk, *sc = att + (size_t)c0 * Tq * Tk;
+        uint16_t *p = b16 + nh * t;
+        mm_entry **et = e + (size_t)t * F_N;
+        /* S into att itself (the whole layout), the softmax in place */
+        run_on(s->tstream[t], et[F_S], qh + (size_t)c0 * Tq * hs, kh + (size_t)c0 * Tk * hs, sc,
+               NULL);
+        for (int g = 0; g < G; g++) {
+            int nq, nk;
+            cb_attn_rows(a, (c0 + g) / NH, &nq, &nk);
+            for (int r = 0; r < Tq; r++) {
+                size_t off = ((size_t)g * Tq + r) * Tk;
+                cb_cpu_masked_softmax(sc + off, p + off, 1, Tk, 1, cb_attn_seen(r, nq, nk, a->causal),
+                                      0);
+            }
+        }
+        run_on(s->tstream[t], et[F_PV], p, vh + (size_t)c0 * Tk * hs, o, NULL);
+        chunk_put(out, a->C, o, c0, G, NH, Tq, hs);
+    }
+}
+
+static void chunk_backward(bf16_state *s, const cb_attn *a, int G, float *dq, float *dkv,
+                           const float *dout, const float *q, const float *kv, const float *att) {
+    int NH = a->NH, hs = a->C / NH, Tq = a->Tq, Tk = a->Tk, BH = a->B * NH;
+    int nthr = omp_get_max_threads();
+    float scale = 1.0f / sqrtf((float)hs);
+    qblocks whole = blocks_of(Tq, Tq, 0, 1, 1), keys = blocks_of(Tk, Tk, 0, 1, 1);
+    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_BWD, q, a->B, a->ldq, NH, hs, &whole);
+    const uint16_t *kh = to_heads(s, 5, CB_RND_ACT_BWD, kv + a->koff, a->B, a->ldkv, NH, hs, &keys);
+    const uint16_t *vh = to_heads(s, 6, CB_RND_ACT_BWD, kv + a->voff, a->B, a->ldkv, NH, hs, &keys);
+    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, NH, hs, &whole);
+    mm_entry **e = chunk_entries(s, G, Tq, Tk, hs, F_DP, F_N, nthr);
+    size_t nf = chunk_floats(G, Tq, Tk, hs), nh = chunk_halves(G, Tq, Tk);
+    float *f32 = fscratch(s, 10, nf * nthr);
+    uint16_t *b16 = scratch(s, 1, nh * nthr);
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < BH; c0 += G) {
+        int t = omp_get_thread_num();
+        float *dp = f32 + nf * t, *o = dp + (size_t)G * Tq * Tk, *dk = o + (size_t)G * Tq * hs;
+        float *dv = dk + (size_t)G * Tk * hs;
+        uint16_t *p = b16 + nh * t, *ds = p + (size_t)G * Tq * Tk;
+        mm_entry **et = e + (size_t)t * F_N;
+        dnnl_stream_t st = s->tstream[t];
+        const uint16_t *qc = qh + (size_t)c0 * Tq * hs, *kc = kh + (size_t)c0 * Tk * hs,
+                       *vc = vh + (size_t)c0 * Tk * hs, *dyc = dy + (size_t)c0 * Tq * hs;
+        run_on(st, et[F_DP], dyc, vc, dp, NULL); /* dP = dY V^T */
+        for (int g = 0; g < G; g++) {
+            int nq, nk;
+            cb_attn_rows(a, (c0 + g) / NH, &nq, &nk);
+            for (int r = 0; r < Tq; r++) {
+                size_t off = ((size_t)g * Tq + r) * Tk;
+                cb_cpu_masked_softmax_backward(dp + off, ds + off, p + off,
+                                               att + (size_t)c0 * Tq * Tk + off, 1, Tk, 1,
+                                               cb_attn_seen(r, nq, nk, a->causal), 0, scale);
+            }
+        }
+        run_on(st, et[F_DV], p, dyc, dv, NULL);  /* dV = P^T dY */
+        run_on(st, et[F_DQ], ds, kc, o, NULL);   /* dQ = dS K */
+        run_on(st, et[F_DK], ds, qc, dk, NULL);  /* dK = dS^T Q */
+        chunk_put(dq, a->ldq, o, c0, G, NH, Tq, hs);
+        for (int g = 0; g < G; g++) {
+            int b = (c0 + g) / NH, h = (c0 + g) % NH;
+            float *row = dkv + (size_t)b * Tk * a->ldkv + (size_t)h * hs;
+            put_rows(row + a->koff, a->ldkv, dk + (size_t)g * Tk * hs, Tk, hs);
+            put_rows(row + a->voff, a->ldkv, dv + (size_t)g * Tk * hs, Tk, hs);
+        }
+    }
+}
+
 /* out (B,Tq,C), att (B,NH,Tq,Tk). Block by block (qblocks), S = Q K^T /
  * sqrt(hs) and O = P V are batched bf16 products over every head; the
  * masked softmax between them is the CPU table's, in fp32, writing att
@@ -1083,6 +1252,11 @@ static void attention_forward(const cb_kernels *k, const cb_attn *a, float *out,
     bf16_state *s = state(k);
     if (fused(s, a)) {
         fused_forward(s, a, out, att, q, kv);
+        return;
+    }
+    int G = chunk_pairs(s, a);
+    if (G) {
+        chunk_forward(s, a, G, out, att, q, kv);
         return;
     }
     int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
@@ -1134,6 +1308,11 @@ static void attention_backward(const cb_kernels *k, const cb_attn *a, float *dq,
     bf16_state *s = state(k);
     if (fused(s, a)) {
         fused_backward(s, a, dq, dkv, dout, q, kv, att);
+        return;
+    }
+    int G = chunk_pairs(s, a);
+    if (G) {
+        chunk_backward(s, a, G, dq, dkv, dout, q, kv, att);
         return;
     }
     int B = a->B, NH = a->NH, BH = B * NH, hs = a->C / NH;
@@ -1258,6 +1437,12 @@ void cb_kernels_bf16_need_attention(double n[CB_BF16_SLOTS], const cb_attn *a, i
         int R = max_rows(&qb);
         need(n, 10, 2.0 * fbuf_floats(R, a->Tk, (int)hs) * nthr);
         need(n, 1, (double)fbuf_halves(R, a->Tk) * nthr);
+        return;
+    }
+    int G = chunk_pairs(s, a);
+    if (G) {
+        need(n, 10, 2.0 * chunk_floats(G, a->Tq, a->Tk, (int)hs) * nthr);
+        need(n, 1, (double)chunk_halves(G, a->Tq, a->Tk) * nthr);
         return;
     }
     for (int pass = 0; pass < 2; pass++) {
