@@ -1158,27 +1158,47 @@ static void chunk_put(float *out, int64_t ld, const float *x, int c0, int G, int
     }
 }
 
+/* What a chunked pass needs before its parallel region: Q, K, V (and the
+ * backward's dY) head-major in bf16 (rounding class cls; dY's is the
+ * gradients'), every thread's entries of products f0..f1-1 and buffers
+ * (nf floats and nh halves a thread) */
+typedef struct chunk_ctx {
+    int G, hs, nthr;
+    const uint16_t *qh, *kh, *vh, *dy;
+    mm_entry **e;
+    size_t nf, nh;
+    float *f32;
+    uint16_t *b16;
+} chunk_ctx;
+
+static chunk_ctx chunk_setup(bf16_state *s, const cb_attn *a, int G, const float *q,
+                             const float *kv, const float *dout, int cls, int f0, int f1) {
+    chunk_ctx c = {.G = G, .hs = a->C / a->NH, .nthr = omp_get_max_threads()};
+    qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1), keys = blocks_of(a->Tk, a->Tk, 0, 1, 1);
+    c.qh = to_heads(s, 0, cls, q, a->B, a->ldq, a->NH, c.hs, &whole);
+    c.kh = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, c.hs, &keys);
+    c.vh = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, c.hs, &keys);
+    if (dout) c.dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, a->NH, c.hs, &whole);
+    c.e = chunk_entries(s, G, a->Tq, a->Tk, c.hs, f0, f1, c.nthr);
+    c.nf = chunk_floats(G, a->Tq, a->Tk, c.hs), c.nh = chunk_halves(G, a->Tq, a->Tk);
+    c.f32 = fscratch(s, 10, c.nf * c.nthr);
+    c.b16 = scratch(s, 1, c.nh * c.nthr);
+    return c;
+}
+
 static void chunk_forward(bf16_state *s, const cb_attn *a, int G, float *out, float *att,
                           const float *q, const float *kv) {
     int NH = a->NH, hs = a->C / NH, Tq = a->Tq, Tk = a->Tk, BH = a->B * NH;
-    int nthr = omp_get_max_threads();
-    qblocks whole = blocks_of(Tq, Tq, 0, 1, 1), keys = blocks_of(Tk, Tk, 0, 1, 1);
-    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_FWD, q, a->B, a->ldq, NH, hs, &whole);
-    const uint16_t *kh = to_heads(s, 5, CB_RND_ACT_FWD, kv + a->koff, a->B, a->ldkv, NH, hs, &keys);
-    const uint16_t *vh = to_heads(s, 6, CB_RND_ACT_FWD, kv + a->voff, a->B, a->ldkv, NH, hs, &keys);
-    mm_entry **e = chunk_entries(s, G, Tq, Tk, hs, F_S, F_PV + 1, nthr);
-    size_t nf = chunk_floats(G, Tq, Tk, hs), nh = chunk_halves(G, Tq, Tk);
-    float *f32 = fscratch(s, 10, nf * nthr);
-    uint16_t *b16 = scratch(s, 1, nh * nthr);
+    chunk_ctx c = chunk_setup(s, a, G, q, kv, NULL, CB_RND_ACT_FWD, F_S, F_PV + 1);
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < BH; c0 += G) {
         int t = omp_get_thread_num();
-        float *o = f32 + nf * t + (size_t)G * Tq * Tk, *sc = att + (size_t)c0 * Tq * Tk;
-        uint16_t *p = b16 + nh * t;
-        mm_entry **et = e + (size_t)t * F_N;
+        float *o = c.f32 + c.nf * t + (size_t)G * Tq * Tk, *sc = att + (size_t)c0 * Tq * Tk;
+        uint16_t *p = c.b16 + c.nh * t;
+        mm_entry **et = c.e + (size_t)t * F_N;
         /* S into att itself (the whole layout), the softmax in place */
-        run_on(s->tstream[t], et[F_S], qh + (size_t)c0 * Tq * hs, kh + (size_t)c0 * Tk * hs, sc,
-               NULL);
+        run_on(s->tstream[t], et[F_S], c.qh + (size_t)c0 * Tq * hs, c.kh + (size_t)c0 * Tk * hs,
+               sc, NULL);
         for (int g = 0; g < G; g++) {
             int nq, nk;
             cb_attn_rows(a, (c0 + g) / NH, &nq, &nk);
@@ -1188,7 +1208,7 @@ static void chunk_forward(bf16_state *s, const cb_attn *a, int G, float *out, fl
                                       0);
             }
         }
-        run_on(s->tstream[t], et[F_PV], p, vh + (size_t)c0 * Tk * hs, o, NULL);
+        run_on(s->tstream[t], et[F_PV], p, c.vh + (size_t)c0 * Tk * hs, o, NULL);
         chunk_put(out, a->C, o, c0, G, NH, Tq, hs);
     }
 }
@@ -1196,27 +1216,18 @@ static void chunk_forward(bf16_state *s, const cb_attn *a, int G, float *out, fl
 static void chunk_backward(bf16_state *s, const cb_attn *a, int G, float *dq, float *dkv,
                            const float *dout, const float *q, const float *kv, const float *att) {
     int NH = a->NH, hs = a->C / NH, Tq = a->Tq, Tk = a->Tk, BH = a->B * NH;
-    int nthr = omp_get_max_threads();
     float scale = 1.0f / sqrtf((float)hs);
-    qblocks whole = blocks_of(Tq, Tq, 0, 1, 1), keys = blocks_of(Tk, Tk, 0, 1, 1);
-    const uint16_t *qh = to_heads(s, 0, CB_RND_ACT_BWD, q, a->B, a->ldq, NH, hs, &whole);
-    const uint16_t *kh = to_heads(s, 5, CB_RND_ACT_BWD, kv + a->koff, a->B, a->ldkv, NH, hs, &keys);
-    const uint16_t *vh = to_heads(s, 6, CB_RND_ACT_BWD, kv + a->voff, a->B, a->ldkv, NH, hs, &keys);
-    const uint16_t *dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, NH, hs, &whole);
-    mm_entry **e = chunk_entries(s, G, Tq, Tk, hs, F_DP, F_N, nthr);
-    size_t nf = chunk_floats(G, Tq, Tk, hs), nh = chunk_halves(G, Tq, Tk);
-    float *f32 = fscratch(s, 10, nf * nthr);
-    uint16_t *b16 = scratch(s, 1, nh * nthr);
+    chunk_ctx c = chunk_setup(s, a, G, q, kv, dout, CB_RND_ACT_BWD, F_DP, F_N);
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < BH; c0 += G) {
         int t = omp_get_thread_num();
-        float *dp = f32 + nf * t, *o = dp + (size_t)G * Tq * Tk, *dk = o + (size_t)G * Tq * hs;
+        float *dp = c.f32 + c.nf * t, *o = dp + (size_t)G * Tq * Tk, *dk = o + (size_t)G * Tq * hs;
         float *dv = dk + (size_t)G * Tk * hs;
-        uint16_t *p = b16 + nh * t, *ds = p + (size_t)G * Tq * Tk;
-        mm_entry **et = e + (size_t)t * F_N;
+        uint16_t *p = c.b16 + c.nh * t, *ds = p + (size_t)G * Tq * Tk;
+        mm_entry **et = c.e + (size_t)t * F_N;
         dnnl_stream_t st = s->tstream[t];
-        const uint16_t *qc = qh + (size_t)c0 * Tq * hs, *kc = kh + (size_t)c0 * Tk * hs,
-                       *vc = vh + (size_t)c0 * Tk * hs, *dyc = dy + (size_t)c0 * Tq * hs;
+        const uint16_t *qc = c.qh + (size_t)c0 * Tq * hs, *kc = c.kh + (size_t)c0 * Tk * hs,
+                       *vc = c.vh + (size_t)c0 * Tk * hs, *dyc = c.dy + (size_t)c0 * Tq * hs;
         run_on(st, et[F_DP], dyc, vc, dp, NULL); /* dP = dY V^T */
         for (int g = 0; g < G; g++) {
             int nq, nk;
