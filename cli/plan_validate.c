@@ -531,7 +531,6 @@ typedef struct vstate {
     const char *dir;
     cb_plan_cluster cl[2]; /* by threads - 1 */
     int want[2], n;        /* the thread counts calibrated here, not read from --cluster */
-    double cal_rt_ns;      /* the cores' smallest round trip after a calibration */
     /* each calibration round's clusters (by index into want[]) and the
      * cores' round trip before and after it (NAN: one thread) */
     cb_plan_cluster cal[CB_PLAN_MAXRUNS][2];
@@ -589,7 +588,6 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
                s->want[k] > 1 ? "s" : "", now[k]->peak_flops / 1e9);
     double rt = 1e9 * cb_core_round_trip();
     if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt);
-    if (!isnan(rt) && !(s->cal_rt_ns <= rt)) s->cal_rt_ns = rt;
     if (s->ncal < CB_PLAN_MAXRUNS) {
         for (int k = 0; k < s->n; k++) s->cal[s->ncal][k] = *now[k];
         s->cal_rt[s->ncal][0] = s->rt_prev, s->cal_rt[s->ncal][1] = rt;
@@ -691,7 +689,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     cb_plan_pred *p = calloc(NCASES, sizeof *p);
     int rc = s && p ? CB_OK : cb_fail(e, CB_ENOMEM, "out of memory for the validation's predictions");
     if (!rc) {
-        s->o = o, s->dir = dir, s->p = p, s->cal_rt_ns = NAN;
+        s->o = o, s->dir = dir, s->p = p;
         for (int i = 0; i < NCASES; i++) s->m[i] = (measured)MEASURED_NONE;
         rc = write_tokens(dir, e);
     }
@@ -703,8 +701,11 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc) predict_all(s, 0);
     tally t = {0};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
-    t.rt_min_ns = s ? s->cal_rt_ns : NAN;
-    for (int i = 0; s && i < NCASES; i++) /* every run's, not only the fastest's */
+    t.rt_min_ns = NAN; /* after each calibration, and every run's (not only the fastest's) */
+    for (int r = 0; s && r < s->ncal; r++)
+        if (!isnan(s->cal_rt[r][1]) && !(t.rt_min_ns <= s->cal_rt[r][1]))
+            t.rt_min_ns = s->cal_rt[r][1];
+    for (int i = 0; s && i < NCASES; i++)
         for (int r = 0; s->ok[i] && r < s->m[i].runs && r < RUNS_KEPT; r++)
             if (!isnan(s->m[i].run_rt[r]) && !(t.rt_min_ns <= s->m[i].run_rt[r]))
                 t.rt_min_ns = s->m[i].run_rt[r];

@@ -1163,7 +1163,6 @@ static void chunk_put(float *out, int64_t ld, const float *x, int c0, int G, int
  * gradients'), every thread's entries of products f0..f1-1 and buffers
  * (nf floats and nh halves a thread) */
 typedef struct chunk_ctx {
-    int G, hs, nthr;
     const uint16_t *qh, *kh, *vh, *dy;
     mm_entry **e;
     size_t nf, nh;
@@ -1173,16 +1172,17 @@ typedef struct chunk_ctx {
 
 static chunk_ctx chunk_setup(bf16_state *s, const cb_attn *a, int G, const float *q,
                              const float *kv, const float *dout, int cls, int f0, int f1) {
-    chunk_ctx c = {.G = G, .hs = a->C / a->NH, .nthr = omp_get_max_threads()};
+    chunk_ctx c = {0};
+    int hs = a->C / a->NH, nthr = omp_get_max_threads();
     qblocks whole = blocks_of(a->Tq, a->Tq, 0, 1, 1), keys = blocks_of(a->Tk, a->Tk, 0, 1, 1);
-    c.qh = to_heads(s, 0, cls, q, a->B, a->ldq, a->NH, c.hs, &whole);
-    c.kh = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, c.hs, &keys);
-    c.vh = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, c.hs, &keys);
-    if (dout) c.dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, a->NH, c.hs, &whole);
-    c.e = chunk_entries(s, G, a->Tq, a->Tk, c.hs, f0, f1, c.nthr);
-    c.nf = chunk_floats(G, a->Tq, a->Tk, c.hs), c.nh = chunk_halves(G, a->Tq, a->Tk);
-    c.f32 = fscratch(s, 10, c.nf * c.nthr);
-    c.b16 = scratch(s, 1, c.nh * c.nthr);
+    c.qh = to_heads(s, 0, cls, q, a->B, a->ldq, a->NH, hs, &whole);
+    c.kh = to_heads(s, 5, cls, kv + a->koff, a->B, a->ldkv, a->NH, hs, &keys);
+    c.vh = to_heads(s, 6, cls, kv + a->voff, a->B, a->ldkv, a->NH, hs, &keys);
+    if (dout) c.dy = to_heads(s, 4, CB_RND_GRAD, dout, a->B, a->C, a->NH, hs, &whole);
+    c.e = chunk_entries(s, G, a->Tq, a->Tk, hs, f0, f1, nthr);
+    c.nf = chunk_floats(G, a->Tq, a->Tk, hs), c.nh = chunk_halves(G, a->Tq, a->Tk);
+    c.f32 = fscratch(s, 10, c.nf * nthr);
+    c.b16 = scratch(s, 1, c.nh * nthr);
     return c;
 }
 
@@ -1243,12 +1243,8 @@ static void chunk_backward(bf16_state *s, const cb_attn *a, int G, float *dq, fl
         run_on(st, et[F_DQ], ds, kc, o, NULL);   /* dQ = dS K */
         run_on(st, et[F_DK], ds, qc, dk, NULL);  /* dK = dS^T Q */
         chunk_put(dq, a->ldq, o, c0, G, NH, Tq, hs);
-        for (int g = 0; g < G; g++) {
-            int b = (c0 + g) / NH, h = (c0 + g) % NH;
-            float *row = dkv + (size_t)b * Tk * a->ldkv + (size_t)h * hs;
-            put_rows(row + a->koff, a->ldkv, dk + (size_t)g * Tk * hs, Tk, hs);
-            put_rows(row + a->voff, a->ldkv, dv + (size_t)g * Tk * hs, Tk, hs);
-        }
+        chunk_put(dkv + a->koff, a->ldkv, dk, c0, G, NH, Tk, hs);
+        chunk_put(dkv + a->voff, a->ldkv, dv, c0, G, NH, Tk, hs);
     }
 }
 
