@@ -413,7 +413,7 @@ static double measure_peak(const bench_opts *b, double *bf16) {
                peak_how(&si), si.wall_gflops, 100 * si.held);
     if (*bf16 > 0 && !b->json)
         printf("bf16 GEMM peak %.1f GFLOP/s: %d^3 oneDNN bf16 matmul (fp32 result) on %d threads, "
-               "%.2fx sgemm; %s; cached in %s\n  the faster of oneDNN's kernels: %s (%s: %.1f); "
+               "%.2fx sgemm; %s; cached in %s\n  the fastest of oneDNN's forms: %s (the next, %s: %.1f); "
                "%s; by the wall clock %.1f, the threads on a CPU %.0f%% of the time\n",
                *bf16, CB_PEAK_N, b->threads, *bf16 / peak, cb_kernels_bf16_note(),
                path16[0] ? path16 : "(nowhere)", bi.form, bi.other_form, bi.other_gflops,

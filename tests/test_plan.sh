@@ -201,6 +201,11 @@ bfcase "bf16 tp 2d 4 T 16, 2 micro-batches" 4 16 --tp 4 --tp-mode 2d --batch 16 
 # the 2048 rows of T 256 are such products
 CB_BF16_PACK=1 bfcase "bf16 1 rank T 256, weights in oneDNN's layout" 1 256 --
 CB_BF16_PACK=1 bfcase "bf16 tp 1d 2 T 256, weights in oneDNN's layout" 2 256 --tp 2 --tp-mode 1d -- --tp 2 --tp-mode 1d
+# the rows are those of an update: 4 micro-batches of 512 rows read each
+# weight for 2048 rows between two updates, so it is kept in oneDNN's
+# layout too (cubist train tells the table its micro-batches)
+CB_BF16_PACK=1 bfcase "bf16 1 rank T 64, 4 micro-batches of 512 rows: weights in oneDNN's layout" 1 64 --batch 32 --micro-batches 4 -- --grad-accum 4
+CB_BF16_PACK=1 bfcase "bf16 tp 1d 2 T 64, 4 micro-batches of 512 rows: weights in oneDNN's layout" 2 64 --tp 2 --tp-mode 1d --batch 32 --micro-batches 4 -- --tp 2 --tp-mode 1d --grad-accum 4
 
 # ---------------------------------------------------------------- pipeline memory per stage
 # the plan's stage boundaries given to train (--partition), so both split

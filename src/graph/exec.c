@@ -678,6 +678,7 @@ float cb_graph_grad_step(cb_model *m, const int *ids, const int *targets) {
     m->targets = targets;
     m->loss_sum = 0.0;
     loss_weights(m, targets, m->M);
+    cb_kernels_reads_per_update(m->M); /* each weight is read m->M times before the update */
     m->training = 1; /* dropout draws the masks of step m->step */
     mlm_count(m, m->M);
     for (int z = 0; z < m->nzero; z++) /* the rest is overwritten first (graph.h) */

@@ -29,12 +29,16 @@
 #include "kernels/peak.h"
 
 #define NSCRATCH CB_BF16_SLOTS
-/* Rows from which a weight product reads its kept copy in oneDNN's own
- * layout: that saves 5-15% of the product (bench/bf16_pack.c) but costs a
- * reorder of the weight (4 bytes of memory traffic an element) per update
- * and orientation, which at 450 GFLOP/s a thread and about 12 GB/s pays
- * off from about 940 rows; measured at T=64, B=4 (256 rows) the GEMMs'
- * CPU time rose from 540 to 590 ms with it. */
+/* Rows, summed over the products that read a weight between two updates
+ * (cb_kernels_reads_per_update: a step's micro-batches), from which they
+ * read its kept copy in oneDNN's own layout: that saves 5-15% of the
+ * product (bench/bf16_pack.c) but costs a reorder of the weight (4 bytes
+ * of memory traffic an element) per update and orientation, which at 450
+ * GFLOP/s a thread and about 12 GB/s pays off from about 940 rows;
+ * measured at T=64, B=4 (256 rows, one micro-batch) the GEMMs' CPU time
+ * rose from 540 to 590 ms with it, and with 16 micro-batches of those the
+ * forward and dX products ran 10% faster (docs/precision.md, "Kept
+ * weights in oneDNN's layout by the rows of an update"). */
 #define PACK_ROWS 1024
 /* The LM head's dX reduction chunk (head_dx) */
 #define HEAD_K 16384
@@ -98,6 +102,7 @@ typedef struct bf16_state {
     double round_ms[CB_RND_N]; /* time in rounding passes, by class */
     int amx;                   /* oneDNN runs the products on AMX */
     int pack; /* kept weights in the primitives' layouts: without AMX (CB_BF16_PACK=0|1 overrides) */
+    int reads; /* products of each kind reading a weight per update (cb_kernels_reads_per_update) */
     int block_rows; /* causal attention's fewest query rows a block (CB_BF16_BLOCK_ROWS overrides) */
     int head_k;     /* the LM head's dX reduction chunk (CB_BF16_HEAD_K overrides) */
     int fuse;       /* fused causal attention (CB_BF16_FUSED=0 turns it off, for A/B runs) */
@@ -286,6 +291,14 @@ static void adamw(const cb_kernels *k, float *p, const float *g, float gs, float
     }
 }
 
+void cb_kernels_reads_per_update(int n) { S.reads = n > 1 ? n : 1; }
+
+/* gemm_w reads a kept weight in the primitive's layout: M rows a call,
+ * reads calls an update */
+static int packs(const bf16_state *s, int M, int reads) {
+    return s->pack && (long long)M * (reads > 1 ? reads : 1) >= PACK_ROWS;
+}
+
 void cb_kernels_params_freed(const float *block) {
     for (int i = 0; i < S.nranges; i++) {
         if (S.lo[i] != block) continue;
@@ -456,7 +469,7 @@ static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_
                    const float *w, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
                    const float *bias, int o) {
     size_t n = (size_t)K * N;
-    if (!s->pack || M < PACK_ROWS || !in_params(s, w, n)) {
+    if (!packs(s, M, s->reads) || !in_params(s, w, n)) {
         gemm(s, M, N, K, a, 0, lda, weight_bf16(s, 1, w, n), tb, ldb, c, ldc, acc, bias);
         return;
     }
@@ -1393,15 +1406,15 @@ void cb_kernels_bf16_need_linear(double n[CB_BF16_SLOTS], int N, int IC, int OC,
 }
 
 /* The copy in the primitive's own layout that gemm_w keeps beside a kept
- * weight's plain one (where the table packs, from PACK_ROWS rows: CPUs
- * without AMX), for a call with gemm_w's arguments on a team of nthr
- * threads: its bytes (the primitive's weights descriptor), else 0. The
- * table keeps one such copy per weight and orientation, as large as the
- * largest call's. */
-static double packed_bytes(int nthr, int M, int N, int K, int64_t lda, int tb, int64_t ldb,
-                           int64_t ldc, int bias) {
+ * weight's plain one (where the table packs, from PACK_ROWS rows an
+ * update: CPUs without AMX), for reads calls an update with gemm_w's
+ * arguments on a team of nthr threads: its bytes (the primitive's weights
+ * descriptor), else 0. The table keeps one such copy per weight and
+ * orientation, as large as the largest call's. */
+static double packed_bytes(int nthr, int reads, int M, int N, int K, int64_t lda, int tb,
+                           int64_t ldb, int64_t ldc, int bias) {
     bf16_state *s = (bf16_state *)state(cb_kernels_bf16());
-    if (!s || !s->pack || M < PACK_ROWS) return 0;
+    if (!s || !packs(s, M, reads)) return 0;
     mm_desc d = gemm_desc(M, N, K, 0, lda, tb, ldb, ldc, 0, NULL);
     d.bias = bias != 0, d.packb = 1;
     int keep = omp_get_max_threads();
@@ -1412,19 +1425,20 @@ static double packed_bytes(int nthr, int M, int N, int K, int64_t lda, int tb, i
 }
 
 /* a linear's weight (IC x OC) read by matmul_forward and matmul_backward's
- * dX product on N rows: its copies in the primitives' layouts, bytes */
-double cb_kernels_bf16_linear_packed(int nthr, int N, int IC, int OC, int bias) {
-    return packed_bytes(nthr, N, OC, IC, IC, 0, OC, OC, bias) +
-           packed_bytes(nthr, N, IC, OC, OC, 1, OC, IC, 0);
+ * dX product on N rows, reads times an update: its copies in the
+ * primitives' layouts, bytes */
+double cb_kernels_bf16_linear_packed(int nthr, int reads, int N, int IC, int OC, int bias) {
+    return packed_bytes(nthr, reads, N, OC, IC, IC, 0, OC, OC, bias) +
+           packed_bytes(nthr, reads, N, IC, OC, OC, 1, OC, IC, 0);
 }
 
 /* the tied head's table (V x C) read by head_forward and head_backward's
- * dX on N rows */
-double cb_kernels_bf16_head_packed(int nthr, int N, int C, int V) {
+ * dX on N rows, reads times an update */
+double cb_kernels_bf16_head_packed(int nthr, int reads, int N, int C, int V) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return 0;
-    return packed_bytes(nthr, N, V, C, C, 1, C, V, 0) +
-           packed_bytes(nthr, N, C, V, dw_ld(s, N, V), 0, C, C, 0);
+    return packed_bytes(nthr, reads, N, V, C, C, 1, C, V, 0) +
+           packed_bytes(nthr, reads, N, C, V, dw_ld(s, N, V), 0, C, C, 0);
 }
 
 double cb_kernels_bf16_need_bytes(const double n[CB_BF16_SLOTS]) {
@@ -1563,24 +1577,29 @@ typedef struct peak_ctx {
     const uint16_t *x, *y;
     float *c;
     int64_t lda;
+    mm_entry *e; /* B in the primitive's own layout (y reordered), or NULL */
 } peak_ctx;
 
 static void peak_call(void *p) {
     const peak_ctx *q = p;
     const int N = CB_PEAK_N;
-    gemm(q->s, N, N, N, q->x, 0, q->lda, q->y, 0, N, q->c, N, 0, NULL);
+    if (q->e) run_entry(q->s, q->e, q->x, q->y, q->c, NULL);
+    else gemm(q->s, N, N, N, q->x, 0, q->lda, q->y, 0, N, q->c, N, 0, NULL);
 }
 
 /* The bf16 GEMM peak, measured as cb_peak_measure measures sgemm's: the
  * CB_PEAK_N^3 product on operands already in bf16 (fp32 result), so the
  * figure is oneDNN's rate alone, without the kernels' rounding passes;
- * the faster of oneDNN's two kernels for it. On dense operands oneDNN
- * runs brgemm (AMX where the CPU has it); with A's rows padded (a row
- * stride past the row's end, as JIT_PAD pads a weight gradient's
- * activation) its gemm:jit, which on the AMX host of 2026-11-27 ran this
- * product 1.24-1.66x faster than brgemm (docs/precision.md, "The weight
- * gradients on gemm:jit, and the peak's two kernels"). A peak that is not
- * the best the library does would flatter every MFU against it. */
+ * the fastest of three forms of it that the table runs. On dense operands
+ * oneDNN runs brgemm (AMX where the CPU has it); with B in the primitive's
+ * own layout, brgemm on that (as the table reads kept weights without
+ * AMX: 1080 against 940 GFLOP/s dense on the AMD EPYC host of
+ * 2026-11-29); with A's rows padded (a row stride past the row's end, as
+ * JIT_PAD pads a weight gradient's activation) its gemm:jit, which on the
+ * AMX host of 2026-11-27 ran this product 1.24-1.66x faster than brgemm
+ * (docs/precision.md, "The weight gradients on gemm:jit, and the peak's
+ * two kernels"). A peak that is not the best the library does would
+ * flatter every MFU against it. */
 
 double cb_peak_measure_bf16(cb_peak_info *info) {
     bf16_state *s = (bf16_state *)cb_kernels_bf16();
@@ -1590,22 +1609,37 @@ double cb_peak_measure_bf16(cb_peak_info *info) {
      * the run and in the memory a step reports (bf16_staging_bytes) */
     float *a = malloc(sizeof(float) * np);
     uint16_t *x = malloc(sizeof(uint16_t) * np), *y = malloc(sizeof(uint16_t) * nn);
-    if (!s || !a || !x || !y) {
-        free(a), free(x), free(y);
+    mm_desc d = gemm_desc((int)n, (int)n, (int)n, 0, (int64_t)n, 0, (int64_t)n, (int64_t)n, 0, NULL);
+    d.packb = 1;
+    mm_entry *e = s ? lookup(s, &d) : NULL;
+    void *yk = e ? malloc(e->packed_bytes) : NULL;
+    if (!s || !a || !x || !y || !yk) {
+        free(a), free(x), free(y), free(yk);
         return 0;
     }
     for (size_t i = 0; i < np; i++) a[i] = (float)(i % 7) * 0.1f, x[i] = cb_bf16_round(a[i]);
     memcpy(y, x, sizeof(uint16_t) * nn);
-    peak_ctx q = {s, x, y, a, (int64_t)n};
-    cb_peak_info dense, padded;
-    double pd = cb_peak_time(peak_call, &q, &dense);
-    q.lda = (int64_t)n + JIT_PAD;
-    double pp = cb_peak_time(peak_call, &q, &padded);
-    cb_peak_info *best = pp > pd ? &padded : &dense;
-    best->form = pp > pd ? "gemm:jit, A's rows padded" : "dense operands (brgemm)";
-    best->other_gflops = pp > pd ? pd : pp;
-    best->other_form = pp > pd ? "dense operands (brgemm)" : "gemm:jit, A's rows padded";
-    if (info) *info = *best;
-    free(a), free(x), free(y);
-    return best->gflops;
+    dnnl_memory_set_data_handle(e->plain, y);
+    dnnl_memory_set_data_handle(e->b, yk);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->plain}, {DNNL_ARG_TO, e->b}};
+    check(dnnl_primitive_execute(e->reorder, s->stream, 2, args), "reorder");
+    check(dnnl_stream_wait(s->stream), "stream wait");
+    static const char *const form[3] = {"dense operands (brgemm)", "B in oneDNN's layout (brgemm)",
+                                        "gemm:jit, A's rows padded"};
+    cb_peak_info got[3];
+    peak_ctx q[3] = {{s, x, y, a, (int64_t)n, NULL},
+                     {s, x, yk, a, (int64_t)n, e},
+                     {s, x, y, a, (int64_t)n + JIT_PAD, NULL}};
+    int best = 0, next = -1;
+    for (int i = 0; i < 3; i++) {
+        cb_peak_time(peak_call, &q[i], &got[i]);
+        if (got[i].gflops > got[best].gflops) best = i;
+    }
+    for (int i = 0; i < 3; i++)
+        if (i != best && (next < 0 || got[i].gflops > got[next].gflops)) next = i;
+    got[best].form = form[best];
+    got[best].other_form = form[next], got[best].other_gflops = got[next].gflops;
+    if (info) *info = got[best];
+    free(a), free(x), free(y), free(yk);
+    return got[best].gflops;
 }

@@ -288,11 +288,12 @@ void cb_kernels_bf16_need_attention(double need[CB_BF16_SLOTS], const cb_attn *a
 void cb_kernels_bf16_need_product(double need[CB_BF16_SLOTS], int N, int K, int M, int kept);
 void cb_kernels_bf16_need_dw_rows(double need[CB_BF16_SLOTS], int N, int IC, int OC, int acc_ic);
 /* The weight copies the table keeps in oneDNN's own layout beside the
- * plain bf16 copy (CPUs without AMX, products of 1024 rows and more; 0
- * elsewhere), on a team of nthr threads: a linear's (IC x OC, with or
- * without a bias) and the tied head's (V x C), read on N rows */
-double cb_kernels_bf16_linear_packed(int nthr, int N, int IC, int OC, int bias);
-double cb_kernels_bf16_head_packed(int nthr, int N, int C, int V);
+ * plain bf16 copy (CPUs without AMX, products that read 1024 rows and
+ * more an update; 0 elsewhere), on a team of nthr threads: a linear's
+ * (IC x OC, with or without a bias) and the tied head's (V x C), read on
+ * N rows by reads products of each kind an update (the micro-batches) */
+double cb_kernels_bf16_linear_packed(int nthr, int reads, int N, int IC, int OC, int bias);
+double cb_kernels_bf16_head_packed(int nthr, int reads, int N, int C, int V);
 /* the bytes of the slots need[] asks for */
 double cb_kernels_bf16_need_bytes(const double need[CB_BF16_SLOTS]);
 
@@ -317,6 +318,13 @@ void cb_kernels_params_written(const float *block, size_t n);
 /* block is about to be freed: its copies go, and a later buffer at its
  * address is not taken for parameters */
 void cb_kernels_params_freed(const float *block);
+/* Each weight is read by this many products of each kind (a forward, a
+ * backward dX) between two parameter writes: a step's micro-batches. The
+ * bf16 table keeps a weight in oneDNN's own layout when those products
+ * read PACK_ROWS rows or more in all, where the reorder pays for itself
+ * (src/kernels/bf16.c). The graph engine sets it at every training step;
+ * 1 until then. */
+void cb_kernels_reads_per_update(int n);
 
 /* Round to nearest even, the rounding of the hardware's vcvtneps2bf16 */
 static inline uint16_t cb_bf16_round(float f) {

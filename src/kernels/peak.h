@@ -35,7 +35,7 @@
 typedef struct cb_peak_info {
     double gflops, wall_gflops, held;
     int clean;
-    /* the bf16 peak's kernel (cb_peak_measure_bf16), and the other one's
+    /* the bf16 peak's form (cb_peak_measure_bf16), and the next fastest one's
      * figure; NULL and 0 for sgemm */
     const char *form, *other_form;
     double other_gflops;

@@ -346,7 +346,7 @@ void cb_plan_bf16_linear(const cb_plan_layout *l, int nthr, double *need, double
     if (own_weights(l)) {
         int row = P > 1 && parity == 1, i = row ? in / P : in, o = row ? out : out / P;
         cb_kernels_bf16_need_linear(need, N, i, o, 1, l->M > 1);
-        *packed += cb_kernels_bf16_linear_packed(nthr, N, i, o, !row);
+        *packed += cb_kernels_bf16_linear_packed(nthr, l->M, N, i, o, !row);
         return;
     }
     int q = side(l), ch, n = grid_rows(l, N, &ch);
@@ -366,7 +366,7 @@ void cb_plan_bf16_head(const cb_plan_layout *l, int nthr, double *need, double *
     if (own_weights(l)) {
         int Vl = (int)cb_plan_pad(V, l->tp) / l->tp;
         cb_kernels_bf16_need_head(need, N, C, Vl, 1, l->M > 1);
-        *packed += cb_kernels_bf16_head_packed(nthr, N, C, Vl);
+        *packed += cb_kernels_bf16_head_packed(nthr, l->M, N, C, Vl);
         return;
     }
     int q = side(l), ch, n = grid_rows(l, N, &ch), c = C / q;
