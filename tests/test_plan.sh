@@ -30,7 +30,8 @@
 #   tp 1d 2, 2d 4, 3d 8; BERT, the translation model and NCF on one rank
 #   and under 1-D, 2-D or 3-D;
 #   with CB_BF16_PACK=1 the weights' copies in oneDNN's layout that CPUs
-#   without AMX keep): the engine's planned activations and the bf16
+#   without AMX keep, at 2048 rows a call and at 4 micro-batches of 512
+#   rows): the engine's planned activations and the bf16
 #   table's weight copies and operand staging, exactly; --precision bf16 on a cluster without bf16
 #   rates, an unknown precision: exit 2, one line;
 # - a cluster file with a missing, negative or non-numeric field, or bad

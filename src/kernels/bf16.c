@@ -38,7 +38,7 @@
  * measured at T=64, B=4 (256 rows, one micro-batch) the GEMMs' CPU time
  * rose from 540 to 590 ms with it, and with 16 micro-batches of those the
  * forward and dX products ran 10% faster (docs/precision.md, "Kept
- * weights in oneDNN's layout by the rows of an update"). */
+ * weights by the rows of an update"). */
 #define PACK_ROWS 1024
 /* The LM head's dX reduction chunk (head_dx) */
 #define HEAD_K 16384
@@ -461,10 +461,10 @@ static void gemm(bf16_state *s, int M, int N, int K, const uint16_t *a, int ta, 
 }
 
 /* c (M,N) (+)= a (M,K) w, w a weight stored (K,N), or (N,K) when tb.
- * A weight in a parameter block is read from its kept copy: from
- * PACK_ROWS rows in the primitive's own layout (orientation o: 0 forward,
- * 1 backward dx), below in the plain one; any other weight is rounded
- * into scratch slot 1. */
+ * A weight in a parameter block is read from its kept copy: where an
+ * update's products read PACK_ROWS rows or more (packs), in the
+ * primitive's own layout (orientation o: 0 forward, 1 backward dx),
+ * below in the plain one; any other weight is rounded into scratch slot 1. */
 static void gemm_w(bf16_state *s, int M, int N, int K, const uint16_t *a, int64_t lda,
                    const float *w, int tb, int64_t ldb, float *c, int64_t ldc, int acc,
                    const float *bias, int o) {
