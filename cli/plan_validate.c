@@ -322,25 +322,20 @@ typedef struct tally {
      * run's fastest step, the measurement's own spread above meas */
     double pred[NCASES], meas[NCASES], slow[NCASES];
     /* the cases timed on both cores by where the cores sat for their
-     * fastest run: near when the round trip was within RT_NEAR times the
-     * smallest seen in the validation (rt_min_ns: calibrations and every
-     * run), else apart */
+     * fastest run: near when the round trip was within CB_RT_NEAR_NS
+     * (kernels/peak.h), else apart; rt_min_ns: the smallest seen
+     * (calibrations and every run), NAN when none was */
     double rt_min_ns, err_near, err_apart;
     int n_near, n_apart;
     /* by state (1 near, 0 apart): seconds per token predicted from the
-     * calibration rounds that ran wholly in it (the round trip before and
-     * after each), and how many rounds; 0 rounds: the overall prediction */
+     * calibrations of 2 threads from windows in it, and how many; 0: the
+     * overall prediction */
     double spred[2][NCASES];
     int scal[2];
 } tally;
 
-/* A round trip up to this many times the validation's smallest counts as
- * the cores near each other: on the host of 2026-11-29 the two placements
- * read 45-125 and 345-430 ns (kernels/peak.h) */
-#define RT_NEAR 2.0
-
-/* a round trip counts as the cores near: within RT_NEAR of the smallest */
-static int cores_near(const tally *t, double rt_ns) { return rt_ns <= RT_NEAR * t->rt_min_ns; }
+/* a round trip counts as the cores near: within CB_RT_NEAR_NS */
+static int cores_near(double rt_ns) { return rt_ns <= CB_RT_NEAR_NS; }
 
 static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally *t) {
     int ranks = c->dp * c->pp * c->tp, over = ranks * c->threads > 2, bench = over && c->tp > 1;
@@ -374,7 +369,7 @@ static void row(const vcase *c, const cb_plan_pred *p, const measured *m, tally 
                         t->slow[c - CASES] = 1e-3 * m->slow_ms / tok;
         printf("step %8.2f %8.2f %+6.1f%%", 1e3 * p->step_s, m->step_ms, 100 * e);
         if (!isnan(m->rt_ns)) {
-            int near = cores_near(t, m->rt_ns);
+            int near = cores_near(m->rt_ns);
             if (near) t->err_near += fabs(e), t->n_near++;
             else t->err_apart += fabs(e), t->n_apart++;
             printf(" cores %3.0f ns%s", m->rt_ns, near ? " " : "*");
@@ -478,7 +473,7 @@ static void order(const tally *t, const char *state) {
 }
 
 /* The order again with each case's runs split by where the cores sat
- * (near: a round trip up to RT_NEAR times the smallest seen): the
+ * (near: a round trip up to CB_RT_NEAR_NS): the
  * fastest run in each state against the same prediction, for the models
  * whose every case ran at least once in that state. Each case's fastest
  * run overall may come from either state, and the two favour different
@@ -494,7 +489,7 @@ static void order_by_state(const tally *t, const measured *m) {
             const vcase *c = &CASES[i];
             double tok = (double)c->B * c->M * c->T;
             for (int r = 0; r < m[i].runs && r < RUNS_KEPT; r++) {
-                if (isnan(m[i].run_rt[r]) || cores_near(t, m[i].run_rt[r]) != near)
+                if (isnan(m[i].run_rt[r]) || cores_near(m[i].run_rt[r]) != near)
                     continue;
                 double x = 1e-3 * m[i].run_ms[r] / tok;
                 if (!(u.meas[i] <= x)) u.meas[i] = x;
@@ -513,13 +508,13 @@ static void order_by_state(const tally *t, const measured *m) {
                 u.pred[i] = t->spred[near][i];
                 if (!isnan(u.meas[i])) err += fabs(rel(u.pred[i], u.meas[i])), n++;
             }
-            printf("  predicted from the %d calibration round%s with the cores %s before and after "
+            printf("  predicted from %d calibration%s of 2 threads from windows with the cores %s "
                    "(the best of each figure): mean error %.1f%% over the %d two-core case%s run "
                    "so\n", t->scal[near], t->scal[near] > 1 ? "s" : "", near ? "near" : "apart",
                    n ? 100 * err / n : 0, n, n == 1 ? "" : "s");
         } else
-            printf("  predicted from every calibration's best figures: no calibration round ran "
-                   "with the cores %s before and after\n", near ? "near" : "apart");
+            printf("  predicted from every calibration's best figures: no calibration of 2 threads "
+                   "kept half its windows with the cores %s\n", near ? "near" : "apart");
         order(&u, state);
     }
 }
@@ -536,6 +531,11 @@ typedef struct vstate {
     cb_plan_cluster cal[CB_PLAN_MAXRUNS][2];
     double cal_rt[CB_PLAN_MAXRUNS][2], rt_prev;
     int ncal;
+    /* each round's calibrations of 2 threads from the windows with the
+     * cores apart [0] or near [1] only (cb_plan_probe_placement), and the
+     * windows each judged and kept; npcal: how many rounds made them */
+    cb_plan_cluster pcal[CB_PLAN_MAXRUNS][2];
+    int pjudged[CB_PLAN_MAXRUNS][2], pkept[CB_PLAN_MAXRUNS][2], npcal;
     cb_plan_pred *p;       /* NCASES */
     measured m[NCASES];
     int ok[NCASES], rounds;
@@ -593,6 +593,20 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
         s->cal_rt[s->ncal][0] = s->rt_prev, s->cal_rt[s->ncal][1] = rt;
         s->ncal++;
     }
+    /* 2 threads again, twice: from the windows with the cores apart, then
+     * near (the other windows rerun up to 4x: a figure with none in the
+     * state keeps the best of all its windows) */
+    int two = s->n == 2 || (s->n == 1 && s->want[0] == 2);
+    for (int near = 0; two && s->npcal < CB_PLAN_MAXRUNS && near <= 1; near++) {
+        int r = s->npcal;
+        cb_plan_probe_placement(near ? 1 : 2, NULL, NULL);
+        int rc = plan_measure(2, s->o->quick, 0, !s->o->quick, &s->pcal[r][near], e);
+        cb_plan_probe_placement(0, &s->pjudged[r][near], &s->pkept[r][near]);
+        if (rc) return rc;
+        printf("%s 2 threads with the cores %s only: %d of %d windows", near ? "," : ";",
+               near ? "near" : "apart", s->pkept[r][near], s->pjudged[r][near]);
+        if (near) s->npcal++;
+    }
     if (!i) {
         for (int k = 0; k < s->n; k++) s->cl[s->want[k] - 1] = *now[k];
         predict_all(s, 1);
@@ -608,28 +622,22 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
     return CB_OK;
 }
 
-/* t->spred[state] and t->scal[state]: the two-core cases predicted from
- * the best figures of the calibration rounds whose round trips before and
- * after both count as that state (the thread counts read from --cluster
- * files as they are), once t->rt_min_ns is known */
+/* t->spred[state] and t->scal[state]: the two-core cases predicted with
+ * 2 threads at the best figures of the rounds' calibrations from windows
+ * in that state (those that kept at least half their windows; 1 thread
+ * as everywhere), once any round trip was measured */
 static void predict_by_state(const vstate *s, tally *t) {
     cb_plan_pred *p = malloc(sizeof *p);
     for (int near = 0; near <= 1 && p; near++) {
         cb_plan_cluster sel[CB_PLAN_MAXRUNS], cl[2] = {s->cl[0], s->cl[1]};
-        int idx[CB_PLAN_MAXRUNS], n = 0;
-        for (int r = 0; r < s->ncal; r++) {
-            const double *rt = s->cal_rt[r];
-            if (!isnan(rt[0]) && !isnan(rt[1]) && cores_near(t, rt[0]) == near &&
-                cores_near(t, rt[1]) == near)
-                idx[n++] = r;
-        }
+        int n = 0;
+        for (int r = 0; r < s->npcal; r++)
+            if (s->pkept[r][near] > 0 && 2 * s->pkept[r][near] >= s->pjudged[r][near])
+                sel[n++] = s->pcal[r][near];
         t->scal[near] = n;
         if (!n) continue;
-        for (int k = 0; k < s->n; k++) {
-            double spread[CB_PLAN_NSPREAD];
-            for (int r = 0; r < n; r++) sel[r] = s->cal[idx[r]][k];
-            cb_plan_cluster_best(sel, n, &cl[s->want[k] - 1], spread);
-        }
+        double spread[CB_PLAN_NSPREAD];
+        cb_plan_cluster_best(sel, n, &cl[1], spread);
         for (int i = 0; i < NCASES; i++) {
             t->spred[near][i] = NAN;
             if (!s->ok[i] || isnan(t->pred[i])) continue;
@@ -748,10 +756,9 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                o->repeat, 100 * t.spread_sum / t.nspread, 100 * t.spread_worst, t.nspread);
     if (!rc && t.n_near + t.n_apart)
         printf("the cases timed on both cores, by where the cores sat for their fastest run (a "
-               "cache line's round trip between them, `cores`): within %.0f ns, %.0fx the "
-               "smallest seen (calibrations included), mean error %.1f%% over %d; farther apart "
-               "(*), %.1f%% over %d\n",
-               RT_NEAR * t.rt_min_ns, RT_NEAR, t.n_near ? 100 * t.err_near / t.n_near : 0,
+               "cache line's round trip between them, `cores`): within %.0f ns, mean error "
+               "%.1f%% over %d; farther apart (*), %.1f%% over %d\n",
+               CB_RT_NEAR_NS, t.n_near ? 100 * t.err_near / t.n_near : 0,
                t.n_near, t.n_apart ? 100 * t.err_apart / t.n_apart : 0, t.n_apart);
     if (!rc && t.ncpu)
         printf("one process, one thread, against its CPU time per step (what the load does not "

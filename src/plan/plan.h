@@ -394,6 +394,16 @@ typedef struct cb_plan_probe {
     double (*gemm_shared)(void *ctx, int m, int k, int n, int streams);
 } cb_plan_probe;
 
+/* Where a team's cores must sit for cb_plan_probe_cpu's windows to count,
+ * on a VM whose hypervisor moves them (docs/plan.md, Validation): want 1
+ * near, 2 apart, by the cores' round trip measured right after each
+ * window (near: up to CB_RT_NEAR_NS, kernels/peak.h); 0 every
+ * window (the default). A figure with no window in the wanted state takes
+ * the best of all its windows. One thread is not judged. The counts of
+ * windows judged and kept since the last call go to *judged and *kept
+ * (either may be NULL). */
+void cb_plan_probe_placement(int want, int *judged, int *kept);
+
 /* The collectives calibration measures (cb_plan_coll.op). */
 #define CB_PLAN_NOPS 6
 extern const char *const CB_PLAN_OPS[CB_PLAN_NOPS];
