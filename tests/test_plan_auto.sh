@@ -125,6 +125,14 @@ rounds=$(awk '/^validation on this machine/ {exit} /^round [0-9]+: calibrated 1 
 [ "$rounds" = 2 ] && grep -q "each round after a calibration" val.out \
     && pass "plan --validate --quick --repeat 2: a calibration of 1 and 2 threads before each of the 2 rounds" \
     || fail "plan --validate --quick --repeat 2: $rounds round lines before the table (want 2): $(grep '^round' val.out | head -c 300)"
+# each round also calibrates 2 threads from the windows with the cores
+# apart only, then near only (cb_plan_probe_placement), and prints the
+# windows each kept of those it judged: kept <= judged, some judged
+win=$(sed -n 's/^round [0-9]*: .*; 2 threads with the cores apart only: \([0-9]*\) of \([0-9]*\) windows, 2 threads with the cores near only: \([0-9]*\) of \([0-9]*\) windows; run .*/\1 \2 \3 \4/p' val.out)
+okw=$(awk '{n++; if (!($1 <= $2 && $3 <= $4 && $2 + $4 > 0)) bad = 1} END {print (n == 2 && !bad) ? "ok" : "bad"}' <<<"$win")
+[ "$okw" = ok ] \
+    && pass "plan --validate --quick --repeat 2: each round's calibrations by placement keep their windows ($(tr '\n' ';' <<<"$win"))" \
+    || fail "plan --validate --quick --repeat 2: placement calibrations' windows '$win'"
 # with two runs of each case, the measurement against itself: the slowest
 # run's fastest step over the fastest run's, mean and worst, each >= 0
 self=$(sed -n 's/^the measurement against itself: .* is \([0-9.]*\)% above .*(worst \([0-9.]*\)%) over \([0-9]*\) timed cases.*/\1 \2 \3/p' val.out)
