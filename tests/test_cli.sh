@@ -237,7 +237,10 @@ for l in open(sys.argv[1]):
         m = re.search(pat, l)
         if m:
             rows += 1
-            if int(m.group(2)) != round(best[kind]):
+            # the row prints the peak to the unit, the peak lines to 0.1:
+            # within 0.5 + 0.05 of each other (Python's round(522.5) is 522
+            # where printf's %.0f of 522.53 is 523)
+            if abs(int(m.group(2)) - best[kind]) > 0.551:
                 bad.append(f"{kind} row against {m.group(2)}, highest so far {best[kind]}")
 files = glob.glob(sys.argv[2] + "/peak-*-1")
 c16 = [f for f in files if "/peak-bf16-" in f]
