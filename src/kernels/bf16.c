@@ -395,6 +395,15 @@ static mm_entry *lookup(bf16_state *s, const mm_desc *dd) {
     return e;
 }
 
+/* dst (entry e's B layout) = plain B reordered (e->reorder) */
+static void reorder_b(bf16_state *s, mm_entry *e, const void *plain, void *dst) {
+    dnnl_memory_set_data_handle(e->plain, (void *)plain);
+    dnnl_memory_set_data_handle(e->b, dst);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->plain}, {DNNL_ARG_TO, e->b}};
+    check(dnnl_primitive_execute(e->reorder, s->stream, 2, args), "reorder");
+    check(dnnl_stream_wait(s->stream), "stream wait");
+}
+
 /* Weight w (n)'s kept copy in entry e's B layout (orientation o),
  * reordered from the plain copy when either changed since */
 static const void *packed(bf16_state *s, mm_entry *e, const float *w, size_t n, int o) {
@@ -409,11 +418,7 @@ static const void *packed(bf16_state *s, mm_entry *e, const float *w, size_t n, 
         c->pk_bytes[o] = e->packed_bytes;
     }
     double t0 = omp_get_wtime();
-    dnnl_memory_set_data_handle(e->plain, (void *)plain);
-    dnnl_memory_set_data_handle(e->b, c->pk[o]);
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->plain}, {DNNL_ARG_TO, e->b}};
-    check(dnnl_primitive_execute(e->reorder, s->stream, 2, args), "reorder");
-    check(dnnl_stream_wait(s->stream), "stream wait");
+    reorder_b(s, e, plain, c->pk[o]);
     s->round_ms[CB_RND_WEIGHT] += (omp_get_wtime() - t0) * 1e3;
     c->pk_md[o] = *md;
     c->pk_ver[o] = c->ver;
@@ -926,7 +931,7 @@ static int max_rows(const qblocks *q) {
  * backward's: f0 tells them apart), so a step's 2 L calls search the
  * cache once each. */
 typedef struct fentries {
-    int Tq, Tk, hs, rows, nthr;
+    int Tq, Tk, hs, rows, nthr; /* rows: a block's most rows; the chunks' pairs G */
     const mm_entry *cache; /* the cache the pointers point into */
     mm_entry **e;
 } fentries;
@@ -1138,26 +1143,27 @@ static mm_desc chunk_desc(int f, int G, int Tq, int Tk, int hs, float scale, int
 }
 
 /* every thread's entries of products f0..f1-1: e[t F_N + f], created
- * before the parallel region (then found again: creating moves the
- * cache) */
+ * before the parallel region and kept between calls of the same shape
+ * until the cache moves, as fused_entries keeps its own */
 static mm_entry **chunk_entries(bf16_state *s, int G, int Tq, int Tk, int hs, int f0, int f1,
                                 int nthr) {
-    static mm_entry **e;
-    static int cap;
-    if (cap < nthr * F_N) {
-        free(e);
-        e = calloc((size_t)nthr * F_N, sizeof *e);
-        if (!e) cb_comm_fatal("out of memory for attention in chunks");
-        cap = nthr * F_N;
-    }
+    static fentries memo[2];
+    fentries *m = &memo[f0 != F_S];
+    if (m->e && m->cache == s->cache && m->Tq == Tq && m->Tk == Tk && m->hs == hs &&
+        m->rows == G && m->nthr == nthr)
+        return m->e;
+    free(m->e);
+    mm_entry **e = calloc((size_t)nthr * F_N, sizeof *e);
+    if (!e) cb_comm_fatal("out of memory for attention in chunks");
     float scale = 1.0f / sqrtf((float)hs);
     thread_streams(s, nthr);
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 2; pass++) /* create, then find (creating moves the cache) */
         for (int t = 0; t < nthr; t++)
             for (int f = f0; f < f1; f++) {
                 mm_desc d = chunk_desc(f, G, Tq, Tk, hs, scale, t);
                 e[(size_t)t * F_N + f] = lookup(s, &d);
             }
+    *m = (fentries){Tq, Tk, hs, G, nthr, s->cache, e};
     return e;
 }
 
@@ -1619,11 +1625,7 @@ double cb_peak_measure_bf16(cb_peak_info *info) {
     }
     for (size_t i = 0; i < np; i++) a[i] = (float)(i % 7) * 0.1f, x[i] = cb_bf16_round(a[i]);
     memcpy(y, x, sizeof(uint16_t) * nn);
-    dnnl_memory_set_data_handle(e->plain, y);
-    dnnl_memory_set_data_handle(e->b, yk);
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->plain}, {DNNL_ARG_TO, e->b}};
-    check(dnnl_primitive_execute(e->reorder, s->stream, 2, args), "reorder");
-    check(dnnl_stream_wait(s->stream), "stream wait");
+    reorder_b(s, e, y, yk);
     static const char *const form[3] = {"dense operands (brgemm)", "B in oneDNN's layout (brgemm)",
                                         "gemm:jit, A's rows padded"};
     cb_peak_info got[3];
