@@ -323,10 +323,10 @@ typedef struct tally {
     double pred[NCASES], meas[NCASES], slow[NCASES];
     /* the cases timed on both cores by where the cores sat for their
      * fastest run: near when the round trip was within CB_RT_NEAR_NS
-     * (kernels/peak.h), else apart; rt_min_ns: the smallest seen
-     * (calibrations and every run), NAN when none was */
-    double rt_min_ns, err_near, err_apart;
-    int n_near, n_apart;
+     * (kernels/peak.h), else apart; rt_seen: a round trip was measured
+     * (after a calibration, or before any run) */
+    double err_near, err_apart;
+    int n_near, n_apart, rt_seen;
     /* by state (1 near, 0 apart): seconds per token predicted from the
      * calibrations of 2 threads from windows in it, and how many; 0: the
      * overall prediction */
@@ -526,11 +526,7 @@ typedef struct vstate {
     const char *dir;
     cb_plan_cluster cl[2]; /* by threads - 1 */
     int want[2], n;        /* the thread counts calibrated here, not read from --cluster */
-    /* each calibration round's clusters (by index into want[]) and the
-     * cores' round trip before and after it (NAN: one thread) */
-    cb_plan_cluster cal[CB_PLAN_MAXRUNS][2];
-    double cal_rt[CB_PLAN_MAXRUNS][2], rt_prev;
-    int ncal;
+    int rt_seen; /* a calibration's round trip was measured (two threads formed) */
     /* each round's calibrations of 2 threads from the windows with the
      * cores apart [0] or near [1] only (cb_plan_probe_placement), and the
      * windows each judged and kept; npcal: how many rounds made them */
@@ -587,12 +583,7 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
         printf("%s %d thread%s (peak %.1f GFLOP/s)", k ? " and" : "", s->want[k],
                s->want[k] > 1 ? "s" : "", now[k]->peak_flops / 1e9);
     double rt = 1e9 * cb_core_round_trip();
-    if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt);
-    if (s->ncal < CB_PLAN_MAXRUNS) {
-        for (int k = 0; k < s->n; k++) s->cal[s->ncal][k] = *now[k];
-        s->cal_rt[s->ncal][0] = s->rt_prev, s->cal_rt[s->ncal][1] = rt;
-        s->ncal++;
-    }
+    if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt), s->rt_seen = 1;
     /* 2 threads again, twice: from the windows with the cores apart, then
      * near (the other windows rerun up to 4x: a figure with none in the
      * state keeps the best of all its windows) */
@@ -617,7 +608,6 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
         run_round(s);
     } else
         printf("\n");
-    s->rt_prev = 1e9 * cb_core_round_trip(); /* before the next calibration */
     fflush(stdout);
     return CB_OK;
 }
@@ -676,7 +666,6 @@ static int validate_clusters(vstate *s, cb_err *e) {
     cb_plan_cluster got[2];
     double spread[2][CB_PLAN_NSPREAD];
     if (rc || !s->n) return rc;
-    s->rt_prev = 1e9 * cb_core_round_trip(); /* before the first calibration */
     /* the bf16 cases' rates with the full set (none of them is quick) */
     rc = plan_measure_best(s->n, s->want, o->quick, !have[0], !o->quick, runs, on_round, s, got,
                            spread, e);
@@ -709,14 +698,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
     if (!rc) predict_all(s, 0);
     tally t = {0};
     for (int i = 0; i < NCASES; i++) t.pred[i] = t.meas[i] = t.slow[i] = NAN;
-    t.rt_min_ns = NAN; /* after each calibration, and every run's (not only the fastest's) */
-    for (int r = 0; s && r < s->ncal; r++)
-        if (!isnan(s->cal_rt[r][1]) && !(t.rt_min_ns <= s->cal_rt[r][1]))
-            t.rt_min_ns = s->cal_rt[r][1];
+    t.rt_seen = s && s->rt_seen; /* after a calibration, or before any run (not only the fastest) */
     for (int i = 0; s && i < NCASES; i++)
         for (int r = 0; s->ok[i] && r < s->m[i].runs && r < RUNS_KEPT; r++)
-            if (!isnan(s->m[i].run_rt[r]) && !(t.rt_min_ns <= s->m[i].run_rt[r]))
-                t.rt_min_ns = s->m[i].run_rt[r];
+            t.rt_seen |= !isnan(s->m[i].run_rt[r]);
     if (!rc)
         printf("validation on this machine (%ld cores, load average %.1f at the start: timings "
                "are contended when it exceeds the cores); predicted vs measured, the fastest of "
@@ -736,7 +721,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
         fflush(stdout);
     }
-    if (s && !rc && !isnan(t.rt_min_ns)) predict_by_state(s, &t);
+    if (s && !rc && t.rt_seen) predict_by_state(s, &t);
     /* the runs by state, for order_by_state after the tables */
     measured *ms = s && !rc ? malloc(sizeof s->m) : NULL;
     if (ms) memcpy(ms, s->m, sizeof s->m);
@@ -765,7 +750,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
                100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
     if (!rc && t.n) order(&t, NULL);
-    if (!rc && t.n && !isnan(t.rt_min_ns) && ms) order_by_state(&t, ms);
+    if (!rc && t.n && t.rt_seen && ms) order_by_state(&t, ms);
     free(ms);
     return rc;
 }
