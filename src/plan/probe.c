@@ -76,9 +76,9 @@ void cb_plan_probe_placement(int want, int *judged, int *kept) {
     place.want = want, place.judged = place.kept = 0;
 }
 
-/* whether a team's window just ended counts: its cores where wanted */
+/* whether a team's window just ended counts: its cores where wanted
+ * (best_of asks only with a placement wanted) */
 static int placed(void) {
-    if (!place.want) return 1;
     double rt = 1e9 * cb_core_round_trip_quick();
     if (isnan(rt)) return 1;
     int ok = (rt <= CB_RT_NEAR_NS) == (place.want == 1);
