@@ -3,7 +3,7 @@
  *   test_comm                         every check, every grid the world fits
  *   test_comm --dp N --pp N --tp N --tp-mode M [--print-grid]
  *                                     that grid only; a bad one exits 2
- *   test_comm --die R | --fatal R | --local-error R
+ *   test_comm --die R | --fatal R | --local-error R | --stall R
  *                                     failure drills for the script
  * Every rank runs every check; rank 0 prints one PASS/FAIL line per check
  * after agreeing on the result (details from the first failing rank). */
@@ -766,6 +766,16 @@ static void drill(const char *kind, int who, cb_comm *w) {
         if (w->rank == who) cb_fail(&e, CB_EINPUT, "drill: data/x.bin seen by rank %d is empty; run `cubist prepare`", who);
         if (cb_comm_agree_err(w, &e)) cb_comm_exit(e.code, e.msg);
     }
+    if (strcmp(kind, "--stall") == 0) {
+        /* rank `who` stays away 30 s; root 0 waits for it in a gather under
+         * a 2 s watchdog, which must name it as not arrived; the others
+         * wait in the barrier (answering) under a 60 s one */
+        cb_comm_set_stall_timeout(w->rank == 0 ? 2 : 60);
+        if (w->rank == who) sleep(30);
+        char mine = (char)w->rank, all[256];
+        if (w->size > (int)sizeof all) cb_comm_exit(CB_EINPUT, "test_comm: --stall needs at most 256 ranks");
+        cb_comm_gather_bytes(w, "drill", &mine, all, 1, 0);
+    }
     cb_comm_barrier(w, "drill");
     cb_comm_exit(0, NULL);
 }
@@ -792,7 +802,8 @@ int main(int argc, char **argv) {
             else *(a[2] == 'd' ? &dp : a[3] == 'p' && a[2] == 'p' ? &pp : &tp) = atoi(v);
         } else if (!strcmp(a, "--print-grid")) {
             print = 1;
-        } else if (!strcmp(a, "--die") || !strcmp(a, "--fatal") || !strcmp(a, "--local-error")) {
+        } else if (!strcmp(a, "--die") || !strcmp(a, "--fatal") || !strcmp(a, "--local-error") ||
+                   !strcmp(a, "--stall")) {
             drill(a, arg_int(argc, argv, i), w);
         } else {
             cb_comm_exit(CB_EINPUT, "test_comm: unknown flag; use --dp --pp --tp --tp-mode --print-grid");

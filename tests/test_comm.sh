@@ -78,6 +78,11 @@ per_rank "bad input on rank 2 of 4" 4 2 "$BIN" --local-error 2
 # The dead rank's status 3 (OpenMPI) or the SIGKILL hydra sends the rest (9).
 drill "rank 1 of 4 dies, the job ends" "3|9" 0 "^cubist: " "${launch[@]}" -np 4 "$BIN" --die 1
 drill "rank 3 of 4 calls cb_comm_fatal, the job ends" 2 1 "^cubist: rank 3: drill" "${launch[@]}" -np 4 "$BIN" --fatal 3
+# The watchdog of a root waiting in a gather asks every member, not the
+# root alone (it had named no one: "every rank involved is waiting too").
+drill "rank 3 of 4 stays away from a gather: root 0's watchdog names it" 6 1 \
+    "^cubist: rank 0: stalled [0-9]* s (--stall-timeout 2) in gather 'drill'.*not arrived.*world rank 3;" \
+    "${launch[@]}" -np 4 "$BIN" --stall 3
 
 timeout "$TMO" "${launch[@]}" -np 8 "$BIN" --tp 8 --tp-mode 3d --print-grid >"$tmp/g.out" 2>&1
 if [ "$(grep -c '^rank ' "$tmp/g.out")" = 8 ] && grep -q '^rank    5  d=0 p=0 t=5  (i,j,k)=(1,0,1) ' "$tmp/g.out"; then

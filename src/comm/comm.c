@@ -240,7 +240,8 @@ static void req_start(cb_comm_req *r, cb_comm *c, int slot, const char *op, int 
 typedef struct wait_info {
     cb_comm *c;
     const char *op, *tag;
-    int peer, mtag; /* root or partner, -1 none; message tag of point to point */
+    int peer, mtag; /* root or partner, -1 none; message tag of point to point, -1 for a
+                     * collective (missing() then asks every member, not the root alone) */
 } wait_info;
 
 enum { TAG_QUERY = 1, TAG_ANSWER = 2, DESC_LEN = 200 };
@@ -396,7 +397,7 @@ static void allreduce(cb_comm *c, const char *tag, const void *send, void *recv,
     int s = charge(c, tag, b, b);
     MPI_Request q;
     MPI_Iallreduce(in_place(send, recv), recv, count(c, n), dt, mpi_op(op), c->comm, &q);
-    block(c, s, &q, "all-reduce", -1, 0);
+    block(c, s, &q, "all-reduce", -1, -1);
 }
 
 void cb_comm_allreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op) {
@@ -417,7 +418,7 @@ void cb_comm_reduce_scatter(cb_comm *c, const char *tag, const float *send, floa
     int s = charge(c, tag, b, b);
     MPI_Request q;
     MPI_Ireduce_scatter_block(send ? (const void *)send : MPI_IN_PLACE, recv, count(c, n), MPI_FLOAT, MPI_SUM, c->comm, &q);
-    block(c, s, &q, "reduce-scatter", -1, 0);
+    block(c, s, &q, "reduce-scatter", -1, -1);
 }
 
 /* send (n) -> recv (p*n) */
@@ -426,7 +427,7 @@ void cb_comm_allgather(cb_comm *c, const char *tag, const float *send, float *re
     int s = charge(c, tag, b, b);
     MPI_Request q;
     MPI_Iallgather(send ? (const void *)send : MPI_IN_PLACE, count(c, n), MPI_FLOAT, recv, count(c, n), MPI_FLOAT, c->comm, &q);
-    block(c, s, &q, "all-gather", -1, 0);
+    block(c, s, &q, "all-gather", -1, -1);
 }
 
 static void bcast(cb_comm *c, const char *tag, void *buf, size_t n, size_t esize, MPI_Datatype dt, int root) {
@@ -434,7 +435,7 @@ static void bcast(cb_comm *c, const char *tag, void *buf, size_t n, size_t esize
     int s = charge(c, tag, b, b);
     MPI_Request q;
     MPI_Ibcast(buf, count(c, n), dt, root, c->comm, &q);
-    block(c, s, &q, "broadcast", root, 0);
+    block(c, s, &q, "broadcast", root, -1);
 }
 
 void cb_comm_bcast(cb_comm *c, const char *tag, float *buf, size_t n, int root) {
@@ -478,14 +479,14 @@ void cb_comm_reduce(cb_comm *c, const char *tag, const float *send, float *recv,
     if (c->rank == root && sb == recv) sb = root == 0 ? MPI_IN_PLACE : (const void *)root_copy(c, recv, n);
     MPI_Request q;
     MPI_Ireduce(sb, recv, count(c, n), MPI_FLOAT, MPI_SUM, root, c->comm, &q);
-    block(c, s, &q, "reduce", root, 0);
+    block(c, s, &q, "reduce", root, -1);
 }
 
 void cb_comm_barrier(cb_comm *c, const char *tag) {
     int s = charge(c, tag, 0, 0);
     MPI_Request q;
     MPI_Ibarrier(c->comm, &q);
-    block(c, s, &q, "barrier", -1, 0);
+    block(c, s, &q, "barrier", -1, -1);
 }
 
 void cb_comm_iallreduce(cb_comm *c, const char *tag, const float *send, float *recv, size_t n, cb_comm_op op, cb_comm_req *r) {
@@ -645,7 +646,7 @@ void cb_comm_allgatherv(cb_comm *c, const char *tag, const float *send, float *r
     MPI_Request q;
     const void *sb = send ? (const void *)send : MPI_IN_PLACE;
     MPI_Iallgatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm, &q);
-    block(c, s, &q, "all-gather", -1, 0);
+    block(c, s, &q, "all-gather", -1, -1);
 }
 
 void cb_comm_iallgatherv(cb_comm *c, const char *tag, const float *send, float *recv, const int *counts, const int *displs, cb_comm_req *r) {
@@ -663,7 +664,7 @@ void cb_comm_gatherv(cb_comm *c, const char *tag, const float *send, float *recv
     const void *sb = send;
     if (c->rank == root && send == recv + displs[root]) sb = MPI_IN_PLACE;
     MPI_Igatherv(sb, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, root, c->comm, &q);
-    block(c, s, &q, "gather", root, 0);
+    block(c, s, &q, "gather", root, -1);
 }
 
 void cb_comm_gather_bytes(cb_comm *c, const char *tag, const void *send, void *recv, size_t nbytes, int root) {
@@ -671,7 +672,7 @@ void cb_comm_gather_bytes(cb_comm *c, const char *tag, const void *send, void *r
     int s = charge(c, tag, at_root ? 0 : nbytes, at_root ? (uint64_t)(c->size - 1) * nbytes : 0);
     MPI_Request q;
     MPI_Igather(send, count(c, nbytes), MPI_BYTE, recv, count(c, nbytes), MPI_BYTE, root, c->comm, &q);
-    block(c, s, &q, "gather", root, 0);
+    block(c, s, &q, "gather", root, -1);
 }
 
 void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int32_t *recv, size_t n) {
@@ -679,7 +680,7 @@ void cb_comm_allgather_i32(cb_comm *c, const char *tag, const int32_t *send, int
     int s = charge(c, tag, b, b);
     MPI_Request q;
     MPI_Iallgather(send, count(c, n), MPI_INT32_T, recv, count(c, n), MPI_INT32_T, c->comm, &q);
-    block(c, s, &q, "all-gather", -1, 0);
+    block(c, s, &q, "all-gather", -1, -1);
 }
 
 /* ---------------------------------------------------------------- agreement */
@@ -691,7 +692,7 @@ static void control_allreduce(cb_comm *c, const void *send, void *recv, MPI_Data
     int s = charge(c, CB_COMM_CONTROL, b, b);
     MPI_Request q;
     MPI_Iallreduce(send, recv, 1, dt, op, c->comm, &q);
-    block(c, s, &q, "all-reduce", -1, 0);
+    block(c, s, &q, "all-reduce", -1, -1);
 }
 
 int cb_comm_agree_error(cb_comm *c, int local_code) {
