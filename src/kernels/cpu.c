@@ -94,25 +94,89 @@ static void layernorm_forward(const cb_kernels *k, float *out, float *mean, floa
     }
 }
 
-/* dw, db [c0, c1) = 0: a thread's columns of a LayerNorm's parameter
- * gradients before its first write of a step (acc 0) */
-static void clear_cols(float *dw, float *db, int c0, int c1) {
-    memset(dw + c0, 0, sizeof(float) * (size_t)(c1 - c0));
-    memset(db + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+/* Column sums over the rows of an (N,C) tensor (a bias's gradient, a
+ * LayerNorm's dw and db) by row blocks: the rows are cut into CS_BLOCKS
+ * blocks, each thread sums its own blocks' rows (thread t of nt: blocks
+ * [CS_BLOCKS t/nt, CS_BLOCKS (t+1)/nt), the rows a static row loop gives
+ * it when N is even), each block into its partial in cs_part, and after a
+ * barrier every thread adds the blocks' partials, in block order, for its
+ * share of the columns. So a thread reads only the rows it wrote in the
+ * pass before, whose cache lines are in its own core's cache, where a
+ * column per thread read half of every row from the other core's: with
+ * the two cores of a VM in different last-level caches, 256 x 768 floats
+ * took 36-47 us that way and 13-25 us by rows (docs/results.md,
+ * 2026-11-29, "Column sums by row blocks"). The sums' bits depend on N
+ * and the blocks only, not on the thread count. Columns go in tiles of
+ * CS_TILE, the partials' room, fixed: 256 KB for any model. */
+#define CS_BLOCKS 16
+#define CS_TILE 2048
+static float cs_part[2][CS_BLOCKS][CS_TILE];
+
+static int cs_row(int N, int b) { return (int)((long)N * b / CS_BLOCKS); }
+
+/* Called by every thread of a parallel region: db (C) (+)= (acc) the
+ * column sums of d (N,C); h (N,C), when not NULL, gets d rounded to bf16
+ * from the same reads; dw (C), when not NULL, (+)= the column sums of
+ * d times x normalised by mean and rstd (N) (a LayerNorm's weight
+ * gradient). */
+static void colsums(float *db, float *dw, const float *d, const float *x, const float *mean,
+                    const float *rstd, uint16_t *h, int N, int C, int acc) {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int b0 = CS_BLOCKS * t / nt, b1 = CS_BLOCKS * (t + 1) / nt;
+    for (int c0 = 0; c0 < C; c0 += CS_TILE) {
+        int w = C - c0 < CS_TILE ? C - c0 : CS_TILE;
+        for (int b = b0; b < b1; b++) {
+            float *pb = cs_part[0][b], *pw = cs_part[1][b];
+            memset(pb, 0, sizeof(float) * (size_t)w);
+            if (dw) memset(pw, 0, sizeof(float) * (size_t)w);
+            for (int i = cs_row(N, b); i < cs_row(N, b + 1); i++) {
+                const float *di = d + (size_t)i * C + c0;
+                if (dw) {
+                    const float *xi = x + (size_t)i * C + c0;
+                    float m = mean[i], s = rstd[i];
+#pragma omp simd
+                    for (int c = 0; c < w; c++) {
+                        pw[c] += (xi[c] - m) * s * di[c];
+                        pb[c] += di[c];
+                    }
+                } else if (h) {
+                    uint16_t *o = h + (size_t)i * C + c0;
+#pragma omp simd
+                    for (int c = 0; c < w; c++) {
+                        pb[c] += di[c];
+                        o[c] = cb_bf16_round(di[c]);
+                    }
+                } else {
+#pragma omp simd
+                    for (int c = 0; c < w; c++) pb[c] += di[c];
+                }
+            }
+        }
+#pragma omp barrier
+        for (int c = w * t / nt; c < w * (t + 1) / nt; c++) {
+            float sb = 0.0f, sw = 0.0f;
+            for (int b = 0; b < CS_BLOCKS; b++) {
+                sb += cs_part[0][b][c];
+                if (dw) sw += cs_part[1][b][c];
+            }
+            db[c0 + c] = acc ? db[c0 + c] + sb : sb;
+            if (dw) dw[c0 + c] = acc ? dw[c0 + c] + sw : sw;
+        }
+#pragma omp barrier /* the next tile writes the partials again */
+    }
 }
 
-/* dinp (N,C) accumulates. dw, db (C) are summed over rows by column chunk,
- * one chunk per thread, so no two threads write the same float; without
- * acc the chunk is cleared first (C floats, in cache: the bits of
- * accumulating into a zeroed gradient). */
+/* dinp (N,C) accumulates, each thread over the rows of its blocks (colsums);
+ * dw, db (C) (+)= (acc) their column sums by row blocks (colsums) */
 static void layernorm_backward(const cb_kernels *k, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C, int acc) {
     (void)k;
 #pragma omp parallel
     {
-#pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        for (int i = cs_row(N, CS_BLOCKS * t / nt); i < cs_row(N, CS_BLOCKS * (t + 1) / nt);
+             i++) {
             const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
             float m = mean[i], s = rstd[i], dmean = 0.0f, dproj = 0.0f;
 #pragma omp simd reduction(+ : dmean, dproj)
@@ -129,17 +193,7 @@ static void layernorm_backward(const cb_kernels *k, float *dinp, float *dw, floa
                 di[c] += (w[c] * d[c] - dmean - n * dproj) * s;
             }
         }
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
-        if (!acc) clear_cols(dw, db, c0, c1);
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
-            float m = mean[i], s = rstd[i];
-            for (int c = c0; c < c1; c++) {
-                dw[c] += (x[c] - m) * s * d[c];
-                db[c] += d[c];
-            }
-        }
+        colsums(db, dw, dout, inp, mean, rstd, NULL, N, C, acc);
     }
 }
 
@@ -157,30 +211,13 @@ static void matmul_forward(const cb_kernels *k, float *out, const float *inp, co
                 out, OC);
 }
 
-/* Column sums of dout (N,OC) into dbias, a column chunk per thread (cleared
- * first without acc), each column over the rows in order; h (N,OC, may be
- * NULL): dout rounded to bf16 from the same reads (the bf16 table's
- * operand of the linear's products), the sums' bits unchanged. */
+/* Column sums of dout (N,OC) into dbias (+= with acc) by row blocks
+ * (colsums); h (N,OC, may be NULL): dout rounded to bf16 from the same
+ * reads (the bf16 table's operand of the linear's products), the sums'
+ * bits unchanged. */
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc, uint16_t *h) {
 #pragma omp parallel
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int c0 = (int)((long)OC * t / nt), c1 = (int)((long)OC * (t + 1) / nt);
-        if (!acc) memset(dbias + c0, 0, sizeof(float) * (size_t)(c1 - c0));
-        for (int i = 0; i < N; i++) {
-            const float *d = dout + (size_t)i * OC;
-            uint16_t *o = h ? h + (size_t)i * OC : NULL;
-            if (o) {
-#pragma omp simd
-                for (int c = c0; c < c1; c++) {
-                    dbias[c] += d[c];
-                    o[c] = cb_bf16_round(d[c]);
-                }
-            } else {
-                for (int c = c0; c < c1; c++) dbias[c] += d[c];
-            }
-        }
-    }
+    colsums(dbias, NULL, dout, NULL, NULL, NULL, h, N, OC, acc);
 }
 
 /* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; dbias += sum dout
@@ -678,24 +715,13 @@ static void layernorm_backward_apply(const cb_kernels *k, float *dinp, const dou
     }
 }
 
-/* A column chunk per thread, rows in order: no two threads write one float. */
+/* dw, db (C) (+)= (acc) their column sums by row blocks (colsums) */
 static void layernorm_param_grads(const cb_kernels *k, float *dw, float *db, const float *dout,
                                   const float *inp, const float *mean, const float *rstd, int N,
                                   int C, int acc) {
     (void)k;
 #pragma omp parallel
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
-        if (!acc) clear_cols(dw, db, c0, c1);
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
-            for (int c = c0; c < c1; c++) {
-                dw[c] += (x[c] - mean[i]) * rstd[i] * d[c];
-                db[c] += d[c];
-            }
-        }
-    }
+    colsums(db, dw, dout, inp, mean, rstd, NULL, N, C, acc);
 }
 
 static void crossentropy_max(const cb_kernels *k, float *mx, const float *logits, int N, int V,
