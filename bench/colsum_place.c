@@ -8,10 +8,15 @@
  *   blocks   cb_cpu_bias_backward: each thread sums the row blocks it
  *            wrote, then the blocks' partials are added by column
  * Each window: a producer pass writes dout by a static row loop (as the
- * step's element-wise passes do), a consumer reads all of h on every
- * thread (as a product's A), the way timed in between; the best of 20
- * such rounds a way, then the cores' round trip says where they sat.
- * Prints microseconds a call by placement, for GPT-2's widths at N rows.
+ * step's element-wise passes do), a consumer reads h, the way timed in
+ * between; the best of 20 such rounds a way, then the cores' round trip
+ * says where they sat. The consumer reads either each thread's own half
+ * of h's rows (a product split by rows) or all of h on every thread (one
+ * split by columns, which leaves every line of h in both cores' caches,
+ * so writing it again costs the same either way). oneDNN splits the
+ * step's products its own way; the two consumers bound what the way of
+ * summing can change. Prints microseconds a call by placement, for
+ * GPT-2's widths at N rows.
  * Run: make && OMP_NUM_THREADS=2 build/bench/colsum_place [seconds (30)] [N (256)] */
 #include <math.h>
 #include <omp.h>
@@ -23,7 +28,7 @@
 #include "kernels/kernels.h"
 #include "kernels/peak.h"
 
-enum { WIDTHS = 3, WAYS = 2 };
+enum { WIDTHS = 3, WAYS = 2, READS = 2 };
 static const int width[WIDTHS] = {768, 2304, 3072};
 
 static void columns(float *db, const float *d, int N, int OC, uint16_t *h) {
@@ -50,11 +55,14 @@ static void produce(float *d, size_t n, float v) {
 }
 
 static volatile float sink;
-static void consume(const uint16_t *h, size_t n) {
+/* all: every thread reads all of h; else each its static half */
+static void consume(const uint16_t *h, size_t n, int all) {
 #pragma omp parallel
     {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        size_t i0 = all ? 0 : n * t / nt, i1 = all ? n : n * (t + 1) / nt;
         unsigned s = 0;
-        for (size_t i = 0; i < n; i += 32) s += h[i];
+        for (size_t i = i0; i < i1; i += 32) s += h[i];
         sink = (float)s;
     }
 }
@@ -66,33 +74,35 @@ int main(int argc, char **argv) {
     float *d = aligned_alloc(64, n * sizeof(float)), *db = aligned_alloc(64, 4096 * sizeof(float));
     uint16_t *h = aligned_alloc(64, n * sizeof(uint16_t));
     if (!d || !db || !h) return 1;
-    double sum[2][WIDTHS][WAYS] = {{{0}}};
+    double sum[2][READS][WIDTHS][WAYS] = {{{{0}}}};
     int cnt[2] = {0, 0};
     double end = omp_get_wtime() + secs;
     while (omp_get_wtime() < end) {
-        double best[WIDTHS][WAYS];
-        for (int w = 0; w < WIDTHS; w++)
-            for (int way = 0; way < WAYS; way++) {
-                best[w][way] = INFINITY;
-                for (int r = 0; r < 20; r++) {
-                    size_t m = (size_t)N * width[w];
-                    produce(d, m, (float)r);
-                    consume(h, m);
-                    double t0 = omp_get_wtime();
-                    if (way == 0) columns(db, d, N, width[w], h);
-                    else cb_cpu_bias_backward(db, d, N, width[w], 0, h);
-                    t0 = omp_get_wtime() - t0;
-                    if (t0 < best[w][way]) best[w][way] = t0;
+        double best[READS][WIDTHS][WAYS];
+        for (int all = 0; all < READS; all++)
+            for (int w = 0; w < WIDTHS; w++)
+                for (int way = 0; way < WAYS; way++) {
+                    best[all][w][way] = INFINITY;
+                    for (int r = 0; r < 20; r++) {
+                        size_t m = (size_t)N * width[w];
+                        produce(d, m, (float)r);
+                        consume(h, m, all);
+                        double t0 = omp_get_wtime();
+                        if (way == 0) columns(db, d, N, width[w], h);
+                        else cb_cpu_bias_backward(db, d, N, width[w], 0, h);
+                        t0 = omp_get_wtime() - t0;
+                        if (t0 < best[all][w][way]) best[all][w][way] = t0;
+                    }
                 }
-            }
         double rt = cb_core_round_trip_quick() * 1e9;
         if (!isfinite(rt)) {
             fprintf(stderr, "colsum_place: needs a team of two threads (OMP_NUM_THREADS=2)\n");
             return 2;
         }
         int s = rt > CB_RT_NEAR_NS;
-        for (int w = 0; w < WIDTHS; w++)
-            for (int way = 0; way < WAYS; way++) sum[s][w][way] += best[w][way];
+        for (int all = 0; all < READS; all++)
+            for (int w = 0; w < WIDTHS; w++)
+                for (int way = 0; way < WAYS; way++) sum[s][all][w][way] += best[all][w][way];
         cnt[s]++;
     }
     printf("bias gradient of (%d, OC) with its bf16 rounding, 2 threads, microseconds a call "
@@ -101,10 +111,12 @@ int main(int argc, char **argv) {
         if (!cnt[s]) continue;
         printf("cores %s (round trip %s %.0f ns), %d windows:\n", s ? "apart" : "near",
                s ? ">" : "<=", CB_RT_NEAR_NS, cnt[s]);
-        for (int w = 0; w < WIDTHS; w++)
-            printf("  OC %4d  columns %7.1f  row blocks %7.1f  (%.2fx)\n", width[w],
-                   sum[s][w][0] / cnt[s] * 1e6, sum[s][w][1] / cnt[s] * 1e6,
-                   sum[s][w][0] / sum[s][w][1]);
+        for (int all = 0; all < READS; all++)
+            for (int w = 0; w < WIDTHS; w++)
+                printf("  h read by %-15s OC %4d  columns %7.1f  row blocks %7.1f  (%.2fx)\n",
+                       all ? "both threads," : "rows' threads,", width[w],
+                       sum[s][all][w][0] / cnt[s] * 1e6, sum[s][all][w][1] / cnt[s] * 1e6,
+                       sum[s][all][w][0] / sum[s][all][w][1]);
     }
     free(d), free(db), free(h);
     return 0;

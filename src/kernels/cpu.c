@@ -103,9 +103,12 @@ static void layernorm_forward(const cb_kernels *k, float *out, float *mean, floa
  * share of the columns. So a thread reads only the rows it wrote in the
  * pass before, whose cache lines are in its own core's cache, where a
  * column per thread read half of every row from the other core's: with
- * the two cores of a VM in different last-level caches, 256 x 768 floats
- * took 36-47 us that way and 13-25 us by rows (docs/results.md,
- * 2026-11-29, "Column sums by row blocks"). The sums' bits depend on N
+ * the two CPUs of a VM in different last-level caches, a bias gradient of
+ * (256, 768) took 47 us that way and 12 by rows, 3.5-4x at GPT-2's
+ * widths, where each thread then reads its own rows; where both read all
+ * of the rounded copy, writing it costs the same either way
+ * (bench/colsum_place; docs/results.md, 2026-11-29, "Column sums by row
+ * blocks"). The sums' bits depend on N
  * and the blocks only, not on the thread count. Columns go in tiles of
  * CS_TILE, the partials' room, fixed: 256 KB for any model. */
 #define CS_BLOCKS 16
