@@ -10,6 +10,8 @@
  * (B T C NH N V IC OC, dloss). */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,6 +424,75 @@ static void check_dropout(void) {
            ok ? "PASS" : "FAIL", bad, rows * ncol, kept);
 }
 
+/* The column sums (a bias's gradient with its bf16 copy, LayerNorm's dw
+ * and db, alone and with its dinp, accumulating and not) by row blocks
+ * (src/kernels/cpu.c, colsums): the same bits on 1, 2, 3 and 5 threads,
+ * and each sum against double within N 2^-24 sum|terms| (fp32 sums of N
+ * terms in any order), on shapes below, at and across the 16 row blocks
+ * and the 2048-column tiles. */
+typedef struct cs_out { float *db, *dw, *dx; uint16_t *h; } cs_out;
+
+static void cs_run(int N, int C, int acc, const float *d, const float *x, const float *w,
+                   const float *mean, const float *rstd, cs_out *o) {
+    for (int i = 0; i < C; i++) o[0].db[i] = o[1].db[i] = o[2].db[i] = acc ? 0.5f : 9.0f;
+    for (int i = 0; i < C; i++) o[1].dw[i] = o[2].dw[i] = acc ? -0.25f : 9.0f;
+    for (size_t i = 0; i < (size_t)N * C; i++) o[2].dx[i] = 0.125f;
+    cb_cpu_bias_backward(o[0].db, d, N, C, acc, o[0].h);
+    K->layernorm_param_grads(K, o[1].dw, o[1].db, d, x, mean, rstd, N, C, acc);
+    K->layernorm_backward(K, o[2].dx, o[2].dw, o[2].db, d, x, w, mean, rstd, N, C, acc);
+}
+
+static void check_colsums(cb_rng *r) {
+    static const int shapes[][2] = {{1, 5}, {10, 12}, {16, 768}, {17, 33}, {257, 2049}, {300, 4100}};
+    static const int threads[] = {1, 2, 3, 5};
+    int was = omp_get_max_threads(), bitdiff = 0, n = 0;
+    double worst = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            int N = shapes[s][0], C = shapes[s][1];
+            size_t nc = (size_t)N * C;
+            float *d = randn(r, nc, 1), *x = randn(r, nc, 1), *w = randn(r, C, 1);
+            float *mean = randn(r, N, 0.1f), *rstd = malloc(sizeof(float) * N);
+            for (int i = 0; i < N; i++) rstd[i] = 0.5f + 0.01f * (float)(i % 7);
+            cs_out o[4][3];
+            for (int t = 0; t < 4; t++)
+                for (int k = 0; k < 3; k++)
+                    o[t][k] = (cs_out){malloc(4 * C), malloc(4 * C), malloc(4 * nc), malloc(2 * nc)};
+            for (int t = 0; t < 4; t++) {
+                omp_set_num_threads(threads[t]);
+                cs_run(N, C, acc, d, x, w, mean, rstd, o[t]);
+            }
+            omp_set_num_threads(was);
+            for (int t = 1; t < 4; t++) {
+                for (int k = 0; k < 3; k++) bitdiff += memcmp(o[t][k].db, o[0][k].db, 4 * C) != 0;
+                for (int k = 1; k < 3; k++) bitdiff += memcmp(o[t][k].dw, o[0][k].dw, 4 * C) != 0;
+                bitdiff += memcmp(o[t][0].h, o[0][0].h, 2 * nc) != 0;
+                bitdiff += memcmp(o[t][2].dx, o[0][2].dx, 4 * nc) != 0;
+            }
+            for (int c = 0; c < C; c++) {
+                double sb = acc ? 0.5 : 0, sw = acc ? -0.25 : 0, mb = fabs(sb), mw = fabs(sw);
+                for (int i = 0; i < N; i++) {
+                    double dv = d[(size_t)i * C + c], nv = ((double)x[(size_t)i * C + c] - mean[i]) * rstd[i];
+                    sb += dv, mb += fabs(dv), sw += nv * dv, mw += fabs(nv * dv);
+                }
+                for (int k = 0; k < 3; k++)
+                    worst = fmax(worst, fabs(o[0][k].db[c] - sb) / ((N + 2) * 0x1p-24 * mb + 1e-30));
+                for (int k = 1; k < 3; k++)
+                    worst = fmax(worst, fabs(o[0][k].dw[c] - sw) / ((N + 4) * 0x1p-24 * mw + 1e-30));
+            }
+            for (size_t i = 0; i < nc; i++) bitdiff += o[0][0].h[i] != cb_bf16_round(d[i]);
+            n++;
+            for (int t = 0; t < 4; t++)
+                for (int k = 0; k < 3; k++) free(o[t][k].db), free(o[t][k].dw), free(o[t][k].dx), free(o[t][k].h);
+            free(d), free(x), free(w), free(mean), free(rstd);
+        }
+    int ok = !bitdiff && worst <= 1.0;
+    ok ? passes++ : failures++;
+    printf("%s column sums by row blocks (bias with its bf16 copy, LayerNorm's dw, db, dinp), %d "
+           "shapes x acc: %d differ in bits across 1, 2, 3, 5 threads; max |err| / (N 2^-24 "
+           "sum|terms|) %.3f (tol 1)\n", ok ? "PASS" : "FAIL", n, bitdiff, worst);
+}
+
 /* Attention's small products (cb_small_gemm) against a double-precision
  * product, every orientation, on shapes around its 16-wide vectors,
  * 64-column panels, 4-row tiles and 16 x 16 transposes (1..70 in each
@@ -601,6 +672,7 @@ int main(int argc, char **argv) {
     check_gelu_erf();
     check_dropout();
     check_small_gemm(&r);
+    check_colsums(&r);
     (void)passes;
     return failures != 0;
 }
