@@ -152,14 +152,16 @@ ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2
 # by it; and the order again within each state, counting no more models
 # than the order overall, none kept that it does not compare, each state
 # predicted from the rounds' calibrations of 2 threads from windows in it
-# (at most the 2 rounds' a state)
+# (at most the 2 rounds' a state: each round calibrates for both states,
+# and a round whose cores moved in its course may keep half the windows
+# for each, so two states may count 2 + 1 or 2 + 2)
 cores=$(grep -c " cores *[0-9][0-9]* ns" val.out)
-from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r += $3} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration of 2 threads kept half its windows with the cores (near|apart)/) z++}
+from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r = $3 > r ? $3 : r} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration of 2 threads kept half its windows with the cores (near|apart)/) z++}
            END {print n + 0, z + 0, r + 0}' val.out)
 set -- $from
 [ $(($1 + $2)) = 2 ] && [ "$3" -le 2 ] \
-    && pass "plan --validate --quick: each state's order against its own calibrations ($1 state(s) from $3 of the 2 rounds' calibrations, $2 from all)" \
-    || fail "plan --validate --quick: per-state prediction lines '$from' (want one a state, at most the 2 rounds)"
+    && pass "plan --validate --quick: each state's order against its own calibrations ($1 state(s) from at most $3 of the 2 rounds' calibrations, $2 from all)" \
+    || fail "plan --validate --quick: per-state prediction lines '$from' (want one a state, each from at most the 2 rounds)"
 states=$(sed -n 's/^the same, each case.s runs with the cores \(near\|apart\).*: predicted order = measured in \([0-9]*\) of \([0-9]*\) models (with ties \([0-9]*\))$/\1 \2 \3 \4/p' val.out)
 ok=$(awk -v g="${strict#* }" '{n++; if (!($2 <= $4 && $4 <= $3 && $3 <= g)) bad = 1} END {print (n == 2 && !bad) ? "ok" : "bad"}' <<<"$states")
 [ "$cores" = 3 ] && grep -q "^the cases timed on both cores, by where the cores sat" val.out && [ "$ok" = ok ] \
