@@ -108,9 +108,9 @@ static void layernorm_forward(const cb_kernels *k, float *out, float *mean, floa
  * widths, where each thread then reads its own rows; where both read all
  * of the rounded copy, writing it costs the same either way
  * (bench/colsum_place; docs/results.md, 2026-11-29, "Column sums by row
- * blocks"). The sums' bits depend on N
- * and the blocks only, not on the thread count. Columns go in tiles of
- * CS_TILE, the partials' room, fixed: 256 KB for any model. */
+ * blocks"). The sums' bits depend on N and the blocks only, not on the
+ * thread count (tests/test_ops.c). Columns go in tiles of CS_TILE, the
+ * partials' room, fixed: 256 KB for any model. */
 #define CS_BLOCKS 16
 #define CS_TILE 2048
 static float cs_part[2][CS_BLOCKS][CS_TILE];
