@@ -117,7 +117,9 @@ static float cs_part[2][CS_BLOCKS][CS_TILE];
 
 static int cs_row(int N, int b) { return (int)((long)N * b / CS_BLOCKS); }
 
-/* Called by every thread of a parallel region: db (C) (+)= (acc) the
+/* Called by every thread of a parallel region, as its last work (the
+ * region's closing barrier is the last tile's: no thread may read db, dw
+ * or the partials after it inside the region): db (C) (+)= (acc) the
  * column sums of d (N,C); h (N,C), when not NULL, gets d rounded to bf16
  * from the same reads; dw (C), when not NULL, (+)= the column sums of
  * d times x normalised by mean and rstd (N) (a LayerNorm's weight
@@ -165,7 +167,9 @@ static void colsums(float *db, float *dw, const float *d, const float *x, const 
             db[c0 + c] = acc ? db[c0 + c] + sb : sb;
             if (dw) dw[c0 + c] = acc ? dw[c0 + c] + sw : sw;
         }
+        if (c0 + CS_TILE < C) {
 #pragma omp barrier /* the next tile writes the partials again */
+        }
     }
 }
 
