@@ -640,6 +640,28 @@ static void overwrite_cases(const cb_kernels *k, int N) {
     for (int i = 0; i < 3; i++) free(o[i]), free(z[i]);
 }
 
+/* Attention in chunks of pairs splits the pairs so that no thread idles:
+ * B 8 of 4 heads at T 64 (32 pairs, every divisor up to 32 fitting a
+ * chunk) runs as two chunks of 16 on two threads, not one chunk of 32 on
+ * one of them (it ran at half the rate of B 16). The staging planned for
+ * it holds each thread's chunk of P and dS in bf16: 2 x 16 x 64 x 64
+ * halves a thread; one thread keeps the one chunk of 32. */
+static void chunk_balance(void) {
+    const char *fu = getenv("CB_BF16_FUSED");
+    if (getenv("CB_BF16_BLOCK_ROWS") || (fu && !strcmp(fu, "0"))) {
+        printf("(attention in chunks is off with small blocks or no fusion: the default run checks it)\n");
+        return;
+    }
+    cb_attn a = cb_attn_self(8, 64, 256, 4, 1, NULL);
+    double n1[CB_BF16_SLOTS] = {0}, n2[CB_BF16_SLOTS] = {0};
+    cb_kernels_bf16_need_attention(n1, &a, 1);
+    cb_kernels_bf16_need_attention(n2, &a, 2);
+    double want1 = 2.0 * 32 * 64 * 64, want2 = 2 * 2.0 * 16 * 64 * 64;
+    report(n1[1] == want1 && n2[1] == want2,
+           "attention in chunks: 32 pairs on 2 threads run as 2 chunks of 16 (P, dS staged per thread)",
+           fmax(fabs(n1[1] - want1) / want1, fabs(n2[1] - want2) / want2));
+}
+
 int main(void) {
     cb_rng_seed(&rng, 17);
     const cb_kernels *bf = cb_kernels_bf16();
@@ -659,6 +681,7 @@ int main(void) {
     }
     attention_cases(bf);
     attention_general_cases(bf);
+    chunk_balance();
     weight_copies(bf);
     packed_copies(bf);
     adamw_clip_fused(bf);
