@@ -662,6 +662,58 @@ static void chunk_balance(void) {
            fmax(fabs(n1[1] - want1) / want1, fabs(n2[1] - want2) / want2));
 }
 
+/* The bf16 table's loss gradient writes its bf16 copy for the LM head's
+ * backward in the same pass: the head's dX and dW, and the fp32 gradient
+ * itself, are bit for bit those of the CPU table's loss gradient followed
+ * by the head rounding its operand; and once another product has taken
+ * the copy's scratch (a forward product between them), the head rounds
+ * again and still gets them (with the copy trusted anyway, it reads the
+ * other product's operand). */
+static void loss_gradient_copy(const cb_kernels *bf) {
+    const cb_kernels *cpu = cb_kernels_cpu();
+    int N = 37, C = 64, V = 300, IC = 80, OC = 96;
+    size_t nl = (size_t)N * V;
+    float *logits = randn(nl + N, 3.0f), *x = randn((size_t)N * C, 1.0f);
+    float *w = randn((size_t)V * C, 0.5f), *xo = randn((size_t)N * IC, 1.0f);
+    float *wo = randn((size_t)IC * OC, 1.0f), *yo = calloc((size_t)N * OC, 4);
+    int *tg = malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) tg[i] = i % 7 == 3 ? -1 : (i * 131) % V;
+    cpu->crossentropy_forward(cpu, logits + nl, logits, tg, N, V);
+    float *p[3], *dx[3], *dw[3];
+    for (int c = 0; c < 3; c++) {
+        p[c] = malloc(4 * nl), memcpy(p[c], logits, 4 * nl);
+        dx[c] = calloc((size_t)N * C, 4), dw[c] = calloc((size_t)V * C, 4);
+    }
+    float dloss = 1.0f / N;
+    cpu->crossentropy_backward(cpu, p[0], tg, dloss, N, V); /* the reference */
+    bf->head_backward(bf, dx[0], dw[0], p[0], x, w, N, C, V, 0);
+    double a[CB_RND_N], b[CB_RND_N], c2[CB_RND_N], d[CB_RND_N];
+    bf->crossentropy_backward(bf, p[1], tg, dloss, N, V); /* the copy, used */
+    cb_kernels_bf16_round_ms(a);
+    bf->head_backward(bf, dx[1], dw[1], p[1], x, w, N, C, V, 0);
+    cb_kernels_bf16_round_ms(b);
+    bf->crossentropy_backward(bf, p[2], tg, dloss, N, V); /* the copy, taken */
+    bf->matmul_forward(bf, yo, xo, wo, NULL, N, IC, OC);
+    cb_kernels_bf16_round_ms(c2);
+    bf->head_backward(bf, dx[2], dw[2], p[2], x, w, N, C, V, 0);
+    cb_kernels_bf16_round_ms(d);
+    report(b[CB_RND_GRAD] == a[CB_RND_GRAD] && d[CB_RND_GRAD] > c2[CB_RND_GRAD],
+           "loss gradient's bf16 copy: the head rounds no gradient after it, and rounds once it is taken",
+           0);
+    for (int c = 1; c < 3; c++) {
+        size_t bad = 0;
+        for (size_t i = 0; i < nl; i++) bad += memcmp(p[c] + i, p[0] + i, 4) != 0;
+        for (size_t i = 0; i < (size_t)N * C; i++) bad += memcmp(dx[c] + i, dx[0] + i, 4) != 0;
+        for (size_t i = 0; i < (size_t)V * C; i++) bad += memcmp(dw[c] + i, dw[0] + i, 4) != 0;
+        report(bad == 0,
+               c == 1 ? "loss gradient's bf16 copy: dlogits, head dX and dW bit for bit as rounding after"
+                      : "loss gradient's bf16 copy taken by a product between: the head rounds again, bit for bit",
+               (double)bad);
+    }
+    for (int c = 0; c < 3; c++) free(p[c]), free(dx[c]), free(dw[c]);
+    free(logits), free(x), free(w), free(xo), free(wo), free(yo), free(tg);
+}
+
 int main(void) {
     cb_rng_seed(&rng, 17);
     const cb_kernels *bf = cb_kernels_bf16();
@@ -682,6 +734,7 @@ int main(void) {
     attention_cases(bf);
     attention_general_cases(bf);
     chunk_balance();
+    loss_gradient_copy(bf);
     weight_copies(bf);
     packed_copies(bf);
     adamw_clip_fused(bf);

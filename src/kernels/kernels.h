@@ -124,7 +124,9 @@ struct cb_kernels {
     void (*crossentropy_forward)(const cb_kernels *k, float *losses, float *logits,
                                  const int *targets, int N, int V);
     /* probs (N,V) replaced by d(sum losses * dloss)/dlogits (zero rows where
-     * the target is negative) */
+     * the target is negative). The bf16 table also keeps their bf16 copy
+     * for the next head_backward reading probs as its dout: nothing may
+     * write probs between the two (the serial layout's head does not). */
     void (*crossentropy_backward)(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V);
     /* Pieces of the operators whose rows or vocabulary are split over ranks
