@@ -718,7 +718,10 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         if (strcmp(now, s->part[i]))
             printf("    (ran under the stage boundaries %s of the first calibration; the best "
                    "figures' plan has %s)\n", s->part[i], now);
-        if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1) profile(&CASES[i], &p[i]);
+        /* `cubist bench` profiles GPT's step only: a BERT or NMT case would
+         * print a GPT of its sizes */
+        if (o->profile && CASES[i].dp * CASES[i].pp * CASES[i].tp == 1 && !CASES[i].model)
+            profile(&CASES[i], &p[i]);
         fflush(stdout);
     }
     if (s && !rc && t.rt_seen) predict_by_state(s, &t);
