@@ -72,7 +72,7 @@ void plan_print_row(int rank, const cb_plan_choice *c) {
     cb_plan_layout_name(&c->l, name, sizeof name);
     printf("  %3d %-40s %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %7.2f %8.3f\n", rank, name,
            1e3 * p->step_s, 1e3 * p->compute_s, 1e3 * p->recompute_s, 1e3 * p->tp_s,
-           1e3 * p->pp_s, 1e3 * p->bubble_s, 1e3 * p->dp_exposed_s, 1e3 * p->opt_s,
+           1e3 * p->pp_s, 1e3 * p->bubble_s, 1e3 * p->dp_exposed_s, 1e3 * (p->opt_s + p->pack_s),
            p->mem_total / 1e9);
 }
 
@@ -96,7 +96,8 @@ static void print_json(const cb_plan_choice *c, int n, int total) {
                "\"mem_scratch\":%.17g,\"mem_comm\":%.17g,\"mem_total\":%.17g,",
                p->mem_params, p->mem_grads, p->mem_opt, p->mem_act, p->mem_scratch, p->mem_comm,
                p->mem_total);
-        printf("\"mem_bf16\":%.17g,", p->mem_bf16);
+        printf("\"mem_bf16\":%.17g,\"bf16_packed\":%.17g,\"pack_s\":%.6g,", p->mem_bf16,
+               p->bf16_packed, p->pack_s);
         printf("\"tp_bytes\":%.17g,\"tp_calls\":%.17g,\"pp_bytes\":%.17g,\"pp_calls\":%.17g,"
                "\"dp_bytes\":%.17g,\"dp_calls\":%.17g,\"tp_act_model_bytes\":%.17g,"
                "\"tp_act_scratch_bytes\":%.17g,\"tp_param_bytes\":%.17g",

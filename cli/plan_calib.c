@@ -53,6 +53,13 @@ static double f_attention(void *ctx, int B, int T, int C, int NH) {
     (void)NH;
     return 3.0 * 4 * T * C * (double)B * T / (f->gflops * 1e9 * f->attn);
 }
+/* the weights' reorder: a bf16 copy (2 bytes an element) read and written
+ * at the memory rate */
+static double f_reorder(void *ctx, int m, int k, int n, double *bytes) {
+    (void)m;
+    *bytes = 2.0 * k * n;
+    return 2 * *bytes / (((fake *)ctx)->gbs * 1e9);
+}
 /* element-wise kernels: 8 bytes an element at the memory rate */
 static double f_elementwise(void *ctx, int kind, int n) {
     (void)kind;
@@ -130,10 +137,10 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
         if (parse_fake(fk, &f, e)) return e->code;
         /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
         cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
-                            f_memory_shared, 8 << 20, f_update, f_gemm_shared};
+                            f_memory_shared, 8 << 20, f_update, f_gemm_shared, NULL};
         cb_plan_calibrate(&pr, quick, c);
         fake fb = f; /* the same fake at the bf16 rate */
-        fb.gflops = f.bf16, pr.ctx = &fb;
+        fb.gflops = f.bf16, pr.ctx = &fb, pr.reorder = f_reorder;
         if (bf16) cb_plan_calibrate_bf16(&pr, quick, c);
         return CB_OK;
     }

@@ -24,7 +24,8 @@
 #   fed (peak, the efficiency knee, bandwidth, attention by head size and
 #   by sequence length, the element-wise
 #   kernels, alpha and beta of every collective) to 1e-5 (the file keeps 6 significant digits);
-#   with --precision bf16 also the bf16 rates (device.bf16), and a plan in
+#   with --precision bf16 also the bf16 rates (device.bf16, the weights' reorder
+#   rate among them), and a plan in
 #   bf16 on them runs its GEMMs and attention at their ratio to fp32's;
 # - --precision bf16 under `cubist train` (one rank at T 16 and T 256, dp 2,
 #   tp 1d 2, 2d 4, 3d 8; BERT, the translation model and NCF on one rank
@@ -167,16 +168,28 @@ bfcase() { # name np T plan-filter... -- train flags...
     P --cluster "$ROOT/clusters/h100.json" --devices "$np" "${sz[@]}" --batch 8 --micro-batches 1 \
         --precision bf16 "${pf[@]}" --top 0 --json >plan.json 2>plan.err \
         || { fail "$name: plan failed: $(head -c 300 plan.err)"; return; }
-    /usr/bin/python3 - "$name" <<'PY' || failed=$((failed + 1))
+    /usr/bin/python3 - "$name" "$T" <<'PY' || failed=$((failed + 1))
 import json, sys
-name = sys.argv[1]
+name, T = sys.argv[1], int(sys.argv[2])
 log = [json.loads(l) for l in open("tr.jsonl")][-1]
 p = [l for l in json.load(open("plan.json"))["layouts"] if not l["recompute"] and not l["zero"]][0]
 held = log["bf16_copies_bytes"] + log["bf16_staging_bytes"]
 pairs = [("act_bytes", log["act_bytes"], p["mem_act"]), ("bf16 held", held, p["mem_bf16"])]
 bad = [k for k, a, b in pairs if a != b]
-print("%s %s: measured/predicted %s" % ("FAIL" if bad else "PASS", name,
-      ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs)))
+# the weights' reorder after each update (docs/plan.md): 2 x bf16_packed
+# bytes at the update's rate, which opt_s gives with its own bytes (wpe's
+# T x 32 floats cleared, a 1/tp share under 2-D and 3-D; 28 a parameter,
+# 4 more for the norm and 8 for the scale on more ranks than one)
+ranks, dp = p["dp"] * p["pp"] * p["tp"], p["dp"]
+upd = 4 * T * 32 / (1 if p["mode"] == "1d" else p["tp"]) + \
+    ((4 if ranks > 1 else 0) + 28 + (8 if dp > 1 else 0)) * p["mem_params"] / 4
+want = p["opt_s"] * 2 * p["bf16_packed"] / upd
+forced = "oneDNN's layout" in name  # CB_BF16_PACK=1: the copies are kept
+if abs(p["pack_s"] - want) > 2e-5 * want or (forced and p["bf16_packed"] <= 0):
+    bad.append("pack_s")
+print("%s %s: measured/predicted %s; reorder %.6g s of %.17g bytes (want %.6g)" % (
+      "FAIL" if bad else "PASS", name,
+      ", ".join("%s %.17g/%.17g" % (k, a, b) for k, a, b in pairs), p["pack_s"], p["bf16_packed"], want))
 sys.exit(1 if bad else 0)
 PY
 }
@@ -506,7 +519,8 @@ c = json.load(open("fakeb.json"))
 d, b = c["device"], c["device"].get("bf16", {})
 close = lambda a, b, r=1e-5: abs(a - b) <= r * abs(b)
 want = [("peak_flops", d["peak_flops"], 100e9), ("bf16.peak_flops", b.get("peak_flops", 0), 250e9),
-        ("bf16.attn_efficiency", b.get("attn_efficiency", 0), 0.25)]
+        ("bf16.attn_efficiency", b.get("attn_efficiency", 0), 0.25),
+        ("bf16.reorder_bandwidth", b.get("reorder_bandwidth", 0), 20e9)]
 for i, (x, e) in enumerate(b.get("gemm_efficiency", [])):
     want.append(("bf16.gemm_efficiency[%d]" % i, e, min(1.0, 6 * x / 256)))
 for m, k, n, e in b.get("gemm_shapes", []):
@@ -608,6 +622,8 @@ badfile "GEMM shared share above 1" device.gemm_shared "c['device']['gemm_shared
 badfile "negative GEMM shared share" device.gemm_shared "c['device']['gemm_shared'] = -0.5"
 badfile "bf16 rates without a peak" device.bf16.peak_flops \
     "c['device']['bf16'] = {'attn_efficiency': 0.3, 'gemm_efficiency': [[1, 0.5]]}"
+badfile "negative bf16 reorder rate" device.bf16.reorder_bandwidth \
+    "c['device']['bf16'] = {'peak_flops': 1e12, 'attn_efficiency': 0.3, 'gemm_efficiency': [[1, 0.5]], 'reorder_bandwidth': -1}"
 badfile "bf16 curve above 1" device.bf16.gemm_efficiency \
     "c['device']['bf16'] = {'peak_flops': 1e12, 'attn_efficiency': 0.3, 'gemm_efficiency': [[1, 1.5]]}"
 

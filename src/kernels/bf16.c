@@ -1648,6 +1648,40 @@ static void peak_call(void *p) {
  * two kernels"). A peak that is not the best the library does would
  * flatter every MFU against it. */
 
+/* Seconds of rewriting the copy in oneDNN's layout that gemm_w keeps of a
+ * (K, N) weight read by forward products of M rows (packed()'s reorder
+ * at the first read after an update), *bytes its size; 0 and 0 where
+ * the table keeps none (AMX, CB_BF16_PACK=0). Eight such weights in turn,
+ * out of the last-level cache as a step's are, the best of 5 rounds after
+ * one. The planner's calibration (docs/plan.md). */
+double cb_kernels_bf16_reorder_s(int M, int K, int N, double *bytes) {
+    enum { W = 8 };
+    bf16_state *s = (bf16_state *)cb_kernels_bf16();
+    *bytes = 0;
+    if (!s || !s->pack) return 0;
+    mm_desc d = gemm_desc(M, N, K, 0, K, 0, N, N, 0, NULL);
+    d.packb = 1;
+    mm_entry *e = lookup(s, &d);
+    size_t n = (size_t)K * N;
+    uint16_t *y = malloc(sizeof(uint16_t) * n * W);
+    char *yk = malloc(e->packed_bytes * W);
+    if (!y || !yk) {
+        free(y), free(yk);
+        return 0;
+    }
+    for (size_t i = 0; i < n * W; i++) y[i] = cb_bf16_round((float)(i % 13) * 0.1f);
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = omp_get_wtime();
+        for (int w = 0; w < W; w++) reorder_b(s, e, y + n * w, yk + e->packed_bytes * w);
+        double t = (omp_get_wtime() - t0) / W;
+        if (r) best = fmin(best, t);
+    }
+    *bytes = (double)e->packed_bytes;
+    free(y), free(yk);
+    return best;
+}
+
 double cb_peak_measure_bf16(cb_peak_info *info) {
     bf16_state *s = (bf16_state *)cb_kernels_bf16();
     const size_t n = CB_PEAK_N, nn = n * n, np = n * (n + JIT_PAD);

@@ -298,6 +298,10 @@ double cb_kernels_bf16_linear_packed(int nthr, int reads, int N, int IC, int OC,
 double cb_kernels_bf16_head_packed(int nthr, int reads, int N, int C, int V);
 /* the bytes of the slots need[] asks for */
 double cb_kernels_bf16_need_bytes(const double need[CB_BF16_SLOTS]);
+/* seconds of rewriting the copy in oneDNN's layout that the table keeps
+ * of a (K, N) weight read by products of M rows, *bytes its size (0 and
+ * 0: the table keeps none); the planner's calibration */
+double cb_kernels_bf16_reorder_s(int M, int K, int N, double *bytes);
 
 /* --precision fp32|bf16: the table every layout built afterwards installs
  * (cb_kernels_default), chosen once per process before the model. */

@@ -255,6 +255,7 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *o
     HI(update_bandwidth_shared, &spread[CB_PLAN_SPREAD_UPDATE_SHARED]);
     HI(attn_efficiency, &spread[CB_PLAN_SPREAD_ATTN]);
     HI(gemm_shared, &spread[CB_PLAN_SPREAD_GEMM_SHARED]);
+    HI(reorder_bandwidth, NULL);
     /* efficiencies: the best rate over the best peak (each run's are of
      * its own peak), the curve kept non-decreasing */
 #define RATE(f, i)                                                                                 \
@@ -309,5 +310,9 @@ void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster 
     calibrate_gemm(pr, quick, 0, &t);
     shapes_of(pr, quick ? M + 1 : M, quick ? 1 : 3, KN, quick ? 2 : 3, &t);
     calibrate_attention(pr, quick, 512, &t);
+    /* the weights' reorder after an update (predict.c, reorder_s): GPT-2's
+     * fc weight (768 x 3072) read by products of 1024 rows */
+    double bytes = 0, s = pr->reorder ? pr->reorder(pr->ctx, 1024, 768, 3072, &bytes) : 0;
+    t.reorder_bandwidth = bytes > 0 && s > 0 && s < 1e29 ? 2 * bytes / s : 0;
     cb_plan_cluster_set_bf16(c, &t);
 }

@@ -135,7 +135,8 @@ static int read_rates(const reader *r, const json_val *dev, const char *pre, cb_
  * size and sequence length): of a cluster into b, and back */
 /* clang-format off */
 #define RATES(X) X(peak_flops) X(attn_efficiency) X(neff) X(eff_intensity) X(eff) X(nshape) \
-                 X(shape) X(natt) X(att_hs) X(att_eff) X(nseq) X(att_seq) X(att_seq_eff)
+                 X(shape) X(natt) X(att_hs) X(att_eff) X(nseq) X(att_seq) X(att_seq_eff) \
+                 X(reorder_bandwidth)
 /* clang-format on */
 static void rates_of(const cb_plan_cluster *c, cb_plan_bf16_rates *b) {
 #define COPY(f) memcpy(&b->f, &c->f, sizeof b->f);
@@ -161,6 +162,8 @@ static int read_bf16(const reader *r, const json_val *dev, cb_plan_cluster *c) {
     cb_plan_cluster t;
     memset(&t, 0, sizeof t);
     int rc = read_rates(r, b, "device.bf16", &t);
+    if (!rc && json_get(b, "reorder_bandwidth"))
+        rc = num(r, b, "reorder_bandwidth", "device.bf16.reorder_bandwidth", &t.reorder_bandwidth);
     if (!rc) rates_of(&t, &c->bf16);
     return rc;
 }
@@ -304,6 +307,8 @@ static void put_cluster(json_buf *b, const cb_plan_cluster *c, const char *sourc
         cb_plan_cluster t;
         rates_into(&t, &c->bf16);
         jb_puts(b, "],\n    \"bf16\": {\n");
+        if (t.reorder_bandwidth > 0)
+            jb_printf(b, "      \"reorder_bandwidth\": %.6g,\n", t.reorder_bandwidth);
         put_rates(b, &t, "      ");
         jb_puts(b, "]}");
     } else

@@ -137,7 +137,7 @@ static void node_tp(const cb_model *m, const gnode *n, cb_plan_tpop *o, double t
  * attention beside the plain copies of the linears' and the head's
  * weights, bytes (predict.c, cb_plan_bf16_*) */
 static double held(const cb_model *m, const cb_plan_layout *l, int s, int tok, int head_tok,
-                   int nthr) {
+                   int nthr, double *packed_out) {
     double need[CB_BF16_SLOTS] = {0}, packed = 0;
     for (int i = 0; i < m->nnodes; i++) {
         const gnode *n = &m->nodes[i];
@@ -156,6 +156,7 @@ static double held(const cb_model *m, const cb_plan_layout *l, int s, int tok, i
             cb_plan_bf16_attention(l, nthr, need, a);
         }
     }
+    *packed_out = packed;
     return cb_kernels_bf16_need_bytes(need) + packed;
 }
 
@@ -208,7 +209,9 @@ int cb_plan_graph_stage(const cb_plan_job *j, const cb_plan_layout *l, int s, ch
                 g->bf16_weights += cb_plan_bf16_head_weights(l, n->l->emb.V, n->l->emb.C);
         }
         g->tp_sent = o.sent, g->tp_calls = o.calls;
-        if (j->bf16) g->bf16_staging = held(m, l, s, (int)tok, (int)head_tok, j->cluster->threads);
+        if (j->bf16)
+            g->bf16_staging =
+                held(m, l, s, (int)tok, (int)head_tok, j->cluster->threads, &g->bf16_packed);
     }
     cb_model_free(m);
     cb_layout_free(d.L);

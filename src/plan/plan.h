@@ -163,6 +163,7 @@ typedef struct cb_plan_bf16_rates {
     double att_hs[CB_PLAN_MAXEFF], att_eff[CB_PLAN_MAXEFF];
     int nseq;
     double att_seq[CB_PLAN_MAXEFF], att_seq_eff[CB_PLAN_MAXEFF];
+    double reorder_bandwidth;
 } cb_plan_bf16_rates;
 typedef struct cb_plan_cluster {
     char name[160];
@@ -196,6 +197,10 @@ typedef struct cb_plan_cluster {
      * (0: none; the head-size curve's alone) */
     int nseq;
     double att_seq[CB_PLAN_MAXEFF], att_seq_eff[CB_PLAN_MAXEFF];
+    /* optional (bf16 rates only; 0: the update's rate): bytes/s of
+     * rewriting the weights' copies in oneDNN's layout after an update,
+     * 2 x the layout's bytes (the plain bf16 copy read, the layout written) */
+    double reorder_bandwidth;
     double ew_s[CB_PLAN_NEW]; /* optional: seconds per element, forward + backward, of the
                                  CB_PLAN_EW_* kernels (0: timed as 8 bytes at mem_bandwidth) */
     cb_plan_tier intra, inter; /* inter: bandwidth of a node's network port */
@@ -274,6 +279,10 @@ typedef struct cb_plan_pred {
     double mem_params, mem_grads, mem_opt, mem_act, mem_scratch, mem_comm, mem_total;
     double mem_bf16; /* --precision bf16: the bf16 table's weight copies and operand
                         staging (in mem_total; docs/plan.md) */
+    double bf16_packed; /* of mem_bf16, the weights' copies in oneDNN's layout (CPUs
+                           without AMX), which the table rewrites after every update */
+    double pack_s;      /* their rewrite a step: read the plain copy, write the layout's
+                           (in step_s; the bench profiles it in its GEMM class) */
     double tp_bytes, tp_calls, pp_bytes, pp_calls, dp_bytes, dp_calls;
     cb_plan_kparts kern; /* compute_s by kernel class */
     /* pipeline of one chunk per stage: stage s holds modules [bound[s],
@@ -314,6 +323,7 @@ typedef struct cb_plan_gstage {
     double bf16_staging;  /* --precision bf16: the bf16 table's operand staging for the
                              stage's calls and (CPUs without AMX) its copies of the weights
                              in oneDNN's layout, bytes */
+    double bf16_packed;   /* of bf16_staging, those copies in oneDNN's layout */
 } cb_plan_gstage;
 /* --precision bf16: the bf16 table's operand staging (need[], its
  * CB_BF16_SLOTS slots' maxima) and copies in oneDNN's layout (*packed,
@@ -392,6 +402,10 @@ typedef struct cb_plan_probe {
      * `streams` single-thread streams running it at once on their own
      * operands (0: never ran together); NULL: not measured */
     double (*gemm_shared)(void *ctx, int m, int k, int n, int streams);
+    /* seconds of rewriting the copy in oneDNN's layout that the probe's
+     * table keeps of a (k, n) weight read by products of m rows, and in
+     * *bytes that copy's size (0: the table keeps none); NULL: not measured */
+    double (*reorder)(void *ctx, int m, int k, int n, double *bytes);
 } cb_plan_probe;
 
 /* Where a team's cores must sit for cb_plan_probe_cpu's windows to count,

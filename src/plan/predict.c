@@ -401,7 +401,8 @@ void cb_plan_bf16_logit(const cb_plan_layout *l, double *need, double *packed, i
 
 /* A GPT stage's: a block's four linears and attention, the head */
 static double bf16_held(const cb_plan_job *j, const cb_plan_layout *l, int rows, int blocks,
-                        int head) {
+                        int head, double *packed_out) {
+    *packed_out = 0;
     if (!j->bf16) return 0;
     const cb_gpt_config *g = &j->model->gpt;
     int N = rows * j->T, C = g->d_model, nt = j->cluster->threads;
@@ -414,6 +415,7 @@ static double bf16_held(const cb_plan_job *j, const cb_plan_layout *l, int rows,
         cb_plan_bf16_attention(l, nt, need, cb_attn_self(rows, j->T, C, g->n_head, 1, NULL));
     }
     if (head) cb_plan_bf16_head(l, nt, need, &packed, N, C, g->vocab);
+    *packed_out = blocks * block + packed;
     return cb_kernels_bf16_need_bytes(need) + blocks * block + packed;
 }
 
@@ -439,7 +441,7 @@ static void memory(const cb_plan_job *j, const cb_plan_layout *l, double tok, st
     int rows = (int)(tok / j->T);
     double head = s.head ? cb_plan_bf16_head_weights(l, g->vocab, C) : 0;
     p->mem_bf16 = bf16_copies(j, l, head + s.blocks * 12 * C * C) +
-                  bf16_held(j, l, rows, s.blocks, s.head);
+                  bf16_held(j, l, rows, s.blocks, s.head, &p->bf16_packed);
     p->mem_total = p->mem_params + p->mem_grads + p->mem_opt + p->mem_act + p->mem_scratch +
                    p->mem_comm + p->mem_bf16;
 }
@@ -588,6 +590,20 @@ static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, dou
     return (4 * zeroed + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
 }
 
+/* The bf16 table's copies of the weights in oneDNN's layout (CPUs
+ * without AMX; `packed` bytes) go stale at every update and are written
+ * again at their first read after it: the plain bf16 copy read, the
+ * layout's written, at the calibrated reorder rate (oneDNN's reorder runs
+ * at a fraction of the update's streaming rate: a third to a fifth of it here), else the
+ * update's. The calibration's GEMM probe pays it once, not per step
+ * (docs/plan.md). */
+static double reorder_s(const cb_plan_cluster *c, double packed) {
+    double rate = c->reorder_bandwidth > 0   ? c->reorder_bandwidth
+                  : c->update_bandwidth > 0 ? c->update_bandwidth
+                                            : c->mem_bandwidth;
+    return 2 * packed / rate;
+}
+
 /* Interleaved GPT pipelines on one tensor rank: every stage's
  * activations as the engine plans them (several chunks per rank, the
  * partition auto from FLOP counts, as `cubist train --no-profile`). */
@@ -662,7 +678,8 @@ static void graph_predict(const cb_plan_job *j, const cb_plan_layout *l, cb_plan
         if (w.stat_bytes[k] > 0)
             p->dp_bytes += cb_plan_ring_allreduce(l->dp, w.stat_bytes[k]), p->dp_calls += 1;
     p->opt_s = optimizer_s(c, l, big.params, big.zeroed);
-    p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+    p->bf16_packed = big.bf16_packed, p->pack_s = reorder_s(c, w.bf16_packed);
+    p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s + p->pack_s;
 }
 
 static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pred *p) {
@@ -705,7 +722,8 @@ static void predict_at(const cb_plan_job *j, const cb_plan_layout *l, cb_plan_pr
      * 1-D, a 1/tp share under 2-D and 3-D */
     double wpe = (double)j->model->gpt.seq_len * C / (l->mode == CB_TP_1D ? 1 : l->tp);
     p->opt_s = optimizer_s(c, l, p->mem_params / 4, wpe);
-    p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s;
+    p->pack_s = reorder_s(c, p->bf16_packed);
+    p->step_s = mb * l->M + p->bubble_s + p->dp_exposed_s + p->opt_s + p->pack_s;
 }
 
 /* A node's ranks (min(world, devices per node)) each with a working set of

@@ -480,10 +480,16 @@ void cb_plan_probe_cpu(cb_plan_probe *pr) {
     *pr = (cb_plan_probe){probe_gemm,        probe_memory,        probe_attention,
                           probe_coll,        NULL,                size,
                           probe_elementwise, probe_memory_shared, llc_bytes(),
-                          probe_update,      probe_gemm_shared};
+                          probe_update,      probe_gemm_shared, NULL};
+}
+
+static double probe_reorder(void *ctx, int m, int k, int n, double *bytes) {
+    *bytes = 0;
+    return table(ctx) == cb_kernels_bf16() ? cb_kernels_bf16_reorder_s(m, k, n, bytes) : 0;
 }
 
 void cb_plan_probe_cpu_bf16(cb_plan_probe *pr) {
     cb_plan_probe_cpu(pr);
     pr->ctx = (void *)cb_kernels_bf16();
+    pr->reorder = probe_reorder;
 }
