@@ -627,6 +627,7 @@ static void head_backward(const cb_kernels *k, float *dinp, float *dw, const flo
     const uint16_t *d = dout == s->dlogits && N == s->dl_N && V == s->dl_V
                             ? s->scratch[0] /* crossentropy_backward's copy */
                             : to_bf16_ld(s, 0, CB_RND_GRAD, dout, N, V, ldd);
+    s->dlogits = NULL; /* used once: a later call rounds what dout holds then */
     head_dx(s, dinp, d, ldd, w, N, C, V);
     gemm_dw(s, V, C, N, d, ldd, to_bf16(s, 2, CB_RND_ACT_BWD, inp, (size_t)N * C), dw, acc);
 }
