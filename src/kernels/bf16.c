@@ -604,18 +604,7 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
                                   float dloss, int N, int V) {
     bf16_state *s = state(k);
     int64_t ldd = dw_ld(s, N, V);
-    uint16_t *h = scratch(s, 0, (size_t)N * ldd);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *r = probs + (size_t)i * V, d = targets[i] < 0 ? 0.0f : dloss;
-        uint16_t *o = h + (size_t)i * ldd;
-#pragma omp simd
-        for (int j = 0; j < V; j++) {
-            r[j] *= d;
-            o[j] = cb_bf16_round(r[j]);
-        }
-        if (targets[i] >= 0) r[targets[i]] -= dloss, o[targets[i]] = cb_bf16_round(r[targets[i]]);
-    }
+    cb_cpu_crossentropy_backward(probs, targets, dloss, N, V, scratch(s, 0, (size_t)N * ldd), ldd);
     s->dlogits = probs, s->dl_N = N, s->dl_V = V;
 }
 

@@ -638,15 +638,31 @@ static void crossentropy_forward(const cb_kernels *k, float *losses, float *logi
     }
 }
 
-static void crossentropy_backward(const cb_kernels *k, float *probs, const int *targets,
-                                  float dloss, int N, int V) {
-    (void)k;
+void cb_cpu_crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V,
+                                  uint16_t *h, int64_t ldh) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *r = probs + (size_t)i * V, d = targets[i] < 0 ? 0.0f : dloss;
-        for (int j = 0; j < V; j++) r[j] *= d;
-        if (targets[i] >= 0) r[targets[i]] -= dloss;
+        int t = targets[i];
+        if (h) {
+            uint16_t *o = h + (size_t)i * ldh;
+#pragma omp simd
+            for (int j = 0; j < V; j++) {
+                r[j] *= d;
+                o[j] = cb_bf16_round(r[j]);
+            }
+            if (t >= 0) r[t] -= dloss, o[t] = cb_bf16_round(r[t]);
+        } else {
+            for (int j = 0; j < V; j++) r[j] *= d;
+            if (t >= 0) r[t] -= dloss;
+        }
     }
+}
+
+static void crossentropy_backward(const cb_kernels *k, float *probs, const int *targets,
+                                  float dloss, int N, int V) {
+    (void)k;
+    cb_cpu_crossentropy_backward(probs, targets, dloss, N, V, NULL, 0);
 }
 
 /* ---------------------------------------------------------------- split operators */

@@ -359,6 +359,10 @@ void cb_cpu_adamw(float *p, const float *g, float gs, float *m, float *v, uint16
 /* dbias (OC) += (acc) or = the column sums of dout (N,OC); h (N,OC, may
  * be NULL) also gets dout in bf16, from the same pass */
 void cb_cpu_bias_backward(float *dbias, const float *dout, int N, int OC, int acc, uint16_t *h);
+/* the table's crossentropy_backward; h (N rows of stride ldh, may be
+ * NULL) also gets the gradient in bf16, from the same pass */
+void cb_cpu_crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V,
+                                  uint16_t *h, int64_t ldh);
 /* s (Tq,Tk) in place: the softmax of each row i < nq over the keys it
  * sees (j < nk and, causal, j <= i), zero elsewhere; s16 (Tq,Tk, may be
  * NULL) also gets it in bf16, from the same pass */

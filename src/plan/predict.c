@@ -573,6 +573,11 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
     p->mem_total += x.buf;
 }
 
+/* the update's rate: calibrated, else the memory-bound kernels' */
+static double update_bw(const cb_plan_cluster *c) {
+    return c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
+}
+
 /* The update's memory traffic per parameter (src/graph/exec.c): the
  * gradients of the zeroed floats cleared when the step starts (4 bytes
  * written; the engine overwrites every other gradient at its first write,
@@ -583,8 +588,7 @@ static void data_parallel(const cb_plan_job *j, const cb_plan_layout *l, double 
  * the clip: not counted. */
 static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, double params,
                           double zeroed) {
-    double shard = params / (l->zero ? l->dp : 1);
-    double rate = c->update_bandwidth > 0 ? c->update_bandwidth : c->mem_bandwidth;
+    double shard = params / (l->zero ? l->dp : 1), rate = update_bw(c);
     /* one process takes each gradient's norm in backward, in cache: not here */
     double norm = l->dp * l->pp * l->tp > 1 ? 4 : 0;
     return (4 * zeroed + (norm + 28 + (l->dp > 1 ? 8 : 0)) * shard) / rate;
@@ -598,10 +602,7 @@ static double optimizer_s(const cb_plan_cluster *c, const cb_plan_layout *l, dou
  * update's. The calibration's GEMM probe pays it once, not per step
  * (docs/plan.md). */
 static double reorder_s(const cb_plan_cluster *c, double packed) {
-    double rate = c->reorder_bandwidth > 0   ? c->reorder_bandwidth
-                  : c->update_bandwidth > 0 ? c->update_bandwidth
-                                            : c->mem_bandwidth;
-    return 2 * packed / rate;
+    return 2 * packed / (c->reorder_bandwidth > 0 ? c->reorder_bandwidth : update_bw(c));
 }
 
 /* Interleaved GPT pipelines on one tensor rank: every stage's
