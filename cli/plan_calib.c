@@ -183,7 +183,7 @@ int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, 
         }
         if (!rc && round) rc = round(ctx, i, now, e);
     }
-    for (int t = 0; t < n && !rc; t++) cb_plan_cluster_best(r[t], k, &c[t], spread[t]);
+    for (int t = 0; t < n && !rc; t++) cb_plan_cluster_best(r[t], k, NULL, &c[t], spread[t]);
     return rc;
 }
 

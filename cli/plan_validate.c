@@ -516,12 +516,13 @@ static void order_by_state(const tally *t, const measured *m) {
                 if (!isnan(u.meas[i])) err += fabs(rel(u.pred[i], u.meas[i])), n++;
             }
             printf("  predicted from %d calibration%s of 2 threads from windows with the cores %s "
-                   "(the best of each figure): mean error %.1f%% over the %d two-core case%s run "
-                   "so\n", t->scal[near], t->scal[near] > 1 ? "s" : "", near ? "near" : "apart",
-                   n ? 100 * err / n : 0, n, n == 1 ? "" : "s");
+                   "(the best of each figure timed so, every calibration's for the rest): mean "
+                   "error %.1f%% over the %d two-core case%s run so\n", t->scal[near],
+                   t->scal[near] > 1 ? "s" : "", near ? "near" : "apart", n ? 100 * err / n : 0, n,
+                   n == 1 ? "" : "s");
         } else
             printf("  predicted from every calibration's best figures: no calibration of 2 threads "
-                   "kept half its windows with the cores %s\n", near ? "near" : "apart");
+                   "kept a window with the cores %s\n", near ? "near" : "apart");
         order(&u, state);
     }
 }
@@ -621,20 +622,20 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
 
 /* t->spred[state] and t->scal[state]: the two-core cases predicted with
  * 2 threads at the best figures of the rounds' calibrations from windows
- * in that state (those that kept at least half their windows; 1 thread
- * as everywhere), once any round trip was measured */
+ * in that state (those that kept any window; a figure none of them timed
+ * in the state, from every calibration's best; 1 thread as everywhere),
+ * once any round trip was measured */
 static void predict_by_state(const vstate *s, tally *t) {
     cb_plan_pred *p = malloc(sizeof *p);
     for (int near = 0; near <= 1 && p; near++) {
         cb_plan_cluster sel[CB_PLAN_MAXRUNS], cl[2] = {s->cl[0], s->cl[1]};
         int n = 0;
         for (int r = 0; r < s->npcal; r++)
-            if (s->pkept[r][near] > 0 && 2 * s->pkept[r][near] >= s->pjudged[r][near])
-                sel[n++] = s->pcal[r][near];
+            if (s->pkept[r][near] > 0) sel[n++] = s->pcal[r][near];
         t->scal[near] = n;
         if (!n) continue;
         double spread[CB_PLAN_NSPREAD];
-        cb_plan_cluster_best(sel, n, &cl[1], spread);
+        cb_plan_cluster_best(sel, n, &s->cl[1], &cl[1], spread);
         for (int i = 0; i < NCASES; i++) {
             t->spred[near][i] = NAN;
             if (!s->ok[i] || isnan(t->pred[i])) continue;

@@ -156,7 +156,7 @@ ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2
 # and a round whose cores moved in its course may keep half the windows
 # for each, so two states may count 2 + 1 or 2 + 2)
 cores=$(grep -c " cores *[0-9][0-9]* ns" val.out)
-from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r = $3 > r ? $3 : r} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration of 2 threads kept half its windows with the cores (near|apart)/) z++}
+from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r = $3 > r ? $3 : r} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration of 2 threads kept a window with the cores (near|apart)/) z++}
            END {print n + 0, z + 0, r + 0}' val.out)
 set -- $from
 [ $(($1 + $2)) = 2 ] && [ "$3" -le 2 ] \

@@ -3,7 +3,12 @@
  * runs, each time and latency the lowest, efficiencies the highest rate
  * (efficiency x its own run's peak) over the highest peak, the GEMM curve
  * kept non-decreasing, the bf16 rates the same way; the spread printed is
- * (max - min) / median. Single process, no timer: three crafted runs. */
+ * (max - min) / median. Single process, no timer: three crafted runs.
+ * Then the figures of one placement of the cores (the validation's
+ * near and apart calibrations): a probe with no window in the wanted
+ * state returns INFINITY, the calibration writes 0 (not measured), and
+ * cb_plan_cluster_best takes such a figure from the fallback cluster
+ * (every calibration's best), the others from the runs. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,8 +17,30 @@
 
 static int failed;
 
+/* A probe at 100 GFLOP/s on every GEMM but those of 1024 rows and more,
+ * memory at 10 GB/s and attention at 20 GFLOP/s, except what `missing`
+ * names: never timed in the wanted state (INFINITY) */
+enum { MISS_BIG = 1, MISS_MEM = 2, MISS_ATT = 4, MISS_EW = 8 };
+static int missing;
+static double f_gemm(void *ctx, int m, int k, int n) {
+    (void)ctx;
+    return (missing & MISS_BIG) && m >= 1024 ? INFINITY : 3 * 2.0 * m * k * n / 100e9;
+}
+static double f_memory(void *ctx, int N, int C) {
+    (void)ctx;
+    return missing & MISS_MEM ? INFINITY : 3.0 * 72 * C * N / 10e9;
+}
+static double f_attention(void *ctx, int B, int T, int C, int NH) {
+    (void)ctx, (void)NH;
+    return missing & MISS_ATT ? INFINITY : 3.0 * 4 * T * C * (double)B * T / 20e9;
+}
+static double f_ew(void *ctx, int kind, int n) {
+    (void)ctx, (void)kind;
+    return missing & MISS_EW ? INFINITY : n * 1e-9;
+}
+
 static void check(const char *name, double got, double want) {
-    int ok = fabs(got - want) <= 1e-12 * fmax(1, fabs(want));
+    int ok = want == 0 ? got == 0 : fabs(got - want) <= 1e-12 * fabs(want);
     printf("%s %s: %.12g (want %.12g)\n", ok ? "PASS" : "FAIL", name, got, want);
     failed += !ok;
 }
@@ -41,7 +68,7 @@ int main(void) {
         c->bf16.eff[0] = eff0[r];
     }
     run[2].mem_bandwidth = 0; /* not measured in this run: left out */
-    cb_plan_cluster_best(run, 3, &out, spread);
+    cb_plan_cluster_best(run, 3, NULL, &out, spread);
     check("peak: the highest", out.peak_flops, 200e9);
     check("memory bandwidth: the highest of the runs that measured it", out.mem_bandwidth, 30e9);
     check("GEMM efficiency: the highest rate over the highest peak", out.eff[0], 60e9 / 200e9);
@@ -56,8 +83,44 @@ int main(void) {
     check("peak spread: (max - min) / median", spread[CB_PLAN_SPREAD_PEAK], 100e9 / 180e9);
     /* a curve point below its left neighbour is raised to it */
     run[0].eff[1] = 0.1, run[1].eff[1] = 0.1, run[2].eff[1] = 0.1;
-    cb_plan_cluster_best(run, 3, &out, spread);
+    cb_plan_cluster_best(run, 3, NULL, &out, spread);
     check("GEMM curve kept non-decreasing", out.eff[1], out.eff[0]);
+
+    /* one placement's calibration: the large GEMMs, memory, attention and
+     * the element-wise kernels never in the wanted state */
+    cb_plan_probe pr = {f_gemm, f_memory, f_attention, NULL, NULL, 1,
+                        f_ew,   NULL,     0,           NULL, NULL, NULL};
+    static cb_plan_cluster place, all, got;
+    memset(&place, 0, sizeof place), memset(&all, 0, sizeof all);
+    missing = MISS_BIG | MISS_MEM | MISS_ATT | MISS_EW;
+    cb_plan_calibrate(&pr, 0, &place);
+    cb_plan_calibrate_bf16(&pr, 0, &place); /* bf16 the same probe: the same holes */
+    check("unplaced GEMM of 1024: efficiency 0, not measured", place.eff[6], 0);
+    check("placed GEMM of 512: 100 GFLOP/s, the peak", place.eff[5] * place.peak_flops, 100e9);
+    check("unplaced memory rate: 0", place.mem_bandwidth, 0);
+    check("unplaced attention: 0", place.att_eff[2] + place.att_seq_eff[0], 0);
+    check("unplaced element-wise seconds: 0", place.ew_s[0], 0);
+    check("shape of 1024 rows: 0", place.shape[place.nshape - 1][3], 0);
+    /* every calibration's best, all timed, 1024 at the fallback's 150 */
+    missing = 0;
+    cb_plan_calibrate(&pr, 0, &all);
+    cb_plan_calibrate_bf16(&pr, 0, &all);
+    all.peak_flops = 150e9, all.eff[6] = 1; /* the others' rates as they were: eff x 150 */
+    for (int i = 0; i < all.neff - 1; i++) all.eff[i] = place.eff[i] * place.peak_flops / 150e9;
+    cb_plan_cluster_best(&place, 1, &all, &got, spread);
+    check("the fallback's GEMM of 1024 raises the peak", got.peak_flops, 150e9);
+    check("the placed GEMM of 512 keeps its rate", got.eff[5] * got.peak_flops, 100e9);
+    check("memory from the fallback", got.mem_bandwidth, 10e9);
+    check("attention from the fallback, as a rate", got.att_eff[2] * got.peak_flops,
+          all.att_eff[2] * all.peak_flops);
+    check("element-wise seconds from the fallback", got.ew_s[0], 1e-9);
+    check("bf16: the placed GEMM of 512 from the run", got.bf16.eff[5] * got.bf16.peak_flops,
+          100e9);
+    check("bf16: attention from the fallback", got.bf16.att_seq_eff[0], all.bf16.att_seq_eff[0]);
+    check("bf16: shape of 4096 rows from the fallback", got.bf16.shape[got.bf16.nshape - 1][3],
+          all.bf16.shape[all.bf16.nshape - 1][3]);
+    cb_plan_cluster_best(&place, 1, NULL, &got, spread);
+    check("without a fallback, unmeasured memory stays 0", got.mem_bandwidth, 0);
     printf("%d failed\n", failed);
     return failed != 0;
 }

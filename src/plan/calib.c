@@ -24,6 +24,13 @@ double cb_plan_op_sent(const char *op, int p, double n) {
     return (p - 1.0) / p * b;
 }
 
+/* work / t: a rate; 0 when t is not a time (INFINITY: the probe had no
+ * window where the cores were wanted, cb_plan_probe_placement) */
+static double per_s(double work, double t) { return t > 0 && isfinite(t) ? work / t : 0; }
+
+/* rate / peak, at most 1; 0 (not measured) without both */
+static double eff_of(double rate, double peak) { return peak > 0 ? fmin(1, rate / peak) : 0; }
+
 static double intensity(double m, double k, double n) {
     return 2 * m * k * n / (4 * (m * k + k * n + m * n));
 }
@@ -75,16 +82,20 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_pl
         for (int i = 0; i < n; i++) {
             double s = SIZES[i];
             double t = pr->gemm(pr->ctx, SIZES[i], SIZES[i], SIZES[i]);
-            rate[i] = fmax(rate[i], 3 * 2 * s * s * s / t);
+            rate[i] = fmax(rate[i], per_s(3 * 2 * s * s * s, t));
             if (rate[i] > best) best = rate[i];
         }
     c->peak_flops = best;
     c->neff = n;
     /* A GEMM does not get slower as its intensity grows; a dip is another
-     * process taking the core, so the curve keeps its running maximum. */
+     * process taking the core, so the curve keeps its running maximum (a
+     * size not measured stays 0, for cb_plan_cluster_best to fill). */
+    double run = 0;
     for (int i = 0; i < n; i++) {
         c->eff_intensity[i] = intensity(SIZES[i], SIZES[i], SIZES[i]);
-        c->eff[i] = fmax(rate[i] / best, i ? c->eff[i - 1] : 0);
+        double e = eff_of(rate[i], best);
+        run = fmax(run, e);
+        c->eff[i] = e > 0 ? run : 0;
     }
     if (shared) calibrate_gemm_shared(pr, quick, c, SIZES + n - 3);
 }
@@ -102,7 +113,7 @@ static void shapes_of(const cb_plan_probe *pr, const int *M, int nm, const int *
                 double *s = c->shape[c->nshape++];
                 s[0] = M[a], s[1] = kn[b], s[2] = kn[d];
                 double t = pr->gemm(pr->ctx, M[a], kn[b], kn[d]);
-                s[3] = fmin(1, 3 * 2 * s[0] * s[1] * s[2] / t / c->peak_flops);
+                s[3] = eff_of(per_s(3 * 2 * s[0] * s[1] * s[2], t), c->peak_flops);
             }
 }
 
@@ -119,9 +130,9 @@ static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * a team of threads that share one memory bus). */
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int N = 16384, C = 128;
-    double bytes = 3.0 * 72 * C * N, t1 = 1e30;
+    double bytes = 3.0 * 72 * C * N, t1 = INFINITY;
     for (int sw = 0; sw < SWEEPS(quick); sw++) t1 = fmin(t1, pr->memory(pr->ctx, N, C));
-    c->mem_bandwidth = bytes / t1;
+    c->mem_bandwidth = per_s(bytes, t1);
     /* every device of the node streaming at once (one thread each): a
      * rank's share of the memory system (not with quick: the windows in
      * which the streams run together are what takes time) */
@@ -136,7 +147,7 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
      * the cache here): alone and with every device */
     if (pr->update) {
         int n = quick ? 1 << 22 : 1 << 23;
-        c->update_bandwidth = 40.0 * n / pr->update(pr->ctx, n, 1);
+        c->update_bandwidth = per_s(40.0 * n, pr->update(pr->ctx, n, 1));
         c->update_bandwidth_shared = c->update_bandwidth;
         if (streams > 1 && c->threads == 1) {
             double t = pr->update(pr->ctx, n, streams);
@@ -147,10 +158,10 @@ static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster
     if (pr->cache_bytes <= 0) return;
     int n = 64;
     while (60.0 * 2 * n * C <= pr->cache_bytes / 4 && n < N) n *= 2;
-    double tc = 1e30;
+    double tc = INFINITY;
     for (int sw = 0; sw < SWEEPS(quick); sw++) tc = fmin(tc, pr->memory(pr->ctx, n, C));
     c->cache_bytes = pr->cache_bytes;
-    c->cache_bandwidth = 3.0 * 72 * C * n / tc;
+    c->cache_bandwidth = per_s(3.0 * 72 * C * n, tc);
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
@@ -169,7 +180,8 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_pl
     const int *seq = quick ? QSEQ : SEQ;
     int tokens = quick ? 2048 : 4096, B = tokens / T, C = 256, ns = quick ? 2 : 5;
     double flops = 3.0 * 4 * T * C * (double)B * T;
-    double t[4] = {1e30, 1e30, 1e30, 1e30}, ts[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
+    double t[4] = {INFINITY, INFINITY, INFINITY, INFINITY},
+           ts[5] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
     for (int sw = 0; sw < SWEEPS(quick); sw++) {
         for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
             t[i] = fmin(t[i], pr->attention(pr->ctx, B, T, C, C / hs));
@@ -179,12 +191,12 @@ static void calibrate_attention(const cb_plan_probe *pr, int quick, int T, cb_pl
     }
     c->natt = 4;
     for (int i = 0, hs = 16; i < 4; i++, hs *= 2)
-        c->att_hs[i] = hs, c->att_eff[i] = fmin(1, flops / t[i] / c->peak_flops);
+        c->att_hs[i] = hs, c->att_eff[i] = eff_of(per_s(flops, t[i]), c->peak_flops);
     c->attn_efficiency = c->att_eff[2];
     c->nseq = ns;
     for (int i = 0; i < ns; i++) {
         double f = 3.0 * 4 * seq[i] * C * (double)(tokens / seq[i]) * seq[i];
-        c->att_seq[i] = seq[i], c->att_seq_eff[i] = fmin(1, f / ts[i] / c->peak_flops);
+        c->att_seq[i] = seq[i], c->att_seq_eff[i] = eff_of(per_s(f, ts[i]), c->peak_flops);
     }
 }
 
@@ -211,15 +223,18 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
  * time follows their arithmetic, not their bytes (docs/plan.md). */
 static void calibrate_elementwise(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     int n = quick ? 1 << 20 : 1 << 22;
-    for (int k = 0; k < CB_PLAN_NEW && pr->elementwise; k++)
-        c->ew_s[k] = pr->elementwise(pr->ctx, k, n) / n;
+    for (int k = 0; k < CB_PLAN_NEW && pr->elementwise; k++) {
+        double r = per_s(n, pr->elementwise(pr->ctx, k, n)); /* elements a second */
+        c->ew_s[k] = r > 0 ? 1 / r : 0;
+    }
 }
 
-/* The best over the runs that measured it (non-zero: an optional figure a
- * run could not measure is 0) of the double at byte offset `off` of a
- * cluster: the highest of a rate (hi), the lowest of a time. spread:
- * (max - min) / median. */
-static double best_at(const cb_plan_cluster *runs, int n, size_t off, int hi, double *spread) {
+/* The best over the runs that measured it (non-zero: a figure a run
+ * could not measure is 0) of the double at byte offset `off` of a
+ * cluster: the highest of a rate (hi), the lowest of a time; when no run
+ * measured it, fb's (0 without fb). spread: (max - min) / median. */
+static double best_at(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb, size_t off,
+                      int hi, double *spread) {
     double v[CB_PLAN_MAXRUNS];
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -228,26 +243,32 @@ static double best_at(const cb_plan_cluster *runs, int n, size_t off, int hi, do
     }
     double m = k ? med(v, k) : 0; /* sorts v */
     if (spread) *spread = m > 0 ? (v[k - 1] - v[0]) / m : 0;
-    return k ? hi ? v[k - 1] : v[0] : 0;
+    if (!k) return fb ? *(const double *)((const char *)fb + off) : 0;
+    return hi ? v[k - 1] : v[0];
 }
 
-/* the highest of the runs' rates, each the efficiency at byte offset off
- * times its own peak, over the best peak */
-static double best_rate(const cb_plan_cluster *runs, int n, size_t off, double peak) {
+/* the highest of the runs' rates (FLOP/s), each the efficiency at byte
+ * offset off times its own peak; fb's when no run measured it */
+static double best_flops(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
+                         size_t off) {
     double b = 0;
     for (int r = 0; r < n; r++)
         b = fmax(b, *(const double *)((const char *)&runs[r] + off) * runs[r].peak_flops);
-    return fmin(1, b / peak);
+    if (b == 0 && fb) b = *(const double *)((const char *)fb + off) * fb->peak_flops;
+    return b;
 }
 
-void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
-                          double spread[CB_PLAN_NSPREAD]) {
-#define HI(f, s) (out->f = best_at(runs, n, offsetof(cb_plan_cluster, f), 1, s))
-#define LO(f) (out->f = best_at(runs, n, offsetof(cb_plan_cluster, f), 0, NULL))
+void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
+                          cb_plan_cluster *out, double spread[CB_PLAN_NSPREAD]) {
+#define HI(f, s) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 1, s))
+#define LO(f) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 0, NULL))
+#define FLOPS(f, i) best_flops(runs, n, fb, offsetof(cb_plan_cluster, f) + sizeof(double) * (i))
     if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
     *out = runs[0];
     for (int k = 0; k < CB_PLAN_NSPREAD; k++) spread[k] = 0;
     HI(peak_flops, &spread[CB_PLAN_SPREAD_PEAK]);
+    /* the peak: also of a GEMM size no run measured, whose rate is fb's */
+    for (int i = 0; i < out->neff; i++) out->peak_flops = fmax(out->peak_flops, FLOPS(eff, i));
     HI(mem_bandwidth, &spread[CB_PLAN_SPREAD_MEM]);
     HI(mem_bandwidth_shared, &spread[CB_PLAN_SPREAD_SHARED]);
     HI(cache_bandwidth, &spread[CB_PLAN_SPREAD_CACHE]);
@@ -258,24 +279,20 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *o
     HI(reorder_bandwidth, NULL);
     /* efficiencies: the best rate over the best peak (each run's are of
      * its own peak), the curve kept non-decreasing */
-#define RATE(f, i)                                                                                 \
-    best_rate(runs, n, offsetof(cb_plan_cluster, f) + sizeof(double) * (i), out->peak_flops)
-    for (int i = 0; i < out->neff; i++) out->eff[i] = fmax(RATE(eff, i), i ? out->eff[i - 1] : 0);
-    for (int i = 0; i < out->nshape; i++) out->shape[i][3] = RATE(shape, 4 * i + 3);
-    for (int i = 0; i < out->natt; i++) out->att_eff[i] = RATE(att_eff, i);
+#define EFF(f, i) eff_of(FLOPS(f, i), out->peak_flops)
+    for (int i = 0; i < out->neff; i++) out->eff[i] = fmax(EFF(eff, i), i ? out->eff[i - 1] : 0);
+    for (int i = 0; i < out->nshape; i++) out->shape[i][3] = EFF(shape, 4 * i + 3);
+    for (int i = 0; i < out->natt; i++) out->att_eff[i] = EFF(att_eff, i);
     if (out->natt > 2) out->attn_efficiency = out->att_eff[2];
-    for (int i = 0; i < out->nseq; i++) out->att_seq_eff[i] = RATE(att_seq_eff, i);
+    for (int i = 0; i < out->nseq; i++) out->att_seq_eff[i] = EFF(att_seq_eff, i);
     for (int k = 0; k < CB_PLAN_NEW; k++) LO(ew_s[k]);
-    if (runs[0].bf16.peak_flops > 0) { /* the same, of the bf16 rates (a view's are not) */
-        static cb_plan_cluster view[CB_PLAN_MAXRUNS];
+    if (runs[0].bf16.neff > 0) { /* the same, of the bf16 rates (a view's are not) */
+        static cb_plan_cluster view[CB_PLAN_MAXRUNS], fbv;
         cb_plan_cluster m;
         double sp[CB_PLAN_NSPREAD];
-        for (int r = 0; r < n; r++) {
-            cb_err e;
-            if (cb_plan_cluster_bf16(&runs[r], &view[r], &e)) view[r] = runs[r];
-            view[r].bf16.peak_flops = 0;
-        }
-        cb_plan_cluster_best(view, n, &m, sp);
+        for (int r = 0; r < n; r++) cb_plan_cluster_bf16_view(&runs[r], &view[r]);
+        if (fb) cb_plan_cluster_bf16_view(fb, &fbv);
+        cb_plan_cluster_best(view, n, fb ? &fbv : NULL, &m, sp);
         cb_plan_cluster_set_bf16(out, &m);
     }
     for (int i = 0; i < out->ncoll; i++) LO(coll[i].alpha), HI(coll[i].beta, NULL);
@@ -283,7 +300,8 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *o
     HI(inter.bandwidth, NULL), LO(inter.latency);
 #undef HI
 #undef LO
-#undef RATE
+#undef FLOPS
+#undef EFF
 }
 
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {

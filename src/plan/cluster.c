@@ -179,8 +179,13 @@ int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err 
                        "calibrate them with `cubist plan --calibrate --precision bf16`, or give "
                        "the section (docs/plan.md, cluster files)",
                        c->name);
-    if (out) *out = *c, rates_into(out, &c->bf16);
+    if (out) cb_plan_cluster_bf16_view(c, out);
     return CB_OK;
+}
+
+void cb_plan_cluster_bf16_view(const cb_plan_cluster *c, cb_plan_cluster *out) {
+    *out = *c, rates_into(out, &c->bf16);
+    memset(&out->bf16, 0, sizeof out->bf16);
 }
 
 static int read_colls(const reader *r, const json_val *root, cb_plan_cluster *c) {

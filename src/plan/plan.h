@@ -214,6 +214,9 @@ typedef struct cb_plan_cluster {
  * (out NULL: only the check); CB_EINPUT naming the file's missing
  * section when c has none. */
 int cb_plan_cluster_bf16(const cb_plan_cluster *c, cb_plan_cluster *out, cb_err *e);
+/* the same without the check: the bf16 rates as they are (0: not
+ * measured), out's own bf16 section cleared */
+void cb_plan_cluster_bf16_view(const cb_plan_cluster *c, cb_plan_cluster *out);
 /* c->bf16 = the compute rates of `rates` (a cluster calibrated on bf16 products) */
 void cb_plan_cluster_set_bf16(cb_plan_cluster *c, const cb_plan_cluster *rates);
 
@@ -412,8 +415,9 @@ typedef struct cb_plan_probe {
  * on a VM whose hypervisor moves them (docs/plan.md, Validation): want 1
  * near, 2 apart, by the cores' round trip measured right after each
  * window (near: up to CB_RT_NEAR_NS, kernels/peak.h); 0 every
- * window (the default). A figure with no window in the wanted state takes
- * the best of all its windows. One thread is not judged. The counts of
+ * window (the default). A figure with no window in the wanted state is
+ * not measured: the probe returns INFINITY and the calibration writes 0
+ * (cb_plan_cluster_best fills it from other runs). One thread is not judged. The counts of
  * windows judged and kept since the last call go to *judged and *kept
  * (either may be NULL). */
 void cb_plan_probe_placement(int want, int *judged, int *kept);
@@ -441,13 +445,16 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
  * (docs/plan.md, Calibration). spread[k]: (max - min) /
  * median of the peak, the memory bandwidth, the shared bandwidth, the
  * in-cache rate, attention at head size 64, the update's rates and the
- * GEMM's shared share (CB_PLAN_SPREAD_*). */
+ * GEMM's shared share (CB_PLAN_SPREAD_*). A figure is measured where
+ * non-zero; one that no run measured is fb's (0 when fb is NULL): the
+ * validation's calibrations of one placement of the cores take what
+ * they could not time in it from every calibration's best. */
 #define CB_PLAN_MAXRUNS 16
 enum { CB_PLAN_SPREAD_PEAK, CB_PLAN_SPREAD_MEM, CB_PLAN_SPREAD_SHARED, CB_PLAN_SPREAD_CACHE,
        CB_PLAN_SPREAD_ATTN, CB_PLAN_SPREAD_UPDATE, CB_PLAN_SPREAD_UPDATE_SHARED,
        CB_PLAN_SPREAD_GEMM_SHARED, CB_PLAN_NSPREAD };
-void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, cb_plan_cluster *out,
-                          double spread[CB_PLAN_NSPREAD]);
+void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
+                          cb_plan_cluster *out, double spread[CB_PLAN_NSPREAD]);
 /* The bandwidth a rank's memory-bound kernels and update get under layout
  * l with a working set of ws bytes per rank (docs/plan.md, Memory
  * traffic): in cache, streaming alone, or sharing the node's memory. */

@@ -89,23 +89,24 @@ static int placed(void) {
 /* The best window of REPS: one thread's CPU time; a team's wall time over
  * the windows its threads held their CPUs, else (none did) its busiest
  * thread's CPU time. With a placement wanted, a team's windows count when
- * its cores sat there: up to 4 REPS windows for REPS such, else the best
- * of them all. */
+ * its cores sat there: up to 4 REPS windows for REPS such; with none,
+ * INFINITY: not measured in that state (the calibration writes such a
+ * figure as 0, and cb_plan_cluster_best takes it from the runs that
+ * measured it; the best of every window, returned here before, wrote the
+ * other state's figure into this state's calibration). */
 static double best_of(body_fn f, void *arg) {
-    double cpu = 1e30, wall = 1e30, any_cpu = 1e30, any_wall = 1e30;
+    double cpu = 1e30, wall = 1e30;
     if (omp_get_max_threads() > MAX_TEAM) omp_set_num_threads(MAX_TEAM);
     int team = omp_get_max_threads() > 1, judge = team && place.want, got = 0;
     f(arg); /* touch the buffers */
     for (int r = 0; got < REPS && r < (judge ? 4 * REPS : REPS); r++) {
         window w = window_s(f, arg);
-        any_cpu = fmin(any_cpu, w.cpu);
-        if (w.held) any_wall = fmin(any_wall, w.wall);
         if (judge && !placed()) continue;
         got++;
         cpu = fmin(cpu, w.cpu);
         if (w.held) wall = fmin(wall, w.wall);
     }
-    if (!got) cpu = any_cpu, wall = any_wall;
+    if (!got) return INFINITY;
     return team && wall < 1e30 ? wall : cpu;
 }
 
