@@ -2,8 +2,9 @@
 # --precision bf16 under every layout and schedule equals the single process
 # in bf16: 10 steps of a 2-layer GPT, the JSONL loss and gradient-norm
 # trajectory within 2e-4 relative, for dp 2 with ZeRO-1, pp 2 (1f1b, and
-# gpipe with recompute, against 2 accumulated micro-batches), tp 2 1-D,
-# tp 4 2-D and tp 8 3-D; and a user's program on the graph engine
+# gpipe with recompute, against 2 accumulated micro-batches; interleaved,
+# 2 virtual stages a rank, against 4), tp 2 1-D, tp 4 2-D, tp 8 3-D, and
+# the three composed (dp 2 x pp 2 x tp 2 1-D with ZeRO-1); and a user's program on the graph engine
 # (examples/tiny_gpt) under dp 2 and 1-D 2 against its serial bf16 run.
 # Why 2e-4 and not fp32's 1e-5: the layouts sum in another order (fp32,
 # differences near 2^-24 relative), and an operand that lands next to a
@@ -23,7 +24,7 @@ common=(--data train.bin --layers 2 --d-model 32 --heads 4 --seq-len 16 --vocab 
         --peak-gflops 100 --precision bf16)
 TOL=2e-4
 
-for acc in 1 2; do
+for acc in 1 2 4; do
     "$C" train "${common[@]}" --grad-accum $acc --log ref$acc.jsonl 2>ref.err ||
         { echo "FAIL bf16 layouts: single-process reference: $(head -c 300 ref.err)"; exit 1; }
 done
@@ -42,6 +43,8 @@ case_ "bf16 pp=2 gpipe recompute"  2 2 --pp 2 --schedule gpipe --micro-batches 2
 case_ "bf16 tp=2 1d"               2 1 --tp 2 --tp-mode 1d
 case_ "bf16 tp=4 2d"               4 1 --tp 4 --tp-mode 2d
 case_ "bf16 tp=8 3d"               8 1 --tp 8 --tp-mode 3d
+case_ "bf16 pp=2 interleaved v=2"  2 4 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4
+case_ "bf16 dp=2 x pp=2 x tp=2 1d zero 1" 8 2 --dp 2 --pp 2 --tp 2 --tp-mode 1d --micro-batches 2 --zero 1
 
 # the graph engine (a user's program, examples/tiny_gpt): --precision bf16
 # taken by cb_dist_init, under dp 2 and 1-D 2 against its serial bf16 run.
