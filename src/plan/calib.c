@@ -103,7 +103,10 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_pl
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
  * 1-D's narrow sides), measured where a layout runs them rather than read
  * off the square shapes' curve: on one core here 0.78-1.19 of it, the
- * outputs of 32 columns lowest (docs/plan.md, Calibration). */
+ * outputs of 32 columns lowest (docs/plan.md, Calibration). Widths to
+ * 1024: the layers' own (C and 4C of C 256 to 512, within a factor 2 of
+ * it) ran at 0.91-0.93 of the peak where the curve, by intensity, said
+ * about 1 (2026-11-29). */
 static void shapes_of(const cb_plan_probe *pr, const int *M, int nm, const int *kn, int nkn,
                       cb_plan_cluster *c) {
     c->nshape = 0;
@@ -118,8 +121,8 @@ static void shapes_of(const cb_plan_probe *pr, const int *M, int nm, const int *
 }
 
 static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256}, QKN[] = {64, 256};
-    shapes_of(pr, M, quick ? 1 : 2, quick ? QKN : KN, quick ? 2 : 4, c);
+    static const int M[] = {256, 1024}, KN[] = {32, 64, 128, 256, 1024}, QKN[] = {64, 256};
+    shapes_of(pr, M, quick ? 1 : 2, quick ? QKN : KN, quick ? 2 : 5, c);
 }
 
 /* The block's memory-bound kernels on (N, C): 72 C bytes per token forward

@@ -98,7 +98,7 @@ static int read_shapes(const reader *r, const json_val *dev, const char *pre, cb
     snprintf(f, sizeof f, "%s.gemm_shapes", pre);
     const json_val *a = json_get(dev, "gemm_shapes");
     if (a->type != JSON_ARR || a->n > CB_PLAN_MAXSHAPE)
-        return bad(r, f, "is not a list of at most 32 [m, k, n, efficiency]");
+        return bad(r, f, "is not a list of at most 64 [m, k, n, efficiency]");
     for (int i = 0; i < a->n; i++) {
         const json_val *p = &a->v[i];
         int ok = p->type == JSON_ARR && p->n == 4;

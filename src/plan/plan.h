@@ -146,7 +146,7 @@ typedef struct cb_plan_coll {
 enum { CB_PLAN_EW_GELU_ERF, CB_PLAN_EW_DROPOUT, CB_PLAN_NEW };
 #define CB_PLAN_MAXEFF 16
 #define CB_PLAN_MAXCOLL 16
-#define CB_PLAN_MAXSHAPE 32
+#define CB_PLAN_MAXSHAPE 64 /* cluster.c's read_shapes names it */
 /* A device's compute rates for bf16 products (--precision bf16): the
  * fields of the same names below, for GEMMs on bf16 operands with fp32
  * accumulation and attention's products through them (a calibrated CPU's
