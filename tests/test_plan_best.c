@@ -121,6 +121,11 @@ int main(void) {
           all.bf16.shape[all.bf16.nshape - 1][3]);
     cb_plan_cluster_best(&place, 1, NULL, &got, spread);
     check("without a fallback, unmeasured memory stays 0", got.mem_bandwidth, 0);
+    /* a fallback whose curves have other points fills the figures, not the curves */
+    all.shape[0][1] *= 2;
+    cb_plan_cluster_best(&place, 1, &all, &got, spread);
+    check("fallback of other shapes: attention not filled", got.att_eff[2], 0);
+    check("fallback of other shapes: memory still filled", got.mem_bandwidth, 10e9);
     printf("%d failed\n", failed);
     return failed != 0;
 }

@@ -261,11 +261,26 @@ static double best_flops(const cb_plan_cluster *runs, int n, const cb_plan_clust
     return b;
 }
 
+/* whether a and b's curves have the same points (GEMM sizes and shapes,
+ * head sizes, sequence lengths): a fallback's points stand in for a
+ * run's only then */
+static int same_points(const cb_plan_cluster *a, const cb_plan_cluster *b) {
+    int same = a->neff == b->neff && a->nshape == b->nshape && a->natt == b->natt &&
+               a->nseq == b->nseq;
+    for (int i = 0; same && i < a->neff; i++) same = a->eff_intensity[i] == b->eff_intensity[i];
+    for (int i = 0; same && i < a->nshape; i++)
+        same = !memcmp(a->shape[i], b->shape[i], 3 * sizeof(double));
+    for (int i = 0; same && i < a->natt; i++) same = a->att_hs[i] == b->att_hs[i];
+    for (int i = 0; same && i < a->nseq; i++) same = a->att_seq[i] == b->att_seq[i];
+    return same;
+}
+
 void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
                           cb_plan_cluster *out, double spread[CB_PLAN_NSPREAD]) {
+    const cb_plan_cluster *fc = fb && same_points(fb, &runs[0]) ? fb : NULL; /* for curves */
 #define HI(f, s) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 1, s))
 #define LO(f) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 0, NULL))
-#define FLOPS(f, i) best_flops(runs, n, fb, offsetof(cb_plan_cluster, f) + sizeof(double) * (i))
+#define FLOPS(f, i) best_flops(runs, n, fc, offsetof(cb_plan_cluster, f) + sizeof(double) * (i))
     if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
     *out = runs[0];
     for (int k = 0; k < CB_PLAN_NSPREAD; k++) spread[k] = 0;
