@@ -105,8 +105,12 @@ int main(void) {
     missing = 0;
     cb_plan_calibrate(&pr, 0, &all);
     cb_plan_calibrate_bf16(&pr, 0, &all);
-    all.peak_flops = 150e9, all.eff[6] = 1; /* the others' rates as they were: eff x 150 */
+    double p0 = all.peak_flops; /* the others' rates as they were: eff x 150 */
+    all.peak_flops = 150e9, all.eff[6] = 1;
     for (int i = 0; i < all.neff - 1; i++) all.eff[i] = place.eff[i] * place.peak_flops / 150e9;
+    for (int i = 0; i < all.nshape; i++) all.shape[i][3] *= p0 / 150e9;
+    for (int i = 0; i < all.natt; i++) all.att_eff[i] *= p0 / 150e9;
+    for (int i = 0; i < all.nseq; i++) all.att_seq_eff[i] *= p0 / 150e9;
     cb_plan_cluster_best(&place, 1, &all, &got, spread);
     check("the fallback's GEMM of 1024 raises the peak", got.peak_flops, 150e9);
     check("the placed GEMM of 512 keeps its rate", got.eff[5] * got.peak_flops, 100e9);
@@ -121,6 +125,19 @@ int main(void) {
           all.bf16.shape[all.bf16.nshape - 1][3]);
     cb_plan_cluster_best(&place, 1, NULL, &got, spread);
     check("without a fallback, unmeasured memory stays 0", got.mem_bandwidth, 0);
+    /* a fallback 1.25x faster on everything the runs measured: what they
+     * did not measure, at its rate over 1.25 */
+    static cb_plan_cluster fast;
+    fast = all, fast.peak_flops *= 1.25, fast.mem_bandwidth *= 1.25, fast.ew_s[0] /= 1.25;
+    cb_plan_cluster_best(&place, 1, &fast, &got, spread);
+    check("a faster fallback: memory at the runs' speed", got.mem_bandwidth, 10e9);
+    check("a faster fallback: element-wise seconds at the runs' speed", got.ew_s[0], 1e-9);
+    check("a faster fallback: attention at the runs' speed, as a rate",
+          got.att_eff[2] * got.peak_flops, all.att_eff[2] * all.peak_flops);
+    check("a faster fallback: the placed GEMM of 512 keeps its own rate",
+          got.eff[5] * got.peak_flops, 100e9);
+    check("a faster fallback: the GEMM of 1024 by the curve's ratio", got.eff[6] * got.peak_flops,
+          150e9);
     /* a fallback whose curves have other points fills the figures, not the curves */
     all.shape[0][1] *= 2;
     cb_plan_cluster_best(&place, 1, &all, &got, spread);

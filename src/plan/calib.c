@@ -275,9 +275,86 @@ static int same_points(const cb_plan_cluster *a, const cb_plan_cluster *b) {
     return same;
 }
 
+/* the runs' best of the double at off (highest; lo: lowest) over those
+ * that measured it, 0 if none */
+static double runs_at(const cb_plan_cluster *runs, int n, size_t off, int lo) {
+    double b = 0;
+    for (int r = 0; r < n; r++) {
+        double v = *(const double *)((const char *)&runs[r] + off);
+        if (v > 0 && (b == 0 || (lo ? v < b : v > b))) b = v;
+    }
+    return b;
+}
+
+/* The runs' rate over fb's at each point of a curve (the double at off,
+ * then every stride doubles, np points; efficiency times its cluster's
+ * peak) that both measured, into r; returns how many. */
+static int curve_ratios(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb, size_t off,
+                        int stride, int np, double *r) {
+    int k = 0;
+    for (int i = 0; i < np; i++) {
+        size_t o = off + sizeof(double) * stride * i;
+        double f = *(const double *)((const char *)fb + o) * fb->peak_flops, b = 0;
+        for (int j = 0; j < n; j++)
+            b = fmax(b, *(const double *)((const char *)&runs[j] + o) * runs[j].peak_flops);
+        if (b > 0 && f > 0) r[k++] = b / f;
+    }
+    return k;
+}
+
+/* fb as a stand-in for what the runs did not measure: each of its
+ * figures times the runs' ratio to it on the figures they did measure,
+ * the median (a curve's points by that curve's own ratio when the runs
+ * measured any of them), so that a state's calibration that timed only
+ * part of its figures in that state fills the rest at the state's speed
+ * rather than the fallback's: two threads of a small model ran 1.5x
+ * slower with the cores apart (docs/plan.md, Validation). Curves only
+ * with `curves` (fb has the runs' points). */
+static void scaled_fallback(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
+                            int curves, cb_plan_cluster *s) {
+    static const size_t RATE[] = {
+        offsetof(cb_plan_cluster, mem_bandwidth), offsetof(cb_plan_cluster, mem_bandwidth_shared),
+        offsetof(cb_plan_cluster, cache_bandwidth), offsetof(cb_plan_cluster, update_bandwidth),
+        offsetof(cb_plan_cluster, update_bandwidth_shared)};
+    enum { NR = 5, NC = 4, MAXP = CB_PLAN_MAXSHAPE };
+    const size_t coff[NC] = {offsetof(cb_plan_cluster, eff), offsetof(cb_plan_cluster, shape[0][3]),
+                             offsetof(cb_plan_cluster, att_eff),
+                             offsetof(cb_plan_cluster, att_seq_eff)};
+    const int cstride[NC] = {1, 4, 1, 1}, cnp[NC] = {fb->neff, fb->nshape, fb->natt, fb->nseq};
+    double all[NR + CB_PLAN_NEW + NC * MAXP], cr[NC][MAXP];
+    int na = 0, nc[NC] = {0};
+    *s = *fb;
+    for (int i = 0; i < NR; i++) {
+        double b = runs_at(runs, n, RATE[i], 0), f = *(const double *)((const char *)fb + RATE[i]);
+        if (b > 0 && f > 0) all[na++] = b / f;
+    }
+    for (int k = 0; k < CB_PLAN_NEW; k++) { /* times: the inverse */
+        double b = runs_at(runs, n, offsetof(cb_plan_cluster, ew_s) + sizeof(double) * k, 1);
+        if (b > 0 && fb->ew_s[k] > 0) all[na++] = fb->ew_s[k] / b;
+    }
+    for (int c = 0; curves && c < NC; c++) {
+        nc[c] = curve_ratios(runs, n, fb, coff[c], cstride[c], cnp[c], cr[c]);
+        memcpy(all + na, cr[c], sizeof(double) * nc[c]), na += nc[c];
+    }
+    double g = na ? med(all, na) : 1;
+    for (int i = 0; i < NR; i++) *(double *)((char *)s + RATE[i]) *= g;
+    for (int k = 0; k < CB_PLAN_NEW; k++) s->ew_s[k] /= g;
+    for (int c = 0; curves && c < NC; c++) {
+        double f = nc[c] ? med(cr[c], nc[c]) : g;
+        for (int i = 0; i < cnp[c]; i++)
+            *(double *)((char *)s + coff[c] + sizeof(double) * cstride[c] * i) *= f;
+    }
+}
+
 void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_cluster *fb,
                           cb_plan_cluster *out, double spread[CB_PLAN_NSPREAD]) {
-    const cb_plan_cluster *fc = fb && same_points(fb, &runs[0]) ? fb : NULL; /* for curves */
+    cb_plan_cluster scaled; /* fb at the runs' speed */
+    const cb_plan_cluster *fc = NULL;
+    if (fb) {
+        int curves = same_points(fb, &runs[0]);
+        scaled_fallback(runs, n < CB_PLAN_MAXRUNS ? n : CB_PLAN_MAXRUNS, fb, curves, &scaled);
+        fb = &scaled, fc = curves ? fb : NULL;
+    }
 #define HI(f, s) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 1, s))
 #define LO(f) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 0, NULL))
 #define FLOPS(f, i) best_flops(runs, n, fc, offsetof(cb_plan_cluster, f) + sizeof(double) * (i))
