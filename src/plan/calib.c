@@ -275,17 +275,6 @@ static int same_points(const cb_plan_cluster *a, const cb_plan_cluster *b) {
     return same;
 }
 
-/* the runs' best of the double at off (highest; lo: lowest) over those
- * that measured it, 0 if none */
-static double runs_at(const cb_plan_cluster *runs, int n, size_t off, int lo) {
-    double b = 0;
-    for (int r = 0; r < n; r++) {
-        double v = *(const double *)((const char *)&runs[r] + off);
-        if (v > 0 && (b == 0 || (lo ? v < b : v > b))) b = v;
-    }
-    return b;
-}
-
 /* The runs' rate over fb's at each point of a curve (the double at off,
  * then every stride doubles, np points; efficiency times its cluster's
  * peak) that both measured, into r; returns how many. */
@@ -294,9 +283,8 @@ static int curve_ratios(const cb_plan_cluster *runs, int n, const cb_plan_cluste
     int k = 0;
     for (int i = 0; i < np; i++) {
         size_t o = off + sizeof(double) * stride * i;
-        double f = *(const double *)((const char *)fb + o) * fb->peak_flops, b = 0;
-        for (int j = 0; j < n; j++)
-            b = fmax(b, *(const double *)((const char *)&runs[j] + o) * runs[j].peak_flops);
+        double f = *(const double *)((const char *)fb + o) * fb->peak_flops;
+        double b = best_flops(runs, n, NULL, o);
         if (b > 0 && f > 0) r[k++] = b / f;
     }
     return k;
@@ -325,11 +313,13 @@ static void scaled_fallback(const cb_plan_cluster *runs, int n, const cb_plan_cl
     int na = 0, nc[NC] = {0};
     *s = *fb;
     for (int i = 0; i < NR; i++) {
-        double b = runs_at(runs, n, RATE[i], 0), f = *(const double *)((const char *)fb + RATE[i]);
+        double b = best_at(runs, n, NULL, RATE[i], 1, NULL);
+        double f = *(const double *)((const char *)fb + RATE[i]);
         if (b > 0 && f > 0) all[na++] = b / f;
     }
     for (int k = 0; k < CB_PLAN_NEW; k++) { /* times: the inverse */
-        double b = runs_at(runs, n, offsetof(cb_plan_cluster, ew_s) + sizeof(double) * k, 1);
+        double b = best_at(runs, n, NULL, offsetof(cb_plan_cluster, ew_s) + sizeof(double) * k, 0,
+                           NULL);
         if (b > 0 && fb->ew_s[k] > 0) all[na++] = fb->ew_s[k] / b;
     }
     for (int c = 0; curves && c < NC; c++) {
@@ -350,15 +340,15 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_clus
                           cb_plan_cluster *out, double spread[CB_PLAN_NSPREAD]) {
     cb_plan_cluster scaled; /* fb at the runs' speed */
     const cb_plan_cluster *fc = NULL;
+    if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
     if (fb) {
         int curves = same_points(fb, &runs[0]);
-        scaled_fallback(runs, n < CB_PLAN_MAXRUNS ? n : CB_PLAN_MAXRUNS, fb, curves, &scaled);
+        scaled_fallback(runs, n, fb, curves, &scaled);
         fb = &scaled, fc = curves ? fb : NULL;
     }
 #define HI(f, s) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 1, s))
 #define LO(f) (out->f = best_at(runs, n, fb, offsetof(cb_plan_cluster, f), 0, NULL))
 #define FLOPS(f, i) best_flops(runs, n, fc, offsetof(cb_plan_cluster, f) + sizeof(double) * (i))
-    if (n > CB_PLAN_MAXRUNS) n = CB_PLAN_MAXRUNS;
     *out = runs[0];
     for (int k = 0; k < CB_PLAN_NSPREAD; k++) spread[k] = 0;
     HI(peak_flops, &spread[CB_PLAN_SPREAD_PEAK]);

@@ -447,7 +447,9 @@ void cb_plan_calibrate_comm(const cb_plan_probe *pr, int quick, cb_plan_cluster 
  * in-cache rate, attention at head size 64, the update's rates and the
  * GEMM's shared share (CB_PLAN_SPREAD_*). A figure is measured where
  * non-zero; one that no run measured is fb's (0 when fb is NULL; a
- * curve's point only when fb's curves have the runs' points): the
+ * curve's point only when fb's curves have the runs' points), scaled to
+ * the runs' speed (the median ratio of theirs to fb's where both
+ * measured, a curve's by its own points where it has any): the
  * validation's calibrations of one placement of the cores take what
  * they could not time in it from every calibration's best. */
 #define CB_PLAN_MAXRUNS 16
