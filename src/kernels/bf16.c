@@ -173,17 +173,16 @@ static const uint16_t *to_bf16_bias(bf16_state *s, int i, const float *dout, int
 
 /* A weight gradient's product (gemm_dw) reads its A, an activation of N
  * rows transposed, with each row padded by JIT_PAD elements when N is at
- * least JIT_ROWS on AMX: oneDNN then runs the product on its gemm:jit
- * instead of brgemm, 1.08-1.31x faster for GPT-2's dW shapes at 2048 to
- * 8192 rows, 0.52-0.87x at 256 and 512 (docs/precision.md, "The weight
- * gradients on gemm:jit"; one AMX host, 2026-11-27; not measured without
- * AMX, so dense there). */
+ * least JIT_ROWS: oneDNN then runs the product on its gemm:jit instead of
+ * brgemm. GPT-2's dW shapes at 2048 to 8192 rows ran 1.08-1.31x faster
+ * on AMX (one Intel host, 2026-11-27) and 1.01-1.27x faster on
+ * AVX512-BF16 (AMD EPYC family 26, 2026-11-29: 753 -> 955 GFLOP/s for
+ * the FFN's up projection at 4096 rows, 2 threads); at 256 to 1024 rows
+ * 0.52-0.94x (docs/precision.md, "The weight gradients on gemm:jit"). */
 #define JIT_ROWS 2048
 #define JIT_PAD 16
 
-static int64_t dw_ld(const bf16_state *s, int N, int cols) {
-    return s->amx && N >= JIT_ROWS ? cols + JIT_PAD : cols;
-}
+static int64_t dw_ld(int N, int cols) { return N >= JIT_ROWS ? cols + JIT_PAD : cols; }
 
 /* x (rows, cols) rounded to bf16 into scratch slot i with row stride ld
  * (>= cols; the padding is not written) */
@@ -552,7 +551,7 @@ static void matmul_backward(const cb_kernels *k, float *dinp, float *dw, float *
     bf16_state *s = state(k);
     const uint16_t *d = to_bf16_bias(s, 0, dout, N, OC, dbias, acc);
     if (dinp) gemm_w(s, N, IC, OC, d, OC, w, 1, OC, dinp, IC, 0, NULL, 1);
-    int64_t ldx = dw_ld(s, N, IC);
+    int64_t ldx = dw_ld(N, IC);
     gemm_dw(s, IC, OC, N, to_bf16_ld(s, 2, CB_RND_ACT_BWD, inp, N, IC, ldx), ldx, d, dw, acc);
 }
 
@@ -560,7 +559,7 @@ static void matmul_backward_dw_rows(const cb_kernels *k, float *dw, const float 
                                     const float *inp, int N, int IC, int OC, int r0, int r1,
                                     int acc) {
     bf16_state *s = state(k);
-    int64_t ldx = dw_ld(s, N, IC);
+    int64_t ldx = dw_ld(N, IC);
     const uint16_t *d = to_bf16(s, 0, CB_RND_GRAD, dout, (size_t)N * OC),
                    *x = to_bf16_ld(s, 2, CB_RND_ACT_BWD, inp, N, IC, ldx);
     gemm_dw(s, r1 - r0, OC, N, x + r0, ldx, d, dw + (size_t)r0 * OC, acc);
@@ -603,7 +602,7 @@ static void head_dx(bf16_state *s, float *dinp, const uint16_t *d, int64_t ldd, 
 static void crossentropy_backward(const cb_kernels *k, float *probs, const int *targets,
                                   float dloss, int N, int V) {
     bf16_state *s = state(k);
-    int64_t ldd = dw_ld(s, N, V);
+    int64_t ldd = dw_ld(N, V);
     cb_cpu_crossentropy_backward(probs, targets, dloss, N, V, scratch(s, 0, (size_t)N * ldd), ldd);
     s->dlogits = probs, s->dl_N = N, s->dl_V = V;
 }
@@ -612,7 +611,10 @@ static void crossentropy_backward(const cb_kernels *k, float *probs, const int *
 static void head_backward(const cb_kernels *k, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, int N, int C, int V, int acc) {
     bf16_state *s = state(k);
-    int64_t ldd = dw_ld(s, N, V); /* d is dW's A (and dX's, in chunks of V: strided anyway) */
+    /* d is dW's A, and dX's: on AMX in chunks of V, strided anyway; without
+     * AMX whole, on gemm:jit when padded, at brgemm's rate on the dense
+     * operand (GPT-2, 4096 rows, 2 threads: 967 against 980 GFLOP/s) */
+    int64_t ldd = dw_ld(N, V);
     const uint16_t *d = dout == s->dlogits && N == s->dl_N && V == s->dl_V
                             ? s->scratch[0] /* crossentropy_backward's copy */
                             : to_bf16_ld(s, 0, CB_RND_GRAD, dout, N, V, ldd);
@@ -1415,7 +1417,7 @@ static void need_acc(const bf16_state *s, double *n, int acc, int rows, int cols
 void cb_kernels_bf16_need_head(double n[CB_BF16_SLOTS], int N, int C, int V, int kept, int acc) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return;
-    need(n, 0, (double)N * C), need(n, 0, (double)N * dw_ld(s, N, V)), need(n, 2, (double)N * C);
+    need(n, 0, (double)N * C), need(n, 0, (double)N * dw_ld(N, V)), need(n, 2, (double)N * C);
     if (!kept) need(n, 1, (double)V * C);
     need_acc(s, n, acc, V, C);
 }
@@ -1429,7 +1431,7 @@ void cb_kernels_bf16_need_product(double n[CB_BF16_SLOTS], int N, int K, int M, 
 void cb_kernels_bf16_need_dw_rows(double n[CB_BF16_SLOTS], int N, int IC, int OC, int acc_ic) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return;
-    need(n, 0, (double)N * OC), need(n, 2, (double)N * dw_ld(s, N, IC)); /* dY; X, rows padded */
+    need(n, 0, (double)N * OC), need(n, 2, (double)N * dw_ld(N, IC)); /* dY; X, rows padded */
     need_acc(s, n, acc_ic > 0, acc_ic, OC);
 }
 
@@ -1474,7 +1476,7 @@ double cb_kernels_bf16_head_packed(int nthr, int reads, int N, int C, int V) {
     const bf16_state *s = state(cb_kernels_bf16());
     if (!s) return 0;
     return packed_bytes(nthr, reads, N, V, C, C, 1, C, V, 0) +
-           packed_bytes(nthr, reads, N, C, V, dw_ld(s, N, V), 0, C, C, 0);
+           packed_bytes(nthr, reads, N, C, V, dw_ld(N, V), 0, C, C, 0);
 }
 
 double cb_kernels_bf16_need_bytes(const double n[CB_BF16_SLOTS]) {
