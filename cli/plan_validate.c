@@ -549,7 +549,8 @@ static void order_matched(const tally *t, const measured *m) {
     if (!n) return;
     printf("the two-core cases against the prediction for where the cores sat in each one's "
            "fastest run (%d of %d from that state's calibrations): mean error %.1f%% (worst "
-           "%.1f%%)\n", moved, n, 100 * err / n, 100 * worst);
+           "%.1f%%)\n",
+           moved, n, 100 * err / n, 100 * worst);
     order(&u, "the same, the order");
 }
 
