@@ -530,35 +530,26 @@ static void order_by_state(const tally *t, const measured *m) {
 /* The overall order and error again, each two-core case against the
  * prediction for where the cores sat in its fastest run (the
  * calibrations of 2 threads from windows in that state, predict_by_state;
- * the overall prediction where no calibration kept such a window), or
- * (faster) against the faster of the two states' predictions: the
+ * the overall prediction where no calibration kept such a window): the
  * overall table predicts every case from every calibration's best, the
  * near figures mostly, while a case's fastest run may have been apart,
  * where two threads of one process lose more than two ranks do
- * (order_by_state), and every calibration's best mixes the states'
- * figures: the GEMMs near, the update's memory rate apart
- * (docs/plan.md, Validation). */
-static void order_matched(const tally *t, const measured *m, int faster) {
+ * (order_by_state). */
+static void order_matched(const tally *t, const measured *m) {
     tally u = *t;
     double err = 0, worst = 0;
     int n = 0, moved = 0;
     for (int i = 0; i < NCASES; i++) {
         if (isnan(t->pred[i]) || isnan(t->meas[i]) || isnan(m[i].rt_ns)) continue;
         int near = cores_near(m[i].rt_ns);
-        double x = NAN;
-        for (int st = 0; st <= 1; st++)
-            if ((faster || st == near) && t->scal[st] && !isnan(t->spred[st][i]))
-                x = isnan(x) ? t->spred[st][i] : fmin(x, t->spred[st][i]);
-        if (!isnan(x)) u.pred[i] = x, moved++;
+        if (t->scal[near] && !isnan(t->spred[near][i])) u.pred[i] = t->spred[near][i], moved++;
         double e = fabs(rel(u.pred[i], u.meas[i]));
         err += e, n++, worst = fmax(worst, e);
     }
     if (!n) return;
-    printf("the two-core cases against %s (%d of %d from the states' calibrations): mean error "
-           "%.1f%% (worst %.1f%%)\n",
-           faster ? "the faster of the two states' predictions, as a case's fastest run is the "
-                    "faster of its runs in either state"
-                  : "the prediction for where the cores sat in each one's fastest run",
+    printf("the two-core cases against the prediction for where the cores sat in each one's "
+           "fastest run (%d of %d from that state's calibrations): mean error %.1f%% (worst "
+           "%.1f%%)\n",
            moved, n, 100 * err / n, 100 * worst);
     order(&u, "the same, the order");
 }
@@ -797,8 +788,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
                "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
                100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
     if (!rc && t.n) order(&t, NULL);
-    if (!rc && t.n && t.rt_seen && ms)
-        order_matched(&t, ms, 0), order_matched(&t, ms, 1), order_by_state(&t, ms);
+    if (!rc && t.n && t.rt_seen && ms) order_matched(&t, ms), order_by_state(&t, ms);
     free(ms);
     return rc;
 }
