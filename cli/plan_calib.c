@@ -128,29 +128,37 @@ static void machine(int threads, cb_plan_cluster *c) {
     c->memory_bytes = (double)pages * sysconf(_SC_PAGESIZE) / c->devices_per_node;
 }
 
-int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e) {
+/* The probe: the fake timer's (CUBIST_PLAN_FAKE, its rates into *f; 2
+ * ranks, so that it fakes the collectives too) or this machine's CPU
+ * kernels in this process (1 rank: the collectives are comm_child's). */
+static int probe_of(fake *f, cb_plan_probe *pr, cb_err *e) {
     const char *fk = getenv("CUBIST_PLAN_FAKE");
-    memset(c, 0, sizeof *c);
-    machine(threads, c);
-    if (fk) {
-        fake f;
-        if (parse_fake(fk, &f, e)) return e->code;
-        /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
-        cb_plan_probe pr = {f_gemm, f_memory, f_attention, f_coll, &f, 2, f_elementwise,
-                            f_memory_shared, 8 << 20, f_update, f_gemm_shared, NULL};
-        cb_plan_calibrate(&pr, quick, c);
-        fake fb = f; /* the same fake at the bf16 rate */
-        fb.gflops = f.bf16, pr.ctx = &fb, pr.reorder = f_reorder;
-        if (bf16) cb_plan_calibrate_bf16(&pr, quick, c);
+    if (!fk) {
+        cb_plan_probe_cpu(pr);
+        pr->ranks = 1;
         return CB_OK;
     }
+    if (parse_fake(fk, f, e)) return e->code;
+    /* a last-level cache of 8 MiB, in-cache rate and shared rate = gbs */
+    *pr = (cb_plan_probe){f_gemm,  f_memory, f_attention,   f_coll,
+                          f,       2,        f_elementwise, f_memory_shared,
+                          8 << 20, f_update, f_gemm_shared, NULL};
+    return CB_OK;
+}
+
+int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e) {
+    fake f, fb;
     cb_plan_probe pr;
-    int was = omp_get_max_threads(), rc = CB_OK;
+    memset(c, 0, sizeof *c);
+    machine(threads, c);
+    if (probe_of(&f, &pr, e)) return e->code;
+    int was = omp_get_max_threads(), rc = CB_OK, faked = pr.ctx == &f;
     omp_set_num_threads(threads);
-    cb_plan_probe_cpu(&pr);
-    pr.ranks = 1;
     cb_plan_calibrate(&pr, quick, c);
-    if (bf16) {
+    if (bf16 && faked) { /* the same fake at the bf16 rate */
+        fb = f, fb.gflops = f.bf16, pr.ctx = &fb, pr.reorder = f_reorder;
+        cb_plan_calibrate_bf16(&pr, quick, c);
+    } else if (bf16) {
         cb_plan_probe_cpu_bf16(&pr);
         pr.ranks = 1;
         if (!pr.ctx)
@@ -159,7 +167,17 @@ int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c,
             cb_plan_calibrate_bf16(&pr, quick, c);
     }
     omp_set_num_threads(was);
-    return rc ? rc : comm ? comm_child(quick, c, e) : CB_OK;
+    return rc ? rc : comm && !faked ? comm_child(quick, c, e) : CB_OK;
+}
+
+int plan_measure_shared(int quick, cb_plan_cluster *c, cb_err *e) {
+    fake f;
+    cb_plan_probe pr;
+    memset(c, 0, sizeof *c);
+    machine(1, c);
+    if (probe_of(&f, &pr, e)) return e->code;
+    cb_plan_calibrate_shared(&pr, quick, c);
+    return CB_OK;
 }
 
 int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, int runs,
@@ -168,12 +186,14 @@ int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, 
     static cb_plan_cluster r[2][CB_PLAN_MAXRUNS], coll;
     int k = runs < 1 ? 1 : runs > CB_PLAN_MAXRUNS ? CB_PLAN_MAXRUNS : runs, rc = CB_OK;
     n = n < 1 ? 1 : n > 2 ? 2 : n;
-    /* the collectives once, first, so that every run has them (the fake
-     * timer's are in every run) */
+    /* the collectives in every run of the first count, each a child job
+     * of about a second (the fake timer's are in every run): their best
+     * over the runs, as every figure's (2 ranks' all-reduce of 4 MB
+     * measured 7.0 and 9.5 GB/s half an hour apart, 2026-11-29) */
     comm = comm && !getenv("CUBIST_PLAN_FAKE");
-    if (comm) rc = comm_child(quick, &coll, e);
     for (int i = 0; i < k && !rc; i++) { /* round-robin: every count in the same minutes */
         const cb_plan_cluster *now[2] = {&r[0][i], &r[1][i]};
+        if (comm) rc = comm_child(quick, &coll, e);
         for (int t = 0; t < n && !rc; t++) {
             rc = plan_measure(threads[t], quick, 0, bf16, &r[t][i], e);
             if (comm && !t) {

@@ -47,6 +47,10 @@ int plan_calibrate_comm(int quick, cb_err *e);
  * and, with comm, through an mpirun child of 2 ranks, the collectives;
  * fake rates from CUBIST_PLAN_FAKE (tests). */
 int plan_measure(int threads, int quick, int comm, int bf16, cb_plan_cluster *c, cb_err *e);
+/* Only one thread a rank's figures with every device of the node at once
+ * (cb_plan_calibrate_shared) into c, its other figures 0 (the validation's
+ * calibrations by placement). */
+int plan_measure_shared(int quick, cb_plan_cluster *c, cb_err *e);
 /* After run i of every thread count (now[t]: those runs' figures): the
  * validation runs round i of its cases there, so that the calibrations
  * and the measurements share the same minutes. */
@@ -55,8 +59,8 @@ typedef int (*plan_round_fn)(void *ctx, int i, const cb_plan_cluster *const now[
  * 2) thread counts, round-robin over the counts so that their runs share
  * the same minutes (this VM's speed moves between minutes), calling round
  * (when not NULL) after each, and the best of each figure into c[t]
- * (cb_plan_cluster_best), spread[t] its spread. The collectives once,
- * first, with comm, into every run of c[0]'s count. */
+ * (cb_plan_cluster_best), spread[t] its spread. With comm, the
+ * collectives too, in every run of c[0]'s count. */
 int plan_measure_best(int n, const int *threads, int quick, int comm, int bf16, int runs,
                       plan_round_fn round, void *ctx, cb_plan_cluster *c,
                       double (*spread)[CB_PLAN_NSPREAD], cb_err *e);

@@ -8,6 +8,7 @@
  * not change, and per-rank compute in thread CPU time (`cubist bench
  * --tp-step`'s kernel CPU seconds, max over ranks). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,10 +336,16 @@ typedef struct tally {
     double err_near, err_apart;
     int n_near, n_apart, rt_seen;
     /* by state (1 near, 0 apart): seconds per token predicted from the
-     * calibrations of 2 threads from windows in it, and how many; 0: the
-     * overall prediction */
+     * calibrations of 2 threads from windows in it and of 1 thread a rank
+     * with both at once, and how many of each (predict_by_state); none:
+     * the overall prediction */
     double spred[2][NCASES];
-    int scal[2];
+    int scal[2], scal1[2];
+    /* the pairs timed again back to back (back_to_back): for a < b,
+     * pair_n[a][b] alternated pairs of runs (0: not timed), of which
+     * pair_k[a][b] ran in the order predicted for where the cores sat
+     * for them, pair_near[a][b] with the cores near */
+    int pair_n[NCASES][NCASES], pair_k[NCASES][NCASES], pair_near[NCASES][NCASES];
 } tally;
 
 /* a round trip counts as the cores near: within CB_RT_NEAR_NS */
@@ -422,6 +429,10 @@ static int same(const vcase *a, const vcase *b) {
            (a->model == b->model || (a->model && b->model && !strcmp(a->model, b->model)));
 }
 
+/* Pairs out of the predicted order timed again (back_to_back): this
+ * many alternated pairs of runs, each run the fastest step of its job */
+#define PAIR_RUNS 5
+
 /* Measured a tie: the two cases' ranges over the runs (fastest ..
  * slowest run's fastest step) overlap, so the runs do not order them. */
 static int tie(const tally *t, int a, int b) {
@@ -434,10 +445,11 @@ static int tie(const tally *t, int a, int b) {
  * one with each case's range over the runs), and the pairs whose order
  * differs but whose measured ranges overlap, as ties: counted apart, the
  * strict order line stays as it is. */
-static void order(const tally *t, const char *state) {
-    int groups = 0, kept = 0, kept_ties = 0;
+static void order(const tally *t, const char *state, int b2b) {
+    int groups = 0, kept = 0, kept_ties = 0, kept_b2b = 0, timed = 0;
     for (int i = 0; i < NCASES; i++) {
-        int first = 1, idx[NCASES], n = 0, ok = 1, okt = 1;
+        int first = 1, idx[NCASES], n = 0, ok = 1, okt = 1, okb = 1, nb = 0;
+        char back[512] = "";
         for (int j = 0; j < i && first; j++)
             first = !(same(&CASES[j], &CASES[i]) && !isnan(t->pred[j]));
         if (!first || isnan(t->pred[i])) continue;
@@ -459,24 +471,42 @@ static void order(const tally *t, const char *state) {
                 else if (nt < (int)sizeof ties - 64)
                     nt += snprintf(ties + nt, sizeof ties - nt, "%s%s ~ %s", nt ? ", " : "",
                                    kind(&CASES[x]), kind(&CASES[y]));
+                /* back to back: in their state's predicted order in k of K */
+                int K = t->pair_n[x][y], k = t->pair_k[x][y];
+                if (!K || !k) okb = 0; /* not timed, or every pair against its prediction */
+                if (b2b && K && nb < (int)sizeof back - 96)
+                    nb += snprintf(back + nb, sizeof back - nb,
+                                   "%s%s ~ %s in order %d of %d (%d near)", nb ? ", " : "",
+                                   kind(&CASES[x]), kind(&CASES[y]), k, K, t->pair_near[x][y]);
             }
-        groups++, kept += ok, kept_ties += okt;
+        timed += b2b && nb;
+        groups++, kept += ok, kept_ties += okt, kept_b2b += okb;
         printf("  %s predicted ", lab);
         print_order(idx, n, t->pred, NULL);
         printf("\n  %*s measured  ", w, "");
         print_order(idx, n, t->meas, t->slow);
         printf("  %s\n", ok ? "same order" : "DIFFER");
         if (nt) printf("  %*s ties (measured ranges overlap): %s\n", w, "", ties);
+        if (b2b && nb) printf("  %*s back to back: %s\n", w, "", back);
     }
-    if (state) {
+    if (state)
         printf("%s: predicted order = measured in %d of %d models (with ties %d)\n", state, kept,
                groups, kept_ties);
-        return;
+    else {
+        printf("order of layouts on both cores (time per token, same model): predicted order = "
+               "measured in %d of %d models\n",
+               kept, groups);
+        printf("the same, pairs whose measured ranges over the runs overlap counted as ties: %d of "
+               "%d models\n",
+               kept_ties, groups);
     }
-    printf("order of layouts on both cores (time per token, same model): predicted order = measured "
-           "in %d of %d models\n", kept, groups);
-    printf("the same, pairs whose measured ranges over the runs overlap counted as ties: %d of %d "
-           "models\n", kept_ties, groups);
+    if (b2b && timed)
+        printf("the same, each pair out of the predicted order timed again back to back (%d "
+               "alternated pairs of runs, each against the prediction for where the cores sat "
+               "for it): predicted order = measured in %d of %d models, a pair counted in order "
+               "when any alternated pair ran in its predicted order (a split: the machine does "
+               "not order it)\n",
+               PAIR_RUNS, kept_b2b, groups);
 }
 
 /* The order again with each case's runs split by where the cores sat
@@ -507,7 +537,7 @@ static void order_by_state(const tally *t, const measured *m) {
         snprintf(state, sizeof state, "the same, each case's runs with the cores %s only",
                  near ? "near" : "apart (*)");
         printf("%s\n", state);
-        if (t->scal[near]) {
+        if (t->scal[near] || t->scal1[near]) {
             double err = 0;
             int n = 0;
             for (int i = 0; i < NCASES; i++) {
@@ -515,34 +545,49 @@ static void order_by_state(const tally *t, const measured *m) {
                 u.pred[i] = t->spred[near][i];
                 if (!isnan(u.meas[i])) err += fabs(rel(u.pred[i], u.meas[i])), n++;
             }
-            printf("  predicted from %d calibration%s of 2 threads from windows with the cores %s "
-                   "(the best of each figure timed so, every calibration's for the rest): mean "
-                   "error %.1f%% over the %d two-core case%s run so\n", t->scal[near],
-                   t->scal[near] > 1 ? "s" : "", near ? "near" : "apart", n ? 100 * err / n : 0, n,
-                   n == 1 ? "" : "s");
+            printf("  predicted from %d calibration%s of 2 threads and %d of 1 thread a rank with "
+                   "both at once from windows with the cores %s (the best of each figure timed "
+                   "so, every calibration's for the rest): mean error %.1f%% over the %d two-core "
+                   "case%s run so\n",
+                   t->scal[near], t->scal[near] == 1 ? "" : "s", t->scal1[near],
+                   near ? "near" : "apart", n ? 100 * err / n : 0, n, n == 1 ? "" : "s");
         } else
-            printf("  predicted from every calibration's best figures: no calibration of 2 threads "
-                   "kept a window with the cores %s\n", near ? "near" : "apart");
-        order(&u, state);
+            printf("  predicted from every calibration's best figures: no calibration kept a "
+                   "window with the cores %s\n",
+                   near ? "near" : "apart");
+        order(&u, state, 0);
     }
+}
+
+/* Case i's prediction for the cores at round trip rt_ns: that state's
+ * (predict_by_state) where it has calibrations, else (or rt_ns NAN) the
+ * overall one */
+static double pred_at(const tally *t, double rt_ns, int i) {
+    if (isnan(t->pred[i]) || isnan(rt_ns)) return t->pred[i];
+    int near = cores_near(rt_ns);
+    return (t->scal[near] || t->scal1[near]) && !isnan(t->spred[near][i]) ? t->spred[near][i]
+                                                                          : t->pred[i];
+}
+
+/* the prediction for where the cores sat in case i's fastest run */
+static double matched_pred(const tally *t, const measured *m, int i) {
+    return pred_at(t, m[i].rt_ns, i);
 }
 
 /* The overall order and error again, each two-core case against the
  * prediction for where the cores sat in its fastest run (the
- * calibrations of 2 threads from windows in that state, predict_by_state;
- * the overall prediction where no calibration kept such a window): the
- * overall table predicts every case from every calibration's best, the
- * near figures mostly, while a case's fastest run may have been apart,
- * where two threads of one process lose more than two ranks do
- * (order_by_state). */
+ * calibrations from windows in that state, predict_by_state; the overall
+ * prediction where no calibration kept such a window): the overall table
+ * predicts every case from every calibration's best, each figure from
+ * whichever state it was best in, while a case's fastest run was in one
+ * state, and the states favour different layouts (order_by_state). */
 static void order_matched(const tally *t, const measured *m) {
     tally u = *t;
     double err = 0, worst = 0;
     int n = 0, moved = 0;
     for (int i = 0; i < NCASES; i++) {
         if (isnan(t->pred[i]) || isnan(t->meas[i]) || isnan(m[i].rt_ns)) continue;
-        int near = cores_near(m[i].rt_ns);
-        if (t->scal[near] && !isnan(t->spred[near][i])) u.pred[i] = t->spred[near][i], moved++;
+        u.pred[i] = matched_pred(t, m, i), moved += u.pred[i] != t->pred[i];
         double e = fabs(rel(u.pred[i], u.meas[i]));
         err += e, n++, worst = fmax(worst, e);
     }
@@ -551,7 +596,7 @@ static void order_matched(const tally *t, const measured *m) {
            "fastest run (%d of %d from that state's calibrations): mean error %.1f%% (worst "
            "%.1f%%)\n",
            moved, n, 100 * err / n, 100 * worst);
-    order(&u, "the same, the order");
+    order(&u, "the same, the order", 1);
 }
 
 /* The validation across its rounds: the rates each case is predicted
@@ -567,6 +612,10 @@ typedef struct vstate {
      * windows each judged and kept; npcal: how many rounds made them */
     cb_plan_cluster pcal[CB_PLAN_MAXRUNS][2];
     int pjudged[CB_PLAN_MAXRUNS][2], pkept[CB_PLAN_MAXRUNS][2], npcal;
+    /* the same rounds' figures of 1 thread a rank with both ranks at once
+     * (plan_measure_shared) from the windows in each state, and theirs */
+    cb_plan_cluster scal1[CB_PLAN_MAXRUNS][2];
+    int sjudged[CB_PLAN_MAXRUNS][2], skept[CB_PLAN_MAXRUNS][2];
     cb_plan_pred *p;       /* NCASES */
     measured m[NCASES];
     int ok[NCASES], rounds;
@@ -621,16 +670,23 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
     if (!isnan(rt)) printf(", the cores' round trip %.0f ns", rt), s->rt_seen = 1;
     /* 2 threads again, twice: from the windows with the cores apart, then
      * near (the other windows rerun up to 4x: a figure with none in the
-     * state keeps the best of all its windows) */
+     * state is not measured); after each, 1 thread a rank's figures with
+     * both ranks at once from the windows in the same state (not with
+     * --quick, which measures none of them) */
     int two = s->n == 2 || (s->n == 1 && s->want[0] == 2);
     for (int near = 0; two && s->npcal < CB_PLAN_MAXRUNS && near <= 1; near++) {
-        int r = s->npcal;
+        int r = s->npcal, rc;
         cb_plan_probe_placement(near ? 1 : 2, NULL, NULL);
-        int rc = plan_measure(2, s->o->quick, 0, !s->o->quick, &s->pcal[r][near], e);
-        cb_plan_probe_placement(0, &s->pjudged[r][near], &s->pkept[r][near]);
+        rc = plan_measure(2, s->o->quick, 0, !s->o->quick, &s->pcal[r][near], e);
+        cb_plan_probe_placement(near ? 1 : 2, &s->pjudged[r][near], &s->pkept[r][near]);
+        if (!rc) rc = plan_measure_shared(s->o->quick, &s->scal1[r][near], e);
+        cb_plan_probe_placement(0, &s->sjudged[r][near], &s->skept[r][near]);
         if (rc) return rc;
         printf("%s 2 threads with the cores %s only: %d of %d windows", near ? "," : ";",
                near ? "near" : "apart", s->pkept[r][near], s->pjudged[r][near]);
+        if (s->sjudged[r][near])
+            printf(" (1 thread a rank, both at once: %d of %d)", s->skept[r][near],
+                   s->sjudged[r][near]);
         if (near) s->npcal++;
     }
     if (!i) {
@@ -647,11 +703,37 @@ static int on_round(void *ctx, int i, const cb_plan_cluster *const now[2], cb_er
     return CB_OK;
 }
 
-/* t->spred[state] and t->scal[state]: the two-core cases predicted with
- * 2 threads at the best figures of the rounds' calibrations from windows
- * in that state (those that kept any window; a figure none of them timed
- * in the state, from every calibration's best; 1 thread as everywhere),
- * once any round trip was measured */
+/* s->cl[0] in a state: its figures with both ranks at once (the GEMM's
+ * share, the memory-bound kernels' and the update's rates) each the best
+ * of the rounds' one-thread calibrations from windows in the state that
+ * timed it, s->cl[0]'s where none did; returns how many calibrations
+ * timed any. */
+static int one_thread_in_state(const vstate *s, int near, cb_plan_cluster *c) {
+    static const size_t F[] = {offsetof(cb_plan_cluster, gemm_shared),
+                               offsetof(cb_plan_cluster, mem_bandwidth_shared),
+                               offsetof(cb_plan_cluster, update_bandwidth_shared)};
+    double best[3] = {0, 0, 0};
+    int n = 0;
+    *c = s->cl[0];
+    for (int r = 0; r < s->npcal; r++) {
+        int any = 0;
+        for (int f = 0; f < 3; f++) {
+            double v = *(const double *)((const char *)&s->scal1[r][near] + F[f]);
+            best[f] = fmax(best[f], v), any |= v > 0;
+        }
+        n += any;
+    }
+    for (int f = 0; f < 3; f++)
+        if (best[f] > 0) *(double *)((char *)c + F[f]) = best[f];
+    return n;
+}
+
+/* t->spred[state], t->scal[state] and t->scal1[state]: the two-core cases
+ * predicted with 2 threads at the best figures of the rounds'
+ * calibrations from windows in that state (those that kept any window; a
+ * figure none of them timed in the state, from every calibration's best)
+ * and 1 thread a rank at the state's figures with both ranks at once
+ * (one_thread_in_state), once any round trip was measured */
 static void predict_by_state(const vstate *s, tally *t) {
     cb_plan_pred *p = malloc(sizeof *p);
     for (int near = 0; near <= 1 && p; near++) {
@@ -660,9 +742,10 @@ static void predict_by_state(const vstate *s, tally *t) {
         for (int r = 0; r < s->npcal; r++)
             if (s->pkept[r][near] > 0) sel[n++] = s->pcal[r][near];
         t->scal[near] = n;
-        if (!n) continue;
+        t->scal1[near] = one_thread_in_state(s, near, &cl[0]);
+        if (!n && !t->scal1[near]) continue;
         double spread[CB_PLAN_NSPREAD];
-        cb_plan_cluster_best(sel, n, &s->cl[1], &cl[1], spread);
+        if (n) cb_plan_cluster_best(sel, n, &s->cl[1], &cl[1], spread);
         for (int i = 0; i < NCASES; i++) {
             t->spred[near][i] = NAN;
             if (!s->ok[i] || isnan(t->pred[i])) continue;
@@ -674,10 +757,48 @@ static void predict_by_state(const vstate *s, tally *t) {
     free(p);
 }
 
+/* Each pair of one model's two-core cases whose fastest runs are out of
+ * the order of the overall prediction or of the one for where the cores
+ * sat (matched_pred), timed again back to back: PAIR_RUNS times a run of
+ * each (which one first alternates), each run the fastest step after the
+ * first of its job, per token, against the prediction for where the
+ * cores sat just before the two (pred_at); into t->pair_n, pair_k and
+ * pair_near. The rounds run a model's cases minutes apart, between which
+ * this VM's speed and the cores' placement move (docs/plan.md,
+ * Validation); runs seconds apart share them. */
+static void back_to_back(const vstate *s, tally *t) {
+    for (int a = 0; a < NCASES; a++)
+        for (int b = a + 1; b < NCASES; b++) {
+            const vcase *ca = &CASES[a], *cb = &CASES[b];
+            if (isnan(t->meas[a]) || isnan(t->meas[b]) || isnan(t->pred[a]) || isnan(t->pred[b]) ||
+                !same(ca, cb))
+                continue;
+            int faster = t->meas[a] < t->meas[b];
+            if ((t->pred[a] < t->pred[b]) == faster &&
+                (matched_pred(t, s->m, a) < matched_pred(t, s->m, b)) == faster)
+                continue;
+            double ta = (double)ca->B * ca->M * ca->T, tb = (double)cb->B * cb->M * cb->T;
+            int n = 0, k = 0, near = 0;
+            for (int r = 0; r < PAIR_RUNS; r++) {
+                measured x = MEASURED_NONE, y = MEASURED_NONE;
+                double rt = 1e9 * cb_core_round_trip();
+                int ok = r & 1 ? measure_train(cb, s->dir, s->part[b], &y) &&
+                                     measure_train(ca, s->dir, s->part[a], &x)
+                               : measure_train(ca, s->dir, s->part[a], &x) &&
+                                     measure_train(cb, s->dir, s->part[b], &y);
+                if (!ok) break;
+                n++, near += !isnan(rt) && cores_near(rt);
+                k += (x.step_ms / ta < y.step_ms / tb) == (pred_at(t, rt, a) < pred_at(t, rt, b));
+            }
+            t->pair_n[a][b] = n, t->pair_k[a][b] = k, t->pair_near[a][b] = near;
+        }
+}
+
 /* The 1- and 2-thread clusters: the files of --cluster F[,F2] by their
  * `threads`, the rest calibrated now (the best of --repeat runs, at
  * least 3 for the full set, the two counts' runs round-robin; the
- * collectives once, 1 thread per rank as every multi-rank case runs),
+ * collectives in each run, 1 thread per rank as every multi-rank case
+ * runs),
  * each run of them followed by a round of the cases (on_round); the
  * calibration's figures printed. */
 static int validate_clusters(vstate *s, cb_err *e) {
@@ -760,6 +881,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         fflush(stdout);
     }
     if (s && !rc && t.rt_seen) predict_by_state(s, &t);
+    if (s && !rc && t.n) back_to_back(s, &t);
     /* the runs by state, for order_by_state after the tables */
     measured *ms = s && !rc ? malloc(sizeof s->m) : NULL;
     if (ms) memcpy(ms, s->m, sizeof s->m);
@@ -787,7 +909,7 @@ int plan_validate(const plan_opts *o, cb_err *e) {
         printf("one process, one thread, against its CPU time per step (what the load does not "
                "inflate): mean error %.1f%% (worst %.1f%%) over %d cases\n",
                100 * t.cpu_sum / t.ncpu, 100 * t.cpu_worst, t.ncpu);
-    if (!rc && t.n) order(&t, NULL);
+    if (!rc && t.n) order(&t, NULL, 1);
     if (!rc && t.n && t.rt_seen && ms) order_matched(&t, ms), order_by_state(&t, ms);
     free(ms);
     return rc;

@@ -147,6 +147,16 @@ ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2
 [ -n "$strict" ] && [ -n "$ties" ] && [ "${strict#* }" = "${ties#* }" ] && [ "${ties%% *}" -ge "${strict%% *}" ] \
     && pass "plan --validate --quick: order in ${strict% *} of ${strict#* } models, with ties ${ties% *}" \
     || fail "plan --validate --quick: order lines: strict '$strict', with ties '$ties'"
+# a pair out of the predicted order is timed again back to back: when
+# the line is there (a pair was out of order), it counts the same models,
+# and at least as many in order as the strict line (a model in order has
+# no pair to time)
+b2b=$(sed -n 's/^the same, each pair out of the predicted order timed again back to back (5 alternated pairs of runs): predicted order = measured in \([0-9]*\) of \([0-9]*\) models.*$/\1 \2/p' val.out | head -1)
+if [ -n "$b2b" ]; then
+    [ "${b2b#* }" = "${strict#* }" ] && [ "${b2b%% *}" -ge "${strict%% *}" ] \
+        && pass "plan --validate --quick: back to back, order in ${b2b% *} of ${b2b#* } models" \
+        || fail "plan --validate --quick: back-to-back line '$b2b' against the strict '$strict'"
+fi
 # where the cores sat: every case timed on both cores (dp 2, pp 2, tp 2
 # here) names its cores' round trip, a real time; the split of the error
 # by it; and the order again within each state, counting no more models
@@ -154,9 +164,10 @@ ties=$(sed -n 's/^the same, pairs .*ties: \([0-9]*\) of \([0-9]*\) models$/\1 \2
 # predicted from the rounds' calibrations of 2 threads from windows in it
 # (at most the 2 rounds' a state: each round calibrates for both states,
 # and a round whose cores moved in its course may keep half the windows
-# for each, so two states may count 2 + 1 or 2 + 2)
+# for each, so two states may count 2 + 1 or 2 + 2); --quick measures no
+# figure of 1 thread a rank with both at once, so none of those counts
 cores=$(grep -c " cores *[0-9][0-9]* ns" val.out)
-from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r = $3 > r ? $3 : r} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration of 2 threads kept a window with the cores (near|apart)/) z++}
+from=$(awk '/^the same, each case.s runs with the cores (near|apart).* only$/ {getline; if ($0 ~ /^  predicted from [12] calibrations? of 2 threads and 0 of 1 thread a rank with both at once from windows with the cores (near|apart) .*: mean error [0-9.]+% over the [0-9]+ two-core cases? run so$/) {n++; r = $3 > r ? $3 : r} else if ($0 ~ /^  predicted from every calibration.s best figures: no calibration kept a window with the cores (near|apart)/) z++}
            END {print n + 0, z + 0, r + 0}' val.out)
 set -- $from
 [ $(($1 + $2)) = 2 ] && [ "$3" -le 2 ] \

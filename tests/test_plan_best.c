@@ -39,6 +39,22 @@ static double f_ew(void *ctx, int kind, int n) {
     return missing & MISS_EW ? INFINITY : n * 1e-9;
 }
 
+/* both streams at once: GEMMs at 0.8 of their rate alone, the
+ * memory-bound kernels at 12 GB/s each; the update alone at 10 GB/s and
+ * never together (1e30) */
+static double f_gshared(void *ctx, int m, int k, int n, int streams) {
+    (void)ctx, (void)m, (void)k, (void)n, (void)streams;
+    return 0.8;
+}
+static double f_shared(void *ctx, int N, int C, int streams) {
+    (void)ctx, (void)streams;
+    return 3.0 * 72 * C * N / 12e9;
+}
+static double f_upd(void *ctx, int n, int streams) {
+    (void)ctx;
+    return streams > 1 ? 1e30 : 40.0 * n / 10e9;
+}
+
 static void check(const char *name, double got, double want) {
     int ok = want == 0 ? got == 0 : fabs(got - want) <= 1e-12 * fabs(want);
     printf("%s %s: %.12g (want %.12g)\n", ok ? "PASS" : "FAIL", name, got, want);
@@ -143,6 +159,30 @@ int main(void) {
     cb_plan_cluster_best(&place, 1, &all, &got, spread);
     check("fallback of other shapes: attention not filled", got.att_eff[2], 0);
     check("fallback of other shapes: memory still filled", got.mem_bandwidth, 10e9);
+
+    /* the figures of one thread a device with every device at once alone
+     * (the validation's calibrations of them by placement): the GEMM's
+     * share and the memory-bound rate written, the update never together
+     * (0: not measured), every other figure as it was */
+    static cb_plan_cluster sh;
+    cb_plan_probe ps = {NULL, NULL, NULL, NULL, NULL, 1, NULL, f_shared, 0, f_upd, f_gshared, NULL};
+    memset(&sh, 0, sizeof sh);
+    sh.threads = 1, sh.devices_per_node = 2, sh.peak_flops = 123e9, sh.mem_bandwidth = 7e9;
+    cb_plan_calibrate_shared(&ps, 0, &sh);
+    check("shared: the GEMM's share", sh.gemm_shared, 0.8);
+    check("shared: memory-bound rate with both streaming", sh.mem_bandwidth_shared, 12e9);
+    check("shared: the update never together, 0", sh.update_bandwidth_shared, 0);
+    check("shared: the peak untouched", sh.peak_flops, 123e9);
+    check("shared: the memory rate alone untouched", sh.mem_bandwidth, 7e9);
+    static cb_plan_cluster q;
+    memset(&q, 0, sizeof q);
+    q.threads = 1, q.devices_per_node = 2;
+    cb_plan_calibrate_shared(&ps, 1, &q);
+    check("shared with quick: not measured", q.gemm_shared + q.mem_bandwidth_shared, 0);
+    q.threads = 2;
+    cb_plan_calibrate_shared(&ps, 0, &q);
+    check("shared with 2 threads a device: not measured", q.gemm_shared + q.mem_bandwidth_shared,
+          0);
     printf("%d failed\n", failed);
     return failed != 0;
 }

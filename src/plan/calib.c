@@ -59,22 +59,20 @@ static double med(double *v, int n) {
  * at once, one thread each: the share of its rate alone that a device
  * keeps (the probe alternates windows alone and together), the median of
  * the three: what one rank's kernels lose to the other ranks', which the
- * rate alone does not see (docs/plan.md, Compute shared). Not with quick,
- * as for the shared memory rate; 0 when never measured. */
-static void calibrate_gemm_shared(const cb_plan_probe *pr, int quick, cb_plan_cluster *c,
-                                  const int *size) {
-    int streams = c->devices_per_node;
+ * rate alone does not see (docs/plan.md, Compute shared). 0 when never
+ * measured together. */
+static void calibrate_gemm_shared(const cb_plan_probe *pr, int streams, cb_plan_cluster *c) {
+    static const int SIZE[] = {256, 512, 1024};
     double share[3];
     c->gemm_shared = 0;
-    if (quick || !pr->gemm_shared || streams < 2 || c->threads != 1) return;
     for (int i = 0; i < 3; i++) {
-        share[i] = pr->gemm_shared(pr->ctx, size[i], size[i], size[i], streams);
+        share[i] = pr->gemm_shared(pr->ctx, SIZE[i], SIZE[i], SIZE[i], streams);
         if (share[i] <= 0) return; /* never ran together: not known */
     }
     c->gemm_shared = med(share, 3);
 }
 
-static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_plan_cluster *c) {
+static void calibrate_gemm(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     static const int SIZES[] = {16, 32, 64, 128, 256, 512, 1024};
     int n = quick ? 6 : 7;
     double rate[7] = {0}, best = 0;
@@ -97,7 +95,6 @@ static void calibrate_gemm(const cb_plan_probe *pr, int quick, int shared, cb_pl
         run = fmax(run, e);
         c->eff[i] = e > 0 ? run : 0;
     }
-    if (shared) calibrate_gemm_shared(pr, quick, c, SIZES + n - 3);
 }
 
 /* Shard shapes (tokens of a rank, in/q, out/q of 2-D and 3-D layouts and
@@ -131,40 +128,46 @@ static void calibrate_shapes(const cb_plan_probe *pr, int quick, cb_plan_cluster
  * a CPU's last-level cache, as a step's activations are (a probe that
  * fits in cache measures the cache: 10% faster on one core here, more on
  * a team of threads that share one memory bus). */
+#define MEM_N 16384
+#define MEM_C 128
+#define MEM_BYTES (3.0 * 72 * MEM_C * MEM_N)
+/* the update, 40 bytes a parameter (src/plan/probe.c), on 8M parameters
+ * (128 MB of p, g, m, v; --quick 4M, 64 MB, still twice the cache here) */
+#define UPDATE_N(quick) ((quick) ? 1 << 22 : 1 << 23)
+
 static void calibrate_memory(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    int N = 16384, C = 128;
-    double bytes = 3.0 * 72 * C * N, t1 = INFINITY;
-    for (int sw = 0; sw < SWEEPS(quick); sw++) t1 = fmin(t1, pr->memory(pr->ctx, N, C));
-    c->mem_bandwidth = per_s(bytes, t1);
-    /* every device of the node streaming at once (one thread each): a
-     * rank's share of the memory system (not with quick: the windows in
-     * which the streams run together are what takes time) */
-    int streams = quick ? 1 : c->devices_per_node;
-    c->mem_bandwidth_shared = c->mem_bandwidth;
-    if (pr->memory_shared && streams > 1 && c->threads == 1) {
-        double t = pr->memory_shared(pr->ctx, N, C, streams);
-        c->mem_bandwidth_shared = t < 1e29 ? bytes / t : 0; /* 0: never ran together */
-    }
-    /* the update, 40 bytes a parameter (src/plan/probe.c), on 8M
-     * parameters (128 MB of p, g, m, v; --quick 4M, 64 MB, still twice
-     * the cache here): alone and with every device */
-    if (pr->update) {
-        int n = quick ? 1 << 22 : 1 << 23;
-        c->update_bandwidth = per_s(40.0 * n, pr->update(pr->ctx, n, 1));
-        c->update_bandwidth_shared = c->update_bandwidth;
-        if (streams > 1 && c->threads == 1) {
-            double t = pr->update(pr->ctx, n, streams);
-            c->update_bandwidth_shared = t < 1e29 ? 40.0 * n / t : 0;
-        }
-    }
+    double t1 = INFINITY;
+    for (int sw = 0; sw < SWEEPS(quick); sw++) t1 = fmin(t1, pr->memory(pr->ctx, MEM_N, MEM_C));
+    c->mem_bandwidth = per_s(MEM_BYTES, t1);
+    if (pr->update)
+        c->update_bandwidth =
+            per_s(40.0 * UPDATE_N(quick), pr->update(pr->ctx, UPDATE_N(quick), 1));
+    /* one device a node, or not measured together: the rates alone */
+    c->mem_bandwidth_shared = c->mem_bandwidth, c->update_bandwidth_shared = c->update_bandwidth;
     /* in cache: buffers (60 N C bytes) of a quarter of the last level */
     if (pr->cache_bytes <= 0) return;
-    int n = 64;
-    while (60.0 * 2 * n * C <= pr->cache_bytes / 4 && n < N) n *= 2;
+    int n = 64, C = MEM_C;
+    while (60.0 * 2 * n * C <= pr->cache_bytes / 4 && n < MEM_N) n *= 2;
     double tc = INFINITY;
     for (int sw = 0; sw < SWEEPS(quick); sw++) tc = fmin(tc, pr->memory(pr->ctx, n, C));
     c->cache_bytes = pr->cache_bytes;
     c->cache_bandwidth = per_s(3.0 * 72 * C * n, tc);
+}
+
+/* the seconds of a probe's run together as a rate of `work`: 0 when it
+ * never ran together (1e30) */
+static double together_rate(double work, double t) { return t < 1e29 ? per_s(work, t) : 0; }
+
+void cb_plan_calibrate_shared(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
+    int streams = c->devices_per_node;
+    if (quick || streams < 2 || c->threads != 1) return;
+    if (pr->gemm_shared) calibrate_gemm_shared(pr, streams, c);
+    if (pr->memory_shared)
+        c->mem_bandwidth_shared =
+            together_rate(MEM_BYTES, pr->memory_shared(pr->ctx, MEM_N, MEM_C, streams));
+    if (pr->update)
+        c->update_bandwidth_shared =
+            together_rate(40.0 * UPDATE_N(quick), pr->update(pr->ctx, UPDATE_N(quick), streams));
 }
 
 /* Attention at its FLOP count (4 T C per token forward, scores and
@@ -390,9 +393,10 @@ void cb_plan_cluster_best(const cb_plan_cluster *runs, int n, const cb_plan_clus
 }
 
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
-    calibrate_gemm(pr, quick, 1, c);
+    calibrate_gemm(pr, quick, c);
     calibrate_shapes(pr, quick, c);
     calibrate_memory(pr, quick, c);
+    cb_plan_calibrate_shared(pr, quick, c);
     calibrate_attention(pr, quick, 128, c);
     calibrate_elementwise(pr, quick, c);
     if (pr->ranks >= 2) cb_plan_calibrate_comm(pr, quick, c);
@@ -410,7 +414,7 @@ void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
 void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c) {
     static const int M[] = {256, 1024, 4096}, KN[] = {64, 256, 1024};
     cb_plan_cluster t = *c;
-    calibrate_gemm(pr, quick, 0, &t);
+    calibrate_gemm(pr, quick, &t);
     shapes_of(pr, quick ? M + 1 : M, quick ? 1 : 3, KN, quick ? 2 : 3, &t);
     calibrate_attention(pr, quick, 512, &t);
     /* the weights' reorder after an update (predict.c, reorder_s): GPT-2's

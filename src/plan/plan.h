@@ -417,7 +417,8 @@ typedef struct cb_plan_probe {
  * window (near: up to CB_RT_NEAR_NS, kernels/peak.h); 0 every
  * window (the default). A figure with no window in the wanted state is
  * not measured: the probe returns INFINITY and the calibration writes 0
- * (cb_plan_cluster_best fills it from other runs). One thread is not judged. The counts of
+ * (cb_plan_cluster_best fills it from other runs). One thread is not judged;
+ * single-thread streams together (the shared figures) are. The counts of
  * windows judged and kept since the last call go to *judged and *kept
  * (either may be NULL). */
 void cb_plan_probe_placement(int want, int *judged, int *kept);
@@ -432,6 +433,13 @@ double cb_plan_op_sent(const char *op, int p, double n);
  * curve, memory bandwidth, attention efficiency) and, with ranks >= 2,
  * its collectives and intra-node tier. quick: fewer, smaller shapes. */
 void cb_plan_calibrate(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
+/* The figures of one thread a device with every device of a node running
+ * at once (c->threads 1, c->devices_per_node 2 or more; not with quick):
+ * gemm_shared, mem_bandwidth_shared and update_bandwidth_shared, each 0
+ * where no window ran together (in the placement wanted,
+ * cb_plan_probe_placement); c's other figures as they were. Part of
+ * cb_plan_calibrate. */
+void cb_plan_calibrate_shared(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);
 /* c->bf16 from a probe of bf16 products (cb_plan_probe_cpu_bf16): the
  * GEMM curve and shapes, attention (at T 512: the fused kernel). */
 void cb_plan_calibrate_bf16(const cb_plan_probe *pr, int quick, cb_plan_cluster *c);

@@ -77,7 +77,8 @@ void cb_plan_probe_placement(int want, int *judged, int *kept) {
 }
 
 /* whether a team's window just ended counts: its cores where wanted
- * (best_of asks only with a placement wanted) */
+ * (best_of, together_s and probe_gemm_shared ask only with a placement
+ * wanted) */
 static int placed(void) {
     double rt = 1e9 * cb_core_round_trip_quick();
     if (isnan(rt)) return 1;
@@ -292,13 +293,18 @@ static double together_window(body_fn f, void **arg, int n, int *it) {
     return ok ? span / k : 1e30;
 }
 
-/* the best of 3 x REPS windows together (the first only touches) */
+/* The best of 3 x REPS windows together (after one that only touches).
+ * With a placement wanted (cb_plan_probe_placement), of those that ran
+ * together with the cores where wanted: up to 4 x 3 x REPS windows for 3
+ * x REPS such; 1e30 with none, as with no window together. */
 static double together_s(body_fn f, void **arg, int n) {
     double best = 1e30;
-    int it = 1;
-    for (int r = 0; r <= 3 * REPS; r++) {
+    int it = 1, want = 3 * REPS, tries = place.want && n > 1 ? 4 * want : want;
+    together_window(f, arg, n, &it);
+    for (int r = 0, got = 0; got < want && r < tries; r++) {
         double t = together_window(f, arg, n, &it);
-        if (r && t < best) best = t;
+        if (t > 1e29 || (tries > want && !placed())) continue;
+        got++, best = fmin(best, t);
     }
     return best;
 }
@@ -320,18 +326,22 @@ static double probe_memory_shared(void *ctx, int N, int C, int streams) {
  * windows of one thread alone against the best of as many windows of all
  * together (both timed and judged alike, together_window), the two
  * alternated window by window, so that the host's speed
- * moving between them (1.5-2x within an hour on this VM) is in both. 0:
- * never ran together. */
+ * moving between them (1.5-2x within an hour on this VM) is in both. With
+ * a placement wanted, the pairs whose window together had the cores
+ * where wanted, up to 4 x as many pairs (as together_s). 0: never ran
+ * together (in the placement wanted). */
 static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
     gemm_arg a[MAX_STREAMS];
     void *arg[MAX_STREAMS];
     int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it1 = 1, it = 1;
+    int want = 3 * REPS, tries = place.want && s > 1 ? 4 * want : want;
     for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], table(ctx), m, k, n), arg[i] = &a[i];
     double alone = 1e30, both = 1e30;
-    for (int r = 0; ok && r <= 3 * REPS; r++) {
+    for (int r = 0, got = 0; ok && got < want && r <= tries; r++) {
         double t = together_window(gemm_body, arg, 1, &it1);
         double u = together_window(gemm_body, arg, s, &it);
-        if (r) alone = fmin(alone, t), both = fmin(both, u); /* r 0 touches */
+        if (!r || u > 1e29 || (tries > want && !placed())) continue; /* r 0 touches */
+        got++, alone = fmin(alone, t), both = fmin(both, u);
     }
     for (int i = 0; i < s; i++) gemm_free(&a[i]);
     return ok && both < 1e29 ? fmin(1, alone / both) : 0;
