@@ -76,9 +76,14 @@ void cb_plan_probe_placement(int want, int *judged, int *kept) {
     place.want = want, place.judged = place.kept = 0;
 }
 
+/* whether windows of `threads` threads are judged by placement: with one
+ * wanted and more than one thread; such a figure tries up to 4 x its
+ * windows for as many kept (best_of, together_s, probe_gemm_shared) */
+static int judging(int threads) { return threads > 1 && place.want; }
+#define JUDGED_TRIES 4
+
 /* whether a team's window just ended counts: its cores where wanted
- * (best_of, together_s and probe_gemm_shared ask only with a placement
- * wanted) */
+ * (asked only when judging) */
 static int placed(void) {
     double rt = 1e9 * cb_core_round_trip_quick();
     if (isnan(rt)) return 1;
@@ -98,9 +103,9 @@ static int placed(void) {
 static double best_of(body_fn f, void *arg) {
     double cpu = 1e30, wall = 1e30;
     if (omp_get_max_threads() > MAX_TEAM) omp_set_num_threads(MAX_TEAM);
-    int team = omp_get_max_threads() > 1, judge = team && place.want, got = 0;
+    int team = omp_get_max_threads() > 1, judge = judging(omp_get_max_threads()), got = 0;
     f(arg); /* touch the buffers */
-    for (int r = 0; got < REPS && r < (judge ? 4 * REPS : REPS); r++) {
+    for (int r = 0; got < REPS && r < (judge ? JUDGED_TRIES : 1) * REPS; r++) {
         window w = window_s(f, arg);
         if (judge && !placed()) continue;
         got++;
@@ -299,11 +304,11 @@ static double together_window(body_fn f, void **arg, int n, int *it) {
  * x REPS such; 1e30 with none, as with no window together. */
 static double together_s(body_fn f, void **arg, int n) {
     double best = 1e30;
-    int it = 1, want = 3 * REPS, tries = place.want && n > 1 ? 4 * want : want;
+    int it = 1, want = 3 * REPS, judge = judging(n);
     together_window(f, arg, n, &it);
-    for (int r = 0, got = 0; got < want && r < tries; r++) {
+    for (int r = 0, got = 0; got < want && r < (judge ? JUDGED_TRIES : 1) * want; r++) {
         double t = together_window(f, arg, n, &it);
-        if (t > 1e29 || (tries > want && !placed())) continue;
+        if (t > 1e29 || (judge && !placed())) continue;
         got++, best = fmin(best, t);
     }
     return best;
@@ -334,13 +339,13 @@ static double probe_gemm_shared(void *ctx, int m, int k, int n, int streams) {
     gemm_arg a[MAX_STREAMS];
     void *arg[MAX_STREAMS];
     int ok = 1, s = streams < MAX_STREAMS ? streams : MAX_STREAMS, it1 = 1, it = 1;
-    int want = 3 * REPS, tries = place.want && s > 1 ? 4 * want : want;
+    int want = 3 * REPS, judge = judging(s), tries = (judge ? JUDGED_TRIES : 1) * want;
     for (int i = 0; i < s; i++) ok &= gemm_alloc(&a[i], table(ctx), m, k, n), arg[i] = &a[i];
     double alone = 1e30, both = 1e30;
     for (int r = 0, got = 0; ok && got < want && r <= tries; r++) {
         double t = together_window(gemm_body, arg, 1, &it1);
         double u = together_window(gemm_body, arg, s, &it);
-        if (!r || u > 1e29 || (tries > want && !placed())) continue; /* r 0 touches */
+        if (!r || u > 1e29 || (judge && !placed())) continue; /* r 0 touches */
         got++, alone = fmin(alone, t), both = fmin(both, u);
     }
     for (int i = 0; i < s; i++) gemm_free(&a[i]);
